@@ -1,0 +1,157 @@
+//! Command-line flags of the sample plugin.
+
+use std::collections::BTreeMap;
+use std::path::PathBuf;
+use std::time::Duration;
+
+use clap::{ArgAction, Parser, ValueEnum};
+
+/// A directory-backed CSI plugin: every volume is a directory under --state-dir.
+///
+/// It serves Identity, Controller and Node on one unix socket, keeps its state
+/// on disk so it survives restarts, and can inject faults (errors, latency,
+/// hangs) for reliability tests. Run one process as the controller and one per
+/// node, all sharing the same --state-dir.
+#[derive(Debug, Parser)]
+#[command(name = "hostpath-plugin", version)]
+pub struct Config {
+    /// Socket to listen on: unix:///path/to/csi.sock or a plain path.
+    #[arg(long)]
+    pub endpoint: String,
+
+    /// Directory holding the volumes and their metadata (created if missing).
+    #[arg(long)]
+    pub state_dir: PathBuf,
+
+    /// Driver name reported by GetPluginInfo.
+    #[arg(long, default_value = "hostpath.csi.berth.dev")]
+    pub name: String,
+
+    /// Vendor version reported by GetPluginInfo.
+    #[arg(long, default_value = env!("CARGO_PKG_VERSION"))]
+    pub vendor_version: String,
+
+    /// Node id reported by NodeGetInfo.
+    #[arg(long, default_value = "node1")]
+    pub node_id: String,
+
+    /// A topology segment of this node, KEY=VALUE; repeat for several. Any
+    /// segment makes the plugin report VOLUME_ACCESSIBILITY_CONSTRAINTS.
+    #[arg(long = "topology", value_parser = parse_segment)]
+    pub topology: Vec<(String, String)>,
+
+    /// Most volumes this node can take (0: no limit).
+    #[arg(long, default_value_t = 0)]
+    pub max_volumes: u64,
+
+    /// Serve the Controller service.
+    #[arg(long, default_value_t = true, action = ArgAction::Set)]
+    pub controller: bool,
+
+    /// Serve the Node service.
+    #[arg(long, default_value_t = true, action = ArgAction::Set)]
+    pub node: bool,
+
+    /// Offer PUBLISH_UNPUBLISH_VOLUME (ControllerPublish/Unpublish).
+    #[arg(long, default_value_t = true, action = ArgAction::Set)]
+    pub publish_unpublish: bool,
+
+    /// Offer STAGE_UNSTAGE_VOLUME (NodeStage/Unstage).
+    #[arg(long, default_value_t = true, action = ArgAction::Set)]
+    pub stage_unstage: bool,
+
+    /// Total capacity in bytes shared by all volumes.
+    #[arg(long, default_value_t = 1 << 40)]
+    pub capacity: i64,
+
+    /// How NodeStage/NodePublish make a volume visible at a path.
+    #[arg(long, value_enum, default_value_t = MountMode::Auto)]
+    pub mount_mode: MountMode,
+
+    /// Sync metadata writes to disk (off trades crash safety for speed).
+    #[arg(long, default_value_t = true, action = ArgAction::Set)]
+    pub fsync: bool,
+
+    /// Fail a share of calls with a gRPC code, CODE=RATE (e.g. UNAVAILABLE=0.3); repeatable.
+    #[arg(long = "fault", value_parser = parse_fault)]
+    pub faults: Vec<(tonic::Code, f64)>,
+
+    /// Share of calls that hang until the caller's deadline.
+    #[arg(long, default_value_t = 0.0)]
+    pub hang_rate: f64,
+
+    /// Latency added to every affected call (e.g. 20ms).
+    #[arg(long, value_parser = humantime::parse_duration)]
+    pub latency: Option<Duration>,
+
+    /// Calls that faults apply to, comma-separated (e.g. CreateVolume,Probe).
+    /// Default: every Controller and Node call.
+    #[arg(long, value_delimiter = ',')]
+    pub fault_calls: Vec<String>,
+
+    /// Seed for the fault dice, for reproducible runs.
+    #[arg(long)]
+    pub seed: Option<u64>,
+
+    /// Probe answers ready=false for this long after start.
+    #[arg(long, value_parser = humantime::parse_duration)]
+    pub not_ready_for: Option<Duration>,
+
+    /// A secret every call that carries secrets must include, KEY=VALUE.
+    #[arg(long, value_parser = parse_segment)]
+    pub require_secret: Option<(String, String)>,
+
+    /// Break a rule of the CSI spec on purpose, to test how callers cope.
+    #[arg(long, value_enum)]
+    pub misbehave: Option<Misbehaviour>,
+}
+
+#[derive(Clone, Copy, Debug, PartialEq, Eq, ValueEnum)]
+pub enum MountMode {
+    /// Bind mounts where the process may mount, symlinks otherwise.
+    Auto,
+    Bind,
+    Symlink,
+}
+
+#[derive(Clone, Copy, Debug, PartialEq, Eq, ValueEnum)]
+pub enum Misbehaviour {
+    /// GetPluginInfo returns an empty name.
+    EmptyName,
+    /// GetPluginInfo returns a name that is not in domain-name form.
+    BadName,
+    /// GetPluginInfo returns an empty vendor_version.
+    EmptyVersion,
+    /// NodeGetInfo returns an empty node_id.
+    EmptyNodeId,
+    /// NodeGetInfo returns a negative max_volumes_per_node.
+    NegativeMaxVolumes,
+}
+
+impl Config {
+    pub fn topology_map(&self) -> BTreeMap<String, String> {
+        self.topology.iter().cloned().collect()
+    }
+}
+
+fn parse_segment(text: &str) -> Result<(String, String), String> {
+    match text.split_once('=') {
+        Some((k, v)) if !k.is_empty() => Ok((k.to_string(), v.to_string())),
+        _ => Err(format!("{text:?} is not KEY=VALUE")),
+    }
+}
+
+fn parse_fault(text: &str) -> Result<(tonic::Code, f64), String> {
+    let (code, rate) = text
+        .split_once('=')
+        .ok_or_else(|| format!("{text:?} is not CODE=RATE (e.g. UNAVAILABLE=0.3)"))?;
+    let code =
+        berth_proto::code::from_name(code).ok_or_else(|| format!("{code:?} is not a gRPC code name"))?;
+    let rate: f64 = rate
+        .parse()
+        .map_err(|_| format!("rate {rate:?} is not a number"))?;
+    if !(0.0..=1.0).contains(&rate) {
+        return Err(format!("rate {rate} is not between 0 and 1"));
+    }
+    Ok((code, rate))
+}

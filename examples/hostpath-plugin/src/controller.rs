@@ -1,0 +1,424 @@
+//! The Controller service: create, delete, publish and unpublish volumes.
+
+use std::collections::BTreeMap;
+use std::sync::Arc;
+
+use berth_proto::csi::v1 as csi;
+use csi::controller_service_capability::rpc::Type as Cap;
+use tonic::{Request, Response, Status};
+
+use crate::config::Config;
+use crate::faults::Faults;
+use crate::volumes::{Segments, VolumeRecord, Volumes, reachable};
+
+/// The publish_context key naming the node a volume was published to.
+pub const PUBLISHED_NODE_KEY: &str = "hostpath.csi.berth.dev/node";
+
+pub struct Controller {
+    config: Arc<Config>,
+    volumes: Arc<Volumes>,
+    faults: Arc<Faults>,
+}
+
+impl Controller {
+    pub fn new(config: Arc<Config>, volumes: Arc<Volumes>, faults: Arc<Faults>) -> Self {
+        Controller {
+            config,
+            volumes,
+            faults,
+        }
+    }
+
+    fn check_secrets(&self, secrets: &std::collections::HashMap<String, String>) -> Result<(), Status> {
+        check_secrets(&self.config, secrets)
+    }
+}
+
+/// With --require-secret, a call that takes secrets must carry the right one.
+pub fn check_secrets(
+    config: &Config,
+    secrets: &std::collections::HashMap<String, String>,
+) -> Result<(), Status> {
+    match &config.require_secret {
+        Some((k, v)) if secrets.get(k) != Some(v) => Err(Status::unauthenticated(format!(
+            "secret {k:?} is missing or wrong"
+        ))),
+        _ => Ok(()),
+    }
+}
+
+/// Directory volumes support the mount access type in every access mode.
+pub fn check_capability(cap: &csi::VolumeCapability) -> Result<(), Status> {
+    use csi::volume_capability::AccessType;
+    match &cap.access_type {
+        Some(AccessType::Mount(_)) => {}
+        Some(AccessType::Block(_)) => {
+            return Err(Status::invalid_argument(
+                "block access is not supported by directory volumes",
+            ));
+        }
+        None => return Err(Status::invalid_argument("volume capability has no access type")),
+    }
+    match cap.access_mode.as_ref().map(|m| m.mode) {
+        Some(m) if m != 0 => Ok(()),
+        _ => Err(Status::invalid_argument("volume capability has no access mode")),
+    }
+}
+
+fn require(field: &str, value: &str) -> Result<(), Status> {
+    if value.is_empty() {
+        Err(Status::invalid_argument(format!("{field} is required")))
+    } else {
+        Ok(())
+    }
+}
+
+pub fn to_csi(rec: &VolumeRecord) -> csi::Volume {
+    csi::Volume {
+        capacity_bytes: rec.capacity_bytes,
+        volume_id: rec.id.clone(),
+        volume_context: [("name".to_string(), rec.name.clone())].into(),
+        content_source: None,
+        accessible_topology: rec
+            .accessible_topology
+            .iter()
+            .map(|s| csi::Topology {
+                segments: s.clone().into_iter().collect(),
+            })
+            .collect(),
+    }
+}
+
+fn segments(t: &csi::Topology) -> Segments {
+    t.segments.clone().into_iter().collect()
+}
+
+fn single_node(cap: &csi::VolumeCapability) -> bool {
+    use csi::volume_capability::access_mode::Mode;
+    matches!(
+        cap.access_mode.as_ref().and_then(|m| Mode::try_from(m.mode).ok()),
+        Some(
+            Mode::SingleNodeWriter
+                | Mode::SingleNodeReaderOnly
+                | Mode::SingleNodeSingleWriter
+                | Mode::SingleNodeMultiWriter
+        )
+    )
+}
+
+#[tonic::async_trait]
+impl csi::controller_server::Controller for Controller {
+    async fn create_volume(
+        &self,
+        request: Request<csi::CreateVolumeRequest>,
+    ) -> Result<Response<csi::CreateVolumeResponse>, Status> {
+        self.faults.inject("CreateVolume").await?;
+        let req = request.into_inner();
+        require("name", &req.name)?;
+        if req.volume_capabilities.is_empty() {
+            return Err(Status::invalid_argument("volume_capabilities is required"));
+        }
+        req.volume_capabilities.iter().try_for_each(check_capability)?;
+        self.check_secrets(&req.secrets)?;
+        if req.volume_content_source.is_some() {
+            return Err(Status::invalid_argument(
+                "volume content sources are not supported",
+            ));
+        }
+        let (required, limit) = req
+            .capacity_range
+            .map_or((0, 0), |c| (c.required_bytes, c.limit_bytes));
+        if required < 0 || limit < 0 || (limit > 0 && required > limit) {
+            return Err(Status::out_of_range(format!(
+                "capacity range required={required} limit={limit} is not satisfiable"
+            )));
+        }
+        // Accessible from the first preferred topology, else the first requisite one.
+        let accessible = if self.config.topology.is_empty() {
+            vec![]
+        } else {
+            req.accessibility_requirements
+                .as_ref()
+                .and_then(|r| r.preferred.first().or(r.requisite.first()))
+                .map(|t| vec![segments(t)])
+                .unwrap_or_else(|| vec![self.config.topology_map()])
+        };
+        let parameters: BTreeMap<String, String> = req.parameters.into_iter().collect();
+        let rec = self
+            .volumes
+            .create(&req.name, required, limit, parameters, accessible)?;
+        tracing::info!(name = %rec.name, id = %rec.id, "volume created");
+        Ok(Response::new(csi::CreateVolumeResponse {
+            volume: Some(to_csi(&rec)),
+        }))
+    }
+
+    async fn delete_volume(
+        &self,
+        request: Request<csi::DeleteVolumeRequest>,
+    ) -> Result<Response<csi::DeleteVolumeResponse>, Status> {
+        self.faults.inject("DeleteVolume").await?;
+        let req = request.into_inner();
+        require("volume_id", &req.volume_id)?;
+        self.check_secrets(&req.secrets)?;
+        self.volumes.delete(&req.volume_id)?;
+        Ok(Response::new(csi::DeleteVolumeResponse {}))
+    }
+
+    async fn controller_publish_volume(
+        &self,
+        request: Request<csi::ControllerPublishVolumeRequest>,
+    ) -> Result<Response<csi::ControllerPublishVolumeResponse>, Status> {
+        self.faults.inject("ControllerPublishVolume").await?;
+        if !self.config.publish_unpublish {
+            return Err(Status::unimplemented("PUBLISH_UNPUBLISH_VOLUME is not offered"));
+        }
+        let req = request.into_inner();
+        require("volume_id", &req.volume_id)?;
+        require("node_id", &req.node_id)?;
+        let cap = req
+            .volume_capability
+            .as_ref()
+            .ok_or_else(|| Status::invalid_argument("volume_capability is required"))?;
+        check_capability(cap)?;
+        self.check_secrets(&req.secrets)?;
+        let node = self
+            .volumes
+            .node(&req.node_id)?
+            .ok_or_else(|| Status::not_found(format!("node {:?} is not known", req.node_id)))?;
+        let published_here = self.volumes.published_count(&node.node_id)?;
+        let node_id = req.node_id.clone();
+        let single = single_node(cap);
+        let outcome = self.volumes.update(&req.volume_id, |rec| {
+            if rec.published_nodes.contains(&node_id) {
+                return Ok(());
+            }
+            if single && !rec.published_nodes.is_empty() {
+                return Err(Status::failed_precondition(format!(
+                    "volume is single-node and already published to {:?}",
+                    rec.published_nodes
+                )));
+            }
+            if !reachable(&rec.accessible_topology, &node.topology) {
+                return Err(Status::failed_precondition(format!(
+                    "volume is not accessible from node {node_id:?}"
+                )));
+            }
+            if node.max_volumes > 0 && published_here >= node.max_volumes {
+                return Err(Status::resource_exhausted(format!(
+                    "node {node_id:?} already has {published_here} of {} volumes",
+                    node.max_volumes
+                )));
+            }
+            rec.published_nodes.insert(node_id.clone());
+            Ok(())
+        })?;
+        if outcome.is_none() {
+            return Err(Status::not_found(format!(
+                "volume {} does not exist",
+                req.volume_id
+            )));
+        }
+        Ok(Response::new(csi::ControllerPublishVolumeResponse {
+            publish_context: [(PUBLISHED_NODE_KEY.to_string(), req.node_id)].into(),
+        }))
+    }
+
+    async fn controller_unpublish_volume(
+        &self,
+        request: Request<csi::ControllerUnpublishVolumeRequest>,
+    ) -> Result<Response<csi::ControllerUnpublishVolumeResponse>, Status> {
+        self.faults.inject("ControllerUnpublishVolume").await?;
+        if !self.config.publish_unpublish {
+            return Err(Status::unimplemented("PUBLISH_UNPUBLISH_VOLUME is not offered"));
+        }
+        let req = request.into_inner();
+        require("volume_id", &req.volume_id)?;
+        self.check_secrets(&req.secrets)?;
+        // A missing volume, or one not published there, is already unpublished.
+        self.volumes.update(&req.volume_id, |rec| {
+            if req.node_id.is_empty() {
+                rec.published_nodes.clear();
+            } else {
+                rec.published_nodes.remove(&req.node_id);
+            }
+            Ok(())
+        })?;
+        Ok(Response::new(csi::ControllerUnpublishVolumeResponse {}))
+    }
+
+    async fn validate_volume_capabilities(
+        &self,
+        request: Request<csi::ValidateVolumeCapabilitiesRequest>,
+    ) -> Result<Response<csi::ValidateVolumeCapabilitiesResponse>, Status> {
+        self.faults.inject("ValidateVolumeCapabilities").await?;
+        let req = request.into_inner();
+        require("volume_id", &req.volume_id)?;
+        if req.volume_capabilities.is_empty() {
+            return Err(Status::invalid_argument("volume_capabilities is required"));
+        }
+        if self.volumes.get(&req.volume_id)?.is_none() {
+            return Err(Status::not_found(format!(
+                "volume {} does not exist",
+                req.volume_id
+            )));
+        }
+        let resp = match req.volume_capabilities.iter().try_for_each(check_capability) {
+            Ok(()) => csi::ValidateVolumeCapabilitiesResponse {
+                confirmed: Some(csi::validate_volume_capabilities_response::Confirmed {
+                    volume_context: req.volume_context,
+                    volume_capabilities: req.volume_capabilities,
+                    parameters: req.parameters,
+                    mutable_parameters: Default::default(),
+                }),
+                message: String::new(),
+            },
+            Err(status) => csi::ValidateVolumeCapabilitiesResponse {
+                confirmed: None,
+                message: status.message().to_string(),
+            },
+        };
+        Ok(Response::new(resp))
+    }
+
+    async fn list_volumes(
+        &self,
+        request: Request<csi::ListVolumesRequest>,
+    ) -> Result<Response<csi::ListVolumesResponse>, Status> {
+        self.faults.inject("ListVolumes").await?;
+        let req = request.into_inner();
+        let all = self.volumes.list()?;
+        let start: usize = if req.starting_token.is_empty() {
+            0
+        } else {
+            req.starting_token
+                .parse()
+                .ok()
+                .filter(|&s| s <= all.len())
+                .ok_or_else(|| {
+                    Status::aborted(format!("starting_token {:?} is not valid", req.starting_token))
+                })?
+        };
+        let max = if req.max_entries > 0 {
+            req.max_entries as usize
+        } else {
+            usize::MAX
+        };
+        let page: Vec<_> = all.iter().skip(start).take(max).collect();
+        let next = start + page.len();
+        let entries = page
+            .into_iter()
+            .map(|rec| csi::list_volumes_response::Entry {
+                volume: Some(to_csi(rec)),
+                status: Some(csi::list_volumes_response::VolumeStatus {
+                    published_node_ids: rec.published_nodes.iter().cloned().collect(),
+                    volume_condition: None,
+                }),
+            })
+            .collect();
+        Ok(Response::new(csi::ListVolumesResponse {
+            entries,
+            next_token: if next < all.len() {
+                next.to_string()
+            } else {
+                String::new()
+            },
+        }))
+    }
+
+    async fn get_capacity(
+        &self,
+        _: Request<csi::GetCapacityRequest>,
+    ) -> Result<Response<csi::GetCapacityResponse>, Status> {
+        self.faults.inject("GetCapacity").await?;
+        let free = self.volumes.total_bytes() - self.volumes.used_bytes()?;
+        Ok(Response::new(csi::GetCapacityResponse {
+            available_capacity: free.max(0),
+            maximum_volume_size: Some(self.volumes.total_bytes()),
+            minimum_volume_size: None,
+        }))
+    }
+
+    async fn controller_get_capabilities(
+        &self,
+        _: Request<csi::ControllerGetCapabilitiesRequest>,
+    ) -> Result<Response<csi::ControllerGetCapabilitiesResponse>, Status> {
+        self.faults.inject("ControllerGetCapabilities").await?;
+        let mut caps = vec![
+            Cap::CreateDeleteVolume,
+            Cap::ListVolumes,
+            Cap::GetCapacity,
+            Cap::GetVolume,
+            Cap::ListVolumesPublishedNodes,
+        ];
+        if self.config.publish_unpublish {
+            caps.push(Cap::PublishUnpublishVolume);
+        }
+        let capabilities = caps
+            .into_iter()
+            .map(|t| csi::ControllerServiceCapability {
+                r#type: Some(csi::controller_service_capability::Type::Rpc(
+                    csi::controller_service_capability::Rpc { r#type: t as i32 },
+                )),
+            })
+            .collect();
+        Ok(Response::new(csi::ControllerGetCapabilitiesResponse {
+            capabilities,
+        }))
+    }
+
+    async fn controller_get_volume(
+        &self,
+        request: Request<csi::ControllerGetVolumeRequest>,
+    ) -> Result<Response<csi::ControllerGetVolumeResponse>, Status> {
+        self.faults.inject("ControllerGetVolume").await?;
+        let req = request.into_inner();
+        require("volume_id", &req.volume_id)?;
+        let rec = self
+            .volumes
+            .get(&req.volume_id)?
+            .ok_or_else(|| Status::not_found(format!("volume {} does not exist", req.volume_id)))?;
+        Ok(Response::new(csi::ControllerGetVolumeResponse {
+            volume: Some(to_csi(&rec)),
+            status: Some(csi::controller_get_volume_response::VolumeStatus {
+                published_node_ids: rec.published_nodes.iter().cloned().collect(),
+                volume_condition: None,
+            }),
+        }))
+    }
+
+    async fn create_snapshot(
+        &self,
+        _: Request<csi::CreateSnapshotRequest>,
+    ) -> Result<Response<csi::CreateSnapshotResponse>, Status> {
+        Err(Status::unimplemented("snapshots are not supported"))
+    }
+
+    async fn delete_snapshot(
+        &self,
+        _: Request<csi::DeleteSnapshotRequest>,
+    ) -> Result<Response<csi::DeleteSnapshotResponse>, Status> {
+        Err(Status::unimplemented("snapshots are not supported"))
+    }
+
+    async fn list_snapshots(
+        &self,
+        _: Request<csi::ListSnapshotsRequest>,
+    ) -> Result<Response<csi::ListSnapshotsResponse>, Status> {
+        Err(Status::unimplemented("snapshots are not supported"))
+    }
+
+    async fn controller_expand_volume(
+        &self,
+        _: Request<csi::ControllerExpandVolumeRequest>,
+    ) -> Result<Response<csi::ControllerExpandVolumeResponse>, Status> {
+        Err(Status::unimplemented("expansion is not supported"))
+    }
+
+    async fn controller_modify_volume(
+        &self,
+        _: Request<csi::ControllerModifyVolumeRequest>,
+    ) -> Result<Response<csi::ControllerModifyVolumeResponse>, Status> {
+        Err(Status::unimplemented("modification is not supported"))
+    }
+}

@@ -1,0 +1,80 @@
+//! The Identity service.
+
+use std::sync::Arc;
+
+use berth_proto::csi::v1 as csi;
+use csi::plugin_capability::service::Type as ServiceType;
+use tonic::{Request, Response, Status};
+
+use crate::config::{Config, Misbehaviour};
+use crate::faults::Faults;
+
+pub struct Identity {
+    config: Arc<Config>,
+    faults: Arc<Faults>,
+}
+
+impl Identity {
+    pub fn new(config: Arc<Config>, faults: Arc<Faults>) -> Self {
+        Identity { config, faults }
+    }
+}
+
+fn service(t: ServiceType) -> csi::PluginCapability {
+    csi::PluginCapability {
+        r#type: Some(csi::plugin_capability::Type::Service(
+            csi::plugin_capability::Service { r#type: t as i32 },
+        )),
+    }
+}
+
+#[tonic::async_trait]
+impl csi::identity_server::Identity for Identity {
+    async fn get_plugin_info(
+        &self,
+        _: Request<csi::GetPluginInfoRequest>,
+    ) -> Result<Response<csi::GetPluginInfoResponse>, Status> {
+        self.faults.inject("GetPluginInfo").await?;
+        let mut resp = csi::GetPluginInfoResponse {
+            name: self.config.name.clone(),
+            vendor_version: self.config.vendor_version.clone(),
+            manifest: [
+                (
+                    "mount-mode".to_string(),
+                    format!("{:?}", self.config.mount_mode).to_lowercase(),
+                ),
+                ("source".to_string(), "berth/examples/hostpath-plugin".to_string()),
+            ]
+            .into(),
+        };
+        match self.config.misbehave {
+            Some(Misbehaviour::EmptyName) => resp.name.clear(),
+            Some(Misbehaviour::BadName) => resp.name = "bad_name.example.com".into(),
+            Some(Misbehaviour::EmptyVersion) => resp.vendor_version.clear(),
+            _ => {}
+        }
+        Ok(Response::new(resp))
+    }
+
+    async fn get_plugin_capabilities(
+        &self,
+        _: Request<csi::GetPluginCapabilitiesRequest>,
+    ) -> Result<Response<csi::GetPluginCapabilitiesResponse>, Status> {
+        self.faults.inject("GetPluginCapabilities").await?;
+        let mut capabilities = Vec::new();
+        if self.config.controller {
+            capabilities.push(service(ServiceType::ControllerService));
+        }
+        if !self.config.topology.is_empty() {
+            capabilities.push(service(ServiceType::VolumeAccessibilityConstraints));
+        }
+        Ok(Response::new(csi::GetPluginCapabilitiesResponse { capabilities }))
+    }
+
+    async fn probe(&self, _: Request<csi::ProbeRequest>) -> Result<Response<csi::ProbeResponse>, Status> {
+        self.faults.inject("Probe").await?;
+        Ok(Response::new(csi::ProbeResponse {
+            ready: Some(self.faults.ready()),
+        }))
+    }
+}

@@ -1,0 +1,242 @@
+//! The Node service: stage, publish and their reverse, on this node's paths.
+
+use std::path::{Path, PathBuf};
+use std::sync::Arc;
+
+use berth_proto::csi::v1 as csi;
+use csi::node_service_capability::rpc::Type as Cap;
+use tonic::{Request, Response, Status};
+
+use crate::config::{Config, Misbehaviour};
+use crate::controller::{PUBLISHED_NODE_KEY, check_capability, check_secrets};
+use crate::faults::Faults;
+use crate::mounts::Mounter;
+use crate::volumes::{NodeRecord, VolumeRecord, Volumes, reachable};
+
+pub struct Node {
+    config: Arc<Config>,
+    volumes: Arc<Volumes>,
+    mounter: Mounter,
+    faults: Arc<Faults>,
+}
+
+impl Node {
+    pub fn new(config: Arc<Config>, volumes: Arc<Volumes>, mounter: Mounter, faults: Arc<Faults>) -> Self {
+        // The controller reads this to check topology and limits on ControllerPublish.
+        let record = NodeRecord {
+            node_id: config.node_id.clone(),
+            topology: config.topology_map(),
+            max_volumes: config.max_volumes,
+        };
+        if let Err(e) = volumes.register_node(&record) {
+            tracing::warn!(error = %e.message(), "could not register node");
+        }
+        Node {
+            config,
+            volumes,
+            mounter,
+            faults,
+        }
+    }
+
+    /// The volume, which must exist, be reachable from this node, and be
+    /// controller-published here when the plugin offers that step.
+    fn usable_volume(
+        &self,
+        id: &str,
+        publish_context: &std::collections::HashMap<String, String>,
+    ) -> Result<VolumeRecord, Status> {
+        let rec = self
+            .volumes
+            .get(id)?
+            .ok_or_else(|| Status::not_found(format!("volume {id} does not exist")))?;
+        if !reachable(&rec.accessible_topology, &self.config.topology_map()) {
+            return Err(Status::failed_precondition(format!(
+                "volume {id} is not accessible from node {}",
+                self.config.node_id
+            )));
+        }
+        if self.config.publish_unpublish
+            && publish_context.get(PUBLISHED_NODE_KEY) != Some(&self.config.node_id)
+        {
+            return Err(Status::failed_precondition(format!(
+                "volume {id} was not controller-published to node {}",
+                self.config.node_id
+            )));
+        }
+        Ok(rec)
+    }
+}
+
+fn required_path(field: &str, value: &str) -> Result<PathBuf, Status> {
+    if value.is_empty() {
+        return Err(Status::invalid_argument(format!("{field} is required")));
+    }
+    let p = PathBuf::from(value);
+    if !p.is_absolute() {
+        return Err(Status::invalid_argument(format!(
+            "{field} must be an absolute path"
+        )));
+    }
+    Ok(p)
+}
+
+fn io_status(what: &str, path: &Path, e: std::io::Error) -> Status {
+    match e.kind() {
+        std::io::ErrorKind::AlreadyExists => {
+            Status::already_exists(format!("{what} {}: {e}", path.display()))
+        }
+        _ => Status::internal(format!("{what} {}: {e}", path.display())),
+    }
+}
+
+#[tonic::async_trait]
+impl csi::node_server::Node for Node {
+    async fn node_stage_volume(
+        &self,
+        request: Request<csi::NodeStageVolumeRequest>,
+    ) -> Result<Response<csi::NodeStageVolumeResponse>, Status> {
+        self.faults.inject("NodeStageVolume").await?;
+        if !self.config.stage_unstage {
+            return Err(Status::unimplemented("STAGE_UNSTAGE_VOLUME is not offered"));
+        }
+        let req = request.into_inner();
+        if req.volume_id.is_empty() {
+            return Err(Status::invalid_argument("volume_id is required"));
+        }
+        let staging = required_path("staging_target_path", &req.staging_target_path)?;
+        check_capability(
+            req.volume_capability
+                .as_ref()
+                .ok_or_else(|| Status::invalid_argument("volume_capability is required"))?,
+        )?;
+        check_secrets(&self.config, &req.secrets)?;
+        let rec = self.usable_volume(&req.volume_id, &req.publish_context)?;
+        self.mounter
+            .attach(&self.volumes.data_path(&rec.id), &staging, false)
+            .map_err(|e| io_status("staging at", &staging, e))?;
+        Ok(Response::new(csi::NodeStageVolumeResponse {}))
+    }
+
+    async fn node_unstage_volume(
+        &self,
+        request: Request<csi::NodeUnstageVolumeRequest>,
+    ) -> Result<Response<csi::NodeUnstageVolumeResponse>, Status> {
+        self.faults.inject("NodeUnstageVolume").await?;
+        let req = request.into_inner();
+        if req.volume_id.is_empty() {
+            return Err(Status::invalid_argument("volume_id is required"));
+        }
+        let staging = required_path("staging_target_path", &req.staging_target_path)?;
+        self.mounter
+            .detach(&staging)
+            .map_err(|e| io_status("unstaging", &staging, e))?;
+        Ok(Response::new(csi::NodeUnstageVolumeResponse {}))
+    }
+
+    async fn node_publish_volume(
+        &self,
+        request: Request<csi::NodePublishVolumeRequest>,
+    ) -> Result<Response<csi::NodePublishVolumeResponse>, Status> {
+        self.faults.inject("NodePublishVolume").await?;
+        let req = request.into_inner();
+        if req.volume_id.is_empty() {
+            return Err(Status::invalid_argument("volume_id is required"));
+        }
+        let target = required_path("target_path", &req.target_path)?;
+        check_capability(
+            req.volume_capability
+                .as_ref()
+                .ok_or_else(|| Status::invalid_argument("volume_capability is required"))?,
+        )?;
+        check_secrets(&self.config, &req.secrets)?;
+        let rec = self.usable_volume(&req.volume_id, &req.publish_context)?;
+        let data = self.volumes.data_path(&rec.id);
+        let source = if self.config.stage_unstage {
+            let staging = required_path("staging_target_path", &req.staging_target_path)?;
+            if !self.mounter.shows(&data, &staging) {
+                return Err(Status::failed_precondition(format!(
+                    "volume {} is not staged at {}",
+                    rec.id,
+                    staging.display()
+                )));
+            }
+            staging
+        } else {
+            data
+        };
+        self.mounter
+            .attach(&source, &target, req.readonly)
+            .map_err(|e| io_status("publishing at", &target, e))?;
+        Ok(Response::new(csi::NodePublishVolumeResponse {}))
+    }
+
+    async fn node_unpublish_volume(
+        &self,
+        request: Request<csi::NodeUnpublishVolumeRequest>,
+    ) -> Result<Response<csi::NodeUnpublishVolumeResponse>, Status> {
+        self.faults.inject("NodeUnpublishVolume").await?;
+        let req = request.into_inner();
+        if req.volume_id.is_empty() {
+            return Err(Status::invalid_argument("volume_id is required"));
+        }
+        let target = required_path("target_path", &req.target_path)?;
+        self.mounter
+            .detach(&target)
+            .map_err(|e| io_status("unpublishing", &target, e))?;
+        Ok(Response::new(csi::NodeUnpublishVolumeResponse {}))
+    }
+
+    async fn node_get_volume_stats(
+        &self,
+        _: Request<csi::NodeGetVolumeStatsRequest>,
+    ) -> Result<Response<csi::NodeGetVolumeStatsResponse>, Status> {
+        Err(Status::unimplemented("volume stats are not supported"))
+    }
+
+    async fn node_expand_volume(
+        &self,
+        _: Request<csi::NodeExpandVolumeRequest>,
+    ) -> Result<Response<csi::NodeExpandVolumeResponse>, Status> {
+        Err(Status::unimplemented("expansion is not supported"))
+    }
+
+    async fn node_get_capabilities(
+        &self,
+        _: Request<csi::NodeGetCapabilitiesRequest>,
+    ) -> Result<Response<csi::NodeGetCapabilitiesResponse>, Status> {
+        self.faults.inject("NodeGetCapabilities").await?;
+        let capabilities = self
+            .config
+            .stage_unstage
+            .then_some(Cap::StageUnstageVolume)
+            .into_iter()
+            .map(|t| csi::NodeServiceCapability {
+                r#type: Some(csi::node_service_capability::Type::Rpc(
+                    csi::node_service_capability::Rpc { r#type: t as i32 },
+                )),
+            })
+            .collect();
+        Ok(Response::new(csi::NodeGetCapabilitiesResponse { capabilities }))
+    }
+
+    async fn node_get_info(
+        &self,
+        _: Request<csi::NodeGetInfoRequest>,
+    ) -> Result<Response<csi::NodeGetInfoResponse>, Status> {
+        self.faults.inject("NodeGetInfo").await?;
+        let mut resp = csi::NodeGetInfoResponse {
+            node_id: self.config.node_id.clone(),
+            max_volumes_per_node: self.config.max_volumes as i64,
+            accessible_topology: (!self.config.topology.is_empty()).then(|| csi::Topology {
+                segments: self.config.topology.iter().cloned().collect(),
+            }),
+        };
+        match self.config.misbehave {
+            Some(Misbehaviour::EmptyNodeId) => resp.node_id.clear(),
+            Some(Misbehaviour::NegativeMaxVolumes) => resp.max_volumes_per_node = -1,
+            _ => {}
+        }
+        Ok(Response::new(resp))
+    }
+}

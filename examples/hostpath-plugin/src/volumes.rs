@@ -1,0 +1,329 @@
+//! Volume and node records kept under the state directory.
+//!
+//! Layout: `volumes/<id>.json` (the record; writing it commits a create),
+//! `data/<id>/` (the volume's contents), `nodes/<hash>.json` (what each node
+//! plugin registered: id, topology, limit). All access goes through a cap-std
+//! `Dir`, so no volume name, id or node id can reach outside the state directory.
+
+use std::collections::{BTreeMap, BTreeSet};
+use std::io::{self, Write};
+use std::path::{Path, PathBuf};
+use std::sync::{Mutex, MutexGuard};
+
+use cap_std::ambient_authority;
+use cap_std::fs::Dir;
+use serde::{Deserialize, Serialize};
+use sha2::{Digest, Sha256};
+use tonic::Status;
+
+pub type Segments = BTreeMap<String, String>;
+
+#[derive(Clone, Debug, Serialize, Deserialize)]
+pub struct VolumeRecord {
+    pub id: String,
+    pub name: String,
+    pub capacity_bytes: i64,
+    pub parameters: BTreeMap<String, String>,
+    /// Empty: reachable from every node.
+    pub accessible_topology: Vec<Segments>,
+    pub published_nodes: BTreeSet<String>,
+}
+
+#[derive(Clone, Debug, Serialize, Deserialize)]
+pub struct NodeRecord {
+    pub node_id: String,
+    pub topology: Segments,
+    pub max_volumes: u64,
+}
+
+pub struct Volumes {
+    root: Dir,
+    root_path: PathBuf,
+    capacity: i64,
+    fsync: bool,
+    /// Serialises changes; the controller is the only writer of volume records.
+    lock: Mutex<()>,
+}
+
+impl Volumes {
+    pub fn open(state_dir: &Path, capacity: i64, fsync: bool) -> anyhow::Result<Self> {
+        std::fs::create_dir_all(state_dir)?;
+        let root_path = state_dir.canonicalize()?;
+        let root = Dir::open_ambient_dir(&root_path, ambient_authority())?;
+        for sub in ["volumes", "data", "nodes"] {
+            root.create_dir_all(sub)?;
+        }
+        Ok(Volumes {
+            root,
+            root_path,
+            capacity,
+            fsync,
+            lock: Mutex::new(()),
+        })
+    }
+
+    fn guard(&self) -> MutexGuard<'_, ()> {
+        self.lock.lock().unwrap_or_else(|p| p.into_inner())
+    }
+
+    /// The directory holding a volume's data, as a real path for mounting.
+    pub fn data_path(&self, id: &str) -> PathBuf {
+        self.root_path.join("data").join(id)
+    }
+
+    pub fn get(&self, id: &str) -> Result<Option<VolumeRecord>, Status> {
+        if !valid_id(id) {
+            return Ok(None);
+        }
+        read_json(&self.root, &format!("volumes/{id}.json"))
+    }
+
+    pub fn list(&self) -> Result<Vec<VolumeRecord>, Status> {
+        let mut out = Vec::new();
+        for entry in self.root.read_dir("volumes").map_err(internal)? {
+            let name = entry.map_err(internal)?.file_name();
+            let Some(id) = name.to_str().and_then(|n| n.strip_suffix(".json")) else {
+                continue;
+            };
+            if let Some(rec) = self.get(id)? {
+                out.push(rec);
+            }
+        }
+        out.sort_by(|a, b| a.id.cmp(&b.id));
+        Ok(out)
+    }
+
+    pub fn used_bytes(&self) -> Result<i64, Status> {
+        Ok(self.list()?.iter().map(|v| v.capacity_bytes).sum())
+    }
+
+    pub fn total_bytes(&self) -> i64 {
+        self.capacity
+    }
+
+    /// Creates a volume, or returns the existing one of the same name when it
+    /// is compatible (the spec's idempotency rule).
+    pub fn create(
+        &self,
+        name: &str,
+        required: i64,
+        limit: i64,
+        parameters: BTreeMap<String, String>,
+        accessible_topology: Vec<Segments>,
+    ) -> Result<VolumeRecord, Status> {
+        let _g = self.guard();
+        let id = id_for(name);
+        if let Some(existing) = self.get(&id)? {
+            if existing.name != name {
+                return Err(Status::already_exists(format!(
+                    "volume id {id} is taken by another name"
+                )));
+            }
+            let fits =
+                existing.capacity_bytes >= required && (limit == 0 || existing.capacity_bytes <= limit);
+            if !fits || existing.parameters != parameters {
+                return Err(Status::already_exists(format!(
+                    "volume {name:?} exists with capacity {} and different parameters or size",
+                    existing.capacity_bytes
+                )));
+            }
+            return Ok(existing);
+        }
+        let size = if required > 0 {
+            required
+        } else if limit > 0 {
+            limit
+        } else {
+            1 << 30
+        };
+        let free = self.capacity - self.used_bytes()?;
+        if size > free {
+            return Err(Status::resource_exhausted(format!(
+                "{size} bytes requested, {free} bytes free"
+            )));
+        }
+        // The data directory first, the record last: the record commits the create.
+        self.root.create_dir_all(format!("data/{id}")).map_err(internal)?;
+        let rec = VolumeRecord {
+            id,
+            name: name.to_string(),
+            capacity_bytes: size,
+            parameters,
+            accessible_topology,
+            published_nodes: BTreeSet::new(),
+        };
+        self.save(&rec)?;
+        Ok(rec)
+    }
+
+    /// Deletes a volume; a missing one is already deleted.
+    pub fn delete(&self, id: &str) -> Result<(), Status> {
+        let _g = self.guard();
+        let Some(rec) = self.get(id)? else {
+            return Ok(());
+        };
+        if !rec.published_nodes.is_empty() {
+            return Err(Status::failed_precondition(format!(
+                "volume {id} is still published to {:?}",
+                rec.published_nodes
+            )));
+        }
+        self.root
+            .remove_file(format!("volumes/{id}.json"))
+            .map_err(internal)?;
+        if let Err(e) = self.root.remove_dir_all(format!("data/{id}")) {
+            tracing::warn!(volume = id, error = %e, "volume data left behind");
+        }
+        Ok(())
+    }
+
+    /// Applies `change` to a volume's record under the writer lock.
+    pub fn update<T>(
+        &self,
+        id: &str,
+        change: impl FnOnce(&mut VolumeRecord) -> Result<T, Status>,
+    ) -> Result<Option<T>, Status> {
+        let _g = self.guard();
+        let Some(mut rec) = self.get(id)? else {
+            return Ok(None);
+        };
+        let out = change(&mut rec)?;
+        self.save(&rec)?;
+        Ok(Some(out))
+    }
+
+    /// How many volumes are published to a node.
+    pub fn published_count(&self, node_id: &str) -> Result<u64, Status> {
+        Ok(self
+            .list()?
+            .iter()
+            .filter(|v| v.published_nodes.contains(node_id))
+            .count() as u64)
+    }
+
+    pub fn register_node(&self, node: &NodeRecord) -> Result<(), Status> {
+        write_json(
+            &self.root,
+            &format!("nodes/{}.json", hash_hex(&node.node_id)),
+            node,
+            self.fsync,
+        )
+    }
+
+    pub fn node(&self, node_id: &str) -> Result<Option<NodeRecord>, Status> {
+        read_json(&self.root, &format!("nodes/{}.json", hash_hex(node_id)))
+    }
+
+    fn save(&self, rec: &VolumeRecord) -> Result<(), Status> {
+        write_json(&self.root, &format!("volumes/{}.json", rec.id), rec, self.fsync)
+    }
+}
+
+/// Whether a node with `segments` can reach a volume accessible from `accessible`.
+pub fn reachable(accessible: &[Segments], segments: &Segments) -> bool {
+    accessible.is_empty()
+        || accessible
+            .iter()
+            .any(|t| t.iter().all(|(k, v)| segments.get(k) == Some(v)))
+}
+
+/// Volume ids are derived from names, so a retried CreateVolume finds its volume.
+fn id_for(name: &str) -> String {
+    format!("hp-{}", &hash_hex(name)[..32])
+}
+
+fn valid_id(id: &str) -> bool {
+    id.strip_prefix("hp-")
+        .is_some_and(|h| h.len() == 32 && h.bytes().all(|b| b.is_ascii_hexdigit()))
+}
+
+fn hash_hex(text: &str) -> String {
+    Sha256::digest(text.as_bytes())
+        .iter()
+        .map(|b| format!("{b:02x}"))
+        .collect()
+}
+
+fn read_json<T: for<'de> Deserialize<'de>>(root: &Dir, path: &str) -> Result<Option<T>, Status> {
+    match root.read_to_string(path) {
+        Ok(text) => serde_json::from_str(&text)
+            .map(Some)
+            .map_err(|e| Status::data_loss(format!("{path} is corrupt: {e}"))),
+        Err(e) if e.kind() == io::ErrorKind::NotFound => Ok(None),
+        Err(e) => Err(internal(e)),
+    }
+}
+
+/// Writes a temporary file and renames it over the target, so a crash leaves
+/// either the old record or the new one.
+fn write_json<T: Serialize>(root: &Dir, path: &str, value: &T, fsync: bool) -> Result<(), Status> {
+    let tmp = format!("{path}.tmp");
+    let bytes = serde_json::to_vec_pretty(value).map_err(|e| Status::internal(e.to_string()))?;
+    let mut file = root.create(&tmp).map_err(internal)?;
+    file.write_all(&bytes).map_err(internal)?;
+    if fsync {
+        file.sync_all().map_err(internal)?;
+    }
+    drop(file);
+    root.rename(&tmp, root, path).map_err(internal)?;
+    Ok(())
+}
+
+fn internal(e: io::Error) -> Status {
+    Status::internal(format!("state directory: {e}"))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn store() -> (tempfile::TempDir, Volumes) {
+        let dir = tempfile::tempdir().unwrap();
+        let v = Volumes::open(dir.path(), 10 << 30, false).unwrap();
+        (dir, v)
+    }
+
+    #[test]
+    fn create_is_idempotent_by_name() {
+        let (_d, v) = store();
+        let a = v.create("pvc-1", 1 << 20, 0, BTreeMap::new(), vec![]).unwrap();
+        let b = v.create("pvc-1", 1 << 20, 0, BTreeMap::new(), vec![]).unwrap();
+        assert_eq!(a.id, b.id);
+        assert_eq!(v.list().unwrap().len(), 1);
+        let err = v
+            .create("pvc-1", 2 << 20, 0, BTreeMap::new(), vec![])
+            .unwrap_err();
+        assert_eq!(err.code(), tonic::Code::AlreadyExists);
+    }
+
+    #[test]
+    fn ids_that_try_to_escape_are_not_volumes() {
+        let (_d, v) = store();
+        for id in ["../../etc/passwd", "/etc", "hp-../../x", ""] {
+            assert!(v.get(id).unwrap().is_none(), "{id}");
+            v.delete(id).unwrap();
+        }
+    }
+
+    #[test]
+    fn capacity_is_enforced() {
+        let (_d, v) = store();
+        let err = v.create("big", 11 << 30, 0, BTreeMap::new(), vec![]).unwrap_err();
+        assert_eq!(err.code(), tonic::Code::ResourceExhausted);
+    }
+
+    #[test]
+    fn topology_reachability() {
+        let seg = |pairs: &[(&str, &str)]| -> Segments {
+            pairs
+                .iter()
+                .map(|(k, v)| (k.to_string(), v.to_string()))
+                .collect()
+        };
+        let node = seg(&[("zone", "a"), ("rack", "1")]);
+        assert!(reachable(&[], &node));
+        assert!(reachable(&[seg(&[("zone", "a")])], &node));
+        assert!(reachable(&[seg(&[("zone", "b")]), seg(&[("rack", "1")])], &node));
+        assert!(!reachable(&[seg(&[("zone", "b")])], &node));
+    }
+}

@@ -1,0 +1,60 @@
+//! Command-line interface: argument parsing and dispatch.
+
+mod plugin;
+
+use std::process::ExitCode;
+
+use clap::{Parser, Subcommand, ValueEnum};
+
+const AFTER_HELP: &str = "\
+Exit status: 0 on success, 1 when the operation failed (the message says why), 2 on bad usage.
+Logs go to stderr; set BERTH_LOG (e.g. BERTH_LOG=debug) to see more.";
+
+/// Berth: a CSI volume manager whose policy is pluggable through sandboxed WebAssembly components.
+#[derive(Debug, Parser)]
+#[command(name = "berth", version, after_help = AFTER_HELP, propagate_version = true)]
+pub struct Cli {
+    /// How to print results.
+    #[arg(long, short, global = true, value_enum, default_value_t = Output::Text)]
+    pub output: Output,
+
+    #[command(subcommand)]
+    pub command: Command,
+}
+
+#[derive(Clone, Copy, Debug, PartialEq, Eq, ValueEnum)]
+pub enum Output {
+    /// Aligned, human-readable text.
+    Text,
+    /// One JSON document on stdout, for scripts.
+    Json,
+}
+
+#[derive(Debug, Subcommand)]
+pub enum Command {
+    /// Inspect CSI plugins directly over their sockets.
+    #[command(subcommand)]
+    Plugin(plugin::PluginCommand),
+}
+
+pub async fn run(cli: Cli) -> anyhow::Result<ExitCode> {
+    match cli.command {
+        Command::Plugin(cmd) => plugin::run(cmd, cli.output).await,
+    }
+}
+
+pub fn init_logging() {
+    let filter = tracing_subscriber::EnvFilter::try_from_env("BERTH_LOG")
+        .unwrap_or_else(|_| tracing_subscriber::EnvFilter::new("warn"));
+    tracing_subscriber::fmt()
+        .with_env_filter(filter)
+        .with_writer(std::io::stderr)
+        .with_ansi(std::io::IsTerminal::is_terminal(&std::io::stderr()))
+        .init();
+}
+
+/// Prints `value` as pretty JSON on stdout.
+pub fn print_json<T: serde::Serialize>(value: &T) -> anyhow::Result<()> {
+    println!("{}", serde_json::to_string_pretty(value)?);
+    Ok(())
+}

@@ -1,0 +1,112 @@
+//! `berth plugin ...`: talk to a CSI plugin socket directly.
+
+use std::fmt::Write as _;
+use std::process::ExitCode;
+use std::time::Duration;
+
+use berth::csi::{self, ClientOptions, CsiClient, Endpoint, Fingerprint};
+use clap::{Args, Subcommand};
+
+use super::Output;
+
+#[derive(Debug, Subcommand)]
+pub enum PluginCommand {
+    /// Fingerprint a plugin: name, version, readiness, capabilities and node info.
+    ///
+    /// Calls GetPluginInfo, Probe, GetPluginCapabilities, ControllerGetCapabilities
+    /// (when the plugin offers the Controller service), NodeGetCapabilities and
+    /// NodeGetInfo (when it serves the Node service), and checks each answer
+    /// against the CSI spec.
+    #[command(after_help = "Example:\n  berth plugin probe unix:///run/csi/hostpath.sock --output json")]
+    Probe(ProbeArgs),
+}
+
+#[derive(Debug, Args)]
+pub struct ProbeArgs {
+    /// The plugin's socket: unix:///path/to/csi.sock, or a plain path.
+    #[arg(value_parser = Endpoint::parse)]
+    pub endpoint: Endpoint,
+
+    /// Deadline for each CSI call (e.g. 500ms, 15s).
+    #[arg(long, default_value = "15s", value_parser = humantime::parse_duration)]
+    pub timeout: Duration,
+
+    /// How long to wait for the socket to appear and accept connections.
+    #[arg(long, default_value = "0", value_parser = humantime::parse_duration)]
+    pub wait: Duration,
+}
+
+pub async fn run(cmd: PluginCommand, output: Output) -> anyhow::Result<ExitCode> {
+    match cmd {
+        PluginCommand::Probe(args) => probe(args, output).await,
+    }
+}
+
+async fn probe(args: ProbeArgs, output: Output) -> anyhow::Result<ExitCode> {
+    let options = ClientOptions {
+        deadline: args.timeout,
+        wait: args.wait,
+    };
+    let client = CsiClient::connect(args.endpoint, options).await?;
+    let fp = csi::fingerprint::fingerprint(&client).await?;
+    match output {
+        Output::Json => super::print_json(&fp)?,
+        Output::Text => print!("{}", render(&fp)),
+    }
+    Ok(ExitCode::SUCCESS)
+}
+
+fn render(fp: &Fingerprint) -> String {
+    fn list(items: &[String]) -> String {
+        if items.is_empty() {
+            "(none)".into()
+        } else {
+            items.join(", ")
+        }
+    }
+    fn segments(map: &std::collections::BTreeMap<String, String>) -> String {
+        if map.is_empty() {
+            return "(none)".into();
+        }
+        map.iter()
+            .map(|(k, v)| format!("{k}={v}"))
+            .collect::<Vec<_>>()
+            .join(", ")
+    }
+    let mut out = String::new();
+    let mut row = |key: &str, value: &str| {
+        let _ = writeln!(out, "{key:<22}{value}");
+    };
+    row("plugin", &fp.name);
+    row("vendor version", &fp.vendor_version);
+    row("endpoint", &fp.endpoint);
+    row(
+        "ready",
+        if fp.ready {
+            "yes"
+        } else {
+            "no (still initialising)"
+        },
+    );
+    row("plugin capabilities", &list(&fp.plugin_capabilities));
+    match &fp.controller {
+        Some(c) => row("controller", &list(&c.capabilities)),
+        None => row("controller", "not offered"),
+    }
+    match &fp.node {
+        Some(n) => {
+            row("node", &list(&n.capabilities));
+            row("node id", &n.node_id);
+            let max = n
+                .max_volumes_per_node
+                .map_or_else(|| "unlimited".to_string(), |m| m.to_string());
+            row("max volumes per node", &max);
+            row("topology", &segments(&n.accessible_topology));
+        }
+        None => row("node", "not served"),
+    }
+    if !fp.manifest.is_empty() {
+        row("manifest", &segments(&fp.manifest));
+    }
+    out
+}

@@ -1,0 +1,203 @@
+//! gRPC client for one CSI plugin socket (Identity, Controller and Node).
+
+use std::future::Future;
+use std::io;
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use hyper_util::rt::TokioIo;
+use tokio::net::UnixStream;
+use tonic::transport::{Channel, Uri};
+
+use super::endpoint::Endpoint;
+use super::error::{CsiError, Failure};
+use super::proto;
+use super::proto::controller_client::ControllerClient;
+use super::proto::identity_client::IdentityClient;
+use super::proto::node_client::NodeClient;
+
+/// How a client talks to its plugin.
+#[derive(Clone, Copy, Debug)]
+pub struct ClientOptions {
+    /// Deadline for each RPC; sent to the plugin as `grpc-timeout` and enforced here.
+    pub deadline: Duration,
+    /// How long `connect` waits for the socket to appear and accept connections.
+    pub wait: Duration,
+}
+
+impl Default for ClientOptions {
+    fn default() -> Self {
+        ClientOptions {
+            deadline: super::DEFAULT_DEADLINE,
+            wait: Duration::from_secs(10),
+        }
+    }
+}
+
+/// A cheap-to-clone handle on one plugin socket. The underlying channel
+/// reconnects by itself, so a client outlives plugin restarts.
+#[derive(Clone, Debug)]
+pub struct CsiClient {
+    endpoint: Endpoint,
+    label: Arc<str>,
+    channel: Channel,
+    deadline: Duration,
+}
+
+impl CsiClient {
+    /// Waits (up to `options.wait`) until the socket accepts a connection, then
+    /// returns a client. A socket that does not exist yet is waited for; a path
+    /// that is not a socket, or not accessible, fails at once.
+    pub async fn connect(endpoint: Endpoint, options: ClientOptions) -> Result<Self, CsiError> {
+        wait_for_socket(&endpoint, options.wait).await?;
+        Ok(Self::lazy(endpoint, options))
+    }
+
+    /// A client that connects on first use and never waits up front.
+    pub fn lazy(endpoint: Endpoint, options: ClientOptions) -> Self {
+        let path = endpoint.path().to_path_buf();
+        // The URI is required by tonic but unused: the connector dials the socket.
+        let channel = tonic::transport::Endpoint::from_static("http://csi.plugin")
+            .connect_with_connector_lazy(tower::service_fn(move |_: Uri| {
+                let path = path.clone();
+                async move { Ok::<_, io::Error>(TokioIo::new(UnixStream::connect(path).await?)) }
+            }));
+        CsiClient {
+            label: endpoint.to_string().into(),
+            endpoint,
+            channel,
+            deadline: options.deadline,
+        }
+    }
+
+    pub fn endpoint(&self) -> &Endpoint {
+        &self.endpoint
+    }
+
+    pub fn deadline(&self) -> Duration {
+        self.deadline
+    }
+
+    /// Names the plugin in errors by something better than its socket path.
+    pub fn set_label(&mut self, label: &str) {
+        self.label = format!("{label} ({})", self.endpoint).into();
+    }
+
+    async fn call<Req, Resp, F, Fut>(&self, call: &'static str, req: Req, f: F) -> Result<Resp, CsiError>
+    where
+        F: FnOnce(Channel, tonic::Request<Req>) -> Fut,
+        Fut: Future<Output = Result<tonic::Response<Resp>, tonic::Status>>,
+    {
+        let mut request = tonic::Request::new(req);
+        request.set_timeout(self.deadline);
+        let started = Instant::now();
+        let deadline_passed = || CsiError {
+            plugin: self.label.to_string(),
+            call,
+            failure: Failure::Deadline(self.deadline),
+        };
+        match tokio::time::timeout(self.deadline, f(self.channel.clone(), request)).await {
+            Ok(Ok(resp)) => Ok(resp.into_inner()),
+            // The plugin saw the same grpc-timeout expire; servers differ in the
+            // code they answer with (tonic says CANCELLED), so trust the clock.
+            Ok(Err(status))
+                if matches!(
+                    status.code(),
+                    tonic::Code::Cancelled | tonic::Code::DeadlineExceeded
+                ) && started.elapsed() >= self.deadline =>
+            {
+                Err(deadline_passed())
+            }
+            Ok(Err(status)) => Err(CsiError::from_status(&self.label, call, status)),
+            Err(_) => Err(deadline_passed()),
+        }
+    }
+
+    pub(crate) fn invalid(&self, call: &'static str, why: impl Into<String>) -> CsiError {
+        CsiError::invalid(&self.label, call, why)
+    }
+}
+
+/// One wrapper per CSI method, each with the deadline and error context applied.
+macro_rules! rpcs {
+    ($($client:ident :: $method:ident ($req:ident) -> $resp:ident as $call:literal;)*) => {
+        impl CsiClient {
+            $(
+                pub async fn $method(&self, req: proto::$req) -> Result<proto::$resp, CsiError> {
+                    self.call($call, req, |ch, r| async move { $client::new(ch).$method(r).await }).await
+                }
+            )*
+        }
+    };
+}
+
+rpcs! {
+    IdentityClient::get_plugin_info(GetPluginInfoRequest) -> GetPluginInfoResponse as "GetPluginInfo";
+    IdentityClient::get_plugin_capabilities(GetPluginCapabilitiesRequest) -> GetPluginCapabilitiesResponse as "GetPluginCapabilities";
+    IdentityClient::probe(ProbeRequest) -> ProbeResponse as "Probe";
+    ControllerClient::create_volume(CreateVolumeRequest) -> CreateVolumeResponse as "CreateVolume";
+    ControllerClient::delete_volume(DeleteVolumeRequest) -> DeleteVolumeResponse as "DeleteVolume";
+    ControllerClient::controller_publish_volume(ControllerPublishVolumeRequest) -> ControllerPublishVolumeResponse as "ControllerPublishVolume";
+    ControllerClient::controller_unpublish_volume(ControllerUnpublishVolumeRequest) -> ControllerUnpublishVolumeResponse as "ControllerUnpublishVolume";
+    ControllerClient::validate_volume_capabilities(ValidateVolumeCapabilitiesRequest) -> ValidateVolumeCapabilitiesResponse as "ValidateVolumeCapabilities";
+    ControllerClient::list_volumes(ListVolumesRequest) -> ListVolumesResponse as "ListVolumes";
+    ControllerClient::get_capacity(GetCapacityRequest) -> GetCapacityResponse as "GetCapacity";
+    ControllerClient::controller_get_capabilities(ControllerGetCapabilitiesRequest) -> ControllerGetCapabilitiesResponse as "ControllerGetCapabilities";
+    ControllerClient::controller_get_volume(ControllerGetVolumeRequest) -> ControllerGetVolumeResponse as "ControllerGetVolume";
+    NodeClient::node_stage_volume(NodeStageVolumeRequest) -> NodeStageVolumeResponse as "NodeStageVolume";
+    NodeClient::node_unstage_volume(NodeUnstageVolumeRequest) -> NodeUnstageVolumeResponse as "NodeUnstageVolume";
+    NodeClient::node_publish_volume(NodePublishVolumeRequest) -> NodePublishVolumeResponse as "NodePublishVolume";
+    NodeClient::node_unpublish_volume(NodeUnpublishVolumeRequest) -> NodeUnpublishVolumeResponse as "NodeUnpublishVolume";
+    NodeClient::node_get_volume_stats(NodeGetVolumeStatsRequest) -> NodeGetVolumeStatsResponse as "NodeGetVolumeStats";
+    NodeClient::node_get_capabilities(NodeGetCapabilitiesRequest) -> NodeGetCapabilitiesResponse as "NodeGetCapabilities";
+    NodeClient::node_get_info(NodeGetInfoRequest) -> NodeGetInfoResponse as "NodeGetInfo";
+}
+
+async fn wait_for_socket(endpoint: &Endpoint, wait: Duration) -> Result<(), CsiError> {
+    let started = Instant::now();
+    let mut pause = Duration::from_millis(20);
+    loop {
+        let last = match UnixStream::connect(endpoint.path()).await {
+            Ok(_) => return Ok(()),
+            Err(e)
+                if matches!(
+                    e.kind(),
+                    io::ErrorKind::NotFound | io::ErrorKind::ConnectionRefused
+                ) =>
+            {
+                e
+            }
+            Err(e) => return Err(unreachable(endpoint, describe_connect_error(endpoint, &e))),
+        };
+        let waited = started.elapsed();
+        if waited >= wait {
+            let why = describe_connect_error(endpoint, &last);
+            return Err(unreachable(
+                endpoint,
+                format!("{why} (waited {})", humantime::format_duration(wait)),
+            ));
+        }
+        tokio::time::sleep(pause.min(wait - waited)).await;
+        pause = (pause * 2).min(Duration::from_millis(500));
+    }
+}
+
+fn describe_connect_error(endpoint: &Endpoint, e: &io::Error) -> String {
+    let path = endpoint.path().display();
+    match e.kind() {
+        io::ErrorKind::NotFound => format!("socket {path} does not exist"),
+        io::ErrorKind::ConnectionRefused => {
+            format!("nothing is listening on {path} (connection refused)")
+        }
+        io::ErrorKind::PermissionDenied => format!("no permission to connect to {path}"),
+        _ => format!("cannot connect to {path}: {e}"),
+    }
+}
+
+fn unreachable(endpoint: &Endpoint, why: String) -> CsiError {
+    CsiError {
+        plugin: endpoint.to_string(),
+        call: "connect",
+        failure: Failure::Unreachable(why),
+    }
+}

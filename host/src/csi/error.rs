@@ -1,0 +1,106 @@
+//! Errors from CSI calls. They keep the plugin's gRPC code and message and say
+//! which plugin and which call failed, because the retry policy decides on the
+//! code and the operator needs the message.
+
+use std::fmt;
+use std::time::Duration;
+
+use berth_proto::code;
+use tonic::Code;
+
+/// What went wrong in one CSI call.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub enum Failure {
+    /// The plugin answered with a gRPC error status.
+    Status { code: Code, message: String },
+    /// No answer within the per-RPC deadline.
+    Deadline(Duration),
+    /// The plugin's socket could not be reached.
+    Unreachable(String),
+    /// The plugin answered, but the answer breaks the CSI spec.
+    Invalid(String),
+}
+
+impl Failure {
+    /// The gRPC code this failure is classified under.
+    pub fn code(&self) -> Code {
+        match self {
+            Failure::Status { code, .. } => *code,
+            Failure::Deadline(_) => Code::DeadlineExceeded,
+            Failure::Unreachable(_) => Code::Unavailable,
+            Failure::Invalid(_) => Code::Internal,
+        }
+    }
+}
+
+impl fmt::Display for Failure {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match self {
+            Failure::Status { code: c, message } if message.is_empty() => f.write_str(code::name(*c)),
+            Failure::Status { code: c, message } => write!(f, "{}: {message}", code::name(*c)),
+            Failure::Deadline(d) => write!(
+                f,
+                "DEADLINE_EXCEEDED: no answer within {}",
+                humantime::format_duration(*d)
+            ),
+            Failure::Unreachable(why) => write!(f, "plugin unreachable: {why}"),
+            Failure::Invalid(why) => write!(f, "invalid answer: {why}"),
+        }
+    }
+}
+
+/// A failed call to a CSI plugin.
+#[derive(Clone, Debug, PartialEq, Eq, thiserror::Error)]
+#[error("CSI plugin at {plugin}: {call}: {failure}")]
+pub struct CsiError {
+    /// The plugin's endpoint, or its name once fingerprinted.
+    pub plugin: String,
+    /// The CSI method, e.g. `NodeGetInfo`.
+    pub call: &'static str,
+    pub failure: Failure,
+}
+
+impl CsiError {
+    pub fn code(&self) -> Code {
+        self.failure.code()
+    }
+
+    pub(crate) fn from_status(plugin: &str, call: &'static str, status: tonic::Status) -> Self {
+        // A status tonic made from a transport error carries that error as its
+        // source; one the plugin sent does not.
+        let failure = match std::error::Error::source(&status) {
+            Some(source) if status.code() == Code::Unavailable => Failure::Unreachable(error_chain(source)),
+            _ => Failure::Status {
+                code: status.code(),
+                message: status.message().to_string(),
+            },
+        };
+        CsiError {
+            plugin: plugin.to_string(),
+            call,
+            failure,
+        }
+    }
+
+    pub(crate) fn invalid(plugin: &str, call: &'static str, why: impl Into<String>) -> Self {
+        CsiError {
+            plugin: plugin.to_string(),
+            call,
+            failure: Failure::Invalid(why.into()),
+        }
+    }
+}
+
+/// Joins an error and its sources: `a: b: c`, skipping repeats.
+pub(crate) fn error_chain(err: &(dyn std::error::Error + 'static)) -> String {
+    let mut parts: Vec<String> = vec![err.to_string()];
+    let mut cur = err.source();
+    while let Some(e) = cur {
+        let s = e.to_string();
+        if !parts.iter().any(|p| p.contains(&s)) {
+            parts.push(s);
+        }
+        cur = e.source();
+    }
+    parts.join(": ")
+}

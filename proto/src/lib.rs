@@ -1,0 +1,14 @@
+//! Rust types and tonic stubs generated from `proto/`, plus gRPC code names.
+
+pub mod code;
+
+/// The Container Storage Interface, package `csi.v1`.
+pub mod csi {
+    pub mod v1 {
+        #![allow(clippy::all, missing_docs)]
+        tonic::include_proto!("csi.v1");
+    }
+}
+
+/// The compiled descriptors of every .proto file, as a `FileDescriptorSet`.
+pub const DESCRIPTORS: &[u8] = include_bytes!(concat!(env!("OUT_DIR"), "/descriptors.bin"));
