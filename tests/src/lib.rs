@@ -66,28 +66,26 @@ impl PluginBuilder {
 
     /// Starts the plugin and waits until its socket accepts connections.
     pub fn spawn(self) -> Plugin {
-        let mut p = Plugin {
-            child: None,
-            socket: self.socket,
-            state_dir: self.state_dir,
-            log: self.log,
-            args: self.args,
-        };
+        let mut p = self.build();
         p.start();
         p
     }
 
     /// Starts the plugin without waiting for its socket.
     pub fn spawn_unready(self) -> Plugin {
-        let mut p = Plugin {
+        let mut p = self.build();
+        p.launch();
+        p
+    }
+
+    fn build(self) -> Plugin {
+        Plugin {
             child: None,
             socket: self.socket,
             state_dir: self.state_dir,
             log: self.log,
             args: self.args,
-        };
-        p.launch();
-        p
+        }
     }
 }
 

@@ -13,7 +13,7 @@ use clap::{ArgAction, Parser, ValueEnum};
 /// hangs) for reliability tests. Run one process as the controller and one per
 /// node, all sharing the same --state-dir.
 #[derive(Debug, Parser)]
-#[command(name = "hostpath-plugin", version)]
+#[command(name = "hostpath-plugin", version, args_override_self = true)]
 pub struct Config {
     /// Socket to listen on: unix:///path/to/csi.sock or a plain path.
     #[arg(long)]

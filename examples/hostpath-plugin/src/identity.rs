@@ -8,15 +8,21 @@ use tonic::{Request, Response, Status};
 
 use crate::config::{Config, Misbehaviour};
 use crate::faults::Faults;
+use crate::mounts::Method;
 
 pub struct Identity {
     config: Arc<Config>,
     faults: Arc<Faults>,
+    mount_method: Method,
 }
 
 impl Identity {
-    pub fn new(config: Arc<Config>, faults: Arc<Faults>) -> Self {
-        Identity { config, faults }
+    pub fn new(config: Arc<Config>, faults: Arc<Faults>, mount_method: Method) -> Self {
+        Identity {
+            config,
+            faults,
+            mount_method,
+        }
     }
 }
 
@@ -41,7 +47,7 @@ impl csi::identity_server::Identity for Identity {
             manifest: [
                 (
                     "mount-mode".to_string(),
-                    format!("{:?}", self.config.mount_mode).to_lowercase(),
+                    format!("{:?}", self.mount_method).to_lowercase(),
                 ),
                 ("source".to_string(), "berth/examples/hostpath-plugin".to_string()),
             ]

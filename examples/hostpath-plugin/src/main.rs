@@ -46,7 +46,7 @@ async fn main() -> anyhow::Result<()> {
     let listener = bind(&socket)?;
     tracing::info!(socket = %socket.display(), name = %config.name, node_id = %config.node_id, mount = ?mounter.mode(), "serving");
 
-    let identity = identity::Identity::new(config.clone(), faults.clone());
+    let identity = identity::Identity::new(config.clone(), faults.clone(), mounter.mode());
     let mut router = tonic::transport::Server::builder().add_service(IdentityServer::new(identity));
     if config.controller {
         let svc = controller::Controller::new(config.clone(), volumes.clone(), faults.clone());

@@ -66,6 +66,38 @@ impl Node {
         }
         Ok(rec)
     }
+
+    /// The checks NodeStage and NodePublish share, then the volume they act on.
+    fn volume_for_attach(
+        &self,
+        volume_id: &str,
+        capability: Option<&csi::VolumeCapability>,
+        secrets: &std::collections::HashMap<String, String>,
+        publish_context: &std::collections::HashMap<String, String>,
+    ) -> Result<VolumeRecord, Status> {
+        require_volume_id(volume_id)?;
+        check_capability(
+            capability.ok_or_else(|| Status::invalid_argument("volume_capability is required"))?,
+        )?;
+        check_secrets(&self.config, secrets)?;
+        self.usable_volume(volume_id, publish_context)
+    }
+
+    /// NodeUnstage and NodeUnpublish: remove what attach made at `path`.
+    fn detach(&self, volume_id: &str, field: &str, path: &str) -> Result<(), Status> {
+        require_volume_id(volume_id)?;
+        let path = required_path(field, path)?;
+        self.mounter
+            .detach(&path)
+            .map_err(|e| io_status("detaching", &path, e))
+    }
+}
+
+fn require_volume_id(id: &str) -> Result<(), Status> {
+    if id.is_empty() {
+        return Err(Status::invalid_argument("volume_id is required"));
+    }
+    Ok(())
 }
 
 fn required_path(field: &str, value: &str) -> Result<PathBuf, Status> {
@@ -101,17 +133,13 @@ impl csi::node_server::Node for Node {
             return Err(Status::unimplemented("STAGE_UNSTAGE_VOLUME is not offered"));
         }
         let req = request.into_inner();
-        if req.volume_id.is_empty() {
-            return Err(Status::invalid_argument("volume_id is required"));
-        }
         let staging = required_path("staging_target_path", &req.staging_target_path)?;
-        check_capability(
-            req.volume_capability
-                .as_ref()
-                .ok_or_else(|| Status::invalid_argument("volume_capability is required"))?,
+        let rec = self.volume_for_attach(
+            &req.volume_id,
+            req.volume_capability.as_ref(),
+            &req.secrets,
+            &req.publish_context,
         )?;
-        check_secrets(&self.config, &req.secrets)?;
-        let rec = self.usable_volume(&req.volume_id, &req.publish_context)?;
         self.mounter
             .attach(&self.volumes.data_path(&rec.id), &staging, false)
             .map_err(|e| io_status("staging at", &staging, e))?;
@@ -124,13 +152,7 @@ impl csi::node_server::Node for Node {
     ) -> Result<Response<csi::NodeUnstageVolumeResponse>, Status> {
         self.faults.inject("NodeUnstageVolume").await?;
         let req = request.into_inner();
-        if req.volume_id.is_empty() {
-            return Err(Status::invalid_argument("volume_id is required"));
-        }
-        let staging = required_path("staging_target_path", &req.staging_target_path)?;
-        self.mounter
-            .detach(&staging)
-            .map_err(|e| io_status("unstaging", &staging, e))?;
+        self.detach(&req.volume_id, "staging_target_path", &req.staging_target_path)?;
         Ok(Response::new(csi::NodeUnstageVolumeResponse {}))
     }
 
@@ -140,17 +162,13 @@ impl csi::node_server::Node for Node {
     ) -> Result<Response<csi::NodePublishVolumeResponse>, Status> {
         self.faults.inject("NodePublishVolume").await?;
         let req = request.into_inner();
-        if req.volume_id.is_empty() {
-            return Err(Status::invalid_argument("volume_id is required"));
-        }
         let target = required_path("target_path", &req.target_path)?;
-        check_capability(
-            req.volume_capability
-                .as_ref()
-                .ok_or_else(|| Status::invalid_argument("volume_capability is required"))?,
+        let rec = self.volume_for_attach(
+            &req.volume_id,
+            req.volume_capability.as_ref(),
+            &req.secrets,
+            &req.publish_context,
         )?;
-        check_secrets(&self.config, &req.secrets)?;
-        let rec = self.usable_volume(&req.volume_id, &req.publish_context)?;
         let data = self.volumes.data_path(&rec.id);
         let source = if self.config.stage_unstage {
             let staging = required_path("staging_target_path", &req.staging_target_path)?;
@@ -177,13 +195,7 @@ impl csi::node_server::Node for Node {
     ) -> Result<Response<csi::NodeUnpublishVolumeResponse>, Status> {
         self.faults.inject("NodeUnpublishVolume").await?;
         let req = request.into_inner();
-        if req.volume_id.is_empty() {
-            return Err(Status::invalid_argument("volume_id is required"));
-        }
-        let target = required_path("target_path", &req.target_path)?;
-        self.mounter
-            .detach(&target)
-            .map_err(|e| io_status("unpublishing", &target, e))?;
+        self.detach(&req.volume_id, "target_path", &req.target_path)?;
         Ok(Response::new(csi::NodeUnpublishVolumeResponse {}))
     }
 
