@@ -4,3 +4,4 @@
 //! See ARCHITECTURE.md at the repository root for the map of this crate.
 
 pub mod csi;
+pub mod policy;

@@ -179,3 +179,17 @@ pub fn test_dir() -> tempfile::TempDir {
         .tempdir_in("/tmp")
         .expect("temporary directory")
 }
+
+/// A policy guest component built for wasm32-wasip2 (`berth_naming_guest`, ...).
+/// `cargo xtask test` builds them before running the tests.
+pub fn guest(name: &str) -> PathBuf {
+    let exe = std::env::current_exe().expect("current test executable");
+    let target = exe.ancestors().nth(3).expect("target directory");
+    let path = target.join("wasm32-wasip2/guest").join(format!("{name}.wasm"));
+    assert!(
+        path.exists(),
+        "{} is not built; run `cargo xtask test` (or `cargo xtask guests`) first",
+        path.display()
+    );
+    path
+}

@@ -1,7 +1,9 @@
 //! Project commands, run as `cargo xtask <command>`:
 //!
 //! - `demo`: build everything and run the demo on the embedded defaults;
-//! - `test`: build everything the tests start (binaries), then run every test;
+//! - `test`: build everything the tests start (binaries, guest components),
+//!   then run every test;
+//! - `guests`: build the policy guest components for wasm32-wasip2;
 //! - `lint`: rustfmt and clippy, as CI runs them.
 
 use std::path::{Path, PathBuf};
@@ -15,7 +17,8 @@ usage: cargo xtask <command>
 
 commands:
   demo    build Berth and the sample plugin, start the plugin and probe it
-  test    build the binaries the tests start, then run the whole test suite
+  test    build what the tests start (binaries, guests), then run the whole test suite
+  guests  build the policy guest components (wasm32-wasip2) into target/wasm32-wasip2/guest
   lint    cargo fmt --check and cargo clippy --all-targets -D warnings";
 
 fn main() {
@@ -24,6 +27,7 @@ fn main() {
         Some("demo") => demo(),
         Some("test") => test(&args[1..]),
         Some("lint") => lint(),
+        Some("guests") => guests(),
         Some("-h" | "--help" | "help") => {
             println!("{USAGE}");
             Ok(())
@@ -67,7 +71,44 @@ fn build_bins() -> anyhow::Result<()> {
     run(cmd)
 }
 
+/// Guest components: the samples in guests/ and the hostile ones the tests use.
+const GUESTS: [&str; 5] = [
+    "berth-naming-guest",
+    "berth-placement-guest",
+    "berth-retry-guest",
+    "berth-hostile-guest",
+    "berth-forbidden-guest",
+];
+const WASM_TARGET: &str = "wasm32-wasip2";
+
+fn ensure_wasm_target() -> anyhow::Result<()> {
+    let installed = Command::new("rustup")
+        .args(["target", "list", "--installed"])
+        .output()
+        .context("running rustup (needed to add the wasm32-wasip2 target)")?;
+    if String::from_utf8_lossy(&installed.stdout)
+        .lines()
+        .any(|l| l.trim() == WASM_TARGET)
+    {
+        return Ok(());
+    }
+    let mut add = Command::new("rustup");
+    add.args(["target", "add", WASM_TARGET]);
+    run(add)
+}
+
+fn guests() -> anyhow::Result<()> {
+    ensure_wasm_target()?;
+    let mut cmd = cargo();
+    cmd.args(["build", "--target", WASM_TARGET, "--profile", "guest"]);
+    for g in GUESTS {
+        cmd.args(["--package", g]);
+    }
+    run(cmd)
+}
+
 fn test(extra: &[String]) -> anyhow::Result<()> {
+    guests()?;
     build_bins()?;
     let mut cmd = cargo();
     cmd.args(["test", "--workspace"]).args(extra);

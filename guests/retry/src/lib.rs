@@ -1,0 +1,145 @@
+//! Sample retry policy, following the CSI spec's error tables.
+//!
+//! - NOT_FOUND on a delete or an unpublish/unstage: the work is done.
+//! - Transient codes (CANCELLED, DEADLINE_EXCEEDED, UNAVAILABLE, ABORTED):
+//!   exponential backoff from `base-ms` (default 500) to `max-ms` (default 60000).
+//! - RESOURCE_EXHAUSTED: the same, but from `exhausted-base-ms` (default 5000):
+//!   capacity rarely comes back in half a second.
+//! - INTERNAL and UNKNOWN: retried, but only `max-internal-attempts` times (default 3).
+//! - Everything else needs an operator (bad arguments, missing volumes,
+//!   unsupported calls, permissions): give up at once.
+//! - Any failure gives up after `max-attempts` (default 8).
+//!
+//! Every delay gets 10% jitter.
+
+use berth_guest::{Code, Decision, Failure, Operation, Retry, backoff_ms, jitter, number_setting};
+
+pub struct SampleRetry;
+
+fn settings(f: &Failure) -> Result<[u64; 5], String> {
+    let s = &f.settings;
+    Ok([
+        number_setting(s, "base-ms", 500)?,
+        number_setting(s, "max-ms", 60_000)?,
+        number_setting(s, "exhausted-base-ms", 5_000)?,
+        number_setting(s, "max-attempts", 8)?,
+        number_setting(s, "max-internal-attempts", 3)?,
+    ])
+}
+
+fn undoing(op: Operation) -> bool {
+    matches!(
+        op,
+        Operation::DeleteVolume
+            | Operation::ControllerUnpublishVolume
+            | Operation::NodeUnstageVolume
+            | Operation::NodeUnpublishVolume
+    )
+}
+
+impl Retry for SampleRetry {
+    fn classify(f: Failure) -> Decision {
+        let [base, max, exhausted_base, max_attempts, max_internal] = match settings(&f) {
+            Ok(s) => s,
+            Err(e) => return Decision::GiveUp(format!("bad setting: {e}")),
+        };
+        let what = format!("{:?} {:?}: {}", f.operation, f.code, f.message);
+        if f.code == Code::NotFound && undoing(f.operation) {
+            return Decision::Done;
+        }
+        if u64::from(f.attempt) >= max_attempts {
+            return Decision::GiveUp(format!("gave up after {} attempts: {what}", f.attempt));
+        }
+        let delay = match f.code {
+            Code::Cancelled | Code::DeadlineExceeded | Code::Unavailable | Code::Aborted => {
+                backoff_ms(f.attempt, base, max)
+            }
+            Code::ResourceExhausted => backoff_ms(f.attempt, exhausted_base, max.max(exhausted_base)),
+            Code::Internal | Code::Unknown if u64::from(f.attempt) < max_internal => {
+                backoff_ms(f.attempt, base, max)
+            }
+            Code::Internal | Code::Unknown => {
+                return Decision::GiveUp(format!(
+                    "plugin error persisted for {} attempts: {what}",
+                    f.attempt
+                ));
+            }
+            _ => return Decision::GiveUp(format!("needs an operator: {what}")),
+        };
+        Decision::RetryAfter(jitter(delay, 10))
+    }
+}
+
+berth_guest::export_retry!(SampleRetry);
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use berth_guest::testing::{failure, pairs};
+
+    fn retry_ms(d: Decision) -> u64 {
+        match d {
+            Decision::RetryAfter(ms) => ms,
+            other => panic!("expected a retry, got {other:?}"),
+        }
+    }
+
+    #[test]
+    fn not_found_while_undoing_is_done() {
+        for op in [Operation::DeleteVolume, Operation::NodeUnpublishVolume] {
+            assert_eq!(SampleRetry::classify(failure(op, Code::NotFound)), Decision::Done);
+        }
+        assert!(matches!(
+            SampleRetry::classify(failure(Operation::NodePublishVolume, Code::NotFound)),
+            Decision::GiveUp(_)
+        ));
+    }
+
+    #[test]
+    fn transient_codes_back_off_exponentially() {
+        let mut f = failure(Operation::CreateVolume, Code::Unavailable);
+        assert!((450..=550).contains(&retry_ms(SampleRetry::classify(f.clone()))));
+        f.attempt = 4;
+        assert!((3600..=4400).contains(&retry_ms(SampleRetry::classify(f))));
+    }
+
+    #[test]
+    fn resource_exhausted_waits_longer() {
+        let f = failure(Operation::CreateVolume, Code::ResourceExhausted);
+        assert!(retry_ms(SampleRetry::classify(f)) >= 4500);
+    }
+
+    #[test]
+    fn attempts_are_capped() {
+        let mut f = failure(Operation::CreateVolume, Code::Unavailable);
+        f.attempt = 8;
+        assert!(
+            matches!(SampleRetry::classify(f.clone()), Decision::GiveUp(r) if r.contains("after 8 attempts"))
+        );
+        f.settings = pairs(&[("max-attempts", "20")]);
+        assert!(matches!(SampleRetry::classify(f), Decision::RetryAfter(_)));
+    }
+
+    #[test]
+    fn final_codes_give_up_at_once() {
+        for code in [
+            Code::InvalidArgument,
+            Code::AlreadyExists,
+            Code::Unimplemented,
+            Code::PermissionDenied,
+        ] {
+            let d = SampleRetry::classify(failure(Operation::CreateVolume, code));
+            assert!(
+                matches!(d, Decision::GiveUp(ref r) if r.contains("needs an operator")),
+                "{code:?}: {d:?}"
+            );
+        }
+        let mut f = failure(Operation::CreateVolume, Code::Internal);
+        assert!(matches!(
+            SampleRetry::classify(f.clone()),
+            Decision::RetryAfter(_)
+        ));
+        f.attempt = 3;
+        assert!(matches!(SampleRetry::classify(f), Decision::GiveUp(_)));
+    }
+}

@@ -1,0 +1,106 @@
+//! The contract a guest's answer must meet, checked before Berth uses it.
+
+use super::{RetryDecision, Verdict};
+
+/// The CSI spec's limit for names (CreateVolumeRequest.name).
+pub const MAX_NAME_BYTES: usize = 128;
+/// A verdict's reason is for humans: a line, not a document.
+pub const MAX_REASON_BYTES: usize = 256;
+/// A retry delay of more than a day is a bug, not a policy.
+pub const MAX_RETRY_DELAY_MS: u64 = 24 * 60 * 60 * 1000;
+
+/// Whether `name` may be sent as `CreateVolumeRequest.name`: non-empty, at
+/// most 128 bytes, and none of the control characters the CSI spec bans.
+pub fn validate_volume_name(name: &str) -> Result<(), String> {
+    if name.is_empty() {
+        return Err("the volume name is empty".into());
+    }
+    if name.len() > MAX_NAME_BYTES {
+        return Err(format!(
+            "the volume name is {} bytes; CSI allows at most {MAX_NAME_BYTES}",
+            name.len()
+        ));
+    }
+    let banned = |c: char| matches!(c, '\u{0}'..='\u{8}' | '\u{b}' | '\u{c}' | '\u{e}'..='\u{1f}' | '\u{7f}'..='\u{9f}');
+    if let Some(c) = name.chars().find(|&c| banned(c)) {
+        return Err(format!(
+            "the volume name contains the control character U+{:04X}, which CSI bans",
+            c as u32
+        ));
+    }
+    Ok(())
+}
+
+pub fn validate_verdicts(verdicts: &[Verdict], candidates: usize) -> Result<(), String> {
+    if verdicts.len() != candidates {
+        return Err(format!(
+            "{} verdicts for {candidates} candidates; there must be one per candidate",
+            verdicts.len()
+        ));
+    }
+    if let Some((i, v)) = verdicts
+        .iter()
+        .enumerate()
+        .find(|(_, v)| v.reason.len() > MAX_REASON_BYTES)
+    {
+        return Err(format!(
+            "the reason for candidate {i} is {} bytes; at most {MAX_REASON_BYTES}",
+            v.reason.len()
+        ));
+    }
+    Ok(())
+}
+
+pub fn validate_retry(decision: &RetryDecision) -> Result<(), String> {
+    match decision {
+        RetryDecision::RetryAfter(ms) if *ms > MAX_RETRY_DELAY_MS => Err(format!(
+            "retry after {ms} ms is more than a day ({MAX_RETRY_DELAY_MS} ms)"
+        )),
+        RetryDecision::GiveUp(reason) if reason.trim().is_empty() => {
+            Err("give-up needs a reason for the operator".into())
+        }
+        _ => Ok(()),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn names_follow_the_csi_rules() {
+        assert!(validate_volume_name("pv-data-1a2b").is_ok());
+        assert!(
+            validate_volume_name("with space and ünïcödé\ttab").is_ok(),
+            "tab and newline are allowed"
+        );
+        assert!(validate_volume_name(&"a".repeat(128)).is_ok());
+        assert!(validate_volume_name("").unwrap_err().contains("empty"));
+        assert!(
+            validate_volume_name(&"a".repeat(129))
+                .unwrap_err()
+                .contains("129 bytes")
+        );
+        assert!(validate_volume_name("bad\u{7}").unwrap_err().contains("U+0007"));
+        assert!(validate_volume_name("c1\u{85}").unwrap_err().contains("U+0085"));
+    }
+
+    #[test]
+    fn verdicts_and_retries() {
+        let v = |reason: &str| Verdict {
+            eligible: true,
+            score: 0,
+            reason: reason.into(),
+        };
+        assert!(validate_verdicts(&[v("ok")], 1).is_ok());
+        assert!(
+            validate_verdicts(&[v("ok")], 2)
+                .unwrap_err()
+                .contains("1 verdicts for 2")
+        );
+        assert!(validate_verdicts(&[v(&"r".repeat(300))], 1).is_err());
+        assert!(validate_retry(&RetryDecision::RetryAfter(1000)).is_ok());
+        assert!(validate_retry(&RetryDecision::RetryAfter(u64::MAX)).is_err());
+        assert!(validate_retry(&RetryDecision::GiveUp(" ".into())).is_err());
+    }
+}

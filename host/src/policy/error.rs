@@ -1,0 +1,71 @@
+//! What can go wrong when a policy module decides.
+
+use std::fmt;
+use std::time::Duration;
+
+use super::Decision;
+
+/// How a guest failed to give a usable answer.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub enum GuestFailure {
+    /// The module could not be loaded (read, compiled or validated).
+    Load(String),
+    /// The module does not export the decision it was asked for.
+    NotServed,
+    /// A fresh instance could not be created.
+    Instantiate(String),
+    /// The guest ran past its epoch deadline.
+    Deadline(Duration),
+    /// The guest tried to grow its memory past the limit.
+    MemoryLimit { limit: usize },
+    /// The guest trapped (panicked, hit `unreachable`, ...).
+    Trap(String),
+    /// The answer was larger than the module's bound.
+    AnswerTooLarge { bytes: usize, limit: usize },
+    /// The answer had the right type but broke the contract.
+    InvalidAnswer(String),
+}
+
+impl fmt::Display for GuestFailure {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match self {
+            GuestFailure::Load(why) => write!(f, "cannot load: {why}"),
+            GuestFailure::NotServed => f.write_str("the module does not export this decision"),
+            GuestFailure::Instantiate(why) => write!(f, "cannot instantiate: {why}"),
+            GuestFailure::Deadline(d) => {
+                write!(f, "ran past its deadline of {}", humantime::format_duration(*d))
+            }
+            GuestFailure::MemoryLimit { limit } => {
+                write!(f, "tried to use more than its memory limit of {}", bytes(*limit))
+            }
+            GuestFailure::Trap(why) => write!(f, "trapped: {why}"),
+            GuestFailure::AnswerTooLarge { bytes: n, limit } => {
+                write!(
+                    f,
+                    "answer of {} exceeds the limit of {}",
+                    bytes(*n),
+                    bytes(*limit)
+                )
+            }
+            GuestFailure::InvalidAnswer(why) => write!(f, "invalid answer: {why}"),
+        }
+    }
+}
+
+/// Bytes as the largest exact binary unit: `32 MiB`, `1500 B`.
+pub(crate) fn bytes(n: usize) -> String {
+    match n {
+        n if n >= 1 << 20 && n % (1 << 20) == 0 => format!("{} MiB", n >> 20),
+        n if n >= 1 << 10 && n % (1 << 10) == 0 => format!("{} KiB", n >> 10),
+        n => format!("{n} B"),
+    }
+}
+
+/// A failed decision, naming the module and the decision.
+#[derive(Clone, Debug, PartialEq, Eq, thiserror::Error)]
+#[error("policy module {module:?} ({decision}): {failure}")]
+pub struct PolicyError {
+    pub module: String,
+    pub decision: Decision,
+    pub failure: GuestFailure,
+}

@@ -1,0 +1,484 @@
+//! One policy module: compiled once, checked at load, pre-instantiated, and
+//! run in a fresh instance for every decision.
+
+use std::collections::BTreeMap;
+use std::path::{Path, PathBuf};
+use std::sync::atomic::AtomicU64;
+use std::time::Duration;
+
+use serde::{Deserialize, Serialize};
+use wasmtime::component::{
+    Component, ComponentExportIndex, ComponentType, Instance, InstancePre, Lift, WasmList, WasmStr,
+};
+use wasmtime::{Store, Trap};
+
+use super::answer::{validate_retry, validate_verdicts, validate_volume_name};
+use super::engine::{GuestState, MemoryLimitExceeded, PolicyEngine};
+use super::error::{GuestFailure, PolicyError, bytes};
+use super::{Decision, Failure, NamingRequest, Node, PlacementRequest, RetryDecision, Verdict};
+
+/// The WIT package version this host implements; compatible guests export
+/// `berth:policy/<interface>@0.1.x`.
+pub const PACKAGE: &str = "berth:policy";
+pub const PACKAGE_VERSION: &str = "0.1.0";
+const COMPATIBLE_PREFIX: &str = "0.1.";
+
+/// Interfaces a policy module may never import, whatever its context grants.
+const FORBIDDEN_IMPORTS: [(&str, &str); 2] = [
+    ("wasi:sockets/", "policy modules may not use the network"),
+    ("wasi:http/", "policy modules may not use the network"),
+];
+
+/// What to do when a module fails to decide.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "kebab-case")]
+pub enum OnError {
+    /// The decision fails; the operation waits and is retried later.
+    #[default]
+    Fail,
+    /// Berth decides with its built-in policy instead.
+    Builtin,
+}
+
+/// Hard limits on one module's decisions.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct Limits {
+    /// Linear memory a decision may use.
+    pub memory_bytes: usize,
+    /// Wall-clock time a decision may take, instantiation included.
+    pub deadline: Duration,
+    /// Size of an answer (strings and lists, in bytes) before it is even read.
+    pub max_answer_bytes: usize,
+}
+
+impl Default for Limits {
+    fn default() -> Self {
+        Limits {
+            memory_bytes: 32 << 20,
+            deadline: Duration::from_millis(100),
+            max_answer_bytes: 1 << 20,
+        }
+    }
+}
+
+/// Everything the operator configures for one module.
+#[derive(Clone, Debug, Default)]
+pub struct ModuleConfig {
+    /// The operator's name for the module (logs, errors, metrics).
+    pub name: String,
+    pub path: PathBuf,
+    /// Settings passed to the guest with every decision.
+    pub settings: BTreeMap<String, String>,
+    pub limits: Limits,
+    pub on_error: OnError,
+}
+
+impl ModuleConfig {
+    /// A module with default limits, named after its file.
+    pub fn from_path(path: &Path) -> Self {
+        ModuleConfig {
+            name: path
+                .file_stem()
+                .map(|s| s.to_string_lossy().into_owned())
+                .unwrap_or_else(|| "module".into()),
+            path: path.to_path_buf(),
+            ..Default::default()
+        }
+    }
+}
+
+/// Counters for one module, for status output and tests.
+#[derive(Debug, Default)]
+pub struct Counters {
+    pub decisions: AtomicU64,
+    pub failures: AtomicU64,
+    pub fallbacks: AtomicU64,
+}
+
+/// A loaded, validated, pre-instantiated policy module.
+pub struct PolicyModule {
+    config: ModuleConfig,
+    settings: Vec<(String, String)>,
+    pre: InstancePre<GuestState>,
+    naming: Option<ComponentExportIndex>,
+    placement: Option<ComponentExportIndex>,
+    retry: Option<ComponentExportIndex>,
+    pub(crate) counters: Counters,
+}
+
+// The guest-side view of answers: strings stay in guest memory until their
+// size has been checked.
+#[derive(ComponentType, Lift)]
+#[component(record)]
+struct RawVerdict {
+    eligible: bool,
+    score: i32,
+    reason: WasmStr,
+}
+
+#[derive(ComponentType, Lift)]
+#[component(variant)]
+enum RawDecision {
+    #[component(name = "retry-after")]
+    RetryAfter(u64),
+    #[component(name = "give-up")]
+    GiveUp(WasmStr),
+    #[component(name = "done")]
+    Done,
+}
+
+#[derive(Debug, thiserror::Error)]
+#[error("answer too large")]
+struct TooLarge {
+    bytes: usize,
+}
+
+impl PolicyModule {
+    /// Reads, compiles and validates a module, then instantiates it once under
+    /// its limits to prove every exported decision has the right signature.
+    pub fn load(engine: &PolicyEngine, config: ModuleConfig) -> Result<Self, PolicyError> {
+        let fail = |failure: GuestFailure| PolicyError {
+            module: config.name.clone(),
+            decision: Decision::Naming,
+            failure,
+        };
+        if config.limits.memory_bytes > engine.options().max_module_memory {
+            return Err(fail(GuestFailure::Load(format!(
+                "memory limit {} is above the engine's maximum of {}",
+                bytes(config.limits.memory_bytes),
+                bytes(engine.options().max_module_memory)
+            ))));
+        }
+        let wasm = std::fs::read(&config.path).map_err(|e| {
+            fail(GuestFailure::Load(format!(
+                "reading {}: {e}",
+                config.path.display()
+            )))
+        })?;
+        let component = Component::new(engine.engine(), &wasm).map_err(|e| {
+            let hint = if wasm.starts_with(b"\0asm\x01\0\0\0") {
+                " (this is a core module; build a component, e.g. with --target wasm32-wasip2)"
+            } else {
+                ""
+            };
+            fail(GuestFailure::Load(format!("not a valid component{hint}: {e:#}")))
+        })?;
+        check_imports(engine, &component).map_err(|e| fail(GuestFailure::Load(e)))?;
+        let exports = find_exports(engine, &component).map_err(|e| fail(GuestFailure::Load(e)))?;
+        let pre = engine
+            .linker()
+            .instantiate_pre(&component)
+            .map_err(|e| fail(GuestFailure::Load(format!("{e:#}"))))?;
+        let module = PolicyModule {
+            settings: config
+                .settings
+                .iter()
+                .map(|(k, v)| (k.clone(), v.clone()))
+                .collect(),
+            config,
+            pre,
+            naming: exports[0],
+            placement: exports[1],
+            retry: exports[2],
+            counters: Counters::default(),
+        };
+        module.check_signatures(engine)?;
+        Ok(module)
+    }
+
+    pub fn name(&self) -> &str {
+        &self.config.name
+    }
+
+    pub fn config(&self) -> &ModuleConfig {
+        &self.config
+    }
+
+    pub fn settings(&self) -> &[(String, String)] {
+        &self.settings
+    }
+
+    /// The decisions this module exports.
+    pub fn decisions(&self) -> Vec<Decision> {
+        Decision::ALL
+            .into_iter()
+            .filter(|d| self.export(*d).is_some())
+            .collect()
+    }
+
+    pub fn serves(&self, decision: Decision) -> bool {
+        self.export(decision).is_some()
+    }
+
+    fn export(&self, decision: Decision) -> Option<&ComponentExportIndex> {
+        match decision {
+            Decision::Naming => self.naming.as_ref(),
+            Decision::Placement => self.placement.as_ref(),
+            Decision::Retry => self.retry.as_ref(),
+        }
+    }
+
+    fn check_signatures(&self, engine: &PolicyEngine) -> Result<(), PolicyError> {
+        for decision in self.decisions() {
+            self.run(engine, decision, |store, instance, index| {
+                let result = match decision {
+                    Decision::Naming => instance
+                        .get_typed_func::<(&NamingRequest,), (Result<WasmStr, WasmStr>,)>(store, index)
+                        .map(drop),
+                    Decision::Placement => instance
+                        .get_typed_func::<(&PlacementRequest, &[Node]), (WasmList<RawVerdict>,)>(store, index)
+                        .map(drop),
+                    Decision::Retry => instance
+                        .get_typed_func::<(&Failure,), (RawDecision,)>(store, index)
+                        .map(drop),
+                };
+                result.map_err(|e| {
+                    GuestFailure::Load(format!(
+                        "{PACKAGE}/{}.{} does not have the signature of {PACKAGE}@{PACKAGE_VERSION}: {e:#}",
+                        decision.interface(),
+                        decision.function()
+                    ))
+                    .into_wasmtime()
+                })
+            })?;
+        }
+        Ok(())
+    }
+
+    /// Runs `f` against a fresh instance and maps every way it can fail.
+    fn run<R>(
+        &self,
+        engine: &PolicyEngine,
+        decision: Decision,
+        f: impl FnOnce(&mut Store<GuestState>, &Instance, &ComponentExportIndex) -> wasmtime::Result<R>,
+    ) -> Result<R, PolicyError> {
+        let error = |failure| PolicyError {
+            module: self.config.name.clone(),
+            decision,
+            failure,
+        };
+        let index = self
+            .export(decision)
+            .ok_or_else(|| error(GuestFailure::NotServed))?;
+        let limits = self.config.limits;
+        let mut sandbox = engine.store(limits.memory_bytes, limits.deadline);
+        let store = &mut sandbox.store;
+        let instance = self.pre.instantiate(&mut *store).map_err(|e| {
+            error(match classify(&e, store, &limits) {
+                GuestFailure::Trap(why) => GuestFailure::Instantiate(why),
+                other => other,
+            })
+        })?;
+        f(store, &instance, index).map_err(|e| error(classify(&e, store, &limits)))
+    }
+
+    /// `naming.volume-name`: the guest's name, or its refusal (`Err`).
+    pub fn volume_name(
+        &self,
+        engine: &PolicyEngine,
+        request: &NamingRequest,
+    ) -> Result<Result<String, String>, PolicyError> {
+        let max = self.config.limits.max_answer_bytes;
+        let answer = self.run(engine, Decision::Naming, |store, instance, index| {
+            let func = instance
+                .get_typed_func::<(&NamingRequest,), (Result<WasmStr, WasmStr>,)>(&mut *store, index)?;
+            let (answer,) = func.call(&mut *store, (request,))?;
+            Ok(match answer {
+                Ok(s) => Ok(bounded(&s, store, max)?),
+                Err(s) => Err(bounded(&s, store, max)?),
+            })
+        })?;
+        if let Ok(name) = &answer {
+            validate_volume_name(name).map_err(|why| self.invalid(Decision::Naming, why))?;
+        }
+        Ok(answer)
+    }
+
+    /// `placement.place`: one verdict per candidate.
+    pub fn place(
+        &self,
+        engine: &PolicyEngine,
+        request: &PlacementRequest,
+        candidates: &[Node],
+    ) -> Result<Vec<Verdict>, PolicyError> {
+        let max = self.config.limits.max_answer_bytes;
+        let verdicts = self.run(engine, Decision::Placement, |store, instance, index| {
+            let func = instance.get_typed_func::<(&PlacementRequest, &[Node]), (WasmList<RawVerdict>,)>(
+                &mut *store,
+                index,
+            )?;
+            let (list,) = func.call(&mut *store, (request, candidates))?;
+            let mut total = list.len().saturating_mul(std::mem::size_of::<Verdict>());
+            if total > max {
+                return Err(wasmtime::Error::new(TooLarge { bytes: total }));
+            }
+            let raw = list
+                .iter(&mut *store)?
+                .collect::<wasmtime::Result<Vec<RawVerdict>>>()?;
+            let mut reasons = Vec::with_capacity(raw.len());
+            for v in &raw {
+                let reason = v.reason.to_str(&*store)?;
+                total += reason.len();
+                if total > max {
+                    return Err(wasmtime::Error::new(TooLarge { bytes: total }));
+                }
+                reasons.push(reason);
+            }
+            Ok(raw
+                .iter()
+                .zip(reasons)
+                .map(|(v, reason)| Verdict {
+                    eligible: v.eligible,
+                    score: v.score,
+                    reason: reason.into_owned(),
+                })
+                .collect::<Vec<_>>())
+        })?;
+        validate_verdicts(&verdicts, candidates.len())
+            .map_err(|why| self.invalid(Decision::Placement, why))?;
+        Ok(verdicts)
+    }
+
+    /// `retry.classify`: what to do after a failed CSI call.
+    pub fn classify(&self, engine: &PolicyEngine, failure: &Failure) -> Result<RetryDecision, PolicyError> {
+        let max = self.config.limits.max_answer_bytes;
+        let decision = self.run(engine, Decision::Retry, |store, instance, index| {
+            let func = instance.get_typed_func::<(&Failure,), (RawDecision,)>(&mut *store, index)?;
+            let (raw,) = func.call(&mut *store, (failure,))?;
+            Ok(match raw {
+                RawDecision::RetryAfter(ms) => RetryDecision::RetryAfter(ms),
+                RawDecision::Done => RetryDecision::Done,
+                RawDecision::GiveUp(s) => RetryDecision::GiveUp(bounded(&s, store, max)?),
+            })
+        })?;
+        validate_retry(&decision).map_err(|why| self.invalid(Decision::Retry, why))?;
+        Ok(decision)
+    }
+
+    fn invalid(&self, decision: Decision, why: String) -> PolicyError {
+        PolicyError {
+            module: self.config.name.clone(),
+            decision,
+            failure: GuestFailure::InvalidAnswer(why),
+        }
+    }
+}
+
+/// A guest string, read only once it is known to fit `max` bytes.
+fn bounded(s: &WasmStr, store: &Store<GuestState>, max: usize) -> wasmtime::Result<String> {
+    // For UTF-8 guests this borrows guest memory: nothing is copied yet.
+    let text = s.to_str(store)?;
+    if text.len() > max {
+        return Err(wasmtime::Error::new(TooLarge { bytes: text.len() }));
+    }
+    Ok(text.into_owned())
+}
+
+impl GuestFailure {
+    fn into_wasmtime(self) -> wasmtime::Error {
+        wasmtime::Error::new(Carried(self))
+    }
+}
+
+/// A `GuestFailure` decided inside a closure, carried out through anyhow.
+#[derive(Debug, thiserror::Error)]
+#[error("{0}")]
+struct Carried(GuestFailure);
+
+fn classify(e: &wasmtime::Error, store: &Store<GuestState>, limits: &Limits) -> GuestFailure {
+    if let Some(Carried(f)) = e.downcast_ref::<Carried>() {
+        return f.clone();
+    }
+    if let Some(t) = e.downcast_ref::<TooLarge>() {
+        return GuestFailure::AnswerTooLarge {
+            bytes: t.bytes,
+            limit: limits.max_answer_bytes,
+        };
+    }
+    if e.chain()
+        .any(|c| c.downcast_ref::<MemoryLimitExceeded>().is_some())
+    {
+        return GuestFailure::MemoryLimit {
+            limit: limits.memory_bytes,
+        };
+    }
+    match e.downcast_ref::<Trap>() {
+        Some(Trap::Interrupt) => GuestFailure::Deadline(limits.deadline),
+        Some(trap) => {
+            let stderr = store.data().stderr_text();
+            if stderr.is_empty() {
+                GuestFailure::Trap(trap.to_string())
+            } else {
+                GuestFailure::Trap(format!("{trap}; the guest said: {stderr}"))
+            }
+        }
+        None => GuestFailure::Trap(format!("{e:#}")),
+    }
+}
+
+fn check_imports(engine: &PolicyEngine, component: &Component) -> Result<(), String> {
+    let ty = component.component_type();
+    for (name, _) in ty.imports(engine.engine()) {
+        if let Some((_, why)) = FORBIDDEN_IMPORTS
+            .iter()
+            .find(|(prefix, _)| name.starts_with(prefix))
+        {
+            return Err(format!("it imports {name}, and {why}"));
+        }
+        let types = format!("{PACKAGE}/types@{COMPATIBLE_PREFIX}");
+        if !name.starts_with("wasi:") && !name.starts_with(&types) {
+            return Err(format!(
+                "it imports {name}, which Berth does not provide (policy modules may import only WASI and {PACKAGE}/types)"
+            ));
+        }
+    }
+    Ok(())
+}
+
+/// Finds each decision's exported function; rejects a module that serves none
+/// or exports an incompatible version of the package.
+fn find_exports(
+    engine: &PolicyEngine,
+    component: &Component,
+) -> Result<[Option<ComponentExportIndex>; 3], String> {
+    let ty = component.component_type();
+    let names: Vec<String> = ty.exports(engine.engine()).map(|(n, _)| n.to_string()).collect();
+    let mut found = [None, None, None];
+    let mut incompatible = Vec::new();
+    for (slot, decision) in Decision::ALL.into_iter().enumerate() {
+        let prefix = format!("{PACKAGE}/{}@", decision.interface());
+        let Some(name) = names.iter().find(|n| n.starts_with(&prefix)) else {
+            continue;
+        };
+        let version = &name[prefix.len()..];
+        if !version.starts_with(COMPATIBLE_PREFIX) {
+            incompatible.push(name.clone());
+            continue;
+        }
+        let iface = component
+            .get_export_index(None, name.as_str())
+            .ok_or_else(|| format!("cannot look up export {name}"))?;
+        let func = component
+            .get_export_index(Some(&iface), decision.function())
+            .ok_or_else(|| format!("{name} does not export the function {}", decision.function()))?;
+        found[slot] = Some(func);
+    }
+    if found.iter().all(Option::is_none) {
+        let exported = if names.is_empty() {
+            "nothing".to_string()
+        } else {
+            names.join(", ")
+        };
+        return Err(if incompatible.is_empty() {
+            format!(
+                "it exports no policy decision ({PACKAGE}/naming, placement or retry @{PACKAGE_VERSION}); it exports {exported}"
+            )
+        } else {
+            format!(
+                "it exports {}, which this host cannot use: it implements {PACKAGE}@{PACKAGE_VERSION} (0.1.x)",
+                incompatible.join(", ")
+            )
+        });
+    }
+    Ok(found)
+}

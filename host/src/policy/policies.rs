@@ -1,0 +1,229 @@
+//! The decisions as the rest of Berth asks for them: each served by its
+//! configured module, or by the built-in policy when none is configured (or,
+//! with `on_error = "builtin"`, when the module fails).
+
+use std::sync::atomic::Ordering;
+use std::sync::{Arc, RwLock};
+
+use serde::Serialize;
+
+use super::builtin::Builtins;
+use super::module::{ModuleConfig, OnError, PolicyModule};
+use super::{
+    Decision, Failure, NamingRequest, Node, Pairs, PlacementRequest, PolicyEngine, PolicyError, Purpose,
+    RetryDecision, Verdict, Volume,
+};
+
+/// What naming decided for a volume.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub enum NamingOutcome {
+    /// The name to send as `CreateVolumeRequest.name` (already validated).
+    Named(String),
+    /// The policy refused to name the volume, with its reason.
+    Refused(String),
+}
+
+/// One module's counters, for status output.
+#[derive(Clone, Debug, Serialize)]
+pub struct PolicyStats {
+    pub module: String,
+    pub decisions: Vec<Decision>,
+    pub on_error: OnError,
+    pub calls: u64,
+    pub failures: u64,
+    pub fallbacks: u64,
+}
+
+pub struct Policies {
+    engine: Arc<PolicyEngine>,
+    slots: [RwLock<Option<Arc<PolicyModule>>>; 3],
+    builtins: Builtins,
+}
+
+impl Policies {
+    pub fn new(engine: Arc<PolicyEngine>, builtins: Builtins) -> Self {
+        Policies {
+            engine,
+            slots: Default::default(),
+            builtins,
+        }
+    }
+
+    pub fn engine(&self) -> &Arc<PolicyEngine> {
+        &self.engine
+    }
+
+    pub fn builtins(&self) -> &Builtins {
+        &self.builtins
+    }
+
+    fn slot(&self, decision: Decision) -> &RwLock<Option<Arc<PolicyModule>>> {
+        &self.slots[decision as usize]
+    }
+
+    /// The module serving `decision`, if any.
+    pub fn module(&self, decision: Decision) -> Option<Arc<PolicyModule>> {
+        self.slot(decision)
+            .read()
+            .unwrap_or_else(|p| p.into_inner())
+            .clone()
+    }
+
+    /// Loads a module and makes it serve `decisions` (every decision it
+    /// exports, when empty). Atomic: if loading fails, or the module does not
+    /// serve a decision asked of it, the modules in place stay.
+    pub fn load(
+        &self,
+        config: ModuleConfig,
+        decisions: &[Decision],
+    ) -> Result<Arc<PolicyModule>, PolicyError> {
+        let module = Arc::new(PolicyModule::load(&self.engine, config)?);
+        let wanted = if decisions.is_empty() {
+            module.decisions()
+        } else {
+            decisions.to_vec()
+        };
+        if let Some(missing) = wanted.iter().find(|d| !module.serves(**d)) {
+            return Err(PolicyError {
+                module: module.name().to_string(),
+                decision: *missing,
+                failure: super::GuestFailure::NotServed,
+            });
+        }
+        for decision in wanted {
+            let old = self
+                .slot(decision)
+                .write()
+                .unwrap_or_else(|p| p.into_inner())
+                .replace(module.clone());
+            tracing::info!(
+                module = module.name(),
+                %decision,
+                replaced = old.as_ref().map(|m| m.name()),
+                "policy module installed"
+            );
+        }
+        Ok(module)
+    }
+
+    /// Goes back to the built-in policy for `decision`.
+    pub fn remove(&self, decision: Decision) {
+        self.slot(decision)
+            .write()
+            .unwrap_or_else(|p| p.into_inner())
+            .take();
+    }
+
+    /// Runs `wasm` on the decision's module, applying its `on_error`, or the
+    /// built-in policy when no module serves the decision.
+    fn decide<T>(
+        &self,
+        decision: Decision,
+        wasm: impl FnOnce(&PolicyModule) -> Result<T, PolicyError>,
+        builtin: impl FnOnce() -> T,
+    ) -> Result<T, PolicyError> {
+        let Some(module) = self.module(decision) else {
+            return Ok(builtin());
+        };
+        let counters = &module.counters;
+        counters.decisions.fetch_add(1, Ordering::Relaxed);
+        match wasm(&module) {
+            Ok(answer) => Ok(answer),
+            Err(error) => {
+                counters.failures.fetch_add(1, Ordering::Relaxed);
+                match module.config().on_error {
+                    OnError::Fail => {
+                        tracing::warn!(%error, "policy decision failed");
+                        Err(error)
+                    }
+                    OnError::Builtin => {
+                        counters.fallbacks.fetch_add(1, Ordering::Relaxed);
+                        tracing::warn!(%error, "policy decision failed; used the built-in policy");
+                        Ok(builtin())
+                    }
+                }
+            }
+        }
+    }
+
+    /// The backend name for a volume.
+    pub fn volume_name(&self, volume: Volume) -> Result<NamingOutcome, PolicyError> {
+        let module = self.module(Decision::Naming);
+        let request = NamingRequest {
+            volume,
+            settings: settings_of(module.as_deref()),
+        };
+        self.decide(
+            Decision::Naming,
+            |m| {
+                Ok(match m.volume_name(&self.engine, &request)? {
+                    Ok(name) => NamingOutcome::Named(name),
+                    Err(reason) => NamingOutcome::Refused(reason),
+                })
+            },
+            || NamingOutcome::Named(self.builtins.naming.volume_name(&request.volume)),
+        )
+    }
+
+    /// A verdict per candidate node.
+    pub fn place(
+        &self,
+        volume: Volume,
+        purpose: Purpose,
+        accessible_topology: Vec<Pairs>,
+        candidates: &[Node],
+    ) -> Result<Vec<Verdict>, PolicyError> {
+        let module = self.module(Decision::Placement);
+        let request = PlacementRequest {
+            volume,
+            purpose,
+            accessible_topology,
+            settings: settings_of(module.as_deref()),
+        };
+        self.decide(
+            Decision::Placement,
+            |m| m.place(&self.engine, &request, candidates),
+            || self.builtins.placement.place(&request, candidates),
+        )
+    }
+
+    /// What to do after a failed CSI call. `failure.settings` is filled in here.
+    pub fn classify(&self, mut failure: Failure) -> Result<RetryDecision, PolicyError> {
+        let module = self.module(Decision::Retry);
+        failure.settings = settings_of(module.as_deref());
+        self.decide(
+            Decision::Retry,
+            |m| m.classify(&self.engine, &failure),
+            || self.builtins.retry.classify(&failure),
+        )
+    }
+
+    /// Counters of every installed module.
+    pub fn stats(&self) -> Vec<PolicyStats> {
+        let mut seen: Vec<Arc<PolicyModule>> = Vec::new();
+        for d in Decision::ALL {
+            if let Some(m) = self.module(d)
+                && !seen.iter().any(|s| Arc::ptr_eq(s, &m))
+            {
+                seen.push(m);
+            }
+        }
+        seen.iter()
+            .map(|m| PolicyStats {
+                module: m.name().to_string(),
+                decisions: Decision::ALL
+                    .into_iter()
+                    .filter(|d| self.module(*d).is_some_and(|x| Arc::ptr_eq(&x, m)))
+                    .collect(),
+                on_error: m.config().on_error,
+                calls: m.counters.decisions.load(Ordering::Relaxed),
+                failures: m.counters.failures.load(Ordering::Relaxed),
+                fallbacks: m.counters.fallbacks.load(Ordering::Relaxed),
+            })
+            .collect()
+    }
+}
+
+fn settings_of(module: Option<&PolicyModule>) -> Vec<(String, String)> {
+    module.map(|m| m.settings().to_vec()).unwrap_or_default()
+}

@@ -1,0 +1,100 @@
+//! A policy module that misbehaves in the way its `behaviour` setting names:
+//!
+//! - `loop`: never returns;
+//! - `memory-bomb`: allocates until something stops it;
+//! - `trap`: panics;
+//! - `huge-answer`: answers with megabytes;
+//! - `invalid-answer`: an answer of the right type that breaks the contract
+//!   (a name with a control character, the wrong number of verdicts, a retry
+//!   delay of years);
+//! - `stateful`: remembers across calls, to show every decision gets a fresh instance;
+//! - `read-file`, `environment`: reach for the host, to show WASI grants nothing;
+//! - anything else: a well-formed answer.
+
+use std::sync::atomic::{AtomicU64, Ordering};
+
+use berth_guest::{
+    Decision, Failure, Naming, NamingRequest, Node, Pairs, Placement, PlacementRequest, Retry, Verdict, get,
+};
+
+pub struct Hostile;
+
+static CALLS: AtomicU64 = AtomicU64::new(0);
+
+/// Runs the named misbehaviour that has the same shape for every decision.
+fn misbehave(settings: &Pairs) -> Option<&str> {
+    let behaviour = get(settings, "behaviour").unwrap_or("");
+    match behaviour {
+        "loop" => {
+            let mut n: u64 = 0;
+            loop {
+                n = std::hint::black_box(n.wrapping_add(1));
+            }
+        }
+        "memory-bomb" => {
+            let mut hoard: Vec<Vec<u8>> = Vec::new();
+            loop {
+                hoard.push(vec![1u8; 1 << 20]);
+                std::hint::black_box(&hoard);
+            }
+        }
+        "trap" => panic!("hostile guest trapped on purpose"),
+        _ => Some(behaviour),
+    }
+}
+
+impl Naming for Hostile {
+    fn volume_name(request: NamingRequest) -> Result<String, String> {
+        match misbehave(&request.settings) {
+            Some("huge-answer") => Ok("x".repeat(8 << 20)),
+            Some("invalid-answer") => Ok("bad\u{7}name".into()),
+            Some("stateful") => Ok(format!("call-{}", CALLS.fetch_add(1, Ordering::SeqCst))),
+            Some("read-file") => match std::fs::read_to_string("/etc/hostname") {
+                Ok(text) => Ok(format!("leaked-{}", text.trim())),
+                Err(e) => Err(format!("no file: {e}")),
+            },
+            Some("environment") => Ok(format!(
+                "env-{}-args-{}",
+                std::env::vars().count(),
+                std::env::args().count()
+            )),
+            _ => Ok(format!("ok-{}", request.volume.name)),
+        }
+    }
+}
+
+impl Placement for Hostile {
+    fn place(request: PlacementRequest, candidates: Vec<Node>) -> Vec<Verdict> {
+        let ok = |_: &Node| Verdict {
+            eligible: true,
+            score: 1,
+            reason: String::new(),
+        };
+        match misbehave(&request.settings) {
+            Some("huge-answer") => candidates
+                .iter()
+                .map(|_| Verdict {
+                    eligible: true,
+                    score: 1,
+                    reason: "y".repeat(4 << 20),
+                })
+                .collect(),
+            Some("invalid-answer") => candidates.iter().skip(1).map(ok).collect(),
+            _ => candidates.iter().map(ok).collect(),
+        }
+    }
+}
+
+impl Retry for Hostile {
+    fn classify(failure: Failure) -> Decision {
+        match misbehave(&failure.settings) {
+            Some("huge-answer") => Decision::GiveUp("z".repeat(8 << 20)),
+            Some("invalid-answer") => Decision::RetryAfter(u64::MAX),
+            _ => Decision::RetryAfter(1000),
+        }
+    }
+}
+
+berth_guest::export_naming!(Hostile);
+berth_guest::export_placement!(Hostile);
+berth_guest::export_retry!(Hostile);
