@@ -5,3 +5,4 @@
 
 pub mod csi;
 pub mod policy;
+pub mod units;

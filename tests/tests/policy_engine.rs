@@ -352,3 +352,25 @@ fn without_modules_the_builtins_decide() {
     );
     assert!(p.stats().is_empty());
 }
+
+/// WASI's synchronous streams block on tokio; asking for a decision from async
+/// code must still give an error, never a host panic.
+#[test]
+fn a_trapping_guest_called_from_async_code_is_still_contained() {
+    let check = || {
+        let p = naming_with("berth_hostile_guest", &[("behaviour", "trap")], OnError::Fail);
+        match failure_of(p.volume_name(volume("v"))) {
+            GuestFailure::Trap(why) => assert!(why.contains("trapped on purpose"), "{why}"),
+            other => panic!("{other:?}"),
+        }
+    };
+    tokio::runtime::Builder::new_multi_thread()
+        .worker_threads(2)
+        .build()
+        .unwrap()
+        .block_on(async { check() });
+    tokio::runtime::Builder::new_current_thread()
+        .build()
+        .unwrap()
+        .block_on(async { check() });
+}

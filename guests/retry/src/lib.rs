@@ -12,7 +12,7 @@
 //!
 //! Every delay gets 10% jitter.
 
-use berth_guest::{Code, Decision, Failure, Operation, Retry, backoff_ms, jitter, number_setting};
+use berth_guest::{Code, Decision, Failure, Retry, backoff_ms, jitter, number_setting};
 
 pub struct SampleRetry;
 
@@ -27,24 +27,14 @@ fn settings(f: &Failure) -> Result<[u64; 5], String> {
     ])
 }
 
-fn undoing(op: Operation) -> bool {
-    matches!(
-        op,
-        Operation::DeleteVolume
-            | Operation::ControllerUnpublishVolume
-            | Operation::NodeUnstageVolume
-            | Operation::NodeUnpublishVolume
-    )
-}
-
 impl Retry for SampleRetry {
     fn classify(f: Failure) -> Decision {
         let [base, max, exhausted_base, max_attempts, max_internal] = match settings(&f) {
             Ok(s) => s,
             Err(e) => return Decision::GiveUp(format!("bad setting: {e}")),
         };
-        let what = format!("{:?} {:?}: {}", f.operation, f.code, f.message);
-        if f.code == Code::NotFound && undoing(f.operation) {
+        let what = format!("{} {}: {}", f.operation.name(), f.code.name(), f.message);
+        if f.code == Code::NotFound && f.operation.is_undo() {
             return Decision::Done;
         }
         if u64::from(f.attempt) >= max_attempts {
@@ -75,6 +65,7 @@ berth_guest::export_retry!(SampleRetry);
 #[cfg(test)]
 mod tests {
     use super::*;
+    use berth_guest::Operation;
     use berth_guest::testing::{failure, pairs};
 
     fn retry_ms(d: Decision) -> u64 {

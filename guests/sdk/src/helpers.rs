@@ -1,7 +1,59 @@
 //! Small tools most policies need: reading pairs, matching topology,
 //! sanitising names, stable hashing, backoff.
 
-use crate::Pairs;
+use crate::{Code, Operation, Pairs};
+
+impl Code {
+    /// The gRPC name, as the CSI spec writes it: `NOT_FOUND`, `UNAVAILABLE`...
+    pub fn name(self) -> &'static str {
+        match self {
+            Code::Cancelled => "CANCELLED",
+            Code::Unknown => "UNKNOWN",
+            Code::InvalidArgument => "INVALID_ARGUMENT",
+            Code::DeadlineExceeded => "DEADLINE_EXCEEDED",
+            Code::NotFound => "NOT_FOUND",
+            Code::AlreadyExists => "ALREADY_EXISTS",
+            Code::PermissionDenied => "PERMISSION_DENIED",
+            Code::ResourceExhausted => "RESOURCE_EXHAUSTED",
+            Code::FailedPrecondition => "FAILED_PRECONDITION",
+            Code::Aborted => "ABORTED",
+            Code::OutOfRange => "OUT_OF_RANGE",
+            Code::Unimplemented => "UNIMPLEMENTED",
+            Code::Internal => "INTERNAL",
+            Code::Unavailable => "UNAVAILABLE",
+            Code::DataLoss => "DATA_LOSS",
+            Code::Unauthenticated => "UNAUTHENTICATED",
+        }
+    }
+}
+
+impl Operation {
+    /// The CSI method name: `CreateVolume`, `NodePublishVolume`...
+    pub fn name(self) -> &'static str {
+        match self {
+            Operation::CreateVolume => "CreateVolume",
+            Operation::DeleteVolume => "DeleteVolume",
+            Operation::ControllerPublishVolume => "ControllerPublishVolume",
+            Operation::ControllerUnpublishVolume => "ControllerUnpublishVolume",
+            Operation::NodeStageVolume => "NodeStageVolume",
+            Operation::NodeUnstageVolume => "NodeUnstageVolume",
+            Operation::NodePublishVolume => "NodePublishVolume",
+            Operation::NodeUnpublishVolume => "NodeUnpublishVolume",
+        }
+    }
+
+    /// Whether the operation undoes something (delete, unpublish, unstage),
+    /// so that NOT_FOUND means the work is already done.
+    pub fn is_undo(self) -> bool {
+        matches!(
+            self,
+            Operation::DeleteVolume
+                | Operation::ControllerUnpublishVolume
+                | Operation::NodeUnstageVolume
+                | Operation::NodeUnpublishVolume
+        )
+    }
+}
 
 /// The value of `key` in a list of pairs (settings, labels, topology...).
 pub fn get<'a>(pairs: &'a Pairs, key: &str) -> Option<&'a str> {

@@ -1,6 +1,7 @@
 //! Command-line interface: argument parsing and dispatch.
 
 mod plugin;
+mod policy;
 
 use std::process::ExitCode;
 
@@ -35,11 +36,15 @@ pub enum Command {
     /// Inspect CSI plugins directly over their sockets.
     #[command(subcommand)]
     Plugin(plugin::PluginCommand),
+    /// Check and test WebAssembly policy modules.
+    #[command(subcommand)]
+    Policy(policy::PolicyCommand),
 }
 
 pub async fn run(cli: Cli) -> anyhow::Result<ExitCode> {
     match cli.command {
         Command::Plugin(cmd) => plugin::run(cmd, cli.output).await,
+        Command::Policy(cmd) => policy::run(cmd, cli.output),
     }
 }
 

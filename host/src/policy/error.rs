@@ -52,13 +52,8 @@ impl fmt::Display for GuestFailure {
     }
 }
 
-/// Bytes as the largest exact binary unit: `32 MiB`, `1500 B`.
 pub(crate) fn bytes(n: usize) -> String {
-    match n {
-        n if n >= 1 << 20 && n % (1 << 20) == 0 => format!("{} MiB", n >> 20),
-        n if n >= 1 << 10 && n % (1 << 10) == 0 => format!("{} KiB", n >> 10),
-        n => format!("{n} B"),
-    }
+    crate::units::format_bytes(n)
 }
 
 /// A failed decision, naming the module and the decision.

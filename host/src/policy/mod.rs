@@ -11,6 +11,7 @@
 mod answer;
 mod bindings;
 pub mod builtin;
+pub mod cases;
 mod engine;
 mod error;
 mod module;

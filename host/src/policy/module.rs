@@ -98,6 +98,7 @@ pub struct Counters {
 /// A loaded, validated, pre-instantiated policy module.
 pub struct PolicyModule {
     config: ModuleConfig,
+    imports: Vec<String>,
     settings: Vec<(String, String)>,
     pre: InstancePre<GuestState>,
     naming: Option<ComponentExportIndex>,
@@ -169,7 +170,13 @@ impl PolicyModule {
             .linker()
             .instantiate_pre(&component)
             .map_err(|e| fail(GuestFailure::Load(format!("{e:#}"))))?;
+        let imports = component
+            .component_type()
+            .imports(engine.engine())
+            .map(|(name, _)| name.to_string())
+            .collect();
         let module = PolicyModule {
+            imports,
             settings: config
                 .settings
                 .iter()
@@ -192,6 +199,11 @@ impl PolicyModule {
 
     pub fn config(&self) -> &ModuleConfig {
         &self.config
+    }
+
+    /// The interfaces the module imports (all WASI, or the shared types).
+    pub fn imports(&self) -> &[String] {
+        &self.imports
     }
 
     pub fn settings(&self) -> &[(String, String)] {
@@ -246,7 +258,16 @@ impl PolicyModule {
     }
 
     /// Runs `f` against a fresh instance and maps every way it can fail.
-    fn run<R>(
+    fn run<R: Send>(
+        &self,
+        engine: &PolicyEngine,
+        decision: Decision,
+        f: impl FnOnce(&mut Store<GuestState>, &Instance, &ComponentExportIndex) -> wasmtime::Result<R> + Send,
+    ) -> Result<R, PolicyError> {
+        outside_async(|| self.run_here(engine, decision, f))
+    }
+
+    fn run_here<R>(
         &self,
         engine: &PolicyEngine,
         decision: Decision,
@@ -361,6 +382,21 @@ impl PolicyModule {
             decision,
             failure: GuestFailure::InvalidAnswer(why),
         }
+    }
+}
+
+/// Runs `f` where blocking is allowed. wasmtime-wasi's synchronous WASI
+/// (a guest writing its panic message, say) blocks on tokio, which panics
+/// inside an async task; so a decision asked for from async code leaves the
+/// async context first.
+fn outside_async<R: Send>(f: impl FnOnce() -> R + Send) -> R {
+    use tokio::runtime::{Handle, RuntimeFlavor};
+    match Handle::try_current() {
+        Err(_) => f(),
+        Ok(h) if h.runtime_flavor() == RuntimeFlavor::CurrentThread => {
+            std::thread::scope(|s| s.spawn(f).join().unwrap_or_else(|p| std::panic::resume_unwind(p)))
+        }
+        Ok(_) => tokio::task::block_in_place(f),
     }
 }
 

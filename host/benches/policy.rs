@@ -1,0 +1,153 @@
+//! Policy decisions: each sample WebAssembly guest against the built-in native
+//! policy on the same inputs, in the same run. Every WASM decision runs in a
+//! fresh instance, as in production.
+//!
+//! Run with `cargo xtask bench` (builds the guests first). Prints a table of
+//! medians and 99th percentiles and the WASM/native ratios.
+
+use std::hint::black_box;
+use std::path::PathBuf;
+use std::time::{Duration, Instant};
+
+use berth::policy::builtin::Builtins;
+use berth::policy::samples::{failure, node, pairs, volume};
+use berth::policy::{
+    Code, EngineOptions, Health, ModuleConfig, NamingRequest, Node, Operation, PlacementRequest,
+    PolicyEngine, PolicyModule, Purpose,
+};
+
+struct Stats {
+    median: Duration,
+    p99: Duration,
+}
+
+/// Times `f` repeatedly for about `budget`, after a warm-up.
+fn measure(budget: Duration, mut f: impl FnMut()) -> Stats {
+    let warm = Instant::now();
+    while warm.elapsed() < budget / 10 {
+        f();
+    }
+    let mut samples = Vec::new();
+    let start = Instant::now();
+    while start.elapsed() < budget || samples.len() < 20 {
+        let t = Instant::now();
+        f();
+        samples.push(t.elapsed());
+    }
+    samples.sort();
+    Stats {
+        median: samples[samples.len() / 2],
+        p99: samples[samples.len() * 99 / 100],
+    }
+}
+
+fn show(d: Duration) -> String {
+    let ns = d.as_nanos() as f64;
+    if ns < 1_000.0 {
+        format!("{ns:.0} ns")
+    } else if ns < 1_000_000.0 {
+        format!("{:.1} µs", ns / 1e3)
+    } else {
+        format!("{:.2} ms", ns / 1e6)
+    }
+}
+
+fn row(name: &str, wasm: &Stats, native: &Stats) {
+    println!(
+        "| {name:<24} | {:>10} | {:>10} | {:>10} | {:>10} | {:>7.1}× |",
+        show(wasm.median),
+        show(wasm.p99),
+        show(native.median),
+        show(native.p99),
+        wasm.median.as_secs_f64() / native.median.as_secs_f64()
+    );
+}
+
+fn guests_dir() -> PathBuf {
+    std::env::var_os("BERTH_GUESTS_DIR")
+        .map(PathBuf::from)
+        .unwrap_or_else(|| PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("../target/wasm32-wasip2/guest"))
+}
+
+fn load(engine: &PolicyEngine, file: &str) -> PolicyModule {
+    let path = guests_dir().join(file);
+    PolicyModule::load(engine, ModuleConfig::from_path(&path))
+        .unwrap_or_else(|e| panic!("{e} (build the guests with `cargo xtask guests`)"))
+}
+
+/// A cluster of `n` nodes over three zones with mixed load, labels and health.
+fn cluster(n: usize) -> Vec<Node> {
+    (0..n)
+        .map(|i| {
+            let zone = ["zone-a", "zone-b", "zone-c"][i % 3];
+            let rack = format!("rack-{}", i % 40);
+            let mut node = node(&format!("node-{i:05}"), &[("zone", zone), ("rack", &rack)]);
+            node.max_volumes = Some(64);
+            node.published_volumes = (i as u64 * 7) % 70;
+            node.labels = pairs(&[("disk", if i % 2 == 0 { "ssd" } else { "hdd" })]);
+            if i % 50 == 0 {
+                node.health = Health::Unhealthy;
+            }
+            node
+        })
+        .collect()
+}
+
+fn main() {
+    // `cargo bench` passes --bench; a quick run for CI passes --quick.
+    let quick = std::env::args().any(|a| a == "--quick");
+    let budget = if quick {
+        Duration::from_millis(200)
+    } else {
+        Duration::from_secs(2)
+    };
+    let engine = PolicyEngine::new(EngineOptions::default()).expect("policy engine");
+    let builtins = Builtins::default();
+    let naming = load(&engine, "berth_naming_guest.wasm");
+    let placement = load(&engine, "berth_placement_guest.wasm");
+    let retry = load(&engine, "berth_retry_guest.wasm");
+
+    println!("| decision                 | WASM p50   | WASM p99   | native p50 | native p99 | ratio    |");
+    println!("|--------------------------|-----------:|-----------:|-----------:|-----------:|---------:|");
+
+    let request = NamingRequest {
+        volume: volume("postgres-data"),
+        settings: vec![],
+    };
+    let wasm = measure(budget, || {
+        let _ = black_box(naming.volume_name(&engine, &request).unwrap());
+    });
+    let native = measure(budget, || {
+        black_box(builtins.naming.volume_name(&request.volume));
+    });
+    row("naming", &wasm, &native);
+
+    for n in [10, 100, 1_000, 10_000] {
+        let nodes = cluster(n);
+        let mut v = volume("data");
+        v.requisite_topology = vec![pairs(&[("zone", "zone-a")]), pairs(&[("zone", "zone-b")])];
+        v.preferred_topology = vec![pairs(&[("zone", "zone-b")])];
+        let request = PlacementRequest {
+            volume: v,
+            purpose: Purpose::Create,
+            accessible_topology: vec![],
+            settings: vec![],
+        };
+        let wasm = measure(budget, || {
+            black_box(placement.place(&engine, &request, &nodes).unwrap());
+        });
+        let native = measure(budget, || {
+            black_box(builtins.placement.place(&request, &nodes));
+        });
+        row(&format!("placement, {n} nodes"), &wasm, &native);
+    }
+
+    let f = failure(Operation::CreateVolume, Code::Unavailable, 3);
+    let wasm = measure(budget, || {
+        black_box(retry.classify(&engine, &f).unwrap());
+    });
+    let native = measure(budget, || {
+        black_box(builtins.retry.classify(&f));
+    });
+    row("retry", &wasm, &native);
+}

@@ -1,0 +1,277 @@
+//! `berth policy ...`: check and test policy modules, the tools guest authors
+//! use locally and in their CI.
+
+use std::collections::BTreeMap;
+use std::path::{Path, PathBuf};
+use std::process::ExitCode;
+use std::time::{Duration, Instant};
+
+use anyhow::Context;
+use berth::policy::cases::{self, CaseResult};
+use berth::policy::samples::{self, node, volume};
+use berth::policy::{
+    Code, Decision, EngineOptions, Limits, ModuleConfig, NamingRequest, Operation, PlacementRequest,
+    PolicyEngine, PolicyModule, Purpose, RetryDecision,
+};
+use clap::{Args, Subcommand};
+use serde::Serialize;
+
+use super::Output;
+
+#[derive(Debug, Subcommand)]
+pub enum PolicyCommand {
+    /// Load a module under its limits: which decisions it serves, what it
+    /// imports, and whether it decides a sample input.
+    #[command(
+        after_help = "Example:\n  berth policy check target/wasm32-wasip2/release/my_policy.wasm --setting prefix=team-a"
+    )]
+    Check(CheckArgs),
+    /// Run a file of cases (inputs and expected answers) against a module and
+    /// report each pass or failure. Exits 1 when any case fails.
+    #[command(after_help = "The case file format is documented in docs/policy-cases.md; \
+the sample guests' case files are in guests/*/cases.toml.\n\nExample:\n  berth policy test my_policy.wasm cases.toml")]
+    Test(TestArgs),
+}
+
+#[derive(Debug, Args)]
+pub struct LimitArgs {
+    /// Linear memory a decision may use (e.g. 32MiB).
+    #[arg(long, default_value = "32MiB", value_parser = berth::units::parse_bytes)]
+    pub memory: usize,
+    /// Time a decision may take, instantiation included (e.g. 100ms).
+    #[arg(long, default_value = "100ms", value_parser = humantime::parse_duration)]
+    pub deadline: Duration,
+    /// Largest answer the host accepts (e.g. 1MiB).
+    #[arg(long, default_value = "1MiB", value_parser = berth::units::parse_bytes)]
+    pub max_answer: usize,
+}
+
+#[derive(Debug, Args)]
+pub struct CheckArgs {
+    /// The module: a WebAssembly component (.wasm).
+    pub module: PathBuf,
+    /// A setting passed to the module, KEY=VALUE; repeatable.
+    #[arg(long = "setting", value_parser = parse_setting)]
+    pub settings: Vec<(String, String)>,
+    #[command(flatten)]
+    pub limits: LimitArgs,
+}
+
+#[derive(Debug, Args)]
+pub struct TestArgs {
+    /// The module: a WebAssembly component (.wasm).
+    pub module: PathBuf,
+    /// The case file (TOML).
+    pub cases: PathBuf,
+    #[command(flatten)]
+    pub limits: LimitArgs,
+}
+
+fn parse_setting(text: &str) -> Result<(String, String), String> {
+    match text.split_once('=') {
+        Some((k, v)) if !k.is_empty() => Ok((k.to_string(), v.to_string())),
+        _ => Err(format!("{text:?} is not KEY=VALUE")),
+    }
+}
+
+pub fn run(cmd: PolicyCommand, output: Output) -> anyhow::Result<ExitCode> {
+    match cmd {
+        PolicyCommand::Check(args) => check(args, output),
+        PolicyCommand::Test(args) => test(args, output),
+    }
+}
+
+fn load(
+    path: &Path,
+    limits: &LimitArgs,
+    settings: BTreeMap<String, String>,
+) -> anyhow::Result<(PolicyEngine, PolicyModule, Duration)> {
+    let options = EngineOptions {
+        concurrency: 4,
+        max_module_memory: limits.memory.max(EngineOptions::default().max_module_memory),
+        pooling: true,
+    };
+    let engine = PolicyEngine::new(options).context("starting the WebAssembly engine")?;
+    let mut config = ModuleConfig::from_path(path);
+    config.settings = settings;
+    config.limits = Limits {
+        memory_bytes: limits.memory,
+        deadline: limits.deadline,
+        max_answer_bytes: limits.max_answer,
+    };
+    let started = Instant::now();
+    let module = PolicyModule::load(&engine, config)?;
+    Ok((engine, module, started.elapsed()))
+}
+
+#[derive(Serialize)]
+struct CheckReport {
+    module: String,
+    path: String,
+    decisions: Vec<Decision>,
+    imports: Vec<String>,
+    memory_bytes: usize,
+    deadline_ms: u128,
+    max_answer_bytes: usize,
+    load_ms: u128,
+    samples: Vec<SampleResult>,
+}
+
+#[derive(Serialize)]
+struct SampleResult {
+    decision: Decision,
+    ok: bool,
+    answer: String,
+    micros: u128,
+}
+
+fn check(args: CheckArgs, output: Output) -> anyhow::Result<ExitCode> {
+    let settings: BTreeMap<String, String> = args.settings.into_iter().collect();
+    let (engine, module, load_time) = load(&args.module, &args.limits, settings)?;
+    let samples: Vec<SampleResult> = module
+        .decisions()
+        .into_iter()
+        .map(|d| sample(&engine, &module, d))
+        .collect();
+    let report = CheckReport {
+        module: module.name().to_string(),
+        path: args.module.display().to_string(),
+        decisions: module.decisions(),
+        imports: module.imports().to_vec(),
+        memory_bytes: args.limits.memory,
+        deadline_ms: args.limits.deadline.as_millis(),
+        max_answer_bytes: args.limits.max_answer,
+        load_ms: load_time.as_millis(),
+        samples,
+    };
+    match output {
+        Output::Json => super::print_json(&report)?,
+        Output::Text => {
+            let names = |d: &[Decision]| d.iter().map(Decision::to_string).collect::<Vec<_>>().join(", ");
+            println!("{:<12}{}", "module", report.path);
+            println!("{:<12}{}", "decisions", names(&report.decisions));
+            println!("{:<12}{}", "imports", report.imports.join(", "));
+            println!(
+                "{:<12}memory {}, deadline {} ms, answers up to {}",
+                "limits",
+                berth::units::format_bytes(report.memory_bytes),
+                report.deadline_ms,
+                berth::units::format_bytes(report.max_answer_bytes)
+            );
+            println!("{:<12}loaded in {} ms", "load", report.load_ms);
+            for s in &report.samples {
+                let verdict = if s.ok { "ok" } else { "FAILED" };
+                println!(
+                    "{:<12}{verdict}: {} ({} µs, sample input)",
+                    s.decision.to_string(),
+                    s.answer,
+                    s.micros
+                );
+            }
+        }
+    }
+    Ok(if report.samples.iter().all(|s| s.ok) {
+        ExitCode::SUCCESS
+    } else {
+        ExitCode::FAILURE
+    })
+}
+
+/// One decision on the sample inputs, with the module's own settings.
+fn sample(engine: &PolicyEngine, module: &PolicyModule, decision: Decision) -> SampleResult {
+    let settings = module.settings().to_vec();
+    let started = Instant::now();
+    let outcome: Result<String, String> = match decision {
+        Decision::Naming => module
+            .volume_name(
+                engine,
+                &NamingRequest {
+                    volume: volume("example"),
+                    settings,
+                },
+            )
+            .map(|r| match r {
+                Ok(name) => format!("named {name:?}"),
+                Err(reason) => format!("refused: {reason}"),
+            })
+            .map_err(|e| e.failure.to_string()),
+        Decision::Placement => {
+            let nodes = [node("node-a", &[("zone", "a")]), node("node-b", &[("zone", "b")])];
+            let request = PlacementRequest {
+                volume: volume("example"),
+                purpose: Purpose::Create,
+                accessible_topology: vec![],
+                settings,
+            };
+            module
+                .place(engine, &request, &nodes)
+                .map(|v| {
+                    let eligible: Vec<&str> = nodes
+                        .iter()
+                        .zip(&v)
+                        .filter(|(_, v)| v.eligible)
+                        .map(|(n, _)| n.name.as_str())
+                        .collect();
+                    format!("eligible {eligible:?} of 2 nodes")
+                })
+                .map_err(|e| e.failure.to_string())
+        }
+        Decision::Retry => {
+            let mut failure = samples::failure(Operation::CreateVolume, Code::Unavailable, 1);
+            failure.settings = settings;
+            module
+                .classify(engine, &failure)
+                .map(|d| match d {
+                    RetryDecision::RetryAfter(ms) => format!("UNAVAILABLE → retry after {ms} ms"),
+                    RetryDecision::GiveUp(r) => format!("UNAVAILABLE → give up: {r}"),
+                    RetryDecision::Done => "UNAVAILABLE → done".to_string(),
+                })
+                .map_err(|e| e.failure.to_string())
+        }
+    };
+    SampleResult {
+        decision,
+        ok: outcome.is_ok(),
+        answer: outcome.unwrap_or_else(|e| e),
+        micros: started.elapsed().as_micros(),
+    }
+}
+
+#[derive(Serialize)]
+struct TestReport {
+    module: String,
+    passed: usize,
+    failed: usize,
+    cases: Vec<CaseResult>,
+}
+
+fn test(args: TestArgs, output: Output) -> anyhow::Result<ExitCode> {
+    let text = std::fs::read_to_string(&args.cases)
+        .with_context(|| format!("reading the case file {}", args.cases.display()))?;
+    let file = cases::parse(&text).map_err(|e| anyhow::anyhow!("{}: {e}", args.cases.display()))?;
+    let (engine, module, _) = load(&args.module, &args.limits, BTreeMap::new())?;
+    let results = cases::run(&engine, &module, &file);
+    let failed = results.iter().filter(|r| !r.passed).count();
+    let report = TestReport {
+        module: args.module.display().to_string(),
+        passed: results.len() - failed,
+        failed,
+        cases: results,
+    };
+    match output {
+        Output::Json => super::print_json(&report)?,
+        Output::Text => {
+            for r in &report.cases {
+                let mark = if r.passed { "PASS" } else { "FAIL" };
+                let decision = r.decision.map(|d| d.to_string()).unwrap_or_else(|| "?".into());
+                println!("{mark}  {} ({decision}): {}", r.name, r.detail);
+            }
+            println!("{} passed, {} failed", report.passed, report.failed);
+        }
+    }
+    Ok(if failed == 0 {
+        ExitCode::SUCCESS
+    } else {
+        ExitCode::FAILURE
+    })
+}
