@@ -3,7 +3,8 @@
 //! fresh instance, as in production.
 //!
 //! Run with `cargo xtask bench` (builds the guests first). Prints a table of
-//! medians and 99th percentiles and the WASM/native ratios.
+//! medians and 99th percentiles and the WASM/native ratios. `--quick` runs
+//! briefly; `--only TEXT` runs the rows whose name contains TEXT.
 
 use std::hint::black_box;
 use std::path::PathBuf;
@@ -12,8 +13,8 @@ use std::time::{Duration, Instant};
 use berth::policy::builtin::Builtins;
 use berth::policy::samples::{failure, node, pairs, volume};
 use berth::policy::{
-    Code, EngineOptions, Health, ModuleConfig, NamingRequest, Node, Operation, PlacementRequest,
-    PolicyEngine, PolicyModule, Purpose,
+    Candidates, Code, EngineOptions, Health, ModuleConfig, NamingRequest, Operation, PlacementRequest,
+    PolicyEngine, PolicyModule, Purpose, candidates,
 };
 
 struct Stats {
@@ -21,19 +22,28 @@ struct Stats {
     p99: Duration,
 }
 
-/// Times `f` repeatedly for about `budget`, after a warm-up.
-fn measure(budget: Duration, mut f: impl FnMut()) -> Stats {
+/// Times `wasm` and `native` alternately for about `budget`, after a warm-up,
+/// so both see the same machine conditions and their ratio is fair.
+fn measure(budget: Duration, mut wasm: impl FnMut(), mut native: impl FnMut()) -> (Stats, Stats) {
     let warm = Instant::now();
     while warm.elapsed() < budget / 10 {
-        f();
+        wasm();
+        native();
     }
-    let mut samples = Vec::new();
+    let (mut a, mut b) = (Vec::new(), Vec::new());
     let start = Instant::now();
-    while start.elapsed() < budget || samples.len() < 20 {
+    while start.elapsed() < budget || a.len() < 20 {
         let t = Instant::now();
-        f();
-        samples.push(t.elapsed());
+        wasm();
+        a.push(t.elapsed());
+        let t = Instant::now();
+        native();
+        b.push(t.elapsed());
     }
+    (stats(a), stats(b))
+}
+
+fn stats(mut samples: Vec<Duration>) -> Stats {
     samples.sort();
     Stats {
         median: samples[samples.len() / 2],
@@ -75,9 +85,10 @@ fn load(engine: &PolicyEngine, file: &str) -> PolicyModule {
         .unwrap_or_else(|e| panic!("{e} (build the guests with `cargo xtask guests`)"))
 }
 
-/// A cluster of `n` nodes over three zones with mixed load, labels and health.
-fn cluster(n: usize) -> Vec<Node> {
-    (0..n)
+/// A cluster of `n` nodes over three zones and 40 racks, with mixed load,
+/// labels and health.
+fn cluster(n: usize) -> Candidates {
+    let nodes: Vec<_> = (0..n)
         .map(|i| {
             let zone = ["zone-a", "zone-b", "zone-c"][i % 3];
             let rack = format!("rack-{}", i % 40);
@@ -90,12 +101,21 @@ fn cluster(n: usize) -> Vec<Node> {
             }
             node
         })
-        .collect()
+        .collect();
+    candidates(&nodes)
 }
 
 fn main() {
     // `cargo bench` passes --bench; a quick run for CI passes --quick.
-    let quick = std::env::args().any(|a| a == "--quick");
+    let args: Vec<String> = std::env::args().collect();
+    let quick = args.iter().any(|a| a == "--quick");
+    // `--only TEXT` runs the rows whose name contains TEXT.
+    let only = args
+        .iter()
+        .position(|a| a == "--only")
+        .and_then(|i| args.get(i + 1))
+        .cloned();
+    let wanted = |name: &str| only.as_deref().is_none_or(|o| name.contains(o));
     let budget = if quick {
         Duration::from_millis(200)
     } else {
@@ -104,7 +124,11 @@ fn main() {
     let engine = PolicyEngine::new(EngineOptions::default()).expect("policy engine");
     let builtins = Builtins::default();
     let naming = load(&engine, "berth_naming_guest.wasm");
-    let placement = load(&engine, "berth_placement_guest.wasm");
+    // BERTH_BENCH_PLACEMENT=<file> swaps the placement guest, e.g. to measure
+    // the sandbox's own cost with a guest that does no work.
+    let placement_file =
+        std::env::var("BERTH_BENCH_PLACEMENT").unwrap_or("berth_placement_guest.wasm".into());
+    let placement = load(&engine, &placement_file);
     let retry = load(&engine, "berth_retry_guest.wasm");
 
     println!("| decision                 | WASM p50   | WASM p99   | native p50 | native p99 | ratio    |");
@@ -114,15 +138,24 @@ fn main() {
         volume: volume("postgres-data"),
         settings: vec![],
     };
-    let wasm = measure(budget, || {
-        let _ = black_box(naming.volume_name(&engine, &request).unwrap());
-    });
-    let native = measure(budget, || {
-        black_box(builtins.naming.volume_name(&request.volume));
-    });
-    row("naming", &wasm, &native);
+    if wanted("naming") {
+        let (wasm, native) = measure(
+            budget,
+            || {
+                let _ = black_box(naming.volume_name(&engine, &request).unwrap());
+            },
+            || {
+                black_box(builtins.naming.volume_name(&request.volume));
+            },
+        );
+        row("naming", &wasm, &native);
+    }
 
     for n in [10, 100, 1_000, 10_000] {
+        let name = format!("placement, {n} nodes");
+        if !wanted(&name) {
+            continue;
+        }
         let nodes = cluster(n);
         let mut v = volume("data");
         v.requisite_topology = vec![pairs(&[("zone", "zone-a")]), pairs(&[("zone", "zone-b")])];
@@ -133,21 +166,29 @@ fn main() {
             accessible_topology: vec![],
             settings: vec![],
         };
-        let wasm = measure(budget, || {
-            black_box(placement.place(&engine, &request, &nodes).unwrap());
-        });
-        let native = measure(budget, || {
-            black_box(builtins.placement.place(&request, &nodes));
-        });
-        row(&format!("placement, {n} nodes"), &wasm, &native);
+        let (wasm, native) = measure(
+            budget,
+            || {
+                black_box(placement.place(&engine, &request, &nodes).unwrap());
+            },
+            || {
+                black_box(builtins.placement.place(&request, &nodes));
+            },
+        );
+        row(&name, &wasm, &native);
     }
 
-    let f = failure(Operation::CreateVolume, Code::Unavailable, 3);
-    let wasm = measure(budget, || {
-        black_box(retry.classify(&engine, &f).unwrap());
-    });
-    let native = measure(budget, || {
-        black_box(builtins.retry.classify(&f));
-    });
-    row("retry", &wasm, &native);
+    if wanted("retry") {
+        let f = failure(Operation::CreateVolume, Code::Unavailable, 3);
+        let (wasm, native) = measure(
+            budget,
+            || {
+                black_box(retry.classify(&engine, &f).unwrap());
+            },
+            || {
+                black_box(builtins.retry.classify(&f));
+            },
+        );
+        row("retry", &wasm, &native);
+    }
 }

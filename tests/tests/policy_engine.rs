@@ -8,8 +8,8 @@ use std::time::Duration;
 use berth::policy::builtin::Builtins;
 use berth::policy::samples::{self, failure, pairs, volume};
 use berth::policy::{
-    Code, Decision, EngineOptions, GuestFailure, ModuleConfig, NamingOutcome, Node, OnError, Operation,
-    Policies, PolicyEngine, PolicyError, PolicyModule, Purpose, RetryDecision,
+    Code, Decision, EngineOptions, GuestFailure, ModuleConfig, NamingOutcome, OnError, Operation,
+    PlacementNode, Policies, PolicyEngine, PolicyError, PolicyModule, Purpose, RetryDecision, candidates,
 };
 use berth_tests::guest;
 
@@ -37,7 +37,7 @@ fn policies() -> Policies {
     Policies::new(engine(), Builtins::default())
 }
 
-fn node(name: &str, zone: &str, published: u64, max: Option<u64>) -> Node {
+fn node(name: &str, zone: &str, published: u64, max: Option<u64>) -> PlacementNode {
     let mut n = samples::node(name, &[("zone", zone)]);
     n.published_volumes = published;
     n.max_volumes = max;
@@ -103,7 +103,7 @@ fn placement_guest_filters_and_ranks_with_reasons() {
         node("idle", "a", 0, Some(8)),
         node("far", "b", 0, None),
     ];
-    let verdicts = p.place(v, Purpose::Create, vec![], &nodes).unwrap();
+    let verdicts = p.place(v, Purpose::Create, vec![], &candidates(&nodes)).unwrap();
     assert_eq!(verdicts.len(), 3);
     assert!(verdicts[0].eligible && verdicts[1].eligible);
     assert!(verdicts[1].score > verdicts[0].score);
@@ -183,7 +183,7 @@ fn a_trap_reports_the_guest_panic_message() {
 }
 
 #[test]
-fn huge_answers_are_refused_before_they_are_copied() {
+fn huge_answers_are_refused() {
     let p = policies();
     p.load(
         config("berth_hostile_guest", &[("behaviour", "huge-answer")]),
@@ -194,7 +194,12 @@ fn huge_answers_are_refused_before_they_are_copied() {
         |f: &GuestFailure| matches!(f, GuestFailure::AnswerTooLarge { limit, .. } if *limit == 1 << 20);
     assert!(too_large(&failure_of(p.volume_name(volume("v")))));
     let e = p
-        .place(volume("v"), Purpose::Publish, vec![], &[node("n", "a", 0, None)])
+        .place(
+            volume("v"),
+            Purpose::Publish,
+            vec![],
+            &candidates(&[node("n", "a", 0, None)]),
+        )
         .unwrap_err();
     assert!(too_large(&e.failure), "{e}");
     let e = p
@@ -217,7 +222,7 @@ fn answers_that_break_the_contract_are_invalid() {
     }
     let nodes = [node("a", "a", 0, None), node("b", "a", 0, None)];
     let e = p
-        .place(volume("v"), Purpose::Publish, vec![], &nodes)
+        .place(volume("v"), Purpose::Publish, vec![], &candidates(&nodes))
         .unwrap_err();
     assert_eq!(e.decision, Decision::Placement);
     assert!(

@@ -4,6 +4,7 @@
 //! - `test`: build everything the tests start (binaries, guest components),
 //!   then run every test;
 //! - `guests`: build the policy guest components for wasm32-wasip2;
+//! - `bench`: the policy benchmark (WASM guests against the built-in policies);
 //! - `lint`: rustfmt and clippy, as CI runs them.
 
 use std::path::{Path, PathBuf};
@@ -19,6 +20,8 @@ commands:
   demo    build Berth and the sample plugin, start the plugin and probe it
   test    build what the tests start (binaries, guests), then run the whole test suite
   guests  build the policy guest components (wasm32-wasip2) into target/wasm32-wasip2/guest
+  bench   the policy benchmark: WASM guests against the built-in native policies
+          (release build; add --quick for a short run)
   lint    cargo fmt --check and cargo clippy --all-targets -D warnings";
 
 fn main() {
@@ -28,6 +31,7 @@ fn main() {
         Some("test") => test(&args[1..]),
         Some("lint") => lint(),
         Some("guests") => guests(),
+        Some("bench") => bench(&args[1..]),
         Some("-h" | "--help" | "help") => {
             println!("{USAGE}");
             Ok(())
@@ -112,6 +116,14 @@ fn test(extra: &[String]) -> anyhow::Result<()> {
     build_bins()?;
     let mut cmd = cargo();
     cmd.args(["test", "--workspace"]).args(extra);
+    run(cmd)
+}
+
+fn bench(extra: &[String]) -> anyhow::Result<()> {
+    guests()?;
+    let mut cmd = cargo();
+    cmd.args(["bench", "--package", "berth", "--bench", "policy", "--"])
+        .args(extra);
     run(cmd)
 }
 

@@ -1,7 +1,19 @@
 //! Small tools most policies need: reading pairs, matching topology,
 //! sanitising names, stable hashing, backoff.
 
-use crate::{Code, Operation, Pairs};
+use crate::{Candidate, Candidates, Code, Operation, Pairs};
+
+impl Candidates {
+    /// The topology segments of a candidate.
+    pub fn topology_of(&self, c: &Candidate) -> &Pairs {
+        &self.topologies[c.topology as usize]
+    }
+
+    /// The operator's labels on a candidate.
+    pub fn labels_of(&self, c: &Candidate) -> &Pairs {
+        &self.label_sets[c.labels as usize]
+    }
+}
 
 impl Code {
     /// The gRPC name, as the CSI spec writes it: `NOT_FOUND`, `UNAVAILABLE`...

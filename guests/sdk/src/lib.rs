@@ -29,8 +29,14 @@
 // Lets the generated code name this crate the way guest crates do.
 extern crate self as berth_guest;
 
+pub mod alloc;
 mod helpers;
 pub mod testing;
+
+// Only inside the component: native unit tests keep the standard allocator.
+#[cfg(all(target_arch = "wasm32", feature = "bump-allocator"))]
+#[global_allocator]
+static ALLOCATOR: alloc::BumpAllocator = alloc::BumpAllocator::new();
 
 pub use helpers::*;
 
@@ -79,14 +85,16 @@ pub mod retry {
 }
 
 pub use naming::berth::policy::types::{
-    AccessMode, AccessType, CapacityRange, Code, Health, Node, Operation, Pairs, Volume,
+    AccessMode, AccessType, CapacityRange, Code, Health, Operation, Pairs, Volume,
 };
 /// Decides the name a volume gets on the backend. Export with [`export_naming!`].
 pub use naming::exports::berth::policy::naming::Guest as Naming;
 pub use naming::exports::berth::policy::naming::NamingRequest;
 /// Filters and ranks candidate nodes. Export with [`export_placement!`].
 pub use placement::exports::berth::policy::placement::Guest as Placement;
-pub use placement::exports::berth::policy::placement::{PlacementRequest, Purpose, Verdict};
+pub use placement::exports::berth::policy::placement::{
+    Candidate, Candidates, PlacementRequest, Purpose, Verdict,
+};
 /// Classifies failed CSI calls. Export with [`export_retry!`].
 pub use retry::exports::berth::policy::retry::Guest as Retry;
 pub use retry::exports::berth::policy::retry::{Decision, Failure};

@@ -1,6 +1,9 @@
 //! Builders for policy inputs, for native unit tests of a policy.
 
-use crate::{AccessMode, AccessType, CapacityRange, Code, Failure, Health, Node, Operation, Pairs, Volume};
+use crate::{
+    AccessMode, AccessType, Candidate, Candidates, CapacityRange, Code, Failure, Health, Operation, Pairs,
+    Volume,
+};
 
 /// Pairs from string slices.
 pub fn pairs(kv: &[(&str, &str)]) -> Pairs {
@@ -26,16 +29,54 @@ pub fn volume(name: &str) -> Volume {
     }
 }
 
+/// A node as a test writes it; [`candidates`] turns a list of them into the
+/// placement input, sharing equal topologies and label sets as Berth does.
+#[derive(Clone, Debug, Default)]
+pub struct TestNode {
+    pub name: String,
+    pub topology: Pairs,
+    pub labels: Pairs,
+    pub max_volumes: Option<u64>,
+    pub published_volumes: u64,
+    pub health: Option<Health>,
+}
+
 /// A healthy node with no volumes, no limit and no labels.
-pub fn node(name: &str, topology: &[(&str, &str)]) -> Node {
-    Node {
+pub fn node(name: &str, topology: &[(&str, &str)]) -> TestNode {
+    TestNode {
         name: name.to_string(),
-        node_id: name.to_string(),
         topology: pairs(topology),
-        max_volumes: None,
-        published_volumes: 0,
-        labels: vec![],
-        health: Health::Healthy,
+        ..Default::default()
+    }
+}
+
+/// The placement input for `nodes`.
+pub fn candidates(nodes: &[TestNode]) -> Candidates {
+    fn index(table: &mut Vec<Pairs>, p: &Pairs) -> u32 {
+        match table.iter().position(|t| t == p) {
+            Some(i) => i as u32,
+            None => {
+                table.push(p.clone());
+                (table.len() - 1) as u32
+            }
+        }
+    }
+    let (mut topologies, mut label_sets) = (Vec::new(), Vec::new());
+    let nodes = nodes
+        .iter()
+        .map(|n| Candidate {
+            name: n.name.clone(),
+            topology: index(&mut topologies, &n.topology),
+            labels: index(&mut label_sets, &n.labels),
+            max_volumes: n.max_volumes,
+            published_volumes: n.published_volumes,
+            health: n.health.unwrap_or(Health::Healthy),
+        })
+        .collect();
+    Candidates {
+        topologies,
+        label_sets,
+        nodes,
     }
 }
 

@@ -28,7 +28,7 @@ pub enum PolicyCommand {
     Check(CheckArgs),
     /// Run a file of cases (inputs and expected answers) against a module and
     /// report each pass or failure. Exits 1 when any case fails.
-    #[command(after_help = "The case file format is documented in docs/policy-cases.md; \
+    #[command(after_help = "The case file format is documented in guests/README.md; \
 the sample guests' case files are in guests/*/cases.toml.\n\nExample:\n  berth policy test my_policy.wasm cases.toml")]
     Test(TestArgs),
 }
@@ -204,7 +204,7 @@ fn sample(engine: &PolicyEngine, module: &PolicyModule, decision: Decision) -> S
                 settings,
             };
             module
-                .place(engine, &request, &nodes)
+                .place(engine, &request, &berth::policy::candidates(&nodes))
                 .map(|v| {
                     let eligible: Vec<&str> = nodes
                         .iter()

@@ -10,10 +10,12 @@ mod generated {
 }
 
 pub use generated::berth::policy::types::{
-    AccessMode, AccessType, CapacityRange, Code, Health, Node, Operation, Pairs, Volume,
+    AccessMode, AccessType, CapacityRange, Code, Health, Operation, Pairs, Volume,
 };
 pub use generated::exports::berth::policy::naming::NamingRequest;
-pub use generated::exports::berth::policy::placement::{PlacementRequest, Purpose, Verdict};
+pub use generated::exports::berth::policy::placement::{
+    Candidate, Candidates, PlacementRequest, Purpose, Verdict,
+};
 pub use generated::exports::berth::policy::retry::{Decision as RetryDecision, Failure};
 
 impl Code {

@@ -32,7 +32,7 @@ use serde::{Deserialize, Serialize};
 
 use super::samples;
 use super::{
-    AccessMode, AccessType, Code, Decision, Failure, Health, NamingRequest, Node, Operation, Pairs,
+    AccessMode, AccessType, Code, Decision, Failure, Health, NamingRequest, Operation, Pairs, PlacementNode,
     PlacementRequest, PolicyEngine, PolicyModule, Purpose, RetryDecision, Volume,
 };
 
@@ -90,7 +90,6 @@ pub struct VolumeInput {
 #[serde(deny_unknown_fields)]
 pub struct NodeInput {
     name: String,
-    node_id: Option<String>,
     #[serde(default)]
     topology: Map,
     max_volumes: Option<u64>,
@@ -242,7 +241,7 @@ fn run_one(
                 settings,
             };
             let verdicts = module
-                .place(engine, &request, &nodes)
+                .place(engine, &request, &super::candidates(&nodes))
                 .map_err(|e| e.failure.to_string())?;
             check_placement(e, &nodes, &verdicts)
         }
@@ -309,7 +308,11 @@ fn check_naming(e: &Expect, answer: Result<String, String>) -> Result<String, St
     }
 }
 
-fn check_placement(e: &Expect, nodes: &[Node], verdicts: &[super::Verdict]) -> Result<String, String> {
+fn check_placement(
+    e: &Expect,
+    nodes: &[PlacementNode],
+    verdicts: &[super::Verdict],
+) -> Result<String, String> {
     let eligible: Vec<&str> = nodes
         .iter()
         .zip(verdicts)
@@ -330,7 +333,7 @@ fn check_placement(e: &Expect, nodes: &[Node], verdicts: &[super::Verdict]) -> R
         .iter()
         .zip(verdicts)
         .filter(|(_, v)| v.eligible)
-        .fold(None::<(&Node, i32)>, |acc, (n, v)| match acc {
+        .fold(None::<(&PlacementNode, i32)>, |acc, (n, v)| match acc {
             Some((_, s)) if s >= v.score => acc,
             _ => Some((n, v.score)),
         })
@@ -431,11 +434,8 @@ fn volume(input: Option<&VolumeInput>) -> Result<Volume, String> {
     Ok(v)
 }
 
-fn node(i: &NodeInput) -> Result<Node, String> {
+fn node(i: &NodeInput) -> Result<PlacementNode, String> {
     let mut n = samples::node(&i.name, &[]);
-    if let Some(id) = &i.node_id {
-        n.node_id = id.clone();
-    }
     n.topology = to_pairs(&i.topology);
     n.max_volumes = i.max_volumes;
     n.published_volumes = i.published;

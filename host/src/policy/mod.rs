@@ -11,6 +11,7 @@
 mod answer;
 mod bindings;
 pub mod builtin;
+mod candidates;
 pub mod cases;
 mod engine;
 mod error;
@@ -20,6 +21,7 @@ pub mod samples;
 
 pub use answer::{MAX_RETRY_DELAY_MS, validate_volume_name};
 pub use bindings::*;
+pub use candidates::{PlacementNode, candidates};
 pub use engine::{EngineOptions, PolicyEngine};
 pub use error::{GuestFailure, PolicyError};
 pub use module::{Limits, ModuleConfig, OnError, PolicyModule};

@@ -8,14 +8,14 @@ use std::time::Duration;
 
 use serde::{Deserialize, Serialize};
 use wasmtime::component::{
-    Component, ComponentExportIndex, ComponentType, Instance, InstancePre, Lift, WasmList, WasmStr,
+    Component, ComponentExportIndex, ComponentNamedList, Instance, InstancePre, Lift, Lower, TypedFunc,
 };
 use wasmtime::{Store, Trap};
 
 use super::answer::{validate_retry, validate_verdicts, validate_volume_name};
 use super::engine::{GuestState, MemoryLimitExceeded, PolicyEngine};
 use super::error::{GuestFailure, PolicyError, bytes};
-use super::{Decision, Failure, NamingRequest, Node, PlacementRequest, RetryDecision, Verdict};
+use super::{Candidates, Decision, Failure, NamingRequest, PlacementRequest, RetryDecision, Verdict};
 
 /// The WIT package version this host implements; compatible guests export
 /// `berth:policy/<interface>@0.1.x`.
@@ -47,7 +47,7 @@ pub struct Limits {
     pub memory_bytes: usize,
     /// Wall-clock time a decision may take, instantiation included.
     pub deadline: Duration,
-    /// Size of an answer (strings and lists, in bytes) before it is even read.
+    /// Size of an answer (strings and lists, in bytes).
     pub max_answer_bytes: usize,
 }
 
@@ -105,27 +105,6 @@ pub struct PolicyModule {
     placement: Option<ComponentExportIndex>,
     retry: Option<ComponentExportIndex>,
     pub(crate) counters: Counters,
-}
-
-// The guest-side view of answers: strings stay in guest memory until their
-// size has been checked.
-#[derive(ComponentType, Lift)]
-#[component(record)]
-struct RawVerdict {
-    eligible: bool,
-    score: i32,
-    reason: WasmStr,
-}
-
-#[derive(ComponentType, Lift)]
-#[component(variant)]
-enum RawDecision {
-    #[component(name = "retry-after")]
-    RetryAfter(u64),
-    #[component(name = "give-up")]
-    GiveUp(WasmStr),
-    #[component(name = "done")]
-    Done,
 }
 
 #[derive(Debug, thiserror::Error)]
@@ -235,13 +214,13 @@ impl PolicyModule {
             self.run(engine, decision, |store, instance, index| {
                 let result = match decision {
                     Decision::Naming => instance
-                        .get_typed_func::<(&NamingRequest,), (Result<WasmStr, WasmStr>,)>(store, index)
+                        .get_typed_func::<(&NamingRequest,), (Result<String, String>,)>(store, index)
                         .map(drop),
                     Decision::Placement => instance
-                        .get_typed_func::<(&PlacementRequest, &[Node]), (WasmList<RawVerdict>,)>(store, index)
+                        .get_typed_func::<(&PlacementRequest, &Candidates), (Vec<Verdict>,)>(store, index)
                         .map(drop),
                     Decision::Retry => instance
-                        .get_typed_func::<(&Failure,), (RawDecision,)>(store, index)
+                        .get_typed_func::<(&Failure,), (RetryDecision,)>(store, index)
                         .map(drop),
                 };
                 result.map_err(|e| {
@@ -301,13 +280,11 @@ impl PolicyModule {
     ) -> Result<Result<String, String>, PolicyError> {
         let max = self.config.limits.max_answer_bytes;
         let answer = self.run(engine, Decision::Naming, |store, instance, index| {
-            let func = instance
-                .get_typed_func::<(&NamingRequest,), (Result<WasmStr, WasmStr>,)>(&mut *store, index)?;
+            let func = typed::<(&NamingRequest,), (Result<String, String>,)>(store, instance, index)?;
             let (answer,) = func.call(&mut *store, (request,))?;
-            Ok(match answer {
-                Ok(s) => Ok(bounded(&s, store, max)?),
-                Err(s) => Err(bounded(&s, store, max)?),
-            })
+            let (Ok(text) | Err(text)) = &answer;
+            within(text.len(), max)?;
+            Ok(answer)
         })?;
         if let Ok(name) = &answer {
             validate_volume_name(name).map_err(|why| self.invalid(Decision::Naming, why))?;
@@ -320,42 +297,22 @@ impl PolicyModule {
         &self,
         engine: &PolicyEngine,
         request: &PlacementRequest,
-        candidates: &[Node],
+        candidates: &Candidates,
     ) -> Result<Vec<Verdict>, PolicyError> {
+        candidates.check().map_err(|why| PolicyError {
+            module: self.config.name.clone(),
+            decision: Decision::Placement,
+            failure: GuestFailure::InvalidAnswer(format!("bad request: {why}")),
+        })?;
         let max = self.config.limits.max_answer_bytes;
         let verdicts = self.run(engine, Decision::Placement, |store, instance, index| {
-            let func = instance.get_typed_func::<(&PlacementRequest, &[Node]), (WasmList<RawVerdict>,)>(
-                &mut *store,
-                index,
-            )?;
-            let (list,) = func.call(&mut *store, (request, candidates))?;
-            let mut total = list.len().saturating_mul(std::mem::size_of::<Verdict>());
-            if total > max {
-                return Err(wasmtime::Error::new(TooLarge { bytes: total }));
-            }
-            let raw = list
-                .iter(&mut *store)?
-                .collect::<wasmtime::Result<Vec<RawVerdict>>>()?;
-            let mut reasons = Vec::with_capacity(raw.len());
-            for v in &raw {
-                let reason = v.reason.to_str(&*store)?;
-                total += reason.len();
-                if total > max {
-                    return Err(wasmtime::Error::new(TooLarge { bytes: total }));
-                }
-                reasons.push(reason);
-            }
-            Ok(raw
-                .iter()
-                .zip(reasons)
-                .map(|(v, reason)| Verdict {
-                    eligible: v.eligible,
-                    score: v.score,
-                    reason: reason.into_owned(),
-                })
-                .collect::<Vec<_>>())
+            let func = typed::<(&PlacementRequest, &Candidates), (Vec<Verdict>,)>(store, instance, index)?;
+            let (verdicts,) = func.call(&mut *store, (request, candidates))?;
+            let reasons: usize = verdicts.iter().map(|v| v.reason.len()).sum();
+            within(verdicts.len() * std::mem::size_of::<Verdict>() + reasons, max)?;
+            Ok(verdicts)
         })?;
-        validate_verdicts(&verdicts, candidates.len())
+        validate_verdicts(&verdicts, candidates.nodes.len())
             .map_err(|why| self.invalid(Decision::Placement, why))?;
         Ok(verdicts)
     }
@@ -364,13 +321,12 @@ impl PolicyModule {
     pub fn classify(&self, engine: &PolicyEngine, failure: &Failure) -> Result<RetryDecision, PolicyError> {
         let max = self.config.limits.max_answer_bytes;
         let decision = self.run(engine, Decision::Retry, |store, instance, index| {
-            let func = instance.get_typed_func::<(&Failure,), (RawDecision,)>(&mut *store, index)?;
-            let (raw,) = func.call(&mut *store, (failure,))?;
-            Ok(match raw {
-                RawDecision::RetryAfter(ms) => RetryDecision::RetryAfter(ms),
-                RawDecision::Done => RetryDecision::Done,
-                RawDecision::GiveUp(s) => RetryDecision::GiveUp(bounded(&s, store, max)?),
-            })
+            let func = typed::<(&Failure,), (RetryDecision,)>(store, instance, index)?;
+            let (decision,) = func.call(&mut *store, (failure,))?;
+            if let RetryDecision::GiveUp(reason) = &decision {
+                within(reason.len(), max)?;
+            }
+            Ok(decision)
         })?;
         validate_retry(&decision).map_err(|why| self.invalid(Decision::Retry, why))?;
         Ok(decision)
@@ -400,14 +356,33 @@ fn outside_async<R: Send>(f: impl FnOnce() -> R + Send) -> R {
     }
 }
 
-/// A guest string, read only once it is known to fit `max` bytes.
-fn bounded(s: &WasmStr, store: &Store<GuestState>, max: usize) -> wasmtime::Result<String> {
-    // For UTF-8 guests this borrows guest memory: nothing is copied yet.
-    let text = s.to_str(store)?;
-    if text.len() > max {
-        return Err(wasmtime::Error::new(TooLarge { bytes: text.len() }));
+/// The exported function, typed without checking its signature again.
+fn typed<P, R>(
+    store: &mut Store<GuestState>,
+    instance: &Instance,
+    index: &ComponentExportIndex,
+) -> wasmtime::Result<TypedFunc<P, R>>
+where
+    P: ComponentNamedList + Lower,
+    R: ComponentNamedList + Lift,
+{
+    let func = instance
+        .get_func(&mut *store, index)
+        .ok_or_else(|| wasmtime::Error::msg("exported function missing from the instance"))?;
+    // SAFETY: `check_signatures` type-checked this export of this component
+    // against exactly these parameter and result types when the module loaded,
+    // and every instance comes from the same `InstancePre`.
+    Ok(unsafe { TypedFunc::new_unchecked(func) })
+}
+
+/// Checks an answer's size against the module's bound. The copy out of the
+/// guest has already happened by then (wasmtime frees the guest's answer as
+/// the call returns), so the copy itself is bounded by the memory limit.
+fn within(bytes: usize, max: usize) -> wasmtime::Result<()> {
+    if bytes > max {
+        return Err(wasmtime::Error::new(TooLarge { bytes }));
     }
-    Ok(text.into_owned())
+    Ok(())
 }
 
 impl GuestFailure {

@@ -10,8 +10,8 @@ use serde::Serialize;
 use super::builtin::Builtins;
 use super::module::{ModuleConfig, OnError, PolicyModule};
 use super::{
-    Decision, Failure, NamingRequest, Node, Pairs, PlacementRequest, PolicyEngine, PolicyError, Purpose,
-    RetryDecision, Verdict, Volume,
+    Candidates, Decision, Failure, NamingRequest, Pairs, PlacementRequest, PolicyEngine, PolicyError,
+    Purpose, RetryDecision, Verdict, Volume,
 };
 
 /// What naming decided for a volume.
@@ -165,13 +165,13 @@ impl Policies {
         )
     }
 
-    /// A verdict per candidate node.
+    /// A verdict per candidate node (build the set with [`super::candidates`]).
     pub fn place(
         &self,
         volume: Volume,
         purpose: Purpose,
         accessible_topology: Vec<Pairs>,
-        candidates: &[Node],
+        candidates: &Candidates,
     ) -> Result<Vec<Verdict>, PolicyError> {
         let module = self.module(Decision::Placement);
         let request = PlacementRequest {

@@ -1,7 +1,9 @@
 //! Example inputs: a typical volume, node and failure, for tests, benchmarks
 //! and the defaults of `berth policy test` case files.
 
-use super::{AccessMode, AccessType, CapacityRange, Code, Failure, Health, Node, Operation, Pairs, Volume};
+use super::{
+    AccessMode, AccessType, CapacityRange, Code, Failure, Health, Operation, Pairs, PlacementNode, Volume,
+};
 
 /// Pairs from string slices.
 pub fn pairs(kv: &[(&str, &str)]) -> Pairs {
@@ -27,11 +29,10 @@ pub fn volume(name: &str) -> Volume {
     }
 }
 
-/// A healthy node named `name` (also its CSI node id) in `topology`.
-pub fn node(name: &str, topology: &[(&str, &str)]) -> Node {
-    Node {
+/// A healthy node named `name` in `topology`, with no labels and no limit.
+pub fn node(name: &str, topology: &[(&str, &str)]) -> PlacementNode {
+    PlacementNode {
         name: name.into(),
-        node_id: name.into(),
         topology: pairs(topology),
         max_volumes: None,
         published_volumes: 0,

@@ -3,7 +3,7 @@
 
 use std::fmt::Write;
 
-use crate::policy::{Health, Node, Pairs, PlacementRequest, Purpose, Verdict};
+use crate::policy::{Candidate, Candidates, Health, Pairs, PlacementRequest, Purpose, Verdict};
 
 #[derive(Clone, Debug)]
 pub struct BuiltinPlacement {
@@ -40,20 +40,52 @@ fn show(out: &mut String, pairs: &Pairs) {
     }
 }
 
+/// What is decided once per distinct topology: in the preferred topology, and
+/// the reason when the volume cannot be reached from it.
+struct TopologyVerdict {
+    preferred: bool,
+    outside: Option<String>,
+}
+
 impl BuiltinPlacement {
-    pub fn place(&self, request: &PlacementRequest, candidates: &[Node]) -> Vec<Verdict> {
+    pub fn place(&self, request: &PlacementRequest, candidates: &Candidates) -> Vec<Verdict> {
         let required = match request.purpose {
             Purpose::Create => &request.volume.requisite_topology,
             Purpose::Publish => &request.accessible_topology,
         };
         let preferred = request.volume.preferred_topology.first();
-        candidates
+        let mut wanted = String::new();
+        for (i, t) in required.iter().enumerate() {
+            if i > 0 {
+                wanted.push_str(" or ");
+            }
+            show(&mut wanted, t);
+        }
+        let topologies: Vec<TopologyVerdict> = candidates
+            .topologies
             .iter()
-            .map(|n| self.judge(n, required, preferred))
+            .map(|t| {
+                let reach = reachable(t, required);
+                TopologyVerdict {
+                    preferred: preferred.is_some_and(|p| satisfies(t, p)),
+                    outside: (!reach).then(|| {
+                        let mut reason = String::from("topology ");
+                        show(&mut reason, t);
+                        reason.push_str(" is outside ");
+                        reason.push_str(&wanted);
+                        reason
+                    }),
+                }
+            })
+            .collect();
+        candidates
+            .nodes
+            .iter()
+            .map(|n| self.judge(n, &topologies[n.topology as usize]))
             .collect()
     }
 
-    fn judge(&self, node: &Node, required: &[Pairs], preferred: Option<&Pairs>) -> Verdict {
+    fn judge(&self, node: &Candidate, topology: &TopologyVerdict) -> Verdict {
         let no = |reason: String| Verdict {
             eligible: false,
             score: 0,
@@ -64,17 +96,8 @@ impl BuiltinPlacement {
             Health::Unhealthy => return no("node plugin is unhealthy".into()),
             Health::Unknown => return no("node plugin health is unknown".into()),
         }
-        if !reachable(&node.topology, required) {
-            let mut reason = String::from("topology ");
-            show(&mut reason, &node.topology);
-            reason.push_str(" is outside ");
-            for (i, t) in required.iter().enumerate() {
-                if i > 0 {
-                    reason.push_str(" or ");
-                }
-                show(&mut reason, t);
-            }
-            return no(reason);
+        if let Some(outside) = &topology.outside {
+            return no(outside.clone());
         }
         if let Some(max) = node.max_volumes
             && node.published_volumes >= max
@@ -91,7 +114,7 @@ impl BuiltinPlacement {
                 format!("{} volumes, no limit", node.published_volumes),
             ),
         };
-        if preferred.is_some_and(|p| satisfies(&node.topology, p)) {
+        if topology.preferred {
             score += self.preferred_bonus;
             reason.push_str(", preferred topology");
         }
@@ -106,6 +129,7 @@ impl BuiltinPlacement {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::policy::candidates;
     use crate::policy::samples::{node, pairs, volume};
 
     #[test]
@@ -131,7 +155,7 @@ mod tests {
             full,
             sick,
         ];
-        let v = BuiltinPlacement::default().place(&request, &nodes);
+        let v = BuiltinPlacement::default().place(&request, &candidates(&nodes));
         assert!(v[0].eligible && v[1].eligible);
         assert_eq!(v[1].score, v[0].score + 50);
         assert_eq!(v[2].reason, "topology zone=b is outside zone=a");
@@ -149,7 +173,7 @@ mod tests {
         };
         let v = BuiltinPlacement::default().place(
             &request,
-            &[node("a", &[("zone", "a")]), node("b", &[("zone", "b")])],
+            &candidates(&[node("a", &[("zone", "a")]), node("b", &[("zone", "b")])]),
         );
         assert!(!v[0].eligible && v[1].eligible);
     }

@@ -14,7 +14,8 @@
 use std::sync::atomic::{AtomicU64, Ordering};
 
 use berth_guest::{
-    Decision, Failure, Naming, NamingRequest, Node, Pairs, Placement, PlacementRequest, Retry, Verdict, get,
+    Candidates, Decision, Failure, Naming, NamingRequest, Pairs, Placement, PlacementRequest, Retry, Verdict,
+    get,
 };
 
 pub struct Hostile;
@@ -64,8 +65,9 @@ impl Naming for Hostile {
 }
 
 impl Placement for Hostile {
-    fn place(request: PlacementRequest, candidates: Vec<Node>) -> Vec<Verdict> {
-        let ok = |_: &Node| Verdict {
+    fn place(request: PlacementRequest, candidates: Candidates) -> Vec<Verdict> {
+        let candidates = candidates.nodes;
+        let ok = |_: &berth_guest::Candidate| Verdict {
             eligible: true,
             score: 1,
             reason: String::new(),
