@@ -3,6 +3,13 @@
 //!
 //! See ARCHITECTURE.md at the repository root for the map of this crate.
 
+pub mod api;
+pub mod config;
 pub mod csi;
+pub mod manager;
+pub mod model;
 pub mod policy;
+pub mod secrets;
+pub mod serve;
+pub mod store;
 pub mod units;

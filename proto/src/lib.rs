@@ -10,5 +10,13 @@ pub mod csi {
     }
 }
 
+/// Berth's own API, package `berth.v1`.
+pub mod berth {
+    pub mod v1 {
+        #![allow(clippy::all, missing_docs)]
+        tonic::include_proto!("berth.v1");
+    }
+}
+
 /// The compiled descriptors of every .proto file, as a `FileDescriptorSet`.
 pub const DESCRIPTORS: &[u8] = include_bytes!(concat!(env!("OUT_DIR"), "/descriptors.bin"));

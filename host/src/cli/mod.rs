@@ -2,6 +2,8 @@
 
 mod plugin;
 mod policy;
+mod serve;
+mod volume;
 
 use std::process::ExitCode;
 
@@ -39,12 +41,40 @@ pub enum Command {
     /// Check and test WebAssembly policy modules.
     #[command(subcommand)]
     Policy(policy::PolicyCommand),
+    /// Run the volume manager: the API, the reconciler and the plugin registry.
+    Serve(serve::ServeArgs),
+    /// Create, publish, inspect and delete volumes (through `berth serve`).
+    Volume {
+        #[command(subcommand)]
+        command: Box<volume::VolumeCommand>,
+        #[command(flatten)]
+        api: volume::ApiArgs,
+    },
+    /// Nodes and their CSI node plugins (through `berth serve`).
+    Node {
+        #[command(subcommand)]
+        command: NodeCommand,
+        #[command(flatten)]
+        api: volume::ApiArgs,
+    },
+}
+
+#[derive(Debug, Subcommand)]
+pub enum NodeCommand {
+    /// Every configured node with its plugins' node ids, health, topology and load.
+    List,
 }
 
 pub async fn run(cli: Cli) -> anyhow::Result<ExitCode> {
     match cli.command {
         Command::Plugin(cmd) => plugin::run(cmd, cli.output).await,
         Command::Policy(cmd) => policy::run(cmd, cli.output),
+        Command::Serve(args) => serve::run(args).await,
+        Command::Volume { command, api } => volume::run(*command, api, cli.output).await,
+        Command::Node {
+            command: NodeCommand::List,
+            api,
+        } => volume::nodes(api, cli.output).await,
     }
 }
 

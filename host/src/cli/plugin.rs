@@ -19,6 +19,12 @@ pub enum PluginCommand {
     /// against the CSI spec.
     #[command(after_help = "Example:\n  berth plugin probe unix:///run/csi/hostpath.sock --output json")]
     Probe(ProbeArgs),
+    /// Health of the configured plugins as `berth serve` sees them: the
+    /// controller, and how many of the expected node plugins are healthy.
+    Status {
+        #[command(flatten)]
+        api: super::volume::ApiArgs,
+    },
 }
 
 #[derive(Debug, Args)]
@@ -39,6 +45,7 @@ pub struct ProbeArgs {
 pub async fn run(cmd: PluginCommand, output: Output) -> anyhow::Result<ExitCode> {
     match cmd {
         PluginCommand::Probe(args) => probe(args, output).await,
+        PluginCommand::Status { api } => super::volume::plugin_status(api, output).await,
     }
 }
 

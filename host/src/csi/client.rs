@@ -55,13 +55,7 @@ impl CsiClient {
 
     /// A client that connects on first use and never waits up front.
     pub fn lazy(endpoint: Endpoint, options: ClientOptions) -> Self {
-        let path = endpoint.path().to_path_buf();
-        // The URI is required by tonic but unused: the connector dials the socket.
-        let channel = tonic::transport::Endpoint::from_static("http://csi.plugin")
-            .connect_with_connector_lazy(tower::service_fn(move |_: Uri| {
-                let path = path.clone();
-                async move { Ok::<_, io::Error>(TokioIo::new(UnixStream::connect(path).await?)) }
-            }));
+        let channel = unix_channel(endpoint.path());
         CsiClient {
             label: endpoint.to_string().into(),
             endpoint,
@@ -116,6 +110,19 @@ impl CsiClient {
     pub(crate) fn invalid(&self, call: &'static str, why: impl Into<String>) -> CsiError {
         CsiError::invalid(&self.label, call, why)
     }
+}
+
+/// A gRPC channel to a unix socket that connects on first use and reconnects
+/// after failures.
+pub fn unix_channel(path: &std::path::Path) -> Channel {
+    let path = path.to_path_buf();
+    // The URI is required by tonic but unused: the connector dials the socket.
+    tonic::transport::Endpoint::from_static("http://unix.socket").connect_with_connector_lazy(
+        tower::service_fn(move |_: Uri| {
+            let path = path.clone();
+            async move { Ok::<_, io::Error>(TokioIo::new(UnixStream::connect(path).await?)) }
+        }),
+    )
 }
 
 /// One wrapper per CSI method, each with the deadline and error context applied.

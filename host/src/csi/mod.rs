@@ -8,7 +8,7 @@ pub mod fingerprint;
 pub mod registry;
 
 pub use berth_proto::csi::v1 as proto;
-pub use client::{ClientOptions, CsiClient};
+pub use client::{ClientOptions, CsiClient, unix_channel};
 pub use endpoint::Endpoint;
 pub use error::{CsiError, Failure};
 pub use fingerprint::Fingerprint;

@@ -1,0 +1,342 @@
+//! The `berth.v1` API: a tonic service over a unix socket, translating between
+//! the wire messages and the volume manager.
+
+use std::collections::BTreeMap;
+use std::os::unix::fs::PermissionsExt;
+use std::path::Path;
+use std::sync::Arc;
+
+use berth_proto::berth::v1 as api;
+use tonic::{Request, Response, Status};
+
+use crate::csi::registry::Health;
+use crate::manager::{RequestError, VolumeManager};
+use crate::model::{PublishStep, VolumeRecord, VolumeSpec};
+
+pub struct BerthApi {
+    manager: Arc<VolumeManager>,
+}
+
+impl BerthApi {
+    pub fn new(manager: Arc<VolumeManager>) -> Self {
+        BerthApi { manager }
+    }
+}
+
+fn status(e: RequestError) -> Status {
+    match e {
+        RequestError::Invalid(m) => Status::invalid_argument(m),
+        RequestError::NotFound(m) => Status::not_found(m),
+        RequestError::Conflict(m) => Status::failed_precondition(m),
+        RequestError::Unavailable(m) => Status::unavailable(m),
+    }
+}
+
+fn segments(t: &api::Topology) -> BTreeMap<String, String> {
+    t.segments.clone().into_iter().collect()
+}
+
+fn topology(s: &BTreeMap<String, String>) -> api::Topology {
+    api::Topology {
+        segments: s.clone().into_iter().collect(),
+    }
+}
+
+pub fn spec_from_api(s: api::VolumeSpec) -> VolumeSpec {
+    VolumeSpec {
+        name: s.name,
+        plugin: s.plugin,
+        required_bytes: s.required_bytes,
+        limit_bytes: s.limit_bytes,
+        access_mode: if s.access_mode.is_empty() {
+            "single-node-writer".into()
+        } else {
+            s.access_mode
+        },
+        block: s.block,
+        fs_type: s.fs_type,
+        mount_flags: s.mount_flags,
+        parameters: s.parameters.into_iter().collect(),
+        secret: (!s.secret.is_empty()).then_some(s.secret),
+        requisite_topology: s.requisite_topology.iter().map(segments).collect(),
+        preferred_topology: s.preferred_topology.iter().map(segments).collect(),
+        labels: s.labels.into_iter().collect(),
+    }
+}
+
+fn spec_to_api(s: &VolumeSpec) -> api::VolumeSpec {
+    api::VolumeSpec {
+        name: s.name.clone(),
+        plugin: s.plugin.clone(),
+        required_bytes: s.required_bytes,
+        limit_bytes: s.limit_bytes,
+        access_mode: s.access_mode.clone(),
+        block: s.block,
+        fs_type: s.fs_type.clone(),
+        mount_flags: s.mount_flags.clone(),
+        parameters: s.parameters.clone().into_iter().collect(),
+        secret: s.secret.clone().unwrap_or_default(),
+        requisite_topology: s.requisite_topology.iter().map(topology).collect(),
+        preferred_topology: s.preferred_topology.iter().map(topology).collect(),
+        labels: s.labels.clone().into_iter().collect(),
+    }
+}
+
+fn step_name(step: PublishStep, wanted: bool) -> &'static str {
+    match (step, wanted) {
+        (PublishStep::Published, true) => "published",
+        (_, false) => "unpublishing",
+        (PublishStep::None, true) => "pending",
+        (PublishStep::ControllerPublished, true) => "controller-published",
+        (PublishStep::Staged, true) => "staged",
+    }
+}
+
+pub fn volume_to_api(m: &VolumeManager, r: &VolumeRecord) -> api::Volume {
+    let b = r.backend.as_ref();
+    api::Volume {
+        id: r.id.clone(),
+        spec: Some(spec_to_api(&r.spec)),
+        state: r.state().to_string(),
+        csi_name: r.csi_name.clone().unwrap_or_default(),
+        volume_id: b.map(|b| b.volume_id.clone()).unwrap_or_default(),
+        capacity_bytes: b.map_or(0, |b| b.capacity_bytes),
+        accessible_topology: b
+            .map(|b| b.accessible_topology.iter().map(topology).collect())
+            .unwrap_or_default(),
+        publications: r
+            .publications
+            .iter()
+            .map(|(node, p)| api::Publication {
+                node: node.clone(),
+                state: step_name(p.step, p.wanted).to_string(),
+                readonly: p.readonly,
+                target_path: m.target_path(node, &r.id).display().to_string(),
+            })
+            .collect(),
+        failure: r.failure.clone().unwrap_or_default(),
+        retrying: r
+            .retrying
+            .as_ref()
+            .map(|t| format!("{} (attempt {}): {}", t.operation, t.attempt, t.last_error))
+            .unwrap_or_default(),
+        generation: r.generation,
+    }
+}
+
+fn health(h: &Health) -> (&'static str, String) {
+    match h {
+        Health::Unknown => ("unknown", String::new()),
+        Health::Healthy => ("healthy", String::new()),
+        Health::Unhealthy { reason } => ("unhealthy", reason.clone()),
+    }
+}
+
+#[tonic::async_trait]
+impl api::berth_server::Berth for BerthApi {
+    async fn create_volume(
+        &self,
+        req: Request<api::CreateVolumeRequest>,
+    ) -> Result<Response<api::Volume>, Status> {
+        let spec = req
+            .into_inner()
+            .spec
+            .ok_or_else(|| Status::invalid_argument("spec: required"))?;
+        let r = self.manager.create(spec_from_api(spec)).await.map_err(status)?;
+        Ok(Response::new(volume_to_api(&self.manager, &r)))
+    }
+
+    async fn get_volume(&self, req: Request<api::GetVolumeRequest>) -> Result<Response<api::Volume>, Status> {
+        let name = req.into_inner().name;
+        let r = self
+            .manager
+            .get(&name)
+            .ok_or_else(|| Status::not_found(format!("no volume named {name:?}")))?;
+        Ok(Response::new(volume_to_api(&self.manager, &r)))
+    }
+
+    async fn list_volumes(
+        &self,
+        _: Request<api::ListVolumesRequest>,
+    ) -> Result<Response<api::ListVolumesResponse>, Status> {
+        let volumes = self
+            .manager
+            .list()
+            .iter()
+            .map(|r| volume_to_api(&self.manager, r))
+            .collect();
+        Ok(Response::new(api::ListVolumesResponse { volumes }))
+    }
+
+    async fn delete_volume(
+        &self,
+        req: Request<api::DeleteVolumeRequest>,
+    ) -> Result<Response<api::Volume>, Status> {
+        let r = self
+            .manager
+            .delete(&req.into_inner().name)
+            .await
+            .map_err(status)?;
+        Ok(Response::new(volume_to_api(&self.manager, &r)))
+    }
+
+    async fn publish_volume(
+        &self,
+        req: Request<api::PublishVolumeRequest>,
+    ) -> Result<Response<api::Volume>, Status> {
+        let req = req.into_inner();
+        let node = (!req.node.is_empty()).then_some(req.node.as_str());
+        let r = self
+            .manager
+            .publish(&req.name, node, req.readonly)
+            .await
+            .map_err(status)?;
+        Ok(Response::new(volume_to_api(&self.manager, &r)))
+    }
+
+    async fn unpublish_volume(
+        &self,
+        req: Request<api::UnpublishVolumeRequest>,
+    ) -> Result<Response<api::Volume>, Status> {
+        let req = req.into_inner();
+        if req.node.is_empty() {
+            return Err(Status::invalid_argument("node: required"));
+        }
+        let r = self
+            .manager
+            .unpublish(&req.name, &req.node)
+            .await
+            .map_err(status)?;
+        Ok(Response::new(volume_to_api(&self.manager, &r)))
+    }
+
+    async fn retry_volume(
+        &self,
+        req: Request<api::RetryVolumeRequest>,
+    ) -> Result<Response<api::Volume>, Status> {
+        let r = self.manager.retry(&req.into_inner().name).await.map_err(status)?;
+        Ok(Response::new(volume_to_api(&self.manager, &r)))
+    }
+
+    async fn list_nodes(
+        &self,
+        _: Request<api::ListNodesRequest>,
+    ) -> Result<Response<api::ListNodesResponse>, Status> {
+        let m = &self.manager;
+        let nodes = m
+            .config()
+            .nodes
+            .iter()
+            .map(|n| api::Node {
+                name: n.name.clone(),
+                labels: n.labels.clone().into_iter().collect(),
+                plugins: n
+                    .plugins
+                    .keys()
+                    .map(|plugin| {
+                        let st = m.node_plugin(&n.name, plugin).map(|p| p.status());
+                        let (h, reason) = st
+                            .as_ref()
+                            .map_or(("unknown", String::new()), |s| health(&s.health));
+                        let info = st.and_then(|s| s.fingerprint).and_then(|f| f.node);
+                        api::NodePlugin {
+                            plugin: plugin.clone(),
+                            node_id: info.as_ref().map(|i| i.node_id.clone()).unwrap_or_default(),
+                            health: h.into(),
+                            reason,
+                            max_volumes: info
+                                .as_ref()
+                                .and_then(|i| i.max_volumes_per_node)
+                                .map_or(0, |v| v as i64),
+                            published_volumes: m.published_counts(plugin).get(&n.name).copied().unwrap_or(0),
+                            topology: info.map(|i| topology(&i.accessible_topology)),
+                        }
+                    })
+                    .collect(),
+            })
+            .collect();
+        Ok(Response::new(api::ListNodesResponse { nodes }))
+    }
+
+    async fn plugin_status(
+        &self,
+        _: Request<api::PluginStatusRequest>,
+    ) -> Result<Response<api::PluginStatusResponse>, Status> {
+        let m = &self.manager;
+        let plugins = m
+            .config()
+            .plugins
+            .iter()
+            .map(|p| {
+                let controller = m.registry().get(&p.name).map(|c| c.status());
+                let (h, reason) = match (&p.controller, &controller) {
+                    (None, _) => ("none", String::new()),
+                    (Some(_), Some(s)) => health(&s.health),
+                    (Some(_), None) => ("unknown", String::new()),
+                };
+                let nodes: Vec<&str> = m
+                    .config()
+                    .nodes
+                    .iter()
+                    .filter(|n| n.plugins.contains_key(&p.name))
+                    .map(|n| n.name.as_str())
+                    .collect();
+                let healthy = nodes
+                    .iter()
+                    .filter(|n| {
+                        m.node_plugin(n, &p.name)
+                            .is_some_and(|x| x.status().health == Health::Healthy)
+                    })
+                    .count();
+                api::PluginStatus {
+                    name: p.name.clone(),
+                    driver: controller
+                        .as_ref()
+                        .and_then(|s| s.fingerprint.as_ref().map(|f| f.name.clone()))
+                        .or_else(|| p.driver.clone())
+                        .unwrap_or_default(),
+                    controller_health: h.into(),
+                    controller_reason: reason,
+                    nodes_healthy: healthy as u32,
+                    nodes_expected: nodes.len() as u32,
+                    capabilities: controller
+                        .and_then(|s| s.fingerprint)
+                        .and_then(|f| f.controller)
+                        .map(|c| c.capabilities)
+                        .unwrap_or_default(),
+                }
+            })
+            .collect();
+        Ok(Response::new(api::PluginStatusResponse { plugins }))
+    }
+}
+
+/// Binds the API socket with `mode` before anyone can connect, replacing a
+/// stale socket; refuses to replace anything that is not a socket.
+pub fn bind(path: &Path, mode: u32) -> Result<tokio::net::UnixListener, String> {
+    use std::os::unix::fs::FileTypeExt;
+    if let Ok(meta) = std::fs::symlink_metadata(path) {
+        if !meta.file_type().is_socket() {
+            return Err(format!("{} exists and is not a socket", path.display()));
+        }
+        if std::os::unix::net::UnixStream::connect(path).is_ok() {
+            return Err(format!(
+                "{} is in use: is another berth serving there?",
+                path.display()
+            ));
+        }
+        std::fs::remove_file(path).map_err(|e| format!("removing stale socket {}: {e}", path.display()))?;
+    }
+    if let Some(dir) = path.parent().filter(|p| !p.as_os_str().is_empty()) {
+        std::fs::create_dir_all(dir).map_err(|e| format!("creating {}: {e}", dir.display()))?;
+    }
+    // SAFETY: umask only affects this process's file creation mode; the
+    // socket must never exist, even briefly, with looser permissions.
+    let old = unsafe { libc::umask(0o777 & !mode as libc::mode_t) };
+    let listener = tokio::net::UnixListener::bind(path);
+    unsafe { libc::umask(old) };
+    let listener = listener.map_err(|e| format!("binding {}: {e}", path.display()))?;
+    std::fs::set_permissions(path, std::fs::Permissions::from_mode(mode))
+        .map_err(|e| format!("setting the mode of {}: {e}", path.display()))?;
+    Ok(listener)
+}

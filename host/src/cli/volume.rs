@@ -1,0 +1,613 @@
+//! `berth volume ...`, `berth node list`, `berth plugin status`: clients of
+//! the berth.v1 API.
+
+use std::collections::BTreeMap;
+use std::process::ExitCode;
+use std::time::{Duration, Instant};
+
+use berth::csi::Endpoint;
+use berth_proto::berth::v1 as api;
+use berth_proto::berth::v1::berth_client::BerthClient;
+use clap::{Args, Subcommand};
+use serde::Serialize;
+use tonic::transport::Channel;
+
+use super::Output;
+
+/// Where the API listens; `berth serve` puts it beside its state file.
+#[derive(Debug, Clone, Args)]
+pub struct ApiArgs {
+    /// The API socket of `berth serve`.
+    #[arg(long, global = true, env = "BERTH_API", default_value = "berth-state/berth.sock", value_parser = Endpoint::parse)]
+    pub api: Endpoint,
+}
+
+#[derive(Debug, Subcommand)]
+pub enum VolumeCommand {
+    /// Declare a volume; Berth names it, creates it, and keeps it.
+    Create(Box<CreateArgs>),
+    /// All volumes, one line each.
+    List,
+    /// One volume in full.
+    Get { name: String },
+    /// Unpublish everywhere, then delete on the plugin.
+    Delete {
+        name: String,
+        #[command(flatten)]
+        wait: WaitArgs,
+    },
+    /// Publish on a node (placement chooses one when --node is not given).
+    Publish {
+        name: String,
+        #[arg(long)]
+        node: Option<String>,
+        #[arg(long)]
+        readonly: bool,
+        #[command(flatten)]
+        wait: WaitArgs,
+    },
+    /// Unpublish from a node.
+    Unpublish {
+        name: String,
+        #[arg(long)]
+        node: String,
+        #[command(flatten)]
+        wait: WaitArgs,
+    },
+    /// Try a failed volume again.
+    Retry {
+        name: String,
+        #[command(flatten)]
+        wait: WaitArgs,
+    },
+}
+
+#[derive(Debug, Args)]
+pub struct WaitArgs {
+    /// Wait until done, printing each state change.
+    #[arg(long)]
+    pub wait: bool,
+    /// How long --wait waits.
+    #[arg(long, default_value = "2m", value_parser = humantime::parse_duration)]
+    pub timeout: Duration,
+}
+
+#[derive(Debug, Args)]
+pub struct CreateArgs {
+    pub name: String,
+    /// The configured plugin that serves it.
+    #[arg(long)]
+    pub plugin: String,
+    /// Capacity it must have at least (e.g. 1GiB).
+    #[arg(long, value_parser = berth::units::parse_bytes)]
+    pub size: Option<usize>,
+    /// Capacity it may have at most.
+    #[arg(long, value_parser = berth::units::parse_bytes)]
+    pub limit: Option<usize>,
+    #[arg(long, default_value = "single-node-writer")]
+    pub access_mode: String,
+    /// A raw block device instead of a file system.
+    #[arg(long)]
+    pub block: bool,
+    #[arg(long, default_value = "")]
+    pub fs_type: String,
+    #[arg(long = "mount-flag")]
+    pub mount_flags: Vec<String>,
+    /// A CSI parameter, KEY=VALUE; repeatable.
+    #[arg(long = "param", value_parser = kv)]
+    pub params: Vec<(String, String)>,
+    /// A label, KEY=VALUE; repeatable.
+    #[arg(long = "label", value_parser = kv)]
+    pub labels: Vec<(String, String)>,
+    /// The name of a secret in the server's secrets_dir.
+    #[arg(long)]
+    pub secret: Option<String>,
+    /// A topology it must be reachable from, k=v[,k=v]; repeatable.
+    #[arg(long = "requisite")]
+    pub requisite: Vec<String>,
+    /// A topology it should be reachable from, k=v[,k=v]; repeatable, best first.
+    #[arg(long = "preferred")]
+    pub preferred: Vec<String>,
+    #[command(flatten)]
+    pub wait: WaitArgs,
+}
+
+fn kv(text: &str) -> Result<(String, String), String> {
+    match text.split_once('=') {
+        Some((k, v)) if !k.is_empty() => Ok((k.to_string(), v.to_string())),
+        _ => Err(format!("{text:?} is not KEY=VALUE")),
+    }
+}
+
+fn topology(text: &str) -> Result<api::Topology, String> {
+    let segments = text.split(',').map(kv).collect::<Result<_, _>>()?;
+    Ok(api::Topology { segments })
+}
+
+/// A volume as the CLI prints it in JSON.
+#[derive(Serialize)]
+struct VolumeView {
+    name: String,
+    id: String,
+    state: String,
+    plugin: String,
+    csi_name: String,
+    volume_id: String,
+    capacity_bytes: i64,
+    access_mode: String,
+    accessible_topology: Vec<BTreeMap<String, String>>,
+    publications: Vec<PublicationView>,
+    failure: String,
+    retrying: String,
+    labels: BTreeMap<String, String>,
+}
+
+#[derive(Serialize)]
+struct PublicationView {
+    node: String,
+    state: String,
+    readonly: bool,
+    target_path: String,
+}
+
+fn view(v: &api::Volume) -> VolumeView {
+    let spec = v.spec.clone().unwrap_or_default();
+    VolumeView {
+        name: spec.name,
+        id: v.id.clone(),
+        state: v.state.clone(),
+        plugin: spec.plugin,
+        csi_name: v.csi_name.clone(),
+        volume_id: v.volume_id.clone(),
+        capacity_bytes: v.capacity_bytes,
+        access_mode: spec.access_mode,
+        accessible_topology: v
+            .accessible_topology
+            .iter()
+            .map(|t| t.segments.clone().into_iter().collect())
+            .collect(),
+        publications: v
+            .publications
+            .iter()
+            .map(|p| PublicationView {
+                node: p.node.clone(),
+                state: p.state.clone(),
+                readonly: p.readonly,
+                target_path: p.target_path.clone(),
+            })
+            .collect(),
+        failure: v.failure.clone(),
+        retrying: v.retrying.clone(),
+        labels: spec.labels.into_iter().collect(),
+    }
+}
+
+fn one_line(v: &api::Volume) -> String {
+    let name = v.spec.as_ref().map(|s| s.name.as_str()).unwrap_or("");
+    let pubs: Vec<String> = v
+        .publications
+        .iter()
+        .map(|p| format!("{}:{}", p.node, p.state))
+        .collect();
+    let mut line = format!(
+        "{name:<24} {:<10} {:<34} {}",
+        v.state,
+        v.volume_id,
+        pubs.join(",")
+    );
+    if !v.failure.is_empty() {
+        line.push_str(&format!("  failed: {}", v.failure));
+    } else if !v.retrying.is_empty() {
+        line.push_str(&format!("  retrying: {}", v.retrying));
+    }
+    line.trim_end().to_string()
+}
+
+fn print_volume(v: &api::Volume, output: Output) -> anyhow::Result<()> {
+    match output {
+        Output::Json => super::print_json(&view(v)),
+        Output::Text => {
+            let w = view(v);
+            let row = |k: &str, val: &str| {
+                if !val.is_empty() {
+                    println!("{k:<14}{val}");
+                }
+            };
+            row("name", &w.name);
+            row("state", &w.state);
+            row("plugin", &w.plugin);
+            row("id", &w.id);
+            row("csi name", &w.csi_name);
+            row("volume id", &w.volume_id);
+            row("access mode", &w.access_mode);
+            if w.capacity_bytes > 0 {
+                row("capacity", &berth::units::format_bytes(w.capacity_bytes as usize));
+            }
+            for t in &w.accessible_topology {
+                row(
+                    "accessible",
+                    &t.iter()
+                        .map(|(k, v)| format!("{k}={v}"))
+                        .collect::<Vec<_>>()
+                        .join(","),
+                );
+            }
+            for p in &w.publications {
+                let ro = if p.readonly { " (read-only)" } else { "" };
+                row(
+                    "published",
+                    &format!("{}: {}{ro} at {}", p.node, p.state, p.target_path),
+                );
+            }
+            row("retrying", &w.retrying);
+            row("failed", &w.failure);
+            Ok(())
+        }
+    }
+}
+
+async fn connect(api: &Endpoint) -> anyhow::Result<BerthClient<Channel>> {
+    if !api.path().exists() {
+        anyhow::bail!(
+            "no Berth API at {} (is `berth serve` running? set --api or BERTH_API)",
+            api.path().display()
+        );
+    }
+    Ok(BerthClient::new(berth::csi::unix_channel(api.path())))
+}
+
+fn grpc(e: tonic::Status) -> anyhow::Error {
+    anyhow::anyhow!("{}: {}", berth_proto::code::name(e.code()), e.message())
+}
+
+/// What --wait waits for.
+enum Goal<'a> {
+    /// Created (available or published), or failed.
+    Ready,
+    /// Published on this node, or failed.
+    PublishedOn(Option<&'a str>),
+    /// No publication on this node, or failed.
+    GoneFrom(&'a str),
+    /// The volume no longer exists.
+    Deleted,
+}
+
+async fn wait(
+    client: &mut BerthClient<Channel>,
+    name: &str,
+    goal: Goal<'_>,
+    timeout: Duration,
+    output: Output,
+) -> anyhow::Result<ExitCode> {
+    let started = Instant::now();
+    let mut last = String::new();
+    loop {
+        let v = match client
+            .get_volume(api::GetVolumeRequest { name: name.into() })
+            .await
+        {
+            Ok(v) => v.into_inner(),
+            Err(e) if e.code() == tonic::Code::NotFound && matches!(goal, Goal::Deleted) => {
+                if output == Output::Text {
+                    println!("{name}: deleted");
+                }
+                return Ok(ExitCode::SUCCESS);
+            }
+            Err(e) => return Err(grpc(e)),
+        };
+        let line = one_line(&v);
+        if line != last && output == Output::Text {
+            println!("{line}");
+            last = line;
+        }
+        if !v.failure.is_empty() {
+            if output == Output::Json {
+                super::print_json(&view(&v))?;
+            }
+            return Ok(ExitCode::FAILURE);
+        }
+        let done = match goal {
+            Goal::Ready => matches!(v.state.as_str(), "available" | "published"),
+            Goal::PublishedOn(node) => v
+                .publications
+                .iter()
+                .any(|p| node.is_none_or(|n| p.node == n) && p.state == "published"),
+            Goal::GoneFrom(node) => !v.publications.iter().any(|p| p.node == node),
+            Goal::Deleted => false,
+        };
+        if done {
+            if output == Output::Json {
+                super::print_json(&view(&v))?;
+            }
+            return Ok(ExitCode::SUCCESS);
+        }
+        if started.elapsed() > timeout {
+            anyhow::bail!(
+                "{name} did not get there within {}",
+                humantime::format_duration(timeout)
+            );
+        }
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+}
+
+pub async fn run(cmd: VolumeCommand, api: ApiArgs, output: Output) -> anyhow::Result<ExitCode> {
+    let mut client = connect(&api.api).await?;
+    let (volume, name, goal, wait_args) = match cmd {
+        VolumeCommand::List => {
+            let list = client
+                .list_volumes(api::ListVolumesRequest {})
+                .await
+                .map_err(grpc)?
+                .into_inner();
+            match output {
+                Output::Json => super::print_json(&list.volumes.iter().map(view).collect::<Vec<_>>())?,
+                Output::Text => {
+                    println!("{:<24} {:<10} {:<34} PUBLICATIONS", "NAME", "STATE", "VOLUME ID");
+                    for v in &list.volumes {
+                        println!("{}", one_line(v));
+                    }
+                }
+            }
+            return Ok(ExitCode::SUCCESS);
+        }
+        VolumeCommand::Get { name } => {
+            let v = client
+                .get_volume(api::GetVolumeRequest { name })
+                .await
+                .map_err(grpc)?
+                .into_inner();
+            print_volume(&v, output)?;
+            return Ok(ExitCode::SUCCESS);
+        }
+        VolumeCommand::Create(a) => {
+            let a = *a;
+            let spec = api::VolumeSpec {
+                name: a.name.clone(),
+                plugin: a.plugin,
+                required_bytes: a.size.unwrap_or(0) as i64,
+                limit_bytes: a.limit.unwrap_or(0) as i64,
+                access_mode: a.access_mode,
+                block: a.block,
+                fs_type: a.fs_type,
+                mount_flags: a.mount_flags,
+                parameters: a.params.into_iter().collect(),
+                secret: a.secret.unwrap_or_default(),
+                requisite_topology: a
+                    .requisite
+                    .iter()
+                    .map(|t| topology(t))
+                    .collect::<Result<_, _>>()
+                    .map_err(anyhow::Error::msg)?,
+                preferred_topology: a
+                    .preferred
+                    .iter()
+                    .map(|t| topology(t))
+                    .collect::<Result<_, _>>()
+                    .map_err(anyhow::Error::msg)?,
+                labels: a.labels.into_iter().collect(),
+            };
+            let v = client
+                .create_volume(api::CreateVolumeRequest { spec: Some(spec) })
+                .await
+                .map_err(grpc)?;
+            (v.into_inner(), a.name, Goal::Ready, a.wait)
+        }
+        VolumeCommand::Delete { name, wait } => {
+            let v = client
+                .delete_volume(api::DeleteVolumeRequest { name: name.clone() })
+                .await
+                .map_err(grpc)?;
+            (v.into_inner(), name, Goal::Deleted, wait)
+        }
+        VolumeCommand::Publish {
+            name,
+            node,
+            readonly,
+            wait,
+        } => {
+            let v = client
+                .publish_volume(api::PublishVolumeRequest {
+                    name: name.clone(),
+                    node: node.clone().unwrap_or_default(),
+                    readonly,
+                })
+                .await
+                .map_err(grpc)?
+                .into_inner();
+            // Placement's choice is the publication that was not there before.
+            let chosen = node.or_else(|| {
+                v.publications
+                    .iter()
+                    .find(|p| p.state != "published")
+                    .map(|p| p.node.clone())
+            });
+            if !wait.wait {
+                print_volume(&v, output)?;
+                return Ok(ExitCode::SUCCESS);
+            }
+            return self::wait(
+                &mut client,
+                &name,
+                Goal::PublishedOn(chosen.as_deref()),
+                wait.timeout,
+                output,
+            )
+            .await;
+        }
+        VolumeCommand::Unpublish { name, node, wait } => {
+            let v = client
+                .unpublish_volume(api::UnpublishVolumeRequest {
+                    name: name.clone(),
+                    node: node.clone(),
+                })
+                .await
+                .map_err(grpc)?
+                .into_inner();
+            if !wait.wait {
+                print_volume(&v, output)?;
+                return Ok(ExitCode::SUCCESS);
+            }
+            return self::wait(&mut client, &name, Goal::GoneFrom(&node), wait.timeout, output).await;
+        }
+        VolumeCommand::Retry { name, wait } => {
+            let v = client
+                .retry_volume(api::RetryVolumeRequest { name: name.clone() })
+                .await
+                .map_err(grpc)?;
+            (v.into_inner(), name, Goal::Ready, wait)
+        }
+    };
+    if wait_args.wait {
+        wait(&mut client, &name, goal, wait_args.timeout, output).await
+    } else {
+        print_volume(&volume, output)?;
+        Ok(ExitCode::SUCCESS)
+    }
+}
+
+#[derive(Serialize)]
+struct NodeView {
+    name: String,
+    labels: BTreeMap<String, String>,
+    plugins: Vec<NodePluginView>,
+}
+
+#[derive(Serialize)]
+struct NodePluginView {
+    plugin: String,
+    node_id: String,
+    health: String,
+    reason: String,
+    max_volumes: i64,
+    published_volumes: u64,
+    topology: BTreeMap<String, String>,
+}
+
+pub async fn nodes(api: ApiArgs, output: Output) -> anyhow::Result<ExitCode> {
+    let mut client = connect(&api.api).await?;
+    let list = client
+        .list_nodes(api::ListNodesRequest {})
+        .await
+        .map_err(grpc)?
+        .into_inner();
+    let views: Vec<NodeView> = list
+        .nodes
+        .into_iter()
+        .map(|n| NodeView {
+            name: n.name,
+            labels: n.labels.into_iter().collect(),
+            plugins: n
+                .plugins
+                .into_iter()
+                .map(|p| NodePluginView {
+                    plugin: p.plugin,
+                    node_id: p.node_id,
+                    health: p.health,
+                    reason: p.reason,
+                    max_volumes: p.max_volumes,
+                    published_volumes: p.published_volumes,
+                    topology: p
+                        .topology
+                        .map(|t| t.segments.into_iter().collect())
+                        .unwrap_or_default(),
+                })
+                .collect(),
+        })
+        .collect();
+    match output {
+        Output::Json => super::print_json(&views)?,
+        Output::Text => {
+            println!(
+                "{:<12} {:<12} {:<12} {:<10} {:<8} {:<22} LABELS",
+                "NODE", "PLUGIN", "NODE ID", "HEALTH", "VOLUMES", "TOPOLOGY"
+            );
+            for n in &views {
+                let labels = n
+                    .labels
+                    .iter()
+                    .map(|(k, v)| format!("{k}={v}"))
+                    .collect::<Vec<_>>()
+                    .join(",");
+                for p in &n.plugins {
+                    let max = if p.max_volumes > 0 {
+                        p.max_volumes.to_string()
+                    } else {
+                        "-".into()
+                    };
+                    let topo = p
+                        .topology
+                        .iter()
+                        .map(|(k, v)| format!("{k}={v}"))
+                        .collect::<Vec<_>>()
+                        .join(",");
+                    println!(
+                        "{:<12} {:<12} {:<12} {:<10} {:<8} {:<22} {labels}",
+                        n.name,
+                        p.plugin,
+                        p.node_id,
+                        p.health,
+                        format!("{}/{max}", p.published_volumes),
+                        topo
+                    );
+                    if !p.reason.is_empty() {
+                        println!("{:<12} {}", "", p.reason);
+                    }
+                }
+            }
+        }
+    }
+    Ok(ExitCode::SUCCESS)
+}
+
+#[derive(Serialize)]
+struct PluginView {
+    name: String,
+    driver: String,
+    controller: String,
+    controller_reason: String,
+    nodes_healthy: u32,
+    nodes_expected: u32,
+    capabilities: Vec<String>,
+}
+
+pub async fn plugin_status(api: ApiArgs, output: Output) -> anyhow::Result<ExitCode> {
+    let mut client = connect(&api.api).await?;
+    let list = client
+        .plugin_status(api::PluginStatusRequest {})
+        .await
+        .map_err(grpc)?
+        .into_inner();
+    let views: Vec<PluginView> = list
+        .plugins
+        .into_iter()
+        .map(|p| PluginView {
+            name: p.name,
+            driver: p.driver,
+            controller: p.controller_health,
+            controller_reason: p.controller_reason,
+            nodes_healthy: p.nodes_healthy,
+            nodes_expected: p.nodes_expected,
+            capabilities: p.capabilities,
+        })
+        .collect();
+    match output {
+        Output::Json => super::print_json(&views)?,
+        Output::Text => {
+            for p in &views {
+                println!("{:<22}{}", "plugin", p.name);
+                println!("{:<22}{}", "driver", p.driver);
+                println!("{:<22}{}", "controller", p.controller);
+                if !p.controller_reason.is_empty() {
+                    println!("{:<22}{}", "", p.controller_reason);
+                }
+                println!(
+                    "{:<22}{} of {} healthy",
+                    "nodes", p.nodes_healthy, p.nodes_expected
+                );
+                println!("{:<22}{}", "capabilities", p.capabilities.join(", "));
+            }
+        }
+    }
+    Ok(ExitCode::SUCCESS)
+}

@@ -1,0 +1,407 @@
+//! `berth.toml`: what `berth serve` runs. Parsed strictly (unknown keys are
+//! errors) and validated into [`Config`]; every error names the key at fault.
+//! Relative paths are relative to the config file's directory.
+//!
+//! ```toml
+//! state = "state/berth.redb"            # the embedded store (one file)
+//! api = "unix:///run/berth/berth.sock"  # default: berth.sock beside the state file
+//! socket_mode = "0600"
+//! workers = 64
+//! fingerprint_interval = "30s"
+//! secrets_dir = "secrets"               # one file per secret, KEY=VALUE lines, mode 0600
+//!
+//! [[plugin]]
+//! name = "hostpath"                     # the operator's name for it
+//! driver = "hostpath.csi.k8s.io"        # the driver name it must report
+//! controller = "unix:///run/csi/controller.sock"
+//! deadline = "15s"
+//!
+//! [[node]]
+//! name = "node-a"
+//! labels = { disk = "ssd" }
+//! dir = "nodes/node-a"                  # staging and publish paths live here
+//! plugins = { hostpath = "unix:///run/csi/node-a.sock" }
+//!
+//! [[policy]]
+//! module = "naming.wasm"
+//! decisions = ["naming"]                # default: all it exports
+//! on_error = "builtin"                  # or "fail" (default)
+//! memory = "32MiB"
+//! deadline = "100ms"
+//! max_answer = "1MiB"
+//! settings = { prefix = "team-a" }
+//! ```
+
+use std::collections::BTreeMap;
+use std::path::{Path, PathBuf};
+use std::time::Duration;
+
+use serde::Deserialize;
+
+use crate::csi::Endpoint;
+use crate::policy::{Decision, Limits, ModuleConfig, OnError};
+use crate::units::parse_bytes;
+
+#[derive(Debug, Deserialize)]
+#[serde(deny_unknown_fields)]
+struct Raw {
+    state: Option<PathBuf>,
+    api: Option<String>,
+    socket_mode: Option<String>,
+    workers: Option<usize>,
+    fingerprint_interval: Option<String>,
+    secrets_dir: Option<PathBuf>,
+    #[serde(default, rename = "plugin")]
+    plugins: Vec<RawPlugin>,
+    #[serde(default, rename = "node")]
+    nodes: Vec<RawNode>,
+    #[serde(default, rename = "policy")]
+    policies: Vec<RawPolicy>,
+}
+
+#[derive(Debug, Deserialize)]
+#[serde(deny_unknown_fields)]
+struct RawPlugin {
+    name: String,
+    driver: Option<String>,
+    controller: Option<String>,
+    deadline: Option<String>,
+}
+
+#[derive(Debug, Deserialize)]
+#[serde(deny_unknown_fields)]
+struct RawNode {
+    name: String,
+    #[serde(default)]
+    labels: BTreeMap<String, String>,
+    dir: PathBuf,
+    #[serde(default)]
+    plugins: BTreeMap<String, String>,
+}
+
+#[derive(Debug, Deserialize)]
+#[serde(deny_unknown_fields)]
+struct RawPolicy {
+    module: PathBuf,
+    name: Option<String>,
+    #[serde(default)]
+    decisions: Vec<String>,
+    on_error: Option<OnError>,
+    memory: Option<String>,
+    deadline: Option<String>,
+    max_answer: Option<String>,
+    #[serde(default)]
+    settings: BTreeMap<String, String>,
+}
+
+/// A validated configuration.
+#[derive(Clone, Debug)]
+pub struct Config {
+    pub state: PathBuf,
+    pub api: Endpoint,
+    pub socket_mode: u32,
+    pub workers: usize,
+    pub fingerprint_interval: Duration,
+    pub secrets_dir: Option<PathBuf>,
+    pub plugins: Vec<PluginConfig>,
+    pub nodes: Vec<NodeConfig>,
+    pub policies: Vec<PolicyConfig>,
+}
+
+#[derive(Clone, Debug)]
+pub struct PluginConfig {
+    pub name: String,
+    pub driver: Option<String>,
+    pub controller: Option<Endpoint>,
+    pub deadline: Duration,
+}
+
+#[derive(Clone, Debug)]
+pub struct NodeConfig {
+    pub name: String,
+    pub labels: BTreeMap<String, String>,
+    pub dir: PathBuf,
+    /// Plugin name → the node plugin's socket on this node.
+    pub plugins: BTreeMap<String, Endpoint>,
+}
+
+impl NodeConfig {
+    pub fn staging_dir(&self) -> PathBuf {
+        self.dir.join("staging")
+    }
+
+    pub fn publish_dir(&self) -> PathBuf {
+        self.dir.join("publish")
+    }
+}
+
+#[derive(Clone, Debug)]
+pub struct PolicyConfig {
+    pub module: ModuleConfig,
+    pub decisions: Vec<Decision>,
+}
+
+pub const DEFAULT_WORKERS: usize = 64;
+
+impl Config {
+    /// Reads and validates a config file.
+    pub fn load(path: &Path) -> Result<Config, String> {
+        let text = std::fs::read_to_string(path).map_err(|e| format!("reading {}: {e}", path.display()))?;
+        let dir = path
+            .parent()
+            .filter(|p| !p.as_os_str().is_empty())
+            .unwrap_or(Path::new("."));
+        // Paths handed to CSI plugins must be absolute.
+        let base = std::path::absolute(dir).map_err(|e| format!("resolving {}: {e}", dir.display()))?;
+        Config::parse(&text, &base).map_err(|e| format!("{}: {e}", path.display()))
+    }
+
+    /// Parses config text; relative paths are taken from `base`.
+    pub fn parse(text: &str, base: &Path) -> Result<Config, String> {
+        let raw: Raw = toml::from_str(text).map_err(|e| e.to_string())?;
+        let resolve = |p: &Path| {
+            if p.is_absolute() {
+                p.to_path_buf()
+            } else {
+                base.join(p)
+            }
+        };
+        let state = resolve(
+            raw.state
+                .as_deref()
+                .unwrap_or(Path::new("berth-state/state.redb")),
+        );
+        let api = match raw.api {
+            Some(a) => Endpoint::parse(&a).map_err(|e| format!("api: {e}"))?,
+            None => {
+                let sock = state.with_file_name("berth.sock");
+                Endpoint::parse(&sock.display().to_string())
+                    .map_err(|e| format!("api (default {}): {e}", sock.display()))?
+            }
+        };
+        let socket_mode = match raw.socket_mode.as_deref() {
+            None => 0o600,
+            Some(m) => u32::from_str_radix(m.trim_start_matches("0o"), 8)
+                .ok()
+                .filter(|m| *m <= 0o777)
+                .ok_or_else(|| format!("socket_mode: {m:?} is not an octal file mode like \"0600\""))?,
+        };
+        let workers = raw.workers.unwrap_or(DEFAULT_WORKERS);
+        if workers == 0 || workers > 4096 {
+            return Err(format!("workers: {workers} is not between 1 and 4096"));
+        }
+        let fingerprint_interval =
+            duration("fingerprint_interval", raw.fingerprint_interval.as_deref(), "30s")?;
+
+        if raw.plugins.is_empty() {
+            return Err("no [[plugin]]: configure at least one CSI plugin".into());
+        }
+        let mut plugins = Vec::new();
+        for (i, p) in raw.plugins.into_iter().enumerate() {
+            let at = format!("plugin[{i}]");
+            name_ok(&format!("{at}.name"), &p.name)?;
+            if plugins.iter().any(|q: &PluginConfig| q.name == p.name) {
+                return Err(format!("{at}.name: {:?} is used by another [[plugin]]", p.name));
+            }
+            if let Some(d) = &p.driver {
+                crate::csi::fingerprint::validate_plugin_name(d).map_err(|e| format!("{at}.driver: {e}"))?;
+            }
+            let controller = p
+                .controller
+                .as_deref()
+                .map(|c| Endpoint::parse(c).map_err(|e| format!("{at}.controller: {e}")))
+                .transpose()?;
+            plugins.push(PluginConfig {
+                deadline: duration(&format!("{at}.deadline"), p.deadline.as_deref(), "15s")?,
+                name: p.name,
+                driver: p.driver,
+                controller,
+            });
+        }
+
+        let mut nodes: Vec<NodeConfig> = Vec::new();
+        for (i, n) in raw.nodes.into_iter().enumerate() {
+            let at = format!("node[{i}]");
+            name_ok(&format!("{at}.name"), &n.name)?;
+            if nodes.iter().any(|m| m.name == n.name) {
+                return Err(format!("{at}.name: {:?} is used by another [[node]]", n.name));
+            }
+            let mut endpoints = BTreeMap::new();
+            for (plugin, ep) in n.plugins {
+                if !plugins.iter().any(|p| p.name == plugin) {
+                    return Err(format!(
+                        "{at}.plugins.{plugin}: there is no [[plugin]] named {plugin:?}"
+                    ));
+                }
+                let ep = Endpoint::parse(&ep).map_err(|e| format!("{at}.plugins.{plugin}: {e}"))?;
+                endpoints.insert(plugin, ep);
+            }
+            nodes.push(NodeConfig {
+                name: n.name,
+                labels: n.labels,
+                dir: resolve(&n.dir),
+                plugins: endpoints,
+            });
+        }
+
+        let mut policies = Vec::new();
+        for (i, p) in raw.policies.into_iter().enumerate() {
+            let at = format!("policy[{i}]");
+            let decisions = p
+                .decisions
+                .iter()
+                .map(|d| d.parse::<Decision>().map_err(|e| format!("{at}.decisions: {e}")))
+                .collect::<Result<Vec<_>, _>>()?;
+            let defaults = Limits::default();
+            let mut module = ModuleConfig::from_path(&resolve(&p.module));
+            if let Some(name) = p.name {
+                module.name = name;
+            }
+            module.settings = p.settings;
+            module.on_error = p.on_error.unwrap_or_default();
+            module.limits = Limits {
+                memory_bytes: size(
+                    &format!("{at}.memory"),
+                    p.memory.as_deref(),
+                    defaults.memory_bytes,
+                )?,
+                deadline: match p.deadline.as_deref() {
+                    None => defaults.deadline,
+                    Some(d) => duration(&format!("{at}.deadline"), Some(d), "0")?,
+                },
+                max_answer_bytes: size(
+                    &format!("{at}.max_answer"),
+                    p.max_answer.as_deref(),
+                    defaults.max_answer_bytes,
+                )?,
+            };
+            if module.limits.deadline.is_zero() {
+                return Err(format!("{at}.deadline: must be more than zero"));
+            }
+            policies.push(PolicyConfig { module, decisions });
+        }
+
+        Ok(Config {
+            state,
+            api,
+            socket_mode,
+            workers,
+            fingerprint_interval,
+            secrets_dir: raw.secrets_dir.as_deref().map(resolve),
+            plugins,
+            nodes,
+            policies,
+        })
+    }
+
+    pub fn plugin(&self, name: &str) -> Option<&PluginConfig> {
+        self.plugins.iter().find(|p| p.name == name)
+    }
+
+    pub fn node(&self, name: &str) -> Option<&NodeConfig> {
+        self.nodes.iter().find(|n| n.name == name)
+    }
+}
+
+fn duration(key: &str, value: Option<&str>, default: &str) -> Result<Duration, String> {
+    let text = value.unwrap_or(default);
+    humantime::parse_duration(text)
+        .map_err(|e| format!("{key}: {text:?} is not a duration like \"15s\" ({e})"))
+}
+
+fn size(key: &str, value: Option<&str>, default: usize) -> Result<usize, String> {
+    match value {
+        None => Ok(default),
+        Some(v) => parse_bytes(v).map_err(|e| format!("{key}: {e}")),
+    }
+}
+
+/// Names are used in paths and keys: keep them plain.
+fn name_ok(key: &str, name: &str) -> Result<(), String> {
+    let ok = !name.is_empty()
+        && name.len() <= 63
+        && name
+            .chars()
+            .all(|c| c.is_ascii_alphanumeric() || matches!(c, '-' | '_' | '.'))
+        && !name.starts_with('.');
+    if ok {
+        Ok(())
+    } else {
+        Err(format!(
+            "{key}: {name:?} must be 1 to 63 letters, digits, '-', '_' or '.', not starting with '.'"
+        ))
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    const GOOD: &str = r#"
+state = "state/berth.redb"
+workers = 8
+[[plugin]]
+name = "hostpath"
+driver = "hostpath.csi.k8s.io"
+controller = "unix:///run/csi/c.sock"
+[[node]]
+name = "node-a"
+dir = "nodes/a"
+plugins = { hostpath = "/run/csi/a.sock" }
+[[policy]]
+module = "naming.wasm"
+decisions = ["naming"]
+on_error = "builtin"
+memory = "16MiB"
+settings = { prefix = "x" }
+"#;
+
+    #[test]
+    fn a_good_config_is_resolved_against_its_directory() {
+        let c = Config::parse(GOOD, Path::new("/etc/berth")).unwrap();
+        assert_eq!(c.state, Path::new("/etc/berth/state/berth.redb"));
+        assert_eq!(c.api.path(), Path::new("/etc/berth/state/berth.sock"));
+        assert_eq!(c.socket_mode, 0o600);
+        assert_eq!(c.workers, 8);
+        assert_eq!(c.nodes[0].staging_dir(), Path::new("/etc/berth/nodes/a/staging"));
+        assert_eq!(c.policies[0].module.path, Path::new("/etc/berth/naming.wasm"));
+        assert_eq!(c.policies[0].module.limits.memory_bytes, 16 << 20);
+        assert_eq!(c.policies[0].module.on_error, OnError::Builtin);
+        assert_eq!(c.plugins[0].deadline, Duration::from_secs(15));
+    }
+
+    #[test]
+    fn errors_name_the_key_at_fault() {
+        let cases = [
+            (GOOD.replace("workers = 8", "workers = 0"), "workers: 0"),
+            (GOOD.replace("workers = 8", "wrokers = 8"), "wrokers"),
+            (
+                GOOD.replace("hostpath = \"/run", "other = \"/run"),
+                "node[0].plugins.other",
+            ),
+            (
+                GOOD.replace("\"unix:///run/csi/c.sock\"", "\"tcp://x:1\""),
+                "plugin[0].controller",
+            ),
+            (GOOD.replace("\"naming\"]", "\"nameing\"]"), "policy[0].decisions"),
+            (GOOD.replace("\"16MiB\"", "\"16MB\""), "policy[0].memory"),
+            (
+                GOOD.replace("name = \"node-a\"", "name = \"../x\""),
+                "node[0].name",
+            ),
+            (
+                GOOD.replace("driver = \"hostpath.csi.k8s.io\"", "driver = \"bad_driver\""),
+                "plugin[0].driver",
+            ),
+            (
+                GOOD.replace("[[policy]]", "socket_mode = \"999\"\n[[policy]]"),
+                "socket_mode",
+            ),
+            ("state = \"x\"".to_string(), "no [[plugin]]"),
+        ];
+        for (text, key) in cases {
+            let err = Config::parse(&text, Path::new("/")).unwrap_err();
+            assert!(err.contains(key), "expected {key:?} in: {err}");
+        }
+    }
+}

@@ -1,0 +1,887 @@
+//! One volume's lifecycle: decide the next step from the record, make the one
+//! CSI call it needs, record the outcome. Failures go to the retry policy.
+//!
+//! create:  name → CreateVolume → per node: ControllerPublish → NodeStage → NodePublish
+//! undo:    per node: NodeUnpublish → NodeUnstage → ControllerUnpublish → DeleteVolume
+//!
+//! Steps a plugin does not offer (PUBLISH_UNPUBLISH, STAGE_UNSTAGE) are passed
+//! without a call.
+
+use std::collections::{BTreeMap, HashMap};
+use std::sync::Arc;
+use std::time::Duration;
+
+use super::nodes::NodeVolume;
+use super::{RequestError, VolumeManager, now_ms};
+use crate::config::Config;
+use crate::csi::proto::controller_service_capability::rpc::Type as ControllerCap;
+use crate::csi::proto::node_service_capability::rpc::Type as NodeCap;
+use crate::csi::proto::plugin_capability::service::Type as ServiceCap;
+use crate::csi::{CsiError, proto};
+use crate::model::{Backend, PublishStep, Retrying, Segments, VolumeRecord, VolumeSpec};
+use crate::policy::{
+    self, AccessMode, AccessType, CapacityRange, Code, Health, NamingOutcome, Operation, PlacementNode,
+    Purpose, RetryDecision,
+};
+
+#[derive(Clone, Debug, PartialEq, Eq)]
+enum Step {
+    Name,
+    Create,
+    ControllerPublish(String),
+    NodeStage(String),
+    NodePublish(String),
+    NodeUnpublish(String),
+    NodeUnstage(String),
+    ControllerUnpublish(String),
+    DropPublication(String),
+    Delete,
+    Forget,
+}
+
+impl Step {
+    fn operation(&self) -> Option<Operation> {
+        Some(match self {
+            Step::Create => Operation::CreateVolume,
+            Step::ControllerPublish(_) => Operation::ControllerPublishVolume,
+            Step::NodeStage(_) => Operation::NodeStageVolume,
+            Step::NodePublish(_) => Operation::NodePublishVolume,
+            Step::NodeUnpublish(_) => Operation::NodeUnpublishVolume,
+            Step::NodeUnstage(_) => Operation::NodeUnstageVolume,
+            Step::ControllerUnpublish(_) => Operation::ControllerUnpublishVolume,
+            Step::Delete => Operation::DeleteVolume,
+            Step::Name | Step::DropPublication(_) | Step::Forget => return None,
+        })
+    }
+
+    fn label(&self) -> String {
+        match self {
+            Step::ControllerPublish(n)
+            | Step::NodeStage(n)
+            | Step::NodePublish(n)
+            | Step::NodeUnpublish(n)
+            | Step::NodeUnstage(n)
+            | Step::ControllerUnpublish(n)
+            | Step::DropPublication(n) => format!("{} on {n}", self.operation().map_or("drop", |o| o.name())),
+            other => other
+                .operation()
+                .map_or_else(|| format!("{other:?}"), |o| o.name().to_string()),
+        }
+    }
+}
+
+impl Operation {
+    fn name(self) -> &'static str {
+        match self {
+            Operation::CreateVolume => "CreateVolume",
+            Operation::DeleteVolume => "DeleteVolume",
+            Operation::ControllerPublishVolume => "ControllerPublishVolume",
+            Operation::ControllerUnpublishVolume => "ControllerUnpublishVolume",
+            Operation::NodeStageVolume => "NodeStageVolume",
+            Operation::NodeUnstageVolume => "NodeUnstageVolume",
+            Operation::NodePublishVolume => "NodePublishVolume",
+            Operation::NodeUnpublishVolume => "NodeUnpublishVolume",
+        }
+    }
+}
+
+/// What the plugins offer, as far as the lifecycle cares.
+struct Caps {
+    controller_publish: bool,
+    node_stage: bool,
+}
+
+/// The next step for a record, or none when it is where it should be.
+fn next_step(r: &VolumeRecord, caps: impl Fn(&str) -> Caps) -> Option<Step> {
+    if r.csi_name.is_none() {
+        return Some(if r.deleting { Step::Forget } else { Step::Name });
+    }
+    if r.backend.is_none() {
+        // Also when deleting: an earlier CreateVolume may have created it.
+        return Some(Step::Create);
+    }
+    for (node, p) in &r.publications {
+        let c = caps(node);
+        let wanted = p.wanted && !r.deleting;
+        if wanted {
+            if p.step < PublishStep::ControllerPublished {
+                return Some(Step::ControllerPublish(node.clone()));
+            }
+            if p.step < PublishStep::Staged && c.node_stage {
+                return Some(Step::NodeStage(node.clone()));
+            }
+            if p.step < PublishStep::Published {
+                return Some(Step::NodePublish(node.clone()));
+            }
+        } else {
+            if p.step >= PublishStep::Published {
+                return Some(Step::NodeUnpublish(node.clone()));
+            }
+            if p.step >= PublishStep::Staged && c.node_stage {
+                return Some(Step::NodeUnstage(node.clone()));
+            }
+            if p.step >= PublishStep::ControllerPublished && c.controller_publish {
+                return Some(Step::ControllerUnpublish(node.clone()));
+            }
+            return Some(Step::DropPublication(node.clone()));
+        }
+    }
+    r.deleting.then_some(Step::Delete)
+}
+
+/// A failed step: the code and message the retry policy decides on.
+struct StepError {
+    code: Code,
+    message: String,
+}
+
+impl From<CsiError> for StepError {
+    fn from(e: CsiError) -> Self {
+        StepError {
+            code: Code::from_grpc(e.code()).unwrap_or(Code::Unknown),
+            message: e.to_string(),
+        }
+    }
+}
+
+fn step_error(code: Code, message: impl Into<String>) -> StepError {
+    StepError {
+        code,
+        message: message.into(),
+    }
+}
+
+/// What a successful step changes in the record.
+type Apply = Box<dyn FnOnce(&mut VolumeRecord) + Send>;
+
+impl VolumeManager {
+    /// Drives one volume until it is where it should be, waits for a retry, or fails.
+    pub(super) async fn reconcile(self: &Arc<Self>, id: &str) {
+        loop {
+            let Some(record) = self.by_id(id) else { return };
+            if record.failure.is_some() {
+                return;
+            }
+            if let Some(r) = &record.retrying {
+                let now = now_ms();
+                if r.next_attempt_ms > now {
+                    self.wake_after(id, Duration::from_millis(r.next_attempt_ms - now));
+                    return;
+                }
+            }
+            // Capabilities decide which steps exist: never plan before they are known.
+            if let Some(waiting) = self.unfingerprinted(&record) {
+                tracing::debug!(volume = %record.spec.name, %waiting, "waiting for a fingerprint");
+                self.wake_after(id, Duration::from_secs(1));
+                return;
+            }
+            let Some(step) = next_step(&record, |node| self.caps(&record.spec.plugin, node)) else {
+                return;
+            };
+            if step == Step::Forget {
+                if let Err(e) = self.forget(id).await {
+                    tracing::error!(volume = %record.spec.name, error = %e, "could not forget the volume");
+                }
+                return;
+            }
+            let outcome = self.execute(&record, &step).await;
+            let result = match outcome {
+                Ok(apply) => self.succeeded(id, apply).await,
+                Err(e) => self.failed(&record, &step, e).await,
+            };
+            match result {
+                Ok(true) => continue,
+                Ok(false) => return,
+                Err(e) => {
+                    tracing::error!(volume = %record.spec.name, error = %e, "could not record the outcome; retrying in 1s");
+                    self.wake_after(id, Duration::from_secs(1));
+                    return;
+                }
+            }
+        }
+    }
+
+    async fn succeeded(&self, id: &str, apply: Apply) -> Result<bool, RequestError> {
+        self.modify(id, |r| {
+            apply(r);
+            r.retrying = None;
+            Ok(())
+        })
+        .await?;
+        Ok(true)
+    }
+
+    /// Asks the retry policy; returns whether to go on right away.
+    async fn failed(
+        self: &Arc<Self>,
+        record: &VolumeRecord,
+        step: &Step,
+        e: StepError,
+    ) -> Result<bool, RequestError> {
+        let attempt = record.retrying.as_ref().map_or(1, |r| r.attempt + 1);
+        let first = record
+            .retrying
+            .as_ref()
+            .map_or_else(now_ms, |r| r.first_failure_ms);
+        let label = step.label();
+        let decision = match step.operation() {
+            Some(operation) => {
+                let failure = policy::Failure {
+                    operation,
+                    code: e.code,
+                    message: e.message.clone(),
+                    attempt,
+                    elapsed_ms: now_ms().saturating_sub(first),
+                    driver: record.spec.plugin.clone(),
+                    settings: vec![],
+                };
+                self.policies.classify(failure).unwrap_or_else(|pe| {
+                    // The retry module failed (on_error = fail): wait and ask again.
+                    tracing::warn!(error = %pe, "retry classification failed");
+                    RetryDecision::RetryAfter(5_000)
+                })
+            }
+            // Berth's own steps (naming) fail only when a policy does: wait and retry.
+            None => RetryDecision::RetryAfter(5_000),
+        };
+        tracing::info!(volume = %record.spec.name, step = %label, attempt, error = %e.message, ?decision, "step failed");
+        match decision {
+            RetryDecision::Done => {
+                let apply = done_effect(step);
+                self.succeeded(&record.id, apply).await
+            }
+            RetryDecision::RetryAfter(ms) => {
+                self.modify(&record.id, |r| {
+                    r.retrying = Some(Retrying {
+                        operation: label.clone(),
+                        attempt,
+                        first_failure_ms: first,
+                        next_attempt_ms: now_ms() + ms,
+                        last_error: e.message.clone(),
+                    });
+                    Ok(())
+                })
+                .await?;
+                Ok(false)
+            }
+            RetryDecision::GiveUp(reason) => {
+                self.modify(&record.id, |r| {
+                    r.retrying = None;
+                    r.failure = Some(format!("{label}: {reason}"));
+                    Ok(())
+                })
+                .await?;
+                tracing::warn!(volume = %record.spec.name, step = %label, %reason, "gave up");
+                Ok(false)
+            }
+        }
+    }
+
+    /// A plugin this volume's next steps depend on that has no fingerprint yet.
+    fn unfingerprinted(&self, r: &VolumeRecord) -> Option<String> {
+        let plugin = &r.spec.plugin;
+        let has_controller = self.config.plugin(plugin).is_some_and(|p| p.controller.is_some());
+        if has_controller
+            && self
+                .registry
+                .get(plugin)
+                .and_then(|p| p.status().fingerprint)
+                .is_none()
+        {
+            return Some(format!("controller of {plugin}"));
+        }
+        r.publications
+            .keys()
+            .find(|node| {
+                self.nodes
+                    .plugin(node, plugin)
+                    .and_then(|p| p.status().fingerprint)
+                    .is_none()
+            })
+            .map(|node| format!("node plugin of {plugin} on {node}"))
+    }
+
+    fn caps(&self, plugin: &str, node: &str) -> Caps {
+        let controller = self
+            .registry
+            .get(plugin)
+            .and_then(|p| p.status().fingerprint)
+            .is_some_and(|f| f.has_controller_capability(ControllerCap::PublishUnpublishVolume));
+        let stage = self
+            .nodes
+            .plugin(node, plugin)
+            .and_then(|p| p.status().fingerprint)
+            .is_some_and(|f| f.has_node_capability(NodeCap::StageUnstageVolume));
+        Caps {
+            controller_publish: controller,
+            node_stage: stage,
+        }
+    }
+
+    fn secrets_for(&self, spec: &VolumeSpec) -> Result<HashMap<String, String>, StepError> {
+        match &spec.secret {
+            None => Ok(HashMap::new()),
+            Some(name) => self
+                .secrets
+                .get(name)
+                .map(|s| s.into_inner())
+                .map_err(|e| step_error(Code::FailedPrecondition, e)),
+        }
+    }
+
+    fn controller(&self, plugin: &str) -> Result<Arc<crate::csi::registry::Plugin>, StepError> {
+        self.registry.get(plugin).ok_or_else(|| {
+            step_error(
+                Code::FailedPrecondition,
+                format!("plugin {plugin:?} has no controller"),
+            )
+        })
+    }
+
+    async fn execute(self: &Arc<Self>, r: &VolumeRecord, step: &Step) -> Result<Apply, StepError> {
+        let spec = &r.spec;
+        match step {
+            Step::Name => self.name_volume(r).await,
+            Step::Create => self.create_volume(r).await,
+            Step::ControllerPublish(node) => {
+                let p = &r.publications[node];
+                if !self.caps(&spec.plugin, node).controller_publish {
+                    return Ok(set_step(node, PublishStep::ControllerPublished, None));
+                }
+                let node_id = self.node_id(&spec.plugin, node)?;
+                let b = backend(r);
+                let resp = self
+                    .controller(&spec.plugin)?
+                    .client()
+                    .controller_publish_volume(proto::ControllerPublishVolumeRequest {
+                        volume_id: b.volume_id.clone(),
+                        node_id,
+                        volume_capability: Some(capability(spec)),
+                        readonly: p.readonly,
+                        secrets: self.secrets_for(spec)?,
+                        volume_context: b.context.clone().into_iter().collect(),
+                    })
+                    .await?;
+                let context = resp.publish_context.into_iter().collect();
+                Ok(set_step(node, PublishStep::ControllerPublished, Some(context)))
+            }
+            Step::NodeStage(node) => {
+                let v = self.node_volume(r, node)?;
+                self.nodes.stage(node, &spec.plugin, v).await?;
+                Ok(set_step(node, PublishStep::Staged, None))
+            }
+            Step::NodePublish(node) => {
+                let v = self.node_volume(r, node)?;
+                let staged = self.caps(&spec.plugin, node).node_stage;
+                self.nodes.publish(node, &spec.plugin, v, staged).await?;
+                Ok(set_step(node, PublishStep::Published, None))
+            }
+            Step::NodeUnpublish(node) => {
+                self.nodes
+                    .unpublish(node, &spec.plugin, &backend(r).volume_id, &r.id)
+                    .await?;
+                Ok(set_step(node, PublishStep::Staged, None))
+            }
+            Step::NodeUnstage(node) => {
+                self.nodes
+                    .unstage(node, &spec.plugin, &backend(r).volume_id, &r.id)
+                    .await?;
+                Ok(set_step(node, PublishStep::ControllerPublished, None))
+            }
+            Step::ControllerUnpublish(node) => {
+                let node_id = self.node_id(&spec.plugin, node)?;
+                self.controller(&spec.plugin)?
+                    .client()
+                    .controller_unpublish_volume(proto::ControllerUnpublishVolumeRequest {
+                        volume_id: backend(r).volume_id.clone(),
+                        node_id,
+                        secrets: self.secrets_for(spec)?,
+                    })
+                    .await?;
+                Ok(set_step(node, PublishStep::None, None))
+            }
+            Step::DropPublication(node) => {
+                let node = node.clone();
+                Ok(Box::new(move |r: &mut VolumeRecord| {
+                    r.publications.remove(&node);
+                }))
+            }
+            Step::Delete => {
+                self.controller(&spec.plugin)?
+                    .client()
+                    .delete_volume(proto::DeleteVolumeRequest {
+                        volume_id: backend(r).volume_id.clone(),
+                        secrets: self.secrets_for(spec)?,
+                    })
+                    .await?;
+                Ok(done_effect(step))
+            }
+            Step::Forget => Ok(Box::new(|_| {})),
+        }
+    }
+
+    async fn name_volume(&self, r: &VolumeRecord) -> Result<Apply, StepError> {
+        let outcome = self
+            .policies
+            .volume_name(policy_volume(r))
+            .map_err(|e| step_error(Code::Unavailable, e.to_string()))?;
+        match outcome {
+            NamingOutcome::Named(name) => {
+                if self.csi_name_taken(&name, &r.id) {
+                    return Ok(Box::new(move |r: &mut VolumeRecord| {
+                        r.failure = Some(format!(
+                            "naming: the name {name:?} is already used by another volume"
+                        ));
+                    }));
+                }
+                Ok(Box::new(move |r: &mut VolumeRecord| r.csi_name = Some(name)))
+            }
+            NamingOutcome::Refused(reason) => Ok(Box::new(move |r: &mut VolumeRecord| {
+                r.failure = Some(format!("naming refused the volume: {reason}"));
+            })),
+        }
+    }
+
+    async fn create_volume(&self, r: &VolumeRecord) -> Result<Apply, StepError> {
+        let spec = &r.spec;
+        let controller = self.controller(&spec.plugin)?;
+        let constrained = controller
+            .status()
+            .fingerprint
+            .is_some_and(|f| f.has_plugin_capability(ServiceCap::VolumeAccessibilityConstraints));
+        let requirements = if constrained && !r.deleting {
+            Some(self.accessibility(r)?)
+        } else {
+            None
+        };
+        let resp = controller
+            .client()
+            .create_volume(proto::CreateVolumeRequest {
+                name: r.csi_name.clone().unwrap_or_default(),
+                capacity_range: (spec.required_bytes > 0 || spec.limit_bytes > 0).then_some(
+                    proto::CapacityRange {
+                        required_bytes: spec.required_bytes,
+                        limit_bytes: spec.limit_bytes,
+                    },
+                ),
+                volume_capabilities: vec![capability(spec)],
+                parameters: spec.parameters.clone().into_iter().collect(),
+                secrets: self.secrets_for(spec)?,
+                volume_content_source: None,
+                accessibility_requirements: requirements,
+                mutable_parameters: Default::default(),
+            })
+            .await?;
+        let v = resp
+            .volume
+            .filter(|v| !v.volume_id.is_empty())
+            .ok_or_else(|| step_error(Code::Internal, "CreateVolume answered without a volume id"))?;
+        let backend = Backend {
+            volume_id: v.volume_id,
+            capacity_bytes: v.capacity_bytes,
+            context: v.volume_context.into_iter().collect(),
+            accessible_topology: v
+                .accessible_topology
+                .into_iter()
+                .map(|t| t.segments.into_iter().collect())
+                .collect(),
+        };
+        Ok(Box::new(move |r: &mut VolumeRecord| r.backend = Some(backend)))
+    }
+
+    /// CreateVolume's accessibility requirements, from the placement decision.
+    fn accessibility(&self, r: &VolumeRecord) -> Result<proto::TopologyRequirement, StepError> {
+        let nodes = self.placement_nodes(&r.spec.plugin);
+        let verdicts = self
+            .policies
+            .place(
+                policy_volume(r),
+                Purpose::Create,
+                vec![],
+                &policy::candidates(&nodes),
+            )
+            .map_err(|e| step_error(Code::Unavailable, e.to_string()))?;
+        let mut eligible: Vec<(&PlacementNode, i32)> = nodes
+            .iter()
+            .zip(&verdicts)
+            .filter(|(_, v)| v.eligible)
+            .map(|(n, v)| (n, v.score))
+            .collect();
+        if eligible.is_empty() {
+            let why: Vec<String> = nodes
+                .iter()
+                .zip(&verdicts)
+                .map(|(n, v)| format!("{}: {}", n.name, v.reason))
+                .collect();
+            return Err(step_error(
+                Code::ResourceExhausted,
+                format!("placement found no eligible node ({})", why.join("; ")),
+            ));
+        }
+        eligible.sort_by_key(|e| std::cmp::Reverse(e.1));
+        let mut topologies: Vec<proto::Topology> = Vec::new();
+        for (n, _) in eligible {
+            let t = proto::Topology {
+                segments: n.topology.iter().cloned().collect(),
+            };
+            if !topologies.contains(&t) {
+                topologies.push(t);
+            }
+        }
+        Ok(proto::TopologyRequirement {
+            requisite: topologies.clone(),
+            preferred: topologies,
+        })
+    }
+
+    /// The nodes that serve `plugin`, as placement sees them.
+    pub(super) fn placement_nodes(&self, plugin: &str) -> Vec<PlacementNode> {
+        let counts = self.published_counts(plugin);
+        self.config
+            .nodes
+            .iter()
+            .filter(|n| n.plugins.contains_key(plugin))
+            .map(|n| {
+                let status = self.nodes.plugin(&n.name, plugin).map(|p| p.status());
+                let info = status
+                    .as_ref()
+                    .and_then(|s| s.fingerprint.as_ref())
+                    .and_then(|f| f.node.clone());
+                let health = match status.map(|s| s.health) {
+                    Some(crate::csi::registry::Health::Healthy) => Health::Healthy,
+                    Some(crate::csi::registry::Health::Unhealthy { .. }) => Health::Unhealthy,
+                    _ => Health::Unknown,
+                };
+                PlacementNode {
+                    name: n.name.clone(),
+                    topology: info
+                        .as_ref()
+                        .map(|i| i.accessible_topology.clone().into_iter().collect())
+                        .unwrap_or_default(),
+                    labels: n.labels.clone().into_iter().collect(),
+                    max_volumes: info.as_ref().and_then(|i| i.max_volumes_per_node),
+                    published_volumes: counts.get(&n.name).copied().unwrap_or(0),
+                    health,
+                }
+            })
+            .collect()
+    }
+
+    fn node_id(&self, plugin: &str, node: &str) -> Result<String, StepError> {
+        self.nodes
+            .plugin(node, plugin)
+            .and_then(|p| p.status().fingerprint)
+            .and_then(|f| f.node)
+            .map(|n| n.node_id)
+            .ok_or_else(|| {
+                step_error(
+                    Code::Unavailable,
+                    format!("the node plugin of {plugin:?} on {node:?} has not reported its node id yet"),
+                )
+            })
+    }
+
+    fn node_volume(&self, r: &VolumeRecord, node: &str) -> Result<NodeVolume, StepError> {
+        let b = backend(r);
+        let p = &r.publications[node];
+        Ok(NodeVolume {
+            volume_id: b.volume_id.clone(),
+            berth_id: r.id.clone(),
+            capability: capability(&r.spec),
+            publish_context: p.publish_context.clone().into_iter().collect(),
+            volume_context: b.context.clone().into_iter().collect(),
+            secrets: self.secrets_for(&r.spec)?,
+            readonly: p.readonly,
+        })
+    }
+}
+
+fn backend(r: &VolumeRecord) -> &Backend {
+    r.backend.as_ref().expect("steps past Create have a backend")
+}
+
+fn set_step(node: &str, step: PublishStep, context: Option<BTreeMap<String, String>>) -> Apply {
+    let node = node.to_string();
+    Box::new(move |r: &mut VolumeRecord| {
+        if let Some(p) = r.publications.get_mut(&node) {
+            p.step = step;
+            if let Some(c) = context {
+                p.publish_context = c;
+            }
+            if step == PublishStep::None {
+                p.publish_context.clear();
+            }
+        }
+    })
+}
+
+/// The effect of a step whose work turned out to be done already.
+fn done_effect(step: &Step) -> Apply {
+    match step {
+        Step::Delete => Box::new(|r: &mut VolumeRecord| {
+            r.backend = None;
+            r.csi_name = None;
+        }),
+        Step::NodeUnpublish(n) => set_step(n, PublishStep::Staged, None),
+        Step::NodeUnstage(n) => set_step(n, PublishStep::ControllerPublished, None),
+        Step::ControllerUnpublish(n) => set_step(n, PublishStep::None, None),
+        _ => Box::new(|_| {}),
+    }
+}
+
+fn access_mode(name: &str) -> Option<AccessMode> {
+    policy::cases::access_mode(name).ok()
+}
+
+fn capability(spec: &VolumeSpec) -> proto::VolumeCapability {
+    use proto::volume_capability::{AccessType as Csi, BlockVolume, MountVolume, access_mode::Mode};
+    let mode = match access_mode(&spec.access_mode).unwrap_or(AccessMode::SingleNodeWriter) {
+        AccessMode::SingleNodeWriter => Mode::SingleNodeWriter,
+        AccessMode::SingleNodeReaderOnly => Mode::SingleNodeReaderOnly,
+        AccessMode::MultiNodeReaderOnly => Mode::MultiNodeReaderOnly,
+        AccessMode::MultiNodeSingleWriter => Mode::MultiNodeSingleWriter,
+        AccessMode::MultiNodeMultiWriter => Mode::MultiNodeMultiWriter,
+        AccessMode::SingleNodeSingleWriter => Mode::SingleNodeSingleWriter,
+        AccessMode::SingleNodeMultiWriter => Mode::SingleNodeMultiWriter,
+    };
+    proto::VolumeCapability {
+        access_type: Some(if spec.block {
+            Csi::Block(BlockVolume {})
+        } else {
+            Csi::Mount(MountVolume {
+                fs_type: spec.fs_type.clone(),
+                mount_flags: spec.mount_flags.clone(),
+                volume_mount_group: String::new(),
+            })
+        }),
+        access_mode: Some(proto::volume_capability::AccessMode { mode: mode as i32 }),
+    }
+}
+
+fn pairs(map: &BTreeMap<String, String>) -> Vec<(String, String)> {
+    map.iter().map(|(k, v)| (k.clone(), v.clone())).collect()
+}
+
+/// The volume as policies see it: no secrets, no paths.
+fn policy_volume(r: &VolumeRecord) -> policy::Volume {
+    let s = &r.spec;
+    policy::Volume {
+        id: r.id.clone(),
+        name: s.name.clone(),
+        driver: s.plugin.clone(),
+        capacity: CapacityRange {
+            required_bytes: s.required_bytes.max(0) as u64,
+            limit_bytes: s.limit_bytes.max(0) as u64,
+        },
+        access_mode: access_mode(&s.access_mode).unwrap_or(AccessMode::SingleNodeWriter),
+        access_type: if s.block {
+            AccessType::Block
+        } else {
+            AccessType::Mount
+        },
+        parameters: pairs(&s.parameters),
+        labels: pairs(&s.labels),
+        requisite_topology: s.requisite_topology.iter().map(pairs).collect(),
+        preferred_topology: s.preferred_topology.iter().map(pairs).collect(),
+    }
+}
+
+/// Checks an operator's spec, naming the field at fault.
+pub(super) fn validate_spec(spec: &VolumeSpec, config: &Config) -> Result<(), RequestError> {
+    let bad = |m: String| Err(RequestError::Invalid(m));
+    if spec.name.is_empty() || spec.name.len() > 253 || spec.name.chars().any(char::is_control) {
+        return bad(format!(
+            "name: {:?} must be 1 to 253 bytes without control characters",
+            spec.name
+        ));
+    }
+    if config.plugin(&spec.plugin).is_none() {
+        let known: Vec<&str> = config.plugins.iter().map(|p| p.name.as_str()).collect();
+        return bad(format!(
+            "plugin: no plugin named {:?} (configured: {known:?})",
+            spec.plugin
+        ));
+    }
+    if spec.required_bytes < 0 || spec.limit_bytes < 0 {
+        return bad("required_bytes/limit_bytes: must not be negative".into());
+    }
+    if spec.limit_bytes > 0 && spec.required_bytes > spec.limit_bytes {
+        return bad(format!(
+            "required_bytes: {} is more than limit_bytes {}",
+            spec.required_bytes, spec.limit_bytes
+        ));
+    }
+    if access_mode(&spec.access_mode).is_none() {
+        return bad(format!(
+            "access_mode: {:?} is not one of single-node-writer, single-node-reader-only, multi-node-reader-only, multi-node-single-writer, multi-node-multi-writer, single-node-single-writer, single-node-multi-writer",
+            spec.access_mode
+        ));
+    }
+    if spec.block && (!spec.fs_type.is_empty() || !spec.mount_flags.is_empty()) {
+        return bad("fs_type/mount_flags: a block volume has no file system".into());
+    }
+    if let Some(s) = &spec.secret
+        && (s.is_empty() || s.contains('/') || s.starts_with('.'))
+    {
+        return bad(format!("secret: {s:?} must be a plain secret name"));
+    }
+    let empty_segment = |t: &Segments| t.is_empty() || t.keys().any(String::is_empty);
+    if spec
+        .requisite_topology
+        .iter()
+        .chain(&spec.preferred_topology)
+        .any(empty_segment)
+    {
+        return bad(
+            "requisite_topology/preferred_topology: every topology needs at least one KEY=VALUE".into(),
+        );
+    }
+    Ok(())
+}
+
+/// The best eligible node for a publish that names none.
+pub(super) fn choose_node(m: &VolumeManager, r: &VolumeRecord) -> Result<String, RequestError> {
+    let Some(b) = &r.backend else {
+        return Err(RequestError::Conflict(format!(
+            "volume {:?} is still {}: name a node, or publish once it is available",
+            r.spec.name,
+            r.state()
+        )));
+    };
+    let nodes = m.placement_nodes(&r.spec.plugin);
+    let accessible = b.accessible_topology.iter().map(pairs).collect();
+    let verdicts = m
+        .policies
+        .place(
+            policy_volume(r),
+            Purpose::Publish,
+            accessible,
+            &policy::candidates(&nodes),
+        )
+        .map_err(|e| RequestError::Unavailable(e.to_string()))?;
+    let mut best: Option<(&PlacementNode, i32)> = None;
+    for (n, v) in nodes.iter().zip(&verdicts) {
+        let already = r.publications.get(&n.name).is_some_and(|p| p.wanted);
+        if v.eligible && !already && best.is_none_or(|(_, s)| v.score > s) {
+            best = Some((n, v.score));
+        }
+    }
+    best.map(|(n, _)| n.name.clone()).ok_or_else(|| {
+        let why: Vec<String> = nodes
+            .iter()
+            .zip(&verdicts)
+            .map(|(n, v)| format!("{}: {}", n.name, v.reason))
+            .collect();
+        RequestError::Unavailable(format!(
+            "no eligible node for {:?} ({})",
+            r.spec.name,
+            why.join("; ")
+        ))
+    })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::model::Publication;
+
+    fn caps(cp: bool, st: bool) -> impl Fn(&str) -> Caps {
+        move |_| Caps {
+            controller_publish: cp,
+            node_stage: st,
+        }
+    }
+
+    fn record() -> VolumeRecord {
+        let mut r = VolumeRecord::new("id".into(), VolumeSpec::default());
+        r.csi_name = Some("n".into());
+        r.backend = Some(Backend {
+            volume_id: "v".into(),
+            capacity_bytes: 1,
+            context: Default::default(),
+            accessible_topology: vec![],
+        });
+        r
+    }
+
+    fn publication(step: PublishStep, wanted: bool) -> Publication {
+        Publication {
+            wanted,
+            readonly: false,
+            step,
+            publish_context: Default::default(),
+        }
+    }
+
+    #[test]
+    fn a_new_volume_is_named_then_created() {
+        let mut r = VolumeRecord::new("id".into(), VolumeSpec::default());
+        assert_eq!(next_step(&r, caps(true, true)), Some(Step::Name));
+        r.csi_name = Some("n".into());
+        assert_eq!(next_step(&r, caps(true, true)), Some(Step::Create));
+        r.deleting = true;
+        assert_eq!(
+            next_step(&r, caps(true, true)),
+            Some(Step::Create),
+            "a create may have happened"
+        );
+        r.csi_name = None;
+        assert_eq!(
+            next_step(&r, caps(true, true)),
+            Some(Step::Forget),
+            "never named: nothing to delete"
+        );
+    }
+
+    #[test]
+    fn publish_goes_forward_and_skips_what_the_plugin_lacks() {
+        let mut r = record();
+        r.publications
+            .insert("n1".into(), publication(PublishStep::None, true));
+        assert_eq!(
+            next_step(&r, caps(true, true)),
+            Some(Step::ControllerPublish("n1".into()))
+        );
+        r.publications.get_mut("n1").unwrap().step = PublishStep::ControllerPublished;
+        assert_eq!(
+            next_step(&r, caps(true, true)),
+            Some(Step::NodeStage("n1".into()))
+        );
+        assert_eq!(
+            next_step(&r, caps(true, false)),
+            Some(Step::NodePublish("n1".into()))
+        );
+        r.publications.get_mut("n1").unwrap().step = PublishStep::Published;
+        assert_eq!(next_step(&r, caps(true, true)), None);
+    }
+
+    #[test]
+    fn unpublish_and_delete_go_backward() {
+        let mut r = record();
+        r.publications
+            .insert("n1".into(), publication(PublishStep::Published, true));
+        r.deleting = true;
+        assert_eq!(
+            next_step(&r, caps(true, true)),
+            Some(Step::NodeUnpublish("n1".into()))
+        );
+        r.publications.get_mut("n1").unwrap().step = PublishStep::Staged;
+        assert_eq!(
+            next_step(&r, caps(true, true)),
+            Some(Step::NodeUnstage("n1".into()))
+        );
+        r.publications.get_mut("n1").unwrap().step = PublishStep::ControllerPublished;
+        assert_eq!(
+            next_step(&r, caps(false, true)),
+            Some(Step::DropPublication("n1".into()))
+        );
+        assert_eq!(
+            next_step(&r, caps(true, true)),
+            Some(Step::ControllerUnpublish("n1".into()))
+        );
+        r.publications.clear();
+        assert_eq!(next_step(&r, caps(true, true)), Some(Step::Delete));
+        done_effect(&Step::Delete)(&mut r);
+        assert_eq!(next_step(&r, caps(true, true)), Some(Step::Forget));
+    }
+}

@@ -1,0 +1,390 @@
+//! The volume manager: desired and observed state of every volume, kept in
+//! memory and in the store, and the reconciler that drives CSI plugins until
+//! they match.
+//!
+//! Every change goes through [`VolumeManager::modify`]: serialized per volume,
+//! written to the store, and only then visible and acted on. On start, the
+//! manager loads the store and queues every volume, so unfinished work resumes.
+
+mod lifecycle;
+pub mod nodes;
+mod queue;
+
+use std::collections::HashMap;
+use std::sync::{Arc, Mutex};
+use std::time::{Duration, SystemTime, UNIX_EPOCH};
+
+use tokio::sync::watch;
+
+use crate::config::Config;
+use crate::csi::registry::Registry;
+use crate::model::{Publication, PublishStep, VolumeRecord, VolumeSpec, new_id};
+use crate::policy::Policies;
+use crate::secrets::Secrets;
+use crate::store::Store;
+use nodes::NodeAgent;
+use queue::Queue;
+
+/// Why an operator's request was refused. The API maps these to gRPC codes.
+#[derive(Debug, thiserror::Error)]
+pub enum RequestError {
+    #[error("{0}")]
+    Invalid(String),
+    #[error("{0}")]
+    NotFound(String),
+    #[error("{0}")]
+    Conflict(String),
+    #[error("{0}")]
+    Unavailable(String),
+}
+
+struct State {
+    volumes: HashMap<String, VolumeRecord>,
+    /// Operator name → id, for live volumes.
+    names: HashMap<String, String>,
+}
+
+pub struct VolumeManager {
+    config: Config,
+    store: Store,
+    registry: Arc<Registry>,
+    policies: Arc<Policies>,
+    secrets: Secrets,
+    nodes: Arc<dyn NodeAgent>,
+    state: Mutex<State>,
+    locks: Mutex<HashMap<String, Arc<tokio::sync::Mutex<()>>>>,
+    queue: Queue,
+    /// Bumped on every change, for watchers.
+    changes: watch::Sender<u64>,
+}
+
+pub(crate) fn now_ms() -> u64 {
+    SystemTime::now()
+        .duration_since(UNIX_EPOCH)
+        .map_or(0, |d| d.as_millis() as u64)
+}
+
+impl VolumeManager {
+    /// Loads every volume from the store; call [`VolumeManager::start`] to reconcile.
+    pub fn new(
+        config: Config,
+        store: Store,
+        registry: Arc<Registry>,
+        policies: Arc<Policies>,
+        nodes: Arc<dyn NodeAgent>,
+    ) -> Result<Arc<Self>, String> {
+        let records = store.load()?;
+        let mut volumes = HashMap::new();
+        let mut names = HashMap::new();
+        for r in records {
+            names.insert(r.spec.name.clone(), r.id.clone());
+            volumes.insert(r.id.clone(), r);
+        }
+        let (changes, _) = watch::channel(0);
+        Ok(Arc::new(VolumeManager {
+            secrets: Secrets::new(config.secrets_dir.clone()),
+            config,
+            store,
+            registry,
+            policies,
+            nodes,
+            state: Mutex::new(State { volumes, names }),
+            locks: Mutex::new(HashMap::new()),
+            queue: Queue::default(),
+            changes,
+        }))
+    }
+
+    /// Starts the workers and queues every stored volume.
+    pub fn start(self: &Arc<Self>) -> tokio::task::JoinSet<()> {
+        let mut workers = tokio::task::JoinSet::new();
+        for _ in 0..self.config.workers {
+            let m = self.clone();
+            workers.spawn(async move {
+                loop {
+                    let id = m.queue.take().await;
+                    m.reconcile(&id).await;
+                    m.queue.done(&id);
+                }
+            });
+        }
+        let ids: Vec<String> = self.lock().volumes.keys().cloned().collect();
+        tracing::info!(
+            volumes = ids.len(),
+            workers = self.config.workers,
+            "reconciler started"
+        );
+        for id in ids {
+            self.queue.push(&id);
+        }
+        workers
+    }
+
+    fn lock(&self) -> std::sync::MutexGuard<'_, State> {
+        self.state.lock().unwrap_or_else(|p| p.into_inner())
+    }
+
+    pub fn config(&self) -> &Config {
+        &self.config
+    }
+
+    pub fn registry(&self) -> &Arc<Registry> {
+        &self.registry
+    }
+
+    /// The node plugin of `plugin` on `node`, as registered.
+    pub fn node_plugin(&self, node: &str, plugin: &str) -> Option<Arc<crate::csi::registry::Plugin>> {
+        self.nodes.plugin(node, plugin)
+    }
+
+    /// Where a volume is (or would be) published on a node.
+    pub fn target_path(&self, node: &str, berth_id: &str) -> std::path::PathBuf {
+        self.nodes.target_path(node, berth_id)
+    }
+
+    pub fn subscribe(&self) -> watch::Receiver<u64> {
+        self.changes.subscribe()
+    }
+
+    /// Volumes that still have work queued or running.
+    pub fn busy(&self) -> usize {
+        self.queue.len()
+    }
+
+    pub fn get(&self, name: &str) -> Option<VolumeRecord> {
+        let s = self.lock();
+        s.names.get(name).and_then(|id| s.volumes.get(id)).cloned()
+    }
+
+    pub(crate) fn by_id(&self, id: &str) -> Option<VolumeRecord> {
+        self.lock().volumes.get(id).cloned()
+    }
+
+    pub fn list(&self) -> Vec<VolumeRecord> {
+        let mut v: Vec<VolumeRecord> = self.lock().volumes.values().cloned().collect();
+        v.sort_by(|a, b| a.spec.name.cmp(&b.spec.name));
+        v
+    }
+
+    /// Volumes of `plugin` published (or being published) to each node.
+    pub fn published_counts(&self, plugin: &str) -> HashMap<String, u64> {
+        let mut counts = HashMap::new();
+        for v in self.lock().volumes.values().filter(|v| v.spec.plugin == plugin) {
+            for node in v.publications.keys() {
+                *counts.entry(node.clone()).or_insert(0) += 1;
+            }
+        }
+        counts
+    }
+
+    /// Whether a CSI name is taken by another live volume.
+    pub(crate) fn csi_name_taken(&self, name: &str, except: &str) -> bool {
+        self.lock()
+            .volumes
+            .values()
+            .any(|v| v.id != except && v.csi_name.as_deref() == Some(name))
+    }
+
+    fn volume_lock(&self, id: &str) -> Arc<tokio::sync::Mutex<()>> {
+        self.locks
+            .lock()
+            .unwrap_or_else(|p| p.into_inner())
+            .entry(id.to_string())
+            .or_default()
+            .clone()
+    }
+
+    /// Applies `change` to the latest record, makes it durable, then publishes
+    /// it and queues the volume. Returns what `change` returned.
+    pub(crate) async fn modify<T>(
+        &self,
+        id: &str,
+        change: impl FnOnce(&mut VolumeRecord) -> Result<T, RequestError>,
+    ) -> Result<(T, VolumeRecord), RequestError> {
+        let lock = self.volume_lock(id);
+        let _held = lock.lock().await;
+        let mut record = self
+            .by_id(id)
+            .ok_or_else(|| RequestError::NotFound(format!("volume {id} no longer exists")))?;
+        let out = change(&mut record)?;
+        record.generation += 1;
+        self.store
+            .put(record.clone())
+            .await
+            .map_err(|e| RequestError::Unavailable(format!("the store refused the change: {e}")))?;
+        self.lock().volumes.insert(id.to_string(), record.clone());
+        self.changes.send_modify(|g| *g += 1);
+        self.queue.push(id);
+        Ok((out, record))
+    }
+
+    /// Removes a volume for good (after DeleteVolume, or if it never existed on a plugin).
+    pub(crate) async fn forget(&self, id: &str) -> Result<(), String> {
+        let lock = self.volume_lock(id);
+        let _held = lock.lock().await;
+        self.store.remove(id).await?;
+        {
+            let mut s = self.lock();
+            if let Some(v) = s.volumes.remove(id) {
+                s.names.remove(&v.spec.name);
+            }
+        }
+        self.locks.lock().unwrap_or_else(|p| p.into_inner()).remove(id);
+        self.changes.send_modify(|g| *g += 1);
+        Ok(())
+    }
+
+    // ------------------------------------------------------------ requests
+
+    pub async fn create(&self, spec: VolumeSpec) -> Result<VolumeRecord, RequestError> {
+        lifecycle::validate_spec(&spec, &self.config)?;
+        let id = new_id();
+        let record = VolumeRecord::new(id.clone(), spec.clone());
+        {
+            let mut s = self.lock();
+            if let Some(existing) = s.names.get(&spec.name).and_then(|i| s.volumes.get(i)) {
+                if existing.spec == spec && !existing.deleting {
+                    // Creating the same volume again is not an error.
+                    return Ok(existing.clone());
+                }
+                return Err(RequestError::Conflict(format!(
+                    "a volume named {:?} already exists with a different spec{}",
+                    spec.name,
+                    if existing.deleting { " (being deleted)" } else { "" }
+                )));
+            }
+            // Reserve the name before the write, so two requests cannot both take it.
+            s.names.insert(spec.name.clone(), id.clone());
+            s.volumes.insert(id.clone(), record.clone());
+        }
+        if let Err(e) = self.store.put(record.clone()).await {
+            let mut s = self.lock();
+            s.names.remove(&spec.name);
+            s.volumes.remove(&id);
+            return Err(RequestError::Unavailable(format!(
+                "the store refused the volume: {e}"
+            )));
+        }
+        self.changes.send_modify(|g| *g += 1);
+        self.queue.push(&id);
+        Ok(record)
+    }
+
+    fn id_of(&self, name: &str) -> Result<String, RequestError> {
+        self.lock()
+            .names
+            .get(name)
+            .cloned()
+            .ok_or_else(|| RequestError::NotFound(format!("no volume named {name:?}")))
+    }
+
+    pub async fn delete(&self, name: &str) -> Result<VolumeRecord, RequestError> {
+        let id = self.id_of(name)?;
+        self.modify(&id, |r| {
+            r.deleting = true;
+            for p in r.publications.values_mut() {
+                p.wanted = false;
+            }
+            Ok(())
+        })
+        .await
+        .map(|(_, r)| r)
+    }
+
+    pub async fn publish(
+        &self,
+        name: &str,
+        node: Option<&str>,
+        readonly: bool,
+    ) -> Result<VolumeRecord, RequestError> {
+        let id = self.id_of(name)?;
+        let current = self
+            .by_id(&id)
+            .ok_or_else(|| RequestError::NotFound(format!("no volume named {name:?}")))?;
+        let node = match node {
+            Some(n) => {
+                let cfg = self
+                    .config
+                    .node(n)
+                    .ok_or_else(|| RequestError::Invalid(format!("node: there is no node named {n:?}")))?;
+                if !cfg.plugins.contains_key(&current.spec.plugin) {
+                    return Err(RequestError::Invalid(format!(
+                        "node: {n:?} has no node plugin for {:?}",
+                        current.spec.plugin
+                    )));
+                }
+                n.to_string()
+            }
+            None => lifecycle::choose_node(self, &current)?,
+        };
+        self.modify(&id, |r| {
+            if r.deleting {
+                return Err(RequestError::Conflict(format!(
+                    "volume {name:?} is being deleted"
+                )));
+            }
+            let single = matches!(
+                r.spec.access_mode.as_str(),
+                "single-node-writer"
+                    | "single-node-reader-only"
+                    | "single-node-single-writer"
+                    | "single-node-multi-writer"
+            );
+            if single && r.publications.iter().any(|(n, p)| p.wanted && n != &node) {
+                return Err(RequestError::Conflict(format!(
+                    "volume {name:?} is {} and already published to another node",
+                    r.spec.access_mode
+                )));
+            }
+            let p = r.publications.entry(node.clone()).or_insert(Publication {
+                wanted: true,
+                readonly,
+                step: PublishStep::None,
+                publish_context: Default::default(),
+            });
+            p.wanted = true;
+            p.readonly = readonly;
+            Ok(())
+        })
+        .await
+        .map(|(_, r)| r)
+    }
+
+    pub async fn unpublish(&self, name: &str, node: &str) -> Result<VolumeRecord, RequestError> {
+        let id = self.id_of(name)?;
+        self.modify(&id, |r| match r.publications.get_mut(node) {
+            Some(p) => {
+                p.wanted = false;
+                Ok(())
+            }
+            None => Err(RequestError::NotFound(format!(
+                "volume {name:?} is not published to {node:?}"
+            ))),
+        })
+        .await
+        .map(|(_, r)| r)
+    }
+
+    pub async fn retry(&self, name: &str) -> Result<VolumeRecord, RequestError> {
+        let id = self.id_of(name)?;
+        self.modify(&id, |r| {
+            r.failure = None;
+            r.retrying = None;
+            Ok(())
+        })
+        .await
+        .map(|(_, r)| r)
+    }
+
+    /// Queues a volume again after `delay`.
+    fn wake_after(self: &Arc<Self>, id: &str, delay: Duration) {
+        let m = Arc::downgrade(self);
+        let id = id.to_string();
+        tokio::spawn(async move {
+            tokio::time::sleep(delay).await;
+            if let Some(m) = m.upgrade() {
+                m.queue.push(&id);
+            }
+        });
+    }
+}

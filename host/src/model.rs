@@ -1,0 +1,131 @@
+//! What Berth keeps about volumes: the operator's declaration (spec), the
+//! desired state, and what the plugins did (backend, publications), persisted
+//! as one record per volume.
+
+use std::collections::BTreeMap;
+
+use serde::{Deserialize, Serialize};
+
+pub type Segments = BTreeMap<String, String>;
+
+/// What the operator declared.
+#[derive(Clone, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
+pub struct VolumeSpec {
+    pub name: String,
+    pub plugin: String,
+    pub required_bytes: i64,
+    pub limit_bytes: i64,
+    pub access_mode: String,
+    pub block: bool,
+    pub fs_type: String,
+    pub mount_flags: Vec<String>,
+    pub parameters: BTreeMap<String, String>,
+    /// A secret's name; its contents are read when a call needs them, never stored.
+    pub secret: Option<String>,
+    pub requisite_topology: Vec<Segments>,
+    pub preferred_topology: Vec<Segments>,
+    pub labels: BTreeMap<String, String>,
+}
+
+/// The plugin's view of a created volume.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub struct Backend {
+    pub volume_id: String,
+    pub capacity_bytes: i64,
+    pub context: BTreeMap<String, String>,
+    pub accessible_topology: Vec<Segments>,
+}
+
+/// How far a publication has got, in lifecycle order.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, PartialOrd, Ord, Serialize, Deserialize)]
+#[serde(rename_all = "kebab-case")]
+pub enum PublishStep {
+    #[default]
+    None,
+    ControllerPublished,
+    Staged,
+    Published,
+}
+
+/// A volume on one node, keyed by the node's name in [`VolumeRecord::publications`].
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub struct Publication {
+    /// True to drive toward published, false to drive back and remove.
+    pub wanted: bool,
+    pub readonly: bool,
+    pub step: PublishStep,
+    pub publish_context: BTreeMap<String, String>,
+}
+
+/// A CSI call being retried after a failure.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub struct Retrying {
+    pub operation: String,
+    pub attempt: u32,
+    pub first_failure_ms: u64,
+    pub next_attempt_ms: u64,
+    pub last_error: String,
+}
+
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub struct VolumeRecord {
+    pub id: String,
+    pub spec: VolumeSpec,
+    /// Sent as CreateVolumeRequest.name; stored before the first CreateVolume,
+    /// so a retry or a restart reuses it and never creates a second volume.
+    pub csi_name: Option<String>,
+    pub backend: Option<Backend>,
+    pub deleting: bool,
+    pub publications: BTreeMap<String, Publication>,
+    /// A give-up: the reconciler leaves the volume alone until an operator retries.
+    pub failure: Option<String>,
+    pub retrying: Option<Retrying>,
+    /// Bumped on every change, so watchers see each one.
+    pub generation: u64,
+}
+
+impl VolumeRecord {
+    pub fn new(id: String, spec: VolumeSpec) -> Self {
+        VolumeRecord {
+            id,
+            spec,
+            csi_name: None,
+            backend: None,
+            deleting: false,
+            publications: BTreeMap::new(),
+            failure: None,
+            retrying: None,
+            generation: 0,
+        }
+    }
+
+    /// One word for operators.
+    pub fn state(&self) -> &'static str {
+        if self.failure.is_some() {
+            "failed"
+        } else if self.deleting {
+            "deleting"
+        } else if self.backend.is_none() {
+            if self.csi_name.is_some() {
+                "creating"
+            } else {
+                "pending"
+            }
+        } else if self
+            .publications
+            .values()
+            .any(|p| p.wanted && p.step == PublishStep::Published)
+        {
+            "published"
+        } else {
+            "available"
+        }
+    }
+}
+
+/// A new random id: 128 bits, hex.
+pub fn new_id() -> String {
+    use rand::Rng;
+    let n: u128 = rand::rng().random();
+    format!("{n:032x}")
+}

@@ -1,0 +1,104 @@
+//! Operator-provided CSI secrets: one file per secret in a directory, with
+//! `KEY=VALUE` lines, readable by its owner only. Read when a CSI call needs
+//! them and dropped after; never stored, logged, printed or shown to guests.
+
+use std::collections::HashMap;
+use std::fmt;
+use std::os::unix::fs::PermissionsExt;
+use std::path::PathBuf;
+
+/// A secret's contents. `Debug` shows the keys only.
+#[derive(Clone, Default)]
+pub struct SecretMap(HashMap<String, String>);
+
+impl SecretMap {
+    pub fn into_inner(self) -> HashMap<String, String> {
+        self.0
+    }
+}
+
+impl fmt::Debug for SecretMap {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        let mut keys: Vec<&String> = self.0.keys().collect();
+        keys.sort();
+        write!(f, "SecretMap({keys:?}, values redacted)")
+    }
+}
+
+#[derive(Clone, Debug, Default)]
+pub struct Secrets {
+    dir: Option<PathBuf>,
+}
+
+impl Secrets {
+    pub fn new(dir: Option<PathBuf>) -> Self {
+        Secrets { dir }
+    }
+
+    /// Reads the secret `name`. Refuses names that are not plain file names and
+    /// files that group or others could read.
+    pub fn get(&self, name: &str) -> Result<SecretMap, String> {
+        let dir = self
+            .dir
+            .as_ref()
+            .ok_or_else(|| format!("secret {name:?} is referenced, but no secrets_dir is configured"))?;
+        if name.is_empty() || name.contains('/') || name.starts_with('.') {
+            return Err(format!("secret name {name:?} must be a plain file name"));
+        }
+        let path = dir.join(name);
+        let meta =
+            std::fs::metadata(&path).map_err(|e| format!("secret {name:?} ({}): {e}", path.display()))?;
+        if meta.permissions().mode() & 0o077 != 0 {
+            return Err(format!(
+                "secret {name:?} ({}) has mode {:o}; it must not be readable by group or others (chmod 600)",
+                path.display(),
+                meta.permissions().mode() & 0o777
+            ));
+        }
+        let text = std::fs::read_to_string(&path).map_err(|e| format!("secret {name:?}: {e}"))?;
+        let mut map = HashMap::new();
+        for (i, line) in text.lines().enumerate() {
+            let line = line.trim();
+            if line.is_empty() || line.starts_with('#') {
+                continue;
+            }
+            // The line itself may be secret: the error names the line number only.
+            let (k, v) = line
+                .split_once('=')
+                .ok_or_else(|| format!("secret {name:?}, line {}: expected KEY=VALUE", i + 1))?;
+            map.insert(k.trim().to_string(), v.trim().to_string());
+        }
+        Ok(SecretMap(map))
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn reads_owner_only_files_and_hides_values() {
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("backend");
+        std::fs::write(&path, "# comment\ntoken = s3cr3t\nuser=admin\n").unwrap();
+        std::fs::set_permissions(&path, std::fs::Permissions::from_mode(0o600)).unwrap();
+        let secrets = Secrets::new(Some(dir.path().to_path_buf()));
+        let map = secrets.get("backend").unwrap();
+        let shown = format!("{map:?}");
+        assert!(shown.contains("token") && !shown.contains("s3cr3t"), "{shown}");
+        assert_eq!(map.into_inner()["token"], "s3cr3t");
+
+        std::fs::set_permissions(&path, std::fs::Permissions::from_mode(0o644)).unwrap();
+        assert!(secrets.get("backend").unwrap_err().contains("chmod 600"));
+        assert!(
+            secrets
+                .get("../etc/passwd")
+                .unwrap_err()
+                .contains("plain file name")
+        );
+        std::fs::write(dir.path().join("bad"), "oops-no-equals").unwrap();
+        std::fs::set_permissions(dir.path().join("bad"), std::fs::Permissions::from_mode(0o600)).unwrap();
+        let err = secrets.get("bad").unwrap_err();
+        assert!(err.contains("line 1") && !err.contains("oops"), "{err}");
+    }
+}
