@@ -6,7 +6,7 @@
 //! state = "state/berth.redb"            # the embedded store (one file)
 //! api = "unix:///run/berth/berth.sock"  # default: berth.sock beside the state file
 //! socket_mode = "0600"
-//! workers = 64
+//! workers = 256
 //! fingerprint_interval = "30s"
 //! secrets_dir = "secrets"               # one file per secret, KEY=VALUE lines, mode 0600
 //!
@@ -141,7 +141,8 @@ pub struct PolicyConfig {
     pub decisions: Vec<Decision>,
 }
 
-pub const DEFAULT_WORKERS: usize = 64;
+/// Workers are cheap tasks that mostly wait on plugins: enough for hundreds of volumes in flight.
+pub const DEFAULT_WORKERS: usize = 256;
 
 impl Config {
     /// Reads and validates a config file.
@@ -394,8 +395,8 @@ settings = { prefix = "x" }
                 "plugin[0].driver",
             ),
             (
-                GOOD.replace("[[policy]]", "socket_mode = \"999\"\n[[policy]]"),
-                "socket_mode",
+                format!("socket_mode = \"999\"\n{GOOD}"),
+                "socket_mode: \"999\" is not an octal",
             ),
             ("state = \"x\"".to_string(), "no [[plugin]]"),
         ];

@@ -74,6 +74,11 @@ pub struct VolumeRecord {
     /// Sent as CreateVolumeRequest.name; stored before the first CreateVolume,
     /// so a retry or a restart reuses it and never creates a second volume.
     pub csi_name: Option<String>,
+    /// Set (durably) before the first CreateVolume is sent, cleared when the
+    /// plugin refuses it outright: while set and no backend is known, the
+    /// volume may exist on the plugin, so deleting asks CreateVolume for its id.
+    #[serde(default)]
+    pub create_sent: bool,
     pub backend: Option<Backend>,
     pub deleting: bool,
     pub publications: BTreeMap<String, Publication>,
@@ -90,6 +95,7 @@ impl VolumeRecord {
             id,
             spec,
             csi_name: None,
+            create_sent: false,
             backend: None,
             deleting: false,
             publications: BTreeMap::new(),

@@ -193,3 +193,213 @@ pub fn guest(name: &str) -> PathBuf {
     );
     path
 }
+
+/// A whole deployment on this machine: a controller plugin, node plugins
+/// sharing its state directory, a `berth.toml`, and `berth serve`.
+pub struct Cluster {
+    pub dir: tempfile::TempDir,
+    pub controller: Plugin,
+    pub nodes: Vec<(String, Plugin)>,
+    serve: Option<Child>,
+    pub config: PathBuf,
+    pub api: PathBuf,
+    pub serve_log: PathBuf,
+}
+
+/// How to build a [`Cluster`].
+pub struct ClusterSpec<'a> {
+    /// Flags for every plugin process (capabilities, faults...).
+    pub plugin_args: Vec<&'a str>,
+    /// (node name, zone) for each node.
+    pub nodes: Vec<(&'a str, &'a str)>,
+    /// Use the sample guests for naming, placement and retry, with these extra settings.
+    pub guests: bool,
+    pub retry_settings: &'a str,
+    /// Extra top-level config lines.
+    pub extra: &'a str,
+}
+
+impl Default for ClusterSpec<'_> {
+    fn default() -> Self {
+        ClusterSpec {
+            plugin_args: vec![],
+            nodes: vec![("node-a", "a"), ("node-b", "b")],
+            guests: true,
+            retry_settings: "base-ms = \"20\", max-ms = \"200\"",
+            extra: "",
+        }
+    }
+}
+
+impl Cluster {
+    pub fn start(spec: ClusterSpec) -> Cluster {
+        let dir = test_dir();
+        let state = dir.path().join("hostpath");
+        let controller = PluginBuilder::new(dir.path(), "ctrl")
+            .state_dir(&state)
+            .args(&["--node", "false", "--topology", "zone=a"])
+            .args(&spec.plugin_args)
+            .spawn();
+        let mut nodes = Vec::new();
+        let mut node_config = String::new();
+        for (name, zone) in &spec.nodes {
+            let zone_arg = format!("zone={zone}");
+            let p = PluginBuilder::new(dir.path(), name)
+                .state_dir(&state)
+                .args(&[
+                    "--controller",
+                    "false",
+                    "--node-id",
+                    name,
+                    "--topology",
+                    &zone_arg,
+                ])
+                .args(&spec.plugin_args)
+                .spawn();
+            node_config.push_str(&format!(
+                "[[node]]\nname = \"{name}\"\ndir = \"nodes/{name}\"\nlabels = {{ zone-label = \"{zone}\" }}\nplugins = {{ hostpath = \"{}\" }}\n",
+                p.endpoint()
+            ));
+            nodes.push((name.to_string(), p));
+        }
+        let guests = if spec.guests {
+            format!(
+                "[[policy]]\nmodule = \"{}\"\nsettings = {{ prefix = \"pv\" }}\n[[policy]]\nmodule = \"{}\"\n[[policy]]\nmodule = \"{}\"\nsettings = {{ {} }}\n",
+                guest("berth_naming_guest").display(),
+                guest("berth_placement_guest").display(),
+                guest("berth_retry_guest").display(),
+                spec.retry_settings
+            )
+        } else {
+            String::new()
+        };
+        let config = dir.path().join("berth.toml");
+        std::fs::write(
+            &config,
+            format!(
+                "state = \"state/berth.redb\"\nworkers = 16\nfingerprint_interval = \"500ms\"\nsecrets_dir = \"secrets\"\n{}\n[[plugin]]\nname = \"hostpath\"\ndriver = \"hostpath.csi.berth.dev\"\ncontroller = \"{}\"\n{node_config}{guests}",
+                spec.extra,
+                controller.endpoint()
+            ),
+        )
+        .unwrap();
+        std::fs::create_dir_all(dir.path().join("secrets")).unwrap();
+        let mut c = Cluster {
+            api: dir.path().join("state/berth.sock"),
+            serve_log: dir.path().join("serve.log"),
+            config,
+            dir,
+            controller,
+            nodes,
+            serve: None,
+        };
+        c.start_serve();
+        c
+    }
+
+    pub fn start_serve(&mut self) {
+        let log = std::fs::OpenOptions::new()
+            .create(true)
+            .append(true)
+            .open(&self.serve_log)
+            .unwrap();
+        let child = Command::new(bin("berth"))
+            .args(["serve", "--config"])
+            .arg(&self.config)
+            .env("BERTH_LOG", "info")
+            .stdin(Stdio::null())
+            .stdout(log.try_clone().unwrap())
+            .stderr(log)
+            .spawn()
+            .expect("starting berth serve");
+        self.serve = Some(child);
+        let deadline = Instant::now() + Duration::from_secs(30);
+        while std::os::unix::net::UnixStream::connect(&self.api).is_err() {
+            if let Some(status) = self.serve.as_mut().and_then(|c| c.try_wait().ok().flatten()) {
+                panic!("berth serve exited with {status}: {}", self.log());
+            }
+            assert!(Instant::now() < deadline, "the API never came up: {}", self.log());
+            std::thread::sleep(Duration::from_millis(20));
+        }
+    }
+
+    /// SIGKILL, as in a crash: nothing is flushed or cleaned up.
+    pub fn kill_serve(&mut self) {
+        if let Some(mut c) = self.serve.take() {
+            let _ = c.kill();
+            let _ = c.wait();
+        }
+    }
+
+    pub fn log(&self) -> String {
+        std::fs::read_to_string(&self.serve_log).unwrap_or_default()
+    }
+
+    /// Runs the CLI against this cluster's API.
+    pub fn berth(&self, args: &[&str]) -> Output {
+        Command::new(bin("berth"))
+            .args(args)
+            .env("BERTH_API", &self.api)
+            .stdin(Stdio::null())
+            .output()
+            .expect("running berth")
+    }
+
+    /// Runs the CLI and returns stdout, failing the test on a non-zero exit.
+    pub fn ok(&self, args: &[&str]) -> String {
+        let out = self.berth(args);
+        let (stdout, stderr) = texts(&out);
+        assert!(
+            out.status.success(),
+            "berth {args:?} failed: {stdout}{stderr}\nserve log:\n{}",
+            self.log()
+        );
+        stdout
+    }
+
+    /// Every volume as JSON.
+    pub fn volumes(&self) -> Vec<serde_json::Value> {
+        serde_json::from_str(&self.ok(&["volume", "list", "-o", "json"])).unwrap()
+    }
+
+    /// Waits until `pred` holds for the volume list, failing after 60 s.
+    pub fn wait_until(&self, what: &str, pred: impl Fn(&[serde_json::Value]) -> bool) {
+        let deadline = Instant::now() + Duration::from_secs(60);
+        loop {
+            let v = self.volumes();
+            if pred(&v) {
+                return;
+            }
+            assert!(
+                Instant::now() < deadline,
+                "timed out waiting for {what}: {v:#?}\n{}",
+                self.log()
+            );
+            std::thread::sleep(Duration::from_millis(100));
+        }
+    }
+
+    /// Volumes the plugin holds (its records on disk).
+    pub fn plugin_volumes(&self) -> usize {
+        std::fs::read_dir(self.dir.path().join("hostpath/volumes"))
+            .map(|d| {
+                d.filter(|e| {
+                    e.as_ref()
+                        .is_ok_and(|e| e.path().extension().is_some_and(|x| x == "json"))
+                })
+                .count()
+            })
+            .unwrap_or(0)
+    }
+
+    /// The plugin's data directory of a volume id.
+    pub fn volume_data(&self, volume_id: &str) -> PathBuf {
+        self.dir.path().join("hostpath/data").join(volume_id)
+    }
+}
+
+impl Drop for Cluster {
+    fn drop(&mut self) {
+        self.kill_serve();
+    }
+}

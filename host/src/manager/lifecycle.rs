@@ -97,8 +97,12 @@ fn next_step(r: &VolumeRecord, caps: impl Fn(&str) -> Caps) -> Option<Step> {
         return Some(if r.deleting { Step::Forget } else { Step::Name });
     }
     if r.backend.is_none() {
-        // Also when deleting: an earlier CreateVolume may have created it.
-        return Some(Step::Create);
+        // When deleting, only if an earlier CreateVolume may have created it.
+        return Some(if r.deleting && !r.create_sent {
+            Step::Forget
+        } else {
+            Step::Create
+        });
     }
     for (node, p) in &r.publications {
         let c = caps(node);
@@ -133,12 +137,15 @@ fn next_step(r: &VolumeRecord, caps: impl Fn(&str) -> Caps) -> Option<Step> {
 struct StepError {
     code: Code,
     message: String,
+    /// Whether the plugin answered (as opposed to a check before any call).
+    sent: bool,
 }
 
 impl From<CsiError> for StepError {
     fn from(e: CsiError) -> Self {
         StepError {
             code: Code::from_grpc(e.code()).unwrap_or(Code::Unknown),
+            sent: matches!(e.failure, crate::csi::Failure::Status { .. }),
             message: e.to_string(),
         }
     }
@@ -148,7 +155,25 @@ fn step_error(code: Code, message: impl Into<String>) -> StepError {
     StepError {
         code,
         message: message.into(),
+        sent: false,
     }
+}
+
+/// Codes with which a plugin refuses a CreateVolume without doing anything;
+/// after the others (timeouts, unavailable, internal errors) it may have.
+fn refused_outright(code: Code) -> bool {
+    matches!(
+        code,
+        Code::InvalidArgument
+            | Code::AlreadyExists
+            | Code::FailedPrecondition
+            | Code::OutOfRange
+            | Code::Unimplemented
+            | Code::PermissionDenied
+            | Code::Unauthenticated
+            | Code::ResourceExhausted
+            | Code::NotFound
+    )
 }
 
 /// What a successful step changes in the record.
@@ -218,6 +243,17 @@ impl VolumeManager {
         step: &Step,
         e: StepError,
     ) -> Result<bool, RequestError> {
+        if *step == Step::Create && e.sent && refused_outright(e.code) {
+            // The plugin answered no: nothing was created under this name.
+            self.modify(&record.id, |r| {
+                r.create_sent = false;
+                Ok(())
+            })
+            .await?;
+            if record.deleting {
+                return Ok(true);
+            }
+        }
         let attempt = record.retrying.as_ref().map_or(1, |r| r.attempt + 1);
         let first = record
             .retrying
@@ -454,6 +490,15 @@ impl VolumeManager {
         } else {
             None
         };
+        let secrets = self.secrets_for(spec)?;
+        if !r.create_sent {
+            self.modify(&r.id, |r| {
+                r.create_sent = true;
+                Ok(())
+            })
+            .await
+            .map_err(|e| step_error(Code::Unavailable, e.to_string()))?;
+        }
         let resp = controller
             .client()
             .create_volume(proto::CreateVolumeRequest {
@@ -466,7 +511,7 @@ impl VolumeManager {
                 ),
                 volume_capabilities: vec![capability(spec)],
                 parameters: spec.parameters.clone().into_iter().collect(),
-                secrets: self.secrets_for(spec)?,
+                secrets,
                 volume_content_source: None,
                 accessibility_requirements: requirements,
                 mutable_parameters: Default::default(),
@@ -820,6 +865,12 @@ mod tests {
         r.csi_name = Some("n".into());
         assert_eq!(next_step(&r, caps(true, true)), Some(Step::Create));
         r.deleting = true;
+        assert_eq!(
+            next_step(&r, caps(true, true)),
+            Some(Step::Forget),
+            "no CreateVolume was ever sent"
+        );
+        r.create_sent = true;
         assert_eq!(
             next_step(&r, caps(true, true)),
             Some(Step::Create),

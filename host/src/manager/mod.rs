@@ -282,6 +282,9 @@ impl VolumeManager {
         let id = self.id_of(name)?;
         self.modify(&id, |r| {
             r.deleting = true;
+            // Deleting is the operator's answer to a give-up too.
+            r.failure = None;
+            r.retrying = None;
             for p in r.publications.values_mut() {
                 p.wanted = false;
             }
