@@ -8,6 +8,13 @@ use clap::Parser;
 
 fn main() -> ExitCode {
     let args = cli::Cli::parse();
+    if !matches!(args.command, cli::Command::Serve(_)) {
+        // A client command whose output is closed (`berth volume list | head`)
+        // ends quietly, as Unix tools do. The server keeps ignoring SIGPIPE:
+        // a client going away must never kill it.
+        // SAFETY: restoring a signal's default disposition at startup, before any threads.
+        unsafe { libc::signal(libc::SIGPIPE, libc::SIG_DFL) };
+    }
     cli::init_logging();
     let runtime = match tokio::runtime::Builder::new_multi_thread().enable_all().build() {
         Ok(rt) => rt,

@@ -217,6 +217,7 @@ pub struct ClusterSpec<'a> {
     pub retry_settings: &'a str,
     /// Extra top-level config lines.
     pub extra: &'a str,
+    pub workers: usize,
 }
 
 impl Default for ClusterSpec<'_> {
@@ -227,6 +228,7 @@ impl Default for ClusterSpec<'_> {
             guests: true,
             retry_settings: "base-ms = \"20\", max-ms = \"200\"",
             extra: "",
+            workers: 16,
         }
     }
 }
@@ -277,7 +279,8 @@ impl Cluster {
         std::fs::write(
             &config,
             format!(
-                "state = \"state/berth.redb\"\nworkers = 16\nfingerprint_interval = \"500ms\"\nsecrets_dir = \"secrets\"\n{}\n[[plugin]]\nname = \"hostpath\"\ndriver = \"hostpath.csi.berth.dev\"\ncontroller = \"{}\"\n{node_config}{guests}",
+                "state = \"state/berth.redb\"\nworkers = {}\nfingerprint_interval = \"500ms\"\nsecrets_dir = \"secrets\"\n{}\n[[plugin]]\nname = \"hostpath\"\ndriver = \"hostpath.csi.berth.dev\"\ncontroller = \"{}\"\n{node_config}{guests}",
+                spec.workers,
                 spec.extra,
                 controller.endpoint()
             ),

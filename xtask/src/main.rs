@@ -24,6 +24,9 @@ commands:
   guests  build the policy guest components (wasm32-wasip2) into target/wasm32-wasip2/guest
   bench   the policy benchmark: WASM guests against the built-in native policies
           (release build; add --quick for a short run)
+  bench-e2e
+          end-to-end throughput: N volumes created, published, unpublished and deleted
+          through berth serve and the sample plugin (--volumes N, default 1000)
   lint    cargo fmt --check and cargo clippy --all-targets -D warnings";
 
 fn main() {
@@ -34,6 +37,7 @@ fn main() {
         Some("lint") => lint(),
         Some("guests") => guests(),
         Some("bench") => bench(&args[1..]),
+        Some("bench-e2e") => bench_e2e(&args[1..]),
         Some("-h" | "--help" | "help") => {
             println!("{USAGE}");
             Ok(())
@@ -125,6 +129,25 @@ fn bench(extra: &[String]) -> anyhow::Result<()> {
     guests()?;
     let mut cmd = cargo();
     cmd.args(["bench", "--package", "berth", "--bench", "policy", "--"])
+        .args(extra);
+    run(cmd)
+}
+
+fn bench_e2e(extra: &[String]) -> anyhow::Result<()> {
+    guests()?;
+    let mut bins = cargo();
+    bins.args([
+        "build",
+        "--release",
+        "--bins",
+        "--package",
+        "berth",
+        "--package",
+        "hostpath-plugin",
+    ]);
+    run(bins)?;
+    let mut cmd = cargo();
+    cmd.args(["bench", "--package", "berth-tests", "--bench", "lifecycle", "--"])
         .args(extra);
     run(cmd)
 }

@@ -41,8 +41,10 @@ pub struct Volumes {
     root_path: PathBuf,
     capacity: i64,
     fsync: bool,
-    /// Serialises changes; the controller is the only writer of volume records.
-    lock: Mutex<()>,
+    /// Every record, as last written; the controller is the only writer, so
+    /// in the controller this is the truth (node processes read the files).
+    /// Its lock also serialises changes.
+    index: Mutex<BTreeMap<String, VolumeRecord>>,
 }
 
 impl Volumes {
@@ -53,17 +55,22 @@ impl Volumes {
         for sub in ["volumes", "data", "nodes"] {
             root.create_dir_all(sub)?;
         }
-        Ok(Volumes {
+        let mut volumes = Volumes {
             root,
             root_path,
             capacity,
             fsync,
-            lock: Mutex::new(()),
-        })
+            index: Mutex::new(BTreeMap::new()),
+        };
+        let all = volumes
+            .read_all()
+            .map_err(|s| anyhow::anyhow!("{}", s.message()))?;
+        volumes.index = Mutex::new(all.into_iter().map(|r| (r.id.clone(), r)).collect());
+        Ok(volumes)
     }
 
-    fn guard(&self) -> MutexGuard<'_, ()> {
-        self.lock.lock().unwrap_or_else(|p| p.into_inner())
+    fn guard(&self) -> MutexGuard<'_, BTreeMap<String, VolumeRecord>> {
+        self.index.lock().unwrap_or_else(|p| p.into_inner())
     }
 
     /// The directory holding a volume's data, as a real path for mounting.
@@ -78,7 +85,12 @@ impl Volumes {
         read_json(&self.root, &format!("volumes/{id}.json"))
     }
 
+    /// Every volume, sorted by id (from the controller's index).
     pub fn list(&self) -> Result<Vec<VolumeRecord>, Status> {
+        Ok(self.guard().values().cloned().collect())
+    }
+
+    fn read_all(&self) -> Result<Vec<VolumeRecord>, Status> {
         let mut out = Vec::new();
         for entry in self.root.read_dir("volumes").map_err(internal)? {
             let name = entry.map_err(internal)?.file_name();
@@ -94,7 +106,7 @@ impl Volumes {
     }
 
     pub fn used_bytes(&self) -> Result<i64, Status> {
-        Ok(self.list()?.iter().map(|v| v.capacity_bytes).sum())
+        Ok(used(&self.guard()))
     }
 
     pub fn total_bytes(&self) -> i64 {
@@ -111,9 +123,9 @@ impl Volumes {
         parameters: BTreeMap<String, String>,
         accessible_topology: Vec<Segments>,
     ) -> Result<VolumeRecord, Status> {
-        let _g = self.guard();
+        let mut index = self.guard();
         let id = id_for(name);
-        if let Some(existing) = self.get(&id)? {
+        if let Some(existing) = index.get(&id).cloned() {
             if existing.name != name {
                 return Err(Status::already_exists(format!(
                     "volume id {id} is taken by another name"
@@ -136,7 +148,7 @@ impl Volumes {
         } else {
             1 << 30
         };
-        let free = self.capacity - self.used_bytes()?;
+        let free = self.capacity - used(&index);
         if size > free {
             return Err(Status::resource_exhausted(format!(
                 "{size} bytes requested, {free} bytes free"
@@ -153,13 +165,14 @@ impl Volumes {
             published_nodes: BTreeSet::new(),
         };
         self.save(&rec)?;
+        index.insert(rec.id.clone(), rec.clone());
         Ok(rec)
     }
 
     /// Deletes a volume; a missing one is already deleted.
     pub fn delete(&self, id: &str) -> Result<(), Status> {
-        let _g = self.guard();
-        let Some(rec) = self.get(id)? else {
+        let mut index = self.guard();
+        let Some(rec) = index.get(id).cloned() else {
             return Ok(());
         };
         if !rec.published_nodes.is_empty() {
@@ -171,6 +184,7 @@ impl Volumes {
         self.root
             .remove_file(format!("volumes/{id}.json"))
             .map_err(internal)?;
+        index.remove(id);
         if let Err(e) = self.root.remove_dir_all(format!("data/{id}")) {
             tracing::warn!(volume = id, error = %e, "volume data left behind");
         }
@@ -183,12 +197,13 @@ impl Volumes {
         id: &str,
         change: impl FnOnce(&mut VolumeRecord) -> Result<T, Status>,
     ) -> Result<Option<T>, Status> {
-        let _g = self.guard();
-        let Some(mut rec) = self.get(id)? else {
+        let mut index = self.guard();
+        let Some(mut rec) = index.get(id).cloned() else {
             return Ok(None);
         };
         let out = change(&mut rec)?;
         self.save(&rec)?;
+        index.insert(id.to_string(), rec);
         Ok(Some(out))
     }
 
@@ -217,6 +232,10 @@ impl Volumes {
     fn save(&self, rec: &VolumeRecord) -> Result<(), Status> {
         write_json(&self.root, &format!("volumes/{}.json", rec.id), rec, self.fsync)
     }
+}
+
+fn used(index: &BTreeMap<String, VolumeRecord>) -> i64 {
+    index.values().map(|v| v.capacity_bytes).sum()
 }
 
 /// Whether a node with `segments` can reach a volume accessible from `accessible`.
