@@ -23,7 +23,16 @@ fn volume(c: &Cluster, name: &str) -> Value {
 /// delete; then nothing is left on the plugin or the node.
 fn lifecycle(c: &Cluster) {
     c.ok(&[
-        "volume", "create", "data", "--plugin", "hostpath", "--size", "64MiB", "--wait",
+        "volume",
+        "create",
+        "data",
+        "--plugin",
+        "hostpath",
+        "--size",
+        "64MiB",
+        "--requisite",
+        "zone=a",
+        "--wait",
     ]);
     let v = volume(c, "data");
     assert_eq!(v["state"], "available");
@@ -95,7 +104,16 @@ fn retries_never_create_a_volume_twice() {
         ..Default::default()
     });
     for i in 0..12 {
-        c.ok(&["volume", "create", &format!("v{i}"), "--plugin", "hostpath"]);
+        // Published on node-a below: they must live in its zone.
+        c.ok(&[
+            "volume",
+            "create",
+            &format!("v{i}"),
+            "--plugin",
+            "hostpath",
+            "--requisite",
+            "zone=a",
+        ]);
     }
     for i in 0..4 {
         c.ok(&["volume", "publish", &format!("v{i}"), "--node", "node-a"]);
@@ -123,7 +141,15 @@ fn a_give_up_waits_for_the_operator_and_secrets_stay_secret() {
     });
     let mut outputs = String::new();
     outputs += &c.ok(&[
-        "volume", "create", "vault", "--plugin", "hostpath", "--secret", "backend",
+        "volume",
+        "create",
+        "vault",
+        "--plugin",
+        "hostpath",
+        "--secret",
+        "backend",
+        "--requisite",
+        "zone=a",
     ]);
     c.wait_until("a give-up", |vs| state_of(vs, "vault") == "failed");
     let v = volume(&c, "vault");
@@ -160,7 +186,16 @@ fn a_crash_mid_flight_loses_nothing_and_duplicates_nothing() {
         ..Default::default()
     });
     for i in 0..16 {
-        c.ok(&["volume", "create", &format!("v{i}"), "--plugin", "hostpath"]);
+        // Published on node-a below: they must live in its zone.
+        c.ok(&[
+            "volume",
+            "create",
+            &format!("v{i}"),
+            "--plugin",
+            "hostpath",
+            "--requisite",
+            "zone=a",
+        ]);
     }
     c.wait_until("some created", |vs| {
         vs.iter().filter(|v| v["state"] == "available").count() >= 4
