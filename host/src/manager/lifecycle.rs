@@ -70,21 +70,6 @@ impl Step {
     }
 }
 
-impl Operation {
-    fn name(self) -> &'static str {
-        match self {
-            Operation::CreateVolume => "CreateVolume",
-            Operation::DeleteVolume => "DeleteVolume",
-            Operation::ControllerPublishVolume => "ControllerPublishVolume",
-            Operation::ControllerUnpublishVolume => "ControllerUnpublishVolume",
-            Operation::NodeStageVolume => "NodeStageVolume",
-            Operation::NodeUnstageVolume => "NodeUnstageVolume",
-            Operation::NodePublishVolume => "NodePublishVolume",
-            Operation::NodeUnpublishVolume => "NodeUnpublishVolume",
-        }
-    }
-}
-
 /// What the plugins offer, as far as the lifecycle cares.
 struct Caps {
     controller_publish: bool,

@@ -72,6 +72,20 @@ impl Code {
 }
 
 impl Operation {
+    /// The CSI method name: `CreateVolume`, `NodePublishVolume`...
+    pub fn name(self) -> &'static str {
+        match self {
+            Operation::CreateVolume => "CreateVolume",
+            Operation::DeleteVolume => "DeleteVolume",
+            Operation::ControllerPublishVolume => "ControllerPublishVolume",
+            Operation::ControllerUnpublishVolume => "ControllerUnpublishVolume",
+            Operation::NodeStageVolume => "NodeStageVolume",
+            Operation::NodeUnstageVolume => "NodeUnstageVolume",
+            Operation::NodePublishVolume => "NodePublishVolume",
+            Operation::NodeUnpublishVolume => "NodeUnpublishVolume",
+        }
+    }
+
     /// Whether the operation undoes something, so NOT_FOUND means it is done.
     pub fn is_undo(self) -> bool {
         matches!(
