@@ -248,7 +248,7 @@ impl api::berth_server::Berth for BerthApi {
                                 .as_ref()
                                 .and_then(|i| i.max_volumes_per_node)
                                 .map_or(0, |v| v as i64),
-                            published_volumes: m.published_counts(plugin).get(&n.name).copied().unwrap_or(0),
+                            published_volumes: m.published_on(plugin, &n.name),
                             topology: info.map(|i| topology(&i.accessible_topology)),
                         }
                     })
@@ -256,6 +256,19 @@ impl api::berth_server::Berth for BerthApi {
             })
             .collect();
         Ok(Response::new(api::ListNodesResponse { nodes }))
+    }
+
+    async fn summary(
+        &self,
+        _: Request<api::SummaryRequest>,
+    ) -> Result<Response<api::SummaryResponse>, Status> {
+        let s = self.manager.summary();
+        Ok(Response::new(api::SummaryResponse {
+            volumes: s.volumes,
+            states: s.states.into_iter().map(|(k, v)| (k.to_string(), v)).collect(),
+            busy: s.busy,
+            retrying: s.retrying,
+        }))
     }
 
     async fn plugin_status(

@@ -53,8 +53,34 @@ pub struct Publication {
     /// True to drive toward published, false to drive back and remove.
     pub wanted: bool,
     pub readonly: bool,
+    /// While wanted: how far publishing is known to have got. While being
+    /// undone: how far it may have got, so undoing starts there. Outcomes of
+    /// calls are written in batches, so after a crash the plugins may be
+    /// further along than recorded; every CSI call being idempotent, going
+    /// forward again from here is safe, and undoing starts from the top.
     pub step: PublishStep,
     pub publish_context: BTreeMap<String, String>,
+}
+
+impl Publication {
+    /// Asks for the publication; going forward again from a point known
+    /// for sure if it was being undone.
+    pub fn want(&mut self, readonly: bool) {
+        if !self.wanted {
+            self.step = PublishStep::None;
+        }
+        self.wanted = true;
+        self.readonly = readonly;
+    }
+
+    /// Asks for the publication to be undone, from the top: calls made
+    /// since the last write may have got further than `step` says.
+    pub fn unwant(&mut self) {
+        if self.wanted {
+            self.step = PublishStep::Published;
+        }
+        self.wanted = false;
+    }
 }
 
 /// A CSI call being retried after a failure.

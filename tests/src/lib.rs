@@ -198,6 +198,10 @@ pub fn guest(name: &str) -> PathBuf {
 /// sharing its state directory, a `berth.toml`, and `berth serve`.
 pub struct Cluster {
     pub dir: tempfile::TempDir,
+    /// Where the plugin's volumes and the nodes' mount points are.
+    pub volumes_dir: PathBuf,
+    /// Removed on drop when it is not inside `dir`.
+    own_volumes_dir: bool,
     pub controller: Plugin,
     pub nodes: Vec<(String, Plugin)>,
     serve: Option<Child>,
@@ -218,6 +222,10 @@ pub struct ClusterSpec<'a> {
     /// Extra top-level config lines.
     pub extra: &'a str,
     pub workers: usize,
+    /// Where the plugin keeps its volumes and the nodes' mount points live
+    /// (default: inside the cluster's directory, on disk). Berth's store
+    /// stays in the cluster's directory either way.
+    pub volumes_dir: Option<&'a Path>,
 }
 
 impl Default for ClusterSpec<'_> {
@@ -229,6 +237,7 @@ impl Default for ClusterSpec<'_> {
             retry_settings: "base-ms = \"20\", max-ms = \"200\"",
             extra: "",
             workers: 16,
+            volumes_dir: None,
         }
     }
 }
@@ -236,7 +245,17 @@ impl Default for ClusterSpec<'_> {
 impl Cluster {
     pub fn start(spec: ClusterSpec) -> Cluster {
         let dir = test_dir();
-        let state = dir.path().join("hostpath");
+        let volumes_dir = spec.volumes_dir.map_or_else(
+            || dir.path().to_path_buf(),
+            |d| {
+                tempfile::Builder::new()
+                    .prefix("berth-volumes-")
+                    .tempdir_in(d)
+                    .expect("volumes directory")
+                    .keep()
+            },
+        );
+        let state = volumes_dir.join("hostpath");
         let controller = PluginBuilder::new(dir.path(), "ctrl")
             .state_dir(&state)
             .args(&["--node", "false", "--topology", "zone=a"])
@@ -259,7 +278,8 @@ impl Cluster {
                 .args(&spec.plugin_args)
                 .spawn();
             node_config.push_str(&format!(
-                "[[node]]\nname = \"{name}\"\ndir = \"nodes/{name}\"\nlabels = {{ zone-label = \"{zone}\" }}\nplugins = {{ hostpath = \"{}\" }}\n",
+                "[[node]]\nname = \"{name}\"\ndir = \"{}/nodes/{name}\"\nlabels = {{ zone-label = \"{zone}\" }}\nplugins = {{ hostpath = \"{}\" }}\n",
+                volumes_dir.display(),
                 p.endpoint()
             ));
             nodes.push((name.to_string(), p));
@@ -288,6 +308,8 @@ impl Cluster {
         .unwrap();
         std::fs::create_dir_all(dir.path().join("secrets")).unwrap();
         let mut c = Cluster {
+            own_volumes_dir: spec.volumes_dir.is_some(),
+            volumes_dir,
             api: dir.path().join("state/berth.sock"),
             serve_log: dir.path().join("serve.log"),
             config,
@@ -384,7 +406,7 @@ impl Cluster {
 
     /// Volumes the plugin holds (its records on disk).
     pub fn plugin_volumes(&self) -> usize {
-        std::fs::read_dir(self.dir.path().join("hostpath/volumes"))
+        std::fs::read_dir(self.volumes_dir.join("hostpath/volumes"))
             .map(|d| {
                 d.filter(|e| {
                     e.as_ref()
@@ -397,12 +419,15 @@ impl Cluster {
 
     /// The plugin's data directory of a volume id.
     pub fn volume_data(&self, volume_id: &str) -> PathBuf {
-        self.dir.path().join("hostpath/data").join(volume_id)
+        self.volumes_dir.join("hostpath/data").join(volume_id)
     }
 }
 
 impl Drop for Cluster {
     fn drop(&mut self) {
         self.kill_serve();
+        if self.own_volumes_dir {
+            let _ = std::fs::remove_dir_all(&self.volumes_dir);
+        }
     }
 }

@@ -186,10 +186,9 @@ impl csi::controller_server::Controller for Controller {
             .volumes
             .node(&req.node_id)?
             .ok_or_else(|| Status::not_found(format!("node {:?} is not known", req.node_id)))?;
-        let published_here = self.volumes.published_count(&node.node_id)?;
         let node_id = req.node_id.clone();
         let single = single_node(cap);
-        let outcome = self.volumes.update(&req.volume_id, |rec| {
+        let outcome = self.volumes.update(&req.volume_id, |index, rec| {
             if rec.published_nodes.contains(&node_id) {
                 return Ok(());
             }
@@ -204,6 +203,7 @@ impl csi::controller_server::Controller for Controller {
                     "volume is not accessible from node {node_id:?}"
                 )));
             }
+            let published_here = index.published_on(&node_id);
             if node.max_volumes > 0 && published_here >= node.max_volumes {
                 return Err(Status::resource_exhausted(format!(
                     "node {node_id:?} already has {published_here} of {} volumes",
@@ -236,7 +236,7 @@ impl csi::controller_server::Controller for Controller {
         require("volume_id", &req.volume_id)?;
         self.check_secrets(&req.secrets)?;
         // A missing volume, or one not published there, is already unpublished.
-        self.volumes.update(&req.volume_id, |rec| {
+        self.volumes.update(&req.volume_id, |_, rec| {
             if req.node_id.is_empty() {
                 rec.published_nodes.clear();
             } else {

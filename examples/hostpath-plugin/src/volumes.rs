@@ -5,7 +5,7 @@
 //! plugin registered: id, topology, limit). All access goes through a cap-std
 //! `Dir`, so no volume name, id or node id can reach outside the state directory.
 
-use std::collections::{BTreeMap, BTreeSet};
+use std::collections::{BTreeMap, BTreeSet, HashMap};
 use std::io::{self, Write};
 use std::path::{Path, PathBuf};
 use std::sync::{Mutex, MutexGuard};
@@ -18,7 +18,7 @@ use tonic::Status;
 
 pub type Segments = BTreeMap<String, String>;
 
-#[derive(Clone, Debug, Serialize, Deserialize)]
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
 pub struct VolumeRecord {
     pub id: String,
     pub name: String,
@@ -36,15 +36,66 @@ pub struct NodeRecord {
     pub max_volumes: u64,
 }
 
+/// The controller's view of every volume, with the totals its checks need
+/// kept up to date, so no call scans all volumes.
+#[derive(Default)]
+pub struct Index {
+    records: BTreeMap<String, VolumeRecord>,
+    used_bytes: i64,
+    /// Node id → volumes published there.
+    published: HashMap<String, u64>,
+}
+
+impl Index {
+    /// Replaces (or, with `None`, removes) a record, keeping the totals right.
+    fn set(&mut self, id: &str, new: Option<VolumeRecord>) {
+        let old = match new {
+            Some(rec) => self.records.insert(id.to_string(), rec),
+            None => self.records.remove(id),
+        };
+        if let Some(old) = old {
+            self.used_bytes -= old.capacity_bytes;
+            for n in &old.published_nodes {
+                if let Some(c) = self.published.get_mut(n) {
+                    *c = c.saturating_sub(1);
+                }
+            }
+        }
+        if let Some(rec) = self.records.get(id) {
+            self.used_bytes += rec.capacity_bytes;
+            for n in &rec.published_nodes {
+                *self.published.entry(n.clone()).or_default() += 1;
+            }
+        }
+    }
+
+    pub fn published_on(&self, node_id: &str) -> u64 {
+        self.published.get(node_id).copied().unwrap_or(0)
+    }
+}
+
+/// What a change does to one volume's record.
+pub enum Outcome<T> {
+    /// Nothing to write; answer `T`.
+    Keep(T),
+    Put(VolumeRecord, T),
+    Remove(T),
+}
+
+/// Locks serialising the writes of one volume (striped by id), so different
+/// volumes are written and synced at the same time.
+const WRITER_STRIPES: usize = 64;
+
 pub struct Volumes {
     root: Dir,
     root_path: PathBuf,
     capacity: i64,
     fsync: bool,
-    /// Every record, as last written; the controller is the only writer, so
-    /// in the controller this is the truth (node processes read the files).
-    /// Its lock also serialises changes.
-    index: Mutex<BTreeMap<String, VolumeRecord>>,
+    /// Every record, as last committed or being committed; the controller is
+    /// the only writer, so in the controller this is the truth (node
+    /// processes read the files).
+    index: Mutex<Index>,
+    writers: Vec<Mutex<()>>,
 }
 
 impl Volumes {
@@ -55,22 +106,38 @@ impl Volumes {
         for sub in ["volumes", "data", "nodes"] {
             root.create_dir_all(sub)?;
         }
-        let mut volumes = Volumes {
+        let volumes = Volumes {
             root,
             root_path,
             capacity,
             fsync,
-            index: Mutex::new(BTreeMap::new()),
+            index: Mutex::new(Index::default()),
+            writers: (0..WRITER_STRIPES).map(|_| Mutex::new(())).collect(),
         };
         let all = volumes
             .read_all()
             .map_err(|s| anyhow::anyhow!("{}", s.message()))?;
-        volumes.index = Mutex::new(all.into_iter().map(|r| (r.id.clone(), r)).collect());
+        {
+            let mut index = volumes.guard();
+            for r in all {
+                let id = r.id.clone();
+                index.set(&id, Some(r));
+            }
+        }
         Ok(volumes)
     }
 
-    fn guard(&self) -> MutexGuard<'_, BTreeMap<String, VolumeRecord>> {
+    fn guard(&self) -> MutexGuard<'_, Index> {
         self.index.lock().unwrap_or_else(|p| p.into_inner())
+    }
+
+    fn writer(&self, id: &str) -> MutexGuard<'_, ()> {
+        let stripe = id
+            .bytes()
+            .fold(0usize, |h, b| h.wrapping_mul(31).wrapping_add(b as usize));
+        self.writers[stripe % WRITER_STRIPES]
+            .lock()
+            .unwrap_or_else(|p| p.into_inner())
     }
 
     /// The directory holding a volume's data, as a real path for mounting.
@@ -87,7 +154,7 @@ impl Volumes {
 
     /// Every volume, sorted by id (from the controller's index).
     pub fn list(&self) -> Result<Vec<VolumeRecord>, Status> {
-        Ok(self.guard().values().cloned().collect())
+        Ok(self.guard().records.values().cloned().collect())
     }
 
     fn read_all(&self) -> Result<Vec<VolumeRecord>, Status> {
@@ -106,11 +173,61 @@ impl Volumes {
     }
 
     pub fn used_bytes(&self) -> Result<i64, Status> {
-        Ok(used(&self.guard()))
+        Ok(self.guard().used_bytes)
     }
 
     pub fn total_bytes(&self) -> i64 {
         self.capacity
+    }
+
+    /// Decides a change to volume `id` from the index, applies it there at
+    /// once (so checks of later calls count it), then commits it to disk.
+    /// The answer waits for the commit; a failed commit is rolled back.
+    fn change<T>(
+        &self,
+        id: &str,
+        decide: impl FnOnce(&Index, Option<&VolumeRecord>) -> Result<Outcome<T>, Status>,
+    ) -> Result<T, Status> {
+        let _writer = self.writer(id);
+        let (outcome, old) = {
+            let mut index = self.guard();
+            let old = index.records.get(id).cloned();
+            let outcome = decide(&index, old.as_ref())?;
+            match &outcome {
+                Outcome::Keep(_) => {}
+                Outcome::Put(rec, _) => index.set(id, Some(rec.clone())),
+                Outcome::Remove(_) => index.set(id, None),
+            }
+            (outcome, old)
+        };
+        // Disk work blocks: let the runtime move other calls to other threads meanwhile.
+        let committed = blocking(|| match &outcome {
+            Outcome::Keep(_) => Ok(()),
+            Outcome::Put(rec, _) => {
+                if old.is_none() {
+                    // The data directory first, the record last: the record commits the create.
+                    self.root.create_dir_all(format!("data/{id}")).map_err(internal)?;
+                }
+                self.save(rec)
+            }
+            Outcome::Remove(_) => {
+                self.root
+                    .remove_file(format!("volumes/{id}.json"))
+                    .map_err(internal)?;
+                self.sync_dir("volumes")?;
+                if let Err(e) = self.root.remove_dir_all(format!("data/{id}")) {
+                    tracing::warn!(volume = id, error = %e, "volume data left behind");
+                }
+                Ok(())
+            }
+        });
+        if let Err(e) = committed {
+            self.guard().set(id, old);
+            return Err(e);
+        }
+        Ok(match outcome {
+            Outcome::Keep(t) | Outcome::Put(_, t) | Outcome::Remove(t) => t,
+        })
     }
 
     /// Creates a volume, or returns the existing one of the same name when it
@@ -123,97 +240,87 @@ impl Volumes {
         parameters: BTreeMap<String, String>,
         accessible_topology: Vec<Segments>,
     ) -> Result<VolumeRecord, Status> {
-        let mut index = self.guard();
         let id = id_for(name);
-        if let Some(existing) = index.get(&id).cloned() {
-            if existing.name != name {
-                return Err(Status::already_exists(format!(
-                    "volume id {id} is taken by another name"
+        self.change(&id, |index, existing| {
+            if let Some(existing) = existing {
+                if existing.name != name {
+                    return Err(Status::already_exists(format!(
+                        "volume id {id} is taken by another name"
+                    )));
+                }
+                let fits =
+                    existing.capacity_bytes >= required && (limit == 0 || existing.capacity_bytes <= limit);
+                if !fits || existing.parameters != parameters {
+                    return Err(Status::already_exists(format!(
+                        "volume {name:?} exists with capacity {} and different parameters or size",
+                        existing.capacity_bytes
+                    )));
+                }
+                return Ok(Outcome::Keep(existing.clone()));
+            }
+            let size = if required > 0 {
+                required
+            } else if limit > 0 {
+                limit
+            } else {
+                1 << 30
+            };
+            let free = self.capacity - index.used_bytes;
+            if size > free {
+                return Err(Status::resource_exhausted(format!(
+                    "{size} bytes requested, {free} bytes free"
                 )));
             }
-            let fits =
-                existing.capacity_bytes >= required && (limit == 0 || existing.capacity_bytes <= limit);
-            if !fits || existing.parameters != parameters {
-                return Err(Status::already_exists(format!(
-                    "volume {name:?} exists with capacity {} and different parameters or size",
-                    existing.capacity_bytes
-                )));
-            }
-            return Ok(existing);
-        }
-        let size = if required > 0 {
-            required
-        } else if limit > 0 {
-            limit
-        } else {
-            1 << 30
-        };
-        let free = self.capacity - used(&index);
-        if size > free {
-            return Err(Status::resource_exhausted(format!(
-                "{size} bytes requested, {free} bytes free"
-            )));
-        }
-        // The data directory first, the record last: the record commits the create.
-        self.root.create_dir_all(format!("data/{id}")).map_err(internal)?;
-        let rec = VolumeRecord {
-            id,
-            name: name.to_string(),
-            capacity_bytes: size,
-            parameters,
-            accessible_topology,
-            published_nodes: BTreeSet::new(),
-        };
-        self.save(&rec)?;
-        index.insert(rec.id.clone(), rec.clone());
-        Ok(rec)
+            let rec = VolumeRecord {
+                id: id.clone(),
+                name: name.to_string(),
+                capacity_bytes: size,
+                parameters,
+                accessible_topology,
+                published_nodes: BTreeSet::new(),
+            };
+            Ok(Outcome::Put(rec.clone(), rec))
+        })
     }
 
     /// Deletes a volume; a missing one is already deleted.
     pub fn delete(&self, id: &str) -> Result<(), Status> {
-        let mut index = self.guard();
-        let Some(rec) = index.get(id).cloned() else {
+        if !valid_id(id) {
             return Ok(());
-        };
-        if !rec.published_nodes.is_empty() {
-            return Err(Status::failed_precondition(format!(
+        }
+        self.change(id, |_, rec| match rec {
+            None => Ok(Outcome::Keep(())),
+            Some(rec) if !rec.published_nodes.is_empty() => Err(Status::failed_precondition(format!(
                 "volume {id} is still published to {:?}",
                 rec.published_nodes
-            )));
-        }
-        self.root
-            .remove_file(format!("volumes/{id}.json"))
-            .map_err(internal)?;
-        index.remove(id);
-        if let Err(e) = self.root.remove_dir_all(format!("data/{id}")) {
-            tracing::warn!(volume = id, error = %e, "volume data left behind");
-        }
-        Ok(())
+            ))),
+            Some(_) => Ok(Outcome::Remove(())),
+        })
     }
 
-    /// Applies `change` to a volume's record under the writer lock.
+    /// Applies `change` to a volume's record; `None` when there is no such volume.
+    /// `change` sees the index, for checks across volumes, and leaves the
+    /// record untouched when there is nothing to do.
     pub fn update<T>(
         &self,
         id: &str,
-        change: impl FnOnce(&mut VolumeRecord) -> Result<T, Status>,
+        change: impl FnOnce(&Index, &mut VolumeRecord) -> Result<T, Status>,
     ) -> Result<Option<T>, Status> {
-        let mut index = self.guard();
-        let Some(mut rec) = index.get(id).cloned() else {
+        if !valid_id(id) {
             return Ok(None);
-        };
-        let out = change(&mut rec)?;
-        self.save(&rec)?;
-        index.insert(id.to_string(), rec);
-        Ok(Some(out))
-    }
-
-    /// How many volumes are published to a node.
-    pub fn published_count(&self, node_id: &str) -> Result<u64, Status> {
-        Ok(self
-            .list()?
-            .iter()
-            .filter(|v| v.published_nodes.contains(node_id))
-            .count() as u64)
+        }
+        self.change(id, |index, rec| {
+            let Some(old) = rec else {
+                return Ok(Outcome::Keep(None));
+            };
+            let mut rec = old.clone();
+            let out = change(index, &mut rec)?;
+            Ok(if rec == *old {
+                Outcome::Keep(Some(out))
+            } else {
+                Outcome::Put(rec, Some(out))
+            })
+        })
     }
 
     pub fn register_node(&self, node: &NodeRecord) -> Result<(), Status> {
@@ -222,7 +329,8 @@ impl Volumes {
             &format!("nodes/{}.json", hash_hex(&node.node_id)),
             node,
             self.fsync,
-        )
+        )?;
+        self.sync_dir("nodes")
     }
 
     pub fn node(&self, node_id: &str) -> Result<Option<NodeRecord>, Status> {
@@ -230,12 +338,31 @@ impl Volumes {
     }
 
     fn save(&self, rec: &VolumeRecord) -> Result<(), Status> {
-        write_json(&self.root, &format!("volumes/{}.json", rec.id), rec, self.fsync)
+        write_json(&self.root, &format!("volumes/{}.json", rec.id), rec, self.fsync)?;
+        self.sync_dir("volumes")
+    }
+
+    /// Makes a rename or removal in `dir` durable.
+    fn sync_dir(&self, dir: &str) -> Result<(), Status> {
+        if self.fsync {
+            self.root
+                .open(dir)
+                .and_then(|d| d.into_std().sync_all())
+                .map_err(internal)?;
+        }
+        Ok(())
     }
 }
 
-fn used(index: &BTreeMap<String, VolumeRecord>) -> i64 {
-    index.values().map(|v| v.capacity_bytes).sum()
+/// Runs blocking disk work from a request handler without stalling the
+/// runtime's other tasks.
+fn blocking<R>(f: impl FnOnce() -> R) -> R {
+    match tokio::runtime::Handle::try_current() {
+        Ok(h) if h.runtime_flavor() == tokio::runtime::RuntimeFlavor::MultiThread => {
+            tokio::task::block_in_place(f)
+        }
+        _ => f(),
+    }
 }
 
 /// Whether a node with `segments` can reach a volume accessible from `accessible`.

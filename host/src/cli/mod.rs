@@ -50,6 +50,11 @@ pub enum Command {
         #[command(flatten)]
         api: volume::ApiArgs,
     },
+    /// How many volumes are in each state, and how much work is outstanding (through `berth serve`).
+    Status {
+        #[command(flatten)]
+        api: volume::ApiArgs,
+    },
     /// Nodes and their CSI node plugins (through `berth serve`).
     Node {
         #[command(subcommand)]
@@ -71,6 +76,7 @@ pub async fn run(cli: Cli) -> anyhow::Result<ExitCode> {
         Command::Policy(cmd) => policy::run(cmd, cli.output),
         Command::Serve(args) => serve::run(args).await,
         Command::Volume { command, api } => volume::run(*command, api, cli.output).await,
+        Command::Status { api } => volume::status(api, cli.output).await,
         Command::Node {
             command: NodeCommand::List,
             api,

@@ -161,32 +161,59 @@ fn refused_outright(code: Code) -> bool {
     )
 }
 
-/// What a successful step changes in the record.
-type Apply = Box<dyn FnOnce(&mut VolumeRecord) + Send>;
+/// What a successful step changes in the record. Applied twice: to the
+/// worker's copy at once, and to the latest stored record when written.
+type Apply = Box<dyn Fn(&mut VolumeRecord) + Send + Sync>;
+
+/// Outcomes of CSI calls made but not yet written. They are written together
+/// when the volume needs nothing more, before a call that must be preceded
+/// by a durable intent (CreateVolume), when a step fails, or when an
+/// operator changed the volume meanwhile. Losing them in a crash is safe:
+/// every call is idempotent and is made again, and undoing a publication
+/// starts from the top (see [`crate::model::Publication::step`]).
+#[derive(Default)]
+struct Unwritten(Vec<Apply>);
+
+impl Unwritten {
+    fn apply_all(&self, r: &mut VolumeRecord) {
+        for a in &self.0 {
+            a(r);
+        }
+    }
+}
 
 impl VolumeManager {
     /// Drives one volume until it is where it should be, waits for a retry, or fails.
     pub(super) async fn reconcile(self: &Arc<Self>, id: &str) {
+        let Some(mut record) = self.by_id(id) else { return };
+        let mut unwritten = Unwritten::default();
         loop {
-            let Some(record) = self.by_id(id) else { return };
+            if self.generation(id) != Some(record.generation) {
+                // An operator changed the volume: plan from the latest record.
+                match self.sync(id, &mut unwritten).await {
+                    Ok(Some(latest)) => record = latest,
+                    Ok(None) => return,
+                    Err(e) => return self.retry_soon(&record, e),
+                }
+            }
             if record.failure.is_some() {
-                return;
+                return self.finish(id, &record, &mut unwritten).await;
             }
             if let Some(r) = &record.retrying {
                 let now = now_ms();
                 if r.next_attempt_ms > now {
                     self.wake_after(id, Duration::from_millis(r.next_attempt_ms - now));
-                    return;
+                    return self.finish(id, &record, &mut unwritten).await;
                 }
             }
             // Capabilities decide which steps exist: never plan before they are known.
             if let Some(waiting) = self.unfingerprinted(&record) {
                 tracing::debug!(volume = %record.spec.name, %waiting, "waiting for a fingerprint");
                 self.wake_after(id, Duration::from_secs(1));
-                return;
+                return self.finish(id, &record, &mut unwritten).await;
             }
             let Some(step) = next_step(&record, |node| self.caps(&record.spec.plugin, node)) else {
-                return;
+                return self.finish(id, &record, &mut unwritten).await;
             };
             if step == Step::Forget {
                 if let Err(e) = self.forget(id).await {
@@ -194,49 +221,88 @@ impl VolumeManager {
                 }
                 return;
             }
-            let outcome = self.execute(&record, &step).await;
-            let result = match outcome {
-                Ok(apply) => self.succeeded(id, apply).await,
-                Err(e) => self.failed(&record, &step, e).await,
-            };
-            match result {
-                Ok(true) => continue,
-                Ok(false) => return,
-                Err(e) => {
-                    tracing::error!(volume = %record.spec.name, error = %e, "could not record the outcome; retrying in 1s");
-                    self.wake_after(id, Duration::from_secs(1));
-                    return;
+            match self.execute(&record, &step, &mut unwritten).await {
+                Ok(apply) => {
+                    apply(&mut record);
+                    record.retrying = None;
+                    unwritten.0.push(apply);
                 }
+                Err(e) => match self.failed(&record, &step, e, &mut unwritten).await {
+                    Ok(Some(latest)) => record = latest,
+                    Ok(None) => return,
+                    Err(e) => return self.retry_soon(&record, e),
+                },
             }
         }
     }
 
-    async fn succeeded(&self, id: &str, apply: Apply) -> Result<bool, RequestError> {
-        self.modify(id, |r| {
-            apply(r);
-            r.retrying = None;
-            Ok(())
-        })
-        .await?;
-        Ok(true)
+    /// Writes what is unwritten and stops.
+    async fn finish(self: &Arc<Self>, id: &str, record: &VolumeRecord, unwritten: &mut Unwritten) {
+        if let Err(e) = self.sync(id, unwritten).await {
+            self.retry_soon(record, e);
+        }
     }
 
-    /// Asks the retry policy; returns whether to go on right away.
+    /// The latest record, with what is unwritten written first (if anything).
+    async fn sync(&self, id: &str, unwritten: &mut Unwritten) -> Result<Option<VolumeRecord>, RequestError> {
+        if unwritten.0.is_empty() {
+            return Ok(self.by_id(id));
+        }
+        self.write_unwritten(id, unwritten, |_| {}).await
+    }
+
+    fn retry_soon(self: &Arc<Self>, record: &VolumeRecord, e: RequestError) {
+        tracing::error!(volume = %record.spec.name, error = %e, "could not record the outcome; retrying in 1s");
+        self.wake_after(&record.id, Duration::from_secs(1));
+    }
+
+    /// Writes the unwritten outcomes and `also` onto the latest record, in
+    /// one durable change; returns that record (`None` if it is gone).
+    async fn write_unwritten(
+        &self,
+        id: &str,
+        unwritten: &mut Unwritten,
+        also: impl FnOnce(&mut VolumeRecord),
+    ) -> Result<Option<VolumeRecord>, RequestError> {
+        let pending = std::mem::take(unwritten);
+        let any = !pending.0.is_empty();
+        match self
+            .modify(id, |r| {
+                pending.apply_all(r);
+                if any {
+                    r.retrying = None;
+                }
+                also(r);
+                Ok(())
+            })
+            .await
+        {
+            Ok((_, latest)) => Ok(Some(latest)),
+            Err(RequestError::NotFound(_)) => Ok(None),
+            Err(e) => {
+                *unwritten = pending;
+                Err(e)
+            }
+        }
+    }
+
+    /// Asks the retry policy what to do about a failed step and records the
+    /// answer with everything unwritten; returns the record to go on with,
+    /// or `None` to stop for now.
     async fn failed(
         self: &Arc<Self>,
         record: &VolumeRecord,
         step: &Step,
         e: StepError,
-    ) -> Result<bool, RequestError> {
+        unwritten: &mut Unwritten,
+    ) -> Result<Option<VolumeRecord>, RequestError> {
         if *step == Step::Create && e.sent && refused_outright(e.code) {
             // The plugin answered no: nothing was created under this name.
-            self.modify(&record.id, |r| {
-                r.create_sent = false;
-                Ok(())
-            })
-            .await?;
+            let latest = self
+                .write_unwritten(&record.id, unwritten, |r| r.create_sent = false)
+                .await?;
             if record.deleting {
-                return Ok(true);
+                return Ok(latest);
             }
         }
         let attempt = record.retrying.as_ref().map_or(1, |r| r.attempt + 1);
@@ -268,11 +334,11 @@ impl VolumeManager {
         tracing::info!(volume = %record.spec.name, step = %label, attempt, error = %e.message, ?decision, "step failed");
         match decision {
             RetryDecision::Done => {
-                let apply = done_effect(step);
-                self.succeeded(&record.id, apply).await
+                unwritten.0.push(done_effect(step));
+                self.write_unwritten(&record.id, unwritten, |_| {}).await
             }
             RetryDecision::RetryAfter(ms) => {
-                self.modify(&record.id, |r| {
+                self.write_unwritten(&record.id, unwritten, |r| {
                     r.retrying = Some(Retrying {
                         operation: label.clone(),
                         attempt,
@@ -280,20 +346,18 @@ impl VolumeManager {
                         next_attempt_ms: now_ms() + ms,
                         last_error: e.message.clone(),
                     });
-                    Ok(())
                 })
-                .await?;
-                Ok(false)
+                .await
             }
             RetryDecision::GiveUp(reason) => {
-                self.modify(&record.id, |r| {
-                    r.retrying = None;
-                    r.failure = Some(format!("{label}: {reason}"));
-                    Ok(())
-                })
-                .await?;
+                let latest = self
+                    .write_unwritten(&record.id, unwritten, |r| {
+                        r.retrying = None;
+                        r.failure = Some(format!("{label}: {reason}"));
+                    })
+                    .await?;
                 tracing::warn!(volume = %record.spec.name, step = %label, %reason, "gave up");
-                Ok(false)
+                Ok(latest)
             }
         }
     }
@@ -359,11 +423,16 @@ impl VolumeManager {
         })
     }
 
-    async fn execute(self: &Arc<Self>, r: &VolumeRecord, step: &Step) -> Result<Apply, StepError> {
+    async fn execute(
+        self: &Arc<Self>,
+        r: &VolumeRecord,
+        step: &Step,
+        unwritten: &mut Unwritten,
+    ) -> Result<Apply, StepError> {
         let spec = &r.spec;
         match step {
             Step::Name => self.name_volume(r).await,
-            Step::Create => self.create_volume(r).await,
+            Step::Create => self.create_volume(r, unwritten).await,
             Step::ControllerPublish(node) => {
                 let p = &r.publications[node];
                 if !self.caps(&spec.plugin, node).controller_publish {
@@ -448,14 +517,16 @@ impl VolumeManager {
             .map_err(|e| step_error(Code::Unavailable, e.to_string()))?;
         match outcome {
             NamingOutcome::Named(name) => {
-                if self.csi_name_taken(&name, &r.id) {
+                if !self.claim_csi_name(&name, &r.id) {
                     return Ok(Box::new(move |r: &mut VolumeRecord| {
                         r.failure = Some(format!(
                             "naming: the name {name:?} is already used by another volume"
                         ));
                     }));
                 }
-                Ok(Box::new(move |r: &mut VolumeRecord| r.csi_name = Some(name)))
+                Ok(Box::new(move |r: &mut VolumeRecord| {
+                    r.csi_name = Some(name.clone())
+                }))
             }
             NamingOutcome::Refused(reason) => Ok(Box::new(move |r: &mut VolumeRecord| {
                 r.failure = Some(format!("naming refused the volume: {reason}"));
@@ -463,7 +534,7 @@ impl VolumeManager {
         }
     }
 
-    async fn create_volume(&self, r: &VolumeRecord) -> Result<Apply, StepError> {
+    async fn create_volume(&self, r: &VolumeRecord, unwritten: &mut Unwritten) -> Result<Apply, StepError> {
         let spec = &r.spec;
         let controller = self.controller(&spec.plugin)?;
         let constrained = controller
@@ -476,18 +547,21 @@ impl VolumeManager {
             None
         };
         let secrets = self.secrets_for(spec)?;
+        let name = r.csi_name.clone().unwrap_or_default();
         if !r.create_sent {
-            self.modify(&r.id, |r| {
-                r.create_sent = true;
-                Ok(())
-            })
-            .await
-            .map_err(|e| step_error(Code::Unavailable, e.to_string()))?;
+            // The intent (and the name) first: after a crash, a delete must ask the plugin.
+            unwritten
+                .0
+                .push(Box::new(|r: &mut VolumeRecord| r.create_sent = true));
+            if let Err(e) = self.sync(&r.id, unwritten).await {
+                self.release_csi_name(&name, &r.id);
+                return Err(step_error(Code::Unavailable, e.to_string()));
+            }
         }
         let resp = controller
             .client()
             .create_volume(proto::CreateVolumeRequest {
-                name: r.csi_name.clone().unwrap_or_default(),
+                name,
                 capacity_range: (spec.required_bytes > 0 || spec.limit_bytes > 0).then_some(
                     proto::CapacityRange {
                         required_bytes: spec.required_bytes,
@@ -516,7 +590,9 @@ impl VolumeManager {
                 .map(|t| t.segments.into_iter().collect())
                 .collect(),
         };
-        Ok(Box::new(move |r: &mut VolumeRecord| r.backend = Some(backend)))
+        Ok(Box::new(move |r: &mut VolumeRecord| {
+            r.backend = Some(backend.clone())
+        }))
     }
 
     /// CreateVolume's accessibility requirements, from the placement decision.
@@ -566,7 +642,6 @@ impl VolumeManager {
 
     /// The nodes that serve `plugin`, as placement sees them.
     pub(super) fn placement_nodes(&self, plugin: &str) -> Vec<PlacementNode> {
-        let counts = self.published_counts(plugin);
         self.config
             .nodes
             .iter()
@@ -590,7 +665,7 @@ impl VolumeManager {
                         .unwrap_or_default(),
                     labels: n.labels.clone().into_iter().collect(),
                     max_volumes: info.as_ref().and_then(|i| i.max_volumes_per_node),
-                    published_volumes: counts.get(&n.name).copied().unwrap_or(0),
+                    published_volumes: self.published_on(plugin, &n.name),
                     health,
                 }
             })
@@ -635,8 +710,8 @@ fn set_step(node: &str, step: PublishStep, context: Option<BTreeMap<String, Stri
     Box::new(move |r: &mut VolumeRecord| {
         if let Some(p) = r.publications.get_mut(&node) {
             p.step = step;
-            if let Some(c) = context {
-                p.publish_context = c;
+            if let Some(c) = &context {
+                p.publish_context = c.clone();
             }
             if step == PublishStep::None {
                 p.publish_context.clear();

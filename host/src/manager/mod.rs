@@ -10,7 +10,7 @@ mod lifecycle;
 pub mod nodes;
 mod queue;
 
-use std::collections::HashMap;
+use std::collections::{BTreeMap, HashMap};
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, SystemTime, UNIX_EPOCH};
 
@@ -38,10 +38,90 @@ pub enum RequestError {
     Unavailable(String),
 }
 
+/// Every volume in memory, with indexes kept in step on every change so no
+/// request or decision scans all volumes.
+#[derive(Default)]
 struct State {
     volumes: HashMap<String, VolumeRecord>,
     /// Operator name → id, for live volumes.
     names: HashMap<String, String>,
+    /// CSI name → id: a name given to one volume is never given to another.
+    csi_names: HashMap<String, String>,
+    /// (plugin, node) → publications there, wanted or still being undone.
+    published: HashMap<(String, String), u64>,
+    /// Volumes by [`VolumeRecord::state`].
+    states: BTreeMap<&'static str, u64>,
+    /// Volumes waiting to retry a failed call.
+    retrying: u64,
+}
+
+impl State {
+    fn insert(&mut self, r: VolumeRecord) {
+        if let Some(old) = self.volumes.remove(&r.id) {
+            self.unindex(&old);
+        }
+        self.index(&r);
+        self.volumes.insert(r.id.clone(), r);
+    }
+
+    fn remove(&mut self, id: &str) -> Option<VolumeRecord> {
+        let old = self.volumes.remove(id)?;
+        self.unindex(&old);
+        Some(old)
+    }
+
+    fn index(&mut self, r: &VolumeRecord) {
+        self.names.insert(r.spec.name.clone(), r.id.clone());
+        if let Some(c) = &r.csi_name {
+            self.csi_names.insert(c.clone(), r.id.clone());
+        }
+        for node in r.publications.keys() {
+            *self
+                .published
+                .entry((r.spec.plugin.clone(), node.clone()))
+                .or_default() += 1;
+        }
+        *self.states.entry(r.state()).or_default() += 1;
+        self.retrying += u64::from(r.retrying.is_some());
+    }
+
+    fn unindex(&mut self, r: &VolumeRecord) {
+        if self.names.get(&r.spec.name) == Some(&r.id) {
+            self.names.remove(&r.spec.name);
+        }
+        if let Some(c) = &r.csi_name
+            && self.csi_names.get(c) == Some(&r.id)
+        {
+            self.csi_names.remove(c);
+        }
+        for node in r.publications.keys() {
+            let key = (r.spec.plugin.clone(), node.clone());
+            if let Some(n) = self.published.get_mut(&key) {
+                *n -= 1;
+                if *n == 0 {
+                    self.published.remove(&key);
+                }
+            }
+        }
+        if let Some(n) = self.states.get_mut(r.state()) {
+            *n -= 1;
+            if *n == 0 {
+                self.states.remove(r.state());
+            }
+        }
+        self.retrying -= u64::from(r.retrying.is_some());
+    }
+}
+
+/// Counts for operators and monitoring, without listing every volume.
+#[derive(Clone, Debug, Default)]
+pub struct Summary {
+    pub volumes: u64,
+    pub states: BTreeMap<&'static str, u64>,
+    /// Volumes with work queued or running.
+    pub busy: u64,
+    /// Volumes waiting to retry a failed call.
+    pub retrying: u64,
 }
 
 pub struct VolumeManager {
@@ -73,12 +153,9 @@ impl VolumeManager {
         policies: Arc<Policies>,
         nodes: Arc<dyn NodeAgent>,
     ) -> Result<Arc<Self>, String> {
-        let records = store.load()?;
-        let mut volumes = HashMap::new();
-        let mut names = HashMap::new();
-        for r in records {
-            names.insert(r.spec.name.clone(), r.id.clone());
-            volumes.insert(r.id.clone(), r);
+        let mut state = State::default();
+        for r in store.load()? {
+            state.insert(r);
         }
         let (changes, _) = watch::channel(0);
         Ok(Arc::new(VolumeManager {
@@ -88,7 +165,7 @@ impl VolumeManager {
             registry,
             policies,
             nodes,
-            state: Mutex::new(State { volumes, names }),
+            state: Mutex::new(state),
             locks: Mutex::new(HashMap::new()),
             queue: Queue::default(),
             changes,
@@ -156,6 +233,10 @@ impl VolumeManager {
         s.names.get(name).and_then(|id| s.volumes.get(id)).cloned()
     }
 
+    fn generation(&self, id: &str) -> Option<u64> {
+        self.lock().volumes.get(id).map(|v| v.generation)
+    }
+
     pub(crate) fn by_id(&self, id: &str) -> Option<VolumeRecord> {
         self.lock().volumes.get(id).cloned()
     }
@@ -166,23 +247,48 @@ impl VolumeManager {
         v
     }
 
-    /// Volumes of `plugin` published (or being published) to each node.
-    pub fn published_counts(&self, plugin: &str) -> HashMap<String, u64> {
-        let mut counts = HashMap::new();
-        for v in self.lock().volumes.values().filter(|v| v.spec.plugin == plugin) {
-            for node in v.publications.keys() {
-                *counts.entry(node.clone()).or_insert(0) += 1;
-            }
-        }
-        counts
+    /// Volumes of `plugin` published (or being published, or being undone) on `node`.
+    pub fn published_on(&self, plugin: &str, node: &str) -> u64 {
+        self.lock()
+            .published
+            .get(&(plugin.to_string(), node.to_string()))
+            .copied()
+            .unwrap_or(0)
     }
 
-    /// Whether a CSI name is taken by another live volume.
-    pub(crate) fn csi_name_taken(&self, name: &str, except: &str) -> bool {
-        self.lock()
-            .volumes
-            .values()
-            .any(|v| v.id != except && v.csi_name.as_deref() == Some(name))
+    /// Claims a CSI name for volume `id`; false when another volume has it.
+    /// The claim is undone by [`VolumeManager::release_csi_name`] if the
+    /// name is not recorded after all.
+    pub(crate) fn claim_csi_name(&self, name: &str, id: &str) -> bool {
+        let mut s = self.lock();
+        match s.csi_names.get(name) {
+            Some(owner) => owner == id,
+            None => {
+                s.csi_names.insert(name.to_string(), id.to_string());
+                true
+            }
+        }
+    }
+
+    pub(crate) fn release_csi_name(&self, name: &str, id: &str) {
+        let mut s = self.lock();
+        let recorded = s.volumes.get(id).and_then(|v| v.csi_name.as_deref()) == Some(name);
+        if !recorded && s.csi_names.get(name).is_some_and(|owner| owner == id) {
+            s.csi_names.remove(name);
+        }
+    }
+
+    pub fn summary(&self) -> Summary {
+        let (volumes, states, retrying) = {
+            let s = self.lock();
+            (s.volumes.len() as u64, s.states.clone(), s.retrying)
+        };
+        Summary {
+            volumes,
+            states,
+            busy: self.queue.len() as u64,
+            retrying,
+        }
     }
 
     fn volume_lock(&self, id: &str) -> Arc<tokio::sync::Mutex<()>> {
@@ -212,7 +318,7 @@ impl VolumeManager {
             .put(record.clone())
             .await
             .map_err(|e| RequestError::Unavailable(format!("the store refused the change: {e}")))?;
-        self.lock().volumes.insert(id.to_string(), record.clone());
+        self.lock().insert(record.clone());
         self.changes.send_modify(|g| *g += 1);
         self.queue.push(id);
         Ok((out, record))
@@ -223,12 +329,7 @@ impl VolumeManager {
         let lock = self.volume_lock(id);
         let _held = lock.lock().await;
         self.store.remove(id).await?;
-        {
-            let mut s = self.lock();
-            if let Some(v) = s.volumes.remove(id) {
-                s.names.remove(&v.spec.name);
-            }
-        }
+        self.lock().remove(id);
         self.locks.lock().unwrap_or_else(|p| p.into_inner()).remove(id);
         self.changes.send_modify(|g| *g += 1);
         Ok(())
@@ -254,13 +355,10 @@ impl VolumeManager {
                 )));
             }
             // Reserve the name before the write, so two requests cannot both take it.
-            s.names.insert(spec.name.clone(), id.clone());
-            s.volumes.insert(id.clone(), record.clone());
+            s.insert(record.clone());
         }
         if let Err(e) = self.store.put(record.clone()).await {
-            let mut s = self.lock();
-            s.names.remove(&spec.name);
-            s.volumes.remove(&id);
+            self.lock().remove(&id);
             return Err(RequestError::Unavailable(format!(
                 "the store refused the volume: {e}"
             )));
@@ -286,7 +384,7 @@ impl VolumeManager {
             r.failure = None;
             r.retrying = None;
             for p in r.publications.values_mut() {
-                p.wanted = false;
+                p.unwant();
             }
             Ok(())
         })
@@ -345,8 +443,7 @@ impl VolumeManager {
                 step: PublishStep::None,
                 publish_context: Default::default(),
             });
-            p.wanted = true;
-            p.readonly = readonly;
+            p.want(readonly);
             Ok(())
         })
         .await
@@ -357,7 +454,7 @@ impl VolumeManager {
         let id = self.id_of(name)?;
         self.modify(&id, |r| match r.publications.get_mut(node) {
             Some(p) => {
-                p.wanted = false;
+                p.unwant();
                 Ok(())
             }
             None => Err(RequestError::NotFound(format!(
