@@ -1,7 +1,6 @@
 //! The `berth.v1` API: a tonic service over a unix socket, translating between
 //! the wire messages and the volume manager.
 
-use std::collections::BTreeMap;
 use std::os::unix::fs::PermissionsExt;
 use std::path::Path;
 use std::sync::Arc;
@@ -11,7 +10,7 @@ use tonic::{Request, Response, Status};
 
 use crate::csi::registry::Health;
 use crate::manager::{RequestError, VolumeManager};
-use crate::model::{PublishStep, VolumeRecord, VolumeSpec};
+use crate::model::{PublishStep, Segments, VolumeRecord, VolumeSpec};
 
 pub struct BerthApi {
     manager: Arc<VolumeManager>,
@@ -32,11 +31,11 @@ fn status(e: RequestError) -> Status {
     }
 }
 
-fn segments(t: &api::Topology) -> BTreeMap<String, String> {
+fn segments(t: &api::Topology) -> Segments {
     t.segments.clone().into_iter().collect()
 }
 
-fn topology(s: &BTreeMap<String, String>) -> api::Topology {
+fn topology(s: &Segments) -> api::Topology {
     api::Topology {
         segments: s.clone().into_iter().collect(),
     }
@@ -249,7 +248,9 @@ impl api::berth_server::Berth for BerthApi {
                                 .and_then(|i| i.max_volumes_per_node)
                                 .map_or(0, |v| v as i64),
                             published_volumes: m.published_on(plugin, &n.name),
-                            topology: info.map(|i| topology(&i.accessible_topology)),
+                            topology: info.map(|i| api::Topology {
+                                segments: i.accessible_topology.into_iter().collect(),
+                            }),
                         }
                     })
                     .collect(),

@@ -12,6 +12,8 @@ use tokio::sync::oneshot;
 use crate::model::VolumeRecord;
 
 const VOLUMES: TableDefinition<&str, &[u8]> = TableDefinition::new("volumes");
+/// The store's page cache.
+const CACHE_BYTES: usize = 16 << 20;
 /// Most changes committed in one transaction.
 const MAX_BATCH: usize = 1024;
 
@@ -44,7 +46,12 @@ impl Store {
         if let Some(dir) = path.parent().filter(|p| !p.as_os_str().is_empty()) {
             std::fs::create_dir_all(dir).map_err(|e| format!("creating {}: {e}", dir.display()))?;
         }
-        let db = Database::create(path).map_err(|e| format!("opening the store {}: {e}", path.display()))?;
+        // Every volume is held in memory by the manager; the store's own page
+        // cache only needs to serve writes and the load at start.
+        let db = redb::Builder::new()
+            .set_cache_size(CACHE_BYTES)
+            .create(path)
+            .map_err(|e| format!("opening the store {}: {e}", path.display()))?;
         let txn = db.begin_write().map_err(|e| e.to_string())?;
         txn.open_table(VOLUMES).map_err(|e| e.to_string())?;
         txn.commit().map_err(|e| e.to_string())?;

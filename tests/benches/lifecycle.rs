@@ -3,9 +3,10 @@
 //! real unix sockets with the store on disk. Once with the built-in policies,
 //! once with the three WASM sample guests, in the same run.
 //!
-//! `cargo xtask bench-e2e [--volumes N] [--policies native|wasm] [--volumes-dir DIR]`
-//! (release binaries; default N = 1000; the plugin's volumes and the nodes'
-//! mount points on /dev/shm unless `--volumes-dir` says otherwise).
+//! `cargo xtask bench-e2e [--volumes N[,N...]] [--rounds R] [--policies native|wasm]
+//! [--volumes-dir DIR]` (release binaries; defaults: 1000 volumes, 3 rounds;
+//! the plugin's volumes and the nodes' mount points on /dev/shm unless
+//! `--volumes-dir` says otherwise).
 
 use std::path::Path;
 use std::sync::Arc;
@@ -13,7 +14,7 @@ use std::time::{Duration, Instant};
 
 use berth_proto::berth::v1 as api;
 use berth_proto::berth::v1::berth_client::BerthClient;
-use berth_tests::{Cluster, ClusterSpec};
+use berth_tests::{Cluster, ClusterSpec, summary};
 use tokio::sync::Semaphore;
 
 /// Requests in flight at once from the driver.
@@ -32,11 +33,7 @@ async fn wait_for(
 ) {
     let deadline = Instant::now() + Duration::from_secs(1800);
     loop {
-        let s = client
-            .summary(api::SummaryRequest {})
-            .await
-            .expect("summary")
-            .into_inner();
+        let s = summary(client).await.expect("summary");
         if done(&s) {
             return;
         }
@@ -140,48 +137,78 @@ fn run(n: usize, guests: bool, volumes_dir: Option<&Path>) -> Run {
     })
 }
 
+fn arg<'a>(args: &'a [String], name: &str) -> Option<&'a str> {
+    let i = args.iter().position(|a| a == name)?;
+    args.get(i + 1).map(String::as_str)
+}
+
+fn median(mut v: Vec<f64>) -> f64 {
+    v.sort_by(f64::total_cmp);
+    v[v.len() / 2]
+}
+
 fn main() {
     let args: Vec<String> = std::env::args().collect();
-    let n: usize = args
-        .iter()
-        .position(|a| a == "--volumes")
-        .and_then(|i| args.get(i + 1))
-        .and_then(|v| v.parse().ok())
-        .unwrap_or(1000);
+    let sizes: Vec<usize> = arg(&args, "--volumes")
+        .unwrap_or("1000")
+        .split(',')
+        .map(|v| v.parse().expect("--volumes takes N or N,N,..."))
+        .collect();
+    let rounds: usize = arg(&args, "--rounds").map_or(3, |v| v.parse().expect("--rounds takes a number"));
     // The plugin's volumes and the nodes' mount points stand for the storage
     // backend and the nodes' file systems, not for Berth: on tmpfs by default,
     // so the figures are Berth's. Berth's store is on disk either way.
-    let volumes_dir = match args.iter().position(|a| a == "--volumes-dir") {
-        Some(i) => args.get(i + 1).map(std::path::PathBuf::from),
+    let volumes_dir = match arg(&args, "--volumes-dir") {
+        Some(d) => Some(std::path::PathBuf::from(d)),
         None => Some("/dev/shm".into()).filter(|d: &std::path::PathBuf| d.is_dir()),
     };
-    let only = args
-        .iter()
-        .position(|a| a == "--policies")
-        .and_then(|i| args.get(i + 1))
-        .map(String::as_str);
-    println!("| policies | volumes | create+publish | per second | unpublish+delete | per second |");
-    println!("|----------|--------:|---------------:|-----------:|-----------------:|-----------:|");
-    let mut rates = Vec::new();
-    for (label, guests) in [("native", false), ("wasm", true)] {
-        if only.is_some_and(|o| o != label) {
-            continue;
+    let only = arg(&args, "--policies");
+    let sets: Vec<(&str, bool)> = [("native", false), ("wasm", true)]
+        .into_iter()
+        .filter(|(label, _)| only.is_none_or(|o| o == *label))
+        .collect();
+    println!(
+        "volumes of the plugin and nodes in {}; Berth's store on disk; {rounds} rounds, policies interleaved\n",
+        volumes_dir
+            .as_deref()
+            .map_or("the cluster directory".into(), |d| d.display().to_string())
+    );
+    println!("| policies | volumes | round | create+publish | per second | unpublish+delete | per second |");
+    println!("|----------|--------:|------:|---------------:|-----------:|-----------------:|-----------:|");
+    let mut summary = Vec::new();
+    for &n in &sizes {
+        let mut up: Vec<Vec<f64>> = vec![Vec::new(); sets.len()];
+        let mut down: Vec<Vec<f64>> = vec![Vec::new(); sets.len()];
+        for round in 1..=rounds {
+            for (i, (label, guests)) in sets.iter().enumerate() {
+                let r = run(n, *guests, volumes_dir.as_deref());
+                let (u, d) = (n as f64 / r.up.as_secs_f64(), n as f64 / r.down.as_secs_f64());
+                println!(
+                    "| {label:<8} | {n:>7} | {round:>5} | {:>12.2} s | {u:>10.0} | {:>14.2} s | {d:>10.0} |",
+                    r.up.as_secs_f64(),
+                    r.down.as_secs_f64(),
+                );
+                up[i].push(u);
+                down[i].push(d);
+            }
         }
-        let r = run(n, guests, volumes_dir.as_deref());
-        let up_rate = n as f64 / r.up.as_secs_f64();
-        println!(
-            "| {label:<8} | {n:>7} | {:>12.2} s | {:>10.0} | {:>14.2} s | {:>10.0} |",
-            r.up.as_secs_f64(),
-            up_rate,
-            r.down.as_secs_f64(),
-            n as f64 / r.down.as_secs_f64()
-        );
-        rates.push(up_rate);
+        for (i, (label, _)) in sets.iter().enumerate() {
+            summary.push((n, *label, median(up[i].clone()), median(down[i].clone())));
+        }
     }
-    if let [native, wasm] = rates[..] {
-        println!(
-            "\nWASM throughput is {:.2}× native (create+publish).",
-            wasm / native
-        );
+    println!("\nMedians:\n");
+    println!("| policies | volumes | created+published per second | unpublished+deleted per second |");
+    println!("|----------|--------:|-----------------------------:|-------------------------------:|");
+    for (n, label, u, d) in &summary {
+        println!("| {label:<8} | {n:>7} | {u:>28.0} | {d:>30.0} |");
+    }
+    for &n in &sizes {
+        let of = |l: &str| summary.iter().find(|s| s.0 == n && s.1 == l).map(|s| s.2);
+        if let (Some(native), Some(wasm)) = (of("native"), of("wasm")) {
+            println!(
+                "\n{n} volumes: WASM throughput is {:.2}× native (create+publish, medians).",
+                wasm / native
+            );
+        }
     }
 }

@@ -5,6 +5,10 @@ use std::path::{Path, PathBuf};
 use std::process::{Child, Command, Output, Stdio};
 use std::time::{Duration, Instant};
 
+use berth_proto::berth::v1 as api;
+use berth_proto::berth::v1::berth_client::BerthClient;
+use tonic::transport::Channel;
+
 /// A binary built by this workspace (`berth`, `hostpath-plugin`).
 ///
 /// Tests live in `target/<profile>/deps/`; the binaries sit one level up.
@@ -155,6 +159,11 @@ impl Drop for Plugin {
     }
 }
 
+/// The summary of volumes by state and outstanding work (cheap at any scale).
+pub async fn summary(client: &mut BerthClient<Channel>) -> Result<api::SummaryResponse, tonic::Status> {
+    Ok(client.summary(api::SummaryRequest {}).await?.into_inner())
+}
+
 /// Runs the `berth` CLI to completion.
 pub fn berth(args: &[&str]) -> Output {
     Command::new(bin("berth"))
@@ -221,6 +230,8 @@ pub struct ClusterSpec<'a> {
     pub retry_settings: &'a str,
     /// Extra top-level config lines.
     pub extra: &'a str,
+    /// Extra lines in the plugin's `[[plugin]]` table (e.g. `deadline = "1s"`).
+    pub plugin_extra: &'a str,
     pub workers: usize,
     /// Where the plugin keeps its volumes and the nodes' mount points live
     /// (default: inside the cluster's directory, on disk). Berth's store
@@ -236,6 +247,7 @@ impl Default for ClusterSpec<'_> {
             guests: true,
             retry_settings: "base-ms = \"20\", max-ms = \"200\"",
             extra: "",
+            plugin_extra: "",
             workers: 16,
             volumes_dir: None,
         }
@@ -299,10 +311,11 @@ impl Cluster {
         std::fs::write(
             &config,
             format!(
-                "state = \"state/berth.redb\"\nworkers = {}\nfingerprint_interval = \"500ms\"\nsecrets_dir = \"secrets\"\n{}\n[[plugin]]\nname = \"hostpath\"\ndriver = \"hostpath.csi.berth.dev\"\ncontroller = \"{}\"\n{node_config}{guests}",
+                "state = \"state/berth.redb\"\nworkers = {}\nfingerprint_interval = \"500ms\"\nsecrets_dir = \"secrets\"\n{}\n[[plugin]]\nname = \"hostpath\"\ndriver = \"hostpath.csi.berth.dev\"\ncontroller = \"{}\"\n{}\n{node_config}{guests}",
                 spec.workers,
                 spec.extra,
-                controller.endpoint()
+                controller.endpoint(),
+                spec.plugin_extra
             ),
         )
         .unwrap();
@@ -348,6 +361,16 @@ impl Cluster {
         }
     }
 
+    /// The process id of `berth serve`, while it runs.
+    pub fn serve_pid(&self) -> Option<u32> {
+        self.serve.as_ref().map(Child::id)
+    }
+
+    /// Where `berth serve` keeps its store.
+    pub fn store_path(&self) -> PathBuf {
+        self.dir.path().join("state/berth.redb")
+    }
+
     /// SIGKILL, as in a crash: nothing is flushed or cleaned up.
     pub fn kill_serve(&mut self) {
         if let Some(mut c) = self.serve.take() {
@@ -380,6 +403,20 @@ impl Cluster {
             self.log()
         );
         stdout
+    }
+
+    /// A client of the API (it connects on first use).
+    pub fn client(&self) -> BerthClient<Channel> {
+        BerthClient::new(berth::csi::unix_channel(&self.api))
+    }
+
+    /// The API's summary, asked now; `None` while the API does not answer.
+    pub fn summary(&self) -> Option<api::SummaryResponse> {
+        let rt = tokio::runtime::Builder::new_current_thread()
+            .enable_all()
+            .build()
+            .expect("runtime");
+        rt.block_on(async { summary(&mut self.client()).await.ok() })
     }
 
     /// Every volume as JSON.

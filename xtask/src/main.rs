@@ -5,6 +5,8 @@
 //!   then run every test;
 //! - `guests`: build the policy guest components for wasm32-wasip2;
 //! - `bench`: the policy benchmark (WASM guests against the built-in policies);
+//! - `bench-e2e`, `bench-scale`: end-to-end throughput; memory and restart at scale;
+//! - `reliability`: the long crash-loop, plugin-fault and hostile-input runs;
 //! - `lint`: rustfmt and clippy, as CI runs them.
 
 use std::path::{Path, PathBuf};
@@ -26,7 +28,15 @@ commands:
           (release build; add --quick for a short run)
   bench-e2e
           end-to-end throughput: N volumes created, published, unpublished and deleted
-          through berth serve and the sample plugin (--volumes N, default 1000)
+          through berth serve and the sample plugin, built-in against WASM policies
+          (--volumes N[,N...], default 1000; --rounds R, default 3)
+  bench-scale
+          memory per tracked volume and restart time with 10,000 and 100,000 volumes
+          in the store (--volumes N[,N...])
+  reliability
+          the long reliability runs: kill -9 twenty times during 2,000 operations, 400
+          volumes through a plugin that fails, hangs and restarts, and 10,000 cases of
+          each hostile-input property (the test suite runs short versions of each)
   lint    cargo fmt --check and cargo clippy --all-targets -D warnings";
 
 fn main() {
@@ -37,7 +47,9 @@ fn main() {
         Some("lint") => lint(),
         Some("guests") => guests(),
         Some("bench") => bench(&args[1..]),
-        Some("bench-e2e") => bench_e2e(&args[1..]),
+        Some("bench-e2e") => release_bench("lifecycle", &args[1..]),
+        Some("bench-scale") => release_bench("scale", &args[1..]),
+        Some("reliability") => reliability(&args[1..]),
         Some("-h" | "--help" | "help") => {
             println!("{USAGE}");
             Ok(())
@@ -133,7 +145,31 @@ fn bench(extra: &[String]) -> anyhow::Result<()> {
     run(cmd)
 }
 
-fn bench_e2e(extra: &[String]) -> anyhow::Result<()> {
+/// The long versions of the reliability tests, one after the other.
+fn reliability(extra: &[String]) -> anyhow::Result<()> {
+    guests()?;
+    build_bins()?;
+    let mut cmd = cargo();
+    cmd.env("BERTH_RELIABILITY", "long")
+        .args([
+            "test",
+            "--package",
+            "berth-tests",
+            "--test",
+            "reliability",
+            "--test",
+            "hostile_input",
+            "--",
+            "--nocapture",
+            "--test-threads",
+            "1",
+        ])
+        .args(extra);
+    run(cmd)
+}
+
+/// A benchmark of `berth-tests` that starts the release binaries.
+fn release_bench(name: &str, extra: &[String]) -> anyhow::Result<()> {
     guests()?;
     let mut bins = cargo();
     bins.args([
@@ -147,7 +183,7 @@ fn bench_e2e(extra: &[String]) -> anyhow::Result<()> {
     ]);
     run(bins)?;
     let mut cmd = cargo();
-    cmd.args(["bench", "--package", "berth-tests", "--bench", "lifecycle", "--"])
+    cmd.args(["bench", "--package", "berth-tests", "--bench", name, "--"])
         .args(extra);
     run(cmd)
 }

@@ -56,10 +56,15 @@ pub struct PluginSpec {
     pub client: ClientOptions,
 }
 
+/// Failed fingerprints in a row before a healthy plugin counts as unhealthy:
+/// one lost call is not an outage, and placement avoids unhealthy nodes.
+pub const UNHEALTHY_AFTER: u32 = 3;
+
 pub struct Plugin {
     spec: PluginSpec,
     client: CsiClient,
     status: watch::Sender<PluginStatus>,
+    failed_in_a_row: std::sync::atomic::AtomicU32,
 }
 
 impl Plugin {
@@ -72,7 +77,12 @@ impl Plugin {
             last_checked: None,
             transitions: 0,
         });
-        Plugin { spec, client, status }
+        Plugin {
+            spec,
+            client,
+            status,
+            failed_in_a_row: Default::default(),
+        }
     }
 
     pub fn id(&self) -> &str {
@@ -92,14 +102,29 @@ impl Plugin {
         self.status.subscribe()
     }
 
-    /// Fingerprints the plugin once and records the outcome.
+    /// Fingerprints the plugin once and records the outcome. A plugin that
+    /// cannot be reached becomes unhealthy at once unless it was healthy;
+    /// then only after [`UNHEALTHY_AFTER`] failures in a row.
     pub async fn refresh(&self) -> Health {
+        use std::sync::atomic::Ordering;
         let outcome = fingerprint(&self.client).await;
         let health = match &outcome {
-            Err(e) => Health::Unhealthy {
-                reason: e.to_string(),
-            },
-            Ok(fp) => self.judge(fp),
+            Err(e) => {
+                let failed = self.failed_in_a_row.fetch_add(1, Ordering::Relaxed) + 1;
+                let healthy = self.status.borrow().health == Health::Healthy;
+                if healthy && failed < UNHEALTHY_AFTER {
+                    tracing::debug!(plugin = %self.spec.id, error = %e, failed, "fingerprint failed; still counted healthy");
+                    Health::Healthy
+                } else {
+                    Health::Unhealthy {
+                        reason: e.to_string(),
+                    }
+                }
+            }
+            Ok(fp) => {
+                self.failed_in_a_row.store(0, Ordering::Relaxed);
+                self.judge(fp)
+            }
         };
         self.status.send_modify(|st| {
             if !st.health.same_state(&health) {

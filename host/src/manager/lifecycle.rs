@@ -7,7 +7,7 @@
 //! Steps a plugin does not offer (PUBLISH_UNPUBLISH, STAGE_UNSTAGE) are passed
 //! without a call.
 
-use std::collections::{BTreeMap, HashMap};
+use std::collections::HashMap;
 use std::sync::Arc;
 use std::time::Duration;
 
@@ -20,8 +20,8 @@ use crate::csi::proto::plugin_capability::service::Type as ServiceCap;
 use crate::csi::{CsiError, proto};
 use crate::model::{Backend, PublishStep, Retrying, Segments, VolumeRecord, VolumeSpec};
 use crate::policy::{
-    self, AccessMode, AccessType, CapacityRange, Code, Health, NamingOutcome, Operation, PlacementNode,
-    Purpose, RetryDecision,
+    self, AccessMode, AccessType, CapacityRange, Code, Decision, Health, NamingOutcome, Operation,
+    PlacementNode, Policies, Purpose, RetryDecision,
 };
 
 #[derive(Clone, Debug, PartialEq, Eq)]
@@ -322,11 +322,13 @@ impl VolumeManager {
                     driver: record.spec.plugin.clone(),
                     settings: vec![],
                 };
-                self.policies.classify(failure).unwrap_or_else(|pe| {
-                    // The retry module failed (on_error = fail): wait and ask again.
-                    tracing::warn!(error = %pe, "retry classification failed");
-                    RetryDecision::RetryAfter(5_000)
-                })
+                self.decide(Decision::Retry, move |p| p.classify(failure))
+                    .await
+                    .unwrap_or_else(|pe| {
+                        // The retry module failed (on_error = fail): wait and ask again.
+                        tracing::warn!(error = %pe, "retry classification failed");
+                        RetryDecision::RetryAfter(5_000)
+                    })
             }
             // Berth's own steps (naming) fail only when a policy does: wait and retry.
             None => RetryDecision::RetryAfter(5_000),
@@ -511,9 +513,10 @@ impl VolumeManager {
     }
 
     async fn name_volume(&self, r: &VolumeRecord) -> Result<Apply, StepError> {
+        let volume = policy_volume(r);
         let outcome = self
-            .policies
-            .volume_name(policy_volume(r))
+            .decide(Decision::Naming, move |p| p.volume_name(volume))
+            .await
             .map_err(|e| step_error(Code::Unavailable, e.to_string()))?;
         match outcome {
             NamingOutcome::Named(name) => {
@@ -542,7 +545,7 @@ impl VolumeManager {
             .fingerprint
             .is_some_and(|f| f.has_plugin_capability(ServiceCap::VolumeAccessibilityConstraints));
         let requirements = if constrained && !r.deleting {
-            Some(self.accessibility(r)?)
+            Some(self.accessibility(r).await?)
         } else {
             None
         };
@@ -596,16 +599,10 @@ impl VolumeManager {
     }
 
     /// CreateVolume's accessibility requirements, from the placement decision.
-    fn accessibility(&self, r: &VolumeRecord) -> Result<proto::TopologyRequirement, StepError> {
-        let nodes = self.placement_nodes(&r.spec.plugin);
-        let verdicts = self
-            .policies
-            .place(
-                policy_volume(r),
-                Purpose::Create,
-                vec![],
-                &policy::candidates(&nodes),
-            )
+    async fn accessibility(&self, r: &VolumeRecord) -> Result<proto::TopologyRequirement, StepError> {
+        let (nodes, verdicts) = self
+            .place(r, Purpose::Create, vec![])
+            .await
             .map_err(|e| step_error(Code::Unavailable, e.to_string()))?;
         let mut eligible: Vec<(&PlacementNode, i32)> = nodes
             .iter()
@@ -638,6 +635,44 @@ impl VolumeManager {
             requisite: topologies.clone(),
             preferred: topologies,
         })
+    }
+
+    /// Runs a policy decision. A guest runs on one of tokio's blocking
+    /// threads: it may take up to its time limit, which must not stall the
+    /// reconciler, and wasmtime-wasi's synchronous WASI needs a thread
+    /// outside the async workers. The built-in policies run in place.
+    async fn decide<R: Send + 'static>(
+        &self,
+        decision: Decision,
+        f: impl FnOnce(&Policies) -> R + Send + 'static,
+    ) -> R {
+        if self.policies.module(decision).is_none() {
+            return f(&self.policies);
+        }
+        // As many guests at once as there are cores: more would only queue
+        // on the cores, and would each hold a blocking thread.
+        let _turn = self.deciding.acquire().await;
+        let policies = self.policies.clone();
+        match tokio::task::spawn_blocking(move || f(&policies)).await {
+            Ok(r) => r,
+            Err(e) => std::panic::resume_unwind(e.into_panic()),
+        }
+    }
+
+    /// The nodes serving the volume's plugin, and placement's verdict on each.
+    async fn place(
+        &self,
+        r: &VolumeRecord,
+        purpose: Purpose,
+        accessible_topology: Vec<policy::Pairs>,
+    ) -> Result<(Vec<PlacementNode>, Vec<policy::Verdict>), policy::PolicyError> {
+        let nodes = self.placement_nodes(&r.spec.plugin);
+        let volume = policy_volume(r);
+        self.decide(Decision::Placement, move |p| {
+            let verdicts = p.place(volume, purpose, accessible_topology, &policy::candidates(&nodes))?;
+            Ok((nodes, verdicts))
+        })
+        .await
     }
 
     /// The nodes that serve `plugin`, as placement sees them.
@@ -705,7 +740,7 @@ fn backend(r: &VolumeRecord) -> &Backend {
     r.backend.as_ref().expect("steps past Create have a backend")
 }
 
-fn set_step(node: &str, step: PublishStep, context: Option<BTreeMap<String, String>>) -> Apply {
+fn set_step(node: &str, step: PublishStep, context: Option<Segments>) -> Apply {
     let node = node.to_string();
     Box::new(move |r: &mut VolumeRecord| {
         if let Some(p) = r.publications.get_mut(&node) {
@@ -763,7 +798,7 @@ fn capability(spec: &VolumeSpec) -> proto::VolumeCapability {
     }
 }
 
-fn pairs(map: &BTreeMap<String, String>) -> Vec<(String, String)> {
+fn pairs(map: &Segments) -> Vec<(String, String)> {
     map.iter().map(|(k, v)| (k.clone(), v.clone())).collect()
 }
 
@@ -792,7 +827,7 @@ fn policy_volume(r: &VolumeRecord) -> policy::Volume {
 }
 
 /// Checks an operator's spec, naming the field at fault.
-pub(super) fn validate_spec(spec: &VolumeSpec, config: &Config) -> Result<(), RequestError> {
+pub fn validate_spec(spec: &VolumeSpec, config: &Config) -> Result<(), RequestError> {
     let bad = |m: String| Err(RequestError::Invalid(m));
     if spec.name.is_empty() || spec.name.len() > 253 || spec.name.chars().any(char::is_control) {
         return bad(format!(
@@ -845,7 +880,7 @@ pub(super) fn validate_spec(spec: &VolumeSpec, config: &Config) -> Result<(), Re
 }
 
 /// The best eligible node for a publish that names none.
-pub(super) fn choose_node(m: &VolumeManager, r: &VolumeRecord) -> Result<String, RequestError> {
+pub(super) async fn choose_node(m: &VolumeManager, r: &VolumeRecord) -> Result<String, RequestError> {
     let Some(b) = &r.backend else {
         return Err(RequestError::Conflict(format!(
             "volume {:?} is still {}: name a node, or publish once it is available",
@@ -853,16 +888,10 @@ pub(super) fn choose_node(m: &VolumeManager, r: &VolumeRecord) -> Result<String,
             r.state()
         )));
     };
-    let nodes = m.placement_nodes(&r.spec.plugin);
     let accessible = b.accessible_topology.iter().map(pairs).collect();
-    let verdicts = m
-        .policies
-        .place(
-            policy_volume(r),
-            Purpose::Publish,
-            accessible,
-            &policy::candidates(&nodes),
-        )
+    let (nodes, verdicts) = m
+        .place(r, Purpose::Publish, accessible)
+        .await
         .map_err(|e| RequestError::Unavailable(e.to_string()))?;
     let mut best: Option<(&PlacementNode, i32)> = None;
     for (n, v) in nodes.iter().zip(&verdicts) {

@@ -10,6 +10,8 @@ mod lifecycle;
 pub mod nodes;
 mod queue;
 
+pub use lifecycle::validate_spec;
+
 use std::collections::{BTreeMap, HashMap};
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, SystemTime, UNIX_EPOCH};
@@ -134,6 +136,8 @@ pub struct VolumeManager {
     state: Mutex<State>,
     locks: Mutex<HashMap<String, Arc<tokio::sync::Mutex<()>>>>,
     queue: Queue,
+    /// Turns for guest decisions.
+    deciding: tokio::sync::Semaphore,
     /// Bumped on every change, for watchers.
     changes: watch::Sender<u64>,
 }
@@ -168,6 +172,9 @@ impl VolumeManager {
             state: Mutex::new(state),
             locks: Mutex::new(HashMap::new()),
             queue: Queue::default(),
+            deciding: tokio::sync::Semaphore::new(
+                std::thread::available_parallelism().map_or(2, std::num::NonZero::get),
+            ),
             changes,
         }))
     }
@@ -416,7 +423,7 @@ impl VolumeManager {
                 }
                 n.to_string()
             }
-            None => lifecycle::choose_node(self, &current)?,
+            None => lifecycle::choose_node(self, &current).await?,
         };
         self.modify(&id, |r| {
             if r.deleting {
@@ -437,7 +444,7 @@ impl VolumeManager {
                     r.spec.access_mode
                 )));
             }
-            let p = r.publications.entry(node.clone()).or_insert(Publication {
+            let p = r.publications.get_or_insert_with(&node, || Publication {
                 wanted: true,
                 readonly,
                 step: PublishStep::None,

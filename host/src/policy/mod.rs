@@ -19,7 +19,7 @@ mod module;
 mod policies;
 pub mod samples;
 
-pub use answer::{MAX_RETRY_DELAY_MS, validate_volume_name};
+pub use answer::{MAX_NAME_BYTES, MAX_REASON_BYTES, MAX_RETRY_DELAY_MS, validate_volume_name};
 pub use bindings::*;
 pub use candidates::{PlacementNode, candidates};
 pub use engine::{EngineOptions, PolicyEngine};

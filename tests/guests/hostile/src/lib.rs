@@ -9,6 +9,11 @@
 //!   delay of years);
 //! - `stateful`: remembers across calls, to show every decision gets a fresh instance;
 //! - `read-file`, `environment`: reach for the host, to show WASI grants nothing;
+//! - `echo`: answers whatever the request carries, for property tests of the
+//!   host's checks: the name in the volume's label `answer` (or a refusal from
+//!   label `refuse`); verdicts from label `verdicts` (`ELIGIBLE,SCORE,REASON`
+//!   entries separated by `;`); a retry decision from the failure's message
+//!   (`retry-after MS`, `give-up REASON` or `done`);
 //! - anything else: a well-formed answer.
 
 use std::sync::atomic::{AtomicU64, Ordering};
@@ -59,6 +64,10 @@ impl Naming for Hostile {
                 std::env::vars().count(),
                 std::env::args().count()
             )),
+            Some("echo") => match get(&request.volume.labels, "refuse") {
+                Some(reason) => Err(reason.to_string()),
+                None => Ok(get(&request.volume.labels, "answer").unwrap_or("").to_string()),
+            },
             _ => Ok(format!("ok-{}", request.volume.name)),
         }
     }
@@ -82,6 +91,19 @@ impl Placement for Hostile {
                 })
                 .collect(),
             Some("invalid-answer") => candidates.iter().skip(1).map(ok).collect(),
+            Some("echo") => get(&request.volume.labels, "verdicts")
+                .unwrap_or("")
+                .split(';')
+                .filter(|e| !e.is_empty())
+                .map(|e| {
+                    let mut parts = e.splitn(3, ',');
+                    Verdict {
+                        eligible: parts.next() == Some("1"),
+                        score: parts.next().and_then(|s| s.parse().ok()).unwrap_or(0),
+                        reason: parts.next().unwrap_or("").to_string(),
+                    }
+                })
+                .collect(),
             _ => candidates.iter().map(ok).collect(),
         }
     }
@@ -92,6 +114,11 @@ impl Retry for Hostile {
         match misbehave(&failure.settings) {
             Some("huge-answer") => Decision::GiveUp("z".repeat(8 << 20)),
             Some("invalid-answer") => Decision::RetryAfter(u64::MAX),
+            Some("echo") => match failure.message.split_once(' ') {
+                Some(("retry-after", ms)) => Decision::RetryAfter(ms.parse().unwrap_or(0)),
+                Some(("give-up", reason)) => Decision::GiveUp(reason.to_string()),
+                _ => Decision::Done,
+            },
             _ => Decision::RetryAfter(1000),
         }
     }

@@ -2,11 +2,14 @@
 //! desired state, and what the plugins did (backend, publications), persisted
 //! as one record per volume.
 
-use std::collections::BTreeMap;
+mod map;
 
 use serde::{Deserialize, Serialize};
 
-pub type Segments = BTreeMap<String, String>;
+pub use map::VecMap;
+
+/// Topology segments, labels, parameters, contexts: string to string.
+pub type Segments = VecMap<String>;
 
 /// What the operator declared.
 #[derive(Clone, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
@@ -19,12 +22,12 @@ pub struct VolumeSpec {
     pub block: bool,
     pub fs_type: String,
     pub mount_flags: Vec<String>,
-    pub parameters: BTreeMap<String, String>,
+    pub parameters: Segments,
     /// A secret's name; its contents are read when a call needs them, never stored.
     pub secret: Option<String>,
     pub requisite_topology: Vec<Segments>,
     pub preferred_topology: Vec<Segments>,
-    pub labels: BTreeMap<String, String>,
+    pub labels: Segments,
 }
 
 /// The plugin's view of a created volume.
@@ -32,7 +35,7 @@ pub struct VolumeSpec {
 pub struct Backend {
     pub volume_id: String,
     pub capacity_bytes: i64,
-    pub context: BTreeMap<String, String>,
+    pub context: Segments,
     pub accessible_topology: Vec<Segments>,
 }
 
@@ -59,7 +62,7 @@ pub struct Publication {
     /// further along than recorded; every CSI call being idempotent, going
     /// forward again from here is safe, and undoing starts from the top.
     pub step: PublishStep,
-    pub publish_context: BTreeMap<String, String>,
+    pub publish_context: Segments,
 }
 
 impl Publication {
@@ -107,7 +110,7 @@ pub struct VolumeRecord {
     pub create_sent: bool,
     pub backend: Option<Backend>,
     pub deleting: bool,
-    pub publications: BTreeMap<String, Publication>,
+    pub publications: VecMap<Publication>,
     /// A give-up: the reconciler leaves the volume alone until an operator retries.
     pub failure: Option<String>,
     pub retrying: Option<Retrying>,
@@ -124,7 +127,7 @@ impl VolumeRecord {
             create_sent: false,
             backend: None,
             deleting: false,
-            publications: BTreeMap::new(),
+            publications: VecMap::new(),
             failure: None,
             retrying: None,
             generation: 0,

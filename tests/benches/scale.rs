@@ -1,0 +1,177 @@
+//! Scale: resident memory per tracked volume, and how long `berth serve`
+//! takes after a restart until its API answers and until reconciliation has
+//! looked at every volume again, with 10,000 and 100,000 volumes in the store.
+//!
+//! The store is filled directly with published volumes (each with a backend,
+//! contexts and a publication), which is what a restart of a large site finds.
+//! The plugin does not hold them; Berth believes them converged, so the
+//! restart does no CSI calls and measures Berth alone.
+//!
+//! `cargo xtask bench-scale [--volumes N[,N...]]` (release binaries;
+//! default 10000,100000).
+
+use std::time::{Duration, Instant};
+
+use berth::model::{Backend, Publication, PublishStep, VecMap, VolumeRecord, VolumeSpec};
+use berth::store::Store;
+use berth_tests::{Cluster, ClusterSpec, summary};
+
+/// A published volume as `berth serve` would have stored it.
+fn record(i: usize) -> VolumeRecord {
+    let mut r = VolumeRecord::new(
+        format!("{:032x}", 0x5ca1e_u128 << 64 | i as u128),
+        VolumeSpec::default(),
+    );
+    r.spec = VolumeSpec {
+        name: format!("vol-{i:07}"),
+        plugin: "hostpath".into(),
+        required_bytes: 1 << 30,
+        access_mode: "single-node-writer".into(),
+        fs_type: "ext4".into(),
+        parameters: VecMap::from([("tier".into(), "fast".into())]),
+        labels: VecMap::from([("app".into(), format!("app-{}", i % 100))]),
+        ..Default::default()
+    };
+    r.csi_name = Some(format!("pv-vol-{i:07}"));
+    r.create_sent = true;
+    r.backend = Some(Backend {
+        volume_id: format!("hp-{:032x}", i),
+        capacity_bytes: 1 << 30,
+        context: VecMap::from([("hostpath.csi.berth.dev/path".into(), format!("data/hp-{i:032x}"))]),
+        accessible_topology: vec![VecMap::from([("zone".into(), "a".into())])],
+    });
+    r.publications.insert(
+        "node-a".into(),
+        Publication {
+            wanted: true,
+            readonly: false,
+            step: PublishStep::Published,
+            publish_context: VecMap::from([("hostpath.csi.berth.dev/node".into(), "node-a".into())]),
+        },
+    );
+    r.generation = 5;
+    r
+}
+
+fn fill(store: &std::path::Path, n: usize) {
+    let rt = tokio::runtime::Runtime::new().unwrap();
+    rt.block_on(async {
+        let store = std::sync::Arc::new(Store::open(store).expect("store"));
+        for chunk in (0..n).collect::<Vec<_>>().chunks(4096) {
+            let mut puts = tokio::task::JoinSet::new();
+            for &i in chunk {
+                let store = store.clone();
+                puts.spawn(async move { store.put(record(i)).await });
+            }
+            while let Some(r) = puts.join_next().await {
+                r.unwrap().expect("put");
+            }
+        }
+    });
+}
+
+/// Resident set size of a process, in bytes.
+fn rss(pid: u32) -> u64 {
+    let status = std::fs::read_to_string(format!("/proc/{pid}/status")).expect("process status");
+    let kb: u64 = status
+        .lines()
+        .find_map(|l| l.strip_prefix("VmRSS:"))
+        .and_then(|v| v.trim().trim_end_matches("kB").trim().parse().ok())
+        .expect("VmRSS");
+    kb * 1024
+}
+
+struct Restart {
+    api: Duration,
+    reconciled: Duration,
+    rss: u64,
+}
+
+/// Restarts `berth serve` on the cluster's store and times it.
+fn restart(c: &mut Cluster, expect: u64) -> Restart {
+    c.kill_serve();
+    let started = Instant::now();
+    c.start_serve();
+    let rt = tokio::runtime::Builder::new_current_thread()
+        .enable_all()
+        .build()
+        .unwrap();
+    rt.block_on(async {
+        let mut client = c.client();
+        let first = summary(&mut client).await.expect("summary");
+        let api = started.elapsed();
+        assert_eq!(first.volumes, expect, "every stored volume is tracked");
+        loop {
+            let s = summary(&mut client).await.expect("summary");
+            if s.busy == 0 {
+                break;
+            }
+            tokio::time::sleep(Duration::from_millis(5)).await;
+        }
+        let reconciled = started.elapsed();
+        // Let the allocator settle before reading the resident size.
+        tokio::time::sleep(Duration::from_millis(500)).await;
+        let s = summary(&mut client).await.expect("summary");
+        let published = s.states.get("published").copied().unwrap_or(0);
+        assert_eq!(published, expect, "nothing changed state: {s:?}");
+        Restart {
+            api,
+            reconciled,
+            rss: rss(c.serve_pid().expect("serve runs")),
+        }
+    })
+}
+
+fn main() {
+    let args: Vec<String> = std::env::args().collect();
+    let sizes: Vec<usize> = args
+        .iter()
+        .position(|a| a == "--volumes")
+        .and_then(|i| args.get(i + 1))
+        .map_or("10000,100000", String::as_str)
+        .split(',')
+        .map(|v| v.parse().expect("--volumes takes N or N,N,..."))
+        .collect();
+    let mut c = Cluster::start(ClusterSpec {
+        guests: true,
+        nodes: vec![("node-a", "a")],
+        ..Default::default()
+    });
+    let empty = restart(&mut c, 0);
+    println!(
+        "empty store: API after {:.0} ms, resident {:.1} MiB; per-volume figures are beyond these\n",
+        empty.api.as_secs_f64() * 1e3,
+        empty.rss as f64 / 1048576.0
+    );
+    println!(
+        "| volumes | API answers | reconciliation done | resident | memory per volume | restart time per volume |"
+    );
+    println!(
+        "|--------:|------------:|--------------------:|---------:|------------------:|------------------------:|"
+    );
+    let mut per_volume_time = Vec::new();
+    for &n in &sizes {
+        c.kill_serve();
+        let _ = std::fs::remove_file(c.store_path());
+        fill(&c.store_path(), n);
+        let r = restart(&mut c, n as u64);
+        let per_volume = r.rss.saturating_sub(empty.rss) as f64 / n as f64;
+        // Beyond what an empty store costs, so the fixed start-up does not hide the growth.
+        let per_volume_us = r.reconciled.saturating_sub(empty.reconciled).as_secs_f64() * 1e6 / n as f64;
+        println!(
+            "| {n:>7} | {:>8.0} ms | {:>16.0} ms | {:>4.0} MiB | {:>15.0} B | {:>20.1} µs |",
+            r.api.as_secs_f64() * 1e3,
+            r.reconciled.as_secs_f64() * 1e3,
+            r.rss as f64 / 1048576.0,
+            per_volume,
+            per_volume_us,
+        );
+        per_volume_time.push((n, per_volume_us));
+    }
+    if let [(a, ta), .., (b, tb)] = per_volume_time[..] {
+        println!(
+            "\nRestart time per volume at {b} is {:.2}× that at {a} (1.00 is linear growth).",
+            tb / ta
+        );
+    }
+}
