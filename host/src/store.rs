@@ -18,7 +18,9 @@ const CACHE_BYTES: usize = 16 << 20;
 const MAX_BATCH: usize = 1024;
 
 enum Change {
-    Put(Box<VolumeRecord>),
+    /// A record's id and its encoding, made by the writer so the one
+    /// committer thread only copies bytes.
+    Put(String, Vec<u8>),
     Remove(String),
 }
 
@@ -85,7 +87,8 @@ impl Store {
 
     /// Stores a record; returns once it is durable.
     pub async fn put(&self, record: VolumeRecord) -> Result<(), String> {
-        self.write(Change::Put(Box::new(record))).await
+        let bytes = serde_json::to_vec(&record).map_err(|e| format!("encoding volume {}: {e}", record.id))?;
+        self.write(Change::Put(record.id, bytes)).await
     }
 
     /// Removes a record; returns once that is durable.
@@ -130,10 +133,9 @@ fn commit(db: &Database, batch: &[(Change, Reply)]) -> Result<(), String> {
         let mut table = txn.open_table(VOLUMES).map_err(|e| e.to_string())?;
         for (change, _) in batch {
             match change {
-                Change::Put(r) => {
-                    let bytes = serde_json::to_vec(r.as_ref()).map_err(|e| e.to_string())?;
+                Change::Put(id, bytes) => {
                     table
-                        .insert(r.id.as_str(), bytes.as_slice())
+                        .insert(id.as_str(), bytes.as_slice())
                         .map_err(|e| e.to_string())?;
                 }
                 Change::Remove(id) => {

@@ -187,6 +187,9 @@ impl VolumeManager {
     pub(super) async fn reconcile(self: &Arc<Self>, id: &str) {
         let Some(mut record) = self.by_id(id) else { return };
         let mut unwritten = Unwritten::default();
+        // CreateVolume's accessibility requirements, decided together with
+        // the name: one trip to the guests instead of two.
+        let mut placed_ahead = None;
         loop {
             if self.generation(id) != Some(record.generation) {
                 // An operator changed the volume: plan from the latest record.
@@ -221,7 +224,10 @@ impl VolumeManager {
                 }
                 return;
             }
-            match self.execute(&record, &step, &mut unwritten).await {
+            match self
+                .execute(&record, &step, &mut unwritten, &mut placed_ahead)
+                .await
+            {
                 Ok(apply) => {
                     apply(&mut record);
                     record.retrying = None;
@@ -322,7 +328,7 @@ impl VolumeManager {
                     driver: record.spec.plugin.clone(),
                     settings: vec![],
                 };
-                self.decide(Decision::Retry, move |p| p.classify(failure))
+                self.decide(&[Decision::Retry], move |p| p.classify(failure))
                     .await
                     .unwrap_or_else(|pe| {
                         // The retry module failed (on_error = fail): wait and ask again.
@@ -430,11 +436,12 @@ impl VolumeManager {
         r: &VolumeRecord,
         step: &Step,
         unwritten: &mut Unwritten,
+        placed_ahead: &mut Option<proto::TopologyRequirement>,
     ) -> Result<Apply, StepError> {
         let spec = &r.spec;
         match step {
-            Step::Name => self.name_volume(r).await,
-            Step::Create => self.create_volume(r, unwritten).await,
+            Step::Name => self.name_volume(r, placed_ahead).await,
+            Step::Create => self.create_volume(r, unwritten, placed_ahead.take()).await,
             Step::ControllerPublish(node) => {
                 let p = &r.publications[node];
                 if !self.caps(&spec.plugin, node).controller_publish {
@@ -512,12 +519,33 @@ impl VolumeManager {
         }
     }
 
-    async fn name_volume(&self, r: &VolumeRecord) -> Result<Apply, StepError> {
+    /// Names the volume; also places it when CreateVolume will need that.
+    async fn name_volume(
+        &self,
+        r: &VolumeRecord,
+        placed_ahead: &mut Option<proto::TopologyRequirement>,
+    ) -> Result<Apply, StepError> {
         let volume = policy_volume(r);
-        let outcome = self
-            .decide(Decision::Naming, move |p| p.volume_name(volume))
-            .await
-            .map_err(|e| step_error(Code::Unavailable, e.to_string()))?;
+        let nodes = self
+            .constrained(&r.spec.plugin)
+            .then(|| self.placement_nodes(&r.spec.plugin));
+        let (outcome, placed) = self
+            .decide(&[Decision::Naming, Decision::Placement], move |p| {
+                let placed = nodes.map(|nodes| {
+                    let verdicts = p.place(
+                        volume.clone(),
+                        Purpose::Create,
+                        vec![],
+                        &policy::candidates(&nodes),
+                    );
+                    (nodes, verdicts)
+                });
+                (p.volume_name(volume), placed)
+            })
+            .await;
+        // A placement that failed is asked again by CreateVolume, which reports it.
+        *placed_ahead = placed.and_then(|(nodes, verdicts)| requirements(&nodes, &verdicts.ok()?).ok());
+        let outcome = outcome.map_err(|e| step_error(Code::Unavailable, e.to_string()))?;
         match outcome {
             NamingOutcome::Named(name) => {
                 if !self.claim_csi_name(&name, &r.id) {
@@ -537,15 +565,19 @@ impl VolumeManager {
         }
     }
 
-    async fn create_volume(&self, r: &VolumeRecord, unwritten: &mut Unwritten) -> Result<Apply, StepError> {
+    async fn create_volume(
+        &self,
+        r: &VolumeRecord,
+        unwritten: &mut Unwritten,
+        placed_ahead: Option<proto::TopologyRequirement>,
+    ) -> Result<Apply, StepError> {
         let spec = &r.spec;
         let controller = self.controller(&spec.plugin)?;
-        let constrained = controller
-            .status()
-            .fingerprint
-            .is_some_and(|f| f.has_plugin_capability(ServiceCap::VolumeAccessibilityConstraints));
-        let requirements = if constrained && !r.deleting {
-            Some(self.accessibility(r).await?)
+        let requirements = if self.constrained(&spec.plugin) && !r.deleting {
+            match placed_ahead {
+                Some(placed) => Some(placed),
+                None => Some(self.accessibility(r).await?),
+            }
         } else {
             None
         };
@@ -604,37 +636,15 @@ impl VolumeManager {
             .place(r, Purpose::Create, vec![])
             .await
             .map_err(|e| step_error(Code::Unavailable, e.to_string()))?;
-        let mut eligible: Vec<(&PlacementNode, i32)> = nodes
-            .iter()
-            .zip(&verdicts)
-            .filter(|(_, v)| v.eligible)
-            .map(|(n, v)| (n, v.score))
-            .collect();
-        if eligible.is_empty() {
-            let why: Vec<String> = nodes
-                .iter()
-                .zip(&verdicts)
-                .map(|(n, v)| format!("{}: {}", n.name, v.reason))
-                .collect();
-            return Err(step_error(
-                Code::ResourceExhausted,
-                format!("placement found no eligible node ({})", why.join("; ")),
-            ));
-        }
-        eligible.sort_by_key(|e| std::cmp::Reverse(e.1));
-        let mut topologies: Vec<proto::Topology> = Vec::new();
-        for (n, _) in eligible {
-            let t = proto::Topology {
-                segments: n.topology.iter().cloned().collect(),
-            };
-            if !topologies.contains(&t) {
-                topologies.push(t);
-            }
-        }
-        Ok(proto::TopologyRequirement {
-            requisite: topologies.clone(),
-            preferred: topologies,
-        })
+        requirements(&nodes, &verdicts)
+    }
+
+    /// Whether the plugin's controller takes accessibility requirements.
+    fn constrained(&self, plugin: &str) -> bool {
+        self.registry
+            .get(plugin)
+            .and_then(|c| c.status().fingerprint)
+            .is_some_and(|f| f.has_plugin_capability(ServiceCap::VolumeAccessibilityConstraints))
     }
 
     /// Runs a policy decision. A guest runs on one of tokio's blocking
@@ -643,10 +653,10 @@ impl VolumeManager {
     /// outside the async workers. The built-in policies run in place.
     async fn decide<R: Send + 'static>(
         &self,
-        decision: Decision,
+        decisions: &[Decision],
         f: impl FnOnce(&Policies) -> R + Send + 'static,
     ) -> R {
-        if self.policies.module(decision).is_none() {
+        if decisions.iter().all(|d| self.policies.module(*d).is_none()) {
             return f(&self.policies);
         }
         // As many guests at once as there are cores: more would only queue
@@ -668,7 +678,7 @@ impl VolumeManager {
     ) -> Result<(Vec<PlacementNode>, Vec<policy::Verdict>), policy::PolicyError> {
         let nodes = self.placement_nodes(&r.spec.plugin);
         let volume = policy_volume(r);
-        self.decide(Decision::Placement, move |p| {
+        self.decide(&[Decision::Placement], move |p| {
             let verdicts = p.place(volume, purpose, accessible_topology, &policy::candidates(&nodes))?;
             Ok((nodes, verdicts))
         })
@@ -734,6 +744,45 @@ impl VolumeManager {
             readonly: p.readonly,
         })
     }
+}
+
+/// CreateVolume's accessibility requirements from placement's verdicts:
+/// the eligible nodes' topologies, best score first.
+fn requirements(
+    nodes: &[PlacementNode],
+    verdicts: &[policy::Verdict],
+) -> Result<proto::TopologyRequirement, StepError> {
+    let mut eligible: Vec<(&PlacementNode, i32)> = nodes
+        .iter()
+        .zip(verdicts)
+        .filter(|(_, v)| v.eligible)
+        .map(|(n, v)| (n, v.score))
+        .collect();
+    if eligible.is_empty() {
+        let why: Vec<String> = nodes
+            .iter()
+            .zip(verdicts)
+            .map(|(n, v)| format!("{}: {}", n.name, v.reason))
+            .collect();
+        return Err(step_error(
+            Code::ResourceExhausted,
+            format!("placement found no eligible node ({})", why.join("; ")),
+        ));
+    }
+    eligible.sort_by_key(|e| std::cmp::Reverse(e.1));
+    let mut topologies: Vec<proto::Topology> = Vec::new();
+    for (n, _) in eligible {
+        let t = proto::Topology {
+            segments: n.topology.iter().cloned().collect(),
+        };
+        if !topologies.contains(&t) {
+            topologies.push(t);
+        }
+    }
+    Ok(proto::TopologyRequirement {
+        requisite: topologies.clone(),
+        preferred: topologies,
+    })
 }
 
 fn backend(r: &VolumeRecord) -> &Backend {
