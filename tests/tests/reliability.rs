@@ -306,7 +306,7 @@ fn kill_9_during_a_storm_loses_and_duplicates_nothing() {
     let driver = {
         let done = done.clone();
         // Spread over enough time for every kill and restart.
-        let handle = storm(c.api.clone(), scripts, 32, Duration::from_millis(500) * kills);
+        let handle = storm(c.api.clone(), scripts, 32, Duration::from_millis(800) * kills);
         std::thread::spawn(move || {
             let r = handle.join();
             done.store(true, Ordering::SeqCst);
