@@ -382,3 +382,61 @@ fn a_bad_config_names_the_key_at_fault() {
         assert!(stderr.contains(expected), "{text}: {stderr}");
     }
 }
+
+#[test]
+fn secrets_never_reach_a_guest() {
+    const SECRET: &str = "g0t-Cha-91ab";
+    // A guest that shows its whole input: a naming request as a refusal, a
+    // failure as a give-up. CreateVolume always fails, after the secret was sent.
+    let extra = format!(
+        "[[policy]]\nmodule = \"{}\"\ndecisions = [\"naming\", \"retry\"]\nsettings = {{ behaviour = \"dump-input\" }}\n",
+        berth_tests::guest("berth_hostile_guest").display()
+    );
+    let c = Cluster::start(ClusterSpec {
+        guests: false,
+        extra: &extra,
+        plugin_args: vec![
+            "--require-secret",
+            &format!("token={SECRET}"),
+            "--fault-calls",
+            "CreateVolume",
+            "--fault",
+            "INVALID_ARGUMENT=1",
+        ],
+        ..Default::default()
+    });
+    let path = c.dir.path().join("secrets/backend");
+    std::fs::write(&path, format!("token={SECRET}\n")).unwrap();
+    std::fs::set_permissions(&path, std::fs::Permissions::from_mode(0o600)).unwrap();
+    for (name, label) in [("named", "dump=naming"), ("created", "dump=no")] {
+        c.ok(&[
+            "volume",
+            "create",
+            name,
+            "--plugin",
+            "hostpath",
+            "--secret",
+            "backend",
+            "--requisite",
+            "zone=a",
+            "--label",
+            label,
+        ]);
+    }
+    c.wait_until("both fail", |vs| {
+        state_of(vs, "named") == "failed" && state_of(vs, "created") == "failed"
+    });
+    let naming = volume(&c, "named")["failure"].as_str().unwrap().to_string();
+    let retry = volume(&c, "created")["failure"].as_str().unwrap().to_string();
+    assert!(
+        naming.contains("input NamingRequest"),
+        "the guest showed its input: {naming}"
+    );
+    assert!(
+        retry.contains("input Failure") && retry.contains("INVALID_ARGUMENT"),
+        "{retry}"
+    );
+    for input in [&naming, &retry] {
+        assert!(!input.contains(SECRET), "a guest saw the secret: {input}");
+    }
+}

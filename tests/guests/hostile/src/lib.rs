@@ -14,6 +14,9 @@
 //!   label `refuse`); verdicts from label `verdicts` (`ELIGIBLE,SCORE,REASON`
 //!   entries separated by `;`); a retry decision from the failure's message
 //!   (`retry-after MS`, `give-up REASON` or `done`);
+//! - `dump-input`: shows what it was given: refuses to name a volume labelled
+//!   `dump=naming` with its whole request as the reason, and gives up on every
+//!   failure with the whole failure as the reason (tests look there for secrets);
 //! - anything else: a well-formed answer.
 
 use std::sync::atomic::{AtomicU64, Ordering};
@@ -64,6 +67,9 @@ impl Naming for Hostile {
                 std::env::vars().count(),
                 std::env::args().count()
             )),
+            Some("dump-input") if get(&request.volume.labels, "dump") == Some("naming") => {
+                Err(format!("input {request:?}"))
+            }
             Some("echo") => match get(&request.volume.labels, "refuse") {
                 Some(reason) => Err(reason.to_string()),
                 None => Ok(get(&request.volume.labels, "answer").unwrap_or("").to_string()),
@@ -114,6 +120,7 @@ impl Retry for Hostile {
         match misbehave(&failure.settings) {
             Some("huge-answer") => Decision::GiveUp("z".repeat(8 << 20)),
             Some("invalid-answer") => Decision::RetryAfter(u64::MAX),
+            Some("dump-input") => Decision::GiveUp(format!("input {failure:?}")),
             Some("echo") => match failure.message.split_once(' ') {
                 Some(("retry-after", ms)) => Decision::RetryAfter(ms.parse().unwrap_or(0)),
                 Some(("give-up", reason)) => Decision::GiveUp(reason.to_string()),
