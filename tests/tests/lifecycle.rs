@@ -15,6 +15,30 @@ fn state_of(volumes: &[Value], name: &str) -> String {
         .unwrap_or_else(|| "absent".into())
 }
 
+/// Creates a volume in zone a whose calls take the secret `backend`.
+fn create_with_secret(c: &Cluster, name: &str, extra: &[&str]) -> String {
+    let mut args = vec![
+        "volume",
+        "create",
+        name,
+        "--plugin",
+        "hostpath",
+        "--secret",
+        "backend",
+        "--requisite",
+        "zone=a",
+    ];
+    args.extend_from_slice(extra);
+    c.ok(&args)
+}
+
+/// Gives the server a secret `name` holding `token=<value>`, owner-only.
+fn write_secret(c: &Cluster, name: &str, value: &str) {
+    let path = c.dir.path().join("secrets").join(name);
+    std::fs::write(&path, format!("token={value}\n")).unwrap();
+    std::fs::set_permissions(&path, std::fs::Permissions::from_mode(0o600)).unwrap();
+}
+
 fn volume(c: &Cluster, name: &str) -> Value {
     serde_json::from_str(&c.ok(&["volume", "get", name, "-o", "json"])).unwrap()
 }
@@ -140,17 +164,7 @@ fn a_give_up_waits_for_the_operator_and_secrets_stay_secret() {
         ..Default::default()
     });
     let mut outputs = String::new();
-    outputs += &c.ok(&[
-        "volume",
-        "create",
-        "vault",
-        "--plugin",
-        "hostpath",
-        "--secret",
-        "backend",
-        "--requisite",
-        "zone=a",
-    ]);
+    outputs += &create_with_secret(&c, "vault", &[]);
     c.wait_until("a give-up", |vs| state_of(vs, "vault") == "failed");
     let v = volume(&c, "vault");
     let failure = v["failure"].as_str().unwrap();
@@ -160,9 +174,7 @@ fn a_give_up_waits_for_the_operator_and_secrets_stay_secret() {
     );
 
     // The operator provides the secret, then retries.
-    let path = c.dir.path().join("secrets/backend");
-    std::fs::write(&path, format!("token={SECRET}\n")).unwrap();
-    std::fs::set_permissions(&path, std::fs::Permissions::from_mode(0o600)).unwrap();
+    write_secret(&c, "backend", SECRET);
     outputs += &c.ok(&["volume", "retry", "vault", "--wait"]);
     outputs += &c.ok(&[
         "volume", "publish", "vault", "--node", "node-a", "--wait", "-o", "json",
@@ -405,23 +417,9 @@ fn secrets_never_reach_a_guest() {
         ],
         ..Default::default()
     });
-    let path = c.dir.path().join("secrets/backend");
-    std::fs::write(&path, format!("token={SECRET}\n")).unwrap();
-    std::fs::set_permissions(&path, std::fs::Permissions::from_mode(0o600)).unwrap();
+    write_secret(&c, "backend", SECRET);
     for (name, label) in [("named", "dump=naming"), ("created", "dump=no")] {
-        c.ok(&[
-            "volume",
-            "create",
-            name,
-            "--plugin",
-            "hostpath",
-            "--secret",
-            "backend",
-            "--requisite",
-            "zone=a",
-            "--label",
-            label,
-        ]);
+        create_with_secret(&c, name, &["--label", label]);
     }
     c.wait_until("both fail", |vs| {
         state_of(vs, "named") == "failed" && state_of(vs, "created") == "failed"
