@@ -168,10 +168,14 @@ fn main() {
         );
         per_volume_time.push((n, per_volume_us));
     }
-    if let [(a, ta), .., (b, tb)] = per_volume_time[..] {
-        println!(
+    match per_volume_time[..] {
+        [(a, ta), .., (b, tb)] if ta > 0.0 => println!(
             "\nRestart time per volume at {b} is {:.2}× that at {a} (1.00 is linear growth).",
             tb / ta
-        );
+        ),
+        [(a, _), _, ..] => {
+            println!("\nAt {a} volumes the restart is within the start-up's noise; compare larger sizes.")
+        }
+        _ => {}
     }
 }
