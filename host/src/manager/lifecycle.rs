@@ -172,13 +172,16 @@ type Apply = Box<dyn Fn(&mut VolumeRecord) + Send + Sync>;
 /// every call is idempotent and is made again, and undoing a publication
 /// starts from the top (see [`crate::model::Publication::step`]).
 #[derive(Default)]
-struct Unwritten(Vec<Apply>);
+struct Unwritten {
+    effects: Vec<Apply>,
+    /// The generation this worker last wrote: a record at that generation
+    /// changed only by the worker itself, not by an operator.
+    written: Option<u64>,
+}
 
 impl Unwritten {
-    fn apply_all(&self, r: &mut VolumeRecord) {
-        for a in &self.0 {
-            a(r);
-        }
+    fn push(&mut self, effect: Apply) {
+        self.effects.push(effect);
     }
 }
 
@@ -191,7 +194,8 @@ impl VolumeManager {
         // the name: one trip to the guests instead of two.
         let mut placed_ahead = None;
         loop {
-            if self.generation(id) != Some(record.generation) {
+            let current = self.generation(id);
+            if current != Some(record.generation) && current != unwritten.written {
                 // An operator changed the volume: plan from the latest record.
                 match self.sync(id, &mut unwritten).await {
                     Ok(Some(latest)) => record = latest,
@@ -231,7 +235,7 @@ impl VolumeManager {
                 Ok(apply) => {
                     apply(&mut record);
                     record.retrying = None;
-                    unwritten.0.push(apply);
+                    unwritten.push(apply);
                 }
                 Err(e) => match self.failed(&record, &step, e, &mut unwritten).await {
                     Ok(Some(latest)) => record = latest,
@@ -251,7 +255,7 @@ impl VolumeManager {
 
     /// The latest record, with what is unwritten written first (if anything).
     async fn sync(&self, id: &str, unwritten: &mut Unwritten) -> Result<Option<VolumeRecord>, RequestError> {
-        if unwritten.0.is_empty() {
+        if unwritten.effects.is_empty() {
             return Ok(self.by_id(id));
         }
         self.write_unwritten(id, unwritten, |_| {}).await
@@ -270,12 +274,13 @@ impl VolumeManager {
         unwritten: &mut Unwritten,
         also: impl FnOnce(&mut VolumeRecord),
     ) -> Result<Option<VolumeRecord>, RequestError> {
-        let pending = std::mem::take(unwritten);
-        let any = !pending.0.is_empty();
+        let pending = std::mem::take(&mut unwritten.effects);
         match self
             .modify(id, |r| {
-                pending.apply_all(r);
-                if any {
+                for effect in &pending {
+                    effect(r);
+                }
+                if !pending.is_empty() {
                     r.retrying = None;
                 }
                 also(r);
@@ -283,10 +288,13 @@ impl VolumeManager {
             })
             .await
         {
-            Ok((_, latest)) => Ok(Some(latest)),
+            Ok((_, latest)) => {
+                unwritten.written = Some(latest.generation);
+                Ok(Some(latest))
+            }
             Err(RequestError::NotFound(_)) => Ok(None),
             Err(e) => {
-                *unwritten = pending;
+                unwritten.effects = pending;
                 Err(e)
             }
         }
@@ -342,7 +350,7 @@ impl VolumeManager {
         tracing::info!(volume = %record.spec.name, step = %label, attempt, error = %e.message, ?decision, "step failed");
         match decision {
             RetryDecision::Done => {
-                unwritten.0.push(done_effect(step));
+                unwritten.push(done_effect(step));
                 self.write_unwritten(&record.id, unwritten, |_| {}).await
             }
             RetryDecision::RetryAfter(ms) => {
@@ -585,9 +593,7 @@ impl VolumeManager {
         let name = r.csi_name.clone().unwrap_or_default();
         if !r.create_sent {
             // The intent (and the name) first: after a crash, a delete must ask the plugin.
-            unwritten
-                .0
-                .push(Box::new(|r: &mut VolumeRecord| r.create_sent = true));
+            unwritten.push(Box::new(|r: &mut VolumeRecord| r.create_sent = true));
             if let Err(e) = self.sync(&r.id, unwritten).await {
                 self.release_csi_name(&name, &r.id);
                 return Err(step_error(Code::Unavailable, e.to_string()));

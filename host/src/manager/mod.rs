@@ -49,69 +49,97 @@ struct State {
     names: HashMap<String, String>,
     /// CSI name → id: a name given to one volume is never given to another.
     csi_names: HashMap<String, String>,
-    /// (plugin, node) → publications there, wanted or still being undone.
-    published: HashMap<(String, String), u64>,
+    /// Plugin → node → publications there, wanted or still being undone.
+    published: BTreeMap<String, BTreeMap<String, u64>>,
     /// Volumes by [`VolumeRecord::state`].
     states: BTreeMap<&'static str, u64>,
     /// Volumes waiting to retry a failed call.
     retrying: u64,
 }
 
-impl State {
-    fn insert(&mut self, r: VolumeRecord) {
-        if let Some(old) = self.volumes.remove(&r.id) {
-            self.unindex(&old);
+/// Adds one to `key`'s count, or takes one away (dropping counts of zero);
+/// allocates only for a key not counted yet.
+fn count<K, Q>(counts: &mut BTreeMap<K, u64>, key: &Q, add: bool)
+where
+    K: Ord + std::borrow::Borrow<Q>,
+    Q: Ord + ToOwned<Owned = K> + ?Sized,
+{
+    match counts.get_mut(key) {
+        Some(n) if add => *n += 1,
+        Some(n) => {
+            *n -= 1;
+            if *n == 0 {
+                counts.remove(key);
+            }
         }
-        self.index(&r);
-        self.volumes.insert(r.id.clone(), r);
+        None if add => {
+            counts.insert(key.to_owned(), 1);
+        }
+        None => {}
+    }
+}
+
+impl State {
+    /// Stores a new or changed record. A record's spec (and so its operator
+    /// name) never changes; its CSI name is set once and cleared on delete.
+    fn insert(&mut self, r: VolumeRecord) {
+        self.tally(&r, true);
+        let Some(slot) = self.volumes.get_mut(&r.id) else {
+            self.names.insert(r.spec.name.clone(), r.id.clone());
+            if let Some(c) = &r.csi_name {
+                self.csi_names.insert(c.clone(), r.id.clone());
+            }
+            self.volumes.insert(r.id.clone(), r);
+            return;
+        };
+        let old = std::mem::replace(slot, r);
+        self.tally(&old, false);
+        let new = &self.volumes[&old.id];
+        if new.csi_name != old.csi_name {
+            if let Some(c) = &old.csi_name
+                && self.csi_names.get(c) == Some(&old.id)
+            {
+                self.csi_names.remove(c);
+            }
+            if let Some(c) = &new.csi_name {
+                self.csi_names.insert(c.clone(), old.id.clone());
+            }
+        }
     }
 
     fn remove(&mut self, id: &str) -> Option<VolumeRecord> {
         let old = self.volumes.remove(id)?;
-        self.unindex(&old);
-        Some(old)
-    }
-
-    fn index(&mut self, r: &VolumeRecord) {
-        self.names.insert(r.spec.name.clone(), r.id.clone());
-        if let Some(c) = &r.csi_name {
-            self.csi_names.insert(c.clone(), r.id.clone());
+        self.tally(&old, false);
+        if self.names.get(&old.spec.name) == Some(&old.id) {
+            self.names.remove(&old.spec.name);
         }
-        for node in r.publications.keys() {
-            *self
-                .published
-                .entry((r.spec.plugin.clone(), node.clone()))
-                .or_default() += 1;
-        }
-        *self.states.entry(r.state()).or_default() += 1;
-        self.retrying += u64::from(r.retrying.is_some());
-    }
-
-    fn unindex(&mut self, r: &VolumeRecord) {
-        if self.names.get(&r.spec.name) == Some(&r.id) {
-            self.names.remove(&r.spec.name);
-        }
-        if let Some(c) = &r.csi_name
-            && self.csi_names.get(c) == Some(&r.id)
+        if let Some(c) = &old.csi_name
+            && self.csi_names.get(c) == Some(&old.id)
         {
             self.csi_names.remove(c);
         }
-        for node in r.publications.keys() {
-            let key = (r.spec.plugin.clone(), node.clone());
-            if let Some(n) = self.published.get_mut(&key) {
-                *n -= 1;
-                if *n == 0 {
-                    self.published.remove(&key);
+        Some(old)
+    }
+
+    /// Counts a record in (or out of) the publications per node, the states
+    /// and the retries.
+    fn tally(&mut self, r: &VolumeRecord, add: bool) {
+        if !r.publications.is_empty() {
+            if add && !self.published.contains_key(&r.spec.plugin) {
+                self.published.insert(r.spec.plugin.clone(), BTreeMap::new());
+            }
+            if let Some(nodes) = self.published.get_mut(&r.spec.plugin) {
+                for node in r.publications.keys() {
+                    count(nodes, node.as_str(), add);
                 }
             }
         }
-        if let Some(n) = self.states.get_mut(r.state()) {
-            *n -= 1;
-            if *n == 0 {
-                self.states.remove(r.state());
-            }
+        count(&mut self.states, &r.state(), add);
+        if add {
+            self.retrying += u64::from(r.retrying.is_some());
+        } else {
+            self.retrying -= u64::from(r.retrying.is_some());
         }
-        self.retrying -= u64::from(r.retrying.is_some());
     }
 }
 
@@ -258,7 +286,8 @@ impl VolumeManager {
     pub fn published_on(&self, plugin: &str, node: &str) -> u64 {
         self.lock()
             .published
-            .get(&(plugin.to_string(), node.to_string()))
+            .get(plugin)
+            .and_then(|nodes| nodes.get(node))
             .copied()
             .unwrap_or(0)
     }
@@ -493,5 +522,62 @@ impl VolumeManager {
                 m.queue.push(&id);
             }
         });
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::model::Retrying;
+
+    fn publication() -> Publication {
+        Publication {
+            wanted: true,
+            readonly: false,
+            step: PublishStep::None,
+            publish_context: Default::default(),
+        }
+    }
+
+    #[test]
+    fn indexes_follow_every_change_and_empty_out() {
+        let mut s = State::default();
+        let mut r = VolumeRecord::new(
+            "id1".into(),
+            VolumeSpec {
+                name: "data".into(),
+                plugin: "hp".into(),
+                ..Default::default()
+            },
+        );
+        s.insert(r.clone());
+        assert_eq!(s.names.get("data"), Some(&"id1".to_string()));
+        assert_eq!(s.states.get("pending"), Some(&1));
+        r.csi_name = Some("pv-data".into());
+        r.publications.insert("n1".into(), publication());
+        r.retrying = Some(Retrying {
+            operation: "CreateVolume".into(),
+            attempt: 1,
+            first_failure_ms: 0,
+            next_attempt_ms: 0,
+            last_error: String::new(),
+        });
+        s.insert(r.clone());
+        assert_eq!(s.csi_names.get("pv-data"), Some(&"id1".to_string()));
+        assert_eq!(s.published["hp"]["n1"], 1);
+        assert_eq!(
+            (s.states.get("pending"), s.states.get("creating")),
+            (None, Some(&1))
+        );
+        assert_eq!(s.retrying, 1);
+        r.csi_name = None;
+        r.publications.clear();
+        r.retrying = None;
+        s.insert(r);
+        assert!(s.csi_names.is_empty(), "a cleared CSI name is free again");
+        assert!(s.published["hp"].is_empty());
+        s.remove("id1");
+        assert!(s.volumes.is_empty() && s.names.is_empty() && s.states.is_empty());
+        assert_eq!(s.retrying, 0);
     }
 }
