@@ -76,7 +76,9 @@ fn row(name: &str, wasm: &Stats, native: &Stats) {
 fn guests_dir() -> PathBuf {
     std::env::var_os("BERTH_GUESTS_DIR")
         .map(PathBuf::from)
-        .unwrap_or_else(|| PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("../target/wasm32-wasip2/guest"))
+        .unwrap_or_else(|| {
+            PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("../target/guests/wasm32-wasip2/guest")
+        })
 }
 
 fn load(engine: &PolicyEngine, file: &str) -> PolicyModule {

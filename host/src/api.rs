@@ -10,7 +10,7 @@ use tonic::{Request, Response, Status};
 
 use crate::csi::registry::Health;
 use crate::manager::{RequestError, VolumeManager};
-use crate::model::{PublishStep, Segments, VolumeRecord, VolumeSpec};
+use crate::model::{AccessMode, AccessType, Segments, VolumeRecord, VolumeSpec};
 
 pub struct BerthApi {
     manager: Arc<VolumeManager>,
@@ -41,18 +41,27 @@ fn topology(s: &Segments) -> api::Topology {
     }
 }
 
-pub fn spec_from_api(s: api::VolumeSpec) -> VolumeSpec {
-    VolumeSpec {
+/// The operator's spec from the wire; an unknown access mode is refused
+/// here, the rest by [`crate::manager::validate_spec`].
+pub fn spec_from_api(s: api::VolumeSpec) -> Result<VolumeSpec, RequestError> {
+    let access_mode = if s.access_mode.is_empty() {
+        AccessMode::default()
+    } else {
+        s.access_mode
+            .parse()
+            .map_err(|e| RequestError::Invalid(format!("access_mode: {e}")))?
+    };
+    Ok(VolumeSpec {
         name: s.name,
         plugin: s.plugin,
         required_bytes: s.required_bytes,
         limit_bytes: s.limit_bytes,
-        access_mode: if s.access_mode.is_empty() {
-            "single-node-writer".into()
+        access_mode,
+        access_type: if s.block {
+            AccessType::Block
         } else {
-            s.access_mode
+            AccessType::Mount
         },
-        block: s.block,
         fs_type: s.fs_type,
         mount_flags: s.mount_flags,
         parameters: s.parameters.into_iter().collect(),
@@ -60,7 +69,7 @@ pub fn spec_from_api(s: api::VolumeSpec) -> VolumeSpec {
         requisite_topology: s.requisite_topology.iter().map(segments).collect(),
         preferred_topology: s.preferred_topology.iter().map(segments).collect(),
         labels: s.labels.into_iter().collect(),
-    }
+    })
 }
 
 fn spec_to_api(s: &VolumeSpec) -> api::VolumeSpec {
@@ -69,8 +78,8 @@ fn spec_to_api(s: &VolumeSpec) -> api::VolumeSpec {
         plugin: s.plugin.clone(),
         required_bytes: s.required_bytes,
         limit_bytes: s.limit_bytes,
-        access_mode: s.access_mode.clone(),
-        block: s.block,
+        access_mode: s.access_mode.to_string(),
+        block: s.access_type == AccessType::Block,
         fs_type: s.fs_type.clone(),
         mount_flags: s.mount_flags.clone(),
         parameters: s.parameters.clone().into_iter().collect(),
@@ -78,16 +87,6 @@ fn spec_to_api(s: &VolumeSpec) -> api::VolumeSpec {
         requisite_topology: s.requisite_topology.iter().map(topology).collect(),
         preferred_topology: s.preferred_topology.iter().map(topology).collect(),
         labels: s.labels.clone().into_iter().collect(),
-    }
-}
-
-fn step_name(step: PublishStep, wanted: bool) -> &'static str {
-    match (step, wanted) {
-        (PublishStep::Published, true) => "published",
-        (_, false) => "unpublishing",
-        (PublishStep::None, true) => "pending",
-        (PublishStep::ControllerPublished, true) => "controller-published",
-        (PublishStep::Staged, true) => "staged",
     }
 }
 
@@ -108,7 +107,7 @@ pub fn volume_to_api(m: &VolumeManager, r: &VolumeRecord) -> api::Volume {
             .iter()
             .map(|(node, p)| api::Publication {
                 node: node.clone(),
-                state: step_name(p.step, p.wanted).to_string(),
+                state: p.state().to_string(),
                 readonly: p.readonly,
                 target_path: m.target_path(node, &r.id).display().to_string(),
             })
@@ -141,7 +140,8 @@ impl api::berth_server::Berth for BerthApi {
             .into_inner()
             .spec
             .ok_or_else(|| Status::invalid_argument("spec: required"))?;
-        let r = self.manager.create(spec_from_api(spec)).await.map_err(status)?;
+        let spec = spec_from_api(spec).map_err(status)?;
+        let r = self.manager.create(spec).await.map_err(status)?;
         Ok(Response::new(volume_to_api(&self.manager, &r)))
     }
 
@@ -222,40 +222,37 @@ impl api::berth_server::Berth for BerthApi {
         _: Request<api::ListNodesRequest>,
     ) -> Result<Response<api::ListNodesResponse>, Status> {
         let m = &self.manager;
-        let nodes = m
+        let mut nodes: Vec<api::Node> = m
             .config()
             .nodes
             .iter()
             .map(|n| api::Node {
                 name: n.name.clone(),
                 labels: n.labels.clone().into_iter().collect(),
-                plugins: n
-                    .plugins
-                    .keys()
-                    .map(|plugin| {
-                        let st = m.node_plugin(&n.name, plugin).map(|p| p.status());
-                        let (h, reason) = st
-                            .as_ref()
-                            .map_or(("unknown", String::new()), |s| health(&s.health));
-                        let info = st.and_then(|s| s.fingerprint).and_then(|f| f.node);
-                        api::NodePlugin {
-                            plugin: plugin.clone(),
-                            node_id: info.as_ref().map(|i| i.node_id.clone()).unwrap_or_default(),
-                            health: h.into(),
-                            reason,
-                            max_volumes: info
-                                .as_ref()
-                                .and_then(|i| i.max_volumes_per_node)
-                                .map_or(0, |v| v as i64),
-                            published_volumes: m.published_on(plugin, &n.name),
-                            topology: info.map(|i| api::Topology {
-                                segments: i.accessible_topology.into_iter().collect(),
-                            }),
-                        }
-                    })
-                    .collect(),
+                plugins: vec![],
             })
             .collect();
+        for v in m.node_views(None) {
+            let (h, reason) = health(&v.health);
+            let plugin = api::NodePlugin {
+                plugin: v.plugin,
+                node_id: v.info.as_ref().map(|i| i.node_id.clone()).unwrap_or_default(),
+                health: h.into(),
+                reason,
+                max_volumes: v
+                    .info
+                    .as_ref()
+                    .and_then(|i| i.max_volumes_per_node)
+                    .map_or(0, |n| n as i64),
+                published_volumes: v.published_volumes,
+                topology: v.info.map(|i| api::Topology {
+                    segments: i.accessible_topology.into_iter().collect(),
+                }),
+            };
+            if let Some(n) = nodes.iter_mut().find(|n| n.name == v.node) {
+                n.plugins.push(plugin);
+            }
+        }
         Ok(Response::new(api::ListNodesResponse { nodes }))
     }
 

@@ -42,6 +42,43 @@ use crate::csi::Endpoint;
 use crate::policy::{Decision, Limits, ModuleConfig, OnError};
 use crate::units::parse_bytes;
 
+/// Why a config was refused; [`ConfigError::Invalid`] names the key at fault.
+#[derive(Debug, thiserror::Error)]
+pub enum ConfigError {
+    #[error("reading {}: {source}", path.display())]
+    Read {
+        path: PathBuf,
+        #[source]
+        source: std::io::Error,
+    },
+    /// Not TOML, or keys and types that `berth.toml` does not have (the
+    /// message names the line and the key).
+    #[error("{0}")]
+    Syntax(String),
+    #[error("{key}: {message}")]
+    Invalid { key: String, message: String },
+    #[error("{}: {error}", path.display())]
+    InFile { path: PathBuf, error: Box<ConfigError> },
+}
+
+impl ConfigError {
+    /// The key at fault, when one is.
+    pub fn key(&self) -> Option<&str> {
+        match self {
+            ConfigError::Invalid { key, .. } => Some(key),
+            ConfigError::InFile { error, .. } => error.key(),
+            _ => None,
+        }
+    }
+}
+
+fn invalid(key: impl Into<String>, message: impl ToString) -> ConfigError {
+    ConfigError::Invalid {
+        key: key.into(),
+        message: message.to_string(),
+    }
+}
+
 #[derive(Debug, Deserialize)]
 #[serde(deny_unknown_fields)]
 struct Raw {
@@ -146,20 +183,29 @@ pub const DEFAULT_WORKERS: usize = 256;
 
 impl Config {
     /// Reads and validates a config file.
-    pub fn load(path: &Path) -> Result<Config, String> {
-        let text = std::fs::read_to_string(path).map_err(|e| format!("reading {}: {e}", path.display()))?;
+    pub fn load(path: &Path) -> Result<Config, ConfigError> {
+        let text = std::fs::read_to_string(path).map_err(|source| ConfigError::Read {
+            path: path.to_path_buf(),
+            source,
+        })?;
         let dir = path
             .parent()
             .filter(|p| !p.as_os_str().is_empty())
             .unwrap_or(Path::new("."));
         // Paths handed to CSI plugins must be absolute.
-        let base = std::path::absolute(dir).map_err(|e| format!("resolving {}: {e}", dir.display()))?;
-        Config::parse(&text, &base).map_err(|e| format!("{}: {e}", path.display()))
+        let base = std::path::absolute(dir).map_err(|source| ConfigError::Read {
+            path: dir.to_path_buf(),
+            source,
+        })?;
+        Config::parse(&text, &base).map_err(|e| ConfigError::InFile {
+            path: path.to_path_buf(),
+            error: Box::new(e),
+        })
     }
 
     /// Parses config text; relative paths are taken from `base`.
-    pub fn parse(text: &str, base: &Path) -> Result<Config, String> {
-        let raw: Raw = toml::from_str(text).map_err(|e| e.to_string())?;
+    pub fn parse(text: &str, base: &Path) -> Result<Config, ConfigError> {
+        let raw: Raw = toml::from_str(text).map_err(|e| ConfigError::Syntax(e.to_string()))?;
         let resolve = |p: &Path| {
             if p.is_absolute() {
                 p.to_path_buf()
@@ -173,11 +219,11 @@ impl Config {
                 .unwrap_or(Path::new("berth-state/state.redb")),
         );
         let api = match raw.api {
-            Some(a) => Endpoint::parse(&a).map_err(|e| format!("api: {e}"))?,
+            Some(a) => Endpoint::parse(&a).map_err(|e| invalid("api", e))?,
             None => {
                 let sock = state.with_file_name("berth.sock");
                 Endpoint::parse(&sock.display().to_string())
-                    .map_err(|e| format!("api (default {}): {e}", sock.display()))?
+                    .map_err(|e| invalid("api", format!("(default {}) {e}", sock.display())))?
             }
         };
         let socket_mode = match raw.socket_mode.as_deref() {
@@ -185,32 +231,44 @@ impl Config {
             Some(m) => u32::from_str_radix(m.trim_start_matches("0o"), 8)
                 .ok()
                 .filter(|m| *m <= 0o777)
-                .ok_or_else(|| format!("socket_mode: {m:?} is not an octal file mode like \"0600\""))?,
+                .ok_or_else(|| {
+                    invalid(
+                        "socket_mode",
+                        format!("{m:?} is not an octal file mode like \"0600\""),
+                    )
+                })?,
         };
         let workers = raw.workers.unwrap_or(DEFAULT_WORKERS);
         if workers == 0 || workers > 4096 {
-            return Err(format!("workers: {workers} is not between 1 and 4096"));
+            return Err(invalid("workers", format!("{workers} is not between 1 and 4096")));
         }
         let fingerprint_interval =
             duration("fingerprint_interval", raw.fingerprint_interval.as_deref(), "30s")?;
 
         if raw.plugins.is_empty() {
-            return Err("no [[plugin]]: configure at least one CSI plugin".into());
+            return Err(invalid(
+                "plugin",
+                "no [[plugin]]: configure at least one CSI plugin",
+            ));
         }
         let mut plugins = Vec::new();
         for (i, p) in raw.plugins.into_iter().enumerate() {
             let at = format!("plugin[{i}]");
             name_ok(&format!("{at}.name"), &p.name)?;
             if plugins.iter().any(|q: &PluginConfig| q.name == p.name) {
-                return Err(format!("{at}.name: {:?} is used by another [[plugin]]", p.name));
+                return Err(invalid(
+                    format!("{at}.name"),
+                    format!("{:?} is used by another [[plugin]]", p.name),
+                ));
             }
             if let Some(d) = &p.driver {
-                crate::csi::fingerprint::validate_plugin_name(d).map_err(|e| format!("{at}.driver: {e}"))?;
+                crate::csi::fingerprint::validate_plugin_name(d)
+                    .map_err(|e| invalid(format!("{at}.driver"), e))?;
             }
             let controller = p
                 .controller
                 .as_deref()
-                .map(|c| Endpoint::parse(c).map_err(|e| format!("{at}.controller: {e}")))
+                .map(|c| Endpoint::parse(c).map_err(|e| invalid(format!("{at}.controller"), e)))
                 .transpose()?;
             plugins.push(PluginConfig {
                 deadline: duration(&format!("{at}.deadline"), p.deadline.as_deref(), "15s")?,
@@ -225,16 +283,20 @@ impl Config {
             let at = format!("node[{i}]");
             name_ok(&format!("{at}.name"), &n.name)?;
             if nodes.iter().any(|m| m.name == n.name) {
-                return Err(format!("{at}.name: {:?} is used by another [[node]]", n.name));
+                return Err(invalid(
+                    format!("{at}.name"),
+                    format!("{:?} is used by another [[node]]", n.name),
+                ));
             }
             let mut endpoints = BTreeMap::new();
             for (plugin, ep) in n.plugins {
                 if !plugins.iter().any(|p| p.name == plugin) {
-                    return Err(format!(
-                        "{at}.plugins.{plugin}: there is no [[plugin]] named {plugin:?}"
+                    return Err(invalid(
+                        format!("{at}.plugins.{plugin}"),
+                        format!("there is no [[plugin]] named {plugin:?}"),
                     ));
                 }
-                let ep = Endpoint::parse(&ep).map_err(|e| format!("{at}.plugins.{plugin}: {e}"))?;
+                let ep = Endpoint::parse(&ep).map_err(|e| invalid(format!("{at}.plugins.{plugin}"), e))?;
                 endpoints.insert(plugin, ep);
             }
             nodes.push(NodeConfig {
@@ -251,7 +313,10 @@ impl Config {
             let decisions = p
                 .decisions
                 .iter()
-                .map(|d| d.parse::<Decision>().map_err(|e| format!("{at}.decisions: {e}")))
+                .map(|d| {
+                    d.parse::<Decision>()
+                        .map_err(|e| invalid(format!("{at}.decisions"), e))
+                })
                 .collect::<Result<Vec<_>, _>>()?;
             let defaults = Limits::default();
             let mut module = ModuleConfig::from_path(&resolve(&p.module));
@@ -277,7 +342,7 @@ impl Config {
                 )?,
             };
             if module.limits.deadline.is_zero() {
-                return Err(format!("{at}.deadline: must be more than zero"));
+                return Err(invalid(format!("{at}.deadline"), "must be more than zero"));
             }
             policies.push(PolicyConfig { module, decisions });
         }
@@ -304,21 +369,21 @@ impl Config {
     }
 }
 
-fn duration(key: &str, value: Option<&str>, default: &str) -> Result<Duration, String> {
+fn duration(key: &str, value: Option<&str>, default: &str) -> Result<Duration, ConfigError> {
     let text = value.unwrap_or(default);
     humantime::parse_duration(text)
-        .map_err(|e| format!("{key}: {text:?} is not a duration like \"15s\" ({e})"))
+        .map_err(|e| invalid(key, format!("{text:?} is not a duration like \"15s\" ({e})")))
 }
 
-fn size(key: &str, value: Option<&str>, default: usize) -> Result<usize, String> {
+fn size(key: &str, value: Option<&str>, default: usize) -> Result<usize, ConfigError> {
     match value {
         None => Ok(default),
-        Some(v) => parse_bytes(v).map_err(|e| format!("{key}: {e}")),
+        Some(v) => parse_bytes(v).map_err(|e| invalid(key, e)),
     }
 }
 
 /// Names are used in paths and keys: keep them plain.
-fn name_ok(key: &str, name: &str) -> Result<(), String> {
+fn name_ok(key: &str, name: &str) -> Result<(), ConfigError> {
     let ok = !name.is_empty()
         && name.len() <= 63
         && name
@@ -328,8 +393,9 @@ fn name_ok(key: &str, name: &str) -> Result<(), String> {
     if ok {
         Ok(())
     } else {
-        Err(format!(
-            "{key}: {name:?} must be 1 to 63 letters, digits, '-', '_' or '.', not starting with '.'"
+        Err(invalid(
+            key,
+            format!("{name:?} must be 1 to 63 letters, digits, '-', '_' or '.', not starting with '.'"),
         ))
     }
 }
@@ -401,7 +467,7 @@ settings = { prefix = "x" }
             ("state = \"x\"".to_string(), "no [[plugin]]"),
         ];
         for (text, key) in cases {
-            let err = Config::parse(&text, Path::new("/")).unwrap_err();
+            let err = Config::parse(&text, Path::new("/")).unwrap_err().to_string();
             assert!(err.contains(key), "expected {key:?} in: {err}");
         }
     }

@@ -16,7 +16,7 @@ use crate::manager::VolumeManager;
 use crate::manager::nodes::LocalNodes;
 use crate::policy::builtin::Builtins;
 use crate::policy::{EngineOptions, Policies, PolicyEngine};
-use crate::store::Store;
+use crate::store::RedbStore;
 
 /// Runs Berth until `shutdown` completes.
 pub async fn run(config: Config, shutdown: impl Future<Output = ()> + Send + 'static) -> Result<(), String> {
@@ -83,11 +83,12 @@ pub async fn run(config: Config, shutdown: impl Future<Output = ()> + Send + 'st
     while first.join_next().await.is_some() {}
     let _refresh = (controllers.start(), node_plugins.start());
 
-    let store = Store::open(&config.state)?;
+    let store = Arc::new(RedbStore::open(&config.state).map_err(|e| e.to_string())?);
     let nodes = Arc::new(LocalNodes::new(&config.nodes, by_node));
     let api_path = config.api.path().to_path_buf();
     let listener = api::bind(&api_path, config.socket_mode)?;
-    let manager = VolumeManager::new(config, store, controllers, policies, nodes)?;
+    let manager =
+        VolumeManager::new(config, store, controllers, policies, nodes).map_err(|e| e.to_string())?;
     let _workers = manager.start();
     tracing::info!(api = %api_path.display(), "serving");
 

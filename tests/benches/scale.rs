@@ -13,7 +13,7 @@
 use std::time::{Duration, Instant};
 
 use berth::model::{Backend, Publication, PublishStep, VecMap, VolumeRecord, VolumeSpec};
-use berth::store::Store;
+use berth::store::{RedbStore, Store};
 use berth_tests::{Cluster, ClusterSpec, summary};
 
 /// A published volume as `berth serve` would have stored it.
@@ -26,7 +26,6 @@ fn record(i: usize) -> VolumeRecord {
         name: format!("vol-{i:07}"),
         plugin: "hostpath".into(),
         required_bytes: 1 << 30,
-        access_mode: "single-node-writer".into(),
         fs_type: "ext4".into(),
         parameters: VecMap::from([("tier".into(), "fast".into())]),
         labels: VecMap::from([("app".into(), format!("app-{}", i % 100))]),
@@ -56,12 +55,12 @@ fn record(i: usize) -> VolumeRecord {
 fn fill(store: &std::path::Path, n: usize) {
     let rt = tokio::runtime::Runtime::new().unwrap();
     rt.block_on(async {
-        let store = std::sync::Arc::new(Store::open(store).expect("store"));
+        let store = std::sync::Arc::new(RedbStore::open(store).expect("store"));
         for chunk in (0..n).collect::<Vec<_>>().chunks(4096) {
             let mut puts = tokio::task::JoinSet::new();
             for &i in chunk {
                 let store = store.clone();
-                puts.spawn(async move { store.put(record(i)).await });
+                puts.spawn(async move { store.put(&record(i)).await });
             }
             while let Some(r) = puts.join_next().await {
                 r.unwrap().expect("put");

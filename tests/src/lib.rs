@@ -12,17 +12,58 @@ use tonic::transport::Channel;
 /// A binary built by this workspace (`berth`, `hostpath-plugin`).
 ///
 /// Tests live in `target/<profile>/deps/`; the binaries sit one level up.
-/// `cargo xtask test` builds them before running the tests.
+/// The first call in a test process runs `cargo build` for them (a quick
+/// no-op when they are current), so `cargo test` never starts a stale or
+/// missing binary; `BERTH_TEST_PREBUILT=1` skips that when the caller built
+/// them already.
 pub fn bin(name: &str) -> PathBuf {
+    static BUILT: std::sync::OnceLock<Result<(), String>> = std::sync::OnceLock::new();
     let exe = std::env::current_exe().expect("current test executable");
     let dir = exe.parent().and_then(Path::parent).expect("target directory");
+    if let Err(e) = BUILT.get_or_init(|| build_bins(dir)) {
+        panic!("{e}");
+    }
     let path = dir.join(name);
-    assert!(
-        path.exists(),
-        "{} is not built; run `cargo xtask test` (or `cargo build --workspace --bins` first)",
-        path.display()
-    );
+    assert!(path.exists(), "{} is not built", path.display());
     path
+}
+
+/// Builds the binaries the tests start into `dir` (`target/<profile>`).
+fn build_bins(dir: &Path) -> Result<(), String> {
+    if std::env::var_os("BERTH_TEST_PREBUILT").is_some() {
+        return Ok(());
+    }
+    let target = dir.parent().ok_or("no target directory")?;
+    let mut cmd = Command::new(std::env::var_os("CARGO").unwrap_or_else(|| "cargo".into()));
+    cmd.current_dir(concat!(env!("CARGO_MANIFEST_DIR"), "/.."))
+        .args([
+            "build",
+            "--quiet",
+            "--bins",
+            "--package",
+            "berth",
+            "--package",
+            "hostpath-plugin",
+        ])
+        .env("CARGO_TARGET_DIR", target);
+    match dir.file_name().and_then(|n| n.to_str()) {
+        Some("debug") => {}
+        Some("release") => {
+            cmd.arg("--release");
+        }
+        Some(profile) => {
+            cmd.args(["--profile", profile]);
+        }
+        None => return Err(format!("{} is not a profile directory", dir.display())),
+    }
+    let status = cmd
+        .status()
+        .map_err(|e| format!("running cargo to build the binaries the tests start: {e}"))?;
+    if status.success() {
+        Ok(())
+    } else {
+        Err(format!("building berth and hostpath-plugin failed ({status})"))
+    }
 }
 
 /// A sample CSI plugin process. Killed when dropped.
@@ -189,17 +230,11 @@ pub fn test_dir() -> tempfile::TempDir {
         .expect("temporary directory")
 }
 
-/// A policy guest component built for wasm32-wasip2 (`berth_naming_guest`, ...).
-/// `cargo xtask test` builds them before running the tests.
+/// A policy guest component built for wasm32-wasip2 (`berth_naming_guest`,
+/// ...) by this crate's build script.
 pub fn guest(name: &str) -> PathBuf {
-    let exe = std::env::current_exe().expect("current test executable");
-    let target = exe.ancestors().nth(3).expect("target directory");
-    let path = target.join("wasm32-wasip2/guest").join(format!("{name}.wasm"));
-    assert!(
-        path.exists(),
-        "{} is not built; run `cargo xtask test` (or `cargo xtask guests`) first",
-        path.display()
-    );
+    let path = Path::new(env!("BERTH_GUESTS_DIR")).join(format!("{name}.wasm"));
+    assert!(path.exists(), "{} is not built", path.display());
     path
 }
 

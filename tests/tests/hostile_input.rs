@@ -91,8 +91,9 @@ proptest! {
         let _ = api::DeleteVolumeRequest::decode(bytes.as_slice());
         if let Ok(r) = api::CreateVolumeRequest::decode(bytes.as_slice()) {
             // And whatever decodes goes through the API's checks with an answer.
-            let spec = berth::api::spec_from_api(r.spec.unwrap_or_default());
-            if let Err(e) = berth::manager::validate_spec(&spec, &test_config()) {
+            let checked = berth::api::spec_from_api(r.spec.unwrap_or_default())
+                .and_then(|spec| berth::manager::validate_spec(&spec, &test_config()));
+            if let Err(e) = checked {
                 prop_assert!(e.to_string().contains(':'), "names the field: {e}");
             }
         }
@@ -110,14 +111,17 @@ proptest! {
         secret in prop_oneof![Just(String::new()), any::<String>()],
         topology in proptest::collection::vec(proptest::collection::btree_map(any::<String>(), any::<String>(), 0..3), 0..3),
     ) {
-        let spec = berth::api::spec_from_api(api::VolumeSpec {
+        let known_mode = access_mode.is_empty() || access_mode.parse::<berth::model::AccessMode>().is_ok();
+        let checked = berth::api::spec_from_api(api::VolumeSpec {
             name, plugin, required_bytes: required, limit_bytes: limit, access_mode, block, fs_type,
             secret,
             requisite_topology: topology.into_iter().map(|t| api::Topology { segments: t.into_iter().collect() }).collect(),
             ..Default::default()
-        });
-        match berth::manager::validate_spec(&spec, &test_config()) {
-            Ok(()) => {
+        })
+        .and_then(|spec| berth::manager::validate_spec(&spec, &test_config()).map(|()| spec));
+        match checked {
+            Ok(spec) => {
+                prop_assert!(known_mode, "an unknown access mode is refused");
                 prop_assert!(!spec.name.is_empty() && spec.name.len() <= 253);
                 prop_assert!(spec.required_bytes >= 0 && spec.limit_bytes >= 0);
                 prop_assert_eq!(spec.plugin.as_str(), "hp");
@@ -217,7 +221,7 @@ proptest! {
     fn arbitrary_config_text_parses_or_names_what_is_wrong(text in config_text()) {
         match Config::parse(&text, Path::new("/etc/berth")) {
             Ok(c) => prop_assert!(c.workers > 0),
-            Err(e) => prop_assert!(!e.trim().is_empty(), "an empty error for {text:?}"),
+            Err(e) => prop_assert!(!e.to_string().trim().is_empty(), "an empty error for {text:?}"),
         }
     }
 }

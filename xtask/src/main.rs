@@ -23,7 +23,7 @@ commands:
           created, published (some by placement), the host killed and restarted,
           unpublished and deleted
   test    build what the tests start (binaries, guests), then run the whole test suite
-  guests  build the policy guest components (wasm32-wasip2) into target/wasm32-wasip2/guest
+  guests  build the policy guest components (wasm32-wasip2) into target/guests/wasm32-wasip2/guest
   bench   the policy benchmark: WASM guests against the built-in native policies
           (release build; add --quick for a short run)
   bench-e2e
@@ -102,6 +102,14 @@ const GUESTS: [&str; 5] = [
     "berth-forbidden-guest",
 ];
 const WASM_TARGET: &str = "wasm32-wasip2";
+/// Where guests are built: a target directory of their own, shared with the
+/// test crate's build script (which cannot use the main one while cargo
+/// holds it).
+const GUEST_TARGET_DIR: &str = "target/guests";
+
+fn guest_dir() -> PathBuf {
+    root().join(GUEST_TARGET_DIR).join(WASM_TARGET).join("guest")
+}
 
 fn ensure_wasm_target() -> anyhow::Result<()> {
     let installed = Command::new("rustup")
@@ -122,7 +130,8 @@ fn ensure_wasm_target() -> anyhow::Result<()> {
 fn guests() -> anyhow::Result<()> {
     ensure_wasm_target()?;
     let mut cmd = cargo();
-    cmd.args(["build", "--target", WASM_TARGET, "--profile", "guest"]);
+    cmd.args(["build", "--target", WASM_TARGET, "--profile", "guest"])
+        .env("CARGO_TARGET_DIR", root().join(GUEST_TARGET_DIR));
     for g in GUESTS {
         cmd.args(["--package", g]);
     }
@@ -133,7 +142,9 @@ fn test(extra: &[String]) -> anyhow::Result<()> {
     guests()?;
     build_bins()?;
     let mut cmd = cargo();
-    cmd.args(["test", "--workspace"]).args(extra);
+    cmd.env("BERTH_TEST_PREBUILT", "1")
+        .args(["test", "--workspace"])
+        .args(extra);
     run(cmd)
 }
 
@@ -151,6 +162,7 @@ fn reliability(extra: &[String]) -> anyhow::Result<()> {
     build_bins()?;
     let mut cmd = cargo();
     cmd.env("BERTH_RELIABILITY", "long")
+        .env("BERTH_TEST_PREBUILT", "1")
         .args([
             "test",
             "--package",
@@ -183,7 +195,8 @@ fn release_bench(name: &str, extra: &[String]) -> anyhow::Result<()> {
     ]);
     run(bins)?;
     let mut cmd = cargo();
-    cmd.args(["bench", "--package", "berth-tests", "--bench", name, "--"])
+    cmd.env("BERTH_TEST_PREBUILT", "1")
+        .args(["bench", "--package", "berth-tests", "--bench", name, "--"])
         .args(extra);
     run(cmd)
 }
@@ -205,7 +218,7 @@ fn demo() -> anyhow::Result<()> {
     build_bins()?;
     let root = root();
     let bin = root.join("target/debug");
-    let guests = root.join("target/wasm32-wasip2/guest");
+    let guests = guest_dir();
     let work = std::env::temp_dir().join(format!("berth-demo-{}", std::process::id()));
     std::fs::create_dir_all(&work)?;
     let mut children = Vec::new();

@@ -1,8 +1,11 @@
 //! Command-line interface: argument parsing and dispatch.
 
+mod client;
+mod node;
 mod plugin;
 mod policy;
 mod serve;
+mod status;
 mod volume;
 
 use std::process::ExitCode;
@@ -48,19 +51,19 @@ pub enum Command {
         #[command(subcommand)]
         command: Box<volume::VolumeCommand>,
         #[command(flatten)]
-        api: volume::ApiArgs,
+        api: client::ApiArgs,
     },
     /// How many volumes are in each state, and how much work is outstanding (through `berth serve`).
     Status {
         #[command(flatten)]
-        api: volume::ApiArgs,
+        api: client::ApiArgs,
     },
     /// Nodes and their CSI node plugins (through `berth serve`).
     Node {
         #[command(subcommand)]
         command: NodeCommand,
         #[command(flatten)]
-        api: volume::ApiArgs,
+        api: client::ApiArgs,
     },
 }
 
@@ -76,11 +79,11 @@ pub async fn run(cli: Cli) -> anyhow::Result<ExitCode> {
         Command::Policy(cmd) => policy::run(cmd, cli.output),
         Command::Serve(args) => serve::run(args).await,
         Command::Volume { command, api } => volume::run(*command, api, cli.output).await,
-        Command::Status { api } => volume::status(api, cli.output).await,
+        Command::Status { api } => status::status(api, cli.output).await,
         Command::Node {
             command: NodeCommand::List,
             api,
-        } => volume::nodes(api, cli.output).await,
+        } => node::list(api, cli.output).await,
     }
 }
 

@@ -5,9 +5,12 @@ use std::process::ExitCode;
 use std::time::Duration;
 
 use berth::csi::{self, ClientOptions, CsiClient, Endpoint, Fingerprint};
+use berth_proto::berth::v1 as api;
 use clap::{Args, Subcommand};
+use serde::Serialize;
 
 use super::Output;
+use super::client::{ApiArgs, connect, grpc};
 
 #[derive(Debug, Subcommand)]
 pub enum PluginCommand {
@@ -23,7 +26,7 @@ pub enum PluginCommand {
     /// controller, and how many of the expected node plugins are healthy.
     Status {
         #[command(flatten)]
-        api: super::volume::ApiArgs,
+        api: ApiArgs,
     },
 }
 
@@ -45,7 +48,7 @@ pub struct ProbeArgs {
 pub async fn run(cmd: PluginCommand, output: Output) -> anyhow::Result<ExitCode> {
     match cmd {
         PluginCommand::Probe(args) => probe(args, output).await,
-        PluginCommand::Status { api } => super::volume::plugin_status(api, output).await,
+        PluginCommand::Status { api } => plugin_status(api, output).await,
     }
 }
 
@@ -116,4 +119,56 @@ fn render(fp: &Fingerprint) -> String {
         row("manifest", &segments(&fp.manifest));
     }
     out
+}
+
+#[derive(Serialize)]
+struct PluginView {
+    name: String,
+    driver: String,
+    controller: String,
+    controller_reason: String,
+    nodes_healthy: u32,
+    nodes_expected: u32,
+    capabilities: Vec<String>,
+}
+
+pub async fn plugin_status(api: ApiArgs, output: Output) -> anyhow::Result<ExitCode> {
+    let mut client = connect(&api.api).await?;
+    let list = client
+        .plugin_status(api::PluginStatusRequest {})
+        .await
+        .map_err(grpc)?
+        .into_inner();
+    let views: Vec<PluginView> = list
+        .plugins
+        .into_iter()
+        .map(|p| PluginView {
+            name: p.name,
+            driver: p.driver,
+            controller: p.controller_health,
+            controller_reason: p.controller_reason,
+            nodes_healthy: p.nodes_healthy,
+            nodes_expected: p.nodes_expected,
+            capabilities: p.capabilities,
+        })
+        .collect();
+    match output {
+        Output::Json => super::print_json(&views)?,
+        Output::Text => {
+            for p in &views {
+                println!("{:<22}{}", "plugin", p.name);
+                println!("{:<22}{}", "driver", p.driver);
+                println!("{:<22}{}", "controller", p.controller);
+                if !p.controller_reason.is_empty() {
+                    println!("{:<22}{}", "", p.controller_reason);
+                }
+                println!(
+                    "{:<22}{} of {} healthy",
+                    "nodes", p.nodes_healthy, p.nodes_expected
+                );
+                println!("{:<22}{}", "capabilities", p.capabilities.join(", "));
+            }
+        }
+    }
+    Ok(ExitCode::SUCCESS)
 }

@@ -1,11 +1,11 @@
-//! `berth volume ...`, `berth node list`, `berth plugin status`: clients of
-//! the berth.v1 API.
+//! `berth volume ...`: declare, publish, inspect and delete volumes through
+//! the berth.v1 API, and wait for them to get there.
 
 use std::collections::BTreeMap;
 use std::process::ExitCode;
 use std::time::{Duration, Instant};
 
-use berth::csi::Endpoint;
+use berth::model::{PublicationState, VolumeState};
 use berth_proto::berth::v1 as api;
 use berth_proto::berth::v1::berth_client::BerthClient;
 use clap::{Args, Subcommand};
@@ -13,14 +13,7 @@ use serde::Serialize;
 use tonic::transport::Channel;
 
 use super::Output;
-
-/// Where the API listens; `berth serve` puts it beside its state file.
-#[derive(Debug, Clone, Args)]
-pub struct ApiArgs {
-    /// The API socket of `berth serve`.
-    #[arg(long, global = true, env = "BERTH_API", default_value = "berth-state/berth.sock", value_parser = Endpoint::parse)]
-    pub api: Endpoint,
-}
+use super::client::{ApiArgs, connect, grpc};
 
 #[derive(Debug, Subcommand)]
 pub enum VolumeCommand {
@@ -246,18 +239,8 @@ fn print_volume(v: &api::Volume, output: Output) -> anyhow::Result<()> {
     }
 }
 
-async fn connect(api: &Endpoint) -> anyhow::Result<BerthClient<Channel>> {
-    if !api.path().exists() {
-        anyhow::bail!(
-            "no Berth API at {} (is `berth serve` running? set --api or BERTH_API)",
-            api.path().display()
-        );
-    }
-    Ok(BerthClient::new(berth::csi::unix_channel(api.path())))
-}
-
-fn grpc(e: tonic::Status) -> anyhow::Error {
-    anyhow::anyhow!("{}: {}", berth_proto::code::name(e.code()), e.message())
+fn published(p: &api::Publication) -> bool {
+    p.state.parse() == Ok(PublicationState::Published)
 }
 
 /// What --wait waits for.
@@ -307,11 +290,11 @@ async fn wait(
             return Ok(ExitCode::FAILURE);
         }
         let done = match goal {
-            Goal::Ready => matches!(v.state.as_str(), "available" | "published"),
+            Goal::Ready => v.state.parse().is_ok_and(VolumeState::is_ready),
             Goal::PublishedOn(node) => v
                 .publications
                 .iter()
-                .any(|p| node.is_none_or(|n| p.node == n) && p.state == "published"),
+                .any(|p| node.is_none_or(|n| p.node == n) && published(p)),
             Goal::GoneFrom(node) => !v.publications.iter().any(|p| p.node == node),
             Goal::Deleted => false,
         };
@@ -419,7 +402,7 @@ pub async fn run(cmd: VolumeCommand, api: ApiArgs, output: Output) -> anyhow::Re
             let chosen = node.or_else(|| {
                 v.publications
                     .iter()
-                    .find(|p| p.state != "published")
+                    .find(|p| !published(p))
                     .map(|p| p.node.clone())
             });
             if !wait.wait {
@@ -464,185 +447,4 @@ pub async fn run(cmd: VolumeCommand, api: ApiArgs, output: Output) -> anyhow::Re
         print_volume(&volume, output)?;
         Ok(ExitCode::SUCCESS)
     }
-}
-
-#[derive(Serialize)]
-struct NodeView {
-    name: String,
-    labels: BTreeMap<String, String>,
-    plugins: Vec<NodePluginView>,
-}
-
-#[derive(Serialize)]
-struct NodePluginView {
-    plugin: String,
-    node_id: String,
-    health: String,
-    reason: String,
-    max_volumes: i64,
-    published_volumes: u64,
-    topology: BTreeMap<String, String>,
-}
-
-#[derive(Serialize)]
-struct StatusView {
-    volumes: u64,
-    states: BTreeMap<String, u64>,
-    busy: u64,
-    retrying: u64,
-}
-
-pub async fn status(api: ApiArgs, output: Output) -> anyhow::Result<ExitCode> {
-    let mut client = connect(&api.api).await?;
-    let s = client
-        .summary(api::SummaryRequest {})
-        .await
-        .map_err(grpc)?
-        .into_inner();
-    let view = StatusView {
-        volumes: s.volumes,
-        states: s.states.into_iter().collect(),
-        busy: s.busy,
-        retrying: s.retrying,
-    };
-    match output {
-        Output::Json => super::print_json(&view)?,
-        Output::Text => {
-            println!("volumes   {}", view.volumes);
-            for (state, n) in &view.states {
-                println!("  {state:<9} {n}");
-            }
-            println!("busy      {}", view.busy);
-            println!("retrying  {}", view.retrying);
-        }
-    }
-    Ok(ExitCode::SUCCESS)
-}
-
-pub async fn nodes(api: ApiArgs, output: Output) -> anyhow::Result<ExitCode> {
-    let mut client = connect(&api.api).await?;
-    let list = client
-        .list_nodes(api::ListNodesRequest {})
-        .await
-        .map_err(grpc)?
-        .into_inner();
-    let views: Vec<NodeView> = list
-        .nodes
-        .into_iter()
-        .map(|n| NodeView {
-            name: n.name,
-            labels: n.labels.into_iter().collect(),
-            plugins: n
-                .plugins
-                .into_iter()
-                .map(|p| NodePluginView {
-                    plugin: p.plugin,
-                    node_id: p.node_id,
-                    health: p.health,
-                    reason: p.reason,
-                    max_volumes: p.max_volumes,
-                    published_volumes: p.published_volumes,
-                    topology: p
-                        .topology
-                        .map(|t| t.segments.into_iter().collect())
-                        .unwrap_or_default(),
-                })
-                .collect(),
-        })
-        .collect();
-    match output {
-        Output::Json => super::print_json(&views)?,
-        Output::Text => {
-            println!(
-                "{:<12} {:<12} {:<12} {:<10} {:<8} {:<22} LABELS",
-                "NODE", "PLUGIN", "NODE ID", "HEALTH", "VOLUMES", "TOPOLOGY"
-            );
-            for n in &views {
-                let labels = n
-                    .labels
-                    .iter()
-                    .map(|(k, v)| format!("{k}={v}"))
-                    .collect::<Vec<_>>()
-                    .join(",");
-                for p in &n.plugins {
-                    let max = if p.max_volumes > 0 {
-                        p.max_volumes.to_string()
-                    } else {
-                        "-".into()
-                    };
-                    let topo = p
-                        .topology
-                        .iter()
-                        .map(|(k, v)| format!("{k}={v}"))
-                        .collect::<Vec<_>>()
-                        .join(",");
-                    println!(
-                        "{:<12} {:<12} {:<12} {:<10} {:<8} {:<22} {labels}",
-                        n.name,
-                        p.plugin,
-                        p.node_id,
-                        p.health,
-                        format!("{}/{max}", p.published_volumes),
-                        topo
-                    );
-                    if !p.reason.is_empty() {
-                        println!("{:<12} {}", "", p.reason);
-                    }
-                }
-            }
-        }
-    }
-    Ok(ExitCode::SUCCESS)
-}
-
-#[derive(Serialize)]
-struct PluginView {
-    name: String,
-    driver: String,
-    controller: String,
-    controller_reason: String,
-    nodes_healthy: u32,
-    nodes_expected: u32,
-    capabilities: Vec<String>,
-}
-
-pub async fn plugin_status(api: ApiArgs, output: Output) -> anyhow::Result<ExitCode> {
-    let mut client = connect(&api.api).await?;
-    let list = client
-        .plugin_status(api::PluginStatusRequest {})
-        .await
-        .map_err(grpc)?
-        .into_inner();
-    let views: Vec<PluginView> = list
-        .plugins
-        .into_iter()
-        .map(|p| PluginView {
-            name: p.name,
-            driver: p.driver,
-            controller: p.controller_health,
-            controller_reason: p.controller_reason,
-            nodes_healthy: p.nodes_healthy,
-            nodes_expected: p.nodes_expected,
-            capabilities: p.capabilities,
-        })
-        .collect();
-    match output {
-        Output::Json => super::print_json(&views)?,
-        Output::Text => {
-            for p in &views {
-                println!("{:<22}{}", "plugin", p.name);
-                println!("{:<22}{}", "driver", p.driver);
-                println!("{:<22}{}", "controller", p.controller);
-                if !p.controller_reason.is_empty() {
-                    println!("{:<22}{}", "", p.controller_reason);
-                }
-                println!(
-                    "{:<22}{} of {} healthy",
-                    "nodes", p.nodes_healthy, p.nodes_expected
-                );
-                println!("{:<22}{}", "capabilities", p.capabilities.join(", "));
-            }
-        }
-    }
-    Ok(ExitCode::SUCCESS)
 }

@@ -3,32 +3,17 @@
 //! as one record per volume.
 
 mod map;
+mod spec;
+mod state;
 
 use serde::{Deserialize, Serialize};
 
 pub use map::VecMap;
+pub use spec::{AccessMode, AccessType, VolumeSpec};
+pub use state::{PublicationState, VolumeState};
 
 /// Topology segments, labels, parameters, contexts: string to string.
 pub type Segments = VecMap<String>;
-
-/// What the operator declared.
-#[derive(Clone, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
-pub struct VolumeSpec {
-    pub name: String,
-    pub plugin: String,
-    pub required_bytes: i64,
-    pub limit_bytes: i64,
-    pub access_mode: String,
-    pub block: bool,
-    pub fs_type: String,
-    pub mount_flags: Vec<String>,
-    pub parameters: Segments,
-    /// A secret's name; its contents are read when a call needs them, never stored.
-    pub secret: Option<String>,
-    pub requisite_topology: Vec<Segments>,
-    pub preferred_topology: Vec<Segments>,
-    pub labels: Segments,
-}
 
 /// The plugin's view of a created volume.
 #[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
@@ -66,6 +51,16 @@ pub struct Publication {
 }
 
 impl Publication {
+    pub fn state(&self) -> PublicationState {
+        match (self.wanted, self.step) {
+            (false, _) => PublicationState::Unpublishing,
+            (true, PublishStep::None) => PublicationState::Pending,
+            (true, PublishStep::ControllerPublished) => PublicationState::ControllerPublished,
+            (true, PublishStep::Staged) => PublicationState::Staged,
+            (true, PublishStep::Published) => PublicationState::Published,
+        }
+    }
+
     /// Asks for the publication; going forward again from a point known
     /// for sure if it was being undone.
     pub fn want(&mut self, readonly: bool) {
@@ -135,25 +130,25 @@ impl VolumeRecord {
     }
 
     /// One word for operators.
-    pub fn state(&self) -> &'static str {
+    pub fn state(&self) -> VolumeState {
         if self.failure.is_some() {
-            "failed"
+            VolumeState::Failed
         } else if self.deleting {
-            "deleting"
+            VolumeState::Deleting
         } else if self.backend.is_none() {
             if self.csi_name.is_some() {
-                "creating"
+                VolumeState::Creating
             } else {
-                "pending"
+                VolumeState::Pending
             }
         } else if self
             .publications
             .values()
-            .any(|p| p.wanted && p.step == PublishStep::Published)
+            .any(|p| p.state() == PublicationState::Published)
         {
-            "published"
+            VolumeState::Published
         } else {
-            "available"
+            VolumeState::Available
         }
     }
 }

@@ -18,6 +18,74 @@ pub use generated::exports::berth::policy::placement::{
 };
 pub use generated::exports::berth::policy::retry::{Decision as RetryDecision, Failure};
 
+/// The WIT package this host implements; compatible guests export
+/// `berth:policy/<interface>@0.1.x`.
+pub const PACKAGE: &str = "berth:policy";
+pub const PACKAGE_VERSION: &str = "0.1.0";
+pub(crate) const COMPATIBLE_PREFIX: &str = "0.1.";
+
+/// Kebab-case names of a WIT enum, as written in the WIT and in case files.
+macro_rules! wit_names {
+    ($t:ident, $what:literal, [$(($name:literal, $v:ident)),+ $(,)?]) => {
+        impl $t {
+            pub const NAMES: &'static [(&'static str, $t)] = &[$(($name, $t::$v)),+];
+
+            pub fn wit_name(self) -> &'static str {
+                match self {
+                    $($t::$v => $name),+
+                }
+            }
+
+            /// The value of a WIT name, or an error listing the names there are.
+            pub fn from_wit_name(name: &str) -> Result<$t, String> {
+                Self::NAMES.iter().find(|(n, _)| *n == name).map(|(_, v)| *v).ok_or_else(|| {
+                    let all: Vec<&str> = Self::NAMES.iter().map(|(n, _)| *n).collect();
+                    format!("{} {name:?} is not one of {all:?}", $what)
+                })
+            }
+        }
+    };
+}
+
+wit_names!(
+    AccessMode,
+    "access mode",
+    [
+        ("single-node-writer", SingleNodeWriter),
+        ("single-node-reader-only", SingleNodeReaderOnly),
+        ("multi-node-reader-only", MultiNodeReaderOnly),
+        ("multi-node-single-writer", MultiNodeSingleWriter),
+        ("multi-node-multi-writer", MultiNodeMultiWriter),
+        ("single-node-single-writer", SingleNodeSingleWriter),
+        ("single-node-multi-writer", SingleNodeMultiWriter),
+    ]
+);
+wit_names!(AccessType, "access type", [("mount", Mount), ("block", Block)]);
+wit_names!(
+    Health,
+    "health",
+    [
+        ("healthy", Healthy),
+        ("unhealthy", Unhealthy),
+        ("unknown", Unknown)
+    ]
+);
+wit_names!(Purpose, "purpose", [("create", Create), ("publish", Publish)]);
+wit_names!(
+    Operation,
+    "operation",
+    [
+        ("create-volume", CreateVolume),
+        ("delete-volume", DeleteVolume),
+        ("controller-publish-volume", ControllerPublishVolume),
+        ("controller-unpublish-volume", ControllerUnpublishVolume),
+        ("node-stage-volume", NodeStageVolume),
+        ("node-unstage-volume", NodeUnstageVolume),
+        ("node-publish-volume", NodePublishVolume),
+        ("node-unpublish-volume", NodeUnpublishVolume),
+    ]
+);
+
 impl Code {
     /// The WIT code for a gRPC status code; `None` for OK, which is no failure.
     pub fn from_grpc(code: tonic::Code) -> Option<Code> {
@@ -41,6 +109,13 @@ impl Code {
             G::DataLoss => Code::DataLoss,
             G::Unauthenticated => Code::Unauthenticated,
         })
+    }
+
+    /// gRPC names (`UNAVAILABLE`, any case) or numbers; OK is not a failure.
+    pub fn from_name(name: &str) -> Result<Code, String> {
+        berth_proto::code::from_name(name)
+            .and_then(Code::from_grpc)
+            .ok_or_else(|| format!("{name:?} is not a gRPC error code (e.g. UNAVAILABLE, NOT_FOUND)"))
     }
 
     /// The canonical gRPC name, e.g. `UNAVAILABLE`.

@@ -3,7 +3,7 @@
 
 use std::collections::HashMap;
 
-use super::{Candidate, Candidates, Health, Pairs};
+use super::{Candidate, Candidates, Health, Pairs, Verdict};
 
 /// One node as placement sees it.
 #[derive(Clone, Debug, PartialEq)]
@@ -36,6 +36,24 @@ pub fn candidates<'a>(nodes: impl IntoIterator<Item = &'a PlacementNode>) -> Can
         label_sets: label_sets.values,
         nodes,
     }
+}
+
+/// The eligible candidates' indexes, best first: highest score, ties in
+/// candidate order. The one ranking every placement use shares.
+pub fn ranked(verdicts: &[Verdict]) -> Vec<usize> {
+    let mut eligible: Vec<usize> = (0..verdicts.len()).filter(|&i| verdicts[i].eligible).collect();
+    eligible.sort_by_key(|&i| std::cmp::Reverse(verdicts[i].score));
+    eligible
+}
+
+/// Each node with placement's reason for it: `a: full; b: wrong zone`.
+pub fn refusals(nodes: &[PlacementNode], verdicts: &[Verdict]) -> String {
+    let why: Vec<String> = nodes
+        .iter()
+        .zip(verdicts)
+        .map(|(n, v)| format!("{}: {}", n.name, v.reason))
+        .collect();
+    why.join("; ")
 }
 
 #[derive(Default)]
@@ -95,5 +113,17 @@ mod tests {
         assert_eq!(c.topology_of(&c.nodes[2]), &pairs(&[("zone", "z2")]));
         assert_eq!(c.labels_of(&c.nodes[1]), &pairs(&[("disk", "ssd")]));
         assert!(c.check().is_ok());
+    }
+
+    #[test]
+    fn ranking_puts_the_best_first_and_keeps_ties_in_order() {
+        let v = |eligible, score| Verdict {
+            eligible,
+            score,
+            reason: String::new(),
+        };
+        let verdicts = [v(true, 1), v(false, 9), v(true, 5), v(true, 5), v(true, -2)];
+        assert_eq!(ranked(&verdicts), vec![2, 3, 0, 4]);
+        assert!(ranked(&[v(false, 1)]).is_empty());
     }
 }

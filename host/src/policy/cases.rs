@@ -229,11 +229,7 @@ fn run_one(
         }
         Decision::Placement => {
             let nodes = case.nodes.iter().map(node).collect::<Result<Vec<_>, _>>()?;
-            let purpose = by_name(
-                "purpose",
-                case.purpose.as_deref().unwrap_or("create"),
-                [("create", Purpose::Create), ("publish", Purpose::Publish)],
-            )?;
+            let purpose = Purpose::from_wit_name(case.purpose.as_deref().unwrap_or("create"))?;
             let request = PlacementRequest {
                 volume,
                 purpose,
@@ -250,8 +246,11 @@ fn run_one(
                 .failure
                 .as_ref()
                 .ok_or("a retry case needs `failure = { operation = ..., code = ... }`")?;
-            let mut failure =
-                samples::failure(operation(&input.operation)?, code(&input.code)?, input.attempt);
+            let mut failure = samples::failure(
+                Operation::from_wit_name(&input.operation)?,
+                Code::from_name(&input.code)?,
+                input.attempt,
+            );
             failure.elapsed_ms = input.elapsed_ms;
             failure.settings = settings;
             if let Some(m) = &input.message {
@@ -328,16 +327,7 @@ fn check_placement(
             return Err(format!("expected eligible {want:?}, got {got:?}"));
         }
     }
-    // Highest score wins; ties keep candidate order.
-    let best = nodes
-        .iter()
-        .zip(verdicts)
-        .filter(|(_, v)| v.eligible)
-        .fold(None::<(&PlacementNode, i32)>, |acc, (n, v)| match acc {
-            Some((_, s)) if s >= v.score => acc,
-            _ => Some((n, v.score)),
-        })
-        .map(|(n, _)| n.name.as_str());
+    let best = super::ranked(verdicts).first().map(|&i| nodes[i].name.as_str());
     if let Some(want) = &e.best
         && best != Some(want.as_str())
     {
@@ -418,14 +408,10 @@ fn volume(input: Option<&VolumeInput>) -> Result<Volume, String> {
         v.capacity.limit_bytes = b;
     }
     if let Some(m) = &i.access_mode {
-        v.access_mode = access_mode(m)?;
+        v.access_mode = AccessMode::from_wit_name(m)?;
     }
     if let Some(t) = &i.access_type {
-        v.access_type = by_name(
-            "access type",
-            t,
-            [("mount", AccessType::Mount), ("block", AccessType::Block)],
-        )?;
+        v.access_type = AccessType::from_wit_name(t)?;
     }
     v.parameters = to_pairs(&i.parameters);
     v.labels = to_pairs(&i.labels);
@@ -440,64 +426,6 @@ fn node(i: &NodeInput) -> Result<PlacementNode, String> {
     n.max_volumes = i.max_volumes;
     n.published_volumes = i.published;
     n.labels = to_pairs(&i.labels);
-    n.health = by_name(
-        "health",
-        i.health.as_deref().unwrap_or("healthy"),
-        [
-            ("healthy", Health::Healthy),
-            ("unhealthy", Health::Unhealthy),
-            ("unknown", Health::Unknown),
-        ],
-    )?;
+    n.health = Health::from_wit_name(i.health.as_deref().unwrap_or("healthy"))?;
     Ok(n)
-}
-
-/// Kebab-case names as in the WIT, e.g. `single-node-writer`.
-pub fn access_mode(name: &str) -> Result<AccessMode, String> {
-    use AccessMode::*;
-    let all = [
-        ("single-node-writer", SingleNodeWriter),
-        ("single-node-reader-only", SingleNodeReaderOnly),
-        ("multi-node-reader-only", MultiNodeReaderOnly),
-        ("multi-node-single-writer", MultiNodeSingleWriter),
-        ("multi-node-multi-writer", MultiNodeMultiWriter),
-        ("single-node-single-writer", SingleNodeSingleWriter),
-        ("single-node-multi-writer", SingleNodeMultiWriter),
-    ];
-    by_name("access mode", name, all)
-}
-
-/// Kebab-case names as in the WIT, e.g. `create-volume`.
-pub fn operation(name: &str) -> Result<Operation, String> {
-    use Operation::*;
-    let all = [
-        ("create-volume", CreateVolume),
-        ("delete-volume", DeleteVolume),
-        ("controller-publish-volume", ControllerPublishVolume),
-        ("controller-unpublish-volume", ControllerUnpublishVolume),
-        ("node-stage-volume", NodeStageVolume),
-        ("node-unstage-volume", NodeUnstageVolume),
-        ("node-publish-volume", NodePublishVolume),
-        ("node-unpublish-volume", NodeUnpublishVolume),
-    ];
-    by_name("operation", name, all)
-}
-
-/// Looks `name` up in a table of names, or says which names there are.
-fn by_name<T: Copy, const N: usize>(
-    what: &str,
-    name: &str,
-    all: [(&'static str, T); N],
-) -> Result<T, String> {
-    all.iter()
-        .find(|(n, _)| *n == name)
-        .map(|(_, v)| *v)
-        .ok_or_else(|| format!("{what} {name:?} is not one of {:?}", all.map(|(n, _)| n)))
-}
-
-/// gRPC names (`UNAVAILABLE`, any case) or numbers; OK is not a failure.
-pub fn code(name: &str) -> Result<Code, String> {
-    berth_proto::code::from_name(name)
-        .and_then(Code::from_grpc)
-        .ok_or_else(|| format!("{name:?} is not a gRPC error code (e.g. UNAVAILABLE, NOT_FOUND)"))
 }

@@ -64,11 +64,7 @@ impl PolicyEngine {
         // each store gets grants nothing.
         wasmtime_wasi::p2::add_to_linker_sync(&mut linker)?;
         // The shared types interface has no functions; guests import it for its types.
-        linker.instance(&format!(
-            "{}/types@{}",
-            super::module::PACKAGE,
-            super::module::PACKAGE_VERSION
-        ))?;
+        linker.instance(&format!("{}/types@{}", super::PACKAGE, super::PACKAGE_VERSION))?;
         let ticker = Arc::new(AtomicBool::new(true));
         spawn_ticker(engine.clone(), ticker.clone());
         Ok(PolicyEngine {

@@ -21,7 +21,7 @@ pub mod samples;
 
 pub use answer::{MAX_NAME_BYTES, MAX_REASON_BYTES, MAX_RETRY_DELAY_MS, validate_volume_name};
 pub use bindings::*;
-pub use candidates::{PlacementNode, candidates};
+pub use candidates::{PlacementNode, candidates, ranked, refusals};
 pub use engine::{EngineOptions, PolicyEngine};
 pub use error::{GuestFailure, PolicyError};
 pub use module::{Limits, ModuleConfig, OnError, PolicyModule};

@@ -13,15 +13,10 @@ use wasmtime::component::{
 use wasmtime::{Store, Trap};
 
 use super::answer::{validate_retry, validate_verdicts, validate_volume_name};
+use super::bindings::{COMPATIBLE_PREFIX, PACKAGE, PACKAGE_VERSION};
 use super::engine::{GuestState, MemoryLimitExceeded, PolicyEngine};
 use super::error::{GuestFailure, PolicyError, bytes};
 use super::{Candidates, Decision, Failure, NamingRequest, PlacementRequest, RetryDecision, Verdict};
-
-/// The WIT package version this host implements; compatible guests export
-/// `berth:policy/<interface>@0.1.x`.
-pub const PACKAGE: &str = "berth:policy";
-pub const PACKAGE_VERSION: &str = "0.1.0";
-const COMPATIBLE_PREFIX: &str = "0.1.";
 
 /// Interfaces a policy module may never import, whatever its context grants.
 const FORBIDDEN_IMPORTS: [(&str, &str); 2] = [

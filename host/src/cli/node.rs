@@ -1,0 +1,104 @@
+//! `berth node list`: nodes and their CSI node plugins.
+
+use std::collections::BTreeMap;
+use std::process::ExitCode;
+
+use berth_proto::berth::v1 as api;
+use serde::Serialize;
+
+use super::Output;
+use super::client::{ApiArgs, connect, grpc};
+
+#[derive(Serialize)]
+struct NodeView {
+    name: String,
+    labels: BTreeMap<String, String>,
+    plugins: Vec<NodePluginView>,
+}
+
+#[derive(Serialize)]
+struct NodePluginView {
+    plugin: String,
+    node_id: String,
+    health: String,
+    reason: String,
+    max_volumes: i64,
+    published_volumes: u64,
+    topology: BTreeMap<String, String>,
+}
+
+pub async fn list(api: ApiArgs, output: Output) -> anyhow::Result<ExitCode> {
+    let mut client = connect(&api.api).await?;
+    let list = client
+        .list_nodes(api::ListNodesRequest {})
+        .await
+        .map_err(grpc)?
+        .into_inner();
+    let views: Vec<NodeView> = list
+        .nodes
+        .into_iter()
+        .map(|n| NodeView {
+            name: n.name,
+            labels: n.labels.into_iter().collect(),
+            plugins: n
+                .plugins
+                .into_iter()
+                .map(|p| NodePluginView {
+                    plugin: p.plugin,
+                    node_id: p.node_id,
+                    health: p.health,
+                    reason: p.reason,
+                    max_volumes: p.max_volumes,
+                    published_volumes: p.published_volumes,
+                    topology: p
+                        .topology
+                        .map(|t| t.segments.into_iter().collect())
+                        .unwrap_or_default(),
+                })
+                .collect(),
+        })
+        .collect();
+    match output {
+        Output::Json => super::print_json(&views)?,
+        Output::Text => {
+            println!(
+                "{:<12} {:<12} {:<12} {:<10} {:<8} {:<22} LABELS",
+                "NODE", "PLUGIN", "NODE ID", "HEALTH", "VOLUMES", "TOPOLOGY"
+            );
+            for n in &views {
+                let labels = n
+                    .labels
+                    .iter()
+                    .map(|(k, v)| format!("{k}={v}"))
+                    .collect::<Vec<_>>()
+                    .join(",");
+                for p in &n.plugins {
+                    let max = if p.max_volumes > 0 {
+                        p.max_volumes.to_string()
+                    } else {
+                        "-".into()
+                    };
+                    let topo = p
+                        .topology
+                        .iter()
+                        .map(|(k, v)| format!("{k}={v}"))
+                        .collect::<Vec<_>>()
+                        .join(",");
+                    println!(
+                        "{:<12} {:<12} {:<12} {:<10} {:<8} {:<22} {labels}",
+                        n.name,
+                        p.plugin,
+                        p.node_id,
+                        p.health,
+                        format!("{}/{max}", p.published_volumes),
+                        topo
+                    );
+                    if !p.reason.is_empty() {
+                        println!("{:<12} {}", "", p.reason);
+                    }
+                }
+            }
+        }
+    }
+    Ok(ExitCode::SUCCESS)
+}

@@ -1,0 +1,242 @@
+//! Guest decisions for the lifecycle: naming, placement for CreateVolume's
+//! accessibility requirements and for publishes that name no node. Guests run
+//! on tokio's blocking threads; the built-in policies run in place.
+
+use super::plan::Apply;
+use super::steps::{StepError, step_error};
+use super::{RequestError, VolumeManager};
+use crate::csi::proto;
+use crate::csi::proto::plugin_capability::service::Type as ServiceCap;
+use crate::csi::registry::Health as PluginHealth;
+use crate::model::{self, AccessType, Segments, VolumeRecord};
+use crate::policy::{
+    self, AccessMode, CapacityRange, Code, Decision, Health, NamingOutcome, PlacementNode, Policies, Purpose,
+};
+
+impl VolumeManager {
+    /// Runs a policy decision. A guest runs on one of tokio's blocking
+    /// threads: it may take up to its time limit, which must not stall the
+    /// reconciler, and wasmtime-wasi's synchronous WASI needs a thread
+    /// outside the async workers. The built-in policies run in place.
+    pub(super) async fn decide<R: Send + 'static>(
+        &self,
+        decisions: &[Decision],
+        f: impl FnOnce(&Policies) -> R + Send + 'static,
+    ) -> R {
+        if decisions.iter().all(|d| self.policies.module(*d).is_none()) {
+            return f(&self.policies);
+        }
+        // As many guests at once as there are cores: more would only queue
+        // on the cores, and would each hold a blocking thread.
+        let _turn = self.deciding.acquire().await;
+        let policies = self.policies.clone();
+        match tokio::task::spawn_blocking(move || f(&policies)).await {
+            Ok(r) => r,
+            Err(e) => std::panic::resume_unwind(e.into_panic()),
+        }
+    }
+
+    /// Names the volume; also places it when CreateVolume will need that.
+    pub(super) async fn name_volume(
+        &self,
+        r: &VolumeRecord,
+        placed_ahead: &mut Option<proto::TopologyRequirement>,
+    ) -> Result<Apply, StepError> {
+        let volume = policy_volume(r);
+        let nodes = self
+            .constrained(&r.spec.plugin)
+            .then(|| self.placement_nodes(&r.spec.plugin));
+        let (outcome, placed) = self
+            .decide(&[Decision::Naming, Decision::Placement], move |p| {
+                let placed = nodes.map(|nodes| {
+                    let verdicts = p.place(
+                        volume.clone(),
+                        Purpose::Create,
+                        vec![],
+                        &policy::candidates(&nodes),
+                    );
+                    (nodes, verdicts)
+                });
+                (p.volume_name(volume), placed)
+            })
+            .await;
+        // A placement that failed is asked again by CreateVolume, which reports it.
+        *placed_ahead = placed.and_then(|(nodes, verdicts)| requirements(&nodes, &verdicts.ok()?).ok());
+        let outcome = outcome.map_err(|e| step_error(Code::Unavailable, e.to_string()))?;
+        match outcome {
+            NamingOutcome::Named(name) => {
+                if !self.table.claim_csi_name(&name, &r.id) {
+                    return Ok(Box::new(move |r: &mut VolumeRecord| {
+                        r.failure = Some(format!(
+                            "naming: the name {name:?} is already used by another volume"
+                        ));
+                    }));
+                }
+                Ok(Box::new(move |r: &mut VolumeRecord| {
+                    r.csi_name = Some(name.clone())
+                }))
+            }
+            NamingOutcome::Refused(reason) => Ok(Box::new(move |r: &mut VolumeRecord| {
+                r.failure = Some(format!("naming refused the volume: {reason}"));
+            })),
+        }
+    }
+
+    /// CreateVolume's accessibility requirements, from the placement decision.
+    pub(super) async fn accessibility(
+        &self,
+        r: &VolumeRecord,
+    ) -> Result<proto::TopologyRequirement, StepError> {
+        let (nodes, verdicts) = self
+            .place(r, Purpose::Create, vec![])
+            .await
+            .map_err(|e| step_error(Code::Unavailable, e.to_string()))?;
+        requirements(&nodes, &verdicts)
+    }
+
+    /// Whether the plugin's controller takes accessibility requirements.
+    pub(super) fn constrained(&self, plugin: &str) -> bool {
+        self.registry
+            .get(plugin)
+            .and_then(|c| c.status().fingerprint)
+            .is_some_and(|f| f.has_plugin_capability(ServiceCap::VolumeAccessibilityConstraints))
+    }
+
+    /// The nodes serving the volume's plugin, and placement's verdict on each.
+    async fn place(
+        &self,
+        r: &VolumeRecord,
+        purpose: Purpose,
+        accessible_topology: Vec<policy::Pairs>,
+    ) -> Result<(Vec<PlacementNode>, Vec<policy::Verdict>), policy::PolicyError> {
+        let nodes = self.placement_nodes(&r.spec.plugin);
+        let volume = policy_volume(r);
+        self.decide(&[Decision::Placement], move |p| {
+            let verdicts = p.place(volume, purpose, accessible_topology, &policy::candidates(&nodes))?;
+            Ok((nodes, verdicts))
+        })
+        .await
+    }
+
+    /// The nodes that serve `plugin`, as placement sees them.
+    fn placement_nodes(&self, plugin: &str) -> Vec<PlacementNode> {
+        self.node_views(Some(plugin))
+            .into_iter()
+            .map(|v| PlacementNode {
+                name: v.node,
+                topology: v
+                    .info
+                    .as_ref()
+                    .map(|i| i.accessible_topology.clone().into_iter().collect())
+                    .unwrap_or_default(),
+                labels: v.labels.into_iter().collect(),
+                max_volumes: v.info.as_ref().and_then(|i| i.max_volumes_per_node),
+                published_volumes: v.published_volumes,
+                health: match v.health {
+                    PluginHealth::Healthy => Health::Healthy,
+                    PluginHealth::Unhealthy { .. } => Health::Unhealthy,
+                    PluginHealth::Unknown => Health::Unknown,
+                },
+            })
+            .collect()
+    }
+
+    /// The best eligible node for a publish that names none.
+    pub(super) async fn choose_node(&self, r: &VolumeRecord) -> Result<String, RequestError> {
+        let Some(b) = &r.backend else {
+            return Err(RequestError::Conflict(format!(
+                "volume {:?} is still {}: name a node, or publish once it is available",
+                r.spec.name,
+                r.state()
+            )));
+        };
+        let accessible = b.accessible_topology.iter().map(pairs).collect();
+        let (nodes, verdicts) = self
+            .place(r, Purpose::Publish, accessible)
+            .await
+            .map_err(|e| RequestError::Unavailable(e.to_string()))?;
+        policy::ranked(&verdicts)
+            .into_iter()
+            .map(|i| &nodes[i])
+            .find(|n| !r.publications.get(&n.name).is_some_and(|p| p.wanted))
+            .map(|n| n.name.clone())
+            .ok_or_else(|| {
+                RequestError::Unavailable(format!(
+                    "no eligible node for {:?} ({})",
+                    r.spec.name,
+                    policy::refusals(&nodes, &verdicts)
+                ))
+            })
+    }
+}
+
+/// CreateVolume's accessibility requirements from placement's verdicts:
+/// the eligible nodes' topologies, best score first.
+fn requirements(
+    nodes: &[PlacementNode],
+    verdicts: &[policy::Verdict],
+) -> Result<proto::TopologyRequirement, StepError> {
+    let ranked = policy::ranked(verdicts);
+    if ranked.is_empty() {
+        return Err(step_error(
+            Code::ResourceExhausted,
+            format!(
+                "placement found no eligible node ({})",
+                policy::refusals(nodes, verdicts)
+            ),
+        ));
+    }
+    let mut topologies: Vec<proto::Topology> = Vec::new();
+    for i in ranked {
+        let t = proto::Topology {
+            segments: nodes[i].topology.iter().cloned().collect(),
+        };
+        if !topologies.contains(&t) {
+            topologies.push(t);
+        }
+    }
+    Ok(proto::TopologyRequirement {
+        requisite: topologies.clone(),
+        preferred: topologies,
+    })
+}
+
+fn pairs(map: &Segments) -> Vec<(String, String)> {
+    map.iter().map(|(k, v)| (k.clone(), v.clone())).collect()
+}
+
+fn access_mode(m: model::AccessMode) -> AccessMode {
+    use model::AccessMode as M;
+    match m {
+        M::SingleNodeWriter => AccessMode::SingleNodeWriter,
+        M::SingleNodeReaderOnly => AccessMode::SingleNodeReaderOnly,
+        M::MultiNodeReaderOnly => AccessMode::MultiNodeReaderOnly,
+        M::MultiNodeSingleWriter => AccessMode::MultiNodeSingleWriter,
+        M::MultiNodeMultiWriter => AccessMode::MultiNodeMultiWriter,
+        M::SingleNodeSingleWriter => AccessMode::SingleNodeSingleWriter,
+        M::SingleNodeMultiWriter => AccessMode::SingleNodeMultiWriter,
+    }
+}
+
+/// The volume as policies see it: no secrets, no paths.
+fn policy_volume(r: &VolumeRecord) -> policy::Volume {
+    let s = &r.spec;
+    policy::Volume {
+        id: r.id.clone(),
+        name: s.name.clone(),
+        driver: s.plugin.clone(),
+        capacity: CapacityRange {
+            required_bytes: s.required_bytes.max(0) as u64,
+            limit_bytes: s.limit_bytes.max(0) as u64,
+        },
+        access_mode: access_mode(s.access_mode),
+        access_type: match s.access_type {
+            AccessType::Mount => policy::AccessType::Mount,
+            AccessType::Block => policy::AccessType::Block,
+        },
+        parameters: pairs(&s.parameters),
+        labels: pairs(&s.labels),
+        requisite_topology: s.requisite_topology.iter().map(pairs).collect(),
+        preferred_topology: s.preferred_topology.iter().map(pairs).collect(),
+    }
+}

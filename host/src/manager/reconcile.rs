@@ -1,0 +1,277 @@
+//! The reconcile loop: plan a step, carry it out, record the outcome, until
+//! the volume is where it should be, waits for a retry, or has failed.
+//! Outcomes are written in batches (see [`Unwritten`]); failures go to the
+//! retry policy.
+
+use std::sync::Arc;
+use std::time::Duration;
+
+use super::plan::{Apply, Caps, Step, done_effect, next_step};
+use super::steps::{StepError, refused_outright};
+use super::{RequestError, VolumeManager, now_ms};
+use crate::csi::proto::controller_service_capability::rpc::Type as ControllerCap;
+use crate::csi::proto::node_service_capability::rpc::Type as NodeCap;
+use crate::model::{Retrying, VolumeRecord};
+use crate::policy::{self, Decision, RetryDecision};
+
+/// Outcomes of CSI calls made but not yet written. They are written together
+/// when the volume needs nothing more, before a call that must be preceded
+/// by a durable intent (CreateVolume), when a step fails, or when an
+/// operator changed the volume meanwhile. Losing them in a crash is safe:
+/// every call is idempotent and is made again, and undoing a publication
+/// starts from the top (see [`crate::model::Publication::step`]).
+#[derive(Default)]
+pub(super) struct Unwritten {
+    effects: Vec<Apply>,
+    /// The generation this worker last wrote: a record at that generation
+    /// changed only by the worker itself, not by an operator.
+    written: Option<u64>,
+}
+
+impl Unwritten {
+    pub fn push(&mut self, effect: Apply) {
+        self.effects.push(effect);
+    }
+}
+
+impl VolumeManager {
+    /// Drives one volume until it is where it should be, waits for a retry, or fails.
+    pub(super) async fn reconcile(self: &Arc<Self>, id: &str) {
+        let Some(mut record) = self.table.by_id(id) else {
+            return;
+        };
+        let mut unwritten = Unwritten::default();
+        // CreateVolume's accessibility requirements, decided together with
+        // the name: one trip to the guests instead of two.
+        let mut placed_ahead = None;
+        loop {
+            let current = self.table.generation(id);
+            if current != Some(record.generation) && current != unwritten.written {
+                // An operator changed the volume: plan from the latest record.
+                match self.sync(id, &mut unwritten).await {
+                    Ok(Some(latest)) => record = latest,
+                    Ok(None) => return,
+                    Err(e) => return self.retry_soon(&record, e),
+                }
+            }
+            if record.failure.is_some() {
+                return self.finish(id, &record, &mut unwritten).await;
+            }
+            if let Some(r) = &record.retrying {
+                let now = now_ms();
+                if r.next_attempt_ms > now {
+                    self.wake_after(id, Duration::from_millis(r.next_attempt_ms - now));
+                    return self.finish(id, &record, &mut unwritten).await;
+                }
+            }
+            // Capabilities decide which steps exist: never plan before they are known.
+            if let Some(waiting) = self.unfingerprinted(&record) {
+                tracing::debug!(volume = %record.spec.name, %waiting, "waiting for a fingerprint");
+                self.wake_after(id, Duration::from_secs(1));
+                return self.finish(id, &record, &mut unwritten).await;
+            }
+            let Some(step) = next_step(&record, |node| self.caps(&record.spec.plugin, node)) else {
+                return self.finish(id, &record, &mut unwritten).await;
+            };
+            if step == Step::Forget {
+                if let Err(e) = self.forget(id).await {
+                    tracing::error!(volume = %record.spec.name, error = %e, "could not forget the volume");
+                }
+                return;
+            }
+            match self
+                .execute(&record, &step, &mut unwritten, &mut placed_ahead)
+                .await
+            {
+                Ok(apply) => {
+                    apply(&mut record);
+                    record.retrying = None;
+                    unwritten.push(apply);
+                }
+                Err(e) => match self.failed(&record, &step, e, &mut unwritten).await {
+                    Ok(Some(latest)) => record = latest,
+                    Ok(None) => return,
+                    Err(e) => return self.retry_soon(&record, e),
+                },
+            }
+        }
+    }
+
+    /// Writes what is unwritten and stops.
+    async fn finish(self: &Arc<Self>, id: &str, record: &VolumeRecord, unwritten: &mut Unwritten) {
+        if let Err(e) = self.sync(id, unwritten).await {
+            self.retry_soon(record, e);
+        }
+    }
+
+    /// The latest record, with what is unwritten written first (if anything).
+    pub(super) async fn sync(
+        &self,
+        id: &str,
+        unwritten: &mut Unwritten,
+    ) -> Result<Option<VolumeRecord>, RequestError> {
+        if unwritten.effects.is_empty() {
+            return Ok(self.table.by_id(id));
+        }
+        self.write_unwritten(id, unwritten, |_| {}).await
+    }
+
+    fn retry_soon(self: &Arc<Self>, record: &VolumeRecord, e: RequestError) {
+        tracing::error!(volume = %record.spec.name, error = %e, "could not record the outcome; retrying in 1s");
+        self.wake_after(&record.id, Duration::from_secs(1));
+    }
+
+    /// Writes the unwritten outcomes and `also` onto the latest record, in
+    /// one durable change; returns that record (`None` if it is gone).
+    async fn write_unwritten(
+        &self,
+        id: &str,
+        unwritten: &mut Unwritten,
+        also: impl FnOnce(&mut VolumeRecord),
+    ) -> Result<Option<VolumeRecord>, RequestError> {
+        let pending = std::mem::take(&mut unwritten.effects);
+        match self
+            .table
+            .modify(id, |r| {
+                for effect in &pending {
+                    effect(r);
+                }
+                if !pending.is_empty() {
+                    r.retrying = None;
+                }
+                also(r);
+                Ok(())
+            })
+            .await
+        {
+            Ok((_, latest)) => {
+                unwritten.written = Some(latest.generation);
+                Ok(Some(latest))
+            }
+            Err(RequestError::NotFound(_)) => Ok(None),
+            Err(e) => {
+                unwritten.effects = pending;
+                Err(e)
+            }
+        }
+    }
+
+    /// Asks the retry policy what to do about a failed step and records the
+    /// answer with everything unwritten; returns the record to go on with,
+    /// or `None` to stop for now.
+    async fn failed(
+        self: &Arc<Self>,
+        record: &VolumeRecord,
+        step: &Step,
+        e: StepError,
+        unwritten: &mut Unwritten,
+    ) -> Result<Option<VolumeRecord>, RequestError> {
+        if *step == Step::Create && e.sent && refused_outright(e.code) {
+            // The plugin answered no: nothing was created under this name.
+            let latest = self
+                .write_unwritten(&record.id, unwritten, |r| r.create_sent = false)
+                .await?;
+            if record.deleting {
+                return Ok(latest);
+            }
+        }
+        let attempt = record.retrying.as_ref().map_or(1, |r| r.attempt + 1);
+        let first = record
+            .retrying
+            .as_ref()
+            .map_or_else(now_ms, |r| r.first_failure_ms);
+        let label = step.label();
+        let decision = match step.operation() {
+            Some(operation) => {
+                let failure = policy::Failure {
+                    operation,
+                    code: e.code,
+                    message: e.message.clone(),
+                    attempt,
+                    elapsed_ms: now_ms().saturating_sub(first),
+                    driver: record.spec.plugin.clone(),
+                    settings: vec![],
+                };
+                self.decide(&[Decision::Retry], move |p| p.classify(failure))
+                    .await
+                    .unwrap_or_else(|pe| {
+                        // The retry module failed (on_error = fail): wait and ask again.
+                        tracing::warn!(error = %pe, "retry classification failed");
+                        RetryDecision::RetryAfter(5_000)
+                    })
+            }
+            // Berth's own steps (naming) fail only when a policy does: wait and retry.
+            None => RetryDecision::RetryAfter(5_000),
+        };
+        tracing::info!(volume = %record.spec.name, step = %label, attempt, error = %e.message, ?decision, "step failed");
+        match decision {
+            RetryDecision::Done => {
+                unwritten.push(done_effect(step));
+                self.write_unwritten(&record.id, unwritten, |_| {}).await
+            }
+            RetryDecision::RetryAfter(ms) => {
+                self.write_unwritten(&record.id, unwritten, |r| {
+                    r.retrying = Some(Retrying {
+                        operation: label.clone(),
+                        attempt,
+                        first_failure_ms: first,
+                        next_attempt_ms: now_ms() + ms,
+                        last_error: e.message.clone(),
+                    });
+                })
+                .await
+            }
+            RetryDecision::GiveUp(reason) => {
+                let latest = self
+                    .write_unwritten(&record.id, unwritten, |r| {
+                        r.retrying = None;
+                        r.failure = Some(format!("{label}: {reason}"));
+                    })
+                    .await?;
+                tracing::warn!(volume = %record.spec.name, step = %label, %reason, "gave up");
+                Ok(latest)
+            }
+        }
+    }
+
+    /// A plugin this volume's next steps depend on that has no fingerprint yet.
+    fn unfingerprinted(&self, r: &VolumeRecord) -> Option<String> {
+        let plugin = &r.spec.plugin;
+        let has_controller = self.config.plugin(plugin).is_some_and(|p| p.controller.is_some());
+        if has_controller
+            && self
+                .registry
+                .get(plugin)
+                .and_then(|p| p.status().fingerprint)
+                .is_none()
+        {
+            return Some(format!("controller of {plugin}"));
+        }
+        r.publications
+            .keys()
+            .find(|node| {
+                self.nodes
+                    .plugin(node, plugin)
+                    .and_then(|p| p.status().fingerprint)
+                    .is_none()
+            })
+            .map(|node| format!("node plugin of {plugin} on {node}"))
+    }
+
+    pub(super) fn caps(&self, plugin: &str, node: &str) -> Caps {
+        let controller = self
+            .registry
+            .get(plugin)
+            .and_then(|p| p.status().fingerprint)
+            .is_some_and(|f| f.has_controller_capability(ControllerCap::PublishUnpublishVolume));
+        let stage = self
+            .nodes
+            .plugin(node, plugin)
+            .and_then(|p| p.status().fingerprint)
+            .is_some_and(|f| f.has_node_capability(NodeCap::StageUnstageVolume));
+        Caps {
+            controller_publish: controller,
+            node_stage: stage,
+        }
+    }
+}

@@ -1,0 +1,288 @@
+//! Carrying out one step: the CSI call it needs, with what the call needs
+//! (node ids, secrets, capabilities, paths), and what it changes in the record.
+
+use std::collections::HashMap;
+use std::sync::Arc;
+
+use super::VolumeManager;
+use super::nodes::NodeVolume;
+use super::plan::{Apply, Step, done_effect, set_step};
+use super::reconcile::Unwritten;
+use crate::csi::registry::Plugin;
+use crate::csi::{CsiError, proto};
+use crate::model::{AccessMode, AccessType, Backend, PublishStep, VolumeRecord, VolumeSpec};
+use crate::policy::Code;
+
+/// A failed step: the code and message the retry policy decides on.
+pub(super) struct StepError {
+    pub code: Code,
+    pub message: String,
+    /// Whether the plugin answered (as opposed to a check before any call).
+    pub sent: bool,
+}
+
+impl From<CsiError> for StepError {
+    fn from(e: CsiError) -> Self {
+        StepError {
+            code: Code::from_grpc(e.code()).unwrap_or(Code::Unknown),
+            sent: matches!(e.failure, crate::csi::Failure::Status { .. }),
+            message: e.to_string(),
+        }
+    }
+}
+
+pub(super) fn step_error(code: Code, message: impl Into<String>) -> StepError {
+    StepError {
+        code,
+        message: message.into(),
+        sent: false,
+    }
+}
+
+/// Codes with which a plugin refuses a CreateVolume without doing anything;
+/// after the others (timeouts, unavailable, internal errors) it may have.
+pub(super) fn refused_outright(code: Code) -> bool {
+    matches!(
+        code,
+        Code::InvalidArgument
+            | Code::AlreadyExists
+            | Code::FailedPrecondition
+            | Code::OutOfRange
+            | Code::Unimplemented
+            | Code::PermissionDenied
+            | Code::Unauthenticated
+            | Code::ResourceExhausted
+            | Code::NotFound
+    )
+}
+
+impl VolumeManager {
+    /// Makes the call `step` needs; returns what it changes in the record.
+    pub(super) async fn execute(
+        self: &Arc<Self>,
+        r: &VolumeRecord,
+        step: &Step,
+        unwritten: &mut Unwritten,
+        placed_ahead: &mut Option<proto::TopologyRequirement>,
+    ) -> Result<Apply, StepError> {
+        let spec = &r.spec;
+        match step {
+            Step::Name => self.name_volume(r, placed_ahead).await,
+            Step::Create => self.create_volume(r, unwritten, placed_ahead.take()).await,
+            Step::ControllerPublish(node) => {
+                let p = &r.publications[node];
+                if !self.caps(&spec.plugin, node).controller_publish {
+                    return Ok(set_step(node, PublishStep::ControllerPublished, None));
+                }
+                let node_id = self.node_id(&spec.plugin, node)?;
+                let b = backend(r);
+                let resp = self
+                    .controller(&spec.plugin)?
+                    .client()
+                    .controller_publish_volume(proto::ControllerPublishVolumeRequest {
+                        volume_id: b.volume_id.clone(),
+                        node_id,
+                        volume_capability: Some(capability(spec)),
+                        readonly: p.readonly,
+                        secrets: self.secrets_for(spec)?,
+                        volume_context: b.context.clone().into_iter().collect(),
+                    })
+                    .await?;
+                let context = resp.publish_context.into_iter().collect();
+                Ok(set_step(node, PublishStep::ControllerPublished, Some(context)))
+            }
+            Step::NodeStage(node) => {
+                let v = self.node_volume(r, node)?;
+                self.nodes.stage(node, &spec.plugin, v).await?;
+                Ok(set_step(node, PublishStep::Staged, None))
+            }
+            Step::NodePublish(node) => {
+                let v = self.node_volume(r, node)?;
+                let staged = self.caps(&spec.plugin, node).node_stage;
+                self.nodes.publish(node, &spec.plugin, v, staged).await?;
+                Ok(set_step(node, PublishStep::Published, None))
+            }
+            Step::NodeUnpublish(node) => {
+                self.nodes
+                    .unpublish(node, &spec.plugin, &backend(r).volume_id, &r.id)
+                    .await?;
+                Ok(set_step(node, PublishStep::Staged, None))
+            }
+            Step::NodeUnstage(node) => {
+                self.nodes
+                    .unstage(node, &spec.plugin, &backend(r).volume_id, &r.id)
+                    .await?;
+                Ok(set_step(node, PublishStep::ControllerPublished, None))
+            }
+            Step::ControllerUnpublish(node) => {
+                let node_id = self.node_id(&spec.plugin, node)?;
+                self.controller(&spec.plugin)?
+                    .client()
+                    .controller_unpublish_volume(proto::ControllerUnpublishVolumeRequest {
+                        volume_id: backend(r).volume_id.clone(),
+                        node_id,
+                        secrets: self.secrets_for(spec)?,
+                    })
+                    .await?;
+                Ok(set_step(node, PublishStep::None, None))
+            }
+            Step::DropPublication(node) => {
+                let node = node.clone();
+                Ok(Box::new(move |r: &mut VolumeRecord| {
+                    r.publications.remove(&node);
+                }))
+            }
+            Step::Delete => {
+                self.controller(&spec.plugin)?
+                    .client()
+                    .delete_volume(proto::DeleteVolumeRequest {
+                        volume_id: backend(r).volume_id.clone(),
+                        secrets: self.secrets_for(spec)?,
+                    })
+                    .await?;
+                Ok(done_effect(step))
+            }
+            Step::Forget => Ok(Box::new(|_| {})),
+        }
+    }
+
+    async fn create_volume(
+        &self,
+        r: &VolumeRecord,
+        unwritten: &mut Unwritten,
+        placed_ahead: Option<proto::TopologyRequirement>,
+    ) -> Result<Apply, StepError> {
+        let spec = &r.spec;
+        let controller = self.controller(&spec.plugin)?;
+        let requirements = if self.constrained(&spec.plugin) && !r.deleting {
+            match placed_ahead {
+                Some(placed) => Some(placed),
+                None => Some(self.accessibility(r).await?),
+            }
+        } else {
+            None
+        };
+        let secrets = self.secrets_for(spec)?;
+        let name = r.csi_name.clone().unwrap_or_default();
+        if !r.create_sent {
+            // The intent (and the name) first: after a crash, a delete must ask the plugin.
+            unwritten.push(Box::new(|r: &mut VolumeRecord| r.create_sent = true));
+            if let Err(e) = self.sync(&r.id, unwritten).await {
+                self.table.release_csi_name(&name, &r.id);
+                return Err(step_error(Code::Unavailable, e.to_string()));
+            }
+        }
+        let resp = controller
+            .client()
+            .create_volume(proto::CreateVolumeRequest {
+                name,
+                capacity_range: (spec.required_bytes > 0 || spec.limit_bytes > 0).then_some(
+                    proto::CapacityRange {
+                        required_bytes: spec.required_bytes,
+                        limit_bytes: spec.limit_bytes,
+                    },
+                ),
+                volume_capabilities: vec![capability(spec)],
+                parameters: spec.parameters.clone().into_iter().collect(),
+                secrets,
+                volume_content_source: None,
+                accessibility_requirements: requirements,
+                mutable_parameters: Default::default(),
+            })
+            .await?;
+        let v = resp
+            .volume
+            .filter(|v| !v.volume_id.is_empty())
+            .ok_or_else(|| step_error(Code::Internal, "CreateVolume answered without a volume id"))?;
+        let backend = Backend {
+            volume_id: v.volume_id,
+            capacity_bytes: v.capacity_bytes,
+            context: v.volume_context.into_iter().collect(),
+            accessible_topology: v
+                .accessible_topology
+                .into_iter()
+                .map(|t| t.segments.into_iter().collect())
+                .collect(),
+        };
+        Ok(Box::new(move |r: &mut VolumeRecord| {
+            r.backend = Some(backend.clone())
+        }))
+    }
+
+    fn secrets_for(&self, spec: &VolumeSpec) -> Result<HashMap<String, String>, StepError> {
+        match &spec.secret {
+            None => Ok(HashMap::new()),
+            Some(name) => self
+                .secrets
+                .get(name)
+                .map(|s| s.into_inner())
+                .map_err(|e| step_error(Code::FailedPrecondition, e)),
+        }
+    }
+
+    fn controller(&self, plugin: &str) -> Result<Arc<Plugin>, StepError> {
+        self.registry.get(plugin).ok_or_else(|| {
+            step_error(
+                Code::FailedPrecondition,
+                format!("plugin {plugin:?} has no controller"),
+            )
+        })
+    }
+
+    fn node_id(&self, plugin: &str, node: &str) -> Result<String, StepError> {
+        self.nodes
+            .plugin(node, plugin)
+            .and_then(|p| p.status().fingerprint)
+            .and_then(|f| f.node)
+            .map(|n| n.node_id)
+            .ok_or_else(|| {
+                step_error(
+                    Code::Unavailable,
+                    format!("the node plugin of {plugin:?} on {node:?} has not reported its node id yet"),
+                )
+            })
+    }
+
+    fn node_volume(&self, r: &VolumeRecord, node: &str) -> Result<NodeVolume, StepError> {
+        let b = backend(r);
+        let p = &r.publications[node];
+        Ok(NodeVolume {
+            volume_id: b.volume_id.clone(),
+            berth_id: r.id.clone(),
+            capability: capability(&r.spec),
+            publish_context: p.publish_context.clone().into_iter().collect(),
+            volume_context: b.context.clone().into_iter().collect(),
+            secrets: self.secrets_for(&r.spec)?,
+            readonly: p.readonly,
+        })
+    }
+}
+
+fn backend(r: &VolumeRecord) -> &Backend {
+    r.backend.as_ref().expect("steps past Create have a backend")
+}
+
+/// The spec's access mode and type as CSI's volume capability.
+fn capability(spec: &VolumeSpec) -> proto::VolumeCapability {
+    use proto::volume_capability::{AccessType as Csi, BlockVolume, MountVolume, access_mode::Mode};
+    let mode = match spec.access_mode {
+        AccessMode::SingleNodeWriter => Mode::SingleNodeWriter,
+        AccessMode::SingleNodeReaderOnly => Mode::SingleNodeReaderOnly,
+        AccessMode::MultiNodeReaderOnly => Mode::MultiNodeReaderOnly,
+        AccessMode::MultiNodeSingleWriter => Mode::MultiNodeSingleWriter,
+        AccessMode::MultiNodeMultiWriter => Mode::MultiNodeMultiWriter,
+        AccessMode::SingleNodeSingleWriter => Mode::SingleNodeSingleWriter,
+        AccessMode::SingleNodeMultiWriter => Mode::SingleNodeMultiWriter,
+    };
+    proto::VolumeCapability {
+        access_type: Some(match spec.access_type {
+            AccessType::Block => Csi::Block(BlockVolume {}),
+            AccessType::Mount => Csi::Mount(MountVolume {
+                fs_type: spec.fs_type.clone(),
+                mount_flags: spec.mount_flags.clone(),
+                volume_mount_group: String::new(),
+            }),
+        }),
+        access_mode: Some(proto::volume_capability::AccessMode { mode: mode as i32 }),
+    }
+}

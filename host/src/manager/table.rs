@@ -1,0 +1,442 @@
+//! The volume table: every record in memory, mirrored durably by the store,
+//! with indexes kept in step on every change so no request or decision scans
+//! all volumes.
+//!
+//! Every change goes through [`VolumeTable::modify`] (or `insert_new`,
+//! `remove`): serialized per volume, written to the store, and only then
+//! visible.
+
+use std::collections::{BTreeMap, HashMap};
+use std::sync::{Arc, Mutex};
+
+use tokio::sync::watch;
+
+use super::RequestError;
+use crate::model::{VolumeRecord, VolumeState};
+use crate::store::{Store, StoreError};
+
+/// Records and their indexes.
+#[derive(Default)]
+struct Indexed {
+    volumes: HashMap<String, VolumeRecord>,
+    /// Operator name → id, for live volumes.
+    names: HashMap<String, String>,
+    /// CSI name → id: a name given to one volume is never given to another.
+    csi_names: HashMap<String, String>,
+    /// Plugin → node → publications there, wanted or still being undone.
+    published: BTreeMap<String, BTreeMap<String, u64>>,
+    /// Volumes by [`VolumeState::index`].
+    states: [u64; VolumeState::ALL.len()],
+    /// Volumes waiting to retry a failed call.
+    retrying: u64,
+}
+
+/// Adds one to `key`'s count, or takes one away (dropping counts of zero);
+/// allocates only for a key not counted yet.
+fn count(counts: &mut BTreeMap<String, u64>, key: &str, add: bool) {
+    match counts.get_mut(key) {
+        Some(n) if add => *n += 1,
+        Some(n) => {
+            *n -= 1;
+            if *n == 0 {
+                counts.remove(key);
+            }
+        }
+        None if add => {
+            counts.insert(key.to_owned(), 1);
+        }
+        None => {}
+    }
+}
+
+impl Indexed {
+    /// Stores a new or changed record. A record's spec (and so its operator
+    /// name) never changes; its CSI name is set once and cleared on delete.
+    fn insert(&mut self, r: VolumeRecord) {
+        self.tally(&r, true);
+        let Some(slot) = self.volumes.get_mut(&r.id) else {
+            self.names.insert(r.spec.name.clone(), r.id.clone());
+            if let Some(c) = &r.csi_name {
+                self.csi_names.insert(c.clone(), r.id.clone());
+            }
+            self.volumes.insert(r.id.clone(), r);
+            return;
+        };
+        let old = std::mem::replace(slot, r);
+        self.tally(&old, false);
+        let new = &self.volumes[&old.id];
+        if new.csi_name != old.csi_name {
+            if let Some(c) = &old.csi_name
+                && self.csi_names.get(c) == Some(&old.id)
+            {
+                self.csi_names.remove(c);
+            }
+            if let Some(c) = &new.csi_name {
+                self.csi_names.insert(c.clone(), old.id.clone());
+            }
+        }
+    }
+
+    fn remove(&mut self, id: &str) -> Option<VolumeRecord> {
+        let old = self.volumes.remove(id)?;
+        self.tally(&old, false);
+        if self.names.get(&old.spec.name) == Some(&old.id) {
+            self.names.remove(&old.spec.name);
+        }
+        if let Some(c) = &old.csi_name
+            && self.csi_names.get(c) == Some(&old.id)
+        {
+            self.csi_names.remove(c);
+        }
+        Some(old)
+    }
+
+    /// Counts a record in (or out of) the publications per node, the states
+    /// and the retries.
+    fn tally(&mut self, r: &VolumeRecord, add: bool) {
+        if !r.publications.is_empty() {
+            if add && !self.published.contains_key(&r.spec.plugin) {
+                self.published.insert(r.spec.plugin.clone(), BTreeMap::new());
+            }
+            if let Some(nodes) = self.published.get_mut(&r.spec.plugin) {
+                for node in r.publications.keys() {
+                    count(nodes, node, add);
+                }
+            }
+        }
+        let state = &mut self.states[r.state().index()];
+        let retrying = u64::from(r.retrying.is_some());
+        if add {
+            *state += 1;
+            self.retrying += retrying;
+        } else {
+            *state -= 1;
+            self.retrying -= retrying;
+        }
+    }
+}
+
+/// Counts of the table, without listing every volume.
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+pub struct Counts {
+    pub volumes: u64,
+    /// Volumes in each state that has any.
+    pub states: Vec<(VolumeState, u64)>,
+    /// Volumes waiting to retry a failed call.
+    pub retrying: u64,
+}
+
+/// What [`VolumeTable::insert_new`] did.
+pub enum Inserted {
+    New(VolumeRecord),
+    /// A live volume with this name and the same spec was there already.
+    Existing(VolumeRecord),
+}
+
+pub struct VolumeTable {
+    store: Arc<dyn Store>,
+    indexed: Mutex<Indexed>,
+    locks: Mutex<HashMap<String, Arc<tokio::sync::Mutex<()>>>>,
+    /// Bumped on every change, for watchers.
+    changes: watch::Sender<u64>,
+}
+
+fn unavailable(what: &str, e: StoreError) -> RequestError {
+    RequestError::Unavailable(format!("the store refused {what}: {e}"))
+}
+
+impl VolumeTable {
+    /// Loads every record from `store`.
+    pub fn load(store: Arc<dyn Store>) -> Result<VolumeTable, StoreError> {
+        let mut indexed = Indexed::default();
+        for r in store.load()? {
+            indexed.insert(r);
+        }
+        Ok(VolumeTable {
+            store,
+            indexed: Mutex::new(indexed),
+            locks: Mutex::new(HashMap::new()),
+            changes: watch::channel(0).0,
+        })
+    }
+
+    fn lock(&self) -> std::sync::MutexGuard<'_, Indexed> {
+        self.indexed.lock().unwrap_or_else(|p| p.into_inner())
+    }
+
+    pub fn subscribe(&self) -> watch::Receiver<u64> {
+        self.changes.subscribe()
+    }
+
+    fn changed(&self) {
+        self.changes.send_modify(|g| *g += 1);
+    }
+
+    pub fn ids(&self) -> Vec<String> {
+        self.lock().volumes.keys().cloned().collect()
+    }
+
+    pub fn by_id(&self, id: &str) -> Option<VolumeRecord> {
+        self.lock().volumes.get(id).cloned()
+    }
+
+    pub fn by_name(&self, name: &str) -> Option<VolumeRecord> {
+        let s = self.lock();
+        s.names.get(name).and_then(|id| s.volumes.get(id)).cloned()
+    }
+
+    pub fn id_of(&self, name: &str) -> Option<String> {
+        self.lock().names.get(name).cloned()
+    }
+
+    pub fn generation(&self, id: &str) -> Option<u64> {
+        self.lock().volumes.get(id).map(|v| v.generation)
+    }
+
+    /// Every volume, by name.
+    pub fn list(&self) -> Vec<VolumeRecord> {
+        let mut v: Vec<VolumeRecord> = self.lock().volumes.values().cloned().collect();
+        v.sort_by(|a, b| a.spec.name.cmp(&b.spec.name));
+        v
+    }
+
+    /// Volumes of `plugin` published (or being published, or being undone) on `node`.
+    pub fn published_on(&self, plugin: &str, node: &str) -> u64 {
+        self.lock()
+            .published
+            .get(plugin)
+            .and_then(|nodes| nodes.get(node))
+            .copied()
+            .unwrap_or(0)
+    }
+
+    pub fn counts(&self) -> Counts {
+        let s = self.lock();
+        Counts {
+            volumes: s.volumes.len() as u64,
+            states: VolumeState::ALL
+                .into_iter()
+                .map(|st| (st, s.states[st.index()]))
+                .filter(|(_, n)| *n > 0)
+                .collect(),
+            retrying: s.retrying,
+        }
+    }
+
+    /// Claims a CSI name for volume `id`; false when another volume has it.
+    /// The claim is undone by [`VolumeTable::release_csi_name`] if the name
+    /// is not recorded after all.
+    pub fn claim_csi_name(&self, name: &str, id: &str) -> bool {
+        let mut s = self.lock();
+        match s.csi_names.get(name) {
+            Some(owner) => owner == id,
+            None => {
+                s.csi_names.insert(name.to_string(), id.to_string());
+                true
+            }
+        }
+    }
+
+    pub fn release_csi_name(&self, name: &str, id: &str) {
+        let mut s = self.lock();
+        let recorded = s.volumes.get(id).and_then(|v| v.csi_name.as_deref()) == Some(name);
+        if !recorded && s.csi_names.get(name).is_some_and(|owner| owner == id) {
+            s.csi_names.remove(name);
+        }
+    }
+
+    /// Adds a new volume under its operator name, durably. `same` says
+    /// whether a live volume already holding the name is the same request
+    /// (then it is returned instead); otherwise the name is a conflict.
+    pub async fn insert_new(
+        &self,
+        record: VolumeRecord,
+        same: impl FnOnce(&VolumeRecord) -> bool,
+    ) -> Result<Inserted, RequestError> {
+        {
+            let mut s = self.lock();
+            if let Some(existing) = s.names.get(&record.spec.name).and_then(|i| s.volumes.get(i)) {
+                if same(existing) && !existing.deleting {
+                    return Ok(Inserted::Existing(existing.clone()));
+                }
+                return Err(RequestError::Conflict(format!(
+                    "a volume named {:?} already exists with a different spec{}",
+                    record.spec.name,
+                    if existing.deleting { " (being deleted)" } else { "" }
+                )));
+            }
+            // Reserve the name before the write, so two requests cannot both take it.
+            s.insert(record.clone());
+        }
+        if let Err(e) = self.store.put(&record).await {
+            self.lock().remove(&record.id);
+            return Err(unavailable("the volume", e));
+        }
+        self.changed();
+        Ok(Inserted::New(record))
+    }
+
+    fn volume_lock(&self, id: &str) -> Arc<tokio::sync::Mutex<()>> {
+        self.locks
+            .lock()
+            .unwrap_or_else(|p| p.into_inner())
+            .entry(id.to_string())
+            .or_default()
+            .clone()
+    }
+
+    /// Applies `change` to the latest record and makes it durable before
+    /// anyone sees it. Returns what `change` returned and the new record.
+    pub async fn modify<T>(
+        &self,
+        id: &str,
+        change: impl FnOnce(&mut VolumeRecord) -> Result<T, RequestError>,
+    ) -> Result<(T, VolumeRecord), RequestError> {
+        let lock = self.volume_lock(id);
+        let _held = lock.lock().await;
+        let mut record = self
+            .by_id(id)
+            .ok_or_else(|| RequestError::NotFound(format!("volume {id} no longer exists")))?;
+        let out = change(&mut record)?;
+        record.generation += 1;
+        self.store
+            .put(&record)
+            .await
+            .map_err(|e| unavailable("the change", e))?;
+        self.lock().insert(record.clone());
+        self.changed();
+        Ok((out, record))
+    }
+
+    /// Removes a volume for good.
+    pub async fn remove(&self, id: &str) -> Result<(), StoreError> {
+        let lock = self.volume_lock(id);
+        let _held = lock.lock().await;
+        self.store.remove(id).await?;
+        self.lock().remove(id);
+        self.locks.lock().unwrap_or_else(|p| p.into_inner()).remove(id);
+        self.changed();
+        Ok(())
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::model::{Publication, PublishStep, Retrying, VolumeSpec};
+    use crate::store::RedbStore;
+
+    fn publication() -> Publication {
+        Publication {
+            wanted: true,
+            readonly: false,
+            step: PublishStep::None,
+            publish_context: Default::default(),
+        }
+    }
+
+    fn record(id: &str, name: &str) -> VolumeRecord {
+        VolumeRecord::new(
+            id.into(),
+            VolumeSpec {
+                name: name.into(),
+                plugin: "hp".into(),
+                ..Default::default()
+            },
+        )
+    }
+
+    fn state_count(c: &Counts, st: VolumeState) -> u64 {
+        c.states.iter().find(|(s, _)| *s == st).map_or(0, |(_, n)| *n)
+    }
+
+    fn table(dir: &tempfile::TempDir) -> VolumeTable {
+        let store = RedbStore::open(&dir.path().join("s.redb")).unwrap();
+        VolumeTable::load(Arc::new(store)).unwrap()
+    }
+
+    #[tokio::test]
+    async fn indexes_follow_every_change_and_empty_out() {
+        let dir = tempfile::tempdir().unwrap();
+        let t = table(&dir);
+        assert!(matches!(
+            t.insert_new(record("id1", "data"), |_| true).await,
+            Ok(Inserted::New(_))
+        ));
+        assert_eq!(t.id_of("data").as_deref(), Some("id1"));
+        assert_eq!(state_count(&t.counts(), VolumeState::Pending), 1);
+        t.modify("id1", |r| {
+            r.csi_name = Some("pv-data".into());
+            r.publications.insert("n1".into(), publication());
+            r.retrying = Some(Retrying {
+                operation: "CreateVolume".into(),
+                attempt: 1,
+                first_failure_ms: 0,
+                next_attempt_ms: 0,
+                last_error: String::new(),
+            });
+            Ok(())
+        })
+        .await
+        .unwrap();
+        assert!(!t.claim_csi_name("pv-data", "id2"), "the name is taken");
+        assert!(t.claim_csi_name("pv-data", "id1"));
+        assert_eq!(t.published_on("hp", "n1"), 1);
+        let c = t.counts();
+        assert_eq!(
+            (
+                state_count(&c, VolumeState::Pending),
+                state_count(&c, VolumeState::Creating)
+            ),
+            (0, 1)
+        );
+        assert_eq!(c.retrying, 1);
+        t.modify("id1", |r| {
+            r.csi_name = None;
+            r.publications.clear();
+            r.retrying = None;
+            Ok(())
+        })
+        .await
+        .unwrap();
+        assert!(
+            t.claim_csi_name("pv-data", "id2"),
+            "a cleared CSI name is free again"
+        );
+        t.release_csi_name("pv-data", "id2");
+        assert_eq!(t.published_on("hp", "n1"), 0);
+        t.remove("id1").await.unwrap();
+        assert_eq!(t.counts(), Counts::default());
+        assert!(t.by_name("data").is_none());
+    }
+
+    #[tokio::test]
+    async fn a_name_is_taken_once_and_every_change_is_durable_first() {
+        let dir = tempfile::tempdir().unwrap();
+        let t = table(&dir);
+        t.insert_new(record("id1", "data"), |_| true).await.unwrap();
+        let again = t
+            .insert_new(record("id2", "data"), |r| r.id == "id1")
+            .await
+            .unwrap();
+        assert!(matches!(again, Inserted::Existing(r) if r.id == "id1"));
+        let conflict = t.insert_new(record("id3", "data"), |_| false).await;
+        assert!(matches!(conflict, Err(RequestError::Conflict(_))));
+        let (_, r) = t
+            .modify("id1", |r| {
+                r.deleting = true;
+                Ok(())
+            })
+            .await
+            .unwrap();
+        assert_eq!(r.generation, 1);
+        let refused: Result<((), _), _> = t.modify("id1", |_| Err(RequestError::Invalid("no".into()))).await;
+        assert!(refused.is_err());
+        assert_eq!(t.generation("id1"), Some(1), "a refused change changes nothing");
+        drop(t);
+        let t = table(&dir);
+        let r = t.by_name("data").unwrap();
+        assert!(r.deleting && r.generation == 1, "reloaded as written");
+        assert_eq!(t.ids(), vec!["id1".to_string()]);
+    }
+}

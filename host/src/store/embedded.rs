@@ -1,0 +1,291 @@
+//! The embedded store: one redb file, crash-safe. Writers hand their encoded
+//! records to a single committer thread that batches everything waiting into
+//! one transaction, so under load many changes share one fsync; each writer
+//! is answered only once its change is durable.
+
+use std::path::Path;
+use std::sync::{Arc, mpsc};
+
+use redb::{Database, ReadOnlyDatabase, ReadableDatabase, ReadableTable, TableDefinition};
+use tokio::sync::oneshot;
+
+use super::{SCHEMA_VERSION, Store, StoreError, decode, encode};
+use crate::model::VolumeRecord;
+
+const VOLUMES: TableDefinition<&str, &[u8]> = TableDefinition::new("volumes");
+/// Facts about the store itself; added with schema version 1's recording.
+const META: TableDefinition<&str, u64> = TableDefinition::new("meta");
+const SCHEMA_KEY: &str = "schema_version";
+/// The store's page cache.
+const CACHE_BYTES: usize = 16 << 20;
+/// Most changes committed in one transaction.
+const MAX_BATCH: usize = 1024;
+
+enum Change {
+    /// A record's id and its encoding, made by the writer so the one
+    /// committer thread only copies bytes.
+    Put(String, Vec<u8>),
+    Remove(String),
+}
+
+type Reply = oneshot::Sender<Result<(), String>>;
+
+pub struct RedbStore {
+    db: Arc<Database>,
+    writes: Option<mpsc::Sender<(Change, Reply)>>,
+    committer: Option<std::thread::JoinHandle<()>>,
+}
+
+impl Drop for RedbStore {
+    /// Closes the file for good: the committer finishes what it has and exits.
+    fn drop(&mut self) {
+        self.writes.take();
+        if let Some(handle) = self.committer.take() {
+            let _ = handle.join();
+        }
+    }
+}
+
+fn failed(e: impl std::fmt::Display) -> StoreError {
+    StoreError::Failed(e.to_string())
+}
+
+impl RedbStore {
+    /// Opens (or creates) the store file, checks its schema version, and
+    /// starts its committer.
+    pub fn open(path: &Path) -> Result<RedbStore, StoreError> {
+        let open_error = |message: String| StoreError::Open {
+            path: path.to_path_buf(),
+            message,
+        };
+        if let Some(dir) = path.parent().filter(|p| !p.as_os_str().is_empty()) {
+            std::fs::create_dir_all(dir)
+                .map_err(|e| open_error(format!("creating {}: {e}", dir.display())))?;
+        }
+        // A store from a newer release is refused before anything could write
+        // to it: redb updates the file when it opens it for writing. (A file
+        // that needs crash recovery cannot be opened read-only; it is checked
+        // below, after recovery, before Berth writes anything.)
+        if path.exists()
+            && let Ok(db) = ReadOnlyDatabase::open(path)
+        {
+            let found = schema_version(&db).map_err(|e| open_error(e.to_string()))?;
+            refuse_newer(path, found)?;
+        }
+        // Every volume is held in memory by the manager; the store's own page
+        // cache only needs to serve writes and the load at start.
+        let db = redb::Builder::new()
+            .set_cache_size(CACHE_BYTES)
+            .create(path)
+            .map_err(|e| open_error(e.to_string()))?;
+        let found = schema_version(&db).map_err(|e| open_error(e.to_string()))?;
+        refuse_newer(path, found)?;
+        prepare(&db, found).map_err(|e| open_error(e.to_string()))?;
+        let db = Arc::new(db);
+        let (tx, rx) = mpsc::channel::<(Change, Reply)>();
+        let committer = db.clone();
+        let handle = std::thread::Builder::new()
+            .name("berth-store".into())
+            .spawn(move || commit_loop(&committer, rx))
+            .map_err(|e| open_error(e.to_string()))?;
+        Ok(RedbStore {
+            db,
+            writes: Some(tx),
+            committer: Some(handle),
+        })
+    }
+
+    /// The schema version recorded in the file at `path`, without changing it.
+    pub fn recorded_schema(path: &Path) -> Result<Option<u64>, StoreError> {
+        let db = ReadOnlyDatabase::open(path).map_err(|e| StoreError::Open {
+            path: path.to_path_buf(),
+            message: e.to_string(),
+        })?;
+        schema_version(&db).map_err(failed)
+    }
+
+    async fn write(&self, change: Change) -> Result<(), StoreError> {
+        let (tx, rx) = oneshot::channel();
+        self.writes
+            .as_ref()
+            .ok_or(StoreError::Closed)?
+            .send((change, tx))
+            .map_err(|_| StoreError::Closed)?;
+        rx.await
+            .map_err(|_| StoreError::Closed)?
+            .map_err(StoreError::Failed)
+    }
+
+    #[cfg(test)]
+    fn set_schema_version(&self, version: u64) {
+        let txn = self.db.begin_write().unwrap();
+        txn.open_table(META).unwrap().insert(SCHEMA_KEY, version).unwrap();
+        txn.commit().unwrap();
+    }
+}
+
+fn refuse_newer(path: &Path, found: Option<u64>) -> Result<(), StoreError> {
+    match found {
+        Some(found) if found > SCHEMA_VERSION => Err(StoreError::NewerSchema {
+            path: path.to_path_buf(),
+            found,
+            supported: SCHEMA_VERSION,
+        }),
+        _ => Ok(()),
+    }
+}
+
+/// The recorded version; a file with volumes but no version is version 1
+/// (written before versions were recorded); `None` for a new file.
+fn schema_version(db: &impl ReadableDatabase) -> Result<Option<u64>, redb::Error> {
+    let txn = db.begin_read()?;
+    match txn.open_table(META) {
+        Ok(meta) => {
+            if let Some(v) = meta.get(SCHEMA_KEY)? {
+                return Ok(Some(v.value()));
+            }
+        }
+        Err(redb::TableError::TableDoesNotExist(_)) => {}
+        Err(e) => return Err(e.into()),
+    }
+    match txn.open_table(VOLUMES) {
+        Ok(_) => Ok(Some(1)),
+        Err(redb::TableError::TableDoesNotExist(_)) => Ok(None),
+        Err(e) => Err(e.into()),
+    }
+}
+
+/// Creates the tables and records the version where it is missing.
+fn prepare(db: &Database, found: Option<u64>) -> Result<(), redb::Error> {
+    let txn = db.begin_write()?;
+    txn.open_table(VOLUMES)?;
+    {
+        let mut meta = txn.open_table(META)?;
+        if meta.get(SCHEMA_KEY)?.is_none() {
+            meta.insert(SCHEMA_KEY, found.unwrap_or(SCHEMA_VERSION))?;
+        }
+    }
+    txn.commit()?;
+    Ok(())
+}
+
+#[tonic::async_trait]
+impl Store for RedbStore {
+    fn load(&self) -> Result<Vec<VolumeRecord>, StoreError> {
+        let txn = self.db.begin_read().map_err(failed)?;
+        let table = txn.open_table(VOLUMES).map_err(failed)?;
+        let mut out = Vec::new();
+        for entry in table.iter().map_err(failed)? {
+            let (key, value) = entry.map_err(failed)?;
+            out.push(decode(key.value(), value.value())?);
+        }
+        Ok(out)
+    }
+
+    async fn put(&self, record: &VolumeRecord) -> Result<(), StoreError> {
+        let bytes = encode(record)?;
+        self.write(Change::Put(record.id.clone(), bytes)).await
+    }
+
+    async fn remove(&self, id: &str) -> Result<(), StoreError> {
+        self.write(Change::Remove(id.to_string())).await
+    }
+}
+
+fn commit_loop(db: &Database, rx: mpsc::Receiver<(Change, Reply)>) {
+    while let Ok(first) = rx.recv() {
+        let mut batch = vec![first];
+        while batch.len() < MAX_BATCH {
+            match rx.try_recv() {
+                Ok(next) => batch.push(next),
+                Err(_) => break,
+            }
+        }
+        let result = commit(db, &batch).map_err(|e| e.to_string());
+        if let Err(e) = &result {
+            tracing::error!(error = %e, changes = batch.len(), "store commit failed");
+        }
+        for (_, reply) in batch {
+            let _ = reply.send(result.clone());
+        }
+    }
+}
+
+fn commit(db: &Database, batch: &[(Change, Reply)]) -> Result<(), redb::Error> {
+    let txn = db.begin_write()?;
+    {
+        let mut table = txn.open_table(VOLUMES)?;
+        for (change, _) in batch {
+            match change {
+                Change::Put(id, bytes) => {
+                    table.insert(id.as_str(), bytes.as_slice())?;
+                }
+                Change::Remove(id) => {
+                    table.remove(id.as_str())?;
+                }
+            }
+        }
+    }
+    txn.commit()?;
+    Ok(())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::model::{VolumeSpec, new_id};
+
+    #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+    async fn records_survive_reopening_and_batches_commit_together() {
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("state.redb");
+        let ids: Vec<String> = (0..50).map(|_| new_id()).collect();
+        {
+            let store = Arc::new(RedbStore::open(&path).unwrap());
+            let writes = ids.iter().map(|id| {
+                let store = store.clone();
+                let mut r = VolumeRecord::new(id.clone(), VolumeSpec::default());
+                r.csi_name = Some(format!("name-{id}"));
+                tokio::spawn(async move { store.put(&r).await })
+            });
+            for w in writes {
+                w.await.unwrap().unwrap();
+            }
+            store.remove(&ids[0]).await.unwrap();
+        }
+        let store = RedbStore::open(&path).unwrap();
+        let loaded = store.load().unwrap();
+        assert_eq!(loaded.len(), 49);
+        assert!(
+            loaded
+                .iter()
+                .all(|r| r.csi_name.as_deref() == Some(&format!("name-{}", r.id)))
+        );
+        drop(store);
+        assert_eq!(RedbStore::recorded_schema(&path).unwrap(), Some(SCHEMA_VERSION));
+    }
+
+    #[test]
+    fn a_store_from_a_newer_release_is_refused_and_left_alone() {
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("state.redb");
+        RedbStore::open(&path)
+            .unwrap()
+            .set_schema_version(SCHEMA_VERSION + 1);
+        let before = std::fs::read(&path).unwrap();
+        let err = RedbStore::open(&path).err().expect("a newer schema is refused");
+        let text = err.to_string();
+        assert!(
+            matches!(err, StoreError::NewerSchema { found, .. } if found == SCHEMA_VERSION + 1),
+            "{text}"
+        );
+        assert!(
+            text.contains("newer release") && text.contains("not changed"),
+            "{text}"
+        );
+        assert!(
+            std::fs::read(&path).unwrap() == before,
+            "the file is not rewritten"
+        );
+    }
+}

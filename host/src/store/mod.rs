@@ -1,0 +1,66 @@
+//! Durable state behind one trait, so the manager does not know which engine
+//! keeps it. [`RedbStore`] (one file on this machine) is the default.
+//!
+//! A store records the schema version its records are written in. A store
+//! written before versions were recorded is version 1; a store from a newer
+//! release (a higher version) is refused at open, never rewritten.
+
+mod embedded;
+
+use std::path::PathBuf;
+
+use crate::model::VolumeRecord;
+
+pub use embedded::RedbStore;
+
+/// The record format this release reads and writes.
+pub const SCHEMA_VERSION: u64 = 1;
+
+#[derive(Debug, thiserror::Error)]
+pub enum StoreError {
+    #[error("opening the store {path}: {message}")]
+    Open { path: PathBuf, message: String },
+    #[error(
+        "the store {path} was written by a newer release of Berth (schema version {found}; this release reads up to {supported}): run that release, or restore a backup made by this one; the store was not changed"
+    )]
+    NewerSchema {
+        path: PathBuf,
+        found: u64,
+        supported: u64,
+    },
+    #[error("volume {id} in the store is unreadable: {message}")]
+    Unreadable { id: String, message: String },
+    #[error("encoding volume {id}: {message}")]
+    Encode { id: String, message: String },
+    #[error("the store is closed")]
+    Closed,
+    #[error("the store failed: {0}")]
+    Failed(String),
+}
+
+/// Where volume records live. Writes return once durable; concurrent writes
+/// may share one commit.
+#[tonic::async_trait]
+pub trait Store: Send + Sync {
+    /// Every stored volume (at start).
+    fn load(&self) -> Result<Vec<VolumeRecord>, StoreError>;
+    /// Stores a record, replacing the one with its id.
+    async fn put(&self, record: &VolumeRecord) -> Result<(), StoreError>;
+    /// Removes a record; removing one that is not there is not an error.
+    async fn remove(&self, id: &str) -> Result<(), StoreError>;
+}
+
+/// A record's stored form.
+pub(crate) fn encode(record: &VolumeRecord) -> Result<Vec<u8>, StoreError> {
+    serde_json::to_vec(record).map_err(|e| StoreError::Encode {
+        id: record.id.clone(),
+        message: e.to_string(),
+    })
+}
+
+pub(crate) fn decode(id: &str, bytes: &[u8]) -> Result<VolumeRecord, StoreError> {
+    serde_json::from_slice(bytes).map_err(|e| StoreError::Unreadable {
+        id: id.to_string(),
+        message: e.to_string(),
+    })
+}

@@ -1,0 +1,80 @@
+//! Builds the policy guest components the tests load (the samples in
+//! `guests/` and the hostile ones in `tests/guests/`) for wasm32-wasip2, so
+//! that a plain `cargo test` works on a clean clone and a guest is rebuilt
+//! whenever its sources change.
+//!
+//! The guests get a target directory of their own (`target/guests`): the
+//! outer cargo holds the lock of the main one while build scripts run.
+//! `cargo xtask guests` builds into the same place.
+
+use std::path::PathBuf;
+use std::process::Command;
+
+const GUESTS: [&str; 5] = [
+    "berth-naming-guest",
+    "berth-placement-guest",
+    "berth-retry-guest",
+    "berth-hostile-guest",
+    "berth-forbidden-guest",
+];
+const TARGET: &str = "wasm32-wasip2";
+
+fn main() {
+    let manifest = PathBuf::from(std::env::var_os("CARGO_MANIFEST_DIR").expect("set by cargo"));
+    let root = manifest.parent().expect("the workspace root").to_path_buf();
+    for watched in [
+        "guests",
+        "wit",
+        "tests/guests",
+        ".cargo/config.toml",
+        "Cargo.lock",
+    ] {
+        println!("cargo:rerun-if-changed={}", root.join(watched).display());
+    }
+    println!("cargo:rerun-if-env-changed=CARGO_TARGET_DIR");
+    let target_dir = std::env::var_os("CARGO_TARGET_DIR")
+        .map(|d| root.join(d))
+        .unwrap_or_else(|| root.join("target"))
+        .join("guests");
+    let cargo = std::env::var_os("CARGO").unwrap_or_else(|| "cargo".into());
+    ensure_target();
+    let mut cmd = Command::new(&cargo);
+    cmd.current_dir(&root)
+        .args(["build", "--quiet", "--target", TARGET, "--profile", "guest"])
+        .env("CARGO_TARGET_DIR", &target_dir)
+        // What the outer build set for itself must not reach the guests:
+        // flags (they would replace the guests' stack size from
+        // .cargo/config.toml) and clippy's driver.
+        .env_remove("CARGO_ENCODED_RUSTFLAGS")
+        .env_remove("RUSTFLAGS")
+        .env_remove("RUSTC_WORKSPACE_WRAPPER");
+    for g in GUESTS {
+        cmd.args(["--package", g]);
+    }
+    let status = cmd.status().expect("running cargo to build the guest components");
+    if !status.success() {
+        panic!("building the guest components failed ({status}); see the errors above");
+    }
+    let dir = target_dir.join(TARGET).join("guest");
+    println!("cargo:rustc-env=BERTH_GUESTS_DIR={}", dir.display());
+}
+
+/// Adds the wasm32-wasip2 target when rustup manages the toolchain and lacks it.
+fn ensure_target() {
+    let Ok(out) = Command::new("rustup")
+        .args(["target", "list", "--installed"])
+        .output()
+    else {
+        return; // No rustup: the toolchain must have the target already.
+    };
+    if String::from_utf8_lossy(&out.stdout)
+        .lines()
+        .any(|l| l.trim() == TARGET)
+    {
+        return;
+    }
+    let added = Command::new("rustup").args(["target", "add", TARGET]).status();
+    if !added.is_ok_and(|s| s.success()) {
+        panic!("could not add the {TARGET} target; run `rustup target add {TARGET}`");
+    }
+}

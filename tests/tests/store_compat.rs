@@ -1,0 +1,106 @@
+//! Stores outlive releases: a store written by Berth 0.1.0 (kept as a
+//! fixture, with the volume list that release showed for it) opens and is
+//! served by this release, with every volume as it was, and its unfinished
+//! work carried on.
+//!
+//! The fixture holds volumes in every state: published read-write and
+//! read-only, available (with a size, limit, access mode, file system and
+//! mount flags), creating (its controller was down), deleting (its node
+//! plugin was down) and failed (a missing secret).
+
+use std::path::Path;
+
+use berth::store::{RedbStore, SCHEMA_VERSION};
+use berth_tests::{Cluster, ClusterSpec};
+use serde_json::Value;
+
+const FIXTURE: &str = concat!(env!("CARGO_MANIFEST_DIR"), "/fixtures/store-0.1.0");
+
+fn by_name<'a>(list: &'a [Value], name: &str) -> &'a Value {
+    list.iter()
+        .find(|v| v["name"] == name)
+        .unwrap_or_else(|| panic!("{name} is missing from {list:#?}"))
+}
+
+#[test]
+fn a_store_written_by_0_1_0_opens_and_is_served() {
+    let mut c = Cluster::start(ClusterSpec {
+        guests: false,
+        ..ClusterSpec::default()
+    });
+    c.kill_serve();
+    let store = c.store_path();
+    std::fs::copy(format!("{FIXTURE}.redb"), &store).unwrap();
+    assert_eq!(
+        RedbStore::recorded_schema(&store).unwrap(),
+        Some(1),
+        "0.1.0 recorded no version: it reads as version 1"
+    );
+    c.start_serve();
+
+    let then: Vec<Value> =
+        serde_json::from_str(&std::fs::read_to_string(format!("{FIXTURE}.json")).unwrap()).unwrap();
+    let now = c.volumes();
+    for old in &then {
+        let name = old["name"].as_str().unwrap();
+        if name == "deleting" && !now.iter().any(|v| v["name"] == name) {
+            continue; // Its delete resumed and finished already.
+        }
+        let new = by_name(&now, name);
+        for field in ["id", "plugin", "csi_name", "access_mode", "labels", "failure"] {
+            assert_eq!(new[field], old[field], "{name}.{field}");
+        }
+        if name != "creating" {
+            // Created before the upgrade: the backend is kept as it was.
+            for field in ["volume_id", "capacity_bytes", "accessible_topology"] {
+                assert_eq!(new[field], old[field], "{name}.{field}");
+            }
+        }
+        if !matches!(name, "creating" | "deleting") {
+            assert_eq!(new["state"], old["state"], "{name}");
+            assert_eq!(
+                new["publications"].as_array().unwrap().len(),
+                old["publications"].as_array().unwrap().len(),
+                "{name}"
+            );
+            for (p, q) in new["publications"]
+                .as_array()
+                .unwrap()
+                .iter()
+                .zip(old["publications"].as_array().unwrap())
+            {
+                for field in ["node", "state", "readonly"] {
+                    assert_eq!(p[field], q[field], "{name} publication {field}");
+                }
+            }
+        }
+    }
+    let ro = by_name(&now, "published-ro");
+    assert_eq!(ro["publications"][0]["readonly"], true);
+    let get: Value = serde_json::from_str(&c.ok(&["volume", "get", "available", "-o", "json"])).unwrap();
+    assert_eq!(get["access_mode"], "multi-node-multi-writer");
+
+    // Unfinished work goes on: the create under the name stored by 0.1.0,
+    // and the delete.
+    c.wait_until("the old create and delete to finish", |v| {
+        v.iter()
+            .any(|x| x["name"] == "creating" && x["state"] == "available")
+            && !v.iter().any(|x| x["name"] == "deleting")
+    });
+    assert_eq!(c.plugin_volumes(), 1, "one CreateVolume, under the stored name");
+
+    for v in c.volumes() {
+        c.ok(&["volume", "delete", v["name"].as_str().unwrap()]);
+    }
+    c.wait_until("every volume to be deleted", <[Value]>::is_empty);
+    assert_eq!(c.plugin_volumes(), 0);
+    c.kill_serve();
+    // After a kill -9 the file needs redb's recovery, which a read-only open
+    // does not do: open it as `berth serve` would, then look.
+    drop(RedbStore::open(&store).unwrap());
+    assert_eq!(
+        RedbStore::recorded_schema(Path::new(&store)).unwrap(),
+        Some(SCHEMA_VERSION),
+        "the version is recorded once the store is opened"
+    );
+}
