@@ -285,20 +285,8 @@ impl api::berth_server::Berth for BerthApi {
                     (Some(_), Some(s)) => health(&s.health),
                     (Some(_), None) => ("unknown", String::new()),
                 };
-                let nodes: Vec<&str> = m
-                    .config()
-                    .nodes
-                    .iter()
-                    .filter(|n| n.plugins.contains_key(&p.name))
-                    .map(|n| n.name.as_str())
-                    .collect();
-                let healthy = nodes
-                    .iter()
-                    .filter(|n| {
-                        m.node_plugin(n, &p.name)
-                            .is_some_and(|x| x.status().health == Health::Healthy)
-                    })
-                    .count();
+                let nodes = m.node_views(Some(&p.name));
+                let healthy = nodes.iter().filter(|n| n.health == Health::Healthy).count();
                 api::PluginStatus {
                     name: p.name.clone(),
                     driver: controller

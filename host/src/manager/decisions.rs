@@ -2,8 +2,7 @@
 //! accessibility requirements and for publishes that name no node. Guests run
 //! on tokio's blocking threads; the built-in policies run in place.
 
-use super::plan::Apply;
-use super::steps::{StepError, step_error};
+use super::outcome::{Apply, StepError, step_error};
 use super::{RequestError, VolumeManager};
 use crate::csi::proto;
 use crate::csi::proto::plugin_capability::service::Type as ServiceCap;

@@ -4,6 +4,7 @@
 //! - `table` — the records, their indexes, durable changes;
 //! - `requests` — the operators' requests;
 //! - `plan` — the next step for a record (pure);
+//! - `outcome` — what a step changes in a record, and how a step fails;
 //! - `reconcile` — the loop, write batching, failures and retries;
 //! - `steps` — the CSI call of each step;
 //! - `decisions` — guest decisions: naming and placement;
@@ -16,6 +17,7 @@
 mod decisions;
 mod node_view;
 pub mod nodes;
+mod outcome;
 mod plan;
 mod queue;
 mod reconcile;

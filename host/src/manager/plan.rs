@@ -7,7 +7,7 @@
 //! Steps a plugin does not offer (PUBLISH_UNPUBLISH, STAGE_UNSTAGE) are passed
 //! without a call.
 
-use crate::model::{PublishStep, Segments, VolumeRecord};
+use crate::model::{PublishStep, VolumeRecord};
 use crate::policy::Operation;
 
 #[derive(Clone, Debug, PartialEq, Eq)]
@@ -102,39 +102,6 @@ pub(super) fn next_step(r: &VolumeRecord, caps: impl Fn(&str) -> Caps) -> Option
         }
     }
     r.deleting.then_some(Step::Delete)
-}
-
-/// What a successful step changes in the record. Applied twice: to the
-/// worker's copy at once, and to the latest stored record when written.
-pub(super) type Apply = Box<dyn Fn(&mut VolumeRecord) + Send + Sync>;
-
-pub(super) fn set_step(node: &str, step: PublishStep, context: Option<Segments>) -> Apply {
-    let node = node.to_string();
-    Box::new(move |r: &mut VolumeRecord| {
-        if let Some(p) = r.publications.get_mut(&node) {
-            p.step = step;
-            if let Some(c) = &context {
-                p.publish_context = c.clone();
-            }
-            if step == PublishStep::None {
-                p.publish_context.clear();
-            }
-        }
-    })
-}
-
-/// The effect of a step whose work turned out to be done already.
-pub(super) fn done_effect(step: &Step) -> Apply {
-    match step {
-        Step::Delete => Box::new(|r: &mut VolumeRecord| {
-            r.backend = None;
-            r.csi_name = None;
-        }),
-        Step::NodeUnpublish(n) => set_step(n, PublishStep::Staged, None),
-        Step::NodeUnstage(n) => set_step(n, PublishStep::ControllerPublished, None),
-        Step::ControllerUnpublish(n) => set_step(n, PublishStep::None, None),
-        _ => Box::new(|_| {}),
-    }
 }
 
 #[cfg(test)]
@@ -244,7 +211,5 @@ mod tests {
         );
         r.publications.clear();
         assert_eq!(next_step(&r, caps(true, true)), Some(Step::Delete));
-        done_effect(&Step::Delete)(&mut r);
-        assert_eq!(next_step(&r, caps(true, true)), Some(Step::Forget));
     }
 }

@@ -6,33 +6,13 @@
 use std::sync::Arc;
 use std::time::Duration;
 
-use super::plan::{Apply, Caps, Step, done_effect, next_step};
-use super::steps::{StepError, refused_outright};
+use super::outcome::{StepError, Unwritten, done_effect, refused_outright};
+use super::plan::{Caps, Step, next_step};
 use super::{RequestError, VolumeManager, now_ms};
 use crate::csi::proto::controller_service_capability::rpc::Type as ControllerCap;
 use crate::csi::proto::node_service_capability::rpc::Type as NodeCap;
 use crate::model::{Retrying, VolumeRecord};
 use crate::policy::{self, Decision, RetryDecision};
-
-/// Outcomes of CSI calls made but not yet written. They are written together
-/// when the volume needs nothing more, before a call that must be preceded
-/// by a durable intent (CreateVolume), when a step fails, or when an
-/// operator changed the volume meanwhile. Losing them in a crash is safe:
-/// every call is idempotent and is made again, and undoing a publication
-/// starts from the top (see [`crate::model::Publication::step`]).
-#[derive(Default)]
-pub(super) struct Unwritten {
-    effects: Vec<Apply>,
-    /// The generation this worker last wrote: a record at that generation
-    /// changed only by the worker itself, not by an operator.
-    written: Option<u64>,
-}
-
-impl Unwritten {
-    pub fn push(&mut self, effect: Apply) {
-        self.effects.push(effect);
-    }
-}
 
 impl VolumeManager {
     /// Drives one volume until it is where it should be, waits for a retry, or fails.

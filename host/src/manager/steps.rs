@@ -6,55 +6,12 @@ use std::sync::Arc;
 
 use super::VolumeManager;
 use super::nodes::NodeVolume;
-use super::plan::{Apply, Step, done_effect, set_step};
-use super::reconcile::Unwritten;
+use super::outcome::{Apply, StepError, Unwritten, done_effect, set_step, step_error};
+use super::plan::Step;
 use crate::csi::registry::Plugin;
-use crate::csi::{CsiError, proto};
+use crate::csi::proto;
 use crate::model::{AccessMode, AccessType, Backend, PublishStep, VolumeRecord, VolumeSpec};
 use crate::policy::Code;
-
-/// A failed step: the code and message the retry policy decides on.
-pub(super) struct StepError {
-    pub code: Code,
-    pub message: String,
-    /// Whether the plugin answered (as opposed to a check before any call).
-    pub sent: bool,
-}
-
-impl From<CsiError> for StepError {
-    fn from(e: CsiError) -> Self {
-        StepError {
-            code: Code::from_grpc(e.code()).unwrap_or(Code::Unknown),
-            sent: matches!(e.failure, crate::csi::Failure::Status { .. }),
-            message: e.to_string(),
-        }
-    }
-}
-
-pub(super) fn step_error(code: Code, message: impl Into<String>) -> StepError {
-    StepError {
-        code,
-        message: message.into(),
-        sent: false,
-    }
-}
-
-/// Codes with which a plugin refuses a CreateVolume without doing anything;
-/// after the others (timeouts, unavailable, internal errors) it may have.
-pub(super) fn refused_outright(code: Code) -> bool {
-    matches!(
-        code,
-        Code::InvalidArgument
-            | Code::AlreadyExists
-            | Code::FailedPrecondition
-            | Code::OutOfRange
-            | Code::Unimplemented
-            | Code::PermissionDenied
-            | Code::Unauthenticated
-            | Code::ResourceExhausted
-            | Code::NotFound
-    )
-}
 
 impl VolumeManager {
     /// Makes the call `step` needs; returns what it changes in the record.

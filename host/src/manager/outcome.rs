@@ -1,0 +1,132 @@
+//! What steps leave behind: the change a successful step makes to a record
+//! ([`Apply`]), the changes made but not yet written ([`Unwritten`]), and a
+//! failed step ([`StepError`]).
+
+use super::plan::Step;
+use crate::csi::CsiError;
+use crate::model::{PublishStep, Segments, VolumeRecord};
+use crate::policy::Code;
+
+/// What a successful step changes in the record. Applied twice: to the
+/// worker's copy at once, and to the latest stored record when written.
+pub(super) type Apply = Box<dyn Fn(&mut VolumeRecord) + Send + Sync>;
+
+pub(super) fn set_step(node: &str, step: PublishStep, context: Option<Segments>) -> Apply {
+    let node = node.to_string();
+    Box::new(move |r: &mut VolumeRecord| {
+        if let Some(p) = r.publications.get_mut(&node) {
+            p.step = step;
+            if let Some(c) = &context {
+                p.publish_context = c.clone();
+            }
+            if step == PublishStep::None {
+                p.publish_context.clear();
+            }
+        }
+    })
+}
+
+/// The effect of a step whose work turned out to be done already.
+pub(super) fn done_effect(step: &Step) -> Apply {
+    match step {
+        Step::Delete => Box::new(|r: &mut VolumeRecord| {
+            r.backend = None;
+            r.csi_name = None;
+        }),
+        Step::NodeUnpublish(n) => set_step(n, PublishStep::Staged, None),
+        Step::NodeUnstage(n) => set_step(n, PublishStep::ControllerPublished, None),
+        Step::ControllerUnpublish(n) => set_step(n, PublishStep::None, None),
+        _ => Box::new(|_| {}),
+    }
+}
+
+/// Outcomes of CSI calls made but not yet written. They are written together
+/// when the volume needs nothing more, before a call that must be preceded
+/// by a durable intent (CreateVolume), when a step fails, or when an
+/// operator changed the volume meanwhile. Losing them in a crash is safe:
+/// every call is idempotent and is made again, and undoing a publication
+/// starts from the top (see [`crate::model::Publication::step`]).
+#[derive(Default)]
+pub(super) struct Unwritten {
+    pub effects: Vec<Apply>,
+    /// The generation this worker last wrote: a record at that generation
+    /// changed only by the worker itself, not by an operator.
+    pub written: Option<u64>,
+}
+
+impl Unwritten {
+    pub fn push(&mut self, effect: Apply) {
+        self.effects.push(effect);
+    }
+}
+
+/// A failed step: the code and message the retry policy decides on.
+pub(super) struct StepError {
+    pub code: Code,
+    pub message: String,
+    /// Whether the plugin answered (as opposed to a check before any call).
+    pub sent: bool,
+}
+
+impl From<CsiError> for StepError {
+    fn from(e: CsiError) -> Self {
+        StepError {
+            code: Code::from_grpc(e.code()).unwrap_or(Code::Unknown),
+            sent: matches!(e.failure, crate::csi::Failure::Status { .. }),
+            message: e.to_string(),
+        }
+    }
+}
+
+pub(super) fn step_error(code: Code, message: impl Into<String>) -> StepError {
+    StepError {
+        code,
+        message: message.into(),
+        sent: false,
+    }
+}
+
+/// Codes with which a plugin refuses a CreateVolume without doing anything;
+/// after the others (timeouts, unavailable, internal errors) it may have.
+pub(super) fn refused_outright(code: Code) -> bool {
+    matches!(
+        code,
+        Code::InvalidArgument
+            | Code::AlreadyExists
+            | Code::FailedPrecondition
+            | Code::OutOfRange
+            | Code::Unimplemented
+            | Code::PermissionDenied
+            | Code::Unauthenticated
+            | Code::ResourceExhausted
+            | Code::NotFound
+    )
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::manager::plan::{Caps, next_step};
+    use crate::model::{Backend, VolumeSpec};
+
+    #[test]
+    fn a_delete_found_done_leaves_nothing_to_delete() {
+        let mut r = VolumeRecord::new("id".into(), VolumeSpec::default());
+        r.csi_name = Some("n".into());
+        r.create_sent = true;
+        r.deleting = true;
+        r.backend = Some(Backend {
+            volume_id: "v".into(),
+            capacity_bytes: 1,
+            context: Default::default(),
+            accessible_topology: vec![],
+        });
+        let caps = |_: &str| Caps {
+            controller_publish: true,
+            node_stage: true,
+        };
+        assert_eq!(next_step(&r, caps), Some(Step::Delete));
+        done_effect(&Step::Delete)(&mut r);
+        assert_eq!(next_step(&r, caps), Some(Step::Forget));
+    }
+}
