@@ -57,6 +57,40 @@ fn main() {
     }
     let dir = target_dir.join(TARGET).join("guest");
     println!("cargo:rustc-env=BERTH_GUESTS_DIR={}", dir.display());
+
+    // The naming sample once more as a guest author who skipped the SDK's
+    // stack setting would build it (Rust's default 1 MiB stack), for the
+    // test that `berth policy check` warns about it. Flags in the
+    // environment replace those of .cargo/config.toml.
+    let plain_dir = target_dir.with_file_name("guests-default-stack");
+    let status = Command::new(&cargo)
+        .current_dir(&root)
+        .args([
+            "build",
+            "--quiet",
+            "--target",
+            TARGET,
+            "--profile",
+            "guest",
+            "--package",
+            GUESTS[0],
+        ])
+        .env("CARGO_TARGET_DIR", &plain_dir)
+        .env("CARGO_ENCODED_RUSTFLAGS", "-Cdebuginfo=0")
+        .env_remove("RUSTFLAGS")
+        .env_remove("RUSTC_WORKSPACE_WRAPPER")
+        .status()
+        .expect("running cargo to build a guest with the default stack");
+    if !status.success() {
+        panic!("building the default-stack guest failed ({status})");
+    }
+    println!(
+        "cargo:rustc-env=BERTH_DEFAULT_STACK_GUEST={}",
+        plain_dir
+            .join(TARGET)
+            .join("guest/berth_naming_guest.wasm")
+            .display()
+    );
 }
 
 /// Adds the wasm32-wasip2 target when rustup manages the toolchain and lacks it.

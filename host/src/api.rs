@@ -11,15 +11,36 @@ use tonic::{Request, Response, Status};
 use crate::csi::registry::Health;
 use crate::manager::{RequestError, VolumeManager};
 use crate::model::{AccessMode, AccessType, Segments, VolumeRecord, VolumeSpec};
+use crate::policy::{OnError, PolicyStats};
+use crate::serve::Reloader;
 
 pub struct BerthApi {
     manager: Arc<VolumeManager>,
+    reloader: Arc<Reloader>,
 }
 
 impl BerthApi {
-    pub fn new(manager: Arc<VolumeManager>) -> Self {
-        BerthApi { manager }
+    pub fn new(manager: Arc<VolumeManager>, reloader: Arc<Reloader>) -> Self {
+        BerthApi { manager, reloader }
     }
+}
+
+fn counters(stats: Vec<PolicyStats>) -> Vec<api::PolicyCounters> {
+    stats
+        .into_iter()
+        .map(|s| api::PolicyCounters {
+            module: s.module,
+            decisions: s.decisions.iter().map(ToString::to_string).collect(),
+            on_error: match s.on_error {
+                OnError::Fail => "fail",
+                OnError::Builtin => "builtin",
+            }
+            .into(),
+            calls: s.calls,
+            failures: s.failures,
+            fallbacks: s.fallbacks,
+        })
+        .collect()
 }
 
 fn status(e: RequestError) -> Status {
@@ -27,6 +48,8 @@ fn status(e: RequestError) -> Status {
         RequestError::Invalid(m) => Status::invalid_argument(m),
         RequestError::NotFound(m) => Status::not_found(m),
         RequestError::Conflict(m) => Status::failed_precondition(m),
+        RequestError::AlreadyExists(m) => Status::already_exists(m),
+        RequestError::Exhausted(m) => Status::resource_exhausted(m),
         RequestError::Unavailable(m) => Status::unavailable(m),
     }
 }
@@ -150,7 +173,7 @@ impl api::berth_server::Berth for BerthApi {
         let r = self
             .manager
             .get(&name)
-            .ok_or_else(|| Status::not_found(format!("no volume named {name:?}")))?;
+            .ok_or_else(|| Status::not_found(format!("no volume named {}", crate::text::echo(&name))))?;
         Ok(Response::new(volume_to_api(&self.manager, &r)))
     }
 
@@ -266,6 +289,21 @@ impl api::berth_server::Berth for BerthApi {
             states: s.states.into_iter().map(|(k, v)| (k.to_string(), v)).collect(),
             busy: s.busy,
             retrying: s.retrying,
+            policies: counters(self.manager.policies().stats()),
+        }))
+    }
+
+    async fn reload_policies(
+        &self,
+        _: Request<api::ReloadPoliciesRequest>,
+    ) -> Result<Response<api::ReloadPoliciesResponse>, Status> {
+        let stats = self
+            .reloader
+            .reload()
+            .await
+            .map_err(Status::failed_precondition)?;
+        Ok(Response::new(api::ReloadPoliciesResponse {
+            policies: counters(stats),
         }))
     }
 

@@ -219,7 +219,9 @@ impl Config {
                 .unwrap_or(Path::new("berth-state/state.redb")),
         );
         let api = match raw.api {
-            Some(a) => Endpoint::parse(&a).map_err(|e| invalid("api", e))?,
+            Some(a) => Endpoint::parse(&a)
+                .and_then(|e| e.resolve(base))
+                .map_err(|e| invalid("api", e))?,
             None => {
                 let sock = state.with_file_name("berth.sock");
                 Endpoint::parse(&sock.display().to_string())
@@ -268,7 +270,11 @@ impl Config {
             let controller = p
                 .controller
                 .as_deref()
-                .map(|c| Endpoint::parse(c).map_err(|e| invalid(format!("{at}.controller"), e)))
+                .map(|c| {
+                    Endpoint::parse(c)
+                        .and_then(|e| e.resolve(base))
+                        .map_err(|e| invalid(format!("{at}.controller"), e))
+                })
                 .transpose()?;
             plugins.push(PluginConfig {
                 deadline: duration(&format!("{at}.deadline"), p.deadline.as_deref(), "15s")?,
@@ -296,7 +302,9 @@ impl Config {
                         format!("there is no [[plugin]] named {plugin:?}"),
                     ));
                 }
-                let ep = Endpoint::parse(&ep).map_err(|e| invalid(format!("{at}.plugins.{plugin}"), e))?;
+                let ep = Endpoint::parse(&ep)
+                    .and_then(|e| e.resolve(base))
+                    .map_err(|e| invalid(format!("{at}.plugins.{plugin}"), e))?;
                 endpoints.insert(plugin, ep);
             }
             nodes.push(NodeConfig {
@@ -343,6 +351,21 @@ impl Config {
             };
             if module.limits.deadline.is_zero() {
                 return Err(invalid(format!("{at}.deadline"), "must be more than zero"));
+            }
+            for d in &decisions {
+                if let Some((j, other)) = policies
+                    .iter()
+                    .enumerate()
+                    .find(|(_, q): &(usize, &PolicyConfig)| q.decisions.contains(d))
+                {
+                    return Err(invalid(
+                        format!("{at}.decisions"),
+                        format!(
+                            "{d} is served by policy[{j}] ({}) already; give each decision one module",
+                            other.module.path.display()
+                        ),
+                    ));
+                }
             }
             policies.push(PolicyConfig { module, decisions });
         }
@@ -438,6 +461,28 @@ settings = { prefix = "x" }
     }
 
     #[test]
+    fn relative_sockets_are_taken_from_the_config_directory() {
+        let text = GOOD
+            .replace("\"unix:///run/csi/c.sock\"", "\"unix:csi/c.sock\"")
+            .replace("\"/run/csi/a.sock\"", "\"a.sock\"");
+        let c = Config::parse(&format!("api = \"api/b.sock\"\n{text}"), Path::new("/etc/berth")).unwrap();
+        assert_eq!(c.api.path(), Path::new("/etc/berth/api/b.sock"));
+        assert_eq!(
+            c.plugins[0].controller.as_ref().unwrap().path(),
+            Path::new("/etc/berth/csi/c.sock")
+        );
+        assert_eq!(
+            c.nodes[0].plugins["hostpath"].path(),
+            Path::new("/etc/berth/a.sock")
+        );
+        // The socket path limit applies to the resolved path.
+        let deep = format!("/{}", "d".repeat(100));
+        let err = Config::parse(&format!("api = \"b.sock\"\n{GOOD}"), Path::new(&deep)).unwrap_err();
+        assert_eq!(err.key(), Some("api"), "{err}");
+        assert!(err.to_string().contains("at most 107"), "{err}");
+    }
+
+    #[test]
     fn errors_name_the_key_at_fault() {
         let cases = [
             (GOOD.replace("workers = 8", "workers = 0"), "workers: 0"),
@@ -465,6 +510,10 @@ settings = { prefix = "x" }
                 "socket_mode: \"999\" is not an octal",
             ),
             ("state = \"x\"".to_string(), "no [[plugin]]"),
+            (
+                format!("{GOOD}[[policy]]\nmodule = \"other.wasm\"\ndecisions = [\"retry\", \"naming\"]\n"),
+                "policy[1].decisions: naming is served by policy[0] (/naming.wasm)",
+            ),
         ];
         for (text, key) in cases {
             let err = Config::parse(&text, Path::new("/")).unwrap_err().to_string();

@@ -12,4 +12,5 @@ pub mod policy;
 pub mod secrets;
 pub mod serve;
 pub mod store;
+pub mod text;
 pub mod units;

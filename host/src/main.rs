@@ -1,4 +1,4 @@
-//! The `berth` command: the CLI and, later, the server.
+//! The `berth` command: the CLI and the server.
 
 mod cli;
 
@@ -15,7 +15,9 @@ fn main() -> ExitCode {
         // SAFETY: restoring a signal's default disposition at startup, before any threads.
         unsafe { libc::signal(libc::SIGPIPE, libc::SIG_DFL) };
     }
-    cli::init_logging();
+    let serve = matches!(args.command, cli::Command::Serve(_));
+    cli::init_logging(serve);
+    let json = args.output == cli::Output::Json;
     let runtime = match tokio::runtime::Builder::new_multi_thread().enable_all().build() {
         Ok(rt) => rt,
         Err(e) => {
@@ -25,8 +27,12 @@ fn main() -> ExitCode {
     };
     match runtime.block_on(cli::run(args)) {
         Ok(code) => code,
+        Err(e) if json => {
+            eprintln!("{}", cli::error_json(&e));
+            ExitCode::FAILURE
+        }
         Err(e) => {
-            eprintln!("error: {e:#}");
+            eprintln!("error: {}", berth::text::printable(&format!("{e:#}")));
             ExitCode::FAILURE
         }
     }

@@ -2,6 +2,7 @@
 
 use std::collections::HashMap;
 use std::future::Future;
+use std::path::PathBuf;
 use std::sync::Arc;
 use std::time::Duration;
 
@@ -15,11 +16,66 @@ use crate::csi::registry::{PluginSpec, Registry};
 use crate::manager::VolumeManager;
 use crate::manager::nodes::LocalNodes;
 use crate::policy::builtin::Builtins;
-use crate::policy::{EngineOptions, Policies, PolicyEngine};
+use crate::policy::{Decision, EngineOptions, ModuleConfig, Policies, PolicyEngine, PolicyStats};
 use crate::store::RedbStore;
 
-/// Runs Berth until `shutdown` completes.
-pub async fn run(config: Config, shutdown: impl Future<Output = ()> + Send + 'static) -> Result<(), String> {
+/// The modules a config names, with the decisions each is to serve.
+fn modules(config: &Config) -> Vec<(ModuleConfig, Vec<Decision>)> {
+    config
+        .policies
+        .iter()
+        .map(|p| (p.module.clone(), p.decisions.clone()))
+        .collect()
+}
+
+/// Reloads the policy modules from the config file: on SIGHUP, and when
+/// `berth policy reload` asks.
+pub struct Reloader {
+    path: Option<PathBuf>,
+    policies: Arc<Policies>,
+}
+
+impl Reloader {
+    /// Reads the file again and swaps its modules in, all or none. A module
+    /// needing more memory than the engine was started with needs a restart.
+    pub async fn reload(self: &Arc<Self>) -> Result<Vec<PolicyStats>, String> {
+        let Some(path) = self.path.clone() else {
+            return Err("berth serve was started without a config file to reload from".into());
+        };
+        let me = self.clone();
+        let outcome = tokio::task::spawn_blocking(move || {
+            let config = Config::load(&path).map_err(|e| e.to_string())?;
+            me.policies.replace_all(&modules(&config))?;
+            Ok(me.policies.stats())
+        })
+        .await
+        .map_err(|e| format!("the reload stopped: {e}"))?;
+        match &outcome {
+            Ok(stats) => tracing::info!(modules = stats.len(), "policy modules reloaded"),
+            Err(e) => tracing::error!(error = %e, "policy reload failed; the modules in service stay"),
+        }
+        outcome
+    }
+
+    /// Reloads on every SIGHUP, for as long as the server runs.
+    fn on_sighup(self: Arc<Self>) -> Result<tokio::task::JoinHandle<()>, String> {
+        use tokio::signal::unix::{SignalKind, signal};
+        let mut hup = signal(SignalKind::hangup()).map_err(|e| format!("listening for SIGHUP: {e}"))?;
+        Ok(tokio::spawn(async move {
+            while hup.recv().await.is_some() {
+                let _ = self.reload().await;
+            }
+        }))
+    }
+}
+
+/// Runs Berth until `shutdown` completes. `config_path` is where reloads
+/// read the policy modules from.
+pub async fn run(
+    config: Config,
+    config_path: Option<PathBuf>,
+    shutdown: impl Future<Output = ()> + Send + 'static,
+) -> Result<(), String> {
     let max_memory = config
         .policies
         .iter()
@@ -32,11 +88,9 @@ pub async fn run(config: Config, shutdown: impl Future<Output = ()> + Send + 'st
     })
     .map_err(|e| format!("starting the WebAssembly engine: {e:#}"))?;
     let policies = Arc::new(Policies::new(Arc::new(engine), Builtins::default()));
-    for (i, p) in config.policies.iter().enumerate() {
-        let module = policies
-            .load(p.module.clone(), &p.decisions)
-            .map_err(|e| format!("policy[{i}]: {e}"))?;
-        tracing::info!(module = module.name(), decisions = ?module.decisions(), "policy module loaded");
+    policies.replace_all(&modules(&config))?;
+    for s in policies.stats() {
+        tracing::info!(module = %s.module, decisions = ?s.decisions, "policy module loaded");
     }
 
     let controllers = Registry::new(config.fingerprint_interval);
@@ -90,12 +144,25 @@ pub async fn run(config: Config, shutdown: impl Future<Output = ()> + Send + 'st
     let manager =
         VolumeManager::new(config, store, controllers, policies, nodes).map_err(|e| e.to_string())?;
     let _workers = manager.start();
-    tracing::info!(api = %api_path.display(), "serving");
+    let reloader = Arc::new(Reloader {
+        path: config_path,
+        policies: manager.policies().clone(),
+    });
+    let sighup = reloader.clone().on_sighup()?;
+    tracing::info!(
+        api = %api_path.display(),
+        store = %manager.config().state.display(),
+        plugins = ?manager.config().plugins.iter().map(|p| p.name.as_str()).collect::<Vec<_>>(),
+        nodes = ?manager.config().nodes.iter().map(|n| n.name.as_str()).collect::<Vec<_>>(),
+        modules = manager.config().policies.len(),
+        "serving"
+    );
 
     let result = tonic::transport::Server::builder()
-        .add_service(BerthServer::new(BerthApi::new(manager)))
+        .add_service(BerthServer::new(BerthApi::new(manager, reloader)))
         .serve_with_incoming_shutdown(UnixListenerStream::new(listener), shutdown)
         .await;
+    sighup.abort();
     let _ = std::fs::remove_file(&api_path);
     result.map_err(|e| format!("serving the API: {e}"))
 }

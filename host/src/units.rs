@@ -1,36 +1,70 @@
-//! Sizes as operators write them: `32MiB`, `512KiB`, `1GiB`, `4096`.
+//! Sizes as operators write them: `32MiB`, `1.5GiB`, `2TiB`, `4096`.
 
-/// Parses a byte size with an optional binary unit (B, KiB, MiB, GiB).
+const UNITS: [(&str, u32); 6] = [
+    ("B", 0),
+    ("KiB", 10),
+    ("MiB", 20),
+    ("GiB", 30),
+    ("TiB", 40),
+    ("PiB", 50),
+];
+
+/// Parses a byte size: a number (decimals allowed when they come to whole
+/// bytes) with an optional binary unit (B, KiB, MiB, GiB, TiB, PiB).
 pub fn parse_bytes(text: &str) -> Result<usize, String> {
     let t = text.trim();
-    let split = t.find(|c: char| !c.is_ascii_digit()).unwrap_or(t.len());
-    let (digits, unit) = t.split_at(split);
-    let n: usize = digits
-        .parse()
-        .map_err(|_| format!("size {text:?} must start with a whole number, e.g. 32MiB"))?;
-    let scale: usize = match unit.trim() {
-        "" | "B" => 1,
-        "KiB" => 1 << 10,
-        "MiB" => 1 << 20,
-        "GiB" => 1 << 30,
-        other => {
-            return Err(format!(
-                "size {text:?} has unknown unit {other:?}; use B, KiB, MiB or GiB"
-            ));
-        }
+    let split = t
+        .find(|c: char| !c.is_ascii_digit() && c != '.')
+        .unwrap_or(t.len());
+    let (number, unit) = t.split_at(split);
+    let unit = unit.trim();
+    let shift = if unit.is_empty() {
+        0
+    } else {
+        UNITS
+            .iter()
+            .find(|(u, _)| *u == unit)
+            .map(|(_, s)| *s)
+            .ok_or_else(|| {
+                format!("size {text:?} has unknown unit {unit:?}; use B, KiB, MiB, GiB, TiB or PiB")
+            })?
     };
-    n.checked_mul(scale)
-        .ok_or_else(|| format!("size {text:?} is too large"))
+    let (whole, fraction) = number.split_once('.').unwrap_or((number, ""));
+    if whole.is_empty() || fraction.contains('.') || (number.contains('.') && fraction.is_empty()) {
+        return Err(format!(
+            "size {text:?} must start with a number, e.g. 32MiB or 1.5GiB"
+        ));
+    }
+    let too_large = || format!("size {text:?} is too large");
+    let whole: u128 = whole.parse().map_err(|_| too_large())?;
+    // The fraction, exactly: digits / 10^len, scaled by the unit.
+    let mut bytes = whole.checked_shl(shift).ok_or_else(too_large)?;
+    if !fraction.is_empty() {
+        if fraction.len() > 18 {
+            return Err(format!("size {text:?} has more decimals than a size needs"));
+        }
+        let digits: u128 = fraction.parse().map_err(|_| too_large())?;
+        let denominator = 10u128.pow(fraction.len() as u32);
+        let scaled = digits << shift;
+        if !scaled.is_multiple_of(denominator) {
+            return Err(format!("size {text:?} is not a whole number of bytes"));
+        }
+        bytes += scaled / denominator;
+    }
+    usize::try_from(bytes)
+        .ok()
+        .filter(|b| (*b as u128) < (1u128 << 63))
+        .ok_or_else(too_large)
 }
 
 /// Bytes as the largest exact binary unit: `32MiB`, `1500B`; reads back with `parse_bytes`.
 pub fn format_bytes(n: usize) -> String {
-    match n {
-        n if n >= 1 << 30 && n % (1 << 30) == 0 => format!("{}GiB", n >> 30),
-        n if n >= 1 << 20 && n % (1 << 20) == 0 => format!("{}MiB", n >> 20),
-        n if n >= 1 << 10 && n % (1 << 10) == 0 => format!("{}KiB", n >> 10),
-        n => format!("{n}B"),
+    for (unit, shift) in UNITS.iter().rev() {
+        if *shift > 0 && n >= 1 << shift && n.is_multiple_of(1 << shift) {
+            return format!("{}{unit}", n >> shift);
+        }
     }
+    format!("{n}B")
 }
 
 #[cfg(test)]
@@ -42,10 +76,21 @@ mod tests {
         assert_eq!(parse_bytes("4096"), Ok(4096));
         assert_eq!(parse_bytes("32MiB"), Ok(32 << 20));
         assert_eq!(parse_bytes("1 GiB"), Ok(1 << 30));
+        assert_eq!(parse_bytes("1.5GiB"), Ok(3 << 29));
+        assert_eq!(parse_bytes("0.5KiB"), Ok(512));
+        assert_eq!(parse_bytes("1TiB"), Ok(1 << 40));
+        assert_eq!(parse_bytes("1048576GiB"), Ok(1 << 50));
         assert!(parse_bytes("32MB").unwrap_err().contains("unknown unit"));
-        assert!(parse_bytes("MiB").is_err());
+        assert!(parse_bytes("1.3B").unwrap_err().contains("whole number of bytes"));
+        for bad in ["MiB", ".5GiB", "1.GiB", "1.2.3GiB", ""] {
+            assert!(parse_bytes(bad).is_err(), "{bad:?}");
+        }
+        // Sizes travel as int64 on the wire: 2^63 bytes and more are refused.
+        assert!(parse_bytes("8192PiB").unwrap_err().contains("too large"));
+        assert!(parse_bytes("9223372036854775808").is_err());
+        assert_eq!(parse_bytes("9223372036854775807"), Ok(i64::MAX as usize));
         assert!(parse_bytes("99999999999999999999GiB").is_err());
-        for n in [0, 1500, 4096, 32 << 20, 3 << 30] {
+        for n in [0, 1500, 4096, 32 << 20, 3 << 30, 5 << 40] {
             assert_eq!(parse_bytes(&format_bytes(n)), Ok(n));
         }
     }

@@ -268,6 +268,11 @@ pub struct ClusterSpec<'a> {
     /// Extra lines in the plugin's `[[plugin]]` table (e.g. `deadline = "1s"`).
     pub plugin_extra: &'a str,
     pub workers: usize,
+    /// The controller's topology segment (which makes it report
+    /// VOLUME_ACCESSIBILITY_CONSTRAINTS); `None` for a controller without.
+    pub controller_topology: Option<&'a str>,
+    /// Extra flags for the node plugins only.
+    pub node_args: Vec<&'a str>,
     /// Where the plugin keeps its volumes and the nodes' mount points live
     /// (default: inside the cluster's directory, on disk). Berth's store
     /// stays in the cluster's directory either way.
@@ -284,6 +289,8 @@ impl Default for ClusterSpec<'_> {
             extra: "",
             plugin_extra: "",
             workers: 16,
+            controller_topology: Some("zone=a"),
+            node_args: vec![],
             volumes_dir: None,
         }
     }
@@ -303,11 +310,13 @@ impl Cluster {
             },
         );
         let state = volumes_dir.join("hostpath");
-        let controller = PluginBuilder::new(dir.path(), "ctrl")
+        let mut controller = PluginBuilder::new(dir.path(), "ctrl")
             .state_dir(&state)
-            .args(&["--node", "false", "--topology", "zone=a"])
-            .args(&spec.plugin_args)
-            .spawn();
+            .args(&["--node", "false"]);
+        if let Some(t) = spec.controller_topology {
+            controller = controller.args(&["--topology", t]);
+        }
+        let controller = controller.args(&spec.plugin_args).spawn();
         let mut nodes = Vec::new();
         let mut node_config = String::new();
         for (name, zone) in &spec.nodes {
@@ -323,6 +332,7 @@ impl Cluster {
                     &zone_arg,
                 ])
                 .args(&spec.plugin_args)
+                .args(&spec.node_args)
                 .spawn();
             node_config.push_str(&format!(
                 "[[node]]\nname = \"{name}\"\ndir = \"{}/nodes/{name}\"\nlabels = {{ zone-label = \"{zone}\" }}\nplugins = {{ hostpath = \"{}\" }}\n",

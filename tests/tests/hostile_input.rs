@@ -127,11 +127,12 @@ proptest! {
                 prop_assert_eq!(spec.plugin.as_str(), "hp");
             }
             Err(e) => {
+                prop_assert!(e.to_string().len() < 1024, "a refusal echoes little of its input: {e}");
                 let field = e.to_string();
                 let field = field.split(':').next().unwrap_or("");
                 prop_assert!(
                     ["name", "plugin", "required_bytes", "required_bytes/limit_bytes", "access_mode",
-                     "fs_type/mount_flags", "secret", "requisite_topology/preferred_topology"].contains(&field),
+                     "fs_type/mount_flags", "fs_type", "secret", "requisite_topology/preferred_topology"].contains(&field),
                     "the error names a field: {e}"
                 );
             }
@@ -169,7 +170,9 @@ proptest! {
             vec![],
             &candidates(&nodes),
         );
-        let fits = verdicts.len() == nodes.len() && verdicts.iter().all(|(_, _, r)| r.len() <= MAX_REASON_BYTES);
+        // A reason is one line: bounded, no control characters.
+        let line = |r: &str| r.len() <= MAX_REASON_BYTES && !r.chars().any(char::is_control);
+        let fits = verdicts.len() == nodes.len() && verdicts.iter().all(|(_, _, r)| line(r));
         match result {
             Ok(got) => {
                 prop_assert!(fits);
@@ -204,13 +207,18 @@ proptest! {
             }
             Ok(RetryDecision::GiveUp(r)) => {
                 prop_assert_eq!((kind, &r), (1, &reason));
-                prop_assert!(!r.trim().is_empty());
+                prop_assert!(!r.trim().is_empty() && r.len() <= MAX_REASON_BYTES);
+                prop_assert!(!r.chars().any(char::is_control));
             }
             Ok(RetryDecision::Done) => prop_assert_eq!(kind, 2),
             Err(e) => {
                 prop_assert!(invalid_answer(&e, Decision::Retry), "{e}");
                 prop_assert!(
-                    (kind == 0 && delay > MAX_RETRY_DELAY_MS) || (kind == 1 && reason.trim().is_empty()),
+                    (kind == 0 && delay > MAX_RETRY_DELAY_MS)
+                        || (kind == 1
+                            && (reason.trim().is_empty()
+                                || reason.len() > MAX_REASON_BYTES
+                                || reason.chars().any(char::is_control))),
                     "a sane decision was refused: {e}"
                 );
             }

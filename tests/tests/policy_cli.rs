@@ -169,3 +169,70 @@ fn check_fails_on_modules_that_do_not_load_or_do_not_decide() {
     assert_eq!(out.status.code(), Some(2));
     assert!(stderr.contains("unknown unit"), "{stderr}");
 }
+
+#[test]
+fn check_says_what_is_wrong_in_words_of_the_problem() {
+    // A file that is not WebAssembly at all: no parser's errors, no decision.
+    let out = berth(&["policy", "check", &repo("README.md")]);
+    let (_, stderr) = texts(&out);
+    assert_eq!(out.status.code(), Some(1));
+    assert!(stderr.contains("is not a WebAssembly component"), "{stderr}");
+    assert!(
+        !stderr.contains("(naming)"),
+        "a module that does not load decided nothing: {stderr}"
+    );
+
+    // A guest whose stack (in linear memory) overflows.
+    let out = berth(&[
+        "policy",
+        "check",
+        &wasm("berth_hostile_guest"),
+        "--setting",
+        "behaviour=stack-overflow",
+    ]);
+    let (stdout, _) = texts(&out);
+    assert_eq!(out.status.code(), Some(1));
+    assert!(stdout.contains("a stack overflow"), "{stdout}");
+
+    // A guest built without the SDK's stack setting loads, with a warning.
+    let plain = env!("BERTH_DEFAULT_STACK_GUEST");
+    let out = berth(&["policy", "check", plain]);
+    let (stdout, stderr) = texts(&out);
+    assert!(out.status.success(), "{stdout}{stderr}");
+    assert!(
+        stdout.contains("warning") && stdout.contains("1 MiB stack"),
+        "{stdout}"
+    );
+    let out = berth(&["policy", "check", &wasm("berth_naming_guest")]);
+    assert!(
+        !texts(&out).0.contains("warning"),
+        "the SDK's build has nothing to warn about"
+    );
+}
+
+#[test]
+fn case_files_refuse_expectations_no_answer_can_meet() {
+    let dir = berth_tests::test_dir();
+    let cases = [
+        ("name = \"a\"\nrefused = true", "a name and for a refusal"),
+        ("eligible = [\"n1\"]", "expect.eligible is for placement cases"),
+        ("refusal_contains = \"x\"\nrefused = false", "contradicts"),
+    ];
+    for (expect, message) in cases {
+        let file = dir.path().join("cases.toml");
+        std::fs::write(
+            &file,
+            format!("[[case]]\nname = \"c\"\n[case.expect]\n{expect}\n"),
+        )
+        .unwrap();
+        let out = berth(&[
+            "policy",
+            "test",
+            &wasm("berth_naming_guest"),
+            file.to_str().unwrap(),
+        ]);
+        let (stdout, _) = texts(&out);
+        assert_eq!(out.status.code(), Some(1), "{stdout}");
+        assert!(stdout.contains(message), "{expect:?}: {stdout}");
+    }
+}

@@ -281,7 +281,11 @@ fn modules_that_serve_nothing_or_another_version_are_refused() {
             "exports berth:policy/naming@0.2.0, which this host cannot use",
         ),
         ("core.wasm", "(module)", "this is a core module"),
-        ("garbage.wasm", "not wasm at all", "not a valid component"),
+        (
+            "garbage.wasm",
+            "not wasm at all",
+            "is not a WebAssembly component",
+        ),
     ];
     for (file, text, expected) in cases {
         let path = dir.path().join(file);

@@ -14,6 +14,9 @@ use clap::{Parser, Subcommand, ValueEnum};
 
 const AFTER_HELP: &str = "\
 Exit status: 0 on success, 1 when the operation failed (the message says why), 2 on bad usage.
+With --output json, results are JSON on stdout and a failure is one JSON document on stderr:
+{\"error\": {\"code\": \"NOT_FOUND\", \"message\": \"...\"}} (code is the API's gRPC code, or
+null for a failure on this side).
 Logs go to stderr; set BERTH_LOG (e.g. BERTH_LOG=debug) to see more.";
 
 /// Berth: a CSI volume manager whose policy is pluggable through sandboxed WebAssembly components.
@@ -76,7 +79,7 @@ pub enum NodeCommand {
 pub async fn run(cli: Cli) -> anyhow::Result<ExitCode> {
     match cli.command {
         Command::Plugin(cmd) => plugin::run(cmd, cli.output).await,
-        Command::Policy(cmd) => policy::run(cmd, cli.output),
+        Command::Policy(cmd) => policy::run(cmd, cli.output).await,
         Command::Serve(args) => serve::run(args).await,
         Command::Volume { command, api } => volume::run(*command, api, cli.output).await,
         Command::Status { api } => status::status(api, cli.output).await,
@@ -87,9 +90,12 @@ pub async fn run(cli: Cli) -> anyhow::Result<ExitCode> {
     }
 }
 
-pub fn init_logging() {
+/// Logs on stderr: warnings by default for commands, and what `serve` starts
+/// and changes (info) for the server.
+pub fn init_logging(serve: bool) {
+    let default = if serve { "info" } else { "warn" };
     let filter = tracing_subscriber::EnvFilter::try_from_env("BERTH_LOG")
-        .unwrap_or_else(|_| tracing_subscriber::EnvFilter::new("warn"));
+        .unwrap_or_else(|_| tracing_subscriber::EnvFilter::new(default));
     tracing_subscriber::fmt()
         .with_env_filter(filter)
         .with_writer(std::io::stderr)
@@ -97,7 +103,32 @@ pub fn init_logging() {
         .init();
 }
 
+/// A failure as `-o json` reports it on stderr.
+pub fn error_json(e: &anyhow::Error) -> String {
+    let api = e.downcast_ref::<client::ApiError>();
+    let message = match api {
+        Some(a) => a.message.clone(),
+        None => format!("{e:#}"),
+    };
+    serde_json::json!({
+        "error": {
+            "code": api.map(|a| berth_proto::code::name(a.code)),
+            "message": message,
+        }
+    })
+    .to_string()
+}
+
 /// Prints `value` as pretty JSON on stdout.
+/// Prints one line, with control characters in it (from plugins, guests or
+/// requests) shown escaped; every text line the CLI prints goes through it.
+macro_rules! say {
+    ($($arg:tt)*) => {
+        println!("{}", berth::text::printable(&format!($($arg)*)))
+    };
+}
+pub(crate) use say;
+
 pub fn print_json<T: serde::Serialize>(value: &T) -> anyhow::Result<()> {
     println!("{}", serde_json::to_string_pretty(value)?);
     Ok(())

@@ -6,8 +6,8 @@ use std::process::ExitCode;
 use berth_proto::berth::v1 as api;
 use serde::Serialize;
 
-use super::Output;
 use super::client::{ApiArgs, connect, grpc};
+use super::{Output, say};
 
 #[derive(Serialize)]
 struct NodeView {
@@ -61,9 +61,14 @@ pub async fn list(api: ApiArgs, output: Output) -> anyhow::Result<ExitCode> {
     match output {
         Output::Json => super::print_json(&views)?,
         Output::Text => {
-            println!(
+            say!(
                 "{:<12} {:<12} {:<12} {:<10} {:<8} {:<22} LABELS",
-                "NODE", "PLUGIN", "NODE ID", "HEALTH", "VOLUMES", "TOPOLOGY"
+                "NODE",
+                "PLUGIN",
+                "NODE ID",
+                "HEALTH",
+                "VOLUMES",
+                "TOPOLOGY"
             );
             for n in &views {
                 let labels = n
@@ -84,7 +89,7 @@ pub async fn list(api: ApiArgs, output: Output) -> anyhow::Result<ExitCode> {
                         .map(|(k, v)| format!("{k}={v}"))
                         .collect::<Vec<_>>()
                         .join(",");
-                    println!(
+                    say!(
                         "{:<12} {:<12} {:<12} {:<10} {:<8} {:<22} {labels}",
                         n.name,
                         p.plugin,
@@ -94,7 +99,7 @@ pub async fn list(api: ApiArgs, output: Output) -> anyhow::Result<ExitCode> {
                         topo
                     );
                     if !p.reason.is_empty() {
-                        println!("{:<12} {}", "", p.reason);
+                        say!("{:<12} {}", "", p.reason);
                     }
                 }
             }

@@ -9,8 +9,8 @@ use berth_proto::berth::v1 as api;
 use clap::{Args, Subcommand};
 use serde::Serialize;
 
-use super::Output;
 use super::client::{ApiArgs, connect, grpc};
+use super::{Output, say};
 
 #[derive(Debug, Subcommand)]
 pub enum PluginCommand {
@@ -61,7 +61,11 @@ async fn probe(args: ProbeArgs, output: Output) -> anyhow::Result<ExitCode> {
     let fp = csi::fingerprint::fingerprint(&client).await?;
     match output {
         Output::Json => super::print_json(&fp)?,
-        Output::Text => print!("{}", render(&fp)),
+        Output::Text => {
+            for line in render(&fp).lines() {
+                say!("{line}");
+            }
+        }
     }
     Ok(ExitCode::SUCCESS)
 }
@@ -156,17 +160,19 @@ pub async fn plugin_status(api: ApiArgs, output: Output) -> anyhow::Result<ExitC
         Output::Json => super::print_json(&views)?,
         Output::Text => {
             for p in &views {
-                println!("{:<22}{}", "plugin", p.name);
-                println!("{:<22}{}", "driver", p.driver);
-                println!("{:<22}{}", "controller", p.controller);
+                say!("{:<22}{}", "plugin", p.name);
+                say!("{:<22}{}", "driver", p.driver);
+                say!("{:<22}{}", "controller", p.controller);
                 if !p.controller_reason.is_empty() {
-                    println!("{:<22}{}", "", p.controller_reason);
+                    say!("{:<22}{}", "", p.controller_reason);
                 }
-                println!(
+                say!(
                     "{:<22}{} of {} healthy",
-                    "nodes", p.nodes_healthy, p.nodes_expected
+                    "nodes",
+                    p.nodes_healthy,
+                    p.nodes_expected
                 );
-                println!("{:<22}{}", "capabilities", p.capabilities.join(", "));
+                say!("{:<22}{}", "capabilities", p.capabilities.join(", "));
             }
         }
     }

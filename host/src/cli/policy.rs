@@ -16,7 +16,7 @@ use berth::policy::{
 use clap::{Args, Subcommand};
 use serde::Serialize;
 
-use super::Output;
+use super::{Output, say};
 
 #[derive(Debug, Subcommand)]
 pub enum PolicyCommand {
@@ -31,6 +31,13 @@ pub enum PolicyCommand {
     #[command(after_help = "The case file format is documented in guests/README.md; \
 the sample guests' case files are in guests/*/cases.toml.\n\nExample:\n  berth policy test my_policy.wasm cases.toml")]
     Test(TestArgs),
+    /// Load the [[policy]] modules of the server's config file again and swap
+    /// them in, all at once (as SIGHUP does); if any fails, the modules in
+    /// service stay and the error says why.
+    Reload {
+        #[command(flatten)]
+        api: super::client::ApiArgs,
+    },
 }
 
 #[derive(Debug, Args)]
@@ -74,10 +81,30 @@ fn parse_setting(text: &str) -> Result<(String, String), String> {
     }
 }
 
-pub fn run(cmd: PolicyCommand, output: Output) -> anyhow::Result<ExitCode> {
+/// `berth policy reload`, through the API.
+async fn reload(api: super::client::ApiArgs, output: Output) -> anyhow::Result<ExitCode> {
+    let mut client = super::client::connect(&api.api).await?;
+    let answer = client
+        .reload_policies(berth_proto::berth::v1::ReloadPoliciesRequest {})
+        .await
+        .map_err(super::client::grpc)?
+        .into_inner();
+    let views = super::status::policy_views(answer.policies);
+    match output {
+        Output::Json => super::print_json(&views)?,
+        Output::Text => {
+            say!("reloaded");
+            super::status::print_policies(&views);
+        }
+    }
+    Ok(ExitCode::SUCCESS)
+}
+
+pub async fn run(cmd: PolicyCommand, output: Output) -> anyhow::Result<ExitCode> {
     match cmd {
         PolicyCommand::Check(args) => check(args, output),
         PolicyCommand::Test(args) => test(args, output),
+        PolicyCommand::Reload { api } => reload(api, output).await,
     }
 }
 
@@ -114,6 +141,7 @@ struct CheckReport {
     deadline_ms: u128,
     max_answer_bytes: usize,
     load_ms: u128,
+    warning: Option<String>,
     samples: Vec<SampleResult>,
 }
 
@@ -142,26 +170,30 @@ fn check(args: CheckArgs, output: Output) -> anyhow::Result<ExitCode> {
         deadline_ms: args.limits.deadline.as_millis(),
         max_answer_bytes: args.limits.max_answer,
         load_ms: load_time.as_millis(),
+        warning: module.warning(),
         samples,
     };
     match output {
         Output::Json => super::print_json(&report)?,
         Output::Text => {
             let names = |d: &[Decision]| d.iter().map(Decision::to_string).collect::<Vec<_>>().join(", ");
-            println!("{:<12}{}", "module", report.path);
-            println!("{:<12}{}", "decisions", names(&report.decisions));
-            println!("{:<12}{}", "imports", report.imports.join(", "));
-            println!(
+            say!("{:<12}{}", "module", report.path);
+            say!("{:<12}{}", "decisions", names(&report.decisions));
+            say!("{:<12}{}", "imports", report.imports.join(", "));
+            say!(
                 "{:<12}memory {}, deadline {} ms, answers up to {}",
                 "limits",
                 berth::units::format_bytes(report.memory_bytes),
                 report.deadline_ms,
                 berth::units::format_bytes(report.max_answer_bytes)
             );
-            println!("{:<12}loaded in {} ms", "load", report.load_ms);
+            say!("{:<12}loaded in {} ms", "load", report.load_ms);
+            if let Some(w) = &report.warning {
+                say!("{:<12}{w}", "warning");
+            }
             for s in &report.samples {
                 let verdict = if s.ok { "ok" } else { "FAILED" };
-                println!(
+                say!(
                     "{:<12}{verdict}: {} ({} µs, sample input)",
                     s.decision.to_string(),
                     s.answer,
@@ -264,9 +296,9 @@ fn test(args: TestArgs, output: Output) -> anyhow::Result<ExitCode> {
             for r in &report.cases {
                 let mark = if r.passed { "PASS" } else { "FAIL" };
                 let decision = r.decision.map(|d| d.to_string()).unwrap_or_else(|| "?".into());
-                println!("{mark}  {} ({decision}): {}", r.name, r.detail);
+                say!("{mark}  {} ({decision}): {}", r.name, r.detail);
             }
-            println!("{} passed, {} failed", report.passed, report.failed);
+            say!("{} passed, {} failed", report.passed, report.failed);
         }
     }
     Ok(if failed == 0 {

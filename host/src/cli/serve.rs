@@ -15,7 +15,7 @@ pub struct ServeArgs {
 
 pub async fn run(args: ServeArgs) -> anyhow::Result<ExitCode> {
     let config = Config::load(&args.config).map_err(anyhow::Error::msg)?;
-    berth::serve::run(config, shutdown())
+    berth::serve::run(config, Some(args.config.clone()), shutdown())
         .await
         .map_err(anyhow::Error::msg)?;
     Ok(ExitCode::SUCCESS)

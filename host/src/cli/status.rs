@@ -1,4 +1,5 @@
-//! `berth status`: counts by state and outstanding work.
+//! `berth status`: counts by state, outstanding work, and the policy
+//! modules in service with their counters.
 
 use std::collections::BTreeMap;
 use std::process::ExitCode;
@@ -6,8 +7,8 @@ use std::process::ExitCode;
 use berth_proto::berth::v1 as api;
 use serde::Serialize;
 
-use super::Output;
 use super::client::{ApiArgs, connect, grpc};
+use super::{Output, say};
 
 #[derive(Serialize)]
 struct StatusView {
@@ -15,6 +16,49 @@ struct StatusView {
     states: BTreeMap<String, u64>,
     busy: u64,
     retrying: u64,
+    policies: Vec<PolicyView>,
+}
+
+/// A policy module in service and its counters since it was loaded.
+#[derive(Serialize)]
+pub struct PolicyView {
+    module: String,
+    decisions: Vec<String>,
+    on_error: String,
+    calls: u64,
+    failures: u64,
+    fallbacks: u64,
+}
+
+pub fn policy_views(counters: Vec<api::PolicyCounters>) -> Vec<PolicyView> {
+    counters
+        .into_iter()
+        .map(|p| PolicyView {
+            module: p.module,
+            decisions: p.decisions,
+            on_error: p.on_error,
+            calls: p.calls,
+            failures: p.failures,
+            fallbacks: p.fallbacks,
+        })
+        .collect()
+}
+
+pub fn print_policies(policies: &[PolicyView]) {
+    if policies.is_empty() {
+        say!("policies  built-in");
+    }
+    for p in policies {
+        say!(
+            "policy    {} ({}; on_error {}): {} calls, {} failed, {} fell back",
+            p.module,
+            p.decisions.join(", "),
+            p.on_error,
+            p.calls,
+            p.failures,
+            p.fallbacks
+        );
+    }
 }
 
 pub async fn status(api: ApiArgs, output: Output) -> anyhow::Result<ExitCode> {
@@ -29,16 +73,18 @@ pub async fn status(api: ApiArgs, output: Output) -> anyhow::Result<ExitCode> {
         states: s.states.into_iter().collect(),
         busy: s.busy,
         retrying: s.retrying,
+        policies: policy_views(s.policies),
     };
     match output {
         Output::Json => super::print_json(&view)?,
         Output::Text => {
-            println!("volumes   {}", view.volumes);
+            say!("volumes   {}", view.volumes);
             for (state, n) in &view.states {
-                println!("  {state:<9} {n}");
+                say!("  {state:<9} {n}");
             }
-            println!("busy      {}", view.busy);
-            println!("retrying  {}", view.retrying);
+            say!("busy      {}", view.busy);
+            say!("retrying  {}", view.retrying);
+            print_policies(&view.policies);
         }
     }
     Ok(ExitCode::SUCCESS)

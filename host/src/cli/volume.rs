@@ -12,8 +12,8 @@ use clap::{Args, Subcommand};
 use serde::Serialize;
 use tonic::transport::Channel;
 
-use super::Output;
 use super::client::{ApiArgs, connect, grpc};
+use super::{Output, say};
 
 #[derive(Debug, Subcommand)]
 pub enum VolumeCommand {
@@ -96,11 +96,11 @@ pub struct CreateArgs {
     #[arg(long)]
     pub secret: Option<String>,
     /// A topology it must be reachable from, k=v[,k=v]; repeatable.
-    #[arg(long = "requisite")]
-    pub requisite: Vec<String>,
+    #[arg(long = "requisite", value_parser = topology)]
+    pub requisite: Vec<api::Topology>,
     /// A topology it should be reachable from, k=v[,k=v]; repeatable, best first.
-    #[arg(long = "preferred")]
-    pub preferred: Vec<String>,
+    #[arg(long = "preferred", value_parser = topology)]
+    pub preferred: Vec<api::Topology>,
     #[command(flatten)]
     pub wait: WaitArgs,
 }
@@ -203,7 +203,7 @@ fn print_volume(v: &api::Volume, output: Output) -> anyhow::Result<()> {
             let w = view(v);
             let row = |k: &str, val: &str| {
                 if !val.is_empty() {
-                    println!("{k:<14}{val}");
+                    say!("{k:<14}{val}");
                 }
             };
             row("name", &w.name);
@@ -271,8 +271,11 @@ async fn wait(
         {
             Ok(v) => v.into_inner(),
             Err(e) if e.code() == tonic::Code::NotFound && matches!(goal, Goal::Deleted) => {
-                if output == Output::Text {
-                    println!("{name}: deleted");
+                match output {
+                    Output::Text => say!("{name}: deleted"),
+                    Output::Json => {
+                        super::print_json(&serde_json::json!({ "name": name, "state": "deleted" }))?
+                    }
                 }
                 return Ok(ExitCode::SUCCESS);
             }
@@ -280,7 +283,7 @@ async fn wait(
         };
         let line = one_line(&v);
         if line != last && output == Output::Text {
-            println!("{line}");
+            say!("{line}");
             last = line;
         }
         if !v.failure.is_empty() {
@@ -316,6 +319,7 @@ async fn wait(
 
 pub async fn run(cmd: VolumeCommand, api: ApiArgs, output: Output) -> anyhow::Result<ExitCode> {
     let mut client = connect(&api.api).await?;
+    let created = matches!(cmd, VolumeCommand::Create(_));
     let (volume, name, goal, wait_args) = match cmd {
         VolumeCommand::List => {
             let list = client
@@ -326,9 +330,9 @@ pub async fn run(cmd: VolumeCommand, api: ApiArgs, output: Output) -> anyhow::Re
             match output {
                 Output::Json => super::print_json(&list.volumes.iter().map(view).collect::<Vec<_>>())?,
                 Output::Text => {
-                    println!("{:<24} {:<10} {:<34} PUBLICATIONS", "NAME", "STATE", "VOLUME ID");
+                    say!("{:<24} {:<10} {:<34} PUBLICATIONS", "NAME", "STATE", "VOLUME ID");
                     for v in &list.volumes {
-                        println!("{}", one_line(v));
+                        say!("{}", one_line(v));
                     }
                 }
             }
@@ -356,18 +360,8 @@ pub async fn run(cmd: VolumeCommand, api: ApiArgs, output: Output) -> anyhow::Re
                 mount_flags: a.mount_flags,
                 parameters: a.params.into_iter().collect(),
                 secret: a.secret.unwrap_or_default(),
-                requisite_topology: a
-                    .requisite
-                    .iter()
-                    .map(|t| topology(t))
-                    .collect::<Result<_, _>>()
-                    .map_err(anyhow::Error::msg)?,
-                preferred_topology: a
-                    .preferred
-                    .iter()
-                    .map(|t| topology(t))
-                    .collect::<Result<_, _>>()
-                    .map_err(anyhow::Error::msg)?,
+                requisite_topology: a.requisite,
+                preferred_topology: a.preferred,
                 labels: a.labels.into_iter().collect(),
             };
             let v = client
@@ -434,6 +428,18 @@ pub async fn run(cmd: VolumeCommand, api: ApiArgs, output: Output) -> anyhow::Re
             return self::wait(&mut client, &name, Goal::GoneFrom(&node), wait.timeout, output).await;
         }
         VolumeCommand::Retry { name, wait } => {
+            let before = client
+                .get_volume(api::GetVolumeRequest { name: name.clone() })
+                .await
+                .map_err(grpc)?
+                .into_inner();
+            if before.failure.is_empty() && before.retrying.is_empty() {
+                match output {
+                    Output::Text => say!("{name} has nothing to retry: it is {}", before.state),
+                    Output::Json => print_volume(&before, output)?,
+                }
+                return Ok(ExitCode::SUCCESS);
+            }
             let v = client
                 .retry_volume(api::RetryVolumeRequest { name: name.clone() })
                 .await
@@ -445,6 +451,11 @@ pub async fn run(cmd: VolumeCommand, api: ApiArgs, output: Output) -> anyhow::Re
         wait(&mut client, &name, goal, wait_args.timeout, output).await
     } else {
         print_volume(&volume, output)?;
+        if output == Output::Text && created && !volume.state.parse().is_ok_and(VolumeState::is_ready) {
+            say!(
+                "accepted: Berth names and creates it next (`berth volume get {name}` shows how far it got; --wait waits)"
+            );
+        }
         Ok(ExitCode::SUCCESS)
     }
 }

@@ -37,15 +37,29 @@ impl Endpoint {
         if path.is_empty() {
             return Err(format!("endpoint {text:?} names no socket path"));
         }
-        if path.len() > MAX_SOCKET_PATH {
+        Endpoint::at(PathBuf::from(path))
+    }
+
+    /// The endpoint at `path`, checked against the socket path limit.
+    fn at(path: PathBuf) -> Result<Self, String> {
+        let len = path.as_os_str().len();
+        if len > MAX_SOCKET_PATH {
             return Err(format!(
-                "socket path {path:?} is {} bytes; unix sockets allow at most {MAX_SOCKET_PATH}",
-                path.len()
+                "socket path {:?} is {len} bytes; unix sockets allow at most {MAX_SOCKET_PATH}",
+                path.display().to_string()
             ));
         }
-        Ok(Endpoint {
-            path: PathBuf::from(path),
-        })
+        Ok(Endpoint { path })
+    }
+
+    /// A relative endpoint taken from `base` (a config file's directory);
+    /// the path limit applies to the resolved path.
+    pub fn resolve(self, base: &Path) -> Result<Self, String> {
+        if self.path.is_absolute() {
+            Ok(self)
+        } else {
+            Endpoint::at(base.join(&self.path))
+        }
     }
 
     pub fn path(&self) -> &Path {

@@ -17,19 +17,24 @@ impl VolumeManager {
     /// threads: it may take up to its time limit, which must not stall the
     /// reconciler, and wasmtime-wasi's synchronous WASI needs a thread
     /// outside the async workers. The built-in policies run in place.
+    ///
+    /// The decision runs in a span naming the volume, so every warning a
+    /// policy logs says which volume it was deciding for.
     pub(super) async fn decide<R: Send + 'static>(
         &self,
+        volume: &str,
         decisions: &[Decision],
         f: impl FnOnce(&Policies) -> R + Send + 'static,
     ) -> R {
         if decisions.iter().all(|d| self.policies.module(*d).is_none()) {
             return f(&self.policies);
         }
+        let span = tracing::info_span!("decide", volume);
         // As many guests at once as there are cores: more would only queue
         // on the cores, and would each hold a blocking thread.
         let _turn = self.deciding.acquire().await;
         let policies = self.policies.clone();
-        match tokio::task::spawn_blocking(move || f(&policies)).await {
+        match tokio::task::spawn_blocking(move || span.in_scope(|| f(&policies))).await {
             Ok(r) => r,
             Err(e) => std::panic::resume_unwind(e.into_panic()),
         }
@@ -44,9 +49,10 @@ impl VolumeManager {
         let volume = policy_volume(r);
         let nodes = self
             .constrained(&r.spec.plugin)
+            .unwrap_or(false)
             .then(|| self.placement_nodes(&r.spec.plugin));
         let (outcome, placed) = self
-            .decide(&[Decision::Naming, Decision::Placement], move |p| {
+            .decide(&r.spec.name, &[Decision::Naming, Decision::Placement], move |p| {
                 let placed = nodes.map(|nodes| {
                     let verdicts = p.place(
                         volume.clone(),
@@ -93,12 +99,13 @@ impl VolumeManager {
         requirements(&nodes, &verdicts)
     }
 
-    /// Whether the plugin's controller takes accessibility requirements.
-    pub(super) fn constrained(&self, plugin: &str) -> bool {
+    /// Whether the plugin's controller takes accessibility requirements;
+    /// `None` until it has been fingerprinted.
+    pub(super) fn constrained(&self, plugin: &str) -> Option<bool> {
         self.registry
             .get(plugin)
             .and_then(|c| c.status().fingerprint)
-            .is_some_and(|f| f.has_plugin_capability(ServiceCap::VolumeAccessibilityConstraints))
+            .map(|f| f.has_plugin_capability(ServiceCap::VolumeAccessibilityConstraints))
     }
 
     /// The nodes serving the volume's plugin, and placement's verdict on each.
@@ -110,7 +117,7 @@ impl VolumeManager {
     ) -> Result<(Vec<PlacementNode>, Vec<policy::Verdict>), policy::PolicyError> {
         let nodes = self.placement_nodes(&r.spec.plugin);
         let volume = policy_volume(r);
-        self.decide(&[Decision::Placement], move |p| {
+        self.decide(&r.spec.name, &[Decision::Placement], move |p| {
             let verdicts = p.place(volume, purpose, accessible_topology, &policy::candidates(&nodes))?;
             Ok((nodes, verdicts))
         })
@@ -142,14 +149,16 @@ impl VolumeManager {
 
     /// The best eligible node for a publish that names none.
     pub(super) async fn choose_node(&self, r: &VolumeRecord) -> Result<String, RequestError> {
-        let Some(b) = &r.backend else {
+        if r.backend.is_none() {
             return Err(RequestError::Conflict(format!(
                 "volume {:?} is still {}: name a node, or publish once it is available",
                 r.spec.name,
                 r.state()
             )));
-        };
-        let accessible = b.accessible_topology.iter().map(pairs).collect();
+        }
+        // Where the plugin said it is reachable, or else where the operator
+        // required it to be: a requirement is never dropped.
+        let accessible = super::requests::allowed_topology(r).iter().map(pairs).collect();
         let (nodes, verdicts) = self
             .place(r, Purpose::Publish, accessible)
             .await

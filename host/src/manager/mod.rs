@@ -53,6 +53,12 @@ pub enum RequestError {
     NotFound(String),
     #[error("{0}")]
     Conflict(String),
+    /// An incompatible repeat of what exists (CSI's ALREADY_EXISTS).
+    #[error("{0}")]
+    AlreadyExists(String),
+    /// A limit would be passed (a node's volume limit, ...).
+    #[error("{0}")]
+    Exhausted(String),
     #[error("{0}")]
     Unavailable(String),
 }
@@ -136,6 +142,10 @@ impl VolumeManager {
 
     pub fn config(&self) -> &Config {
         &self.config
+    }
+
+    pub fn policies(&self) -> &Arc<Policies> {
+        &self.policies
     }
 
     pub fn registry(&self) -> &Arc<Registry> {

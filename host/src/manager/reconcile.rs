@@ -14,6 +14,24 @@ use crate::csi::proto::node_service_capability::rpc::Type as NodeCap;
 use crate::model::{Retrying, VolumeRecord};
 use crate::policy::{self, Decision, RetryDecision};
 
+/// A guest that fails to decide this many times in a row for a volume (a
+/// contract violation repeats: the same input gets the same answer) leaves
+/// the volume failed for an operator, instead of retrying forever.
+const POLICY_FAILURES_TO_GIVE_UP: u32 = 3;
+/// How long to wait before asking a policy that failed again.
+const POLICY_RETRY_MS: u64 = 1_000;
+
+/// The least wait before retry number `attempt`, whatever the retry policy
+/// answers: 10 ms doubling per attempt, up to 10 s. A policy answering
+/// `retry-after(0)` cannot make Berth hammer a plugin.
+pub(super) fn retry_floor_ms(attempt: u32) -> u64 {
+    const FIRST_MS: u64 = 10;
+    const MAX_MS: u64 = 10_000;
+    FIRST_MS
+        .checked_shl(attempt.saturating_sub(1))
+        .map_or(MAX_MS, |ms| ms.min(MAX_MS))
+}
+
 impl VolumeManager {
     /// Drives one volume until it is where it should be, waits for a retry, or fails.
     pub(super) async fn reconcile(self: &Arc<Self>, id: &str) {
@@ -161,7 +179,8 @@ impl VolumeManager {
             .as_ref()
             .map_or_else(now_ms, |r| r.first_failure_ms);
         let label = step.label();
-        let decision = match step.operation() {
+        let name = record.spec.name.clone();
+        let (decision, policy_failed) = match step.operation() {
             Some(operation) => {
                 let failure = policy::Failure {
                     operation,
@@ -172,18 +191,38 @@ impl VolumeManager {
                     driver: record.spec.plugin.clone(),
                     settings: vec![],
                 };
-                self.decide(&[Decision::Retry], move |p| p.classify(failure))
+                match self
+                    .decide(&name, &[Decision::Retry], move |p| p.classify(failure))
                     .await
-                    .unwrap_or_else(|pe| {
-                        // The retry module failed (on_error = fail): wait and ask again.
-                        tracing::warn!(error = %pe, "retry classification failed");
-                        RetryDecision::RetryAfter(5_000)
-                    })
+                {
+                    Ok(d) => (d, None),
+                    Err(pe) => (RetryDecision::RetryAfter(POLICY_RETRY_MS), Some(pe.to_string())),
+                }
             }
-            // Berth's own steps (naming) fail only when a policy does: wait and retry.
-            None => RetryDecision::RetryAfter(5_000),
+            // Berth's own steps (naming) fail only when a policy does.
+            None => (
+                RetryDecision::RetryAfter(POLICY_RETRY_MS),
+                Some(e.message.clone()),
+            ),
         };
-        tracing::info!(volume = %record.spec.name, step = %label, attempt, error = %e.message, ?decision, "step failed");
+        let policy_failures = match &policy_failed {
+            Some(_) => record.retrying.as_ref().map_or(0, |r| r.policy_failures) + 1,
+            None => 0,
+        };
+        let decision = match (policy_failed, decision) {
+            (Some(why), _) if policy_failures >= POLICY_FAILURES_TO_GIVE_UP => RetryDecision::GiveUp(
+                format!("the policy failed {policy_failures} times in a row, last: {why}"),
+            ),
+            (Some(why), d) => {
+                tracing::warn!(volume = %name, step = %label, policy_failures, error = %why, "policy failed; asking again");
+                d
+            }
+            (None, RetryDecision::RetryAfter(ms)) => {
+                RetryDecision::RetryAfter(ms.max(retry_floor_ms(attempt)))
+            }
+            (None, d) => d,
+        };
+        tracing::info!(volume = %name, step = %label, attempt, error = %e.message, ?decision, "step failed");
         match decision {
             RetryDecision::Done => {
                 unwritten.push(done_effect(step));
@@ -197,6 +236,7 @@ impl VolumeManager {
                         first_failure_ms: first,
                         next_attempt_ms: now_ms() + ms,
                         last_error: e.message.clone(),
+                        policy_failures,
                     });
                 })
                 .await
@@ -253,5 +293,22 @@ impl VolumeManager {
             controller_publish: controller,
             node_stage: stage,
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn the_retry_floor_grows_and_is_bounded() {
+        assert_eq!(retry_floor_ms(0), 10);
+        assert_eq!(retry_floor_ms(1), 10);
+        assert_eq!(retry_floor_ms(2), 20);
+        assert_eq!(retry_floor_ms(8), 1_280);
+        assert_eq!(retry_floor_ms(11), 10_000);
+        assert_eq!(retry_floor_ms(u32::MAX), 10_000);
+        // Ten retries of a policy answering retry-after(0) take over 10 s.
+        assert!((1..=10).map(retry_floor_ms).sum::<u64>() > 10_000);
     }
 }

@@ -1,14 +1,18 @@
 //! The operators' requests: declare, delete, publish, unpublish, retry.
 //! Each is checked, then made durable; the reconciler acts on it after.
 
+use std::collections::BTreeMap;
+
 use super::table::Inserted;
 use super::{RequestError, VolumeManager};
 use crate::config::Config;
 use crate::model::{AccessType, Publication, PublishStep, Segments, VolumeRecord, VolumeSpec, new_id};
+use crate::text::echo;
 
 impl VolumeManager {
     pub async fn create(&self, spec: VolumeSpec) -> Result<VolumeRecord, RequestError> {
         validate_spec(&spec, &self.config)?;
+        self.check_requisite(&spec)?;
         let record = VolumeRecord::new(new_id(), spec);
         let spec = record.spec.clone();
         // Creating the same volume again is not an error.
@@ -28,7 +32,7 @@ impl VolumeManager {
     fn id_of(&self, name: &str) -> Result<String, RequestError> {
         self.table
             .id_of(name)
-            .ok_or_else(|| RequestError::NotFound(format!("no volume named {name:?}")))
+            .ok_or_else(|| RequestError::NotFound(format!("no volume named {}", echo(name))))
     }
 
     pub async fn delete(&self, name: &str) -> Result<VolumeRecord, RequestError> {
@@ -56,19 +60,10 @@ impl VolumeManager {
         let current = self
             .table
             .by_id(&id)
-            .ok_or_else(|| RequestError::NotFound(format!("no volume named {name:?}")))?;
+            .ok_or_else(|| RequestError::NotFound(format!("no volume named {}", echo(name))))?;
         let node = match node {
             Some(n) => {
-                let cfg = self
-                    .config
-                    .node(n)
-                    .ok_or_else(|| RequestError::Invalid(format!("node: there is no node named {n:?}")))?;
-                if !cfg.plugins.contains_key(&current.spec.plugin) {
-                    return Err(RequestError::Invalid(format!(
-                        "node: {n:?} has no node plugin for {:?}",
-                        current.spec.plugin
-                    )));
-                }
+                self.check_node(&current, n)?;
                 n.to_string()
             }
             None => self.choose_node(&current).await?,
@@ -85,6 +80,17 @@ impl VolumeManager {
                     "volume {name:?} is {mode} and already published to another node"
                 )));
             }
+            if let Some(p) = r.publications.get(&node).filter(|p| p.wanted)
+                && p.readonly != readonly
+            {
+                // CSI's rule for a repeated publish that differs: the node
+                // keeps what it has, so the record must not claim otherwise.
+                return Err(RequestError::AlreadyExists(format!(
+                    "volume {name:?} is already published {} on {node:?}; unpublish it first to publish it {}",
+                    access(p.readonly),
+                    access(readonly)
+                )));
+            }
             let p = r.publications.get_or_insert_with(&node, || Publication {
                 wanted: true,
                 readonly,
@@ -97,16 +103,120 @@ impl VolumeManager {
         .await
     }
 
+    /// Refuses a required topology that neither the plugin (it takes no
+    /// accessibility requirements) nor placement (no node is there) can
+    /// honour. While the plugins are not fingerprinted yet it cannot be told;
+    /// publishing enforces it then.
+    fn check_requisite(&self, spec: &VolumeSpec) -> Result<(), RequestError> {
+        if spec.requisite_topology.is_empty() || self.constrained(&spec.plugin) != Some(false) {
+            return Ok(());
+        }
+        let views = self.node_views(Some(&spec.plugin));
+        let mut unknown = false;
+        for v in &views {
+            match &v.info {
+                Some(info)
+                    if spec
+                        .requisite_topology
+                        .iter()
+                        .any(|t| reaches(&info.accessible_topology, t)) =>
+                {
+                    return Ok(());
+                }
+                Some(_) => {}
+                None => unknown = true,
+            }
+        }
+        if unknown {
+            return Ok(());
+        }
+        Err(RequestError::Invalid(format!(
+            "requisite_topology: {} cannot be honoured: plugin {:?} takes no accessibility requirements (it does not offer VOLUME_ACCESSIBILITY_CONSTRAINTS), and none of its nodes is there",
+            spec.requisite_topology
+                .iter()
+                .map(|t| show(t.iter()))
+                .collect::<Vec<_>>()
+                .join(" or "),
+            spec.plugin
+        )))
+    }
+
+    /// Whether the volume may be published on `node`, named by the operator:
+    /// the node serves its plugin, has room under its volume limit, and is
+    /// inside the volume's topology.
+    fn check_node(&self, r: &VolumeRecord, node: &str) -> Result<(), RequestError> {
+        let plugin = &r.spec.plugin;
+        let Some(view) = self.node_views(Some(plugin)).into_iter().find(|v| v.node == node) else {
+            return Err(RequestError::Invalid(match self.config.node(node) {
+                None => format!("node: there is no node named {}", echo(node)),
+                Some(_) => format!("node: {node:?} has no node plugin for {plugin:?}"),
+            }));
+        };
+        let already = r.publications.get(node).is_some_and(|p| p.wanted);
+        if let Some(max) = view.info.as_ref().and_then(|i| i.max_volumes_per_node)
+            && !already
+            && view.published_volumes >= max
+        {
+            return Err(RequestError::Exhausted(format!(
+                "node {node:?} already has {} volumes of {plugin:?} published, its plugin's limit is {max}",
+                view.published_volumes
+            )));
+        }
+        let allowed = allowed_topology(r);
+        if allowed.is_empty() {
+            return Ok(());
+        }
+        let Some(info) = &view.info else {
+            return Err(RequestError::Unavailable(format!(
+                "the node plugin of {plugin:?} on {node:?} has not reported its topology yet, so Berth cannot tell whether it reaches {name:?}; try again shortly",
+                name = r.spec.name
+            )));
+        };
+        if allowed.iter().any(|t| reaches(&info.accessible_topology, t)) {
+            return Ok(());
+        }
+        Err(RequestError::Invalid(format!(
+            "node: {node:?} ({}) is outside the topology volume {:?} is {} ({})",
+            show(info.accessible_topology.iter()),
+            r.spec.name,
+            if r.backend
+                .as_ref()
+                .is_some_and(|b| !b.accessible_topology.is_empty())
+            {
+                "accessible from"
+            } else {
+                "required in"
+            },
+            allowed
+                .iter()
+                .map(|t| show(t.iter()))
+                .collect::<Vec<_>>()
+                .join(" or ")
+        )))
+    }
+
+    /// Unpublishes from `node`; a volume not published there is already
+    /// where the operator wants it (as CSI's unpublish calls answer).
     pub async fn unpublish(&self, name: &str, node: &str) -> Result<VolumeRecord, RequestError> {
         let id = self.id_of(name)?;
-        self.modify(&id, |r| match r.publications.get_mut(node) {
-            Some(p) => {
+        if self.config.node(node).is_none() {
+            return Err(RequestError::Invalid(format!(
+                "node: there is no node named {}",
+                echo(node)
+            )));
+        }
+        let current = self
+            .table
+            .by_id(&id)
+            .ok_or_else(|| RequestError::NotFound(format!("no volume named {}", echo(name))))?;
+        if !current.publications.get(node).is_some_and(|p| p.wanted) {
+            return Ok(current);
+        }
+        self.modify(&id, |r| {
+            if let Some(p) = r.publications.get_mut(node) {
                 p.unwant();
-                Ok(())
             }
-            None => Err(RequestError::NotFound(format!(
-                "volume {name:?} is not published to {node:?}"
-            ))),
+            Ok(())
         })
         .await
     }
@@ -133,20 +243,59 @@ impl VolumeManager {
     }
 }
 
-/// Checks an operator's spec, naming the field at fault.
+fn access(readonly: bool) -> &'static str {
+    if readonly { "read-only" } else { "read-write" }
+}
+
+/// Where a volume may be published: what the plugin said it is accessible
+/// from, or else what the operator required (empty: anywhere).
+pub(super) fn allowed_topology(r: &VolumeRecord) -> &[Segments] {
+    match &r.backend {
+        Some(b) if !b.accessible_topology.is_empty() => &b.accessible_topology,
+        _ => &r.spec.requisite_topology,
+    }
+}
+
+/// Whether a node with `topology` has every segment of `required`.
+pub(super) fn reaches(topology: &BTreeMap<String, String>, required: &Segments) -> bool {
+    required.iter().all(|(k, v)| topology.get(k) == Some(v))
+}
+
+fn show<'a>(segments: impl Iterator<Item = (&'a String, &'a String)>) -> String {
+    segments
+        .map(|(k, v)| format!("{k}={v}"))
+        .collect::<Vec<_>>()
+        .join(",")
+}
+
+/// CSI's size limits (spec, "Size Limits"): a string field at most 128
+/// bytes, a map at most 4 KiB. Berth applies them to what it forwards.
+const MAX_STRING_BYTES: usize = 128;
+const MAX_MAP_BYTES: usize = 4096;
+/// Operator names are Berth's own: a DNS subdomain's length.
+const MAX_NAME_BYTES: usize = 253;
+/// Topologies an operator may list, per kind.
+const MAX_TOPOLOGIES: usize = 64;
+
+fn map_bytes(m: &Segments) -> usize {
+    m.iter().map(|(k, v)| k.len() + v.len()).sum()
+}
+
+/// Checks an operator's spec, naming the field at fault. Every field is
+/// bounded, and a message echoes at most the start of what it was given.
 pub fn validate_spec(spec: &VolumeSpec, config: &Config) -> Result<(), RequestError> {
     let bad = |m: String| Err(RequestError::Invalid(m));
-    if spec.name.is_empty() || spec.name.len() > 253 || spec.name.chars().any(char::is_control) {
+    if spec.name.is_empty() || spec.name.len() > MAX_NAME_BYTES || spec.name.chars().any(char::is_control) {
         return bad(format!(
-            "name: {:?} must be 1 to 253 bytes without control characters",
-            spec.name
+            "name: {} must be 1 to {MAX_NAME_BYTES} bytes without control characters",
+            echo(&spec.name)
         ));
     }
     if config.plugin(&spec.plugin).is_none() {
         let known: Vec<&str> = config.plugins.iter().map(|p| p.name.as_str()).collect();
         return bad(format!(
-            "plugin: no plugin named {:?} (configured: {known:?})",
-            spec.plugin
+            "plugin: no plugin named {} (configured: {known:?})",
+            echo(&spec.plugin)
         ));
     }
     if spec.required_bytes < 0 || spec.limit_bytes < 0 {
@@ -161,18 +310,56 @@ pub fn validate_spec(spec: &VolumeSpec, config: &Config) -> Result<(), RequestEr
     if spec.access_type == AccessType::Block && (!spec.fs_type.is_empty() || !spec.mount_flags.is_empty()) {
         return bad("fs_type/mount_flags: a block volume has no file system".into());
     }
-    if let Some(s) = &spec.secret
-        && (s.is_empty() || s.contains('/') || s.starts_with('.'))
-    {
-        return bad(format!("secret: {s:?} must be a plain secret name"));
+    if spec.fs_type.len() > MAX_STRING_BYTES || spec.fs_type.chars().any(char::is_control) {
+        return bad(format!(
+            "fs_type: {} must be at most {MAX_STRING_BYTES} bytes without control characters",
+            echo(&spec.fs_type)
+        ));
     }
-    let empty_segment = |t: &Segments| t.is_empty() || t.keys().any(String::is_empty);
-    if spec
-        .requisite_topology
-        .iter()
-        .chain(&spec.preferred_topology)
-        .any(empty_segment)
+    if spec.mount_flags.iter().any(|f| f.len() > MAX_STRING_BYTES)
+        || spec.mount_flags.iter().map(String::len).sum::<usize>() > MAX_MAP_BYTES
     {
+        return bad(format!(
+            "mount_flags: each flag at most {MAX_STRING_BYTES} bytes, {MAX_MAP_BYTES} bytes in all"
+        ));
+    }
+    if let Some(s) = &spec.secret
+        && (s.is_empty()
+            || s.len() > MAX_NAME_BYTES
+            || s.contains('/')
+            || s.starts_with('.')
+            || s.chars().any(char::is_control))
+    {
+        return bad(format!("secret: {} must be a plain secret name", echo(s)));
+    }
+    for (field, map) in [("parameters", &spec.parameters), ("labels", &spec.labels)] {
+        if map_bytes(map) > MAX_MAP_BYTES {
+            return bad(format!(
+                "{field}: {} bytes of keys and values; CSI allows at most {MAX_MAP_BYTES}",
+                map_bytes(map)
+            ));
+        }
+        if let Some(k) = map
+            .keys()
+            .find(|k| k.is_empty() || k.chars().any(char::is_control))
+        {
+            return bad(format!(
+                "{field}: key {} must be non-empty without control characters",
+                echo(k)
+            ));
+        }
+    }
+    let topologies = spec.requisite_topology.iter().chain(&spec.preferred_topology);
+    let empty_segment = |t: &Segments| t.is_empty() || t.keys().any(String::is_empty);
+    if spec.requisite_topology.len() > MAX_TOPOLOGIES
+        || spec.preferred_topology.len() > MAX_TOPOLOGIES
+        || topologies.clone().any(|t| map_bytes(t) > MAX_MAP_BYTES)
+    {
+        return bad(format!(
+            "requisite_topology/preferred_topology: at most {MAX_TOPOLOGIES} topologies of at most {MAX_MAP_BYTES} bytes each"
+        ));
+    }
+    if topologies.clone().any(empty_segment) {
         return bad(
             "requisite_topology/preferred_topology: every topology needs at least one KEY=VALUE".into(),
         );

@@ -8,8 +8,8 @@ use super::VolumeManager;
 use super::nodes::NodeVolume;
 use super::outcome::{Apply, StepError, Unwritten, done_effect, set_step, step_error};
 use super::plan::Step;
-use crate::csi::registry::Plugin;
 use crate::csi::proto;
+use crate::csi::registry::Plugin;
 use crate::model::{AccessMode, AccessType, Backend, PublishStep, VolumeRecord, VolumeSpec};
 use crate::policy::Code;
 
@@ -111,7 +111,7 @@ impl VolumeManager {
     ) -> Result<Apply, StepError> {
         let spec = &r.spec;
         let controller = self.controller(&spec.plugin)?;
-        let requirements = if self.constrained(&spec.plugin) && !r.deleting {
+        let requirements = if self.constrained(&spec.plugin) == Some(true) && !r.deleting {
             match placed_ahead {
                 Some(placed) => Some(placed),
                 None => Some(self.accessibility(r).await?),

@@ -374,6 +374,7 @@ mod tests {
                 first_failure_ms: 0,
                 next_attempt_ms: 0,
                 last_error: String::new(),
+                policy_failures: 0,
             });
             Ok(())
         })

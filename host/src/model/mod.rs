@@ -89,6 +89,14 @@ pub struct Retrying {
     pub first_failure_ms: u64,
     pub next_attempt_ms: u64,
     pub last_error: String,
+    /// Policy failures in a row (a guest that failed to decide, under
+    /// `on_error = "fail"`); a few end in a give-up.
+    #[serde(default, skip_serializing_if = "is_zero")]
+    pub policy_failures: u32,
+}
+
+fn is_zero(n: &u32) -> bool {
+    *n == 0
 }
 
 #[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]

@@ -38,14 +38,22 @@ pub fn validate_verdicts(verdicts: &[Verdict], candidates: usize) -> Result<(), 
             verdicts.len()
         ));
     }
-    if let Some((i, v)) = verdicts
-        .iter()
-        .enumerate()
-        .find(|(_, v)| v.reason.len() > MAX_REASON_BYTES)
-    {
+    for (i, v) in verdicts.iter().enumerate() {
+        validate_reason(&v.reason).map_err(|e| format!("the reason for candidate {i} {e}"))?;
+    }
+    Ok(())
+}
+
+/// A reason is one line for an operator's terminal: bounded, and without
+/// control characters (which could clear a screen or fake a line).
+fn validate_reason(reason: &str) -> Result<(), String> {
+    if reason.len() > MAX_REASON_BYTES {
+        return Err(format!("is {} bytes; at most {MAX_REASON_BYTES}", reason.len()));
+    }
+    if let Some(c) = reason.chars().find(|c| c.is_control()) {
         return Err(format!(
-            "the reason for candidate {i} is {} bytes; at most {MAX_REASON_BYTES}",
-            v.reason.len()
+            "contains the control character U+{:04X}; a reason is one line of text",
+            c as u32
         ));
     }
     Ok(())
@@ -58,6 +66,9 @@ pub fn validate_retry(decision: &RetryDecision) -> Result<(), String> {
         )),
         RetryDecision::GiveUp(reason) if reason.trim().is_empty() => {
             Err("give-up needs a reason for the operator".into())
+        }
+        RetryDecision::GiveUp(reason) => {
+            validate_reason(reason).map_err(|e| format!("the give-up reason {e}"))
         }
         _ => Ok(()),
     }
@@ -99,6 +110,11 @@ mod tests {
                 .contains("1 verdicts for 2")
         );
         assert!(validate_verdicts(&[v(&"r".repeat(300))], 1).is_err());
+        for bad in ["\x1b[2Jgone", "nul\0", "two\nlines"] {
+            let e = validate_verdicts(&[v(bad)], 1).unwrap_err();
+            assert!(e.contains("control character"), "{e}");
+        }
+        assert!(validate_retry(&RetryDecision::GiveUp("a\x1bb".into())).is_err());
         assert!(validate_retry(&RetryDecision::RetryAfter(1000)).is_ok());
         assert!(validate_retry(&RetryDecision::RetryAfter(u64::MAX)).is_err());
         assert!(validate_retry(&RetryDecision::GiveUp(" ".into())).is_err());

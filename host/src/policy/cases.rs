@@ -208,6 +208,79 @@ fn pick_decision(module: &PolicyModule, case: &Case) -> Result<Decision, String>
     }
 }
 
+impl Expect {
+    /// The expectations set, by decision.
+    fn keys(&self) -> [(Decision, Vec<&'static str>); 3] {
+        let set =
+            |pairs: &[(&'static str, bool)]| pairs.iter().filter(|(_, s)| *s).map(|(k, _)| *k).collect();
+        [
+            (
+                Decision::Naming,
+                set(&[
+                    ("name", self.name.is_some()),
+                    ("name_prefix", self.name_prefix.is_some()),
+                    ("max_length", self.max_length.is_some()),
+                    ("refused", self.refused.is_some()),
+                    ("refusal_contains", self.refusal_contains.is_some()),
+                ]),
+            ),
+            (
+                Decision::Placement,
+                set(&[
+                    ("eligible", self.eligible.is_some()),
+                    ("best", self.best.is_some()),
+                    ("reasons", !self.reasons.is_empty()),
+                ]),
+            ),
+            (
+                Decision::Retry,
+                set(&[
+                    ("retry_after_ms", self.retry_after_ms.is_some()),
+                    ("give_up", self.give_up.is_some()),
+                    ("give_up_contains", self.give_up_contains.is_some()),
+                    ("done", self.done.is_some()),
+                ]),
+            ),
+        ]
+    }
+
+    /// Refuses expectations of another decision, and expectations no answer
+    /// could meet (a name and a refusal, a give-up and a retry...).
+    fn check(&self, decision: Decision) -> Result<(), String> {
+        for (d, keys) in self.keys() {
+            if d != decision && !keys.is_empty() {
+                return Err(format!(
+                    "expect.{} is for {d} cases; this case is a {decision} case",
+                    keys.join(", expect.")
+                ));
+            }
+        }
+        let named = self.name.is_some() || self.name_prefix.is_some() || self.max_length.is_some();
+        let refused = self.refused == Some(true) || self.refusal_contains.is_some();
+        if named && refused {
+            return Err("expect asks for a name and for a refusal; an answer is one or the other".into());
+        }
+        if self.refused == Some(false) && self.refusal_contains.is_some() {
+            return Err("expect.refused = false contradicts expect.refusal_contains".into());
+        }
+        let gives_up = self.give_up == Some(true) || self.give_up_contains.is_some();
+        let retries = self.retry_after_ms.is_some();
+        let done = self.done == Some(true);
+        if [gives_up, retries, done].iter().filter(|x| **x).count() > 1 {
+            return Err("expect asks for more than one of retry_after_ms, give_up and done; a decision is one of them".into());
+        }
+        if self.give_up == Some(false) && self.give_up_contains.is_some() {
+            return Err("expect.give_up = false contradicts expect.give_up_contains".into());
+        }
+        if let Some(Range::Between { min, max }) = &self.retry_after_ms
+            && min > max
+        {
+            return Err(format!("expect.retry_after_ms: min {min} is more than max {max}"));
+        }
+        Ok(())
+    }
+}
+
 fn run_one(
     engine: &PolicyEngine,
     module: &PolicyModule,
@@ -220,6 +293,7 @@ fn run_one(
     let settings = to_pairs(&settings);
     let volume = volume(case.volume.as_ref())?;
     let e = &case.expect;
+    e.check(decision)?;
     match decision {
         Decision::Naming => {
             let answer = module

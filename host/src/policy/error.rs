@@ -56,11 +56,26 @@ pub(crate) fn bytes(n: usize) -> String {
     crate::units::format_bytes(n)
 }
 
-/// A failed decision, naming the module and the decision.
-#[derive(Clone, Debug, PartialEq, Eq, thiserror::Error)]
-#[error("policy module {module:?} ({decision}): {failure}")]
+/// A failed decision, naming the module and the decision (a module that
+/// does not load names no decision: it failed before deciding anything).
+#[derive(Clone, Debug, PartialEq, Eq)]
 pub struct PolicyError {
     pub module: String,
     pub decision: Decision,
     pub failure: GuestFailure,
 }
+
+impl fmt::Display for PolicyError {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match &self.failure {
+            GuestFailure::Load(_) => write!(f, "policy module {:?}: {}", self.module, self.failure),
+            _ => write!(
+                f,
+                "policy module {:?} ({}): {}",
+                self.module, self.decision, self.failure
+            ),
+        }
+    }
+}
+
+impl std::error::Error for PolicyError {}

@@ -15,6 +15,7 @@ mod candidates;
 pub mod cases;
 mod engine;
 mod error;
+mod memory;
 mod module;
 mod policies;
 pub mod samples;

@@ -14,6 +14,14 @@ use wasmtime::{Store, Trap};
 
 use super::answer::{validate_retry, validate_verdicts, validate_volume_name};
 use super::bindings::{COMPATIBLE_PREFIX, PACKAGE, PACKAGE_VERSION};
+use super::memory::initial_memory;
+
+/// An initial memory past this is more than a policy's stack and data need.
+const LARGE_INITIAL_MEMORY: u64 = 1 << 20;
+
+fn bytes_shown(n: u64) -> String {
+    crate::units::format_bytes(usize::try_from(n).unwrap_or(usize::MAX))
+}
 use super::engine::{GuestState, MemoryLimitExceeded, PolicyEngine};
 use super::error::{GuestFailure, PolicyError, bytes};
 use super::{Candidates, Decision, Failure, NamingRequest, PlacementRequest, RetryDecision, Verdict};
@@ -100,6 +108,8 @@ pub struct PolicyModule {
     placement: Option<ComponentExportIndex>,
     retry: Option<ComponentExportIndex>,
     pub(crate) counters: Counters,
+    /// The largest initial memory its core modules declare.
+    initial_memory: Option<u64>,
 }
 
 #[derive(Debug, thiserror::Error)]
@@ -130,6 +140,16 @@ impl PolicyModule {
                 config.path.display()
             )))
         })?;
+        // The engine also reads the text format (tests write guests in it);
+        // anything else is refused before a parser says something obscure.
+        let text = wasm.iter().find(|b| !b.is_ascii_whitespace()) == Some(&b'(');
+        if !wasm.starts_with(b"\0asm") && !text {
+            return Err(fail(GuestFailure::Load(format!(
+                "{} is not a WebAssembly component (it does not start with the \\0asm header)",
+                config.path.display()
+            ))));
+        }
+        let initial_memory = initial_memory(&wasm);
         let component = Component::new(engine.engine(), &wasm).map_err(|e| {
             let hint = if wasm.starts_with(b"\0asm\x01\0\0\0") {
                 " (this is a core module; build a component, e.g. with --target wasm32-wasip2)"
@@ -162,6 +182,7 @@ impl PolicyModule {
             placement: exports[1],
             retry: exports[2],
             counters: Counters::default(),
+            initial_memory,
         };
         module.check_signatures(engine)?;
         Ok(module)
@@ -169,6 +190,18 @@ impl PolicyModule {
 
     pub fn name(&self) -> &str {
         &self.config.name
+    }
+
+    /// Something about the module worth fixing, though it loads: today, an
+    /// initial memory larger than a policy needs (each decision resets it).
+    pub fn warning(&self) -> Option<String> {
+        let bytes = self.initial_memory.filter(|b| *b > LARGE_INITIAL_MEMORY)?;
+        Some(format!(
+            "{} starts with {} of linear memory, which every decision resets; a Rust guest built \
+             without the SDK's stack setting (-zstack-size=131072, see guests/README.md) reserves a 1 MiB stack",
+            self.config.name,
+            bytes_shown(bytes)
+        ))
     }
 
     pub fn config(&self) -> &ModuleConfig {
@@ -411,11 +444,22 @@ fn classify(e: &wasmtime::Error, store: &Store<GuestState>, limits: &Limits) -> 
     match e.downcast_ref::<Trap>() {
         Some(Trap::Interrupt) => GuestFailure::Deadline(limits.deadline),
         Some(trap) => {
+            // Guests keep their stack at the start of linear memory (the
+            // SDK's layout, and wasm-ld's with a stack size set): one that
+            // overflows wraps below zero, and the access after traps as out
+            // of bounds. Safe code has no other way to get there.
+            let what = if *trap == Trap::MemoryOutOfBounds {
+                format!(
+                    "{trap}: a stack overflow (deep recursion, or large locals for the guest's stack), or a stray pointer"
+                )
+            } else {
+                trap.to_string()
+            };
             let stderr = store.data().stderr_text();
             if stderr.is_empty() {
-                GuestFailure::Trap(trap.to_string())
+                GuestFailure::Trap(what)
             } else {
-                GuestFailure::Trap(format!("{trap}; the guest said: {stderr}"))
+                GuestFailure::Trap(format!("{what}; the guest said: {stderr}"))
             }
         }
         None => GuestFailure::Trap(format!("{e:#}")),

@@ -106,6 +106,50 @@ impl Policies {
         Ok(module)
     }
 
+    /// Makes `modules` (each with the decisions it is to serve; every one it
+    /// exports when empty) the whole set in service, at once. Each is loaded
+    /// and checked first; if one fails to load, does not serve what is asked
+    /// of it, or two would serve the same decision, nothing changes. Decisions
+    /// no module serves go back to the built-in policies.
+    pub fn replace_all(&self, modules: &[(ModuleConfig, Vec<Decision>)]) -> Result<(), String> {
+        let mut serving: [Option<(usize, Arc<PolicyModule>)>; 3] = Default::default();
+        for (i, (config, decisions)) in modules.iter().enumerate() {
+            let module = Arc::new(
+                PolicyModule::load(&self.engine, config.clone()).map_err(|e| format!("policy[{i}]: {e}"))?,
+            );
+            if let Some(w) = module.warning() {
+                tracing::warn!(module = module.name(), "{w}");
+            }
+            let wanted = if decisions.is_empty() {
+                module.decisions()
+            } else {
+                decisions.clone()
+            };
+            for d in wanted {
+                if !module.serves(d) {
+                    return Err(format!(
+                        "policy[{i}]: {} does not export {d}",
+                        config.path.display()
+                    ));
+                }
+                if let Some((j, _)) = &serving[d as usize] {
+                    return Err(format!(
+                        "policy[{i}]: {} serves {d}, and so does policy[{j}] ({}); give each decision one module (decisions = [...])",
+                        config.path.display(),
+                        modules[*j].0.path.display()
+                    ));
+                }
+                serving[d as usize] = Some((i, module.clone()));
+            }
+        }
+        for (d, new) in Decision::ALL.into_iter().zip(serving) {
+            let new = new.map(|(_, m)| m);
+            tracing::info!(module = new.as_ref().map(|m| m.name()), decision = %d, "policy in service");
+            *self.slot(d).write().unwrap_or_else(|p| p.into_inner()) = new;
+        }
+        Ok(())
+    }
+
     /// Goes back to the built-in policy for `decision`.
     pub fn remove(&self, decision: Decision) {
         self.slot(decision)

@@ -59,9 +59,9 @@ impl RedbStore {
             message,
         };
         if let Some(dir) = path.parent().filter(|p| !p.as_os_str().is_empty()) {
-            std::fs::create_dir_all(dir)
-                .map_err(|e| open_error(format!("creating {}: {e}", dir.display())))?;
+            private_dir(dir).map_err(|e| open_error(format!("creating {}: {e}", dir.display())))?;
         }
+        private_file(path).map_err(|e| open_error(e.to_string()))?;
         // A store from a newer release is refused before anything could write
         // to it: redb updates the file when it opens it for writing. (A file
         // that needs crash recovery cannot be opened read-only; it is checked
@@ -121,6 +121,53 @@ impl RedbStore {
         let txn = self.db.begin_write().unwrap();
         txn.open_table(META).unwrap().insert(SCHEMA_KEY, version).unwrap();
         txn.commit().unwrap();
+    }
+}
+
+/// Creates `dir` (and missing parents) for the owner only; warns when an
+/// existing one lets others in. Records hold names, labels, parameters and
+/// contexts: other local users must not read them.
+fn private_dir(dir: &Path) -> std::io::Result<()> {
+    use std::os::unix::fs::{DirBuilderExt, PermissionsExt};
+    match std::fs::metadata(dir) {
+        Ok(meta) => {
+            let mode = meta.permissions().mode() & 0o777;
+            if mode & 0o077 != 0 {
+                tracing::warn!(
+                    dir = %dir.display(),
+                    mode = format!("{mode:04o}"),
+                    "the state directory is open to other users; chmod 700 it"
+                );
+            }
+            Ok(())
+        }
+        Err(_) => std::fs::DirBuilder::new().recursive(true).mode(0o700).create(dir),
+    }
+}
+
+/// Creates the store file for the owner only (before redb writes anything
+/// into it); warns when an existing one lets others read it.
+fn private_file(path: &Path) -> std::io::Result<()> {
+    use std::os::unix::fs::{OpenOptionsExt, PermissionsExt};
+    match std::fs::metadata(path) {
+        Ok(meta) => {
+            let mode = meta.permissions().mode() & 0o777;
+            if mode & 0o077 != 0 {
+                tracing::warn!(
+                    store = %path.display(),
+                    mode = format!("{mode:04o}"),
+                    "the store file is readable by other users; chmod 600 it"
+                );
+            }
+            Ok(())
+        }
+        Err(_) => std::fs::OpenOptions::new()
+            .write(true)
+            .create_new(true)
+            .mode(0o600)
+            .open(path)
+            .map(drop)
+            .map_err(|e| std::io::Error::new(e.kind(), format!("creating {}: {e}", path.display()))),
     }
 }
 
@@ -263,6 +310,18 @@ mod tests {
         );
         drop(store);
         assert_eq!(RedbStore::recorded_schema(&path).unwrap(), Some(SCHEMA_VERSION));
+    }
+
+    #[test]
+    fn a_new_store_is_for_its_owner_only() {
+        use std::os::unix::fs::PermissionsExt;
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("state/deeper/state.redb");
+        drop(RedbStore::open(&path).unwrap());
+        let mode = |p: &Path| std::fs::metadata(p).unwrap().permissions().mode() & 0o777;
+        assert_eq!(mode(&path), 0o600);
+        assert_eq!(mode(path.parent().unwrap()), 0o700);
+        assert_eq!(mode(&dir.path().join("state")), 0o700);
     }
 
     #[test]

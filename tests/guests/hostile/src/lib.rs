@@ -3,6 +3,7 @@
 //! - `loop`: never returns;
 //! - `memory-bomb`: allocates until something stops it;
 //! - `trap`: panics;
+//! - `stack-overflow`: recurses until its stack (in linear memory) runs out;
 //! - `huge-answer`: answers with megabytes;
 //! - `invalid-answer`: an answer of the right type that breaks the contract
 //!   (a name with a control character, the wrong number of verdicts, a retry
@@ -28,6 +29,17 @@ use berth_guest::{
 
 pub struct Hostile;
 
+/// Recursion with a large frame on the guest's own stack (in linear memory).
+#[inline(never)]
+fn deep(n: u32) -> u64 {
+    let frame = std::hint::black_box([n as u8; 4096]);
+    if n == 0 {
+        0
+    } else {
+        u64::from(frame[(n % 4096) as usize]) + deep(n - 1)
+    }
+}
+
 static CALLS: AtomicU64 = AtomicU64::new(0);
 
 /// Runs the named misbehaviour that has the same shape for every decision.
@@ -48,6 +60,10 @@ fn misbehave(settings: &Pairs) -> Option<&str> {
             }
         }
         "trap" => panic!("hostile guest trapped on purpose"),
+        "stack-overflow" => {
+            std::hint::black_box(deep(std::hint::black_box(1 << 20)));
+            None
+        }
         _ => Some(behaviour),
     }
 }
