@@ -29,7 +29,7 @@ impl VolumeManager {
         if decisions.iter().all(|d| self.policies.module(*d).is_none()) {
             return f(&self.policies);
         }
-        let span = tracing::info_span!("decide", volume);
+        let span = tracing::info_span!("decide", volume = %volume);
         // As many guests at once as there are cores: more would only queue
         // on the cores, and would each hold a blocking thread.
         let _turn = self.deciding.acquire().await;
