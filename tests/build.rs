@@ -57,6 +57,11 @@ fn main() {
     }
     let dir = target_dir.join(TARGET).join("guest");
     println!("cargo:rustc-env=BERTH_GUESTS_DIR={}", dir.display());
+    // A component removed since (a cleaned guest directory) is built again.
+    for g in GUESTS {
+        let file = format!("{}.wasm", g.replace('-', "_"));
+        println!("cargo:rerun-if-changed={}", dir.join(file).display());
+    }
 
     // The naming sample once more as a guest author who skipped the SDK's
     // stack setting would build it (Rust's default 1 MiB stack), for the
