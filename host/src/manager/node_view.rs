@@ -5,6 +5,7 @@
 use std::collections::BTreeMap;
 
 use super::VolumeManager;
+use crate::config::NodeConfig;
 use crate::csi::fingerprint::NodeInfo;
 use crate::csi::registry::Health;
 
@@ -29,20 +30,30 @@ impl VolumeManager {
         let mut out = Vec::new();
         for n in &self.config.nodes {
             for name in n.plugins.keys().filter(|p| plugin.is_none_or(|want| want == *p)) {
-                let status = self.nodes.plugin(&n.name, name).map(|p| p.status());
-                let (health, info) = status
-                    .map(|s| (s.health, s.fingerprint.and_then(|f| f.node)))
-                    .unwrap_or((Health::Unknown, None));
-                out.push(NodePluginView {
-                    node: n.name.clone(),
-                    labels: n.labels.clone(),
-                    plugin: name.clone(),
-                    health,
-                    info,
-                    published_volumes: self.table.published_on(name, &n.name),
-                });
+                out.push(self.view(n, name));
             }
         }
         out
+    }
+
+    /// `plugin` on `node`, when the node is configured with it.
+    pub fn node_view(&self, node: &str, plugin: &str) -> Option<NodePluginView> {
+        let n = self.config.node(node)?;
+        n.plugins.contains_key(plugin).then(|| self.view(n, plugin))
+    }
+
+    fn view(&self, n: &NodeConfig, plugin: &str) -> NodePluginView {
+        let status = self.nodes.plugin(&n.name, plugin).map(|p| p.status());
+        let (health, info) = status
+            .map(|s| (s.health, s.fingerprint.and_then(|f| f.node)))
+            .unwrap_or((Health::Unknown, None));
+        NodePluginView {
+            node: n.name.clone(),
+            labels: n.labels.clone(),
+            plugin: plugin.to_string(),
+            health,
+            info,
+            published_volumes: self.table.published_on(plugin, &n.name),
+        }
     }
 }
