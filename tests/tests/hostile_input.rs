@@ -207,18 +207,13 @@ proptest! {
             }
             Ok(RetryDecision::GiveUp(r)) => {
                 prop_assert_eq!((kind, &r), (1, &reason));
-                prop_assert!(!r.trim().is_empty() && r.len() <= MAX_REASON_BYTES);
-                prop_assert!(!r.chars().any(char::is_control));
+                prop_assert!(!r.trim().is_empty());
             }
             Ok(RetryDecision::Done) => prop_assert_eq!(kind, 2),
             Err(e) => {
                 prop_assert!(invalid_answer(&e, Decision::Retry), "{e}");
                 prop_assert!(
-                    (kind == 0 && delay > MAX_RETRY_DELAY_MS)
-                        || (kind == 1
-                            && (reason.trim().is_empty()
-                                || reason.len() > MAX_REASON_BYTES
-                                || reason.chars().any(char::is_control))),
+                    (kind == 0 && delay > MAX_RETRY_DELAY_MS) || (kind == 1 && reason.trim().is_empty()),
                     "a sane decision was refused: {e}"
                 );
             }
