@@ -10,13 +10,13 @@
 use std::path::PathBuf;
 use std::process::Command;
 
-const GUESTS: [&str; 5] = [
-    "berth-naming-guest",
-    "berth-placement-guest",
-    "berth-retry-guest",
-    "berth-hostile-guest",
-    "berth-forbidden-guest",
-];
+/// One package a line; `#` starts a comment.
+fn guests() -> impl Iterator<Item = &'static str> {
+    include_str!("guest-packages.txt")
+        .lines()
+        .map(str::trim)
+        .filter(|l| !l.is_empty() && !l.starts_with('#'))
+}
 const TARGET: &str = "wasm32-wasip2";
 
 fn main() {
@@ -48,7 +48,7 @@ fn main() {
         .env_remove("CARGO_ENCODED_RUSTFLAGS")
         .env_remove("RUSTFLAGS")
         .env_remove("RUSTC_WORKSPACE_WRAPPER");
-    for g in GUESTS {
+    for g in guests() {
         cmd.args(["--package", g]);
     }
     let status = cmd.status().expect("running cargo to build the guest components");
@@ -58,7 +58,7 @@ fn main() {
     let dir = target_dir.join(TARGET).join("guest");
     println!("cargo:rustc-env=BERTH_GUESTS_DIR={}", dir.display());
     // A component removed since (a cleaned guest directory) is built again.
-    for g in GUESTS {
+    for g in guests() {
         let file = format!("{}.wasm", g.replace('-', "_"));
         println!("cargo:rerun-if-changed={}", dir.join(file).display());
     }
@@ -78,7 +78,7 @@ fn main() {
             "--profile",
             "guest",
             "--package",
-            GUESTS[0],
+            "berth-naming-guest",
         ])
         .env("CARGO_TARGET_DIR", &plain_dir)
         .env("CARGO_ENCODED_RUSTFLAGS", "-Cdebuginfo=0")

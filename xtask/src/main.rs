@@ -93,14 +93,18 @@ fn build_bins() -> anyhow::Result<()> {
     run(cmd)
 }
 
-/// Guest components: the samples in guests/ and the hostile ones the tests use.
-const GUESTS: [&str; 5] = [
-    "berth-naming-guest",
-    "berth-placement-guest",
-    "berth-retry-guest",
-    "berth-hostile-guest",
-    "berth-forbidden-guest",
-];
+/// Guest components (the samples in guests/ and the hostile ones the tests
+/// use), listed once for this command and the test crate's build script.
+fn guest_packages() -> anyhow::Result<Vec<String>> {
+    let list = root().join("tests/guest-packages.txt");
+    let text = std::fs::read_to_string(&list).with_context(|| format!("reading {}", list.display()))?;
+    Ok(text
+        .lines()
+        .map(str::trim)
+        .filter(|l| !l.is_empty() && !l.starts_with('#'))
+        .map(String::from)
+        .collect())
+}
 const WASM_TARGET: &str = "wasm32-wasip2";
 /// Where guests are built: a target directory of their own, shared with the
 /// test crate's build script (which cannot use the main one while cargo
@@ -132,8 +136,8 @@ fn guests() -> anyhow::Result<()> {
     let mut cmd = cargo();
     cmd.args(["build", "--target", WASM_TARGET, "--profile", "guest"])
         .env("CARGO_TARGET_DIR", root().join(GUEST_TARGET_DIR));
-    for g in GUESTS {
-        cmd.args(["--package", g]);
+    for g in guest_packages()? {
+        cmd.args(["--package", &g]);
     }
     run(cmd)
 }
