@@ -503,3 +503,27 @@ fn policies_reload_all_or_nothing_and_status_counts_them() {
     assert!(get(&c, "still")["csi_name"].as_str().unwrap().starts_with("re-"));
     assert!(c.ok(&["status"]).contains("berth_retry_guest"));
 }
+
+#[test]
+fn a_policy_that_runs_out_of_time_is_asked_again_not_given_up_on() {
+    // A deadline missed may pass on a less busy machine; only failures that
+    // repeat for the same input end in a give-up.
+    let c = hostile("naming", "loop", vec![]);
+    c.ok(&["volume", "create", "slow", "--plugin", "hostpath"]);
+    let started = Instant::now();
+    loop {
+        let v = get(&c, "slow");
+        assert_eq!(v["failure"], "", "a deadline is not a give-up: {v}");
+        if attempt(&v) > 3 {
+            break;
+        }
+        assert!(started.elapsed() < Duration::from_secs(30), "{v}");
+        std::thread::sleep(Duration::from_millis(200));
+    }
+    assert!(
+        get(&c, "slow")["retrying"]
+            .as_str()
+            .unwrap()
+            .contains("ran past its deadline")
+    );
+}

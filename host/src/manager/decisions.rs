@@ -2,7 +2,7 @@
 //! accessibility requirements and for publishes that name no node. Guests run
 //! on tokio's blocking threads; the built-in policies run in place.
 
-use super::outcome::{Apply, StepError, step_error};
+use super::outcome::{Apply, StepError, policy_step_error, step_error};
 use super::{RequestError, VolumeManager};
 use crate::csi::proto;
 use crate::csi::proto::plugin_capability::service::Type as ServiceCap;
@@ -67,7 +67,7 @@ impl VolumeManager {
             .await;
         // A placement that failed is asked again by CreateVolume, which reports it.
         *placed_ahead = placed.and_then(|(nodes, verdicts)| requirements(&nodes, &verdicts.ok()?).ok());
-        let outcome = outcome.map_err(|e| step_error(Code::Unavailable, e.to_string()))?;
+        let outcome = outcome.map_err(|e| policy_step_error(&e))?;
         match outcome {
             NamingOutcome::Named(name) => {
                 if !self.table.claim_csi_name(&name, &r.id) {
@@ -95,7 +95,7 @@ impl VolumeManager {
         let (nodes, verdicts) = self
             .place(r, Purpose::Create, vec![])
             .await
-            .map_err(|e| step_error(Code::Unavailable, e.to_string()))?;
+            .map_err(|e| policy_step_error(&e))?;
         requirements(&nodes, &verdicts)
     }
 

@@ -5,7 +5,7 @@
 use super::plan::Step;
 use crate::csi::CsiError;
 use crate::model::{PublishStep, Segments, VolumeRecord};
-use crate::policy::Code;
+use crate::policy::{Code, PolicyError};
 
 /// What a successful step changes in the record. Applied twice: to the
 /// worker's copy at once, and to the latest stored record when written.
@@ -66,6 +66,38 @@ pub(super) struct StepError {
     pub message: String,
     /// Whether the plugin answered (as opposed to a check before any call).
     pub sent: bool,
+    /// Set when a policy failed to decide the step (naming, placement).
+    pub policy: Option<PolicyFailure>,
+}
+
+/// How a policy failed, for how long to keep asking it.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(super) enum PolicyFailure {
+    /// May pass (a deadline on a busy machine): asked again as long as it takes.
+    Transient,
+    /// Repeats for the same input (a trap, a broken contract): a few in a
+    /// row leave the volume failed.
+    Repeatable,
+}
+
+impl From<&PolicyError> for PolicyFailure {
+    fn from(e: &PolicyError) -> Self {
+        if e.failure.is_transient() {
+            PolicyFailure::Transient
+        } else {
+            PolicyFailure::Repeatable
+        }
+    }
+}
+
+/// A step that failed because a policy did.
+pub(super) fn policy_step_error(e: &PolicyError) -> StepError {
+    StepError {
+        code: Code::Unavailable,
+        message: e.to_string(),
+        sent: false,
+        policy: Some(e.into()),
+    }
 }
 
 impl From<CsiError> for StepError {
@@ -74,6 +106,7 @@ impl From<CsiError> for StepError {
             code: Code::from_grpc(e.code()).unwrap_or(Code::Unknown),
             sent: matches!(e.failure, crate::csi::Failure::Status { .. }),
             message: e.to_string(),
+            policy: None,
         }
     }
 }
@@ -83,6 +116,7 @@ pub(super) fn step_error(code: Code, message: impl Into<String>) -> StepError {
         code,
         message: message.into(),
         sent: false,
+        policy: None,
     }
 }
 

@@ -6,7 +6,7 @@
 use std::sync::Arc;
 use std::time::Duration;
 
-use super::outcome::{StepError, Unwritten, done_effect, refused_outright};
+use super::outcome::{PolicyFailure, StepError, Unwritten, done_effect, refused_outright};
 use super::plan::{Caps, Step, next_step};
 use super::{RequestError, VolumeManager, now_ms};
 use crate::csi::proto::controller_service_capability::rpc::Type as ControllerCap;
@@ -14,9 +14,9 @@ use crate::csi::proto::node_service_capability::rpc::Type as NodeCap;
 use crate::model::{Retrying, VolumeRecord};
 use crate::policy::{self, Decision, RetryDecision};
 
-/// A guest that fails to decide this many times in a row for a volume (a
-/// contract violation repeats: the same input gets the same answer) leaves
-/// the volume failed for an operator, instead of retrying forever.
+/// A guest that fails to decide this many times in a row for a volume, in a
+/// way that repeats for the same input (a contract violation, a trap),
+/// leaves the volume failed for an operator instead of retrying forever.
 const POLICY_FAILURES_TO_GIVE_UP: u32 = 3;
 /// How long to wait before asking a policy that failed again.
 const POLICY_RETRY_MS: u64 = 1_000;
@@ -180,8 +180,14 @@ impl VolumeManager {
             .map_or_else(now_ms, |r| r.first_failure_ms);
         let label = step.label();
         let name = record.spec.name.clone();
-        let (decision, policy_failed) = match step.operation() {
-            Some(operation) => {
+        // A failed policy is asked again after a pause; one that fails the
+        // same way a few times in a row leaves the volume failed.
+        let (decision, policy_failed) = match (e.policy, step.operation()) {
+            (Some(kind), _) => (
+                RetryDecision::RetryAfter(POLICY_RETRY_MS),
+                Some((e.message.clone(), kind)),
+            ),
+            (None, Some(operation)) => {
                 let failure = policy::Failure {
                     operation,
                     code: e.code,
@@ -196,31 +202,33 @@ impl VolumeManager {
                     .await
                 {
                     Ok(d) => (d, None),
-                    Err(pe) => (RetryDecision::RetryAfter(POLICY_RETRY_MS), Some(pe.to_string())),
+                    Err(pe) => (
+                        RetryDecision::RetryAfter(POLICY_RETRY_MS),
+                        Some((pe.to_string(), PolicyFailure::from(&pe))),
+                    ),
                 }
             }
-            // Berth's own steps (naming) fail only when a policy does.
-            None => (
-                RetryDecision::RetryAfter(POLICY_RETRY_MS),
-                Some(e.message.clone()),
-            ),
+            // Berth's own steps fail only when a policy does.
+            (None, None) => (RetryDecision::RetryAfter(POLICY_RETRY_MS), None),
         };
+        let before = record.retrying.as_ref().map_or(0, |r| r.policy_failures);
         let policy_failures = match &policy_failed {
-            Some(_) => record.retrying.as_ref().map_or(0, |r| r.policy_failures) + 1,
+            Some((_, PolicyFailure::Repeatable)) => before + 1,
+            Some((_, PolicyFailure::Transient)) => before,
             None => 0,
         };
         let decision = match (policy_failed, decision) {
-            (Some(why), _) if policy_failures >= POLICY_FAILURES_TO_GIVE_UP => RetryDecision::GiveUp(
-                format!("the policy failed {policy_failures} times in a row, last: {why}"),
-            ),
-            (Some(why), d) => {
-                tracing::warn!(volume = %name, step = %label, policy_failures, error = %why, "policy failed; asking again");
-                d
+            (Some((why, PolicyFailure::Repeatable)), _) if policy_failures >= POLICY_FAILURES_TO_GIVE_UP => {
+                RetryDecision::GiveUp(format!(
+                    "the policy failed {policy_failures} times in a row, last: {why}"
+                ))
             }
-            (None, RetryDecision::RetryAfter(ms)) => {
+            (Some((why, _)), RetryDecision::RetryAfter(ms)) => {
+                tracing::warn!(volume = %name, step = %label, policy_failures, error = %why, "policy failed; asking again");
                 RetryDecision::RetryAfter(ms.max(retry_floor_ms(attempt)))
             }
-            (None, d) => d,
+            (_, RetryDecision::RetryAfter(ms)) => RetryDecision::RetryAfter(ms.max(retry_floor_ms(attempt))),
+            (_, d) => d,
         };
         tracing::info!(volume = %name, step = %label, attempt, error = %e.message, ?decision, "step failed");
         match decision {

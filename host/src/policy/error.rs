@@ -26,6 +26,15 @@ pub enum GuestFailure {
     InvalidAnswer(String),
 }
 
+impl GuestFailure {
+    /// Whether asking again may well succeed: a deadline missed or an
+    /// instance not created on a busy machine. A trap, a memory limit or a
+    /// broken contract repeats for the same input.
+    pub fn is_transient(&self) -> bool {
+        matches!(self, GuestFailure::Deadline(_) | GuestFailure::Instantiate(_))
+    }
+}
+
 impl fmt::Display for GuestFailure {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         match self {
