@@ -388,9 +388,18 @@ fn a_user_without_access_to_the_socket_is_told_why() {
         return;
     }
     let c = Cluster::start(builtin());
+    // The other user must be able to run the CLI, wherever this checkout is.
+    let shared = tempfile::Builder::new()
+        .prefix("berth-cli-")
+        .tempdir_in("/tmp")
+        .unwrap();
+    std::fs::set_permissions(shared.path(), std::fs::Permissions::from_mode(0o755)).unwrap();
+    let cli = shared.path().join("berth");
+    std::fs::copy(berth_tests::bin("berth"), &cli).unwrap();
+    std::fs::set_permissions(&cli, std::fs::Permissions::from_mode(0o755)).unwrap();
     let out = std::process::Command::new(runuser)
         .args(["-u", "nobody", "--"])
-        .arg(berth_tests::bin("berth"))
+        .arg(&cli)
         .args(["volume", "list", "--api"])
         .arg(&c.api)
         .output()
