@@ -12,6 +12,7 @@ use tokio_stream::wrappers::UnixListenerStream;
 use crate::api::{self, BerthApi};
 use crate::config::Config;
 use crate::csi::ClientOptions;
+use crate::csi::fingerprint::Role;
 use crate::csi::registry::{PluginSpec, Registry};
 use crate::manager::VolumeManager;
 use crate::manager::nodes::LocalNodes;
@@ -104,6 +105,7 @@ pub async fn run(
                     deadline: p.deadline,
                     wait: Duration::ZERO,
                 },
+                role: Role::Controller,
             });
         }
     }
@@ -122,6 +124,7 @@ pub async fn run(
                     deadline: p.deadline,
                     wait: Duration::ZERO,
                 },
+                role: Role::Node,
             });
             by_node.insert((n.name.clone(), plugin.clone()), entry);
         }

@@ -5,6 +5,7 @@ use std::io::Write;
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
+use berth::csi::fingerprint::Role;
 use berth::csi::registry::{Health, PluginSpec, Registry};
 use berth::csi::{ClientOptions, Endpoint};
 use berth_tests::{Plugin, PluginBuilder, test_dir};
@@ -18,6 +19,7 @@ fn spec(plugin: &Plugin, expected_name: Option<&str>) -> PluginSpec {
             deadline: Duration::from_secs(2),
             wait: Duration::ZERO,
         },
+        role: Role::Any,
     }
 }
 

@@ -52,6 +52,13 @@ pub struct Config {
     #[arg(long, default_value_t = true, action = ArgAction::Set)]
     pub node: bool,
 
+    /// Which of the driver's services this process serves, as drivers are
+    /// commonly deployed: `controller` (one process) and `node` (one per
+    /// node), each still reporting the driver's capabilities, CONTROLLER_SERVICE
+    /// included, and answering UNIMPLEMENTED to the other service; or `all`.
+    #[arg(long, value_enum, default_value_t = Mode::All)]
+    pub mode: Mode,
+
     /// Offer PUBLISH_UNPUBLISH_VOLUME (ControllerPublish/Unpublish).
     #[arg(long, default_value_t = true, action = ArgAction::Set)]
     pub publish_unpublish: bool,
@@ -128,7 +135,24 @@ pub enum Misbehaviour {
     NegativeMaxVolumes,
 }
 
+#[derive(Clone, Copy, Debug, PartialEq, Eq, ValueEnum)]
+pub enum Mode {
+    Controller,
+    Node,
+    All,
+}
+
 impl Config {
+    /// Whether this process serves the Controller service.
+    pub fn serves_controller(&self) -> bool {
+        self.controller && self.mode != Mode::Node
+    }
+
+    /// Whether this process serves the Node service.
+    pub fn serves_node(&self) -> bool {
+        self.node && self.mode != Mode::Controller
+    }
+
     pub fn topology_map(&self) -> BTreeMap<String, String> {
         self.topology.iter().cloned().collect()
     }

@@ -48,11 +48,11 @@ async fn main() -> anyhow::Result<()> {
 
     let identity = identity::Identity::new(config.clone(), faults.clone(), mounter.mode());
     let mut router = tonic::transport::Server::builder().add_service(IdentityServer::new(identity));
-    if config.controller {
+    if config.serves_controller() {
         let svc = controller::Controller::new(config.clone(), volumes.clone(), faults.clone());
         router = router.add_service(ControllerServer::new(svc));
     }
-    if config.node {
+    if config.serves_node() {
         let svc = node::Node::new(config.clone(), volumes.clone(), mounter, faults.clone());
         router = router.add_service(NodeServer::new(svc));
     }

@@ -4,6 +4,7 @@ use std::fmt::Write as _;
 use std::process::ExitCode;
 use std::time::Duration;
 
+use berth::csi::fingerprint::Role;
 use berth::csi::{self, ClientOptions, CsiClient, Endpoint, Fingerprint};
 use berth_proto::berth::v1 as api;
 use clap::{Args, Subcommand};
@@ -43,6 +44,28 @@ pub struct ProbeArgs {
     /// How long to wait for the socket to appear and accept connections.
     #[arg(long, default_value = "0", value_parser = humantime::parse_duration)]
     pub wait: Duration,
+
+    /// The services the endpoint is there for: `controller` (Identity and
+    /// Controller), `node` (Identity and Node), or `any` (whatever it serves).
+    #[arg(long, value_enum, default_value_t = ProbeRole::Any)]
+    pub role: ProbeRole,
+}
+
+#[derive(Clone, Copy, Debug, PartialEq, Eq, clap::ValueEnum)]
+pub enum ProbeRole {
+    Controller,
+    Node,
+    Any,
+}
+
+impl From<ProbeRole> for Role {
+    fn from(r: ProbeRole) -> Role {
+        match r {
+            ProbeRole::Controller => Role::Controller,
+            ProbeRole::Node => Role::Node,
+            ProbeRole::Any => Role::Any,
+        }
+    }
 }
 
 pub async fn run(cmd: PluginCommand, output: Output) -> anyhow::Result<ExitCode> {
@@ -58,7 +81,7 @@ async fn probe(args: ProbeArgs, output: Output) -> anyhow::Result<ExitCode> {
         wait: args.wait,
     };
     let client = CsiClient::connect(args.endpoint, options).await?;
-    let fp = csi::fingerprint::fingerprint(&client).await?;
+    let fp = csi::fingerprint::fingerprint(&client, args.role.into()).await?;
     match output {
         Output::Json => super::print_json(&fp)?,
         Output::Text => {
@@ -103,8 +126,10 @@ fn render(fp: &Fingerprint) -> String {
         },
     );
     row("plugin capabilities", &list(&fp.plugin_capabilities));
+    let unserved = |service: &str| fp.unserved.iter().any(|s| s == service);
     match &fp.controller {
         Some(c) => row("controller", &list(&c.capabilities)),
+        None if unserved("Controller") => row("controller", "offered by the driver, not served here"),
         None => row("controller", "not offered"),
     }
     match &fp.node {

@@ -24,10 +24,14 @@ pub struct Fingerprint {
     pub ready: bool,
     /// GetPluginCapabilities, by their spec names (`CONTROLLER_SERVICE`, `VOLUME_EXPANSION_ONLINE`, ...).
     pub plugin_capabilities: Vec<String>,
-    /// Present when the plugin offers the Controller service.
+    /// Present when the plugin offers the Controller service and this
+    /// endpoint serves it.
     pub controller: Option<ControllerInfo>,
     /// Present when the plugin serves the Node service.
     pub node: Option<NodeInfo>,
+    /// Services the driver has but this endpoint does not serve (answered
+    /// UNIMPLEMENTED), e.g. `Controller` on a node-only process.
+    pub unserved: Vec<String>,
 }
 
 #[derive(Clone, Debug, PartialEq, Eq, Serialize)]
@@ -62,9 +66,26 @@ impl Fingerprint {
     }
 }
 
-/// Asks the plugin who it is and what it can do. Fails on the first call that
-/// errors or answers against the spec, naming the call.
-pub async fn fingerprint(client: &CsiClient) -> Result<Fingerprint, CsiError> {
+/// Which CSI services an endpoint is there for. Drivers are commonly run as
+/// one controller process and one process per node, each serving only its own
+/// service while reporting the driver's capabilities (CONTROLLER_SERVICE
+/// included) from every process.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub enum Role {
+    /// Identity and Controller; the Node service is not asked for.
+    Controller,
+    /// Identity and Node; the Controller service is not asked for.
+    Node,
+    /// Whatever the endpoint serves (`berth plugin probe`).
+    #[default]
+    Any,
+}
+
+/// Asks the plugin who it is and what it can do, for the services of `role`.
+/// A service the endpoint does not serve (UNIMPLEMENTED) is recorded in
+/// [`Fingerprint::unserved`], not an error, unless `role` needs it. Fails on
+/// the first call that errors or answers against the spec, naming the call.
+pub async fn fingerprint(client: &CsiClient, role: Role) -> Result<Fingerprint, CsiError> {
     let info = client.get_plugin_info(proto::GetPluginInfoRequest {}).await?;
     validate_plugin_name(&info.name).map_err(|why| client.invalid("GetPluginInfo", why))?;
     if info.vendor_version.trim().is_empty() {
@@ -86,31 +107,59 @@ pub async fn fingerprint(client: &CsiClient) -> Result<Fingerprint, CsiError> {
         .iter()
         .any(|c| c == ServiceCap::ControllerService.as_str_name());
 
-    let controller = if offers_controller {
-        let resp = client
+    let mut unserved = Vec::new();
+    let controller = if offers_controller && role != Role::Node {
+        match client
             .controller_get_capabilities(proto::ControllerGetCapabilitiesRequest {})
-            .await?;
-        let capabilities = resp
-            .capabilities
-            .iter()
-            .filter_map(|c| c.r#type.as_ref())
-            .map(|proto::controller_service_capability::Type::Rpc(rpc)| {
-                enum_name(rpc.r#type, |v| {
-                    ControllerCap::try_from(v).ok().map(|t| t.as_str_name())
-                })
-            })
-            .collect();
-        Some(ControllerInfo { capabilities })
+            .await
+        {
+            Ok(resp) => {
+                let capabilities = resp
+                    .capabilities
+                    .iter()
+                    .filter_map(|c| c.r#type.as_ref())
+                    .map(|proto::controller_service_capability::Type::Rpc(rpc)| {
+                        enum_name(rpc.r#type, |v| {
+                            ControllerCap::try_from(v).ok().map(|t| t.as_str_name())
+                        })
+                    })
+                    .collect();
+                Some(ControllerInfo { capabilities })
+            }
+            // The driver offers the service; this process does not serve it.
+            Err(e) if e.code() == Code::Unimplemented => {
+                unserved.push("Controller".to_string());
+                None
+            }
+            Err(e) => return Err(e),
+        }
     } else {
         None
     };
+    if role == Role::Controller && controller.is_none() {
+        return Err(client.invalid(
+            "ControllerGetCapabilities",
+            if offers_controller {
+                "a controller endpoint that does not serve the Controller service"
+            } else {
+                "a controller endpoint whose plugin does not offer CONTROLLER_SERVICE"
+            },
+        ));
+    }
 
     // CSI has no capability saying "I serve Node"; a plugin without it answers UNIMPLEMENTED.
-    let node = match client
-        .node_get_capabilities(proto::NodeGetCapabilitiesRequest {})
-        .await
-    {
-        Ok(resp) => {
+    let node_answer = if role == Role::Controller {
+        None
+    } else {
+        Some(
+            client
+                .node_get_capabilities(proto::NodeGetCapabilitiesRequest {})
+                .await,
+        )
+    };
+    let node = match node_answer {
+        None => None,
+        Some(Ok(resp)) => {
             let capabilities = resp
                 .capabilities
                 .iter()
@@ -122,9 +171,18 @@ pub async fn fingerprint(client: &CsiClient) -> Result<Fingerprint, CsiError> {
             let info = client.node_get_info(proto::NodeGetInfoRequest {}).await?;
             Some(node_info(client, info, capabilities)?)
         }
-        Err(e) if e.code() == Code::Unimplemented => None,
-        Err(e) => return Err(e),
+        Some(Err(e)) if e.code() == Code::Unimplemented => {
+            unserved.push("Node".to_string());
+            None
+        }
+        Some(Err(e)) => return Err(e),
     };
+    if role == Role::Node && node.is_none() {
+        return Err(client.invalid(
+            "NodeGetCapabilities",
+            "a node endpoint that does not serve the Node service",
+        ));
+    }
 
     if controller.is_none() && node.is_none() {
         return Err(client.invalid(
@@ -142,6 +200,7 @@ pub async fn fingerprint(client: &CsiClient) -> Result<Fingerprint, CsiError> {
         plugin_capabilities,
         controller,
         node,
+        unserved,
     })
 }
 

@@ -13,7 +13,7 @@ use tokio::task::JoinSet;
 
 use super::client::{ClientOptions, CsiClient};
 use super::endpoint::Endpoint;
-use super::fingerprint::{Fingerprint, fingerprint};
+use super::fingerprint::{Fingerprint, Role, fingerprint};
 
 /// Nomad's interval, and a sensible one: cheap for the plugin, quick enough to notice.
 pub const DEFAULT_INTERVAL: Duration = Duration::from_secs(30);
@@ -54,6 +54,8 @@ pub struct PluginSpec {
     /// The driver name the plugin must report, when the operator names one.
     pub expected_name: Option<String>,
     pub client: ClientOptions,
+    /// The services this endpoint is there for.
+    pub role: Role,
 }
 
 /// Failed fingerprints in a row before a healthy plugin counts as unhealthy:
@@ -107,7 +109,7 @@ impl Plugin {
     /// then only after [`UNHEALTHY_AFTER`] failures in a row.
     pub async fn refresh(&self) -> Health {
         use std::sync::atomic::Ordering;
-        let outcome = fingerprint(&self.client).await;
+        let outcome = fingerprint(&self.client, self.spec.role).await;
         let health = match &outcome {
             Err(e) => {
                 let failed = self.failed_in_a_row.fetch_add(1, Ordering::Relaxed) + 1;

@@ -1,0 +1,68 @@
+//! A driver deployed the common way: one controller process and one process
+//! per node, each serving only its own service while every process reports
+//! the driver's capabilities (CONTROLLER_SERVICE included), as third-party
+//! drivers do. The sample plugin's `--mode` reproduces it.
+
+use std::time::{Duration, Instant};
+
+use berth_tests::{Cluster, ClusterSpec, texts};
+use serde_json::Value;
+
+fn split() -> Cluster {
+    Cluster::start(ClusterSpec {
+        guests: false,
+        // Every node process reports CONTROLLER_SERVICE and answers
+        // UNIMPLEMENTED to the Controller service.
+        node_args: vec!["--controller", "true", "--mode", "node"],
+        ..ClusterSpec::default()
+    })
+}
+
+#[test]
+fn node_processes_that_serve_only_the_node_service_are_healthy_and_work() {
+    let c = split();
+    let started = Instant::now();
+    loop {
+        let nodes: Vec<Value> = serde_json::from_str(&c.ok(&["node", "list", "-o", "json"])).unwrap();
+        let health: Vec<&str> = nodes
+            .iter()
+            .map(|n| n["plugins"][0]["health"].as_str().unwrap())
+            .collect();
+        assert!(!health.contains(&"unhealthy"), "{nodes:#?}");
+        if health.iter().all(|h| *h == "healthy") {
+            break;
+        }
+        assert!(started.elapsed() < Duration::from_secs(20), "{nodes:#?}");
+        std::thread::sleep(Duration::from_millis(100));
+    }
+    c.ok(&[
+        "volume",
+        "create",
+        "v",
+        "--plugin",
+        "hostpath",
+        "--requisite",
+        "zone=a",
+        "--wait",
+    ]);
+    c.ok(&["volume", "publish", "v", "--node", "node-a", "--wait"]);
+    c.ok(&["volume", "delete", "v", "--wait"]);
+    assert_eq!(c.plugin_volumes(), 0);
+}
+
+#[test]
+fn probe_says_what_a_node_process_serves_and_what_it_does_not() {
+    let c = split();
+    let node = c.nodes[0].1.endpoint();
+    let out = c.ok(&["plugin", "probe", &node]);
+    assert!(out.contains("offered by the driver, not served here"), "{out}");
+    assert!(out.contains("node id") && out.contains("node-a"), "{out}");
+    let refused = c.berth(&["plugin", "probe", &node, "--role", "controller"]);
+    let (_, stderr) = texts(&refused);
+    assert_eq!(refused.status.code(), Some(1), "{stderr}");
+    assert!(
+        stderr.contains("does not serve the Controller service"),
+        "{stderr}"
+    );
+    c.ok(&["plugin", "probe", &node, "--role", "node"]);
+}
