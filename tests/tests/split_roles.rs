@@ -66,3 +66,48 @@ fn probe_says_what_a_node_process_serves_and_what_it_does_not() {
     );
     c.ok(&["plugin", "probe", &node, "--role", "node"]);
 }
+
+#[test]
+fn a_volume_never_created_is_deleted_without_waiting_for_a_node_that_never_answers() {
+    // The node plugins never get through a fingerprint, so placement finds
+    // no node for CreateVolume: the volume is never created, and its
+    // publication never carried out.
+    let c = Cluster::start(ClusterSpec {
+        guests: false,
+        node_args: vec!["--fault", "UNAVAILABLE=1.0", "--fault-calls", "GetPluginInfo"],
+        ..ClusterSpec::default()
+    });
+    c.ok(&["volume", "create", "never", "--plugin", "hostpath"]);
+    c.ok(&["volume", "publish", "never", "--node", "node-a"]);
+    std::thread::sleep(Duration::from_millis(1500));
+    let v: Value = serde_json::from_str(&c.ok(&["volume", "get", "never", "-o", "json"])).unwrap();
+    assert_eq!(v["volume_id"], "", "never created: {v}");
+    // Deleting it contacts nothing: no node plugin, no CreateVolume.
+    c.ok(&["volume", "delete", "never", "--wait", "--timeout", "20s"]);
+    assert_eq!(c.plugin_volumes(), 0);
+}
+
+#[test]
+fn creating_a_volume_without_topology_needs_no_healthy_node() {
+    // A controller without VOLUME_ACCESSIBILITY_CONSTRAINTS, and node plugins
+    // that never get through a fingerprint: CreateVolume needs no placement.
+    let c = Cluster::start(ClusterSpec {
+        guests: false,
+        controller_topology: None,
+        node_args: vec!["--fault", "UNAVAILABLE=1.0", "--fault-calls", "GetPluginInfo"],
+        ..ClusterSpec::default()
+    });
+    c.ok(&[
+        "volume",
+        "create",
+        "d1",
+        "--plugin",
+        "hostpath",
+        "--wait",
+        "--timeout",
+        "20s",
+    ]);
+    assert_eq!(c.plugin_volumes(), 1);
+    c.ok(&["volume", "delete", "d1", "--wait", "--timeout", "20s"]);
+    assert_eq!(c.plugin_volumes(), 0);
+}

@@ -263,7 +263,13 @@ impl VolumeManager {
     }
 
     /// A plugin this volume's next steps depend on that has no fingerprint yet.
+    /// Only the plugins the next steps can involve are waited for: a volume
+    /// that never reached its plugin is forgotten without any, and no node
+    /// step comes before the volume exists.
     fn unfingerprinted(&self, r: &VolumeRecord) -> Option<String> {
+        if r.deleting && (r.csi_name.is_none() || (r.backend.is_none() && !r.create_sent)) {
+            return None;
+        }
         let plugin = &r.spec.plugin;
         let has_controller = self.config.plugin(plugin).is_some_and(|p| p.controller.is_some());
         if has_controller
@@ -274,6 +280,9 @@ impl VolumeManager {
                 .is_none()
         {
             return Some(format!("controller of {plugin}"));
+        }
+        if r.backend.is_none() {
+            return None;
         }
         r.publications
             .keys()
