@@ -281,9 +281,8 @@ impl VolumeManager {
         {
             return Some(format!("controller of {plugin}"));
         }
-        if r.backend.is_none() {
-            return None;
-        }
+        // No node step comes before the volume exists.
+        r.backend.as_ref()?;
         r.publications
             .keys()
             .find(|node| {
