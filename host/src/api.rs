@@ -115,6 +115,7 @@ fn spec_to_api(s: &VolumeSpec) -> api::VolumeSpec {
 
 pub fn volume_to_api(m: &VolumeManager, r: &VolumeRecord) -> api::Volume {
     let b = r.backend.as_ref();
+    let waiting = m.waiting(&r.id);
     api::Volume {
         id: r.id.clone(),
         spec: Some(spec_to_api(&r.spec)),
@@ -142,6 +143,8 @@ pub fn volume_to_api(m: &VolumeManager, r: &VolumeRecord) -> api::Volume {
             .map(|t| format!("{} (attempt {}): {}", t.operation, t.attempt, t.last_error))
             .unwrap_or_default(),
         generation: r.generation,
+        waiting: waiting.as_ref().map(|w| w.reason.clone()).unwrap_or_default(),
+        waiting_since_ms: waiting.map_or(0, |w| w.since_ms),
     }
 }
 
@@ -290,6 +293,7 @@ impl api::berth_server::Berth for BerthApi {
             busy: s.busy,
             retrying: s.retrying,
             policies: counters(self.manager.policies().stats()),
+            waiting: s.waiting,
         }))
     }
 

@@ -111,3 +111,35 @@ fn creating_a_volume_without_topology_needs_no_healthy_node() {
     c.ok(&["volume", "delete", "d1", "--wait", "--timeout", "20s"]);
     assert_eq!(c.plugin_volumes(), 0);
 }
+
+#[test]
+fn a_volume_waiting_for_a_node_plugin_says_so_and_is_counted() {
+    let c = Cluster::start(ClusterSpec {
+        guests: false,
+        controller_topology: None,
+        node_args: vec!["--fault", "UNAVAILABLE=1.0", "--fault-calls", "GetPluginInfo"],
+        ..ClusterSpec::default()
+    });
+    c.ok(&["volume", "create", "w", "--plugin", "hostpath", "--wait"]);
+    c.ok(&["volume", "publish", "w", "--node", "node-a"]);
+    let started = Instant::now();
+    let v = loop {
+        let v: Value = serde_json::from_str(&c.ok(&["volume", "get", "w", "-o", "json"])).unwrap();
+        if !v["waiting"].as_str().unwrap().is_empty() {
+            break v;
+        }
+        assert!(started.elapsed() < Duration::from_secs(20), "{v}");
+        std::thread::sleep(Duration::from_millis(100));
+    };
+    assert!(
+        v["waiting"]
+            .as_str()
+            .unwrap()
+            .contains("node plugin of hostpath on node-a to be fingerprinted"),
+        "{v}"
+    );
+    assert!(c.ok(&["volume", "list"]).contains("waiting for the node plugin"));
+    let status: Value = serde_json::from_str(&c.ok(&["status", "-o", "json"])).unwrap();
+    assert_eq!(status["waiting"], 1, "{status}");
+    assert!(c.ok(&["status"]).contains("waiting   1"));
+}

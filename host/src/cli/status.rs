@@ -16,6 +16,8 @@ struct StatusView {
     states: BTreeMap<String, u64>,
     busy: u64,
     retrying: u64,
+    /// Volumes that cannot progress until something else happens.
+    waiting: u64,
     policies: Vec<PolicyView>,
 }
 
@@ -73,6 +75,7 @@ pub async fn status(api: ApiArgs, output: Output) -> anyhow::Result<ExitCode> {
         states: s.states.into_iter().collect(),
         busy: s.busy,
         retrying: s.retrying,
+        waiting: s.waiting,
         policies: policy_views(s.policies),
     };
     match output {
@@ -84,6 +87,7 @@ pub async fn status(api: ApiArgs, output: Output) -> anyhow::Result<ExitCode> {
             }
             say!("busy      {}", view.busy);
             say!("retrying  {}", view.retrying);
+            say!("waiting   {}", view.waiting);
             print_policies(&view.policies);
         }
     }

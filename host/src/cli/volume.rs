@@ -132,6 +132,9 @@ struct VolumeView {
     publications: Vec<PublicationView>,
     failure: String,
     retrying: String,
+    /// What it waits for while it cannot progress, and for how long.
+    waiting: String,
+    waiting_since_ms: u64,
     labels: BTreeMap<String, String>,
 }
 
@@ -171,8 +174,26 @@ fn view(v: &api::Volume) -> VolumeView {
             .collect(),
         failure: v.failure.clone(),
         retrying: v.retrying.clone(),
+        waiting: waiting_line(v),
+        waiting_since_ms: v.waiting_since_ms,
         labels: spec.labels.into_iter().collect(),
     }
+}
+
+/// `waiting for ... (since 12s)`, or nothing.
+fn waiting_line(v: &api::Volume) -> String {
+    if v.waiting.is_empty() {
+        return String::new();
+    }
+    let now = std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .map_or(0, |d| d.as_millis() as u64);
+    let secs = now.saturating_sub(v.waiting_since_ms) / 1000;
+    format!(
+        "{} (for {})",
+        v.waiting,
+        humantime::format_duration(Duration::from_secs(secs))
+    )
 }
 
 fn one_line(v: &api::Volume) -> String {
@@ -192,6 +213,8 @@ fn one_line(v: &api::Volume) -> String {
         line.push_str(&format!("  failed: {}", v.failure));
     } else if !v.retrying.is_empty() {
         line.push_str(&format!("  retrying: {}", v.retrying));
+    } else if !v.waiting.is_empty() {
+        line.push_str(&format!("  {}", waiting_line(v)));
     }
     line.trim_end().to_string()
 }
@@ -233,6 +256,7 @@ fn print_volume(v: &api::Volume, output: Output) -> anyhow::Result<()> {
                 );
             }
             row("retrying", &w.retrying);
+            row("waiting", &w.waiting);
             row("failed", &w.failure);
             Ok(())
         }

@@ -27,7 +27,7 @@ mod table;
 
 pub use node_view::NodePluginView;
 pub use requests::validate_spec;
-pub use table::Counts;
+pub use table::{Counts, Waiting};
 
 use std::sync::Arc;
 use std::time::{Duration, SystemTime, UNIX_EPOCH};
@@ -72,6 +72,8 @@ pub struct Summary {
     pub busy: u64,
     /// Volumes waiting to retry a failed call.
     pub retrying: u64,
+    /// Volumes that cannot progress until something else happens.
+    pub waiting: u64,
 }
 
 pub struct VolumeManager {
@@ -167,6 +169,11 @@ impl VolumeManager {
         self.table.subscribe()
     }
 
+    /// Why the volume cannot progress, while it cannot.
+    pub fn waiting(&self, id: &str) -> Option<table::Waiting> {
+        self.table.waiting(id)
+    }
+
     pub fn get(&self, name: &str) -> Option<VolumeRecord> {
         self.table.by_name(name)
     }
@@ -181,12 +188,14 @@ impl VolumeManager {
             volumes,
             states,
             retrying,
+            waiting,
         } = self.table.counts();
         Summary {
             volumes,
             states,
             busy: self.queue.len() as u64,
             retrying,
+            waiting,
         }
     }
 

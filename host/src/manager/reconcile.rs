@@ -65,9 +65,15 @@ impl VolumeManager {
             // Capabilities decide which steps exist: never plan before they are known.
             if let Some(waiting) = self.unfingerprinted(&record) {
                 tracing::debug!(volume = %record.spec.name, %waiting, "waiting for a fingerprint");
+                self.table.set_waiting(
+                    id,
+                    format!("waiting for the {waiting} to be fingerprinted"),
+                    now_ms(),
+                );
                 self.wake_after(id, Duration::from_secs(1));
                 return self.finish(id, &record, &mut unwritten).await;
             }
+            self.table.clear_waiting(id);
             let Some(step) = next_step(&record, |node| self.caps(&record.spec.plugin, node)) else {
                 return self.finish(id, &record, &mut unwritten).await;
             };

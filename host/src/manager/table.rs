@@ -124,6 +124,8 @@ pub struct Counts {
     pub states: Vec<(VolumeState, u64)>,
     /// Volumes waiting to retry a failed call.
     pub retrying: u64,
+    /// Volumes that cannot progress until something else happens.
+    pub waiting: u64,
 }
 
 /// What [`VolumeTable::insert_new`] did.
@@ -133,9 +135,19 @@ pub enum Inserted {
     Existing(VolumeRecord),
 }
 
+/// Why a volume cannot progress, and since when (ms since the epoch).
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct Waiting {
+    pub reason: String,
+    pub since_ms: u64,
+}
+
 pub struct VolumeTable {
     store: Arc<dyn Store>,
     indexed: Mutex<Indexed>,
+    /// Volumes that cannot progress, by id. Derived from the plugins' state
+    /// as the reconciler finds it, so kept in memory only.
+    waiting: Mutex<HashMap<String, Waiting>>,
     locks: Mutex<HashMap<String, Arc<tokio::sync::Mutex<()>>>>,
     /// Bumped on every change, for watchers.
     changes: watch::Sender<u64>,
@@ -155,6 +167,7 @@ impl VolumeTable {
         Ok(VolumeTable {
             store,
             indexed: Mutex::new(indexed),
+            waiting: Mutex::new(HashMap::new()),
             locks: Mutex::new(HashMap::new()),
             changes: watch::channel(0).0,
         })
@@ -210,9 +223,44 @@ impl VolumeTable {
             .unwrap_or(0)
     }
 
+    /// Records why a volume cannot progress; `since` stays while the reason does.
+    pub fn set_waiting(&self, id: &str, reason: String, now_ms: u64) {
+        let mut w = self.waiting.lock().unwrap_or_else(|p| p.into_inner());
+        match w.get_mut(id) {
+            Some(old) if old.reason == reason => {}
+            _ => {
+                w.insert(
+                    id.to_string(),
+                    Waiting {
+                        reason,
+                        since_ms: now_ms,
+                    },
+                );
+            }
+        }
+    }
+
+    /// The volume progresses (or is gone): it waits for nothing.
+    pub fn clear_waiting(&self, id: &str) {
+        let mut w = self.waiting.lock().unwrap_or_else(|p| p.into_inner());
+        if !w.is_empty() {
+            w.remove(id);
+        }
+    }
+
+    pub fn waiting(&self, id: &str) -> Option<Waiting> {
+        self.waiting
+            .lock()
+            .unwrap_or_else(|p| p.into_inner())
+            .get(id)
+            .cloned()
+    }
+
     pub fn counts(&self) -> Counts {
         let s = self.lock();
+        let waiting = self.waiting.lock().unwrap_or_else(|p| p.into_inner()).len() as u64;
         Counts {
+            waiting,
             volumes: s.volumes.len() as u64,
             states: VolumeState::ALL
                 .into_iter()
@@ -314,6 +362,7 @@ impl VolumeTable {
         let _held = lock.lock().await;
         self.store.remove(id).await?;
         self.lock().remove(id);
+        self.clear_waiting(id);
         self.locks.lock().unwrap_or_else(|p| p.into_inner()).remove(id);
         self.changed();
         Ok(())
