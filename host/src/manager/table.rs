@@ -7,6 +7,7 @@
 //! visible.
 
 use std::collections::{BTreeMap, HashMap};
+use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex};
 
 use tokio::sync::watch;
@@ -148,6 +149,8 @@ pub struct VolumeTable {
     /// Volumes that cannot progress, by id. Derived from the plugins' state
     /// as the reconciler finds it, so kept in memory only.
     waiting: Mutex<HashMap<String, Waiting>>,
+    /// How many volumes wait: the common case, none, needs no lock.
+    waiting_count: AtomicUsize,
     locks: Mutex<HashMap<String, Arc<tokio::sync::Mutex<()>>>>,
     /// Bumped on every change, for watchers.
     changes: watch::Sender<u64>,
@@ -168,6 +171,7 @@ impl VolumeTable {
             store,
             indexed: Mutex::new(indexed),
             waiting: Mutex::new(HashMap::new()),
+            waiting_count: AtomicUsize::new(0),
             locks: Mutex::new(HashMap::new()),
             changes: watch::channel(0).0,
         })
@@ -229,26 +233,32 @@ impl VolumeTable {
         match w.get_mut(id) {
             Some(old) if old.reason == reason => {}
             _ => {
-                w.insert(
-                    id.to_string(),
-                    Waiting {
-                        reason,
-                        since_ms: now_ms,
-                    },
-                );
+                let new = Waiting {
+                    reason,
+                    since_ms: now_ms,
+                };
+                if w.insert(id.to_string(), new).is_none() {
+                    self.waiting_count.fetch_add(1, Ordering::Relaxed);
+                }
             }
         }
     }
 
     /// The volume progresses (or is gone): it waits for nothing.
     pub fn clear_waiting(&self, id: &str) {
+        if self.waiting_count.load(Ordering::Relaxed) == 0 {
+            return;
+        }
         let mut w = self.waiting.lock().unwrap_or_else(|p| p.into_inner());
-        if !w.is_empty() {
-            w.remove(id);
+        if w.remove(id).is_some() {
+            self.waiting_count.fetch_sub(1, Ordering::Relaxed);
         }
     }
 
     pub fn waiting(&self, id: &str) -> Option<Waiting> {
+        if self.waiting_count.load(Ordering::Relaxed) == 0 {
+            return None;
+        }
         self.waiting
             .lock()
             .unwrap_or_else(|p| p.into_inner())
@@ -258,7 +268,7 @@ impl VolumeTable {
 
     pub fn counts(&self) -> Counts {
         let s = self.lock();
-        let waiting = self.waiting.lock().unwrap_or_else(|p| p.into_inner()).len() as u64;
+        let waiting = self.waiting_count.load(Ordering::Relaxed) as u64;
         Counts {
             waiting,
             volumes: s.volumes.len() as u64,
@@ -458,6 +468,26 @@ mod tests {
         t.remove("id1").await.unwrap();
         assert_eq!(t.counts(), Counts::default());
         assert!(t.by_name("data").is_none());
+    }
+
+    #[tokio::test]
+    async fn waits_are_counted_and_cleared() {
+        let dir = tempfile::tempdir().unwrap();
+        let t = table(&dir);
+        t.set_waiting("a", "for x".into(), 1);
+        t.set_waiting("a", "for x".into(), 5);
+        t.set_waiting("b", "for y".into(), 2);
+        assert_eq!(
+            t.waiting("a").map(|w| w.since_ms),
+            Some(1),
+            "the same reason keeps its start"
+        );
+        assert_eq!(t.counts().waiting, 2);
+        t.clear_waiting("a");
+        t.clear_waiting("a");
+        assert_eq!((t.counts().waiting, t.waiting("a")), (1, None));
+        t.clear_waiting("b");
+        assert_eq!(t.counts().waiting, 0);
     }
 
     #[tokio::test]
