@@ -18,6 +18,17 @@ fn split() -> Cluster {
     })
 }
 
+/// A cluster whose node plugins never get through a fingerprint, with a
+/// controller of `topology` (`None`: one without accessibility constraints).
+fn unfingerprinted_nodes(topology: Option<&'static str>) -> Cluster {
+    Cluster::start(ClusterSpec {
+        guests: false,
+        controller_topology: topology,
+        node_args: vec!["--fault", "UNAVAILABLE=1.0", "--fault-calls", "GetPluginInfo"],
+        ..ClusterSpec::default()
+    })
+}
+
 #[test]
 fn node_processes_that_serve_only_the_node_service_are_healthy_and_work() {
     let c = split();
@@ -72,11 +83,7 @@ fn a_volume_never_created_is_deleted_without_waiting_for_a_node_that_never_answe
     // The node plugins never get through a fingerprint, so placement finds
     // no node for CreateVolume: the volume is never created, and its
     // publication never carried out.
-    let c = Cluster::start(ClusterSpec {
-        guests: false,
-        node_args: vec!["--fault", "UNAVAILABLE=1.0", "--fault-calls", "GetPluginInfo"],
-        ..ClusterSpec::default()
-    });
+    let c = unfingerprinted_nodes(Some("zone=a"));
     c.ok(&["volume", "create", "never", "--plugin", "hostpath"]);
     c.ok(&["volume", "publish", "never", "--node", "node-a"]);
     std::thread::sleep(Duration::from_millis(1500));
@@ -91,12 +98,7 @@ fn a_volume_never_created_is_deleted_without_waiting_for_a_node_that_never_answe
 fn creating_a_volume_without_topology_needs_no_healthy_node() {
     // A controller without VOLUME_ACCESSIBILITY_CONSTRAINTS, and node plugins
     // that never get through a fingerprint: CreateVolume needs no placement.
-    let c = Cluster::start(ClusterSpec {
-        guests: false,
-        controller_topology: None,
-        node_args: vec!["--fault", "UNAVAILABLE=1.0", "--fault-calls", "GetPluginInfo"],
-        ..ClusterSpec::default()
-    });
+    let c = unfingerprinted_nodes(None);
     c.ok(&[
         "volume",
         "create",
@@ -114,12 +116,7 @@ fn creating_a_volume_without_topology_needs_no_healthy_node() {
 
 #[test]
 fn a_volume_waiting_for_a_node_plugin_says_so_and_is_counted() {
-    let c = Cluster::start(ClusterSpec {
-        guests: false,
-        controller_topology: None,
-        node_args: vec!["--fault", "UNAVAILABLE=1.0", "--fault-calls", "GetPluginInfo"],
-        ..ClusterSpec::default()
-    });
+    let c = unfingerprinted_nodes(None);
     c.ok(&["volume", "create", "w", "--plugin", "hostpath", "--wait"]);
     c.ok(&["volume", "publish", "w", "--node", "node-a"]);
     let started = Instant::now();
