@@ -37,9 +37,30 @@ pub fn echo(s: &str) -> String {
     }
 }
 
+/// A name as a shell word in a command Berth suggests: as is when plain,
+/// else single-quoted; control characters escaped either way.
+pub fn shell_word(s: &str) -> String {
+    let plain = !s.is_empty()
+        && s.chars()
+            .all(|c| c.is_ascii_alphanumeric() || "-_./:@".contains(c));
+    if plain {
+        s.to_string()
+    } else {
+        format!("'{}'", printable(s).replace('\'', "'\\''"))
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn suggested_commands_quote_names() {
+        assert_eq!(shell_word("db-1"), "db-1");
+        assert_eq!(shell_word("my vol"), "'my vol'");
+        assert_eq!(shell_word("it's"), "'it'\\''s'");
+        assert_eq!(shell_word(""), "''");
+    }
 
     #[test]
     fn control_characters_are_shown_escaped() {

@@ -172,6 +172,16 @@ fn a_give_up_waits_for_the_operator_and_secrets_stay_secret() {
         failure.contains("CreateVolume") && failure.contains("backend"),
         "{failure}"
     );
+    // Not progressing, and saying what it waits for.
+    assert!(
+        v["waiting"]
+            .as_str()
+            .unwrap()
+            .contains("waiting for an operator: `berth volume retry vault`"),
+        "{v}"
+    );
+    let status: serde_json::Value = serde_json::from_str(&c.ok(&["status", "-o", "json"])).unwrap();
+    assert_eq!(status["waiting"], 1, "{status}");
 
     // The operator provides the secret, then retries.
     write_secret(&c, "backend", SECRET);

@@ -139,4 +139,22 @@ fn a_volume_waiting_for_a_node_plugin_says_so_and_is_counted() {
     let status: Value = serde_json::from_str(&c.ok(&["status", "-o", "json"])).unwrap();
     assert_eq!(status["waiting"], 1, "{status}");
     assert!(c.ok(&["status"]).contains("waiting   1"));
+
+    // The publication was never carried out: undoing it needs no node.
+    c.ok(&[
+        "volume",
+        "unpublish",
+        "w",
+        "--node",
+        "node-a",
+        "--wait",
+        "--timeout",
+        "20s",
+    ]);
+    let v: Value = serde_json::from_str(&c.ok(&["volume", "get", "w", "-o", "json"])).unwrap();
+    assert_eq!(v["publications"].as_array().map(Vec::len), Some(0), "{v}");
+    assert_eq!(v["waiting"], "", "{v}");
+    c.ok(&["volume", "publish", "w", "--node", "node-a"]);
+    c.ok(&["volume", "delete", "w", "--wait", "--timeout", "20s"]);
+    assert_eq!(c.plugin_volumes(), 0);
 }

@@ -89,6 +89,10 @@ pub(super) fn next_step(r: &VolumeRecord, caps: impl Fn(&str) -> Caps) -> Option
                 return Some(Step::NodePublish(node.clone()));
             }
         } else {
+            if !p.sent {
+                // No plugin has heard of it.
+                return Some(Step::DropPublication(node.clone()));
+            }
             if p.step >= PublishStep::Published {
                 return Some(Step::NodeUnpublish(node.clone()));
             }
@@ -134,6 +138,7 @@ mod tests {
             readonly: false,
             step,
             publish_context: Default::default(),
+            sent: true,
         }
     }
 
@@ -211,5 +216,26 @@ mod tests {
         );
         r.publications.clear();
         assert_eq!(next_step(&r, caps(true, true)), Some(Step::Delete));
+    }
+
+    #[test]
+    fn a_publication_never_sent_is_dropped_without_a_call() {
+        let mut r = record();
+        let mut p = Publication::new(false);
+        p.unwant();
+        r.publications.insert("n1".into(), p);
+        assert_eq!(
+            next_step(&r, caps(true, true)),
+            Some(Step::DropPublication("n1".into()))
+        );
+        // Once sent, undoing starts from the top, whatever was recorded.
+        let p = r.publications.get_mut("n1").unwrap();
+        p.want(false);
+        p.sent = true;
+        p.unwant();
+        assert_eq!(
+            next_step(&r, caps(true, true)),
+            Some(Step::NodeUnpublish("n1".into()))
+        );
     }
 }

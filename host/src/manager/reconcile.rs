@@ -53,6 +53,15 @@ impl VolumeManager {
                 }
             }
             if record.failure.is_some() {
+                // Kept since the give-up (or since the start, after a restart).
+                self.table.set_waiting(
+                    id,
+                    format!(
+                        "waiting for an operator: `berth volume retry {0}` or `berth volume delete {0}`",
+                        crate::text::shell_word(&record.spec.name)
+                    ),
+                    now_ms(),
+                );
                 return self.finish(id, &record, &mut unwritten).await;
             }
             if let Some(r) = &record.retrying {
@@ -289,8 +298,11 @@ impl VolumeManager {
         }
         // No node step comes before the volume exists.
         r.backend.as_ref()?;
+        // A publication no plugin has heard of is dropped without one.
         r.publications
-            .keys()
+            .iter()
+            .filter(|(_, p)| p.sent || (p.wanted && !r.deleting))
+            .map(|(node, _)| node)
             .find(|node| {
                 self.nodes
                     .plugin(node, plugin)

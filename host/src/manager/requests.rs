@@ -6,7 +6,7 @@ use std::collections::BTreeMap;
 use super::table::Inserted;
 use super::{RequestError, VolumeManager};
 use crate::config::Config;
-use crate::model::{AccessType, Publication, PublishStep, Segments, VolumeRecord, VolumeSpec, new_id};
+use crate::model::{AccessType, Publication, Segments, VolumeRecord, VolumeSpec, new_id};
 use crate::text::echo;
 
 impl VolumeManager {
@@ -91,12 +91,7 @@ impl VolumeManager {
                     access(readonly)
                 )));
             }
-            let p = r.publications.get_or_insert_with(&node, || Publication {
-                wanted: true,
-                readonly,
-                step: PublishStep::None,
-                publish_context: Default::default(),
-            });
+            let p = r.publications.get_or_insert_with(&node, || Publication::new(readonly));
             p.want(readonly);
             Ok(())
         })

@@ -32,6 +32,7 @@ impl VolumeManager {
                     return Ok(set_step(node, PublishStep::ControllerPublished, None));
                 }
                 let node_id = self.node_id(&spec.plugin, node)?;
+                self.announce(r, node, unwritten).await?;
                 let b = backend(r);
                 let resp = self
                     .controller(&spec.plugin)?
@@ -46,18 +47,23 @@ impl VolumeManager {
                     })
                     .await?;
                 let context = resp.publish_context.into_iter().collect();
-                Ok(set_step(node, PublishStep::ControllerPublished, Some(context)))
+                Ok(sent(
+                    node,
+                    set_step(node, PublishStep::ControllerPublished, Some(context)),
+                ))
             }
             Step::NodeStage(node) => {
                 let v = self.node_volume(r, node)?;
+                self.announce(r, node, unwritten).await?;
                 self.nodes.stage(node, &spec.plugin, v).await?;
-                Ok(set_step(node, PublishStep::Staged, None))
+                Ok(sent(node, set_step(node, PublishStep::Staged, None)))
             }
             Step::NodePublish(node) => {
                 let v = self.node_volume(r, node)?;
                 let staged = self.caps(&spec.plugin, node).node_stage;
+                self.announce(r, node, unwritten).await?;
                 self.nodes.publish(node, &spec.plugin, v, staged).await?;
-                Ok(set_step(node, PublishStep::Published, None))
+                Ok(sent(node, set_step(node, PublishStep::Published, None)))
             }
             Step::NodeUnpublish(node) => {
                 self.nodes
@@ -123,7 +129,12 @@ impl VolumeManager {
         let name = r.csi_name.clone().unwrap_or_default();
         if !r.create_sent {
             // The intent (and the name) first: after a crash, a delete must ask the plugin.
-            unwritten.push(Box::new(|r: &mut VolumeRecord| r.create_sent = true));
+            // Publications already asked for are about to be sent: saying so
+            // now saves each its own write before its first call.
+            unwritten.push(Box::new(|r: &mut VolumeRecord| {
+                r.create_sent = true;
+                mark_wanted_sent(r);
+            }));
             if let Err(e) = self.sync(&r.id, unwritten).await {
                 self.table.release_csi_name(&name, &r.id);
                 return Err(step_error(Code::Unavailable, e.to_string()));
@@ -162,8 +173,27 @@ impl VolumeManager {
                 .collect(),
         };
         Ok(Box::new(move |r: &mut VolumeRecord| {
-            r.backend = Some(backend.clone())
+            r.backend = Some(backend.clone());
+            mark_wanted_sent(r);
         }))
+    }
+
+    /// Makes it durable that a publication is being sent, before its first
+    /// call: from then on, undoing it asks the plugins.
+    async fn announce(
+        &self,
+        r: &VolumeRecord,
+        node: &str,
+        unwritten: &mut Unwritten,
+    ) -> Result<(), StepError> {
+        if r.publications.get(node).is_none_or(|p| p.sent) {
+            return Ok(());
+        }
+        unwritten.push(sent(node, Box::new(|_| {})));
+        self.sync(&r.id, unwritten)
+            .await
+            .map(drop)
+            .map_err(|e| step_error(Code::Unavailable, e.to_string()))
     }
 
     fn secrets_for(&self, spec: &VolumeSpec) -> Result<HashMap<String, String>, StepError> {
@@ -212,6 +242,25 @@ impl VolumeManager {
             secrets: self.secrets_for(&r.spec)?,
             readonly: p.readonly,
         })
+    }
+}
+
+/// `effect`, and the publication on `node` marked sent.
+fn sent(node: &str, effect: Apply) -> Apply {
+    let node = node.to_string();
+    Box::new(move |r: &mut VolumeRecord| {
+        effect(r);
+        if let Some(p) = r.publications.get_mut(&node) {
+            p.sent = true;
+        }
+    })
+}
+
+/// Conservative: a publication marked sent but never sent only costs its
+/// node a call that finds nothing to undo.
+fn mark_wanted_sent(r: &mut VolumeRecord) {
+    for p in r.publications.values_mut().filter(|p| p.wanted) {
+        p.sent = true;
     }
 }
 

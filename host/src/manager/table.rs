@@ -391,6 +391,7 @@ mod tests {
             readonly: false,
             step: PublishStep::None,
             publish_context: Default::default(),
+            sent: false,
         }
     }
 

@@ -48,6 +48,19 @@ pub struct Publication {
     /// forward again from here is safe, and undoing starts from the top.
     pub step: PublishStep,
     pub publish_context: Segments,
+    /// Set (durably) before the first call for the publication: while unset,
+    /// no plugin has heard of it, so undoing it needs no call. Records from
+    /// before this field read as sent, the safe assumption.
+    #[serde(default = "yes", skip_serializing_if = "is_true")]
+    pub sent: bool,
+}
+
+fn yes() -> bool {
+    true
+}
+
+fn is_true(b: &bool) -> bool {
+    *b
 }
 
 impl Publication {
@@ -74,10 +87,21 @@ impl Publication {
     /// Asks for the publication to be undone, from the top: calls made
     /// since the last write may have got further than `step` says.
     pub fn unwant(&mut self) {
-        if self.wanted {
+        if self.wanted && self.sent {
             self.step = PublishStep::Published;
         }
         self.wanted = false;
+    }
+
+    /// A new publication, not yet sent to any plugin.
+    pub fn new(readonly: bool) -> Self {
+        Publication {
+            wanted: true,
+            readonly,
+            step: PublishStep::None,
+            publish_context: Segments::new(),
+            sent: false,
+        }
     }
 }
 
