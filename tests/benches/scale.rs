@@ -46,6 +46,7 @@ fn record(i: usize) -> VolumeRecord {
             readonly: false,
             step: PublishStep::Published,
             publish_context: VecMap::from([("hostpath.csi.berth.dev/node".into(), "node-a".into())]),
+            sent: true,
         },
     );
     r.generation = 5;

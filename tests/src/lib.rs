@@ -277,6 +277,8 @@ pub struct ClusterSpec<'a> {
     /// (default: inside the cluster's directory, on disk). Berth's store
     /// stays in the cluster's directory either way.
     pub volumes_dir: Option<&'a Path>,
+    /// Where the sample guests come from (default: as built from `guests/`).
+    pub guest_dir: Option<&'a Path>,
 }
 
 impl Default for ClusterSpec<'_> {
@@ -292,6 +294,7 @@ impl Default for ClusterSpec<'_> {
             controller_topology: Some("zone=a"),
             node_args: vec![],
             volumes_dir: None,
+            guest_dir: None,
         }
     }
 }
@@ -341,6 +344,10 @@ impl Cluster {
             ));
             nodes.push((name.to_string(), p));
         }
+        let guest = |name: &str| match spec.guest_dir {
+            Some(d) => d.join(format!("{name}.wasm")),
+            None => guest(name),
+        };
         let guests = if spec.guests {
             format!(
                 "[[policy]]\nmodule = \"{}\"\nsettings = {{ prefix = \"pv\" }}\n[[policy]]\nmodule = \"{}\"\n[[policy]]\nmodule = \"{}\"\nsettings = {{ {} }}\n",

@@ -51,6 +51,10 @@ impl Operation {
             Operation::NodeUnstageVolume => "NodeUnstageVolume",
             Operation::NodePublishVolume => "NodePublishVolume",
             Operation::NodeUnpublishVolume => "NodeUnpublishVolume",
+            Operation::ControllerExpandVolume => "ControllerExpandVolume",
+            Operation::NodeExpandVolume => "NodeExpandVolume",
+            Operation::CreateSnapshot => "CreateSnapshot",
+            Operation::DeleteSnapshot => "DeleteSnapshot",
         }
     }
 
@@ -63,6 +67,7 @@ impl Operation {
                 | Operation::ControllerUnpublishVolume
                 | Operation::NodeUnstageVolume
                 | Operation::NodeUnpublishVolume
+                | Operation::DeleteSnapshot
         )
     }
 }

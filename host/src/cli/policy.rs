@@ -136,6 +136,8 @@ struct CheckReport {
     module: String,
     path: String,
     decisions: Vec<Decision>,
+    /// The release of the WIT package the module was built against.
+    contract: String,
     imports: Vec<String>,
     memory_bytes: usize,
     deadline_ms: u128,
@@ -165,6 +167,7 @@ fn check(args: CheckArgs, output: Output) -> anyhow::Result<ExitCode> {
         module: module.name().to_string(),
         path: args.module.display().to_string(),
         decisions: module.decisions(),
+        contract: module.contract().to_string(),
         imports: module.imports().to_vec(),
         memory_bytes: args.limits.memory,
         deadline_ms: args.limits.deadline.as_millis(),
@@ -179,6 +182,7 @@ fn check(args: CheckArgs, output: Output) -> anyhow::Result<ExitCode> {
             let names = |d: &[Decision]| d.iter().map(Decision::to_string).collect::<Vec<_>>().join(", ");
             say!("{:<12}{}", "module", report.path);
             say!("{:<12}{}", "decisions", names(&report.decisions));
+            say!("{:<12}{}", "contract", report.contract);
             say!("{:<12}{}", "imports", report.imports.join(", "));
             say!(
                 "{:<12}memory {}, deadline {} ms, answers up to {}",

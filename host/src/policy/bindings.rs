@@ -18,11 +18,125 @@ pub use generated::exports::berth::policy::placement::{
 };
 pub use generated::exports::berth::policy::retry::{Decision as RetryDecision, Failure};
 
-/// The WIT package this host implements; compatible guests export
-/// `berth:policy/<interface>@0.1.x`.
+/// The released `berth:policy@0.1.0`, for modules built against it. Its
+/// naming and placement types are the same as today's (so today's Rust types
+/// are used for them); only `operation` has fewer cases.
+pub(crate) mod v0_1 {
+    mod generated {
+        wasmtime::component::bindgen!({
+            path: "../wit/0.1.0",
+            world: "retry-policy",
+        });
+    }
+
+    pub use generated::berth::policy::types::Operation;
+    pub use generated::exports::berth::policy::retry::Failure;
+
+    /// The failure as a 0.1.0 module sees it; `None` for an operation 0.1.0 has no name for.
+    pub fn failure(f: &super::Failure) -> Option<Failure> {
+        use super::Operation as Now;
+        let operation = match f.operation {
+            Now::CreateVolume => Operation::CreateVolume,
+            Now::DeleteVolume => Operation::DeleteVolume,
+            Now::ControllerPublishVolume => Operation::ControllerPublishVolume,
+            Now::ControllerUnpublishVolume => Operation::ControllerUnpublishVolume,
+            Now::NodeStageVolume => Operation::NodeStageVolume,
+            Now::NodeUnstageVolume => Operation::NodeUnstageVolume,
+            Now::NodePublishVolume => Operation::NodePublishVolume,
+            Now::NodeUnpublishVolume => Operation::NodeUnpublishVolume,
+            Now::ControllerExpandVolume
+            | Now::NodeExpandVolume
+            | Now::CreateSnapshot
+            | Now::DeleteSnapshot => {
+                return None;
+            }
+        };
+        Some(Failure {
+            operation,
+            code: super::v0_1_code(f.code),
+            message: f.message.clone(),
+            attempt: f.attempt,
+            elapsed_ms: f.elapsed_ms,
+            driver: f.driver.clone(),
+            settings: f.settings.clone(),
+        })
+    }
+
+    pub(super) use generated::berth::policy::types::Code;
+}
+
+/// The WIT package this host implements.
 pub const PACKAGE: &str = "berth:policy";
-pub const PACKAGE_VERSION: &str = "0.1.0";
-pub(crate) const COMPATIBLE_PREFIX: &str = "0.1.";
+pub const PACKAGE_VERSION: &str = "0.2.0";
+
+/// A release of the package a module was built against: every one listed
+/// here loads.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, PartialOrd, Ord)]
+pub enum Contract {
+    V0_1,
+    V0_2,
+}
+
+impl Contract {
+    pub const ALL: [Contract; 2] = [Contract::V0_1, Contract::V0_2];
+
+    /// The version in export and import names, e.g. `0.2.0`.
+    pub fn version(self) -> &'static str {
+        match self {
+            Contract::V0_1 => "0.1.0",
+            Contract::V0_2 => PACKAGE_VERSION,
+        }
+    }
+
+    /// The contract of a version in an export or import name: 0.x.y is
+    /// compatible with 0.x.0 (semver for 0.x releases).
+    pub fn of_version(version: &str) -> Option<Contract> {
+        Contract::ALL.into_iter().find(|c| {
+            let minor = c.version().trim_end_matches(|ch: char| ch != '.');
+            version.starts_with(minor)
+        })
+    }
+
+    /// Whether modules of this contract can be asked about `operation`.
+    pub fn knows(self, operation: Operation) -> bool {
+        self >= Contract::V0_2
+            || !matches!(
+                operation,
+                Operation::ControllerExpandVolume
+                    | Operation::NodeExpandVolume
+                    | Operation::CreateSnapshot
+                    | Operation::DeleteSnapshot
+            )
+    }
+}
+
+impl std::fmt::Display for Contract {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        write!(f, "{PACKAGE}@{}", self.version())
+    }
+}
+
+fn v0_1_code(code: Code) -> v0_1::Code {
+    use v0_1::Code as Old;
+    match code {
+        Code::Cancelled => Old::Cancelled,
+        Code::Unknown => Old::Unknown,
+        Code::InvalidArgument => Old::InvalidArgument,
+        Code::DeadlineExceeded => Old::DeadlineExceeded,
+        Code::NotFound => Old::NotFound,
+        Code::AlreadyExists => Old::AlreadyExists,
+        Code::PermissionDenied => Old::PermissionDenied,
+        Code::ResourceExhausted => Old::ResourceExhausted,
+        Code::FailedPrecondition => Old::FailedPrecondition,
+        Code::Aborted => Old::Aborted,
+        Code::OutOfRange => Old::OutOfRange,
+        Code::Unimplemented => Old::Unimplemented,
+        Code::Internal => Old::Internal,
+        Code::Unavailable => Old::Unavailable,
+        Code::DataLoss => Old::DataLoss,
+        Code::Unauthenticated => Old::Unauthenticated,
+    }
+}
 
 /// Kebab-case names of a WIT enum, as written in the WIT and in case files.
 macro_rules! wit_names {
@@ -83,6 +197,10 @@ wit_names!(
         ("node-unstage-volume", NodeUnstageVolume),
         ("node-publish-volume", NodePublishVolume),
         ("node-unpublish-volume", NodeUnpublishVolume),
+        ("controller-expand-volume", ControllerExpandVolume),
+        ("node-expand-volume", NodeExpandVolume),
+        ("create-snapshot", CreateSnapshot),
+        ("delete-snapshot", DeleteSnapshot),
     ]
 );
 
@@ -158,6 +276,10 @@ impl Operation {
             Operation::NodeUnstageVolume => "NodeUnstageVolume",
             Operation::NodePublishVolume => "NodePublishVolume",
             Operation::NodeUnpublishVolume => "NodeUnpublishVolume",
+            Operation::ControllerExpandVolume => "ControllerExpandVolume",
+            Operation::NodeExpandVolume => "NodeExpandVolume",
+            Operation::CreateSnapshot => "CreateSnapshot",
+            Operation::DeleteSnapshot => "DeleteSnapshot",
         }
     }
 
@@ -169,6 +291,7 @@ impl Operation {
                 | Operation::ControllerUnpublishVolume
                 | Operation::NodeUnstageVolume
                 | Operation::NodeUnpublishVolume
+                | Operation::DeleteSnapshot
         )
     }
 }

@@ -64,7 +64,9 @@ impl PolicyEngine {
         // each store gets grants nothing.
         wasmtime_wasi::p2::add_to_linker_sync(&mut linker)?;
         // The shared types interface has no functions; guests import it for its types.
-        linker.instance(&format!("{}/types@{}", super::PACKAGE, super::PACKAGE_VERSION))?;
+        for contract in super::Contract::ALL {
+            linker.instance(&format!("{}/types@{}", super::PACKAGE, contract.version()))?;
+        }
         let ticker = Arc::new(AtomicBool::new(true));
         spawn_ticker(engine.clone(), ticker.clone());
         Ok(PolicyEngine {

@@ -13,7 +13,7 @@ use wasmtime::component::{
 use wasmtime::{Store, Trap};
 
 use super::answer::{validate_retry, validate_verdicts, validate_volume_name};
-use super::bindings::{COMPATIBLE_PREFIX, PACKAGE, PACKAGE_VERSION};
+use super::bindings::{Contract, PACKAGE, PACKAGE_VERSION, v0_1};
 use super::memory::initial_memory;
 
 /// An initial memory past this is more than a policy's stack and data need.
@@ -107,6 +107,8 @@ pub struct PolicyModule {
     naming: Option<ComponentExportIndex>,
     placement: Option<ComponentExportIndex>,
     retry: Option<ComponentExportIndex>,
+    /// The package release the module was built against.
+    contract: Contract,
     pub(crate) counters: Counters,
     /// The largest initial memory its core modules declare.
     initial_memory: Option<u64>,
@@ -159,7 +161,8 @@ impl PolicyModule {
             fail(GuestFailure::Load(format!("not a valid component{hint}: {e:#}")))
         })?;
         check_imports(engine, &component).map_err(|e| fail(GuestFailure::Load(e)))?;
-        let exports = find_exports(engine, &component).map_err(|e| fail(GuestFailure::Load(e)))?;
+        let (exports, contract) =
+            find_exports(engine, &component).map_err(|e| fail(GuestFailure::Load(e)))?;
         let pre = engine
             .linker()
             .instantiate_pre(&component)
@@ -181,6 +184,7 @@ impl PolicyModule {
             naming: exports[0],
             placement: exports[1],
             retry: exports[2],
+            contract,
             counters: Counters::default(),
             initial_memory,
         };
@@ -206,6 +210,11 @@ impl PolicyModule {
 
     pub fn config(&self) -> &ModuleConfig {
         &self.config
+    }
+
+    /// The package release the module was built against.
+    pub fn contract(&self) -> Contract {
+        self.contract
     }
 
     /// The interfaces the module imports (all WASI, or the shared types).
@@ -247,15 +256,19 @@ impl PolicyModule {
                     Decision::Placement => instance
                         .get_typed_func::<(&PlacementRequest, &Candidates), (Vec<Verdict>,)>(store, index)
                         .map(drop),
+                    Decision::Retry if self.contract == Contract::V0_1 => instance
+                        .get_typed_func::<(&v0_1::Failure,), (RetryDecision,)>(store, index)
+                        .map(drop),
                     Decision::Retry => instance
                         .get_typed_func::<(&Failure,), (RetryDecision,)>(store, index)
                         .map(drop),
                 };
                 result.map_err(|e| {
                     GuestFailure::Load(format!(
-                        "{PACKAGE}/{}.{} does not have the signature of {PACKAGE}@{PACKAGE_VERSION}: {e:#}",
+                        "{PACKAGE}/{}.{} does not have the signature of {}: {e:#}",
                         decision.interface(),
-                        decision.function()
+                        decision.function(),
+                        self.contract
                     ))
                     .into_wasmtime()
                 })
@@ -348,9 +361,21 @@ impl PolicyModule {
     /// `retry.classify`: what to do after a failed CSI call.
     pub fn classify(&self, engine: &PolicyEngine, failure: &Failure) -> Result<RetryDecision, PolicyError> {
         let max = self.config.limits.max_answer_bytes;
+        let legacy = match self.contract {
+            Contract::V0_1 => Some(v0_1::failure(failure).ok_or_else(|| PolicyError {
+                module: self.config.name.clone(),
+                decision: Decision::Retry,
+                failure: GuestFailure::NotServed,
+            })?),
+            Contract::V0_2 => None,
+        };
         let decision = self.run(engine, Decision::Retry, |store, instance, index| {
-            let func = typed::<(&Failure,), (RetryDecision,)>(store, instance, index)?;
-            let (decision,) = func.call(&mut *store, (failure,))?;
+            let (decision,) = match &legacy {
+                Some(old) => typed::<(&v0_1::Failure,), (RetryDecision,)>(store, instance, index)?
+                    .call(&mut *store, (old,))?,
+                None => typed::<(&Failure,), (RetryDecision,)>(store, instance, index)?
+                    .call(&mut *store, (failure,))?,
+            };
             if let RetryDecision::GiveUp(reason) = &decision {
                 within(reason.len(), max)?;
             }
@@ -475,8 +500,11 @@ fn check_imports(engine: &PolicyEngine, component: &Component) -> Result<(), Str
         {
             return Err(format!("it imports {name}, and {why}"));
         }
-        let types = format!("{PACKAGE}/types@{COMPATIBLE_PREFIX}");
-        if !name.starts_with("wasi:") && !name.starts_with(&types) {
+        let types = name
+            .strip_prefix(PACKAGE)
+            .and_then(|rest| rest.strip_prefix("/types@"))
+            .and_then(Contract::of_version);
+        if !name.starts_with("wasi:") && types.is_none() {
             return Err(format!(
                 "it imports {name}, which Berth does not provide (policy modules may import only WASI and {PACKAGE}/types)"
             ));
@@ -485,33 +513,43 @@ fn check_imports(engine: &PolicyEngine, component: &Component) -> Result<(), Str
     Ok(())
 }
 
-/// Finds each decision's exported function; rejects a module that serves none
-/// or exports an incompatible version of the package.
+/// Finds each decision's exported function, and the package release they
+/// come from; rejects a module that serves none, exports a release this host
+/// does not know, or mixes releases.
 fn find_exports(
     engine: &PolicyEngine,
     component: &Component,
-) -> Result<[Option<ComponentExportIndex>; 3], String> {
+) -> Result<([Option<ComponentExportIndex>; 3], Contract), String> {
     let ty = component.component_type();
     let names: Vec<String> = ty.exports(engine.engine()).map(|(n, _)| n.to_string()).collect();
-    let mut found = [None, None, None];
+    let mut served: Vec<(usize, Decision, &str, Contract)> = Vec::new();
     let mut incompatible = Vec::new();
     for (slot, decision) in Decision::ALL.into_iter().enumerate() {
         let prefix = format!("{PACKAGE}/{}@", decision.interface());
         let Some(name) = names.iter().find(|n| n.starts_with(&prefix)) else {
             continue;
         };
-        let version = &name[prefix.len()..];
-        if !version.starts_with(COMPATIBLE_PREFIX) {
-            incompatible.push(name.clone());
-            continue;
+        match Contract::of_version(&name[prefix.len()..]) {
+            Some(contract) => served.push((slot, decision, name, contract)),
+            None => incompatible.push(name.clone()),
         }
+    }
+    if let [(_, _, first, contract), rest @ ..] = served.as_slice()
+        && let Some((_, _, other, _)) = rest.iter().find(|s| s.3 != *contract)
+    {
+        return Err(format!(
+            "it exports {first} and {other}: one module implements one release of {PACKAGE}"
+        ));
+    }
+    let mut found = [None, None, None];
+    for (slot, decision, name, _) in &served {
         let iface = component
-            .get_export_index(None, name.as_str())
+            .get_export_index(None, name)
             .ok_or_else(|| format!("cannot look up export {name}"))?;
         let func = component
             .get_export_index(Some(&iface), decision.function())
             .ok_or_else(|| format!("{name} does not export the function {}", decision.function()))?;
-        found[slot] = Some(func);
+        found[*slot] = Some(func);
     }
     if found.iter().all(Option::is_none) {
         let exported = if names.is_empty() {
@@ -519,16 +557,18 @@ fn find_exports(
         } else {
             names.join(", ")
         };
+        let known: Vec<String> = Contract::ALL.iter().map(ToString::to_string).collect();
         return Err(if incompatible.is_empty() {
             format!(
                 "it exports no policy decision ({PACKAGE}/naming, placement or retry @{PACKAGE_VERSION}); it exports {exported}"
             )
         } else {
             format!(
-                "it exports {}, which this host cannot use: it implements {PACKAGE}@{PACKAGE_VERSION} (0.1.x)",
-                incompatible.join(", ")
+                "it exports {}, which this host cannot use: it implements {}",
+                incompatible.join(", "),
+                known.join(" and ")
             )
         });
     }
-    Ok(found)
+    Ok((found, served[0].3))
 }

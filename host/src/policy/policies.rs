@@ -234,6 +234,13 @@ impl Policies {
     /// What to do after a failed CSI call. `failure.settings` is filled in here.
     pub fn classify(&self, mut failure: Failure) -> Result<RetryDecision, PolicyError> {
         let module = self.module(Decision::Retry);
+        if module
+            .as_ref()
+            .is_some_and(|m| !m.contract().knows(failure.operation))
+        {
+            // Built for a release without this operation: not its question.
+            return Ok(self.builtins.retry.classify(&failure));
+        }
         failure.settings = settings_of(module.as_deref());
         self.decide(
             Decision::Retry,

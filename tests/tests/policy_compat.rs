@@ -1,0 +1,170 @@
+//! Policy modules outlive releases: the sample guests as built for
+//! `berth:policy@0.1.0` (kept as fixtures) load and decide as they did, and
+//! are never asked about the operations 0.2.0 added.
+
+use std::path::{Path, PathBuf};
+use std::sync::Arc;
+
+use berth::policy::builtin::Builtins;
+use berth::policy::samples::{failure, pairs, volume};
+use berth::policy::{
+    Code, Contract, Decision, EngineOptions, ModuleConfig, NamingOutcome, Operation, Policies, PolicyEngine,
+    PolicyModule, RetryDecision,
+};
+use berth_tests::{Cluster, ClusterSpec, guest};
+
+fn fixture_dir() -> PathBuf {
+    Path::new(env!("CARGO_MANIFEST_DIR")).join("fixtures/guests-0.1.0")
+}
+
+fn fixture(name: &str) -> PathBuf {
+    fixture_dir().join(format!("{name}.wasm"))
+}
+
+fn engine() -> Arc<PolicyEngine> {
+    Arc::new(PolicyEngine::new(EngineOptions::default()).expect("policy engine"))
+}
+
+fn retry_policies(path: &Path) -> Policies {
+    let p = Policies::new(engine(), Builtins::default());
+    let mut c = ModuleConfig::from_path(path);
+    c.settings = [("max-attempts".to_string(), "8".to_string())].into();
+    p.load(c, &[Decision::Retry]).expect("loads");
+    p
+}
+
+fn calls(p: &Policies) -> u64 {
+    p.stats()[0].calls
+}
+
+#[test]
+fn modules_built_for_0_1_0_load_and_say_so() {
+    let e = engine();
+    for name in ["berth_naming_guest", "berth_placement_guest", "berth_retry_guest"] {
+        let old = PolicyModule::load(&e, ModuleConfig::from_path(&fixture(name))).expect("0.1.0 loads");
+        assert_eq!(old.contract(), Contract::V0_1, "{name}");
+        let new = PolicyModule::load(&e, ModuleConfig::from_path(&guest(name))).expect("0.2.0 loads");
+        assert_eq!(new.contract(), Contract::V0_2, "{name}");
+        assert_eq!(old.decisions(), new.decisions(), "{name}");
+    }
+}
+
+#[test]
+fn a_0_1_0_naming_module_names_as_the_current_one_does() {
+    let e = engine();
+    let names: Vec<NamingOutcome> = [fixture("berth_naming_guest"), guest("berth_naming_guest")]
+        .iter()
+        .map(|path| {
+            let p = Policies::new(e.clone(), Builtins::default());
+            let mut c = ModuleConfig::from_path(path);
+            c.settings = [("prefix".to_string(), "team".to_string())].into();
+            p.load(c, &[Decision::Naming]).unwrap();
+            let mut v = volume("Data Volume 1");
+            v.labels = pairs(&[("tier", "gold")]);
+            p.volume_name(v).unwrap()
+        })
+        .collect();
+    assert!(
+        matches!(&names[0], NamingOutcome::Named(n) if n.starts_with("team")),
+        "{names:?}"
+    );
+    assert_eq!(names[0], names[1]);
+}
+
+#[test]
+fn a_0_1_0_retry_module_classifies_the_operations_it_knows() {
+    let p = retry_policies(&fixture("berth_retry_guest"));
+    let d = p
+        .classify(failure(Operation::NodeUnpublishVolume, Code::NotFound, 1))
+        .unwrap();
+    assert_eq!(d, RetryDecision::Done);
+    let d = p
+        .classify(failure(Operation::CreateVolume, Code::InvalidArgument, 1))
+        .unwrap();
+    // The sample guest's wording, not the built-in policy's.
+    assert!(
+        matches!(&d, RetryDecision::GiveUp(why) if why.starts_with("needs an operator: CreateVolume")),
+        "{d:?}"
+    );
+    assert_eq!(calls(&p), 2);
+}
+
+#[test]
+fn a_0_1_0_retry_module_is_not_asked_about_operations_added_later() {
+    let p = retry_policies(&fixture("berth_retry_guest"));
+    for op in [
+        Operation::ControllerExpandVolume,
+        Operation::NodeExpandVolume,
+        Operation::CreateSnapshot,
+        Operation::DeleteSnapshot,
+    ] {
+        let d = p.classify(failure(op, Code::InvalidArgument, 1)).unwrap();
+        // The built-in policy's wording.
+        assert!(
+            matches!(&d, RetryDecision::GiveUp(why) if why.starts_with("INVALID_ARGUMENT needs an operator")),
+            "{op:?}: {d:?}"
+        );
+    }
+    assert_eq!(
+        p.classify(failure(Operation::DeleteSnapshot, Code::NotFound, 1))
+            .unwrap(),
+        RetryDecision::Done
+    );
+    assert_eq!(calls(&p), 0, "the module was asked");
+    assert_eq!(p.stats()[0].failures, 0);
+}
+
+#[test]
+fn a_current_retry_module_is_asked_about_every_operation() {
+    let p = retry_policies(&guest("berth_retry_guest"));
+    let d = p
+        .classify(failure(Operation::CreateSnapshot, Code::InvalidArgument, 1))
+        .unwrap();
+    assert!(
+        matches!(&d, RetryDecision::GiveUp(why) if why.starts_with("needs an operator: CreateSnapshot")),
+        "{d:?}"
+    );
+    assert_eq!(
+        p.classify(failure(Operation::DeleteSnapshot, Code::NotFound, 1))
+            .unwrap(),
+        RetryDecision::Done
+    );
+    assert_eq!(calls(&p), 2);
+}
+
+#[test]
+fn policy_check_names_the_release_a_module_was_built_for() {
+    let out = berth_tests::berth(&["policy", "check", fixture("berth_retry_guest").to_str().unwrap()]);
+    let (stdout, stderr) = berth_tests::texts(&out);
+    assert!(out.status.success(), "{stderr}");
+    assert!(stdout.contains("berth:policy@0.1.0"), "{stdout}");
+}
+
+#[test]
+fn a_cluster_runs_on_the_0_1_0_modules() {
+    let dir = fixture_dir();
+    let c = Cluster::start(ClusterSpec {
+        guest_dir: Some(&dir),
+        // Failures for the 0.1.0 retry module to classify.
+        plugin_args: vec![
+            "--fault",
+            "UNAVAILABLE=0.3",
+            "--fault-calls",
+            "CreateVolume,ControllerPublishVolume,NodeStageVolume",
+            "--seed",
+            "7",
+        ],
+        ..ClusterSpec::default()
+    });
+    for name in ["a", "b", "c"] {
+        c.ok(&["volume", "create", name, "--plugin", "hostpath", "--wait"]);
+        c.ok(&["volume", "publish", name, "--wait"]);
+    }
+    assert!(c.log().contains("step failed"), "no failure was classified");
+    let status = c.ok(&["status"]);
+    assert!(status.contains("berth_retry_guest"), "{status}");
+    for name in ["a", "b", "c"] {
+        c.ok(&["volume", "delete", name, "--wait"]);
+    }
+    assert_eq!(c.plugin_volumes(), 0);
+}
