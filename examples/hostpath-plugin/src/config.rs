@@ -111,6 +111,49 @@ pub struct Config {
     /// Break a rule of the CSI spec on purpose, to test how callers cope.
     #[arg(long, value_enum)]
     pub misbehave: Option<Misbehaviour>,
+
+    /// Do not offer a capability, by its CSI name (EXPAND_VOLUME,
+    /// CREATE_DELETE_SNAPSHOT, LIST_SNAPSHOTS, CLONE_VOLUME, GET_CAPACITY,
+    /// LIST_VOLUMES, GET_VOLUME, GET_VOLUME_STATS, VOLUME_CONDITION); repeatable.
+    /// The calls it names answer UNIMPLEMENTED.
+    #[arg(long = "disable", value_parser = parse_capability)]
+    pub disabled: Vec<String>,
+
+    /// Bytes available to volumes accessible from one topology segment,
+    /// KEY=VALUE=BYTES (e.g. zone=b=1073741824); repeatable. GetCapacity
+    /// answers it for that segment and CreateVolume enforces it.
+    #[arg(long = "capacity-in", value_parser = parse_segment_capacity)]
+    pub segment_capacity: Vec<(String, String, i64)>,
+}
+
+/// Capabilities `--disable` can take away.
+pub const OPTIONAL_CAPABILITIES: &[&str] = &[
+    "EXPAND_VOLUME",
+    "CREATE_DELETE_SNAPSHOT",
+    "LIST_SNAPSHOTS",
+    "CLONE_VOLUME",
+    "GET_CAPACITY",
+    "LIST_VOLUMES",
+    "GET_VOLUME",
+    "GET_VOLUME_STATS",
+    "VOLUME_CONDITION",
+];
+
+fn parse_capability(text: &str) -> Result<String, String> {
+    let name = text.to_ascii_uppercase();
+    if OPTIONAL_CAPABILITIES.contains(&name.as_str()) {
+        Ok(name)
+    } else {
+        Err(format!("{text:?} is not one of {OPTIONAL_CAPABILITIES:?}"))
+    }
+}
+
+fn parse_segment_capacity(text: &str) -> Result<(String, String, i64), String> {
+    let bad = || format!("{text:?} is not KEY=VALUE=BYTES");
+    let (segment, bytes) = text.rsplit_once('=').ok_or_else(bad)?;
+    let (k, v) = parse_segment(segment).map_err(|_| bad())?;
+    let bytes: i64 = bytes.parse().map_err(|_| bad())?;
+    Ok((k, v, bytes))
 }
 
 #[derive(Clone, Copy, Debug, PartialEq, Eq, ValueEnum)]
@@ -133,6 +176,14 @@ pub enum Misbehaviour {
     EmptyNodeId,
     /// NodeGetInfo returns a negative max_volumes_per_node.
     NegativeMaxVolumes,
+    /// DeleteVolume answers NOT_FOUND for a volume that does not exist
+    /// (the spec: OK, deleting is idempotent).
+    NotFoundOnDelete,
+    /// CreateVolume of a known name with an incompatible capacity returns
+    /// the existing volume (the spec: ALREADY_EXISTS).
+    IgnoresSizeConflict,
+    /// CreateVolume without a name creates a volume (the spec: INVALID_ARGUMENT).
+    AcceptsMissingName,
 }
 
 #[derive(Clone, Copy, Debug, PartialEq, Eq, ValueEnum)]
@@ -151,6 +202,11 @@ impl Config {
     /// Whether this process serves the Node service.
     pub fn serves_node(&self) -> bool {
         self.node && self.mode != Mode::Controller
+    }
+
+    /// Whether the plugin offers an optional capability (see `--disable`).
+    pub fn offers(&self, capability: &str) -> bool {
+        !self.disabled.iter().any(|d| d == capability)
     }
 
     pub fn topology_map(&self) -> BTreeMap<String, String> {

@@ -7,9 +7,10 @@ use berth_proto::csi::v1 as csi;
 use csi::controller_service_capability::rpc::Type as Cap;
 use tonic::{Request, Response, Status};
 
-use crate::config::Config;
+use crate::config::{Config, Misbehaviour};
 use crate::faults::Faults;
-use crate::volumes::{Segments, VolumeRecord, Volumes, reachable};
+use crate::snapshots::{SnapshotRecord, Snapshots};
+use crate::volumes::{NewVolume, Segments, Source, VolumeRecord, Volumes, reachable};
 
 /// The publish_context key naming the node a volume was published to.
 pub const PUBLISHED_NODE_KEY: &str = "hostpath.csi.berth.dev/node";
@@ -17,16 +18,66 @@ pub const PUBLISHED_NODE_KEY: &str = "hostpath.csi.berth.dev/node";
 pub struct Controller {
     config: Arc<Config>,
     volumes: Arc<Volumes>,
+    snapshots: Snapshots,
     faults: Arc<Faults>,
 }
 
 impl Controller {
-    pub fn new(config: Arc<Config>, volumes: Arc<Volumes>, faults: Arc<Faults>) -> Self {
+    pub fn new(config: Arc<Config>, volumes: Arc<Volumes>, snapshots: Snapshots, faults: Arc<Faults>) -> Self {
         Controller {
             config,
             volumes,
+            snapshots,
             faults,
         }
+    }
+
+    /// UNIMPLEMENTED unless the plugin offers `capability`.
+    fn offered(&self, capability: &str) -> Result<(), Status> {
+        if self.config.offers(capability) {
+            Ok(())
+        } else {
+            Err(Status::unimplemented(format!("{capability} is not offered")))
+        }
+    }
+
+    /// A content source's id, where its data is, and its size.
+    fn source(&self, source: &csi::VolumeContentSource) -> Result<(Source, std::path::PathBuf, i64), Status> {
+        use csi::volume_content_source::Type;
+        match &source.r#type {
+            Some(Type::Snapshot(s)) => {
+                self.offered("CREATE_DELETE_SNAPSHOT")?;
+                let snap = self
+                    .snapshots
+                    .get(&s.snapshot_id)
+                    .ok_or_else(|| Status::not_found(format!("snapshot {} does not exist", s.snapshot_id)))?;
+                Ok((
+                    Source::Snapshot(snap.id.clone()),
+                    self.snapshots.data_path(&snap.id),
+                    snap.size_bytes,
+                ))
+            }
+            Some(Type::Volume(v)) => {
+                self.offered("CLONE_VOLUME")?;
+                let vol = self
+                    .volumes
+                    .get(&v.volume_id)?
+                    .ok_or_else(|| Status::not_found(format!("volume {} does not exist", v.volume_id)))?;
+                Ok((
+                    Source::Volume(vol.id.clone()),
+                    self.volumes.data_path(&vol.id),
+                    vol.capacity_bytes,
+                ))
+            }
+            None => Err(Status::invalid_argument("volume_content_source has no type")),
+        }
+    }
+
+    /// VOLUME_CONDITION's view of a volume.
+    fn condition(&self, id: &str) -> Option<csi::VolumeCondition> {
+        self.config
+            .offers("VOLUME_CONDITION")
+            .then(|| condition(&self.volumes.data_path(id)))
     }
 
     fn check_secrets(&self, secrets: &std::collections::HashMap<String, String>) -> Result<(), Status> {
@@ -73,12 +124,68 @@ fn require(field: &str, value: &str) -> Result<(), Status> {
     }
 }
 
+/// A volume is abnormal when its data directory is gone, or holds a file
+/// named `.abnormal` (whose text is the message): a fault an operator or a
+/// test can make for real.
+pub fn condition(data: &std::path::Path) -> csi::VolumeCondition {
+    let (abnormal, message) = match std::fs::read_to_string(data.join(".abnormal")) {
+        Ok(text) => (true, text.trim().to_string()),
+        Err(_) if !data.is_dir() => (true, "the volume's data directory is missing".to_string()),
+        Err(_) => (false, "ok".to_string()),
+    };
+    csi::VolumeCondition { abnormal, message }
+}
+
+fn snapshot_to_csi(rec: &SnapshotRecord) -> csi::Snapshot {
+    csi::Snapshot {
+        size_bytes: rec.size_bytes,
+        snapshot_id: rec.id.clone(),
+        source_volume_id: rec.source_volume_id.clone(),
+        creation_time: Some(prost_types::Timestamp {
+            seconds: (rec.created_ms / 1000) as i64,
+            nanos: ((rec.created_ms % 1000) * 1_000_000) as i32,
+        }),
+        ready_to_use: true,
+        group_snapshot_id: String::new(),
+    }
+}
+
+/// A page of `all` from `starting_token` (an index), as List* calls answer.
+fn page<T>(all: Vec<T>, starting_token: &str, max_entries: i32) -> Result<(Vec<T>, String), Status> {
+    let start: usize = if starting_token.is_empty() {
+        0
+    } else {
+        starting_token
+            .parse()
+            .ok()
+            .filter(|&s| s <= all.len())
+            .ok_or_else(|| Status::aborted(format!("starting_token {starting_token:?} is not valid")))?
+    };
+    let max = if max_entries > 0 {
+        max_entries as usize
+    } else {
+        usize::MAX
+    };
+    let total = all.len();
+    let page: Vec<T> = all.into_iter().skip(start).take(max).collect();
+    let next = start + page.len();
+    Ok((page, if next < total { next.to_string() } else { String::new() }))
+}
+
 pub fn to_csi(rec: &VolumeRecord) -> csi::Volume {
+    use csi::volume_content_source::{SnapshotSource, Type, VolumeSource};
     csi::Volume {
         capacity_bytes: rec.capacity_bytes,
         volume_id: rec.id.clone(),
         volume_context: [("name".to_string(), rec.name.clone())].into(),
-        content_source: None,
+        content_source: rec.source.as_ref().map(|s| csi::VolumeContentSource {
+            r#type: Some(match s {
+                Source::Snapshot(id) => Type::Snapshot(SnapshotSource {
+                    snapshot_id: id.clone(),
+                }),
+                Source::Volume(id) => Type::Volume(VolumeSource { volume_id: id.clone() }),
+            }),
+        }),
         accessible_topology: rec
             .accessible_topology
             .iter()
@@ -113,18 +220,21 @@ impl csi::controller_server::Controller for Controller {
         request: Request<csi::CreateVolumeRequest>,
     ) -> Result<Response<csi::CreateVolumeResponse>, Status> {
         self.faults.inject("CreateVolume").await?;
-        let req = request.into_inner();
+        let mut req = request.into_inner();
+        if self.config.misbehave == Some(Misbehaviour::AcceptsMissingName) && req.name.is_empty() {
+            req.name = "unnamed".to_string();
+        }
         require("name", &req.name)?;
         if req.volume_capabilities.is_empty() {
             return Err(Status::invalid_argument("volume_capabilities is required"));
         }
         req.volume_capabilities.iter().try_for_each(check_capability)?;
         self.check_secrets(&req.secrets)?;
-        if req.volume_content_source.is_some() {
-            return Err(Status::invalid_argument(
-                "volume content sources are not supported",
-            ));
-        }
+        let source = req
+            .volume_content_source
+            .as_ref()
+            .map(|s| self.source(s))
+            .transpose()?;
         let (required, limit) = req
             .capacity_range
             .map_or((0, 0), |c| (c.required_bytes, c.limit_bytes));
@@ -144,9 +254,18 @@ impl csi::controller_server::Controller for Controller {
                 .unwrap_or_else(|| vec![self.config.topology_map()])
         };
         let parameters: BTreeMap<String, String> = req.parameters.into_iter().collect();
-        let rec = self
-            .volumes
-            .create(&req.name, required, limit, parameters, accessible)?;
+        let rec = self.volumes.create(
+            NewVolume {
+                name: req.name,
+                required,
+                limit,
+                parameters,
+                accessible_topology: accessible,
+                source,
+                segment_capacity: self.config.segment_capacity.clone(),
+            },
+            self.config.misbehave != Some(Misbehaviour::IgnoresSizeConflict),
+        )?;
         tracing::info!(name = %rec.name, id = %rec.id, "volume created");
         Ok(Response::new(csi::CreateVolumeResponse {
             volume: Some(to_csi(&rec)),
@@ -161,6 +280,11 @@ impl csi::controller_server::Controller for Controller {
         let req = request.into_inner();
         require("volume_id", &req.volume_id)?;
         self.check_secrets(&req.secrets)?;
+        if self.config.misbehave == Some(Misbehaviour::NotFoundOnDelete)
+            && self.volumes.get(&req.volume_id)?.is_none()
+        {
+            return Err(Status::not_found(format!("volume {} does not exist", req.volume_id)));
+        }
         self.volumes.delete(&req.volume_id)?;
         Ok(Response::new(csi::DeleteVolumeResponse {}))
     }
@@ -286,52 +410,38 @@ impl csi::controller_server::Controller for Controller {
         request: Request<csi::ListVolumesRequest>,
     ) -> Result<Response<csi::ListVolumesResponse>, Status> {
         self.faults.inject("ListVolumes").await?;
+        self.offered("LIST_VOLUMES")?;
         let req = request.into_inner();
-        let all = self.volumes.list()?;
-        let start: usize = if req.starting_token.is_empty() {
-            0
-        } else {
-            req.starting_token
-                .parse()
-                .ok()
-                .filter(|&s| s <= all.len())
-                .ok_or_else(|| {
-                    Status::aborted(format!("starting_token {:?} is not valid", req.starting_token))
-                })?
-        };
-        let max = if req.max_entries > 0 {
-            req.max_entries as usize
-        } else {
-            usize::MAX
-        };
-        let page: Vec<_> = all.iter().skip(start).take(max).collect();
-        let next = start + page.len();
+        let (page, next_token) = page(self.volumes.list()?, &req.starting_token, req.max_entries)?;
         let entries = page
             .into_iter()
             .map(|rec| csi::list_volumes_response::Entry {
-                volume: Some(to_csi(rec)),
                 status: Some(csi::list_volumes_response::VolumeStatus {
                     published_node_ids: rec.published_nodes.iter().cloned().collect(),
-                    volume_condition: None,
+                    volume_condition: self.condition(&rec.id),
                 }),
+                volume: Some(to_csi(&rec)),
             })
             .collect();
-        Ok(Response::new(csi::ListVolumesResponse {
-            entries,
-            next_token: if next < all.len() {
-                next.to_string()
-            } else {
-                String::new()
-            },
-        }))
+        Ok(Response::new(csi::ListVolumesResponse { entries, next_token }))
     }
 
     async fn get_capacity(
         &self,
-        _: Request<csi::GetCapacityRequest>,
+        request: Request<csi::GetCapacityRequest>,
     ) -> Result<Response<csi::GetCapacityResponse>, Status> {
         self.faults.inject("GetCapacity").await?;
-        let free = self.volumes.total_bytes() - self.volumes.used_bytes()?;
+        self.offered("GET_CAPACITY")?;
+        let req = request.into_inner();
+        let mut free = self.volumes.total_bytes() - self.volumes.used_bytes()?;
+        // The least of the pools the asked topology falls in.
+        if let Some(t) = &req.accessible_topology {
+            for (k, v, bytes) in &self.config.segment_capacity {
+                if t.segments.get(k) == Some(v) {
+                    free = free.min(bytes - self.volumes.used_in(k, v)?);
+                }
+            }
+        }
         Ok(Response::new(csi::GetCapacityResponse {
             available_capacity: free.max(0),
             maximum_volume_size: Some(self.volumes.total_bytes()),
@@ -344,15 +454,23 @@ impl csi::controller_server::Controller for Controller {
         _: Request<csi::ControllerGetCapabilitiesRequest>,
     ) -> Result<Response<csi::ControllerGetCapabilitiesResponse>, Status> {
         self.faults.inject("ControllerGetCapabilities").await?;
-        let mut caps = vec![
-            Cap::CreateDeleteVolume,
-            Cap::ListVolumes,
-            Cap::GetCapacity,
-            Cap::GetVolume,
-            Cap::ListVolumesPublishedNodes,
-        ];
+        let mut caps = vec![Cap::CreateDeleteVolume, Cap::ListVolumesPublishedNodes];
         if self.config.publish_unpublish {
             caps.push(Cap::PublishUnpublishVolume);
+        }
+        for (name, cap) in [
+            ("LIST_VOLUMES", Cap::ListVolumes),
+            ("GET_CAPACITY", Cap::GetCapacity),
+            ("GET_VOLUME", Cap::GetVolume),
+            ("EXPAND_VOLUME", Cap::ExpandVolume),
+            ("CREATE_DELETE_SNAPSHOT", Cap::CreateDeleteSnapshot),
+            ("LIST_SNAPSHOTS", Cap::ListSnapshots),
+            ("CLONE_VOLUME", Cap::CloneVolume),
+            ("VOLUME_CONDITION", Cap::VolumeCondition),
+        ] {
+            if self.config.offers(name) {
+                caps.push(cap);
+            }
         }
         let capabilities = caps
             .into_iter()
@@ -372,6 +490,7 @@ impl csi::controller_server::Controller for Controller {
         request: Request<csi::ControllerGetVolumeRequest>,
     ) -> Result<Response<csi::ControllerGetVolumeResponse>, Status> {
         self.faults.inject("ControllerGetVolume").await?;
+        self.offered("GET_VOLUME")?;
         let req = request.into_inner();
         require("volume_id", &req.volume_id)?;
         let rec = self
@@ -382,37 +501,100 @@ impl csi::controller_server::Controller for Controller {
             volume: Some(to_csi(&rec)),
             status: Some(csi::controller_get_volume_response::VolumeStatus {
                 published_node_ids: rec.published_nodes.iter().cloned().collect(),
-                volume_condition: None,
+                volume_condition: self.condition(&rec.id),
             }),
         }))
     }
 
     async fn create_snapshot(
         &self,
-        _: Request<csi::CreateSnapshotRequest>,
+        request: Request<csi::CreateSnapshotRequest>,
     ) -> Result<Response<csi::CreateSnapshotResponse>, Status> {
-        Err(Status::unimplemented("snapshots are not supported"))
+        self.faults.inject("CreateSnapshot").await?;
+        self.offered("CREATE_DELETE_SNAPSHOT")?;
+        let req = request.into_inner();
+        require("name", &req.name)?;
+        require("source_volume_id", &req.source_volume_id)?;
+        self.check_secrets(&req.secrets)?;
+        let vol = self
+            .volumes
+            .get(&req.source_volume_id)?
+            .ok_or_else(|| Status::not_found(format!("volume {} does not exist", req.source_volume_id)))?;
+        let snap = self.snapshots.create(
+            &req.name,
+            &vol.id,
+            vol.capacity_bytes,
+            &self.volumes.data_path(&vol.id),
+        )?;
+        tracing::info!(name = %snap.name, id = %snap.id, volume = %vol.id, "snapshot created");
+        Ok(Response::new(csi::CreateSnapshotResponse {
+            snapshot: Some(snapshot_to_csi(&snap)),
+        }))
     }
 
     async fn delete_snapshot(
         &self,
-        _: Request<csi::DeleteSnapshotRequest>,
+        request: Request<csi::DeleteSnapshotRequest>,
     ) -> Result<Response<csi::DeleteSnapshotResponse>, Status> {
-        Err(Status::unimplemented("snapshots are not supported"))
+        self.faults.inject("DeleteSnapshot").await?;
+        self.offered("CREATE_DELETE_SNAPSHOT")?;
+        let req = request.into_inner();
+        require("snapshot_id", &req.snapshot_id)?;
+        self.check_secrets(&req.secrets)?;
+        self.snapshots.delete(&req.snapshot_id)?;
+        Ok(Response::new(csi::DeleteSnapshotResponse {}))
     }
 
     async fn list_snapshots(
         &self,
-        _: Request<csi::ListSnapshotsRequest>,
+        request: Request<csi::ListSnapshotsRequest>,
     ) -> Result<Response<csi::ListSnapshotsResponse>, Status> {
-        Err(Status::unimplemented("snapshots are not supported"))
+        self.faults.inject("ListSnapshots").await?;
+        self.offered("LIST_SNAPSHOTS")?;
+        let req = request.into_inner();
+        let all: Vec<SnapshotRecord> = self
+            .snapshots
+            .list()
+            .into_iter()
+            .filter(|s| req.snapshot_id.is_empty() || s.id == req.snapshot_id)
+            .filter(|s| req.source_volume_id.is_empty() || s.source_volume_id == req.source_volume_id)
+            .collect();
+        let (page, next_token) = page(all, &req.starting_token, req.max_entries)?;
+        Ok(Response::new(csi::ListSnapshotsResponse {
+            entries: page
+                .iter()
+                .map(|s| csi::list_snapshots_response::Entry {
+                    snapshot: Some(snapshot_to_csi(s)),
+                })
+                .collect(),
+            next_token,
+        }))
     }
 
     async fn controller_expand_volume(
         &self,
-        _: Request<csi::ControllerExpandVolumeRequest>,
+        request: Request<csi::ControllerExpandVolumeRequest>,
     ) -> Result<Response<csi::ControllerExpandVolumeResponse>, Status> {
-        Err(Status::unimplemented("expansion is not supported"))
+        self.faults.inject("ControllerExpandVolume").await?;
+        self.offered("EXPAND_VOLUME")?;
+        let req = request.into_inner();
+        require("volume_id", &req.volume_id)?;
+        self.check_secrets(&req.secrets)?;
+        let range = req
+            .capacity_range
+            .ok_or_else(|| Status::invalid_argument("capacity_range is required"))?;
+        let capacity = self
+            .volumes
+            .expand(&req.volume_id, range.required_bytes, range.limit_bytes)?
+            .ok_or_else(|| Status::not_found(format!("volume {} does not exist", req.volume_id)))?;
+        Ok(Response::new(csi::ControllerExpandVolumeResponse {
+            capacity_bytes: capacity,
+            // A mounted file system grows on the node too.
+            node_expansion_required: !matches!(
+                req.volume_capability.and_then(|c| c.access_type),
+                Some(csi::volume_capability::AccessType::Block(_))
+            ),
+        }))
     }
 
     async fn controller_modify_volume(

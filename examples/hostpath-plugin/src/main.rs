@@ -6,6 +6,7 @@ mod faults;
 mod identity;
 mod mounts;
 mod node;
+mod snapshots;
 mod volumes;
 
 use std::path::PathBuf;
@@ -49,7 +50,8 @@ async fn main() -> anyhow::Result<()> {
     let identity = identity::Identity::new(config.clone(), faults.clone(), mounter.mode());
     let mut router = tonic::transport::Server::builder().add_service(IdentityServer::new(identity));
     if config.serves_controller() {
-        let svc = controller::Controller::new(config.clone(), volumes.clone(), faults.clone());
+        let snapshots = snapshots::Snapshots::open(&config.state_dir, config.fsync)?;
+        let svc = controller::Controller::new(config.clone(), volumes.clone(), snapshots, faults.clone());
         router = router.add_service(ControllerServer::new(svc));
     }
     if config.serves_node() {

@@ -201,16 +201,68 @@ impl csi::node_server::Node for Node {
 
     async fn node_get_volume_stats(
         &self,
-        _: Request<csi::NodeGetVolumeStatsRequest>,
+        request: Request<csi::NodeGetVolumeStatsRequest>,
     ) -> Result<Response<csi::NodeGetVolumeStatsResponse>, Status> {
-        Err(Status::unimplemented("volume stats are not supported"))
+        self.faults.inject("NodeGetVolumeStats").await?;
+        if !self.config.offers("GET_VOLUME_STATS") {
+            return Err(Status::unimplemented("GET_VOLUME_STATS is not offered"));
+        }
+        let req = request.into_inner();
+        require_volume_id(&req.volume_id)?;
+        let path = required_path("volume_path", &req.volume_path)?;
+        let rec = self
+            .volumes
+            .get(&req.volume_id)?
+            .ok_or_else(|| Status::not_found(format!("volume {} does not exist", req.volume_id)))?;
+        if !self.mounter.shows(&self.volumes.data_path(&rec.id), &path) {
+            return Err(Status::not_found(format!(
+                "volume {} is not published at {}",
+                rec.id,
+                path.display()
+            )));
+        }
+        let data = self.volumes.data_path(&rec.id);
+        let used = crate::volumes::used_bytes(&data).map_err(|e| io_status("measuring", &data, e))? as i64;
+        Ok(Response::new(csi::NodeGetVolumeStatsResponse {
+            usage: vec![csi::VolumeUsage {
+                available: (rec.capacity_bytes - used).max(0),
+                total: rec.capacity_bytes,
+                used,
+                unit: csi::volume_usage::Unit::Bytes as i32,
+            }],
+            volume_condition: self
+                .config
+                .offers("VOLUME_CONDITION")
+                .then(|| crate::controller::condition(&data)),
+        }))
     }
 
     async fn node_expand_volume(
         &self,
-        _: Request<csi::NodeExpandVolumeRequest>,
+        request: Request<csi::NodeExpandVolumeRequest>,
     ) -> Result<Response<csi::NodeExpandVolumeResponse>, Status> {
-        Err(Status::unimplemented("expansion is not supported"))
+        self.faults.inject("NodeExpandVolume").await?;
+        if !self.config.offers("EXPAND_VOLUME") {
+            return Err(Status::unimplemented("EXPAND_VOLUME is not offered"));
+        }
+        let req = request.into_inner();
+        require_volume_id(&req.volume_id)?;
+        let path = required_path("volume_path", &req.volume_path)?;
+        let rec = self
+            .volumes
+            .get(&req.volume_id)?
+            .ok_or_else(|| Status::not_found(format!("volume {} does not exist", req.volume_id)))?;
+        if !self.mounter.shows(&self.volumes.data_path(&rec.id), &path) {
+            return Err(Status::not_found(format!(
+                "volume {} is not published at {}",
+                rec.id,
+                path.display()
+            )));
+        }
+        // A directory has no file system to grow: the new size is the record's.
+        Ok(Response::new(csi::NodeExpandVolumeResponse {
+            capacity_bytes: rec.capacity_bytes,
+        }))
     }
 
     async fn node_get_capabilities(
@@ -218,11 +270,22 @@ impl csi::node_server::Node for Node {
         _: Request<csi::NodeGetCapabilitiesRequest>,
     ) -> Result<Response<csi::NodeGetCapabilitiesResponse>, Status> {
         self.faults.inject("NodeGetCapabilities").await?;
+        let optional = [
+            ("EXPAND_VOLUME", Cap::ExpandVolume),
+            ("GET_VOLUME_STATS", Cap::GetVolumeStats),
+            ("VOLUME_CONDITION", Cap::VolumeCondition),
+        ];
         let capabilities = self
             .config
             .stage_unstage
             .then_some(Cap::StageUnstageVolume)
             .into_iter()
+            .chain(
+                optional
+                    .into_iter()
+                    .filter(|(name, _)| self.config.offers(name))
+                    .map(|(_, cap)| cap),
+            )
             .map(|t| csi::NodeServiceCapability {
                 r#type: Some(csi::node_service_capability::Type::Rpc(
                     csi::node_service_capability::Rpc { r#type: t as i32 },

@@ -27,6 +27,30 @@ pub struct VolumeRecord {
     /// Empty: reachable from every node.
     pub accessible_topology: Vec<Segments>,
     pub published_nodes: BTreeSet<String>,
+    /// What the volume was made from, as CreateVolume was asked.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub source: Option<Source>,
+}
+
+/// A volume's content source: a snapshot or another volume, by id.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "kebab-case")]
+pub enum Source {
+    Snapshot(String),
+    Volume(String),
+}
+
+/// What CreateVolume is asked for.
+pub struct NewVolume {
+    pub name: String,
+    pub required: i64,
+    pub limit: i64,
+    pub parameters: BTreeMap<String, String>,
+    pub accessible_topology: Vec<Segments>,
+    /// The source and where its data is, with its size.
+    pub source: Option<(Source, PathBuf, i64)>,
+    /// Bytes available to volumes accessible from a segment, (key, value, bytes).
+    pub segment_capacity: Vec<(String, String, i64)>,
 }
 
 #[derive(Clone, Debug, Serialize, Deserialize)]
@@ -67,6 +91,16 @@ impl Index {
                 *self.published.entry(n.clone()).or_default() += 1;
             }
         }
+    }
+
+    /// Bytes of the volumes accessible from segment `key=value` (a scan:
+    /// only with `--capacity-in`).
+    fn used_in(&self, key: &str, value: &str) -> i64 {
+        self.records
+            .values()
+            .filter(|r| in_segment(&r.accessible_topology, key, value))
+            .map(|r| r.capacity_bytes)
+            .sum()
     }
 
     pub fn published_on(&self, node_id: &str) -> u64 {
@@ -176,6 +210,11 @@ impl Volumes {
         Ok(self.guard().used_bytes)
     }
 
+    /// Bytes of the volumes accessible from segment `key=value`.
+    pub fn used_in(&self, key: &str, value: &str) -> Result<i64, Status> {
+        Ok(self.guard().used_in(key, value))
+    }
+
     pub fn total_bytes(&self) -> i64 {
         self.capacity
     }
@@ -187,6 +226,17 @@ impl Volumes {
         &self,
         id: &str,
         decide: impl FnOnce(&Index, Option<&VolumeRecord>) -> Result<Outcome<T>, Status>,
+    ) -> Result<T, Status> {
+        self.change_with(id, decide, |_| Ok(()))
+    }
+
+    /// [`Volumes::change`], with `fill` run on a new volume's data directory
+    /// before its record is written.
+    fn change_with<T>(
+        &self,
+        id: &str,
+        decide: impl FnOnce(&Index, Option<&VolumeRecord>) -> Result<Outcome<T>, Status>,
+        fill: impl FnOnce(&Path) -> io::Result<()>,
     ) -> Result<T, Status> {
         let _writer = self.writer(id);
         let (outcome, old) = {
@@ -207,6 +257,7 @@ impl Volumes {
                 if old.is_none() {
                     // The data directory first, the record last: the record commits the create.
                     self.root.create_dir_all(format!("data/{id}")).map_err(internal)?;
+                    fill(&self.data_path(id)).map_err(internal)?;
                 }
                 self.save(rec)
             }
@@ -231,55 +282,112 @@ impl Volumes {
     }
 
     /// Creates a volume, or returns the existing one of the same name when it
-    /// is compatible (the spec's idempotency rule).
-    pub fn create(
-        &self,
-        name: &str,
-        required: i64,
-        limit: i64,
-        parameters: BTreeMap<String, String>,
-        accessible_topology: Vec<Segments>,
-    ) -> Result<VolumeRecord, Status> {
-        let id = id_for(name);
-        self.change(&id, |index, existing| {
-            if let Some(existing) = existing {
-                if existing.name != name {
-                    return Err(Status::already_exists(format!(
-                        "volume id {id} is taken by another name"
+    /// is compatible (the spec's idempotency rule). With a source, its data
+    /// is copied in before the record is written (the record commits).
+    pub fn create(&self, new: NewVolume, check_conflicts: bool) -> Result<VolumeRecord, Status> {
+        let NewVolume {
+            name,
+            required,
+            limit,
+            parameters,
+            accessible_topology,
+            source,
+            segment_capacity,
+        } = new;
+        let id = id_for(&name);
+        let source_id = source.as_ref().map(|(s, _, _)| s.clone());
+        let source_size = source.as_ref().map_or(0, |(_, _, size)| *size);
+        let copy_from = source.map(|(_, path, _)| path);
+        self.change_with(
+            &id,
+            |index, existing| {
+                if let Some(existing) = existing {
+                    if existing.name != name {
+                        return Err(Status::already_exists(format!(
+                            "volume id {id} is taken by another name"
+                        )));
+                    }
+                    let fits = existing.capacity_bytes >= required
+                        && (limit == 0 || existing.capacity_bytes <= limit);
+                    if check_conflicts
+                        && (!fits || existing.parameters != parameters || existing.source != source_id)
+                    {
+                        return Err(Status::already_exists(format!(
+                            "volume {name:?} exists with capacity {} and different parameters, size or source",
+                            existing.capacity_bytes
+                        )));
+                    }
+                    return Ok(Outcome::Keep(existing.clone()));
+                }
+                let size = if required > 0 {
+                    required.max(source_size)
+                } else if limit > 0 {
+                    limit
+                } else {
+                    source_size.max(1 << 30)
+                };
+                if limit > 0 && size > limit {
+                    return Err(Status::out_of_range(format!(
+                        "the source has {source_size} bytes, more than the limit of {limit}"
                     )));
                 }
-                let fits =
-                    existing.capacity_bytes >= required && (limit == 0 || existing.capacity_bytes <= limit);
-                if !fits || existing.parameters != parameters {
-                    return Err(Status::already_exists(format!(
-                        "volume {name:?} exists with capacity {} and different parameters or size",
-                        existing.capacity_bytes
+                let free = self.capacity - index.used_bytes;
+                if size > free {
+                    return Err(Status::resource_exhausted(format!(
+                        "{size} bytes requested, {free} bytes free"
                     )));
                 }
-                return Ok(Outcome::Keep(existing.clone()));
+                for (k, v, bytes) in &segment_capacity {
+                    if !in_segment(&accessible_topology, k, v) {
+                        continue;
+                    }
+                    let used = index.used_in(k, v);
+                    if size > bytes - used {
+                        return Err(Status::resource_exhausted(format!(
+                            "{size} bytes requested, {} bytes free in {k}={v}",
+                            bytes - used
+                        )));
+                    }
+                }
+                let rec = VolumeRecord {
+                    id: id.clone(),
+                    name: name.to_string(),
+                    capacity_bytes: size,
+                    parameters,
+                    accessible_topology,
+                    published_nodes: BTreeSet::new(),
+                    source: source_id,
+                };
+                Ok(Outcome::Put(rec.clone(), rec))
+            },
+            |data| match &copy_from {
+                Some(from) => copy_tree(from, data),
+                None => Ok(()),
+            },
+        )
+    }
+
+    /// Grows a volume to at least `required` bytes; a volume already that
+    /// large is left as it is. Returns its capacity.
+    pub fn expand(&self, id: &str, required: i64, limit: i64) -> Result<Option<i64>, Status> {
+        self.update(id, |index, rec| {
+            if rec.capacity_bytes >= required {
+                return Ok(rec.capacity_bytes);
             }
-            let size = if required > 0 {
-                required
-            } else if limit > 0 {
-                limit
-            } else {
-                1 << 30
-            };
-            let free = self.capacity - index.used_bytes;
-            if size > free {
-                return Err(Status::resource_exhausted(format!(
-                    "{size} bytes requested, {free} bytes free"
+            if limit > 0 && required > limit {
+                return Err(Status::out_of_range(format!(
+                    "required {required} is above the limit {limit}"
                 )));
             }
-            let rec = VolumeRecord {
-                id: id.clone(),
-                name: name.to_string(),
-                capacity_bytes: size,
-                parameters,
-                accessible_topology,
-                published_nodes: BTreeSet::new(),
-            };
-            Ok(Outcome::Put(rec.clone(), rec))
+            let free = self.capacity - index.used_bytes;
+            if required - rec.capacity_bytes > free {
+                return Err(Status::resource_exhausted(format!(
+                    "{} more bytes requested, {free} bytes free",
+                    required - rec.capacity_bytes
+                )));
+            }
+            rec.capacity_bytes = required;
+            Ok(required)
         })
     }
 
@@ -356,13 +464,53 @@ impl Volumes {
 
 /// Runs blocking disk work from a request handler without stalling the
 /// runtime's other tasks.
-fn blocking<R>(f: impl FnOnce() -> R) -> R {
+pub(crate) fn blocking<R>(f: impl FnOnce() -> R) -> R {
     match tokio::runtime::Handle::try_current() {
         Ok(h) if h.runtime_flavor() == tokio::runtime::RuntimeFlavor::MultiThread => {
             tokio::task::block_in_place(f)
         }
         _ => f(),
     }
+}
+
+/// Copies the contents of directory `from` into `to` (which exists);
+/// files already there are overwritten, so a copy cut short is redone whole.
+pub fn copy_tree(from: &Path, to: &Path) -> io::Result<()> {
+    for entry in std::fs::read_dir(from)? {
+        let entry = entry?;
+        let target = to.join(entry.file_name());
+        let kind = entry.file_type()?;
+        if kind.is_dir() {
+            std::fs::create_dir_all(&target)?;
+            copy_tree(&entry.path(), &target)?;
+        } else if kind.is_file() {
+            std::fs::copy(entry.path(), &target)?;
+        }
+    }
+    Ok(())
+}
+
+/// Bytes used by the files under `dir`.
+pub fn used_bytes(dir: &Path) -> io::Result<u64> {
+    let mut total = 0;
+    for entry in std::fs::read_dir(dir)? {
+        let entry = entry?;
+        let kind = entry.file_type()?;
+        if kind.is_dir() {
+            total += used_bytes(&entry.path())?;
+        } else if kind.is_file() {
+            total += entry.metadata()?.len();
+        }
+    }
+    Ok(total)
+}
+
+/// Whether a volume accessible from `accessible` is reachable from segment `key=value`.
+fn in_segment(accessible: &[Segments], key: &str, value: &str) -> bool {
+    accessible.is_empty()
+        || accessible
+            .iter()
+            .any(|s| s.get(key).map(String::as_str) == Some(value))
 }
 
 /// Whether a node with `segments` can reach a volume accessible from `accessible`.
@@ -383,14 +531,14 @@ fn valid_id(id: &str) -> bool {
         .is_some_and(|h| h.len() == 32 && h.bytes().all(|b| b.is_ascii_hexdigit()))
 }
 
-fn hash_hex(text: &str) -> String {
+pub(crate) fn hash_hex(text: &str) -> String {
     Sha256::digest(text.as_bytes())
         .iter()
         .map(|b| format!("{b:02x}"))
         .collect()
 }
 
-fn read_json<T: for<'de> Deserialize<'de>>(root: &Dir, path: &str) -> Result<Option<T>, Status> {
+pub(crate) fn read_json<T: for<'de> Deserialize<'de>>(root: &Dir, path: &str) -> Result<Option<T>, Status> {
     match root.read_to_string(path) {
         Ok(text) => serde_json::from_str(&text)
             .map(Some)
@@ -402,7 +550,7 @@ fn read_json<T: for<'de> Deserialize<'de>>(root: &Dir, path: &str) -> Result<Opt
 
 /// Writes a temporary file and renames it over the target, so a crash leaves
 /// either the old record or the new one.
-fn write_json<T: Serialize>(root: &Dir, path: &str, value: &T, fsync: bool) -> Result<(), Status> {
+pub(crate) fn write_json<T: Serialize>(root: &Dir, path: &str, value: &T, fsync: bool) -> Result<(), Status> {
     let tmp = format!("{path}.tmp");
     let bytes = serde_json::to_vec_pretty(value).map_err(|e| Status::internal(e.to_string()))?;
     let mut file = root.create(&tmp).map_err(internal)?;
@@ -415,13 +563,25 @@ fn write_json<T: Serialize>(root: &Dir, path: &str, value: &T, fsync: bool) -> R
     Ok(())
 }
 
-fn internal(e: io::Error) -> Status {
+pub(crate) fn internal(e: io::Error) -> Status {
     Status::internal(format!("state directory: {e}"))
 }
 
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    fn new(name: &str, required: i64) -> NewVolume {
+        NewVolume {
+            name: name.into(),
+            required,
+            limit: 0,
+            parameters: BTreeMap::new(),
+            accessible_topology: vec![],
+            source: None,
+            segment_capacity: vec![],
+        }
+    }
 
     fn store() -> (tempfile::TempDir, Volumes) {
         let dir = tempfile::tempdir().unwrap();
@@ -432,12 +592,12 @@ mod tests {
     #[test]
     fn create_is_idempotent_by_name() {
         let (_d, v) = store();
-        let a = v.create("pvc-1", 1 << 20, 0, BTreeMap::new(), vec![]).unwrap();
-        let b = v.create("pvc-1", 1 << 20, 0, BTreeMap::new(), vec![]).unwrap();
+        let a = v.create(new("pvc-1", 1 << 20), true).unwrap();
+        let b = v.create(new("pvc-1", 1 << 20), true).unwrap();
         assert_eq!(a.id, b.id);
         assert_eq!(v.list().unwrap().len(), 1);
         let err = v
-            .create("pvc-1", 2 << 20, 0, BTreeMap::new(), vec![])
+            .create(new("pvc-1", 2 << 20), true)
             .unwrap_err();
         assert_eq!(err.code(), tonic::Code::AlreadyExists);
     }
@@ -454,7 +614,7 @@ mod tests {
     #[test]
     fn capacity_is_enforced() {
         let (_d, v) = store();
-        let err = v.create("big", 11 << 30, 0, BTreeMap::new(), vec![]).unwrap_err();
+        let err = v.create(new("big", 11 << 30), true).unwrap_err();
         assert_eq!(err.code(), tonic::Code::ResourceExhausted);
     }
 
