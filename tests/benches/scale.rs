@@ -38,6 +38,7 @@ fn record(i: usize) -> VolumeRecord {
         capacity_bytes: 1 << 30,
         context: VecMap::from([("hostpath.csi.berth.dev/path".into(), format!("data/hp-{i:032x}"))]),
         accessible_topology: vec![VecMap::from([("zone".into(), "a".into())])],
+        node_expansion_required: false,
     });
     r.publications.insert(
         "node-a".into(),
@@ -47,6 +48,7 @@ fn record(i: usize) -> VolumeRecord {
             step: PublishStep::Published,
             publish_context: VecMap::from([("hostpath.csi.berth.dev/node".into(), "node-a".into())]),
             sent: true,
+            expand_pending: false,
         },
     );
     r.generation = 5;

@@ -495,7 +495,16 @@ impl Cluster {
 
     /// Volumes the plugin holds (its records on disk).
     pub fn plugin_volumes(&self) -> usize {
-        std::fs::read_dir(self.volumes_dir.join("hostpath/volumes"))
+        self.plugin_records("volumes")
+    }
+
+    /// Snapshots the plugin holds (its records on disk).
+    pub fn plugin_snapshots(&self) -> usize {
+        self.plugin_records("snapshots")
+    }
+
+    fn plugin_records(&self, kind: &str) -> usize {
+        std::fs::read_dir(self.volumes_dir.join("hostpath").join(kind))
             .map(|d| {
                 d.filter(|e| {
                     e.as_ref()

@@ -91,6 +91,13 @@ pub struct Config {
     #[arg(long, value_parser = humantime::parse_duration)]
     pub latency: Option<Duration>,
 
+    /// Delay before answering CreateVolume, CreateSnapshot and
+    /// ControllerExpandVolume, after their work is done and committed: the
+    /// window in which a caller that crashes has made the change without
+    /// hearing of it. Applies to the affected calls (--fault-calls).
+    #[arg(long, value_parser = humantime::parse_duration)]
+    pub reply_delay: Option<Duration>,
+
     /// Calls that faults apply to, comma-separated (e.g. CreateVolume,Probe).
     /// Default: every Controller and Node call.
     #[arg(long, value_delimiter = ',')]

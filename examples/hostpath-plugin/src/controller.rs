@@ -23,7 +23,12 @@ pub struct Controller {
 }
 
 impl Controller {
-    pub fn new(config: Arc<Config>, volumes: Arc<Volumes>, snapshots: Snapshots, faults: Arc<Faults>) -> Self {
+    pub fn new(
+        config: Arc<Config>,
+        volumes: Arc<Volumes>,
+        snapshots: Snapshots,
+        faults: Arc<Faults>,
+    ) -> Self {
         Controller {
             config,
             volumes,
@@ -169,7 +174,14 @@ fn page<T>(all: Vec<T>, starting_token: &str, max_entries: i32) -> Result<(Vec<T
     let total = all.len();
     let page: Vec<T> = all.into_iter().skip(start).take(max).collect();
     let next = start + page.len();
-    Ok((page, if next < total { next.to_string() } else { String::new() }))
+    Ok((
+        page,
+        if next < total {
+            next.to_string()
+        } else {
+            String::new()
+        },
+    ))
 }
 
 pub fn to_csi(rec: &VolumeRecord) -> csi::Volume {
@@ -183,7 +195,9 @@ pub fn to_csi(rec: &VolumeRecord) -> csi::Volume {
                 Source::Snapshot(id) => Type::Snapshot(SnapshotSource {
                     snapshot_id: id.clone(),
                 }),
-                Source::Volume(id) => Type::Volume(VolumeSource { volume_id: id.clone() }),
+                Source::Volume(id) => Type::Volume(VolumeSource {
+                    volume_id: id.clone(),
+                }),
             }),
         }),
         accessible_topology: rec
@@ -267,6 +281,7 @@ impl csi::controller_server::Controller for Controller {
             self.config.misbehave != Some(Misbehaviour::IgnoresSizeConflict),
         )?;
         tracing::info!(name = %rec.name, id = %rec.id, "volume created");
+        self.faults.reply("CreateVolume").await;
         Ok(Response::new(csi::CreateVolumeResponse {
             volume: Some(to_csi(&rec)),
         }))
@@ -283,7 +298,10 @@ impl csi::controller_server::Controller for Controller {
         if self.config.misbehave == Some(Misbehaviour::NotFoundOnDelete)
             && self.volumes.get(&req.volume_id)?.is_none()
         {
-            return Err(Status::not_found(format!("volume {} does not exist", req.volume_id)));
+            return Err(Status::not_found(format!(
+                "volume {} does not exist",
+                req.volume_id
+            )));
         }
         self.volumes.delete(&req.volume_id)?;
         Ok(Response::new(csi::DeleteVolumeResponse {}))
@@ -527,6 +545,7 @@ impl csi::controller_server::Controller for Controller {
             &self.volumes.data_path(&vol.id),
         )?;
         tracing::info!(name = %snap.name, id = %snap.id, volume = %vol.id, "snapshot created");
+        self.faults.reply("CreateSnapshot").await;
         Ok(Response::new(csi::CreateSnapshotResponse {
             snapshot: Some(snapshot_to_csi(&snap)),
         }))
@@ -587,6 +606,8 @@ impl csi::controller_server::Controller for Controller {
             .volumes
             .expand(&req.volume_id, range.required_bytes, range.limit_bytes)?
             .ok_or_else(|| Status::not_found(format!("volume {} does not exist", req.volume_id)))?;
+        tracing::info!(volume = %req.volume_id, capacity, "volume expanded");
+        self.faults.reply("ControllerExpandVolume").await;
         Ok(Response::new(csi::ControllerExpandVolumeResponse {
             capacity_bytes: capacity,
             // A mounted file system grows on the node too.

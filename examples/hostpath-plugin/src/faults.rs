@@ -17,6 +17,7 @@ pub struct Faults {
     codes: Vec<(Code, f64)>,
     hang_rate: f64,
     latency: Option<Duration>,
+    reply_delay: Option<Duration>,
     calls: Option<HashSet<String>>,
     rng: Mutex<StdRng>,
     started: Instant,
@@ -33,6 +34,7 @@ impl Faults {
             codes: config.faults.clone(),
             hang_rate: config.hang_rate,
             latency: config.latency,
+            reply_delay: config.reply_delay,
             calls: (!config.fault_calls.is_empty()).then(|| config.fault_calls.iter().cloned().collect()),
             rng: Mutex::new(rng),
             started: Instant::now(),
@@ -67,6 +69,15 @@ impl Faults {
             }
         }
         Ok(())
+    }
+
+    /// Runs after a call's work is committed, before it answers.
+    pub async fn reply(&self, call: &str) {
+        let applies = self.calls.as_ref().is_none_or(|calls| calls.contains(call));
+        if let Some(delay) = self.reply_delay.filter(|_| applies) {
+            tracing::info!(call, "done; answering after the reply delay");
+            tokio::time::sleep(delay).await;
+        }
     }
 
     pub fn ready(&self) -> bool {

@@ -260,6 +260,7 @@ impl csi::node_server::Node for Node {
             )));
         }
         // A directory has no file system to grow: the new size is the record's.
+        tracing::info!(volume = %rec.id, path = %path.display(), capacity = rec.capacity_bytes, "volume expanded on the node");
         Ok(Response::new(csi::NodeExpandVolumeResponse {
             capacity_bytes: rec.capacity_bytes,
         }))

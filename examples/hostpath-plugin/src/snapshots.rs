@@ -110,7 +110,9 @@ impl Snapshots {
         };
         blocking(|| {
             // The data first, the record last: the record commits the snapshot.
-            self.root.create_dir_all(format!("snapdata/{id}")).map_err(internal)?;
+            self.root
+                .create_dir_all(format!("snapdata/{id}"))
+                .map_err(internal)?;
             copy_tree(data, &self.data_path(&id)).map_err(internal)?;
             write_json(&self.root, &format!("snapshots/{id}.json"), &rec, self.fsync)?;
             self.sync_dir()

@@ -596,9 +596,7 @@ mod tests {
         let b = v.create(new("pvc-1", 1 << 20), true).unwrap();
         assert_eq!(a.id, b.id);
         assert_eq!(v.list().unwrap().len(), 1);
-        let err = v
-            .create(new("pvc-1", 2 << 20), true)
-            .unwrap_err();
+        let err = v.create(new("pvc-1", 2 << 20), true).unwrap_err();
         assert_eq!(err.code(), tonic::Code::AlreadyExists);
     }
 

@@ -1,10 +1,12 @@
 //! Command-line interface: argument parsing and dispatch.
 
 mod client;
+mod health;
 mod node;
 mod plugin;
 mod policy;
 mod serve;
+mod snapshot;
 mod status;
 mod volume;
 
@@ -56,6 +58,13 @@ pub enum Command {
         #[command(flatten)]
         api: client::ApiArgs,
     },
+    /// Take, list and delete snapshots of volumes (through `berth serve`).
+    Snapshot {
+        #[command(subcommand)]
+        command: snapshot::SnapshotCommand,
+        #[command(flatten)]
+        api: client::ApiArgs,
+    },
     /// How many volumes are in each state, and how much work is outstanding (through `berth serve`).
     Status {
         #[command(flatten)]
@@ -82,6 +91,7 @@ pub async fn run(cli: Cli) -> anyhow::Result<ExitCode> {
         Command::Policy(cmd) => policy::run(cmd, cli.output).await,
         Command::Serve(args) => serve::run(args).await,
         Command::Volume { command, api } => volume::run(*command, api, cli.output).await,
+        Command::Snapshot { command, api } => snapshot::run(command, api, cli.output).await,
         Command::Status { api } => status::status(api, cli.output).await,
         Command::Node {
             command: NodeCommand::List,

@@ -29,6 +29,17 @@ pub enum PluginCommand {
         #[command(flatten)]
         api: ApiArgs,
     },
+    /// Volumes on the plugin that Berth does not track, and tracked volumes
+    /// the plugin no longer has (ListVolumes). Reports only: nothing is deleted.
+    #[command(
+        after_help = "Example:\n  berth plugin orphans hostpath\n\nAdopt an untracked volume with `berth volume import`."
+    )]
+    Orphans {
+        /// The configured plugin's name.
+        plugin: String,
+        #[command(flatten)]
+        api: ApiArgs,
+    },
 }
 
 #[derive(Debug, Args)]
@@ -72,7 +83,57 @@ pub async fn run(cmd: PluginCommand, output: Output) -> anyhow::Result<ExitCode>
     match cmd {
         PluginCommand::Probe(args) => probe(args, output).await,
         PluginCommand::Status { api } => plugin_status(api, output).await,
+        PluginCommand::Orphans { plugin, api } => orphans(plugin, api, output).await,
     }
+}
+
+async fn orphans(plugin: String, api: ApiArgs, output: Output) -> anyhow::Result<ExitCode> {
+    let mut client = super::client::connect(&api.api).await?;
+    let o = client
+        .plugin_orphans(berth_proto::berth::v1::PluginOrphansRequest {
+            plugin: plugin.clone(),
+        })
+        .await
+        .map_err(super::client::grpc)?
+        .into_inner();
+    match output {
+        Output::Json => super::print_json(&serde_json::json!({
+            "untracked": o.untracked.iter().map(|u| serde_json::json!({
+                "volume_id": u.volume_id, "capacity_bytes": u.capacity_bytes,
+            })).collect::<Vec<_>>(),
+            "missing": o.missing.iter().map(|m| serde_json::json!({
+                "name": m.name, "volume_id": m.volume_id,
+            })).collect::<Vec<_>>(),
+            "creating": o.creating,
+        }))?,
+        Output::Text => {
+            if o.untracked.is_empty() && o.missing.is_empty() {
+                say!("{plugin}: Berth and the plugin agree on every volume");
+            }
+            for u in &o.untracked {
+                say!(
+                    "untracked  {} ({}): on the plugin, not in Berth",
+                    u.volume_id,
+                    berth::units::format_bytes(u.capacity_bytes.max(0) as usize)
+                );
+            }
+            for m in &o.missing {
+                say!(
+                    "missing    {} ({}): in Berth, gone from the plugin",
+                    m.name,
+                    m.volume_id
+                );
+            }
+            if !o.creating.is_empty() && !o.untracked.is_empty() {
+                say!(
+                    "note: {} being created now ({}) may be among the untracked",
+                    o.creating.len(),
+                    o.creating.join(", ")
+                );
+            }
+        }
+    }
+    Ok(ExitCode::SUCCESS)
 }
 
 async fn probe(args: ProbeArgs, output: Output) -> anyhow::Result<ExitCode> {

@@ -47,6 +47,25 @@ pub enum VolumeCommand {
         #[command(flatten)]
         wait: WaitArgs,
     },
+    /// Grow a volume (ControllerExpandVolume, then NodeExpandVolume on the
+    /// nodes it is published on, when the plugin asks for it).
+    Expand {
+        name: String,
+        /// The new size (e.g. 2GiB); volumes only grow.
+        #[arg(long, value_parser = berth::units::parse_bytes)]
+        size: usize,
+        #[command(flatten)]
+        wait: WaitArgs,
+    },
+    /// Take over a volume that exists on the plugin already.
+    #[command(after_help = "Example:
+  berth volume import legacy-db --plugin hostpath --volume-id hp-0123abcd")]
+    Import(Box<ImportArgs>),
+    /// Drop a volume from Berth, leaving it on the plugin untouched.
+    ///
+    /// Refused while the volume is published, has snapshots, or may be
+    /// being created: forgetting then would lose track of it.
+    Forget { name: String },
     /// Try a failed volume again.
     Retry {
         name: String,
@@ -101,8 +120,38 @@ pub struct CreateArgs {
     /// A topology it should be reachable from, k=v[,k=v]; repeatable, best first.
     #[arg(long = "preferred", value_parser = topology)]
     pub preferred: Vec<api::Topology>,
+    /// Start from this snapshot's contents (the plugin must offer CREATE_DELETE_SNAPSHOT).
+    #[arg(long, conflicts_with = "from_volume")]
+    pub from_snapshot: Option<String>,
+    /// Start as a copy of this volume (the plugin must offer CLONE_VOLUME).
+    #[arg(long)]
+    pub from_volume: Option<String>,
     #[command(flatten)]
     pub wait: WaitArgs,
+}
+
+#[derive(Debug, Args)]
+pub struct ImportArgs {
+    /// Its name in Berth.
+    pub name: String,
+    /// The configured plugin that has it.
+    #[arg(long)]
+    pub plugin: String,
+    /// The plugin's id for it.
+    #[arg(long)]
+    pub volume_id: String,
+    #[arg(long, default_value = "single-node-writer")]
+    pub access_mode: String,
+    #[arg(long)]
+    pub block: bool,
+    #[arg(long, default_value = "")]
+    pub fs_type: String,
+    /// The name of a secret in the server's secrets_dir.
+    #[arg(long)]
+    pub secret: Option<String>,
+    /// A label, KEY=VALUE; repeatable.
+    #[arg(long = "label", value_parser = kv)]
+    pub labels: Vec<(String, String)>,
 }
 
 fn kv(text: &str) -> Result<(String, String), String> {
@@ -135,7 +184,20 @@ struct VolumeView {
     /// What it waits for while it cannot progress, and for how long.
     waiting: String,
     waiting_since_ms: u64,
+    /// Growing: an expansion is due on the plugin or a node.
+    expanding: bool,
+    /// What it was made from: `snapshot NAME` or `volume NAME`.
+    source: String,
     labels: BTreeMap<String, String>,
+}
+
+/// `volume get`'s JSON: the volume's fields, and its health when it has any.
+#[derive(Serialize)]
+struct WithHealth {
+    #[serde(flatten)]
+    volume: VolumeView,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    health: Option<super::health::HealthView>,
 }
 
 #[derive(Serialize)]
@@ -176,6 +238,14 @@ fn view(v: &api::Volume) -> VolumeView {
         retrying: v.retrying.clone(),
         waiting: waiting_line(v),
         waiting_since_ms: v.waiting_since_ms,
+        expanding: v.expanding,
+        source: if !spec.from_snapshot.is_empty() {
+            format!("snapshot {}", spec.from_snapshot)
+        } else if !spec.from_volume.is_empty() {
+            format!("volume {}", spec.from_volume)
+        } else {
+            String::new()
+        },
         labels: spec.labels.into_iter().collect(),
     }
 }
@@ -236,6 +306,10 @@ fn print_volume(v: &api::Volume, output: Output) -> anyhow::Result<()> {
             row("csi name", &w.csi_name);
             row("volume id", &w.volume_id);
             row("access mode", &w.access_mode);
+            row("made from", &w.source);
+            if w.expanding {
+                row("expanding", "yes");
+            }
             if w.capacity_bytes > 0 {
                 row("capacity", &berth::units::format_bytes(w.capacity_bytes as usize));
             }
@@ -277,6 +351,8 @@ enum Goal<'a> {
     GoneFrom(&'a str),
     /// The volume no longer exists.
     Deleted,
+    /// At least this large, node side included, or failed.
+    Grown(i64),
 }
 
 async fn wait(
@@ -324,6 +400,7 @@ async fn wait(
                 .any(|p| node.is_none_or(|n| p.node == n) && published(p)),
             Goal::GoneFrom(node) => !v.publications.iter().any(|p| p.node == node),
             Goal::Deleted => false,
+            Goal::Grown(size) => v.capacity_bytes >= size && !v.expanding,
         };
         if done {
             if output == Output::Json {
@@ -364,11 +441,34 @@ pub async fn run(cmd: VolumeCommand, api: ApiArgs, output: Output) -> anyhow::Re
         }
         VolumeCommand::Get { name } => {
             let v = client
-                .get_volume(api::GetVolumeRequest { name })
+                .get_volume(api::GetVolumeRequest { name: name.clone() })
                 .await
                 .map_err(grpc)?
                 .into_inner();
-            print_volume(&v, output)?;
+            // Health is asked of the plugins now; only a created volume has any.
+            let health = if v.volume_id.is_empty() {
+                None
+            } else {
+                Some(
+                    client
+                        .volume_health(api::VolumeHealthRequest { name })
+                        .await
+                        .map(tonic::Response::into_inner)
+                        .map_err(|e| e.message().to_string()),
+                )
+            };
+            match output {
+                Output::Json => super::print_json(&WithHealth {
+                    volume: view(&v),
+                    health: health.as_ref().map(super::health::view),
+                })?,
+                Output::Text => {
+                    print_volume(&v, output)?;
+                    if let Some(h) = &health {
+                        super::health::print(h);
+                    }
+                }
+            }
             return Ok(ExitCode::SUCCESS);
         }
         VolumeCommand::Create(a) => {
@@ -387,6 +487,8 @@ pub async fn run(cmd: VolumeCommand, api: ApiArgs, output: Output) -> anyhow::Re
                 requisite_topology: a.requisite,
                 preferred_topology: a.preferred,
                 labels: a.labels.into_iter().collect(),
+                from_snapshot: a.from_snapshot.unwrap_or_default(),
+                from_volume: a.from_volume.unwrap_or_default(),
             };
             let v = client
                 .create_volume(api::CreateVolumeRequest { spec: Some(spec) })
@@ -450,6 +552,58 @@ pub async fn run(cmd: VolumeCommand, api: ApiArgs, output: Output) -> anyhow::Re
                 return Ok(ExitCode::SUCCESS);
             }
             return self::wait(&mut client, &name, Goal::GoneFrom(&node), wait.timeout, output).await;
+        }
+        VolumeCommand::Expand { name, size, wait } => {
+            let v = client
+                .expand_volume(api::ExpandVolumeRequest {
+                    name: name.clone(),
+                    required_bytes: size as i64,
+                })
+                .await
+                .map_err(grpc)?;
+            (v.into_inner(), name, Goal::Grown(size as i64), wait)
+        }
+        VolumeCommand::Import(a) => {
+            let a = *a;
+            let spec = api::VolumeSpec {
+                name: a.name,
+                plugin: a.plugin,
+                access_mode: a.access_mode,
+                block: a.block,
+                fs_type: a.fs_type,
+                secret: a.secret.unwrap_or_default(),
+                labels: a.labels.into_iter().collect(),
+                ..Default::default()
+            };
+            let v = client
+                .import_volume(api::ImportVolumeRequest {
+                    spec: Some(spec),
+                    volume_id: a.volume_id,
+                })
+                .await
+                .map_err(grpc)?
+                .into_inner();
+            print_volume(&v, output)?;
+            return Ok(ExitCode::SUCCESS);
+        }
+        VolumeCommand::Forget { name } => {
+            let v = client
+                .forget_volume(api::ForgetVolumeRequest { name: name.clone() })
+                .await
+                .map_err(grpc)?
+                .into_inner();
+            match output {
+                Output::Json => print_volume(&v, output)?,
+                Output::Text => say!(
+                    "{name}: forgotten; volume {} is left on the plugin as it is",
+                    if v.volume_id.is_empty() {
+                        "(never created)"
+                    } else {
+                        &v.volume_id
+                    }
+                ),
+            }
+            return Ok(ExitCode::SUCCESS);
         }
         VolumeCommand::Retry { name, wait } => {
             let before = client

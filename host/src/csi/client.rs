@@ -151,6 +151,11 @@ rpcs! {
     ControllerClient::get_capacity(GetCapacityRequest) -> GetCapacityResponse as "GetCapacity";
     ControllerClient::controller_get_capabilities(ControllerGetCapabilitiesRequest) -> ControllerGetCapabilitiesResponse as "ControllerGetCapabilities";
     ControllerClient::controller_get_volume(ControllerGetVolumeRequest) -> ControllerGetVolumeResponse as "ControllerGetVolume";
+    ControllerClient::controller_expand_volume(ControllerExpandVolumeRequest) -> ControllerExpandVolumeResponse as "ControllerExpandVolume";
+    ControllerClient::create_snapshot(CreateSnapshotRequest) -> CreateSnapshotResponse as "CreateSnapshot";
+    ControllerClient::delete_snapshot(DeleteSnapshotRequest) -> DeleteSnapshotResponse as "DeleteSnapshot";
+    ControllerClient::list_snapshots(ListSnapshotsRequest) -> ListSnapshotsResponse as "ListSnapshots";
+    NodeClient::node_expand_volume(NodeExpandVolumeRequest) -> NodeExpandVolumeResponse as "NodeExpandVolume";
     NodeClient::node_stage_volume(NodeStageVolumeRequest) -> NodeStageVolumeResponse as "NodeStageVolume";
     NodeClient::node_unstage_volume(NodeUnstageVolumeRequest) -> NodeUnstageVolumeResponse as "NodeUnstageVolume";
     NodeClient::node_publish_volume(NodePublishVolumeRequest) -> NodePublishVolumeResponse as "NodePublishVolume";

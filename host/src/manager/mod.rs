@@ -8,13 +8,17 @@
 //! - `reconcile` — the loop, write batching, failures and retries;
 //! - `steps` — the CSI call of each step;
 //! - `decisions` — guest decisions: naming and placement;
+//! - `snapshots` — snapshot requests; `adoption` — import and forget;
+//! - `inquiries` — health and orphans, asked of the plugins on request;
 //! - `node_view` — nodes as placement and the API see them;
 //! - `nodes` — node-side operations; `queue` — the work queue.
 //!
 //! On start, the manager loads the store and queues every volume, so
 //! unfinished work resumes.
 
+mod adoption;
 mod decisions;
+mod inquiries;
 mod node_view;
 pub mod nodes;
 mod outcome;
@@ -22,11 +26,14 @@ mod plan;
 mod queue;
 mod reconcile;
 mod requests;
+mod snapshots;
 mod steps;
 mod table;
 
+pub use inquiries::{Health, NodeHealth, Orphans};
 pub use node_view::NodePluginView;
 pub use requests::validate_spec;
+pub use snapshots::SnapshotView;
 pub use table::{Counts, Waiting};
 
 use std::sync::Arc;
@@ -200,7 +207,7 @@ impl VolumeManager {
     }
 
     /// Removes a volume for good (after DeleteVolume, or if it never existed on a plugin).
-    async fn forget(&self, id: &str) -> Result<(), StoreError> {
+    async fn remove_record(&self, id: &str) -> Result<(), StoreError> {
         self.table.remove(id).await
     }
 

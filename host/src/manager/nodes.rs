@@ -45,6 +45,24 @@ pub trait NodeAgent: Send + Sync {
         volume_id: &str,
         berth_id: &str,
     ) -> Result<(), CsiError>;
+    /// NodeExpandVolume at the volume's target path; the node's new capacity.
+    async fn expand(
+        &self,
+        node: &str,
+        plugin: &str,
+        v: NodeVolume,
+        staged: bool,
+        range: proto::CapacityRange,
+    ) -> Result<i64, CsiError>;
+    /// NodeGetVolumeStats at the volume's target path.
+    async fn stats(
+        &self,
+        node: &str,
+        plugin: &str,
+        volume_id: &str,
+        berth_id: &str,
+        staged: bool,
+    ) -> Result<proto::NodeGetVolumeStatsResponse, CsiError>;
 }
 
 /// Node plugins reached directly from `berth serve`, on this machine.
@@ -128,11 +146,7 @@ impl NodeAgent for LocalNodes {
         if let Some(parent) = target.parent() {
             std::fs::create_dir_all(parent).map_err(|e| local_io(node, "NodePublishVolume", e))?;
         }
-        let staging = if staged {
-            self.staging_path(node, &v.berth_id).display().to_string()
-        } else {
-            String::new()
-        };
+        let staging = self.staging(node, &v.berth_id, staged);
         p.client()
             .node_publish_volume(proto::NodePublishVolumeRequest {
                 volume_id: v.volume_id,
@@ -183,5 +197,57 @@ impl NodeAgent for LocalNodes {
         // Ours to remove, as we created it; the plugin has let go of it.
         let _ = std::fs::remove_dir(&staging);
         Ok(())
+    }
+
+    async fn expand(
+        &self,
+        node: &str,
+        plugin: &str,
+        v: NodeVolume,
+        staged: bool,
+        range: proto::CapacityRange,
+    ) -> Result<i64, CsiError> {
+        let p = self.client(node, plugin, "NodeExpandVolume")?;
+        let resp = p
+            .client()
+            .node_expand_volume(proto::NodeExpandVolumeRequest {
+                volume_id: v.volume_id,
+                volume_path: self.target_path(node, &v.berth_id).display().to_string(),
+                capacity_range: Some(range),
+                staging_target_path: self.staging(node, &v.berth_id, staged),
+                volume_capability: Some(v.capability),
+                secrets: v.secrets,
+            })
+            .await?;
+        Ok(resp.capacity_bytes)
+    }
+
+    async fn stats(
+        &self,
+        node: &str,
+        plugin: &str,
+        volume_id: &str,
+        berth_id: &str,
+        staged: bool,
+    ) -> Result<proto::NodeGetVolumeStatsResponse, CsiError> {
+        let p = self.client(node, plugin, "NodeGetVolumeStats")?;
+        p.client()
+            .node_get_volume_stats(proto::NodeGetVolumeStatsRequest {
+                volume_id: volume_id.to_string(),
+                volume_path: self.target_path(node, berth_id).display().to_string(),
+                staging_target_path: self.staging(node, berth_id, staged),
+            })
+            .await
+    }
+}
+
+impl LocalNodes {
+    /// The staging path as node calls take it: empty when the plugin does not stage.
+    fn staging(&self, node: &str, berth_id: &str, staged: bool) -> String {
+        if staged {
+            self.staging_path(node, berth_id).display().to_string()
+        } else {
+            String::new()
+        }
     }
 }

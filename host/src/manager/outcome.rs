@@ -36,6 +36,12 @@ pub(super) fn done_effect(step: &Step) -> Apply {
         Step::NodeUnpublish(n) => set_step(n, PublishStep::Staged, None),
         Step::NodeUnstage(n) => set_step(n, PublishStep::ControllerPublished, None),
         Step::ControllerUnpublish(n) => set_step(n, PublishStep::None, None),
+        Step::DeleteSnapshot(name) | Step::DropSnapshot(name) => {
+            let name = name.clone();
+            Box::new(move |r: &mut VolumeRecord| {
+                r.snapshots.remove(&name);
+            })
+        }
         _ => Box::new(|_| {}),
     }
 }
@@ -154,10 +160,12 @@ mod tests {
             capacity_bytes: 1,
             context: Default::default(),
             accessible_topology: vec![],
+            node_expansion_required: false,
         });
         let caps = |_: &str| Caps {
             controller_publish: true,
             node_stage: true,
+            node_expand: true,
         };
         assert_eq!(next_step(&r, caps), Some(Step::Delete));
         done_effect(&Step::Delete)(&mut r);

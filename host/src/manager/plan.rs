@@ -3,9 +3,11 @@
 //!
 //! create:  name → CreateVolume → per node: ControllerPublish → NodeStage → NodePublish
 //! undo:    per node: NodeUnpublish → NodeUnstage → ControllerUnpublish → DeleteVolume
+//! once created: snapshots (CreateSnapshot, DeleteSnapshot) first, then
+//! growth (ControllerExpandVolume, and NodeExpandVolume per published node).
 //!
-//! Steps a plugin does not offer (PUBLISH_UNPUBLISH, STAGE_UNSTAGE) are passed
-//! without a call.
+//! Steps a plugin does not offer (PUBLISH_UNPUBLISH, STAGE_UNSTAGE, the
+//! node's EXPAND_VOLUME) are passed without a call.
 
 use crate::model::{PublishStep, VolumeRecord};
 use crate::policy::Operation;
@@ -23,6 +25,12 @@ pub(super) enum Step {
     DropPublication(String),
     Delete,
     Forget,
+    ControllerExpand,
+    NodeExpand(String),
+    /// By the snapshot's Berth name.
+    CreateSnapshot(String),
+    DeleteSnapshot(String),
+    DropSnapshot(String),
 }
 
 impl Step {
@@ -36,7 +44,11 @@ impl Step {
             Step::NodeUnstage(_) => Operation::NodeUnstageVolume,
             Step::ControllerUnpublish(_) => Operation::ControllerUnpublishVolume,
             Step::Delete => Operation::DeleteVolume,
-            Step::Name | Step::DropPublication(_) | Step::Forget => return None,
+            Step::ControllerExpand => Operation::ControllerExpandVolume,
+            Step::NodeExpand(_) => Operation::NodeExpandVolume,
+            Step::CreateSnapshot(_) => Operation::CreateSnapshot,
+            Step::DeleteSnapshot(_) => Operation::DeleteSnapshot,
+            Step::Name | Step::DropPublication(_) | Step::Forget | Step::DropSnapshot(_) => return None,
         })
     }
 
@@ -48,7 +60,11 @@ impl Step {
             | Step::NodeUnpublish(n)
             | Step::NodeUnstage(n)
             | Step::ControllerUnpublish(n)
+            | Step::NodeExpand(n)
             | Step::DropPublication(n) => format!("{} on {n}", self.operation().map_or("drop", |o| o.name())),
+            Step::CreateSnapshot(s) | Step::DeleteSnapshot(s) | Step::DropSnapshot(s) => {
+                format!("{} {s}", self.operation().map_or("drop snapshot", |o| o.name()))
+            }
             other => other
                 .operation()
                 .map_or_else(|| format!("{other:?}"), |o| o.name().to_string()),
@@ -60,20 +76,44 @@ impl Step {
 pub(super) struct Caps {
     pub controller_publish: bool,
     pub node_stage: bool,
+    pub node_expand: bool,
+}
+
+/// The next snapshot step, if any.
+fn snapshot_step(r: &VolumeRecord) -> Option<Step> {
+    r.snapshots.iter().find_map(|(name, s)| {
+        let name = name.clone();
+        match (&s.backend, s.deleting) {
+            (Some(_), true) => Some(Step::DeleteSnapshot(name)),
+            // Its id is learnt from CreateSnapshot, which may have made it.
+            (None, true) if s.create_sent => Some(Step::CreateSnapshot(name)),
+            (None, true) => Some(Step::DropSnapshot(name)),
+            (None, false) => Some(Step::CreateSnapshot(name)),
+            (Some(b), false) if !b.ready => Some(Step::CreateSnapshot(name)),
+            (Some(_), false) => None,
+        }
+    })
 }
 
 /// The next step for a record, or none when it is where it should be.
 pub(super) fn next_step(r: &VolumeRecord, caps: impl Fn(&str) -> Caps) -> Option<Step> {
-    if r.csi_name.is_none() {
+    // An imported volume has a backend and no CSI name of Berth's.
+    if r.csi_name.is_none() && r.backend.is_none() {
         return Some(if r.deleting { Step::Forget } else { Step::Name });
     }
-    if r.backend.is_none() {
+    let Some(backend) = &r.backend else {
         // When deleting, only if an earlier CreateVolume may have created it.
         return Some(if r.deleting && !r.create_sent {
             Step::Forget
         } else {
             Step::Create
         });
+    };
+    if let Some(step) = snapshot_step(r) {
+        return Some(step);
+    }
+    if !r.deleting && backend.capacity_bytes < r.spec.required_bytes {
+        return Some(Step::ControllerExpand);
     }
     for (node, p) in &r.publications {
         let c = caps(node);
@@ -87,6 +127,9 @@ pub(super) fn next_step(r: &VolumeRecord, caps: impl Fn(&str) -> Caps) -> Option
             }
             if p.step < PublishStep::Published {
                 return Some(Step::NodePublish(node.clone()));
+            }
+            if p.expand_pending || backend.node_expansion_required {
+                return Some(Step::NodeExpand(node.clone()));
             }
         } else {
             if !p.sent {
@@ -117,6 +160,7 @@ mod tests {
         move |_| Caps {
             controller_publish: cp,
             node_stage: st,
+            node_expand: true,
         }
     }
 
@@ -128,6 +172,7 @@ mod tests {
             capacity_bytes: 1,
             context: Default::default(),
             accessible_topology: vec![],
+            node_expansion_required: false,
         });
         r
     }
@@ -139,7 +184,70 @@ mod tests {
             step,
             publish_context: Default::default(),
             sent: true,
+            expand_pending: false,
         }
+    }
+
+    #[test]
+    fn snapshots_come_first_and_growth_reaches_published_nodes() {
+        use crate::model::{Snapshot, SnapshotBackend};
+        let mut r = record();
+        r.publications
+            .insert("n1".into(), publication(PublishStep::Published, true));
+        let snap = Snapshot {
+            csi_name: "s".into(),
+            create_sent: false,
+            backend: None,
+            deleting: false,
+            requested_ms: 0,
+        };
+        r.snapshots.insert("s1".into(), snap);
+        assert_eq!(
+            next_step(&r, caps(true, true)),
+            Some(Step::CreateSnapshot("s1".into()))
+        );
+        r.snapshots.get_mut("s1").unwrap().backend = Some(SnapshotBackend {
+            snapshot_id: "id".into(),
+            size_bytes: 1,
+            created_ms: 0,
+            ready: true,
+        });
+        assert_eq!(next_step(&r, caps(true, true)), None);
+        r.spec.required_bytes = 2;
+        assert_eq!(next_step(&r, caps(true, true)), Some(Step::ControllerExpand));
+        r.backend.as_mut().unwrap().capacity_bytes = 2;
+        r.publications.get_mut("n1").unwrap().expand_pending = true;
+        assert_eq!(
+            next_step(&r, caps(true, true)),
+            Some(Step::NodeExpand("n1".into()))
+        );
+        r.publications.get_mut("n1").unwrap().expand_pending = false;
+        // Deleting: the snapshot goes; one never sent is dropped without a call.
+        r.snapshots.get_mut("s1").unwrap().deleting = true;
+        assert_eq!(
+            next_step(&r, caps(true, true)),
+            Some(Step::DeleteSnapshot("s1".into()))
+        );
+        let s = r.snapshots.get_mut("s1").unwrap();
+        s.backend = None;
+        assert_eq!(
+            next_step(&r, caps(true, true)),
+            Some(Step::DropSnapshot("s1".into()))
+        );
+        r.snapshots.get_mut("s1").unwrap().create_sent = true;
+        assert_eq!(
+            next_step(&r, caps(true, true)),
+            Some(Step::CreateSnapshot("s1".into()))
+        );
+    }
+
+    #[test]
+    fn an_imported_volume_needs_no_create() {
+        let mut r = record();
+        r.csi_name = None;
+        assert_eq!(next_step(&r, caps(true, true)), None);
+        r.deleting = true;
+        assert_eq!(next_step(&r, caps(true, true)), Some(Step::Delete));
     }
 
     #[test]

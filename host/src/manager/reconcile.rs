@@ -87,7 +87,7 @@ impl VolumeManager {
                 return self.finish(id, &record, &mut unwritten).await;
             };
             if step == Step::Forget {
-                if let Err(e) = self.forget(id).await {
+                if let Err(e) = self.remove_record(id).await {
                     tracing::error!(volume = %record.spec.name, error = %e, "could not forget the volume");
                 }
                 return;
@@ -188,6 +188,24 @@ impl VolumeManager {
                 return Ok(latest);
             }
         }
+        if let Step::CreateSnapshot(name) = step
+            && e.sent
+            && refused_outright(e.code)
+            && record.snapshots.get(name).is_some_and(|s| s.backend.is_none())
+        {
+            // Likewise for a snapshot.
+            let deleting = record.snapshots.get(name).is_some_and(|s| s.deleting);
+            let latest = self
+                .write_unwritten(&record.id, unwritten, |r| {
+                    if let Some(s) = r.snapshots.get_mut(name) {
+                        s.create_sent = false;
+                    }
+                })
+                .await?;
+            if deleting {
+                return Ok(latest);
+            }
+        }
         let attempt = record.retrying.as_ref().map_or(1, |r| r.attempt + 1);
         let first = record
             .retrying
@@ -282,7 +300,7 @@ impl VolumeManager {
     /// that never reached its plugin is forgotten without any, and no node
     /// step comes before the volume exists.
     fn unfingerprinted(&self, r: &VolumeRecord) -> Option<String> {
-        if r.deleting && (r.csi_name.is_none() || (r.backend.is_none() && !r.create_sent)) {
+        if r.deleting && r.backend.is_none() && (r.csi_name.is_none() || !r.create_sent) {
             return None;
         }
         let plugin = &r.spec.plugin;
@@ -318,14 +336,18 @@ impl VolumeManager {
             .get(plugin)
             .and_then(|p| p.status().fingerprint)
             .is_some_and(|f| f.has_controller_capability(ControllerCap::PublishUnpublishVolume));
-        let stage = self
+        let node = self
             .nodes
             .plugin(node, plugin)
-            .and_then(|p| p.status().fingerprint)
-            .is_some_and(|f| f.has_node_capability(NodeCap::StageUnstageVolume));
+            .and_then(|p| p.status().fingerprint);
         Caps {
             controller_publish: controller,
-            node_stage: stage,
+            node_stage: node
+                .as_ref()
+                .is_some_and(|f| f.has_node_capability(NodeCap::StageUnstageVolume)),
+            node_expand: node
+                .as_ref()
+                .is_some_and(|f| f.has_node_capability(NodeCap::ExpandVolume)),
         }
     }
 }

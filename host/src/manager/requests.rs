@@ -6,13 +6,19 @@ use std::collections::BTreeMap;
 use super::table::Inserted;
 use super::{RequestError, VolumeManager};
 use crate::config::Config;
-use crate::model::{AccessType, Publication, Segments, VolumeRecord, VolumeSpec, new_id};
+use crate::csi::proto::controller_service_capability::rpc::Type as ControllerCap;
+use crate::model::{
+    AccessType, Publication, Segments, SourceKind, VolumeRecord, VolumeSource, VolumeSpec, new_id,
+};
 use crate::text::echo;
 
 impl VolumeManager {
-    pub async fn create(&self, spec: VolumeSpec) -> Result<VolumeRecord, RequestError> {
+    pub async fn create(&self, mut spec: VolumeSpec) -> Result<VolumeRecord, RequestError> {
         validate_spec(&spec, &self.config)?;
         self.check_requisite(&spec)?;
+        if let Some(source) = &mut spec.source {
+            self.resolve_source(&spec.plugin, source)?;
+        }
         let record = VolumeRecord::new(new_id(), spec);
         let spec = record.spec.clone();
         // Creating the same volume again is not an error.
@@ -29,15 +35,110 @@ impl VolumeManager {
         }
     }
 
-    fn id_of(&self, name: &str) -> Result<String, RequestError> {
+    pub(super) fn id_of(&self, name: &str) -> Result<String, RequestError> {
         self.table
             .id_of(name)
             .ok_or_else(|| RequestError::NotFound(format!("no volume named {}", echo(name))))
     }
 
+    /// Finds a content source's id on the plugin: it must exist there
+    /// already (a snapshot ready to use, a volume created), on the same plugin.
+    fn resolve_source(&self, plugin: &str, source: &mut VolumeSource) -> Result<(), RequestError> {
+        let what = source.kind.as_str();
+        let (owner, id) = match source.kind {
+            SourceKind::Snapshot => {
+                self.require(
+                    plugin,
+                    ControllerCap::CreateDeleteSnapshot,
+                    "restoring a snapshot",
+                )?;
+                let view = self.get_snapshot(&source.name)?;
+                let id = match &view.snapshot.backend {
+                    Some(b) if b.ready && !view.snapshot.deleting => b.snapshot_id.clone(),
+                    _ => {
+                        return Err(RequestError::Conflict(format!(
+                            "snapshot {} is {}, not ready to restore",
+                            echo(&source.name),
+                            view.snapshot.state()
+                        )));
+                    }
+                };
+                (view.volume, id)
+            }
+            SourceKind::Volume => {
+                self.require(plugin, ControllerCap::CloneVolume, "cloning a volume")?;
+                let v = self.table.by_name(&source.name).ok_or_else(|| {
+                    RequestError::NotFound(format!("no volume named {}", echo(&source.name)))
+                })?;
+                let id = match &v.backend {
+                    Some(b) if !v.deleting => b.volume_id.clone(),
+                    _ => {
+                        return Err(RequestError::Conflict(format!(
+                            "volume {} is {}, not a volume to clone",
+                            echo(&source.name),
+                            v.state()
+                        )));
+                    }
+                };
+                (v, id)
+            }
+        };
+        if owner.spec.plugin != plugin {
+            return Err(RequestError::Invalid(format!(
+                "from_{what}: {} is on plugin {:?}, not {plugin:?}",
+                echo(&source.name),
+                owner.spec.plugin
+            )));
+        }
+        source.id = id;
+        Ok(())
+    }
+
+    /// Grows a volume to `required_bytes`; volumes only grow.
+    pub async fn expand(&self, name: &str, required_bytes: i64) -> Result<VolumeRecord, RequestError> {
+        let id = self.id_of(name)?;
+        let current = self
+            .table
+            .by_id(&id)
+            .ok_or_else(|| RequestError::NotFound(format!("no volume named {}", echo(name))))?;
+        self.require(&current.spec.plugin, ControllerCap::ExpandVolume, "expansion")?;
+        self.modify(&id, |r| {
+            if r.deleting {
+                return Err(RequestError::Conflict(format!(
+                    "volume {} is being deleted",
+                    echo(name)
+                )));
+            }
+            let now = r.backend.as_ref().map_or(r.spec.required_bytes, |b| {
+                b.capacity_bytes.max(r.spec.required_bytes)
+            });
+            if required_bytes <= now {
+                return Err(RequestError::Invalid(format!(
+                    "size: {required_bytes} bytes is not more than the volume's {now}; volumes only grow"
+                )));
+            }
+            r.spec.required_bytes = required_bytes;
+            if r.spec.limit_bytes > 0 && r.spec.limit_bytes < required_bytes {
+                // The operator asked for this size: the old ceiling gives way.
+                r.spec.limit_bytes = required_bytes;
+            }
+            r.failure = None;
+            r.retrying = None;
+            Ok(())
+        })
+        .await
+    }
+
     pub async fn delete(&self, name: &str) -> Result<VolumeRecord, RequestError> {
         let id = self.id_of(name)?;
         self.modify(&id, |r| {
+            if let Some((snap, _)) = r.snapshots.iter().find(|(_, s)| !s.deleting) {
+                return Err(RequestError::Conflict(format!(
+                    "volume {} has snapshot {}: delete its snapshots first",
+                    echo(name),
+                    echo(snap)
+                )));
+            }
             r.deleting = true;
             // Deleting is the operator's answer to a give-up too.
             r.failure = None;
@@ -227,7 +328,7 @@ impl VolumeManager {
     }
 
     /// An operator's change: durable, then queued for the reconciler.
-    async fn modify(
+    pub(super) async fn modify(
         &self,
         id: &str,
         change: impl FnOnce(&mut VolumeRecord) -> Result<(), RequestError>,

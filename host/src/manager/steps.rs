@@ -9,8 +9,12 @@ use super::nodes::NodeVolume;
 use super::outcome::{Apply, StepError, Unwritten, done_effect, set_step, step_error};
 use super::plan::Step;
 use crate::csi::proto;
+use crate::csi::proto::controller_service_capability::rpc::Type as ControllerCap;
 use crate::csi::registry::Plugin;
-use crate::model::{AccessMode, AccessType, Backend, PublishStep, VolumeRecord, VolumeSpec};
+use crate::model::{
+    AccessMode, AccessType, Backend, PublishStep, SnapshotBackend, SourceKind, VolumeRecord, VolumeSource,
+    VolumeSpec,
+};
 use crate::policy::Code;
 
 impl VolumeManager {
@@ -106,7 +110,154 @@ impl VolumeManager {
                 Ok(done_effect(step))
             }
             Step::Forget => Ok(Box::new(|_| {})),
+            Step::ControllerExpand => self.controller_expand(r).await,
+            Step::NodeExpand(node) => {
+                let done = {
+                    let node = node.clone();
+                    move |r: &mut VolumeRecord| {
+                        if let Some(p) = r.publications.get_mut(&node) {
+                            p.expand_pending = false;
+                        }
+                        if let Some(b) = &mut r.backend {
+                            b.node_expansion_required = false;
+                        }
+                    }
+                };
+                if self.caps(&spec.plugin, node).node_expand {
+                    let v = self.node_volume(r, node)?;
+                    let staged = self.caps(&spec.plugin, node).node_stage;
+                    self.nodes
+                        .expand(node, &spec.plugin, v, staged, capacity_range(spec))
+                        .await?;
+                }
+                Ok(Box::new(done))
+            }
+            Step::CreateSnapshot(name) => self.cut_snapshot(r, name, unwritten).await,
+            Step::DeleteSnapshot(name) => {
+                let snapshot_id = r.snapshots[name]
+                    .backend
+                    .as_ref()
+                    .map(|b| b.snapshot_id.clone())
+                    .unwrap_or_default();
+                self.controller(&spec.plugin)?
+                    .client()
+                    .delete_snapshot(proto::DeleteSnapshotRequest {
+                        snapshot_id,
+                        secrets: self.secrets_for(spec)?,
+                    })
+                    .await?;
+                Ok(done_effect(step))
+            }
+            Step::DropSnapshot(_) => Ok(done_effect(step)),
         }
+    }
+
+    async fn controller_expand(&self, r: &VolumeRecord) -> Result<Apply, StepError> {
+        let spec = &r.spec;
+        let controller = self.controller(&spec.plugin)?;
+        if !controller
+            .status()
+            .fingerprint
+            .is_some_and(|f| f.has_controller_capability(ControllerCap::ExpandVolume))
+        {
+            return Err(step_error(
+                Code::FailedPrecondition,
+                format!("plugin {:?} does not offer EXPAND_VOLUME", spec.plugin),
+            ));
+        }
+        let resp = controller
+            .client()
+            .controller_expand_volume(proto::ControllerExpandVolumeRequest {
+                volume_id: backend(r).volume_id.clone(),
+                capacity_range: Some(capacity_range(spec)),
+                secrets: self.secrets_for(spec)?,
+                volume_capability: Some(capability(spec)),
+            })
+            .await?;
+        if resp.capacity_bytes < spec.required_bytes {
+            return Err(step_error(
+                Code::OutOfRange,
+                format!(
+                    "ControllerExpandVolume answered {} bytes, less than the {} asked for",
+                    resp.capacity_bytes, spec.required_bytes
+                ),
+            ));
+        }
+        Ok(Box::new(move |r: &mut VolumeRecord| {
+            let mut any = false;
+            if resp.node_expansion_required {
+                for p in r.publications.values_mut().filter(|p| p.sent) {
+                    p.expand_pending = true;
+                    any = true;
+                }
+            }
+            if let Some(b) = &mut r.backend {
+                b.capacity_bytes = resp.capacity_bytes;
+                // Nowhere to do it now: the next publication does.
+                b.node_expansion_required = resp.node_expansion_required && !any;
+            }
+        }))
+    }
+
+    async fn cut_snapshot(
+        &self,
+        r: &VolumeRecord,
+        name: &str,
+        unwritten: &mut Unwritten,
+    ) -> Result<Apply, StepError> {
+        let spec = &r.spec;
+        let controller = self.controller(&spec.plugin)?;
+        let snapshot = &r.snapshots[name];
+        if !snapshot.create_sent {
+            // As for volumes: the intent first, so a delete after a crash asks the plugin.
+            let key = name.to_string();
+            unwritten.push(Box::new(move |r: &mut VolumeRecord| {
+                if let Some(s) = r.snapshots.get_mut(&key) {
+                    s.create_sent = true;
+                }
+            }));
+            self.sync(&r.id, unwritten)
+                .await
+                .map_err(|e| step_error(Code::Unavailable, e.to_string()))?;
+        }
+        let resp = controller
+            .client()
+            .create_snapshot(proto::CreateSnapshotRequest {
+                source_volume_id: backend(r).volume_id.clone(),
+                name: snapshot.csi_name.clone(),
+                secrets: self.secrets_for(spec)?,
+                parameters: Default::default(),
+            })
+            .await?;
+        let s = resp
+            .snapshot
+            .filter(|s| !s.snapshot_id.is_empty())
+            .ok_or_else(|| step_error(Code::Internal, "CreateSnapshot answered without a snapshot id"))?;
+        let found = SnapshotBackend {
+            snapshot_id: s.snapshot_id,
+            size_bytes: s.size_bytes,
+            created_ms: s.creation_time.map_or(0, |t| {
+                (t.seconds.max(0) as u64) * 1000 + (t.nanos.max(0) as u64) / 1_000_000
+            }),
+            ready: s.ready_to_use,
+        };
+        let ready = found.ready;
+        let key = name.to_string();
+        let effect: Apply = Box::new(move |r: &mut VolumeRecord| {
+            if let Some(s) = r.snapshots.get_mut(&key) {
+                s.backend = Some(found.clone());
+            }
+        });
+        if !ready {
+            // Asked again (CreateSnapshot is how readiness is polled) after
+            // the retry policy's pause, with the id kept meanwhile.
+            unwritten.push(effect);
+            return Err(step_error(
+                Code::Unavailable,
+                "the snapshot is not ready to use yet",
+            ));
+        }
+        Ok(effect)
     }
 
     async fn create_volume(
@@ -153,7 +304,7 @@ impl VolumeManager {
                 volume_capabilities: vec![capability(spec)],
                 parameters: spec.parameters.clone().into_iter().collect(),
                 secrets,
-                volume_content_source: None,
+                volume_content_source: spec.source.as_ref().map(content_source),
                 accessibility_requirements: requirements,
                 mutable_parameters: Default::default(),
             })
@@ -171,6 +322,7 @@ impl VolumeManager {
                 .into_iter()
                 .map(|t| t.segments.into_iter().collect())
                 .collect(),
+            node_expansion_required: false,
         };
         Ok(Box::new(move |r: &mut VolumeRecord| {
             r.backend = Some(backend.clone());
@@ -242,6 +394,27 @@ impl VolumeManager {
             secrets: self.secrets_for(&r.spec)?,
             readonly: p.readonly,
         })
+    }
+}
+
+fn capacity_range(spec: &VolumeSpec) -> proto::CapacityRange {
+    proto::CapacityRange {
+        required_bytes: spec.required_bytes,
+        limit_bytes: spec.limit_bytes,
+    }
+}
+
+fn content_source(source: &VolumeSource) -> proto::VolumeContentSource {
+    use proto::volume_content_source::{SnapshotSource, Type, VolumeSource as FromVolume};
+    proto::VolumeContentSource {
+        r#type: Some(match source.kind {
+            SourceKind::Snapshot => Type::Snapshot(SnapshotSource {
+                snapshot_id: source.id.clone(),
+            }),
+            SourceKind::Volume => Type::Volume(FromVolume {
+                volume_id: source.id.clone(),
+            }),
+        }),
     }
 }
 

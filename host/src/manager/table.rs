@@ -24,6 +24,8 @@ struct Indexed {
     names: HashMap<String, String>,
     /// CSI name → id: a name given to one volume is never given to another.
     csi_names: HashMap<String, String>,
+    /// Snapshot name → the id of the volume it is of.
+    snapshots: HashMap<String, String>,
     /// Plugin → node → publications there, wanted or still being undone.
     published: BTreeMap<String, BTreeMap<String, u64>>,
     /// Volumes by [`VolumeState::index`].
@@ -60,12 +62,25 @@ impl Indexed {
             if let Some(c) = &r.csi_name {
                 self.csi_names.insert(c.clone(), r.id.clone());
             }
+            for name in r.snapshots.keys() {
+                self.snapshots.insert(name.clone(), r.id.clone());
+            }
             self.volumes.insert(r.id.clone(), r);
             return;
         };
         let old = std::mem::replace(slot, r);
         self.tally(&old, false);
         let new = &self.volumes[&old.id];
+        if !(old.snapshots.is_empty() && new.snapshots.is_empty()) {
+            for name in old.snapshots.keys().filter(|n| !new.snapshots.contains_key(n)) {
+                if self.snapshots.get(name) == Some(&old.id) {
+                    self.snapshots.remove(name);
+                }
+            }
+            for name in new.snapshots.keys() {
+                self.snapshots.insert(name.clone(), old.id.clone());
+            }
+        }
         if new.csi_name != old.csi_name {
             if let Some(c) = &old.csi_name
                 && self.csi_names.get(c) == Some(&old.id)
@@ -88,6 +103,11 @@ impl Indexed {
             && self.csi_names.get(c) == Some(&old.id)
         {
             self.csi_names.remove(c);
+        }
+        for name in old.snapshots.keys() {
+            if self.snapshots.get(name) == Some(&old.id) {
+                self.snapshots.remove(name);
+            }
         }
         Some(old)
     }
@@ -127,6 +147,12 @@ pub struct Counts {
     pub retrying: u64,
     /// Volumes that cannot progress until something else happens.
     pub waiting: u64,
+}
+
+/// Why [`VolumeTable::remove_if`] did not remove.
+pub enum RemoveError {
+    Refused(RequestError),
+    Store(StoreError),
 }
 
 /// What [`VolumeTable::insert_new`] did.
@@ -303,6 +329,34 @@ impl VolumeTable {
         }
     }
 
+    /// The id of the volume a snapshot is of.
+    pub fn snapshot_owner(&self, name: &str) -> Option<String> {
+        self.lock().snapshots.get(name).cloned()
+    }
+
+    /// Claims a snapshot name for volume `id`; the owner's id when another
+    /// volume has it. Undone by [`VolumeTable::release_snapshot_name`] if
+    /// the snapshot is not recorded after all.
+    pub fn claim_snapshot_name(&self, name: &str, id: &str) -> Result<(), String> {
+        let mut s = self.lock();
+        match s.snapshots.get(name) {
+            Some(owner) if owner != id => Err(owner.clone()),
+            Some(_) => Ok(()),
+            None => {
+                s.snapshots.insert(name.to_string(), id.to_string());
+                Ok(())
+            }
+        }
+    }
+
+    pub fn release_snapshot_name(&self, name: &str, id: &str) {
+        let mut s = self.lock();
+        let recorded = s.volumes.get(id).is_some_and(|v| v.snapshots.contains_key(name));
+        if !recorded && s.snapshots.get(name).is_some_and(|owner| owner == id) {
+            s.snapshots.remove(name);
+        }
+    }
+
     /// Adds a new volume under its operator name, durably. `same` says
     /// whether a live volume already holding the name is the same request
     /// (then it is returned instead); otherwise the name is a conflict.
@@ -368,9 +422,24 @@ impl VolumeTable {
 
     /// Removes a volume for good.
     pub async fn remove(&self, id: &str) -> Result<(), StoreError> {
+        self.remove_if(id, |_| Ok(())).await.map_err(|e| match e {
+            RemoveError::Store(e) => e,
+            RemoveError::Refused(_) => unreachable!("nothing refuses"),
+        })
+    }
+
+    /// Removes a volume for good if `check` passes on its latest record.
+    pub async fn remove_if(
+        &self,
+        id: &str,
+        check: impl FnOnce(&VolumeRecord) -> Result<(), RequestError>,
+    ) -> Result<(), RemoveError> {
         let lock = self.volume_lock(id);
         let _held = lock.lock().await;
-        self.store.remove(id).await?;
+        if let Some(r) = self.by_id(id) {
+            check(&r).map_err(RemoveError::Refused)?;
+        }
+        self.store.remove(id).await.map_err(RemoveError::Store)?;
         self.lock().remove(id);
         self.clear_waiting(id);
         self.locks.lock().unwrap_or_else(|p| p.into_inner()).remove(id);
@@ -392,6 +461,7 @@ mod tests {
             step: PublishStep::None,
             publish_context: Default::default(),
             sent: false,
+            expand_pending: false,
         }
     }
 

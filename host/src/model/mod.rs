@@ -9,7 +9,7 @@ mod state;
 use serde::{Deserialize, Serialize};
 
 pub use map::VecMap;
-pub use spec::{AccessMode, AccessType, VolumeSpec};
+pub use spec::{AccessMode, AccessType, SourceKind, VolumeSource, VolumeSpec};
 pub use state::{PublicationState, VolumeState};
 
 /// Topology segments, labels, parameters, contexts: string to string.
@@ -22,6 +22,14 @@ pub struct Backend {
     pub capacity_bytes: i64,
     pub context: Segments,
     pub accessible_topology: Vec<Segments>,
+    /// The last ControllerExpandVolume asked for NodeExpandVolume, and no
+    /// publication has carried it out yet: the next one to be published does.
+    #[serde(default, skip_serializing_if = "is_false")]
+    pub node_expansion_required: bool,
+}
+
+fn is_false(b: &bool) -> bool {
+    !*b
 }
 
 /// How far a publication has got, in lifecycle order.
@@ -53,6 +61,10 @@ pub struct Publication {
     /// before this field read as sent, the safe assumption.
     #[serde(default = "yes", skip_serializing_if = "is_true")]
     pub sent: bool,
+    /// The volume grew and this node's side of it (its file system) has
+    /// not yet: NodeExpandVolume is due once it is published.
+    #[serde(default, skip_serializing_if = "is_false")]
+    pub expand_pending: bool,
 }
 
 fn yes() -> bool {
@@ -101,6 +113,46 @@ impl Publication {
             step: PublishStep::None,
             publish_context: Segments::new(),
             sent: false,
+            expand_pending: false,
+        }
+    }
+}
+
+/// A snapshot of a volume, kept in the volume's record by the snapshot's name.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub struct Snapshot {
+    /// Sent as CreateSnapshotRequest.name: chosen and stored when the
+    /// operator asks, so a retry or a restart never takes a second snapshot.
+    pub csi_name: String,
+    /// Set (durably) before the first CreateSnapshot; while set and no
+    /// backend is known, deleting asks CreateSnapshot for its id first.
+    #[serde(default)]
+    pub create_sent: bool,
+    pub backend: Option<SnapshotBackend>,
+    #[serde(default)]
+    pub deleting: bool,
+    /// When the operator asked for it (ms since the epoch).
+    pub requested_ms: u64,
+}
+
+/// The plugin's view of a snapshot.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub struct SnapshotBackend {
+    pub snapshot_id: String,
+    pub size_bytes: i64,
+    /// The plugin's creation time (ms since the epoch).
+    pub created_ms: u64,
+    pub ready: bool,
+}
+
+impl Snapshot {
+    /// One word for operators: pending, ready, cutting (not ready yet), deleting.
+    pub fn state(&self) -> &'static str {
+        match (&self.backend, self.deleting) {
+            (_, true) => "deleting",
+            (None, false) => "pending",
+            (Some(b), false) if b.ready => "ready",
+            (Some(_), false) => "cutting",
         }
     }
 }
@@ -138,6 +190,9 @@ pub struct VolumeRecord {
     pub backend: Option<Backend>,
     pub deleting: bool,
     pub publications: VecMap<Publication>,
+    /// Snapshots of this volume, by their Berth name (unique across volumes).
+    #[serde(default, skip_serializing_if = "VecMap::is_empty")]
+    pub snapshots: VecMap<Snapshot>,
     /// A give-up: the reconciler leaves the volume alone until an operator retries.
     pub failure: Option<String>,
     pub retrying: Option<Retrying>,
@@ -155,6 +210,7 @@ impl VolumeRecord {
             backend: None,
             deleting: false,
             publications: VecMap::new(),
+            snapshots: VecMap::new(),
             failure: None,
             retrying: None,
             generation: 0,

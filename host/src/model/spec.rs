@@ -28,6 +28,36 @@ pub struct VolumeSpec {
     pub requisite_topology: Vec<Segments>,
     pub preferred_topology: Vec<Segments>,
     pub labels: Segments,
+    /// What the volume starts from: a snapshot, or a copy of another volume.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub source: Option<VolumeSource>,
+}
+
+/// A new volume's content source, named by the operator and resolved to the
+/// plugin's id when the volume is declared (so it stays the same source).
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub struct VolumeSource {
+    pub kind: SourceKind,
+    /// The snapshot's or volume's name in Berth.
+    pub name: String,
+    /// Its id on the plugin; empty until resolved.
+    pub id: String,
+}
+
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "kebab-case")]
+pub enum SourceKind {
+    Snapshot,
+    Volume,
+}
+
+impl SourceKind {
+    pub fn as_str(self) -> &'static str {
+        match self {
+            SourceKind::Snapshot => "snapshot",
+            SourceKind::Volume => "volume",
+        }
+    }
 }
 
 /// How a volume may be used across nodes: CSI's access modes, spelled as in

@@ -8,9 +8,11 @@ use std::sync::Arc;
 use berth_proto::berth::v1 as api;
 use tonic::{Request, Response, Status};
 
+mod inquiries;
+
 use crate::csi::registry::Health;
 use crate::manager::{RequestError, VolumeManager};
-use crate::model::{AccessMode, AccessType, Segments, VolumeRecord, VolumeSpec};
+use crate::model::{AccessMode, AccessType, Segments, SourceKind, VolumeRecord, VolumeSource, VolumeSpec};
 use crate::policy::{OnError, PolicyStats};
 use crate::serve::Reloader;
 
@@ -92,7 +94,26 @@ pub fn spec_from_api(s: api::VolumeSpec) -> Result<VolumeSpec, RequestError> {
         requisite_topology: s.requisite_topology.iter().map(segments).collect(),
         preferred_topology: s.preferred_topology.iter().map(segments).collect(),
         labels: s.labels.into_iter().collect(),
+        source: source_from_api(s.from_snapshot, s.from_volume)?,
     })
+}
+
+fn source_from_api(snapshot: String, volume: String) -> Result<Option<VolumeSource>, RequestError> {
+    let (kind, name) = match (snapshot.is_empty(), volume.is_empty()) {
+        (true, true) => return Ok(None),
+        (false, false) => {
+            return Err(RequestError::Invalid(
+                "from_snapshot, from_volume: give at most one".into(),
+            ));
+        }
+        (false, true) => (SourceKind::Snapshot, snapshot),
+        (true, false) => (SourceKind::Volume, volume),
+    };
+    Ok(Some(VolumeSource {
+        kind,
+        name,
+        id: String::new(),
+    }))
 }
 
 fn spec_to_api(s: &VolumeSpec) -> api::VolumeSpec {
@@ -110,7 +131,17 @@ fn spec_to_api(s: &VolumeSpec) -> api::VolumeSpec {
         requisite_topology: s.requisite_topology.iter().map(topology).collect(),
         preferred_topology: s.preferred_topology.iter().map(topology).collect(),
         labels: s.labels.clone().into_iter().collect(),
+        from_snapshot: source_name(s, SourceKind::Snapshot),
+        from_volume: source_name(s, SourceKind::Volume),
     }
+}
+
+fn source_name(s: &VolumeSpec, kind: SourceKind) -> String {
+    s.source
+        .as_ref()
+        .filter(|src| src.kind == kind)
+        .map(|src| src.name.clone())
+        .unwrap_or_default()
 }
 
 pub fn volume_to_api(m: &VolumeManager, r: &VolumeRecord) -> api::Volume {
@@ -145,6 +176,10 @@ pub fn volume_to_api(m: &VolumeManager, r: &VolumeRecord) -> api::Volume {
         generation: r.generation,
         waiting: waiting.as_ref().map(|w| w.reason.clone()).unwrap_or_default(),
         waiting_since_ms: waiting.map_or(0, |w| w.since_ms),
+        expanding: b.is_some_and(|b| {
+            b.capacity_bytes < r.spec.required_bytes
+                || (b.node_expansion_required && r.publications.values().any(|p| p.wanted))
+        }) || r.publications.values().any(|p| p.wanted && p.expand_pending),
     }
 }
 
@@ -233,6 +268,118 @@ impl api::berth_server::Berth for BerthApi {
             .await
             .map_err(status)?;
         Ok(Response::new(volume_to_api(&self.manager, &r)))
+    }
+
+    async fn expand_volume(
+        &self,
+        req: Request<api::ExpandVolumeRequest>,
+    ) -> Result<Response<api::Volume>, Status> {
+        let req = req.into_inner();
+        let r = self
+            .manager
+            .expand(&req.name, req.required_bytes)
+            .await
+            .map_err(status)?;
+        Ok(Response::new(volume_to_api(&self.manager, &r)))
+    }
+
+    async fn import_volume(
+        &self,
+        req: Request<api::ImportVolumeRequest>,
+    ) -> Result<Response<api::Volume>, Status> {
+        let req = req.into_inner();
+        let spec = req
+            .spec
+            .ok_or_else(|| Status::invalid_argument("spec: required"))?;
+        let spec = spec_from_api(spec).map_err(status)?;
+        let r = self.manager.import(spec, &req.volume_id).await.map_err(status)?;
+        Ok(Response::new(volume_to_api(&self.manager, &r)))
+    }
+
+    async fn forget_volume(
+        &self,
+        req: Request<api::ForgetVolumeRequest>,
+    ) -> Result<Response<api::Volume>, Status> {
+        let r = self
+            .manager
+            .forget(&req.into_inner().name)
+            .await
+            .map_err(status)?;
+        Ok(Response::new(volume_to_api(&self.manager, &r)))
+    }
+
+    async fn volume_health(
+        &self,
+        req: Request<api::VolumeHealthRequest>,
+    ) -> Result<Response<api::VolumeHealthResponse>, Status> {
+        let h = self
+            .manager
+            .health(&req.into_inner().name)
+            .await
+            .map_err(status)?;
+        Ok(Response::new(inquiries::health_to_api(h)))
+    }
+
+    async fn create_snapshot(
+        &self,
+        req: Request<api::CreateSnapshotRequest>,
+    ) -> Result<Response<api::Snapshot>, Status> {
+        let req = req.into_inner();
+        let s = self
+            .manager
+            .create_snapshot(&req.name, &req.volume)
+            .await
+            .map_err(status)?;
+        Ok(Response::new(inquiries::snapshot_to_api(&s)))
+    }
+
+    async fn delete_snapshot(
+        &self,
+        req: Request<api::DeleteSnapshotRequest>,
+    ) -> Result<Response<api::Snapshot>, Status> {
+        let s = self
+            .manager
+            .delete_snapshot(&req.into_inner().name)
+            .await
+            .map_err(status)?;
+        Ok(Response::new(inquiries::snapshot_to_api(&s)))
+    }
+
+    async fn get_snapshot(
+        &self,
+        req: Request<api::GetSnapshotRequest>,
+    ) -> Result<Response<api::Snapshot>, Status> {
+        let s = self
+            .manager
+            .get_snapshot(&req.into_inner().name)
+            .map_err(status)?;
+        Ok(Response::new(inquiries::snapshot_to_api(&s)))
+    }
+
+    async fn list_snapshots(
+        &self,
+        req: Request<api::ListSnapshotsRequest>,
+    ) -> Result<Response<api::ListSnapshotsResponse>, Status> {
+        let volume = req.into_inner().volume;
+        let all = self
+            .manager
+            .list_snapshots((!volume.is_empty()).then_some(volume.as_str()))
+            .map_err(status)?;
+        Ok(Response::new(api::ListSnapshotsResponse {
+            snapshots: all.iter().map(inquiries::snapshot_to_api).collect(),
+        }))
+    }
+
+    async fn plugin_orphans(
+        &self,
+        req: Request<api::PluginOrphansRequest>,
+    ) -> Result<Response<api::PluginOrphansResponse>, Status> {
+        let o = self
+            .manager
+            .orphans(&req.into_inner().plugin)
+            .await
+            .map_err(status)?;
+        Ok(Response::new(inquiries::orphans_to_api(o)))
     }
 
     async fn retry_volume(

@@ -1,0 +1,357 @@
+//! The rest of the CSI lifecycle against the sample plugin: expansion,
+//! snapshots, restores and clones, import and forget, orphans and health.
+//! Each change is crashed in its worst window — the plugin has done the work
+//! and not yet answered — and must end with nothing duplicated.
+
+use std::time::{Duration, Instant};
+
+use berth_tests::{Cluster, ClusterSpec, texts};
+use serde_json::Value;
+
+const GIB: u64 = 1 << 30;
+
+/// A cluster whose plugin, once CreateVolume, CreateSnapshot or
+/// ControllerExpandVolume has done its work, waits before answering.
+fn slow_replies() -> Cluster {
+    Cluster::start(ClusterSpec {
+        plugin_args: vec![
+            "--reply-delay",
+            "1500ms",
+            "--fault-calls",
+            "CreateVolume,CreateSnapshot,ControllerExpandVolume",
+        ],
+        ..ClusterSpec::default()
+    })
+}
+
+fn json(c: &Cluster, args: &[&str]) -> Value {
+    let mut all = args.to_vec();
+    all.extend(["-o", "json"]);
+    serde_json::from_str(&c.ok(&all)).unwrap()
+}
+
+fn replies_held(c: &Cluster) -> usize {
+    c.controller
+        .log_text()
+        .matches("answering after the reply delay")
+        .count()
+}
+
+/// Waits until the plugin has done one more piece of work than `before`
+/// and holds its answer, then kills `berth serve` (SIGKILL) and starts it again.
+fn crash_once_done(c: &mut Cluster, before: usize) {
+    let started = Instant::now();
+    while replies_held(c) <= before {
+        assert!(
+            started.elapsed() < Duration::from_secs(20),
+            "the plugin never did the work"
+        );
+        std::thread::sleep(Duration::from_millis(20));
+    }
+    c.kill_serve();
+    c.start_serve();
+}
+
+fn until(c: &Cluster, what: &str, args: &[&str], done: impl Fn(&Value) -> bool) -> Value {
+    let started = Instant::now();
+    loop {
+        let out = c.berth(&[args, &["-o", "json"]].concat());
+        if out.status.success() {
+            let v: Value = serde_json::from_slice(&out.stdout).unwrap();
+            if done(&v) {
+                return v;
+            }
+            assert!(
+                started.elapsed() < Duration::from_secs(30),
+                "{what}: {v:#}\n{}",
+                c.log()
+            );
+        }
+        std::thread::sleep(Duration::from_millis(50));
+    }
+}
+
+fn plugin_record(c: &Cluster, volume_id: &str) -> Value {
+    let path = c.volumes_dir.join(format!("hostpath/volumes/{volume_id}.json"));
+    serde_json::from_str(&std::fs::read_to_string(path).unwrap()).unwrap()
+}
+
+#[test]
+fn expansion_reaches_the_plugin_and_the_node_through_a_crash() {
+    let mut c = slow_replies();
+    c.ok(&[
+        "volume", "create", "v", "--plugin", "hostpath", "--size", "1GiB", "--wait",
+    ]);
+    c.ok(&["volume", "publish", "v", "--node", "node-a", "--wait"]);
+    let before = replies_held(&c);
+    c.ok(&["volume", "expand", "v", "--size", "3GiB"]);
+    crash_once_done(&mut c, before);
+    let v = until(&c, "grown", &["volume", "get", "v"], |v| {
+        v["capacity_bytes"] == 3 * GIB && v["expanding"] == false
+    });
+    assert_eq!(
+        plugin_record(&c, v["volume_id"].as_str().unwrap())["capacity_bytes"],
+        3 * GIB
+    );
+    let node = &c.nodes[0].1;
+    assert!(
+        node.log_text().contains("volume expanded on the node"),
+        "NodeExpandVolume never came"
+    );
+    // Volumes only grow, and say so.
+    let (_, stderr) = texts(&c.berth(&["volume", "expand", "v", "--size", "2GiB"]));
+    assert!(stderr.contains("volumes only grow"), "{stderr}");
+    c.ok(&["volume", "delete", "v", "--wait"]);
+    assert_eq!(c.plugin_volumes(), 0);
+}
+
+#[test]
+fn snapshots_restores_and_clones_survive_crashes_without_duplicates() {
+    let mut c = slow_replies();
+    c.ok(&["volume", "create", "src", "--plugin", "hostpath", "--wait"]);
+    let src = json(&c, &["volume", "get", "src"]);
+    std::fs::write(
+        c.volume_data(src["volume_id"].as_str().unwrap()).join("greeting"),
+        "hello",
+    )
+    .unwrap();
+
+    let before = replies_held(&c);
+    c.ok(&["snapshot", "create", "s1", "--volume", "src"]);
+    crash_once_done(&mut c, before);
+    let s = until(&c, "snapshot ready", &["snapshot", "get", "s1"], |s| {
+        s["state"] == "ready"
+    });
+    assert_eq!(c.plugin_snapshots(), 1, "a snapshot was taken twice");
+    assert_eq!(s["volume"], "src");
+    let listed = json(&c, &["snapshot", "list", "--volume", "src"]);
+    assert_eq!(listed.as_array().map(Vec::len), Some(1), "{listed}");
+
+    // Restore, crashed after the plugin made the volume.
+    let before = replies_held(&c);
+    c.ok(&[
+        "volume",
+        "create",
+        "restored",
+        "--plugin",
+        "hostpath",
+        "--from-snapshot",
+        "s1",
+    ]);
+    crash_once_done(&mut c, before);
+    let r = until(&c, "restored", &["volume", "get", "restored"], |v| {
+        v["state"] == "available"
+    });
+    assert_eq!(c.plugin_volumes(), 2, "a volume was created twice");
+    assert_eq!(r["source"], "snapshot s1");
+    let data = c.volume_data(r["volume_id"].as_str().unwrap());
+    assert_eq!(std::fs::read_to_string(data.join("greeting")).unwrap(), "hello");
+
+    // Clone.
+    c.ok(&[
+        "volume",
+        "create",
+        "copy",
+        "--plugin",
+        "hostpath",
+        "--from-volume",
+        "src",
+        "--wait",
+    ]);
+    let copy = json(&c, &["volume", "get", "copy"]);
+    let data = c.volume_data(copy["volume_id"].as_str().unwrap());
+    assert_eq!(std::fs::read_to_string(data.join("greeting")).unwrap(), "hello");
+    assert_eq!(c.plugin_volumes(), 3);
+
+    // A volume with snapshots is not deleted from under them.
+    let (_, stderr) = texts(&c.berth(&["volume", "delete", "src"]));
+    assert!(stderr.contains("delete its snapshots first"), "{stderr}");
+    // Names are unique across volumes.
+    let (_, stderr) = texts(&c.berth(&["snapshot", "create", "s1", "--volume", "copy"]));
+    assert!(stderr.contains("already exists, of volume \"src\""), "{stderr}");
+
+    c.ok(&["snapshot", "delete", "s1", "--wait"]);
+    assert_eq!(c.plugin_snapshots(), 0);
+    for v in ["src", "restored", "copy"] {
+        c.ok(&["volume", "delete", v, "--wait"]);
+    }
+    assert_eq!(c.plugin_volumes(), 0);
+}
+
+#[test]
+fn forget_import_and_orphans_keep_berth_and_the_plugin_in_step() {
+    let mut c = Cluster::start(ClusterSpec::default());
+    c.ok(&[
+        "volume", "create", "old", "--plugin", "hostpath", "--size", "2GiB", "--wait",
+    ]);
+    let id = json(&c, &["volume", "get", "old"])["volume_id"]
+        .as_str()
+        .unwrap()
+        .to_string();
+    c.ok(&["volume", "publish", "old", "--node", "node-a", "--wait"]);
+    let (_, stderr) = texts(&c.berth(&["volume", "forget", "old"]));
+    assert!(stderr.contains("unpublish it first"), "{stderr}");
+    c.ok(&["volume", "unpublish", "old", "--node", "node-a", "--wait"]);
+    c.ok(&["volume", "forget", "old"]);
+    c.kill_serve();
+    c.start_serve();
+    assert!(
+        !c.berth(&["volume", "get", "old"]).status.success(),
+        "forgotten, yet back"
+    );
+    assert_eq!(c.plugin_volumes(), 1, "forget touched the plugin");
+
+    let orphans = json(&c, &["plugin", "orphans", "hostpath"]);
+    assert_eq!(orphans["untracked"][0]["volume_id"], id.as_str(), "{orphans}");
+    assert_eq!(orphans["untracked"][0]["capacity_bytes"], 2 * GIB);
+
+    let (_, stderr) = texts(&c.berth(&[
+        "volume",
+        "import",
+        "x",
+        "--plugin",
+        "hostpath",
+        "--volume-id",
+        "hp-0000",
+    ]));
+    assert!(stderr.contains("has no volume"), "{stderr}");
+    c.ok(&[
+        "volume",
+        "import",
+        "adopted",
+        "--plugin",
+        "hostpath",
+        "--volume-id",
+        &id,
+    ]);
+    c.kill_serve();
+    c.start_serve();
+    let v = json(&c, &["volume", "get", "adopted"]);
+    assert_eq!(
+        (v["state"].as_str(), v["capacity_bytes"].as_u64()),
+        (Some("available"), Some(2 * GIB))
+    );
+    let (_, stderr) = texts(&c.berth(&[
+        "volume",
+        "import",
+        "twice",
+        "--plugin",
+        "hostpath",
+        "--volume-id",
+        &id,
+    ]));
+    assert!(stderr.contains("already"), "{stderr}");
+    let orphans = json(&c, &["plugin", "orphans", "hostpath"]);
+    assert_eq!(
+        orphans["untracked"].as_array().map(Vec::len),
+        Some(0),
+        "{orphans}"
+    );
+
+    // An adopted volume is Berth's like any other.
+    c.ok(&["volume", "publish", "adopted", "--node", "node-a", "--wait"]);
+    c.ok(&["volume", "unpublish", "adopted", "--node", "node-a", "--wait"]);
+
+    // Gone from the plugin behind Berth's back: reported, not acted on.
+    std::fs::remove_file(c.volumes_dir.join(format!("hostpath/volumes/{id}.json"))).unwrap();
+    c.controller.restart();
+    let orphans = until(&c, "missing", &["plugin", "orphans", "hostpath"], |o| {
+        o["missing"].as_array().is_some_and(|m| !m.is_empty())
+    });
+    assert_eq!(orphans["missing"][0]["name"], "adopted", "{orphans}");
+    assert_eq!(json(&c, &["volume", "get", "adopted"])["state"], "available");
+}
+
+#[test]
+fn volume_get_shows_condition_and_usage() {
+    let c = Cluster::start(ClusterSpec::default());
+    c.ok(&["volume", "create", "h", "--plugin", "hostpath", "--wait"]);
+    c.ok(&["volume", "publish", "h", "--node", "node-a", "--wait"]);
+    let id = json(&c, &["volume", "get", "h"])["volume_id"]
+        .as_str()
+        .unwrap()
+        .to_string();
+    std::fs::write(c.volume_data(&id).join("blob"), vec![7u8; 10_000]).unwrap();
+    let v = json(&c, &["volume", "get", "h"]);
+    assert_eq!(v["health"]["controller"], "ok", "{v:#}");
+    let node = &v["health"]["nodes"][0];
+    assert_eq!(node["node"], "node-a");
+    assert_eq!(node["condition"], "ok");
+    assert!(node["used_bytes"].as_i64().unwrap() >= 10_000, "{node}");
+    assert_eq!(node["total_bytes"].as_u64(), Some(GIB));
+
+    std::fs::write(c.volume_data(&id).join(".abnormal"), "disk on fire").unwrap();
+    let text = c.ok(&["volume", "get", "h"]);
+    assert!(text.contains("abnormal: disk on fire"), "{text}");
+}
+
+#[test]
+fn what_the_plugin_does_not_offer_is_refused_clearly() {
+    let c = Cluster::start(ClusterSpec {
+        guests: false,
+        plugin_args: vec![
+            "--disable",
+            "EXPAND_VOLUME",
+            "--disable",
+            "CREATE_DELETE_SNAPSHOT",
+            "--disable",
+            "CLONE_VOLUME",
+            "--disable",
+            "LIST_VOLUMES",
+            "--disable",
+            "GET_VOLUME",
+            "--disable",
+            "VOLUME_CONDITION",
+            "--disable",
+            "GET_VOLUME_STATS",
+        ],
+        ..ClusterSpec::default()
+    });
+    c.ok(&["volume", "create", "v", "--plugin", "hostpath", "--wait"]);
+    let refused = |args: &[&str], expected: &str| {
+        let out = c.berth(args);
+        let (_, stderr) = texts(&out);
+        assert!(
+            !out.status.success() && stderr.contains(expected),
+            "{args:?}: {stderr}"
+        );
+    };
+    refused(
+        &["volume", "expand", "v", "--size", "5GiB"],
+        "does not offer EXPAND_VOLUME",
+    );
+    refused(
+        &["snapshot", "create", "s", "--volume", "v"],
+        "does not offer CREATE_DELETE_SNAPSHOT",
+    );
+    refused(
+        &[
+            "volume",
+            "create",
+            "c",
+            "--plugin",
+            "hostpath",
+            "--from-volume",
+            "v",
+        ],
+        "does not offer CLONE_VOLUME",
+    );
+    refused(&["plugin", "orphans", "hostpath"], "does not offer LIST_VOLUMES");
+    refused(
+        &[
+            "volume",
+            "import",
+            "i",
+            "--plugin",
+            "hostpath",
+            "--volume-id",
+            "hp-1",
+        ],
+        "neither GET_VOLUME nor LIST_VOLUMES",
+    );
+    let text = c.ok(&["volume", "get", "v"]);
+    assert!(
+        text.contains("does not offer GET_VOLUME with VOLUME_CONDITION"),
+        "{text}"
+    );
+}
