@@ -355,3 +355,41 @@ fn what_the_plugin_does_not_offer_is_refused_clearly() {
         "{text}"
     );
 }
+
+#[test]
+fn placement_does_not_put_a_volume_where_it_cannot_fit() {
+    // Zone a has 2 GiB; zone b has the plugin's whole capacity.
+    let c = Cluster::start(ClusterSpec {
+        plugin_args: vec!["--capacity-in", "zone=a=2147483648"],
+        ..ClusterSpec::default()
+    });
+    c.ok(&[
+        "volume", "create", "big", "--plugin", "hostpath", "--size", "3GiB", "--wait",
+    ]);
+    let v = json(&c, &["volume", "get", "big"]);
+    assert_eq!(
+        v["accessible_topology"],
+        serde_json::json!([{ "zone": "b" }]),
+        "{v:#}"
+    );
+
+    // Required in zone a, where it cannot fit: it waits, saying why.
+    c.ok(&[
+        "volume",
+        "create",
+        "stuck",
+        "--plugin",
+        "hostpath",
+        "--size",
+        "3GiB",
+        "--requisite",
+        "zone=a",
+    ]);
+    let v = until(&c, "a capacity refusal", &["volume", "get", "stuck"], |v| {
+        v["retrying"]
+            .as_str()
+            .is_some_and(|r| r.contains("bytes available there"))
+    });
+    assert_eq!(v["volume_id"], "", "{v:#}");
+    assert_eq!(c.plugin_volumes(), 1);
+}

@@ -38,7 +38,10 @@ fn reports_a_plugin_named_like_the_kubernetes_hostpath_driver() {
     assert_eq!(row("max volumes per node "), "8");
     assert_eq!(row("topology "), "topology.hostpath.csi/node=node1");
     assert!(row("controller ").contains("PUBLISH_UNPUBLISH_VOLUME"));
-    assert_eq!(row("node "), "STAGE_UNSTAGE_VOLUME");
+    assert_eq!(
+        row("node "),
+        "STAGE_UNSTAGE_VOLUME, EXPAND_VOLUME, GET_VOLUME_STATS, VOLUME_CONDITION"
+    );
 }
 
 #[test]
@@ -79,6 +82,13 @@ fn capabilities_follow_the_plugin_flags() {
     let dir = test_dir();
     let plugin = PluginBuilder::new(dir.path(), "csi")
         .args(&["--publish-unpublish", "false", "--stage-unstage", "false"])
+        .args(&["--disable", "EXPAND_VOLUME", "--disable", "GET_VOLUME_STATS"])
+        .args(&[
+            "--disable",
+            "VOLUME_CONDITION",
+            "--disable",
+            "CREATE_DELETE_SNAPSHOT",
+        ])
         .spawn();
     let fp = probe_json(&plugin.endpoint());
     let controller: Vec<&str> = fp["controller"]["capabilities"]
@@ -89,6 +99,9 @@ fn capabilities_follow_the_plugin_flags() {
         .collect();
     assert!(controller.contains(&"CREATE_DELETE_VOLUME"));
     assert!(!controller.contains(&"PUBLISH_UNPUBLISH_VOLUME"));
+    assert!(!controller.contains(&"CREATE_DELETE_SNAPSHOT"));
+    assert!(!controller.contains(&"VOLUME_CONDITION"));
+    assert!(controller.contains(&"CLONE_VOLUME") && !controller.contains(&"EXPAND_VOLUME"));
     assert_eq!(fp["node"]["capabilities"], serde_json::json!([]));
     assert_eq!(
         fp["node"]["max_volumes_per_node"],

@@ -66,7 +66,10 @@ impl VolumeManager {
             })
             .await;
         // A placement that failed is asked again by CreateVolume, which reports it.
-        *placed_ahead = placed.and_then(|(nodes, verdicts)| requirements(&nodes, &verdicts.ok()?).ok());
+        if let Some((nodes, Ok(mut verdicts))) = placed {
+            self.fit(r, &nodes, &mut verdicts).await;
+            *placed_ahead = requirements(&nodes, &verdicts).ok();
+        }
         let outcome = outcome.map_err(|e| policy_step_error(&e))?;
         match outcome {
             NamingOutcome::Named(name) => {
@@ -92,10 +95,11 @@ impl VolumeManager {
         &self,
         r: &VolumeRecord,
     ) -> Result<proto::TopologyRequirement, StepError> {
-        let (nodes, verdicts) = self
+        let (nodes, mut verdicts) = self
             .place(r, Purpose::Create, vec![])
             .await
             .map_err(|e| policy_step_error(&e))?;
+        self.fit(r, &nodes, &mut verdicts).await;
         requirements(&nodes, &verdicts)
     }
 

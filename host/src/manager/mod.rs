@@ -10,6 +10,7 @@
 //! - `decisions` — guest decisions: naming and placement;
 //! - `snapshots` — snapshot requests; `adoption` — import and forget;
 //! - `inquiries` — health and orphans, asked of the plugins on request;
+//! - `capacity` — GET_CAPACITY in placement;
 //! - `node_view` — nodes as placement and the API see them;
 //! - `nodes` — node-side operations; `queue` — the work queue.
 //!
@@ -17,6 +18,7 @@
 //! unfinished work resumes.
 
 mod adoption;
+mod capacity;
 mod decisions;
 mod inquiries;
 mod node_view;
@@ -93,6 +95,7 @@ pub struct VolumeManager {
     queue: Queue,
     /// Turns for guest decisions.
     deciding: tokio::sync::Semaphore,
+    capacity: capacity::CapacityCache,
 }
 
 pub(crate) fn now_ms() -> u64 {
@@ -118,6 +121,7 @@ impl VolumeManager {
             policies,
             nodes,
             queue: Queue::default(),
+            capacity: Default::default(),
             deciding: tokio::sync::Semaphore::new(
                 std::thread::available_parallelism().map_or(2, std::num::NonZero::get),
             ),

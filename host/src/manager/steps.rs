@@ -442,7 +442,7 @@ fn backend(r: &VolumeRecord) -> &Backend {
 }
 
 /// The spec's access mode and type as CSI's volume capability.
-fn capability(spec: &VolumeSpec) -> proto::VolumeCapability {
+pub(super) fn capability(spec: &VolumeSpec) -> proto::VolumeCapability {
     use proto::volume_capability::{AccessType as Csi, BlockVolume, MountVolume, access_mode::Mode};
     let mode = match spec.access_mode {
         AccessMode::SingleNodeWriter => Mode::SingleNodeWriter,
