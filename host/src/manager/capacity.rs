@@ -16,10 +16,13 @@ use crate::policy::{PlacementNode, Verdict};
 /// How long an answer of GetCapacity is used for.
 const FRESH_FOR: Duration = Duration::from_secs(1);
 
-/// Recent GetCapacity answers: (plugin, topology) → (bytes, when).
+/// A plugin and a topology, as GetCapacity is asked about them.
+type Where = (String, Vec<(String, String)>);
+
+/// Recent GetCapacity answers: bytes available, and when they were.
 #[derive(Default)]
 pub(super) struct CapacityCache {
-    answers: Mutex<HashMap<(String, Vec<(String, String)>), (i64, Instant)>>,
+    answers: Mutex<HashMap<Where, (i64, Instant)>>,
 }
 
 impl VolumeManager {
