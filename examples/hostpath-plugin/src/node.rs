@@ -83,6 +83,25 @@ impl Node {
         self.usable_volume(volume_id, publish_context)
     }
 
+    /// The volume published at `volume_path` (NodeGetVolumeStats,
+    /// NodeExpandVolume): NOT_FOUND unless it exists and the path shows it.
+    fn published_at(&self, volume_id: &str, volume_path: &str) -> Result<(VolumeRecord, PathBuf), Status> {
+        require_volume_id(volume_id)?;
+        let path = required_path("volume_path", volume_path)?;
+        let rec = self
+            .volumes
+            .get(volume_id)?
+            .ok_or_else(|| Status::not_found(format!("volume {volume_id} does not exist")))?;
+        if !self.mounter.shows(&self.volumes.data_path(&rec.id), &path) {
+            return Err(Status::not_found(format!(
+                "volume {} is not published at {}",
+                rec.id,
+                path.display()
+            )));
+        }
+        Ok((rec, path))
+    }
+
     /// NodeUnstage and NodeUnpublish: remove what attach made at `path`.
     fn detach(&self, volume_id: &str, field: &str, path: &str) -> Result<(), Status> {
         require_volume_id(volume_id)?;
@@ -208,19 +227,7 @@ impl csi::node_server::Node for Node {
             return Err(Status::unimplemented("GET_VOLUME_STATS is not offered"));
         }
         let req = request.into_inner();
-        require_volume_id(&req.volume_id)?;
-        let path = required_path("volume_path", &req.volume_path)?;
-        let rec = self
-            .volumes
-            .get(&req.volume_id)?
-            .ok_or_else(|| Status::not_found(format!("volume {} does not exist", req.volume_id)))?;
-        if !self.mounter.shows(&self.volumes.data_path(&rec.id), &path) {
-            return Err(Status::not_found(format!(
-                "volume {} is not published at {}",
-                rec.id,
-                path.display()
-            )));
-        }
+        let (rec, _) = self.published_at(&req.volume_id, &req.volume_path)?;
         let data = self.volumes.data_path(&rec.id);
         let used = crate::volumes::used_bytes(&data).map_err(|e| io_status("measuring", &data, e))? as i64;
         Ok(Response::new(csi::NodeGetVolumeStatsResponse {
@@ -246,19 +253,7 @@ impl csi::node_server::Node for Node {
             return Err(Status::unimplemented("EXPAND_VOLUME is not offered"));
         }
         let req = request.into_inner();
-        require_volume_id(&req.volume_id)?;
-        let path = required_path("volume_path", &req.volume_path)?;
-        let rec = self
-            .volumes
-            .get(&req.volume_id)?
-            .ok_or_else(|| Status::not_found(format!("volume {} does not exist", req.volume_id)))?;
-        if !self.mounter.shows(&self.volumes.data_path(&rec.id), &path) {
-            return Err(Status::not_found(format!(
-                "volume {} is not published at {}",
-                rec.id,
-                path.display()
-            )));
-        }
+        let (rec, path) = self.published_at(&req.volume_id, &req.volume_path)?;
         // A directory has no file system to grow: the new size is the record's.
         tracing::info!(volume = %rec.id, path = %path.display(), capacity = rec.capacity_bytes, "volume expanded on the node");
         Ok(Response::new(csi::NodeExpandVolumeResponse {

@@ -9,6 +9,7 @@ mod serve;
 mod snapshot;
 mod status;
 mod volume;
+mod volume_view;
 
 use std::process::ExitCode;
 

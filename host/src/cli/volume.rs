@@ -1,18 +1,17 @@
 //! `berth volume ...`: declare, publish, inspect and delete volumes through
 //! the berth.v1 API, and wait for them to get there.
 
-use std::collections::BTreeMap;
 use std::process::ExitCode;
 use std::time::{Duration, Instant};
 
-use berth::model::{PublicationState, VolumeState};
+use berth::model::VolumeState;
 use berth_proto::berth::v1 as api;
 use berth_proto::berth::v1::berth_client::BerthClient;
 use clap::{Args, Subcommand};
-use serde::Serialize;
 use tonic::transport::Channel;
 
 use super::client::{ApiArgs, connect, grpc};
+use super::volume_view::{WithHealth, one_line, print_volume, published, view};
 use super::{Output, say};
 
 #[derive(Debug, Subcommand)]
@@ -164,181 +163,6 @@ fn kv(text: &str) -> Result<(String, String), String> {
 fn topology(text: &str) -> Result<api::Topology, String> {
     let segments = text.split(',').map(kv).collect::<Result<_, _>>()?;
     Ok(api::Topology { segments })
-}
-
-/// A volume as the CLI prints it in JSON.
-#[derive(Serialize)]
-struct VolumeView {
-    name: String,
-    id: String,
-    state: String,
-    plugin: String,
-    csi_name: String,
-    volume_id: String,
-    capacity_bytes: i64,
-    access_mode: String,
-    accessible_topology: Vec<BTreeMap<String, String>>,
-    publications: Vec<PublicationView>,
-    failure: String,
-    retrying: String,
-    /// What it waits for while it cannot progress, and for how long.
-    waiting: String,
-    waiting_since_ms: u64,
-    /// Growing: an expansion is due on the plugin or a node.
-    expanding: bool,
-    /// What it was made from: `snapshot NAME` or `volume NAME`.
-    source: String,
-    labels: BTreeMap<String, String>,
-}
-
-/// `volume get`'s JSON: the volume's fields, and its health when it has any.
-#[derive(Serialize)]
-struct WithHealth {
-    #[serde(flatten)]
-    volume: VolumeView,
-    #[serde(skip_serializing_if = "Option::is_none")]
-    health: Option<super::health::HealthView>,
-}
-
-#[derive(Serialize)]
-struct PublicationView {
-    node: String,
-    state: String,
-    readonly: bool,
-    target_path: String,
-}
-
-fn view(v: &api::Volume) -> VolumeView {
-    let spec = v.spec.clone().unwrap_or_default();
-    VolumeView {
-        name: spec.name,
-        id: v.id.clone(),
-        state: v.state.clone(),
-        plugin: spec.plugin,
-        csi_name: v.csi_name.clone(),
-        volume_id: v.volume_id.clone(),
-        capacity_bytes: v.capacity_bytes,
-        access_mode: spec.access_mode,
-        accessible_topology: v
-            .accessible_topology
-            .iter()
-            .map(|t| t.segments.clone().into_iter().collect())
-            .collect(),
-        publications: v
-            .publications
-            .iter()
-            .map(|p| PublicationView {
-                node: p.node.clone(),
-                state: p.state.clone(),
-                readonly: p.readonly,
-                target_path: p.target_path.clone(),
-            })
-            .collect(),
-        failure: v.failure.clone(),
-        retrying: v.retrying.clone(),
-        waiting: waiting_line(v),
-        waiting_since_ms: v.waiting_since_ms,
-        expanding: v.expanding,
-        source: if !spec.from_snapshot.is_empty() {
-            format!("snapshot {}", spec.from_snapshot)
-        } else if !spec.from_volume.is_empty() {
-            format!("volume {}", spec.from_volume)
-        } else {
-            String::new()
-        },
-        labels: spec.labels.into_iter().collect(),
-    }
-}
-
-/// `waiting for ... (since 12s)`, or nothing.
-fn waiting_line(v: &api::Volume) -> String {
-    if v.waiting.is_empty() {
-        return String::new();
-    }
-    let now = std::time::SystemTime::now()
-        .duration_since(std::time::UNIX_EPOCH)
-        .map_or(0, |d| d.as_millis() as u64);
-    let secs = now.saturating_sub(v.waiting_since_ms) / 1000;
-    format!(
-        "{} (for {})",
-        v.waiting,
-        humantime::format_duration(Duration::from_secs(secs))
-    )
-}
-
-fn one_line(v: &api::Volume) -> String {
-    let name = v.spec.as_ref().map(|s| s.name.as_str()).unwrap_or("");
-    let pubs: Vec<String> = v
-        .publications
-        .iter()
-        .map(|p| format!("{}:{}", p.node, p.state))
-        .collect();
-    let mut line = format!(
-        "{name:<24} {:<10} {:<34} {}",
-        v.state,
-        v.volume_id,
-        pubs.join(",")
-    );
-    if !v.failure.is_empty() {
-        line.push_str(&format!("  failed: {}", v.failure));
-    } else if !v.retrying.is_empty() {
-        line.push_str(&format!("  retrying: {}", v.retrying));
-    } else if !v.waiting.is_empty() {
-        line.push_str(&format!("  {}", waiting_line(v)));
-    }
-    line.trim_end().to_string()
-}
-
-fn print_volume(v: &api::Volume, output: Output) -> anyhow::Result<()> {
-    match output {
-        Output::Json => super::print_json(&view(v)),
-        Output::Text => {
-            let w = view(v);
-            let row = |k: &str, val: &str| {
-                if !val.is_empty() {
-                    say!("{k:<14}{val}");
-                }
-            };
-            row("name", &w.name);
-            row("state", &w.state);
-            row("plugin", &w.plugin);
-            row("id", &w.id);
-            row("csi name", &w.csi_name);
-            row("volume id", &w.volume_id);
-            row("access mode", &w.access_mode);
-            row("made from", &w.source);
-            if w.expanding {
-                row("expanding", "yes");
-            }
-            if w.capacity_bytes > 0 {
-                row("capacity", &berth::units::format_bytes(w.capacity_bytes as usize));
-            }
-            for t in &w.accessible_topology {
-                row(
-                    "accessible",
-                    &t.iter()
-                        .map(|(k, v)| format!("{k}={v}"))
-                        .collect::<Vec<_>>()
-                        .join(","),
-                );
-            }
-            for p in &w.publications {
-                let ro = if p.readonly { " (read-only)" } else { "" };
-                row(
-                    "published",
-                    &format!("{}: {}{ro} at {}", p.node, p.state, p.target_path),
-                );
-            }
-            row("retrying", &w.retrying);
-            row("waiting", &w.waiting);
-            row("failed", &w.failure);
-            Ok(())
-        }
-    }
-}
-
-fn published(p: &api::Publication) -> bool {
-    p.state.parse() == Ok(PublicationState::Published)
 }
 
 /// What --wait waits for.

@@ -94,17 +94,7 @@ impl VolumeManager {
         let v = volume.filter(|v| v.volume_id == volume_id).ok_or_else(|| {
             RequestError::NotFound(format!("plugin {plugin:?} has no volume {}", echo(volume_id)))
         })?;
-        Ok(Backend {
-            volume_id: v.volume_id,
-            capacity_bytes: v.capacity_bytes,
-            context: v.volume_context.into_iter().collect(),
-            accessible_topology: v
-                .accessible_topology
-                .into_iter()
-                .map(|t| t.segments.into_iter().collect())
-                .collect(),
-            node_expansion_required: false,
-        })
+        Ok(super::steps::backend_of(v))
     }
 
     /// Every volume the plugin lists, page by page.

@@ -313,17 +313,7 @@ impl VolumeManager {
             .volume
             .filter(|v| !v.volume_id.is_empty())
             .ok_or_else(|| step_error(Code::Internal, "CreateVolume answered without a volume id"))?;
-        let backend = Backend {
-            volume_id: v.volume_id,
-            capacity_bytes: v.capacity_bytes,
-            context: v.volume_context.into_iter().collect(),
-            accessible_topology: v
-                .accessible_topology
-                .into_iter()
-                .map(|t| t.segments.into_iter().collect())
-                .collect(),
-            node_expansion_required: false,
-        };
+        let backend = backend_of(v);
         Ok(Box::new(move |r: &mut VolumeRecord| {
             r.backend = Some(backend.clone());
             mark_wanted_sent(r);
@@ -394,6 +384,21 @@ impl VolumeManager {
             secrets: self.secrets_for(&r.spec)?,
             readonly: p.readonly,
         })
+    }
+}
+
+/// What Berth keeps of the plugin's answer about a volume.
+pub(super) fn backend_of(v: proto::Volume) -> Backend {
+    Backend {
+        volume_id: v.volume_id,
+        capacity_bytes: v.capacity_bytes,
+        context: v.volume_context.into_iter().collect(),
+        accessible_topology: v
+            .accessible_topology
+            .into_iter()
+            .map(|t| t.segments.into_iter().collect())
+            .collect(),
+        node_expansion_required: false,
     }
 }
 
