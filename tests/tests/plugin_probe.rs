@@ -66,7 +66,11 @@ fn every_field_the_plugin_sets_arrives_unchanged() {
     assert_eq!(fp["manifest"]["mount-mode"], "symlink");
     assert_eq!(
         fp["plugin_capabilities"],
-        serde_json::json!(["CONTROLLER_SERVICE", "VOLUME_ACCESSIBILITY_CONSTRAINTS"])
+        serde_json::json!([
+            "CONTROLLER_SERVICE",
+            "VOLUME_ACCESSIBILITY_CONSTRAINTS",
+            "VOLUME_EXPANSION_ONLINE"
+        ])
     );
     let node = &fp["node"];
     assert_eq!(node["node_id"], "worker-3.rack-b");
@@ -129,7 +133,10 @@ fn controller_only_and_node_only_plugins() {
         .spawn();
     let fp = probe_json(&node.endpoint());
     assert_eq!(fp["controller"], Value::Null);
-    assert_eq!(fp["plugin_capabilities"], serde_json::json!([]));
+    assert_eq!(
+        fp["plugin_capabilities"],
+        serde_json::json!(["VOLUME_EXPANSION_ONLINE"])
+    );
     assert_eq!(fp["node"]["node_id"], "node1");
 
     let out = berth(&["plugin", "probe", &node.endpoint()]);

@@ -74,6 +74,16 @@ impl csi::identity_server::Identity for Identity {
         if !self.config.topology.is_empty() {
             capabilities.push(service(ServiceType::VolumeAccessibilityConstraints));
         }
+        if self.config.offers("EXPAND_VOLUME") {
+            // Volumes grow while published; the spec asks expanders to say when.
+            capabilities.push(csi::PluginCapability {
+                r#type: Some(csi::plugin_capability::Type::VolumeExpansion(
+                    csi::plugin_capability::VolumeExpansion {
+                        r#type: csi::plugin_capability::volume_expansion::Type::Online as i32,
+                    },
+                )),
+            });
+        }
         Ok(Response::new(csi::GetPluginCapabilitiesResponse { capabilities }))
     }
 

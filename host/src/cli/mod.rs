@@ -4,6 +4,7 @@ mod client;
 mod health;
 mod node;
 mod plugin;
+mod plugin_check;
 mod policy;
 mod serve;
 mod snapshot;

@@ -23,6 +23,18 @@ pub enum PluginCommand {
     /// against the CSI spec.
     #[command(after_help = "Example:\n  berth plugin probe unix:///run/csi/hostpath.sock --output json")]
     Probe(ProbeArgs),
+    /// A conformance run against a live driver: does what its capabilities
+    /// claim on a volume of its own, holds each answer to the CSI spec, cleans
+    /// up, and reports every case as passed, failed or skipped, with a reason.
+    ///
+    /// Cases: CreateVolume (twice, with a conflicting size, without name or
+    /// capabilities), ValidateVolumeCapabilities, ControllerGetVolume,
+    /// ListVolumes, ControllerExpandVolume and NodeExpandVolume,
+    /// ControllerPublishVolume, NodeStageVolume and NodePublishVolume at real
+    /// paths, NodeGetVolumeStats, snapshots with restore and clone, then every
+    /// undo twice; unknown ids must answer NOT_FOUND and missing fields
+    /// INVALID_ARGUMENT.
+    Check(super::plugin_check::CheckArgs),
     /// Health of the configured plugins as `berth serve` sees them: the
     /// controller, and how many of the expected node plugins are healthy.
     Status {
@@ -82,6 +94,7 @@ impl From<ProbeRole> for Role {
 pub async fn run(cmd: PluginCommand, output: Output) -> anyhow::Result<ExitCode> {
     match cmd {
         PluginCommand::Probe(args) => probe(args, output).await,
+        PluginCommand::Check(args) => super::plugin_check::run(args, output).await,
         PluginCommand::Status { api } => plugin_status(api, output).await,
         PluginCommand::Orphans { plugin, api } => orphans(plugin, api, output).await,
     }

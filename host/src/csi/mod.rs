@@ -1,6 +1,7 @@
 //! Talking to CSI plugins: endpoints, the gRPC client with deadlines, errors
 //! that keep the plugin's gRPC status, fingerprinting and the plugin registry.
 
+pub mod check;
 mod client;
 mod endpoint;
 mod error;

@@ -1,0 +1,269 @@
+//! `berth plugin check` against the sample plugin: it passes as it is, fails
+//! with the rule broken when told to misbehave, skips what it does not offer,
+//! and leaves nothing behind either way.
+
+use std::path::Path;
+
+use berth_tests::{Plugin, PluginBuilder, berth, test_dir, texts};
+use serde_json::Value;
+
+/// Runs the check with JSON output; the exit status and the report.
+fn check(plugin: &Plugin, work: &Path, extra: &[&str]) -> (bool, Value) {
+    let endpoint = plugin.endpoint();
+    let work = work.display().to_string();
+    let mut args = vec![
+        "plugin",
+        "check",
+        &endpoint,
+        "--work-dir",
+        &work,
+        "--output",
+        "json",
+    ];
+    args.extend_from_slice(extra);
+    let out = berth(&args);
+    let (stdout, stderr) = texts(&out);
+    let report =
+        serde_json::from_str(&stdout).unwrap_or_else(|e| panic!("not JSON ({e}): {stdout}\n{stderr}"));
+    (out.status.success(), report)
+}
+
+fn cases_with(report: &Value, verdict: &str) -> Vec<(String, String)> {
+    report["cases"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .filter(|c| c["verdict"] == verdict)
+        .map(|c| {
+            (
+                c["name"].as_str().unwrap().to_string(),
+                c["reason"].as_str().unwrap().to_string(),
+            )
+        })
+        .collect()
+}
+
+/// Nothing of the check's is left: no volume or snapshot on the plugin, no
+/// path under the work directory.
+fn assert_clean(state_dir: &Path, work: &Path) {
+    for kind in ["volumes", "snapshots", "data", "snapdata"] {
+        let left: Vec<_> = std::fs::read_dir(state_dir.join(kind))
+            .map(|d| d.flatten().map(|e| e.file_name()).collect())
+            .unwrap_or_default();
+        assert!(left.is_empty(), "{kind} left on the plugin: {left:?}");
+    }
+    let left: Vec<_> = std::fs::read_dir(work)
+        .unwrap()
+        .flatten()
+        .map(|e| e.path())
+        .collect();
+    assert!(left.is_empty(), "left in the work directory: {left:?}");
+}
+
+fn set_mode(path: &Path, mode: u32) {
+    use std::os::unix::fs::PermissionsExt;
+    std::fs::set_permissions(path, std::fs::Permissions::from_mode(mode)).unwrap();
+}
+
+#[test]
+fn the_sample_plugin_passes_every_case() {
+    let dir = test_dir();
+    let work = dir.path().join("work");
+    std::fs::create_dir(&work).unwrap();
+    let plugin = PluginBuilder::new(dir.path(), "csi")
+        .args(&["--topology", "zone=a"])
+        .spawn();
+    let (ok, report) = check(&plugin, &work, &[]);
+    assert!(ok, "{report:#}");
+    assert_eq!(report["failed"], 0, "{report:#}");
+    assert_eq!(
+        cases_with(&report, "skipped"),
+        vec![],
+        "the sample offers everything"
+    );
+    let passed: Vec<String> = cases_with(&report, "passed").into_iter().map(|c| c.0).collect();
+    for name in [
+        "CreateVolume twice",
+        "DeleteVolume twice",
+        "NodePublishVolume",
+        "NodeExpandVolume",
+        "CreateSnapshot twice",
+        "ControllerPublishVolume, unknown node",
+        "clean-up",
+    ] {
+        assert!(
+            passed.iter().any(|p| p == name),
+            "{name} did not pass: {passed:?}"
+        );
+    }
+    assert_eq!(report["passed"].as_u64().unwrap() as usize, passed.len());
+    assert_clean(&plugin.state_dir, &work);
+
+    // The text report ends with the tally.
+    let out = berth(&[
+        "plugin",
+        "check",
+        &plugin.endpoint(),
+        "--work-dir",
+        &work.display().to_string(),
+    ]);
+    let (stdout, stderr) = texts(&out);
+    assert!(out.status.success(), "{stderr}");
+    let last = stdout.lines().last().unwrap_or_default();
+    assert_eq!(last, format!("{} passed, 0 failed, 0 skipped", passed.len()));
+}
+
+#[test]
+fn a_split_deployment_passes_with_both_endpoints() {
+    let dir = test_dir();
+    let work = dir.path().join("work");
+    std::fs::create_dir(&work).unwrap();
+    let controller = PluginBuilder::new(dir.path(), "controller")
+        .args(&["--mode", "controller"])
+        .spawn();
+    let node = PluginBuilder::new(dir.path(), "node")
+        .args(&["--mode", "node"])
+        .spawn();
+    let node_endpoint = node.endpoint();
+    let (ok, report) = check(&controller, &work, &["--node-endpoint", &node_endpoint]);
+    assert!(ok, "{report:#}");
+    assert_eq!(report["skipped"], 0, "{report:#}");
+    assert_eq!(report["node_endpoint"], node_endpoint);
+    assert_clean(&controller.state_dir, &work);
+
+    // The controller alone: node cases are skipped, saying what to give.
+    let (ok, report) = check(&controller, &work, &[]);
+    assert!(ok, "{report:#}");
+    let skipped = cases_with(&report, "skipped");
+    let stage = skipped
+        .iter()
+        .find(|(n, _)| n == "NodeStageVolume")
+        .expect("NodeStageVolume skipped");
+    assert!(stage.1.contains("--node-endpoint"), "{stage:?}");
+}
+
+#[test]
+fn each_misbehaviour_fails_the_rule_it_breaks() {
+    let cases: [(&str, &[&str], &str); 3] = [
+        (
+            "not-found-on-delete",
+            &["DeleteVolume twice", "DeleteVolume, unknown volume"],
+            "NOT_FOUND",
+        ),
+        (
+            "ignores-size-conflict",
+            &["CreateVolume, same name, larger size"],
+            "answered OK",
+        ),
+        (
+            "accepts-missing-name",
+            &["CreateVolume without name"],
+            "made volume",
+        ),
+    ];
+    for (misbehaviour, failing, reason) in cases {
+        let dir = test_dir();
+        let work = dir.path().join("work");
+        std::fs::create_dir(&work).unwrap();
+        let plugin = PluginBuilder::new(dir.path(), "csi")
+            .args(&["--misbehave", misbehaviour])
+            .spawn();
+        let (ok, report) = check(&plugin, &work, &[]);
+        assert!(!ok, "{misbehaviour}: the check passed");
+        let failed = cases_with(&report, "failed");
+        let names: Vec<&str> = failed.iter().map(|(n, _)| n.as_str()).collect();
+        assert_eq!(names, failing, "{misbehaviour}");
+        for (name, why) in &failed {
+            assert!(why.contains(reason), "{misbehaviour}: {name}: {why}");
+        }
+        // Even the volume made without a name is removed again.
+        assert_clean(&plugin.state_dir, &work);
+    }
+}
+
+#[test]
+fn a_plugin_that_breaks_identity_rules_fails_before_anything_is_made() {
+    let dir = test_dir();
+    let work = dir.path().join("work");
+    std::fs::create_dir(&work).unwrap();
+    let plugin = PluginBuilder::new(dir.path(), "csi")
+        .args(&["--misbehave", "bad-name"])
+        .spawn();
+    let (ok, report) = check(&plugin, &work, &[]);
+    assert!(!ok);
+    let failed = cases_with(&report, "failed");
+    assert_eq!(failed.len(), 1, "{failed:?}");
+    assert_eq!(failed[0].0, "plugin identity");
+    assert!(failed[0].1.contains("bad_name.example.com"), "{failed:?}");
+    assert_clean(&plugin.state_dir, &work);
+}
+
+#[test]
+fn what_the_plugin_does_not_offer_is_skipped_with_the_capability_named() {
+    let dir = test_dir();
+    let work = dir.path().join("work");
+    std::fs::create_dir(&work).unwrap();
+    let plugin = PluginBuilder::new(dir.path(), "csi")
+        .args(&["--publish-unpublish", "false", "--stage-unstage", "false"])
+        .args(&[
+            "--disable",
+            "CREATE_DELETE_SNAPSHOT",
+            "--disable",
+            "EXPAND_VOLUME",
+        ])
+        .spawn();
+    let (ok, report) = check(&plugin, &work, &[]);
+    assert!(ok, "{report:#}");
+    let skipped = cases_with(&report, "skipped");
+    let reason = |name: &str| {
+        skipped
+            .iter()
+            .find(|(n, _)| n == name)
+            .unwrap_or_else(|| panic!("{name} not skipped: {skipped:?}"))
+            .1
+            .clone()
+    };
+    assert!(reason("ControllerPublishVolume").contains("PUBLISH_UNPUBLISH_VOLUME"));
+    assert!(reason("NodeStageVolume").contains("STAGE_UNSTAGE_VOLUME"));
+    assert!(reason("CreateSnapshot").contains("CREATE_DELETE_SNAPSHOT"));
+    assert!(reason("ControllerExpandVolume").contains("EXPAND_VOLUME"));
+    // Without staging, publishing on the node still runs.
+    let passed: Vec<String> = cases_with(&report, "passed").into_iter().map(|c| c.0).collect();
+    assert!(passed.iter().any(|p| p == "NodePublishVolume"), "{passed:?}");
+    assert_clean(&plugin.state_dir, &work);
+}
+
+#[test]
+fn secrets_reach_the_plugin_and_never_the_report() {
+    let dir = test_dir();
+    let work = dir.path().join("work");
+    std::fs::create_dir(&work).unwrap();
+    let plugin = PluginBuilder::new(dir.path(), "csi")
+        .args(&["--require-secret", "token=s3cr3t-value"])
+        .spawn();
+
+    let (ok, report) = check(&plugin, &work, &[]);
+    assert!(!ok, "a plugin that needs secrets refuses a check without them");
+    let failed = cases_with(&report, "failed");
+    assert_eq!(failed[0].0, "CreateVolume", "{failed:?}");
+
+    let secrets = dir.path().join("secrets");
+    std::fs::write(&secrets, "token=s3cr3t-value\n").unwrap();
+    set_mode(&secrets, 0o600);
+    let (ok, report) = check(&plugin, &work, &["--secrets", &secrets.display().to_string()]);
+    assert!(ok, "{report:#}");
+    assert!(!report.to_string().contains("s3cr3t-value"));
+    assert_clean(&plugin.state_dir, &work);
+
+    set_mode(&secrets, 0o644);
+    let out = berth(&[
+        "plugin",
+        "check",
+        &plugin.endpoint(),
+        "--secrets",
+        &secrets.display().to_string(),
+    ]);
+    let (_, stderr) = texts(&out);
+    assert!(!out.status.success());
+    assert!(stderr.contains("chmod 600"), "{stderr}");
+}
