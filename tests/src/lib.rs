@@ -445,6 +445,18 @@ impl Cluster {
             .expect("running berth")
     }
 
+    /// Starts the CLI against this cluster's API without waiting for it.
+    pub fn spawn_berth(&self, args: &[&str]) -> std::process::Child {
+        Command::new(bin("berth"))
+            .args(args)
+            .env("BERTH_API", &self.api)
+            .stdin(Stdio::null())
+            .stdout(Stdio::piped())
+            .stderr(Stdio::piped())
+            .spawn()
+            .expect("running berth")
+    }
+
     /// Runs the CLI and returns stdout, failing the test on a non-zero exit.
     pub fn ok(&self, args: &[&str]) -> String {
         let out = self.berth(args);

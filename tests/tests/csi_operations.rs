@@ -147,7 +147,8 @@ fn snapshots_restores_and_clones_survive_crashes_without_duplicates() {
     let data = c.volume_data(r["volume_id"].as_str().unwrap());
     assert_eq!(std::fs::read_to_string(data.join("greeting")).unwrap(), "hello");
 
-    // Clone.
+    // Clone, crashed the same way.
+    let before = replies_held(&c);
     c.ok(&[
         "volume",
         "create",
@@ -156,12 +157,15 @@ fn snapshots_restores_and_clones_survive_crashes_without_duplicates() {
         "hostpath",
         "--from-volume",
         "src",
-        "--wait",
     ]);
-    let copy = json(&c, &["volume", "get", "copy"]);
+    crash_once_done(&mut c, before);
+    let copy = until(&c, "cloned", &["volume", "get", "copy"], |v| {
+        v["state"] == "available"
+    });
+    assert_eq!(c.plugin_volumes(), 3, "a clone was created twice");
+    assert_eq!(copy["source"], "volume src");
     let data = c.volume_data(copy["volume_id"].as_str().unwrap());
     assert_eq!(std::fs::read_to_string(data.join("greeting")).unwrap(), "hello");
-    assert_eq!(c.plugin_volumes(), 3);
 
     // A volume with snapshots is not deleted from under them.
     let (_, stderr) = texts(&c.berth(&["volume", "delete", "src"]));
@@ -180,7 +184,11 @@ fn snapshots_restores_and_clones_survive_crashes_without_duplicates() {
 
 #[test]
 fn forget_import_and_orphans_keep_berth_and_the_plugin_in_step() {
-    let mut c = Cluster::start(ClusterSpec::default());
+    // Import asks the plugin for the volume (ControllerGetVolume); its answer is held.
+    let mut c = Cluster::start(ClusterSpec {
+        plugin_args: vec!["--reply-delay", "1500ms", "--fault-calls", "ControllerGetVolume"],
+        ..ClusterSpec::default()
+    });
     c.ok(&[
         "volume", "create", "old", "--plugin", "hostpath", "--size", "2GiB", "--wait",
     ]);
@@ -215,7 +223,7 @@ fn forget_import_and_orphans_keep_berth_and_the_plugin_in_step() {
         "hp-0000",
     ]));
     assert!(stderr.contains("has no volume"), "{stderr}");
-    c.ok(&[
+    let import = [
         "volume",
         "import",
         "adopted",
@@ -223,7 +231,20 @@ fn forget_import_and_orphans_keep_berth_and_the_plugin_in_step() {
         "hostpath",
         "--volume-id",
         &id,
-    ]);
+    ];
+    // Crashed while the plugin holds its answer: nothing is adopted, nothing changes on the plugin.
+    let before = replies_held(&c);
+    let pending = c.spawn_berth(&import);
+    crash_once_done(&mut c, before);
+    let out = pending.wait_with_output().unwrap();
+    assert!(!out.status.success(), "the import outlived its server");
+    assert!(
+        !c.berth(&["volume", "get", "adopted"]).status.success(),
+        "half an import"
+    );
+    assert_eq!(c.plugin_volumes(), 1);
+    // Asked again, it is adopted; and it stays adopted through a crash.
+    c.ok(&import);
     c.kill_serve();
     c.start_serve();
     let v = json(&c, &["volume", "get", "adopted"]);
@@ -251,6 +272,22 @@ fn forget_import_and_orphans_keep_berth_and_the_plugin_in_step() {
     // An adopted volume is Berth's like any other.
     c.ok(&["volume", "publish", "adopted", "--node", "node-a", "--wait"]);
     c.ok(&["volume", "unpublish", "adopted", "--node", "node-a", "--wait"]);
+
+    // Forget is one store write: crashed as it is asked, the volume is either
+    // Berth's as before or gone whole, its name and backend id free again.
+    for pause_ms in [0, 5, 20] {
+        let pending = c.spawn_berth(&["volume", "forget", "adopted"]);
+        std::thread::sleep(Duration::from_millis(pause_ms));
+        c.kill_serve();
+        c.start_serve();
+        let _ = pending.wait_with_output();
+        if c.berth(&["volume", "get", "adopted"]).status.success() {
+            assert_eq!(json(&c, &["volume", "get", "adopted"])["state"], "available");
+            c.ok(&["volume", "forget", "adopted"]);
+        }
+        assert_eq!(c.plugin_volumes(), 1, "forget touched the plugin");
+        c.ok(&import);
+    }
 
     // Gone from the plugin behind Berth's back: reported, not acted on.
     std::fs::remove_file(c.volumes_dir.join(format!("hostpath/volumes/{id}.json"))).unwrap();

@@ -91,10 +91,11 @@ pub struct Config {
     #[arg(long, value_parser = humantime::parse_duration)]
     pub latency: Option<Duration>,
 
-    /// Delay before answering CreateVolume, CreateSnapshot and
-    /// ControllerExpandVolume, after their work is done and committed: the
-    /// window in which a caller that crashes has made the change without
-    /// hearing of it. Applies to the affected calls (--fault-calls).
+    /// Delay before answering CreateVolume, CreateSnapshot,
+    /// ControllerExpandVolume and ControllerGetVolume, after their work is
+    /// done and committed: the window in which a caller that crashes has made
+    /// the change (or asked the question) without hearing back. Applies to the
+    /// affected calls (--fault-calls).
     #[arg(long, value_parser = humantime::parse_duration)]
     pub reply_delay: Option<Duration>,
 

@@ -515,6 +515,7 @@ impl csi::controller_server::Controller for Controller {
             .volumes
             .get(&req.volume_id)?
             .ok_or_else(|| Status::not_found(format!("volume {} does not exist", req.volume_id)))?;
+        self.faults.reply("ControllerGetVolume").await;
         Ok(Response::new(csi::ControllerGetVolumeResponse {
             volume: Some(to_csi(&rec)),
             status: Some(csi::controller_get_volume_response::VolumeStatus {
