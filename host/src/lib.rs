@@ -3,6 +3,7 @@
 //!
 //! See ARCHITECTURE.md at the repository root for the map of this crate.
 
+pub mod agent;
 pub mod api;
 pub mod config;
 pub mod csi;

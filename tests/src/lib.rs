@@ -457,6 +457,21 @@ impl Cluster {
             .expect("running berth")
     }
 
+    /// Creates a volume of the `hostpath` plugin inside topology `segment`
+    /// (e.g. `zone=a`) and waits until it is available.
+    pub fn create_in(&self, name: &str, segment: &str) {
+        self.ok(&[
+            "volume",
+            "create",
+            name,
+            "--plugin",
+            "hostpath",
+            "--requisite",
+            segment,
+            "--wait",
+        ]);
+    }
+
     /// Runs the CLI and returns stdout, failing the test on a non-zero exit.
     pub fn ok(&self, args: &[&str]) -> String {
         let out = self.berth(args);

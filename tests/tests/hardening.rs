@@ -38,16 +38,7 @@ fn a_publish_in_another_mode_is_refused_not_claimed() {
         ("rw", &[][..], &["--readonly"][..]),
         ("ro", &["--readonly"][..], &[][..]),
     ] {
-        c.ok(&[
-            "volume",
-            "create",
-            name,
-            "--plugin",
-            "hostpath",
-            "--requisite",
-            "zone=a",
-            "--wait",
-        ]);
+        c.create_in(name, "zone=a");
         let mut args = vec!["volume", "publish", name, "--node", "node-a", "--wait"];
         args.extend_from_slice(first);
         c.ok(&args);
@@ -96,16 +87,7 @@ fn a_required_topology_is_never_dropped() {
         "{stderr}"
     );
 
-    c.ok(&[
-        "volume",
-        "create",
-        "t2",
-        "--plugin",
-        "hostpath",
-        "--requisite",
-        "zone=b",
-        "--wait",
-    ]);
+    c.create_in("t2", "zone=b");
     let (_, _, stderr) = fails(&c, &["volume", "publish", "t2", "--node", "node-a"]);
     assert!(
         stderr.contains("outside the topology") && stderr.contains("zone=b"),
@@ -123,16 +105,7 @@ fn a_publish_past_the_node_limit_is_refused_up_front() {
         ..builtin()
     });
     for v in ["a", "b"] {
-        c.ok(&[
-            "volume",
-            "create",
-            v,
-            "--plugin",
-            "hostpath",
-            "--requisite",
-            "zone=a",
-            "--wait",
-        ]);
+        c.create_in(v, "zone=a");
     }
     c.ok(&["volume", "publish", "a", "--node", "node-a", "--wait"]);
     let (code, _, stderr) = fails(&c, &["volume", "publish", "b", "--node", "node-a"]);
@@ -355,16 +328,7 @@ fn the_cli_says_what_happened() {
     assert_eq!(err["error"]["code"], "NOT_FOUND");
     assert!(err["error"]["message"].as_str().unwrap().contains("nope"));
 
-    c.ok(&[
-        "volume",
-        "create",
-        "d",
-        "--plugin",
-        "hostpath",
-        "--requisite",
-        "zone=a",
-        "--wait",
-    ]);
+    c.create_in("d", "zone=a");
     c.ok(&["volume", "publish", "d", "--node", "node-a", "--wait"]);
     // Unpublishing twice is no error, as in CSI.
     c.ok(&["volume", "unpublish", "d", "--node", "node-a", "--wait"]);
@@ -454,9 +418,11 @@ fn serve_says_what_it_serves_at_the_default_level() {
         .stderr(std::fs::File::create(&log).unwrap())
         .spawn()
         .unwrap();
-    let api = dir.path().join("state/berth.sock");
+    // The socket is bound before the store is checked; "serving" comes once work can start.
     let started = Instant::now();
-    while std::os::unix::net::UnixStream::connect(&api).is_err()
+    while !std::fs::read_to_string(&log)
+        .unwrap_or_default()
+        .contains("serving")
         && started.elapsed() < Duration::from_secs(30)
     {
         std::thread::sleep(Duration::from_millis(20));

@@ -46,16 +46,7 @@ fn node_processes_that_serve_only_the_node_service_are_healthy_and_work() {
         assert!(started.elapsed() < Duration::from_secs(20), "{nodes:#?}");
         std::thread::sleep(Duration::from_millis(100));
     }
-    c.ok(&[
-        "volume",
-        "create",
-        "v",
-        "--plugin",
-        "hostpath",
-        "--requisite",
-        "zone=a",
-        "--wait",
-    ]);
+    c.create_in("v", "zone=a");
     c.ok(&["volume", "publish", "v", "--node", "node-a", "--wait"]);
     c.ok(&["volume", "delete", "v", "--wait"]);
     assert_eq!(c.plugin_volumes(), 0);

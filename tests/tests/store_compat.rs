@@ -36,10 +36,21 @@ fn a_store_written_by_0_1_0_opens_and_is_served() {
         Some(1),
         "0.1.0 recorded no version: it reads as version 1"
     );
-    c.start_serve();
-
     let then: Vec<Value> =
         serde_json::from_str(&std::fs::read_to_string(format!("{FIXTURE}.json")).unwrap()).unwrap();
+    // The nodes still show what 0.1.0 published there (Berth checks on start).
+    for v in &then {
+        for p in v["publications"].as_array().unwrap() {
+            let node = c.volumes_dir.join("nodes").join(p["node"].as_str().unwrap());
+            for dir in ["staging", "publish"] {
+                let path = node.join(dir).join(v["id"].as_str().unwrap());
+                std::fs::create_dir_all(&path).unwrap();
+                std::fs::write(path.join("data"), "kept").unwrap();
+            }
+        }
+    }
+    c.start_serve();
+
     let now = c.volumes();
     for old in &then {
         let name = old["name"].as_str().unwrap();

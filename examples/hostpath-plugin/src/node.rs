@@ -162,6 +162,7 @@ impl csi::node_server::Node for Node {
         self.mounter
             .attach(&self.volumes.data_path(&rec.id), &staging, false)
             .map_err(|e| io_status("staging at", &staging, e))?;
+        tracing::info!(volume = %rec.id, path = %staging.display(), "staged on the node");
         Ok(Response::new(csi::NodeStageVolumeResponse {}))
     }
 
@@ -205,6 +206,7 @@ impl csi::node_server::Node for Node {
         self.mounter
             .attach(&source, &target, req.readonly)
             .map_err(|e| io_status("publishing at", &target, e))?;
+        tracing::info!(volume = %rec.id, path = %target.display(), "published on the node");
         Ok(Response::new(csi::NodePublishVolumeResponse {}))
     }
 

@@ -12,7 +12,8 @@
 //! - `inquiries` — health and orphans, asked of the plugins on request;
 //! - `capacity` — GET_CAPACITY in placement;
 //! - `node_view` — nodes as placement and the API see them;
-//! - `nodes` — node-side operations; `queue` — the work queue.
+//! - `nodes` — node-side operations; `queue` — the work queue;
+//! - `recovery` — on start, publications whose node paths were lost.
 //!
 //! On start, the manager loads the store and queues every volume, so
 //! unfinished work resumes.
@@ -27,6 +28,7 @@ mod outcome;
 mod plan;
 mod queue;
 mod reconcile;
+mod recovery;
 mod requests;
 mod snapshots;
 mod steps;
