@@ -146,9 +146,10 @@ pub async fn run(
     let listener = api::bind(&api_path, config.socket_mode)?;
     let manager =
         VolumeManager::new(config, store, controllers, policies, nodes).map_err(|e| e.to_string())?;
-    // Before any work: publications whose node lost their mounts are done again.
-    manager.recover_node_paths().await;
     let _workers = manager.start();
+    // Publications whose node lost their mounts are done again.
+    let recovery = manager.clone();
+    tokio::spawn(async move { recovery.recover_node_paths().await });
     let reloader = Arc::new(Reloader {
         path: config_path,
         policies: manager.policies().clone(),

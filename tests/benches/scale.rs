@@ -4,8 +4,9 @@
 //!
 //! The store is filled directly with published volumes (each with a backend,
 //! contexts and a publication), which is what a restart of a large site finds.
-//! The plugin does not hold them; Berth believes them converged, so the
-//! restart does no CSI calls and measures Berth alone.
+//! The plugin does not hold them; Berth believes them converged and the
+//! node's paths show them (Berth checks them on start), so the restart does
+//! no CSI calls and measures Berth alone.
 //!
 //! `cargo xtask bench-scale [--volumes N[,N...]]` (release binaries;
 //! default 10000,100000).
@@ -53,6 +54,19 @@ fn record(i: usize) -> VolumeRecord {
     );
     r.generation = 5;
     r
+}
+
+/// The node's side of `n` published volumes: staging and target paths that
+/// show a volume, as `berth serve` checks on start.
+fn mount(node_dir: &std::path::Path, n: usize) {
+    for dir in ["staging", "publish"] {
+        let parent = node_dir.join(dir);
+        let _ = std::fs::remove_dir_all(&parent);
+        std::fs::create_dir_all(&parent).expect("node directory");
+        for i in 0..n {
+            std::os::unix::fs::symlink(node_dir, parent.join(&record(i).id)).expect("node path");
+        }
+    }
 }
 
 fn fill(store: &std::path::Path, n: usize) {
@@ -156,6 +170,7 @@ fn main() {
         c.kill_serve();
         let _ = std::fs::remove_file(c.store_path());
         fill(&c.store_path(), n);
+        mount(&c.volumes_dir.join("nodes/node-a"), n);
         let r = restart(&mut c, n as u64);
         let per_volume = r.rss.saturating_sub(empty.rss) as f64 / n as f64;
         // Beyond what an empty store costs, so the fixed start-up does not hide the growth.

@@ -243,6 +243,16 @@ impl VolumeTable {
         v
     }
 
+    /// Picks from every record without copying the records: `pick` runs
+    /// under the table's lock, so it must be quick.
+    pub fn collect<T>(&self, mut pick: impl FnMut(&VolumeRecord, &mut Vec<T>)) -> Vec<T> {
+        let mut out = Vec::new();
+        for r in self.lock().volumes.values() {
+            pick(r, &mut out);
+        }
+        out
+    }
+
     /// Volumes of `plugin` published (or being published, or being undone) on `node`.
     pub fn published_on(&self, plugin: &str, node: &str) -> u64 {
         self.lock()
