@@ -1,4 +1,4 @@
-//! On start, before any work: the publications Berth believes are on a node
+//! On start, beside the workers: the publications Berth believes are on a node
 //! are checked against that node's paths. One whose staging or target path no
 //! longer shows the volume (the node restarted, someone unmounted it) is
 //! lowered to the step before, so the plan stages and publishes it again.
