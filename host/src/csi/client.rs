@@ -107,6 +107,27 @@ impl CsiClient {
         }
     }
 
+    /// Every volume ListVolumes returns, following `next_token` page by page.
+    pub async fn list_all_volumes(&self) -> Result<Vec<proto::Volume>, CsiError> {
+        let mut volumes = Vec::new();
+        let mut token = String::new();
+        // A plugin that hands back the same token forever must not hang the caller.
+        for _ in 0..100_000 {
+            let page = self
+                .list_volumes(proto::ListVolumesRequest {
+                    max_entries: 1000,
+                    starting_token: token,
+                })
+                .await?;
+            volumes.extend(page.entries.into_iter().filter_map(|e| e.volume));
+            if page.next_token.is_empty() {
+                return Ok(volumes);
+            }
+            token = page.next_token;
+        }
+        Err(self.invalid("ListVolumes", "next_token never ran out after 100,000 pages"))
+    }
+
     pub(crate) fn invalid(&self, call: &'static str, why: impl Into<String>) -> CsiError {
         CsiError::invalid(&self.label, call, why)
     }

@@ -103,23 +103,11 @@ impl VolumeManager {
             .registry
             .get(plugin)
             .ok_or_else(|| RequestError::Invalid(format!("plugin {plugin:?} has no controller")))?;
-        let mut out = Vec::new();
-        let mut token = String::new();
-        loop {
-            let page = controller
-                .client()
-                .list_volumes(proto::ListVolumesRequest {
-                    max_entries: 1000,
-                    starting_token: token,
-                })
-                .await
-                .map_err(|e| RequestError::Unavailable(e.to_string()))?;
-            out.extend(page.entries.into_iter().filter_map(|e| e.volume));
-            if page.next_token.is_empty() {
-                return Ok(out);
-            }
-            token = page.next_token;
-        }
+        controller
+            .client()
+            .list_all_volumes()
+            .await
+            .map_err(|e| RequestError::Unavailable(e.to_string()))
     }
 
     /// Drops a volume from Berth without a call to any plugin; returns it

@@ -1,7 +1,7 @@
 //! The volume manager: desired and observed state of every volume, and the
 //! reconciler that drives CSI plugins until they match.
 //!
-//! - `table` — the records, their indexes, durable changes;
+//! - `table` — the records and their durable changes; `indexes` — kept in step with them;
 //! - `requests` — the operators' requests;
 //! - `plan` — the next step for a record (pure);
 //! - `outcome` — what a step changes in a record, and how a step fails;
@@ -21,6 +21,7 @@
 mod adoption;
 mod capacity;
 mod decisions;
+mod indexes;
 mod inquiries;
 mod node_view;
 pub mod nodes;

@@ -134,6 +134,17 @@ struct Made {
     dirs: Vec<PathBuf>,
 }
 
+/// The first of two calls that must both succeed worked: the second may run.
+pub(super) fn after_first<T>(first: bool, need: Result<T, String>, call: &str) -> Result<T, String> {
+    need.and_then(|t| {
+        if first {
+            Ok(t)
+        } else {
+            Err(format!("needs the first {call} to have worked"))
+        }
+    })
+}
+
 fn forget<T: PartialEq>(list: &mut Vec<T>, item: &T) {
     list.retain(|x| x != item);
 }
@@ -439,8 +450,10 @@ impl Run<'_> {
         let Some(ours) = self.volume.as_ref().map(|v| v.volume_id.clone()) else {
             return Vec::new();
         };
-        match volume::list_all(controller).await {
-            Ok(ids) if ids.contains(&ours) => vec![format!("volume {ours} (still listed)")],
+        match controller.list_all_volumes().await {
+            Ok(all) if all.iter().any(|v| v.volume_id == ours) => {
+                vec![format!("volume {ours} (still listed)")]
+            }
             Ok(_) => Vec::new(),
             Err(e) => vec![format!("could not list volumes: {}", expect::describe(&e))],
         }

@@ -4,7 +4,7 @@
 use tonic::Code;
 
 use super::expect::{answers, refuses_missing, succeeds};
-use super::{Rule, Run, forget};
+use super::{Rule, Run, after_first, forget};
 use crate::csi::{CsiClient, proto};
 use proto::controller_service_capability::rpc::Type as ControllerCap;
 use proto::node_service_capability::rpc::Type as NodeCap;
@@ -54,17 +54,6 @@ const UNPUBLISH_MISSING: Rule = (
     "ControllerUnpublishVolume without volume_id",
     "answers INVALID_ARGUMENT",
 );
-
-/// The first of two calls that must both succeed worked: the second may run.
-fn after_first<T>(first: bool, need: Result<T, String>, call: &str) -> Result<T, String> {
-    need.and_then(|t| {
-        if first {
-            Ok(t)
-        } else {
-            Err(format!("needs the first {call} to have worked"))
-        }
-    })
-}
 
 impl Run<'_> {
     /// The node to publish to: the node plugin's id, else `--node-id`.

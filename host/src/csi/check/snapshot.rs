@@ -4,7 +4,7 @@
 use tonic::Code;
 
 use super::expect::{answers, refuses_missing, succeeds};
-use super::{Rule, Run, forget};
+use super::{Rule, Run, after_first, forget};
 use crate::csi::{CsiClient, proto};
 use proto::controller_service_capability::rpc::Type as ControllerCap;
 use proto::volume_content_source::{SnapshotSource, Type as Source, VolumeSource};
@@ -191,13 +191,7 @@ impl Run<'_> {
             }
             self.record(DELETE, r.map(drop));
         }
-        let again = taken.and_then(|t| {
-            if first {
-                Ok(t)
-            } else {
-                Err("needs the first DeleteSnapshot to have worked".to_string())
-            }
-        });
+        let again = after_first(first, taken, "DeleteSnapshot");
         if let Some((ctl, id)) = self.needs(DELETE_AGAIN, again) {
             let r = succeeds(ctl.delete_snapshot(request(id, self.secrets())).await);
             self.record(DELETE_AGAIN, r.map(drop));

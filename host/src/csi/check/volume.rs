@@ -4,8 +4,8 @@
 use tonic::Code;
 
 use super::expect::{answers, refuses_missing, succeeds};
-use super::{Rule, Run, forget};
-use crate::csi::{CsiClient, CsiError, proto};
+use super::{Rule, Run, after_first, forget};
+use crate::csi::{CsiClient, proto};
 use proto::controller_service_capability::rpc::Type as ControllerCap;
 use proto::plugin_capability::service::Type as ServiceCap;
 
@@ -278,9 +278,9 @@ impl Run<'_> {
         if let Some((ctl, volume_id)) =
             self.needs(LIST, lister.and_then(|c| self.volume_id().map(|id| (c, id))))
         {
-            let r = match list_all(&ctl).await {
-                Ok(ids) if ids.contains(&volume_id) => Ok(()),
-                Ok(ids) => Err(format!("{volume_id} is not among the {} listed", ids.len())),
+            let r = match ctl.list_all_volumes().await {
+                Ok(all) if all.iter().any(|v| v.volume_id == volume_id) => Ok(()),
+                Ok(all) => Err(format!("{volume_id} is not among the {} listed", all.len())),
                 Err(e) => Err(super::expect::describe(&e)),
             };
             self.record(LIST, r);
@@ -299,13 +299,7 @@ impl Run<'_> {
             }
             self.record(DELETE, r.map(drop));
         }
-        let deleted_volume = with_volume.and_then(|v| {
-            if deleted {
-                Ok(v)
-            } else {
-                Err("needs the first DeleteVolume to have worked".to_string())
-            }
-        });
+        let deleted_volume = after_first(deleted, with_volume, "DeleteVolume");
         if let Some((ctl, volume_id)) = self.needs(DELETE_AGAIN, deleted_volume) {
             let r = succeeds(ctl.delete_volume(self.delete_request(volume_id)).await);
             self.record(DELETE_AGAIN, r.map(drop));
@@ -333,30 +327,4 @@ impl Run<'_> {
             secrets: self.secrets(),
         }
     }
-}
-
-/// Every volume id ListVolumes returns, following next_token.
-pub(super) async fn list_all(ctl: &CsiClient) -> Result<Vec<String>, CsiError> {
-    let mut ids = Vec::new();
-    let mut token = String::new();
-    // A plugin that hands back the same token forever must not hang the check.
-    for _ in 0..10_000 {
-        let resp = ctl
-            .list_volumes(proto::ListVolumesRequest {
-                max_entries: 500,
-                starting_token: token,
-            })
-            .await?;
-        ids.extend(
-            resp.entries
-                .into_iter()
-                .filter_map(|e| e.volume)
-                .map(|v| v.volume_id),
-        );
-        if resp.next_token.is_empty() {
-            break;
-        }
-        token = resp.next_token;
-    }
-    Ok(ids)
 }
