@@ -3,7 +3,11 @@
 use prost::Message;
 
 fn main() -> Result<(), Box<dyn std::error::Error>> {
-    let files = ["csi/v1/csi.proto", "berth/v1/berth.proto"];
+    let files = [
+        "csi/v1/csi.proto",
+        "berth/v1/berth.proto",
+        "berth/v1/cluster.proto",
+    ];
     for f in files {
         println!("cargo:rerun-if-changed={f}");
     }

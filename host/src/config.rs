@@ -9,6 +9,8 @@
 //! workers = 256
 //! fingerprint_interval = "30s"
 //! secrets_dir = "secrets"               # one file per secret, KEY=VALUE lines, mode 0600
+//! cluster = "unix:///run/berth/cluster.sock"  # where `berth agent`s dial; none by default
+//! heartbeat_timeout = "15s"             # an agent silent this long is down
 //!
 //! [[plugin]]
 //! name = "hostpath"                     # the operator's name for it
@@ -72,7 +74,7 @@ impl ConfigError {
     }
 }
 
-fn invalid(key: impl Into<String>, message: impl ToString) -> ConfigError {
+pub(crate) fn invalid(key: impl Into<String>, message: impl ToString) -> ConfigError {
     ConfigError::Invalid {
         key: key.into(),
         message: message.to_string(),
@@ -88,6 +90,8 @@ struct Raw {
     workers: Option<usize>,
     fingerprint_interval: Option<String>,
     secrets_dir: Option<PathBuf>,
+    cluster: Option<String>,
+    heartbeat_timeout: Option<String>,
     #[serde(default, rename = "plugin")]
     plugins: Vec<RawPlugin>,
     #[serde(default, rename = "node")]
@@ -140,6 +144,9 @@ pub struct Config {
     pub workers: usize,
     pub fingerprint_interval: Duration,
     pub secrets_dir: Option<PathBuf>,
+    /// Where agents dial (a unix socket, with `socket_mode`).
+    pub cluster: Option<Endpoint>,
+    pub heartbeat_timeout: Duration,
     pub plugins: Vec<PluginConfig>,
     pub nodes: Vec<NodeConfig>,
     pub policies: Vec<PolicyConfig>,
@@ -184,23 +191,7 @@ pub const DEFAULT_WORKERS: usize = 256;
 impl Config {
     /// Reads and validates a config file.
     pub fn load(path: &Path) -> Result<Config, ConfigError> {
-        let text = std::fs::read_to_string(path).map_err(|source| ConfigError::Read {
-            path: path.to_path_buf(),
-            source,
-        })?;
-        let dir = path
-            .parent()
-            .filter(|p| !p.as_os_str().is_empty())
-            .unwrap_or(Path::new("."));
-        // Paths handed to CSI plugins must be absolute.
-        let base = std::path::absolute(dir).map_err(|source| ConfigError::Read {
-            path: dir.to_path_buf(),
-            source,
-        })?;
-        Config::parse(&text, &base).map_err(|e| ConfigError::InFile {
-            path: path.to_path_buf(),
-            error: Box::new(e),
-        })
+        load_file(path, Config::parse)
     }
 
     /// Parses config text; relative paths are taken from `base`.
@@ -377,6 +368,16 @@ impl Config {
             workers,
             fingerprint_interval,
             secrets_dir: raw.secrets_dir.as_deref().map(resolve),
+            cluster: raw
+                .cluster
+                .as_deref()
+                .map(|c| {
+                    Endpoint::parse(c)
+                        .and_then(|e| e.resolve(base))
+                        .map_err(|e| invalid("cluster", e))
+                })
+                .transpose()?,
+            heartbeat_timeout: duration("heartbeat_timeout", raw.heartbeat_timeout.as_deref(), "15s")?,
             plugins,
             nodes,
             policies,
@@ -392,7 +393,32 @@ impl Config {
     }
 }
 
-fn duration(key: &str, value: Option<&str>, default: &str) -> Result<Duration, ConfigError> {
+/// Reads a config file and parses it with relative paths taken from its
+/// directory (made absolute: paths handed to CSI plugins must be); errors
+/// name the file.
+pub(crate) fn load_file<T>(
+    path: &Path,
+    parse: impl FnOnce(&str, &Path) -> Result<T, ConfigError>,
+) -> Result<T, ConfigError> {
+    let text = std::fs::read_to_string(path).map_err(|source| ConfigError::Read {
+        path: path.to_path_buf(),
+        source,
+    })?;
+    let dir = path
+        .parent()
+        .filter(|p| !p.as_os_str().is_empty())
+        .unwrap_or(Path::new("."));
+    let base = std::path::absolute(dir).map_err(|source| ConfigError::Read {
+        path: dir.to_path_buf(),
+        source,
+    })?;
+    parse(&text, &base).map_err(|e| ConfigError::InFile {
+        path: path.to_path_buf(),
+        error: Box::new(e),
+    })
+}
+
+pub(crate) fn duration(key: &str, value: Option<&str>, default: &str) -> Result<Duration, ConfigError> {
     let text = value.unwrap_or(default);
     humantime::parse_duration(text)
         .map_err(|e| invalid(key, format!("{text:?} is not a duration like \"15s\" ({e})")))
@@ -406,7 +432,7 @@ fn size(key: &str, value: Option<&str>, default: usize) -> Result<usize, ConfigE
 }
 
 /// Names are used in paths and keys: keep them plain.
-fn name_ok(key: &str, name: &str) -> Result<(), ConfigError> {
+pub(crate) fn name_ok(key: &str, name: &str) -> Result<(), ConfigError> {
     let ok = !name.is_empty()
         && name.len() <= 63
         && name

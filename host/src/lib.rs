@@ -5,6 +5,7 @@
 
 pub mod agent;
 pub mod api;
+pub mod cluster;
 pub mod config;
 pub mod csi;
 pub mod manager;

@@ -1,6 +1,5 @@
 //! `berth serve`: wires the pieces together and runs until told to stop.
 
-use std::collections::HashMap;
 use std::future::Future;
 use std::path::PathBuf;
 use std::sync::Arc;
@@ -9,16 +8,20 @@ use std::time::Duration;
 use berth_proto::berth::v1::berth_server::BerthServer;
 use tokio_stream::wrappers::UnixListenerStream;
 
+use crate::agent::calls::Paths;
+use crate::agent::{Agent, AgentSpec};
 use crate::api::{self, BerthApi};
+use crate::cluster::Directory;
+use crate::cluster::service::{ClusterService, link_in_process};
 use crate::config::Config;
 use crate::csi::ClientOptions;
 use crate::csi::fingerprint::Role;
 use crate::csi::registry::{PluginSpec, Registry};
-use crate::manager::VolumeManager;
-use crate::manager::nodes::LocalNodes;
+use crate::manager::{VolumeManager, as_sync};
 use crate::policy::builtin::Builtins;
 use crate::policy::{Decision, EngineOptions, ModuleConfig, Policies, PolicyEngine, PolicyStats};
 use crate::store::RedbStore;
+use berth_proto::berth::v1::cluster_server::ClusterServer;
 
 /// The modules a config names, with the decisions each is to serve.
 fn modules(config: &Config) -> Vec<(ModuleConfig, Vec<Decision>)> {
@@ -109,47 +112,59 @@ pub async fn run(
             });
         }
     }
-    let node_plugins = Registry::new(config.fingerprint_interval);
-    let mut by_node = HashMap::new();
-    for n in &config.nodes {
-        for (plugin, endpoint) in &n.plugins {
-            let p = config
-                .plugin(plugin)
-                .expect("validated: node plugins name configured plugins");
-            let entry = node_plugins.add(PluginSpec {
-                id: format!("{plugin}@{}", n.name),
-                endpoint: endpoint.clone(),
-                expected_name: p.driver.clone(),
-                client: ClientOptions {
-                    deadline: p.deadline,
-                    wait: Duration::ZERO,
-                },
-                role: Role::Node,
-            });
-            by_node.insert((n.name.clone(), plugin.clone()), entry);
-        }
-    }
-    // A first fingerprint of everything before work starts; unreachable
-    // plugins are retried by the periodic refresh.
+    // A first fingerprint of every controller before work starts;
+    // unreachable ones are retried by the periodic refresh.
     let mut first = tokio::task::JoinSet::new();
-    for p in controllers.list().into_iter().chain(node_plugins.list()) {
+    for p in controllers.list() {
         first.spawn(async move {
             p.refresh().await;
         });
     }
     while first.join_next().await.is_some() {}
-    let _refresh = (controllers.start(), node_plugins.start());
+    let _refresh = controllers.start();
 
+    let deadline = config
+        .plugins
+        .iter()
+        .map(|p| p.deadline)
+        .max()
+        .unwrap_or(Duration::from_secs(15));
+    let directory = Directory::new(
+        config.heartbeat_timeout,
+        // The agent's own call, and the trip there and back.
+        deadline + Duration::from_secs(5),
+        config
+            .plugins
+            .iter()
+            .map(|p| (p.name.clone(), p.driver.clone()))
+            .collect(),
+    );
+    for n in &config.nodes {
+        directory.expect(&n.name, &n.labels, n.plugins.keys());
+    }
     let store = Arc::new(RedbStore::open(&config.state).map_err(|e| e.to_string())?);
-    let nodes = Arc::new(LocalNodes::new(&config.nodes, by_node));
     let api_path = config.api.path().to_path_buf();
     let listener = api::bind(&api_path, config.socket_mode)?;
-    let manager =
-        VolumeManager::new(config, store, controllers, policies, nodes).map_err(|e| e.to_string())?;
+    let cluster = match &config.cluster {
+        Some(endpoint) => Some((
+            endpoint.path().to_path_buf(),
+            api::bind(endpoint.path(), config.socket_mode)?,
+        )),
+        None => None,
+    };
+    let cluster_path = cluster.as_ref().map(|(path, _)| path.clone());
+    let manager = VolumeManager::new(config, store, controllers, policies, directory.clone())
+        .map_err(|e| e.to_string())?;
+    directory.set_sync(as_sync(&manager));
+    for n in manager.remembered_nodes().map_err(|e| e.to_string())? {
+        directory.expect(&n.name, &n.labels, n.plugins.iter());
+    }
     let _workers = manager.start();
-    // Publications whose node lost their mounts are done again.
-    let recovery = manager.clone();
-    tokio::spawn(async move { recovery.recover_node_paths().await });
+    let _agents = start_node_agents(&manager, &directory, deadline).await?;
+    let _cluster = cluster.map(|(path, listener)| {
+        tracing::info!(cluster = %path.display(), "listening for agents");
+        serve_cluster(directory.clone(), listener)
+    });
     let reloader = Arc::new(Reloader {
         path: config_path,
         policies: manager.policies().clone(),
@@ -170,5 +185,67 @@ pub async fn run(
         .await;
     sighup.abort();
     let _ = std::fs::remove_file(&api_path);
+    if let Some(path) = &cluster_path {
+        let _ = std::fs::remove_file(path);
+    }
     result.map_err(|e| format!("serving the API: {e}"))
+}
+
+/// The in-process agents of the `[[node]]`s: each keeps its record beside
+/// its node's paths and has a session like any agent. Returns once every
+/// one has had its first session (or 30 s have passed).
+async fn start_node_agents(
+    manager: &Arc<VolumeManager>,
+    directory: &Arc<Directory>,
+    deadline: Duration,
+) -> Result<Vec<tokio::task::JoinHandle<()>>, String> {
+    let config = manager.config();
+    let mut links = Vec::new();
+    for n in &config.nodes {
+        let agent = Agent::open(AgentSpec {
+            node: n.name.clone(),
+            labels: n.labels.clone(),
+            record: n.dir.join("agent.redb"),
+            paths: Paths::under(&n.dir),
+            plugins: n.plugins.clone(),
+            plugin_dir: None,
+            fingerprint_interval: config.fingerprint_interval,
+            heartbeat_interval: config.heartbeat_timeout / 3,
+            deadline,
+            seed: manager.recorded_on(&n.name),
+        })
+        .await
+        .map_err(|e| format!("node {}: {e}", n.name))?;
+        links.push(link_in_process(directory.clone(), agent));
+    }
+    let all_connected = async {
+        use crate::manager::nodes::NodeAgent;
+        while !config.nodes.iter().all(|n| directory.connected(&n.name)) {
+            tokio::time::sleep(Duration::from_millis(5)).await;
+        }
+    };
+    if tokio::time::timeout(Duration::from_secs(30), all_connected)
+        .await
+        .is_err()
+    {
+        tracing::warn!("not every in-process agent has connected after 30s; serving anyway");
+    }
+    Ok(links)
+}
+
+/// Serves the cluster endpoint agents dial, until the process ends.
+fn serve_cluster(
+    directory: Arc<Directory>,
+    listener: tokio::net::UnixListener,
+) -> tokio::task::JoinHandle<()> {
+    tokio::spawn(async move {
+        let served = tonic::transport::Server::builder()
+            .http2_keepalive_interval(Some(Duration::from_secs(10)))
+            .add_service(ClusterServer::new(ClusterService::new(directory)))
+            .serve_with_incoming(UnixListenerStream::new(listener))
+            .await;
+        if let Err(e) = served {
+            tracing::error!(error = %e, "the cluster endpoint stopped");
+        }
+    })
 }

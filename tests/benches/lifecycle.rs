@@ -1,9 +1,10 @@
 //! End-to-end throughput: N volumes created and published on a node, then
 //! unpublished and deleted, through `berth serve` and the sample plugin over
 //! real unix sockets with the store on disk. Once with the built-in policies,
-//! once with the three WASM sample guests, in the same run.
+//! once with the three WASM sample guests, then across three nodes: served in
+//! process (`[[node]]`) and by three `berth agent` processes, in the same run.
 //!
-//! `cargo xtask bench-e2e [--volumes N[,N...]] [--rounds R] [--policies native|wasm]
+//! `cargo xtask bench-e2e [--volumes N[,N...]] [--rounds R] [--policies native|wasm|3-nodes|3-agents]
 //! [--volumes-dir DIR]` (release binaries; defaults: 1000 volumes, 3 rounds;
 //! the plugin's volumes and the nodes' mount points on /dev/shm unless
 //! `--volumes-dir` says otherwise).
@@ -75,10 +76,46 @@ async fn each(
     }
 }
 
-fn run(n: usize, guests: bool, volumes_dir: Option<&Path>) -> Run {
+/// One way of running Berth the benchmark compares.
+struct Setup {
+    label: &'static str,
+    guests: bool,
+    nodes: &'static [&'static str],
+    agents: bool,
+}
+
+const SETUPS: [Setup; 4] = [
+    Setup {
+        label: "native",
+        guests: false,
+        nodes: &["node-a"],
+        agents: false,
+    },
+    Setup {
+        label: "wasm",
+        guests: true,
+        nodes: &["node-a"],
+        agents: false,
+    },
+    Setup {
+        label: "3-nodes",
+        guests: false,
+        nodes: &["node-a", "node-b", "node-c"],
+        agents: false,
+    },
+    Setup {
+        label: "3-agents",
+        guests: false,
+        nodes: &["node-a", "node-b", "node-c"],
+        agents: true,
+    },
+];
+
+fn run(n: usize, setup: &Setup, volumes_dir: Option<&Path>) -> Run {
     let c = Cluster::start(ClusterSpec {
-        guests,
-        nodes: vec![("node-a", "a")],
+        guests: setup.guests,
+        nodes: setup.nodes.iter().map(|n| (*n, "a")).collect(),
+        agents: setup.agents,
         plugin_args: vec!["--capacity", &(1u64 << 50).to_string()],
         workers: 256,
         volumes_dir,
@@ -91,6 +128,7 @@ fn run(n: usize, guests: bool, volumes_dir: Option<&Path>) -> Run {
         .unwrap();
     rt.block_on(async {
         let mut client = BerthClient::new(berth::csi::unix_channel(&c.api));
+        let nodes = setup.nodes;
         let started = Instant::now();
         each(&client, n, |mut cl, i| {
             tokio::spawn(async move {
@@ -105,7 +143,7 @@ fn run(n: usize, guests: bool, volumes_dir: Option<&Path>) -> Run {
                     .expect("create");
                 cl.publish_volume(api::PublishVolumeRequest {
                     name: format!("vol-{i:06}"),
-                    node: "node-a".into(),
+                    node: nodes[i % nodes.len()].into(),
                     readonly: false,
                 })
                 .await
@@ -163,9 +201,9 @@ fn main() {
         None => Some("/dev/shm".into()).filter(|d: &std::path::PathBuf| d.is_dir()),
     };
     let only = arg(&args, "--policies");
-    let sets: Vec<(&str, bool)> = [("native", false), ("wasm", true)]
-        .into_iter()
-        .filter(|(label, _)| only.is_none_or(|o| o == *label))
+    let sets: Vec<&Setup> = SETUPS
+        .iter()
+        .filter(|s| only.is_none_or(|o| o == s.label))
         .collect();
     println!(
         "volumes of the plugin and nodes in {}; Berth's store on disk; {rounds} rounds, policies interleaved\n",
@@ -181,8 +219,9 @@ fn main() {
         let mut up: Vec<Vec<f64>> = vec![Vec::new(); sets.len()];
         let mut down: Vec<Vec<f64>> = vec![Vec::new(); sets.len()];
         for round in 1..=rounds {
-            for (i, (label, guests)) in sets.iter().enumerate() {
-                let r = run(n, *guests, volumes_dir.as_deref());
+            for (i, setup) in sets.iter().enumerate() {
+                let label = setup.label;
+                let r = run(n, setup, volumes_dir.as_deref());
                 let (u, d) = (n as f64 / r.up.as_secs_f64(), n as f64 / r.down.as_secs_f64());
                 println!(
                     "| {label:<8} | {n:>7} | {round:>5} | {:>12.2} s | {u:>10.0} | {:>14.2} s | {d:>10.0} |",
@@ -193,14 +232,21 @@ fn main() {
                 down[i].push(d);
             }
         }
-        for (i, (label, _)) in sets.iter().enumerate() {
-            summary.push((n, *label, median(up[i].clone()), median(down[i].clone())));
+        for (i, setup) in sets.iter().enumerate() {
+            summary.push((n, setup.label, median(up[i].clone()), median(down[i].clone())));
         }
-        if let [native, wasm] = &up[..] {
-            paired.push((
-                n,
-                wasm.iter().zip(native).map(|(w, n)| w / n).collect::<Vec<f64>>(),
-            ));
+        let of = |label: &str| sets.iter().position(|s| s.label == label).map(|i| &up[i]);
+        for (what, over, under) in [
+            ("WASM create+publish throughput is {}× native", "wasm", "native"),
+            (
+                "create+publish throughput through three agents is {}× three in-process nodes",
+                "3-agents",
+                "3-nodes",
+            ),
+        ] {
+            if let (Some(a), Some(b)) = (of(over), of(under)) {
+                paired.push((n, what, a.iter().zip(b).map(|(a, b)| a / b).collect::<Vec<f64>>()));
+            }
         }
     }
     println!("\nMedians:\n");
@@ -209,7 +255,7 @@ fn main() {
     for (n, label, u, d) in &summary {
         println!("| {label:<8} | {n:>7} | {u:>28.0} | {d:>30.0} |");
     }
-    for (n, ratios) in &paired {
+    for (n, what, ratios) in &paired {
         if ratios.is_empty() {
             continue;
         }
@@ -218,7 +264,8 @@ fn main() {
         let mean = (ratios.iter().map(|r| r.ln()).sum::<f64>() / ratios.len() as f64).exp();
         let each: Vec<String> = ratios.iter().map(|r| format!("{r:.2}")).collect();
         println!(
-            "\n{n} volumes: WASM create+publish throughput is {mean:.2}× native (geometric mean of the rounds: {}).",
+            "\n{n} volumes: {} (geometric mean of the rounds: {}).",
+            what.replace("{}", &format!("{mean:.2}")),
             each.join(", ")
         );
     }

@@ -1,6 +1,10 @@
 //! Shared harness for the integration tests: finds the built binaries, starts
 //! the sample CSI plugin as a real process on a real socket, and runs the CLI.
 
+mod agents;
+
+pub use agents::AgentProcess;
+
 use std::path::{Path, PathBuf};
 use std::process::{Child, Command, Output, Stdio};
 use std::time::{Duration, Instant};
@@ -205,6 +209,24 @@ pub async fn summary(client: &mut BerthClient<Channel>) -> Result<api::SummaryRe
     Ok(client.summary(api::SummaryRequest {}).await?.into_inner())
 }
 
+/// Starts `berth COMMAND --config CONFIG` (info logs appended to `log`).
+pub fn berth_logged(command: &str, config: &Path, log: &Path) -> Child {
+    let log = std::fs::OpenOptions::new()
+        .create(true)
+        .append(true)
+        .open(log)
+        .unwrap();
+    Command::new(bin("berth"))
+        .args([command, "--config"])
+        .arg(config)
+        .env("BERTH_LOG", "info")
+        .stdin(Stdio::null())
+        .stdout(log.try_clone().unwrap())
+        .stderr(log)
+        .spawn()
+        .unwrap_or_else(|e| panic!("starting berth {command}: {e}"))
+}
+
 /// Runs the `berth` CLI to completion.
 pub fn berth(args: &[&str]) -> Output {
     Command::new(bin("berth"))
@@ -248,6 +270,8 @@ pub struct Cluster {
     own_volumes_dir: bool,
     pub controller: Plugin,
     pub nodes: Vec<(String, Plugin)>,
+    /// With [`ClusterSpec::agents`]: the `berth agent` of each node, in node order.
+    pub agents: Vec<AgentProcess>,
     serve: Option<Child>,
     pub config: PathBuf,
     pub api: PathBuf,
@@ -279,6 +303,9 @@ pub struct ClusterSpec<'a> {
     pub volumes_dir: Option<&'a Path>,
     /// Where the sample guests come from (default: as built from `guests/`).
     pub guest_dir: Option<&'a Path>,
+    /// Serve each node by a `berth agent` process (heartbeat timeout 1 s)
+    /// instead of a `[[node]]` in `berth.toml`.
+    pub agents: bool,
 }
 
 impl Default for ClusterSpec<'_> {
@@ -295,6 +322,7 @@ impl Default for ClusterSpec<'_> {
             node_args: vec![],
             volumes_dir: None,
             guest_dir: None,
+            agents: false,
         }
     }
 }
@@ -321,7 +349,14 @@ impl Cluster {
         }
         let controller = controller.args(&spec.plugin_args).spawn();
         let mut nodes = Vec::new();
+        let mut agents = Vec::new();
         let mut node_config = String::new();
+        let cluster_socket = dir.path().join("state/cluster.sock");
+        let cluster_config = if spec.agents {
+            "cluster = \"state/cluster.sock\"\nheartbeat_timeout = \"1s\"\n"
+        } else {
+            ""
+        };
         for (name, zone) in &spec.nodes {
             let zone_arg = format!("zone={zone}");
             let p = PluginBuilder::new(dir.path(), name)
@@ -337,6 +372,19 @@ impl Cluster {
                 .args(&spec.plugin_args)
                 .args(&spec.node_args)
                 .spawn();
+            let node_dir = volumes_dir.join("nodes").join(name);
+            if spec.agents {
+                agents.push(AgentProcess::new(
+                    dir.path(),
+                    name,
+                    zone,
+                    &cluster_socket,
+                    &node_dir,
+                    &p.endpoint(),
+                ));
+                nodes.push((name.to_string(), p));
+                continue;
+            }
             node_config.push_str(&format!(
                 "[[node]]\nname = \"{name}\"\ndir = \"{}/nodes/{name}\"\nlabels = {{ zone-label = \"{zone}\" }}\nplugins = {{ hostpath = \"{}\" }}\n",
                 volumes_dir.display(),
@@ -363,9 +411,10 @@ impl Cluster {
         std::fs::write(
             &config,
             format!(
-                "state = \"state/berth.redb\"\nworkers = {}\nfingerprint_interval = \"500ms\"\nsecrets_dir = \"secrets\"\n{}\n[[plugin]]\nname = \"hostpath\"\ndriver = \"hostpath.csi.berth.dev\"\ncontroller = \"{}\"\n{}\n{node_config}{guests}",
+                "state = \"state/berth.redb\"\nworkers = {}\nfingerprint_interval = \"500ms\"\nsecrets_dir = \"secrets\"\n{}\n{}[[plugin]]\nname = \"hostpath\"\ndriver = \"hostpath.csi.berth.dev\"\ncontroller = \"{}\"\n{}\n{node_config}{guests}",
                 spec.workers,
                 spec.extra,
+                cluster_config,
                 controller.endpoint(),
                 spec.plugin_extra
             ),
@@ -381,28 +430,23 @@ impl Cluster {
             dir,
             controller,
             nodes,
+            agents,
             serve: None,
         };
         c.start_serve();
+        if !c.agents.is_empty() {
+            for a in &mut c.agents {
+                a.start();
+            }
+            let names: Vec<String> = c.agents.iter().map(|a| a.name.clone()).collect();
+            let names: Vec<&str> = names.iter().map(String::as_str).collect();
+            c.wait_nodes(&names, "ready", Duration::from_secs(30));
+        }
         c
     }
 
     pub fn start_serve(&mut self) {
-        let log = std::fs::OpenOptions::new()
-            .create(true)
-            .append(true)
-            .open(&self.serve_log)
-            .unwrap();
-        let child = Command::new(bin("berth"))
-            .args(["serve", "--config"])
-            .arg(&self.config)
-            .env("BERTH_LOG", "info")
-            .stdin(Stdio::null())
-            .stdout(log.try_clone().unwrap())
-            .stderr(log)
-            .spawn()
-            .expect("starting berth serve");
-        self.serve = Some(child);
+        self.serve = Some(berth_logged("serve", &self.config, &self.serve_log));
         let deadline = Instant::now() + Duration::from_secs(30);
         while std::os::unix::net::UnixStream::connect(&self.api).is_err() {
             if let Some(status) = self.serve.as_mut().and_then(|c| c.try_wait().ok().flatten()) {

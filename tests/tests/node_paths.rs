@@ -1,6 +1,6 @@
 //! A node that lost its mounts while `berth serve` was down (a reboot, an
-//! operator's umount): on start, Berth checks each publication's staging and
-//! target paths, publishes the lost ones again, and leaves intact ones alone.
+//! operator's umount): on start, the node's agent checks what it holds against its
+//! mount table; Berth publishes the lost ones again and leaves intact ones alone.
 
 use std::path::Path;
 use std::time::{Duration, Instant};
@@ -67,7 +67,12 @@ fn lost_mounts_are_published_again_and_intact_ones_are_left_alone() {
         std::fs::metadata(node_dir.join("publish").join(lost_id)).is_ok(),
         "the target path shows the volume again"
     );
-    assert!(c.log().contains("no longer shows it"), "{}", c.log());
+    assert!(
+        c.log()
+            .contains("the node no longer holds the volume as recorded"),
+        "{}",
+        c.log()
+    );
     // The intact publication got no second call.
     assert_eq!(calls(&c, "staged", kept), 1);
     assert_eq!(calls(&c, "published", kept), 1);

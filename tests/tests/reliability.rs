@@ -267,15 +267,23 @@ fn check_agreement(c: &Cluster, expected: &BTreeMap<String, &'static str>) {
     }
 }
 
+/// The nodes of the default cluster, each in its own zone.
+const TWO_NODES: [(&str, &str); 2] = [("node-a", "a"), ("node-b", "b")];
+
 fn scripts(rng: &mut Rng, ops: usize) -> Vec<Script> {
+    scripts_on(rng, ops, &TWO_NODES)
+}
+
+/// Scripts for volumes spread over `nodes` (name, zone).
+fn scripts_on(rng: &mut Rng, ops: usize, nodes: &[(&'static str, &'static str)]) -> Vec<Script> {
     let mut out = Vec::new();
     let mut total = 0;
     while total < ops {
-        let a = rng.below(2) == 0;
+        let (node, zone) = nodes[rng.below(nodes.len() as u64) as usize];
         let s = Script {
             name: format!("vol-{:05}", out.len()),
-            zone: if a { "a" } else { "b" },
-            node: if a { "node-a" } else { "node-b" },
+            zone,
+            node,
             delete: rng.below(2) == 0,
         };
         total += s.ops();
@@ -329,6 +337,61 @@ fn kill_9_during_a_storm_loses_and_duplicates_nothing() {
     c.kill_serve();
     c.start_serve();
     wait_converged(&c, Duration::from_secs(60));
+    check_agreement(&c, &expected);
+}
+
+#[test]
+fn kill_9_of_an_agent_and_the_server_during_a_storm_loses_and_duplicates_nothing() {
+    const NODES: [(&str, &str); 3] = [("node-a", "a"), ("node-b", "b"), ("node-c", "c")];
+    let (volumes, rounds) = if long() { (1000, 6) } else { (300, 2) };
+    let mut rng = Rng::seeded();
+    // Only creates and publishes: every volume ends published somewhere.
+    let scripts: Vec<Script> = (0..volumes)
+        .map(|i| {
+            let (node, zone) = NODES[rng.below(3) as usize];
+            Script {
+                name: format!("vol-{i:05}"),
+                zone,
+                node,
+                delete: false,
+            }
+        })
+        .collect();
+    let expected = expected(&scripts);
+    let mut c = Cluster::start(ClusterSpec {
+        workers: 64,
+        nodes: NODES.to_vec(),
+        agents: true,
+        ..Default::default()
+    });
+    let done = Arc::new(AtomicBool::new(false));
+    let driver = {
+        let done = done.clone();
+        let handle = storm(c.api.clone(), scripts, 32, Duration::from_millis(1500) * rounds);
+        std::thread::spawn(move || {
+            let r = handle.join();
+            done.store(true, Ordering::SeqCst);
+            r
+        })
+    };
+    let mut rounds_done = 0;
+    while rounds_done < rounds && !done.load(Ordering::SeqCst) {
+        std::thread::sleep(Duration::from_millis(100 + rng.below(300)));
+        let (agent, _) = NODES[rng.below(3) as usize];
+        c.agent(agent).kill();
+        std::thread::sleep(Duration::from_millis(rng.below(300)));
+        c.kill_serve();
+        c.agent(agent).start();
+        c.start_serve();
+        rounds_done += 1;
+    }
+    driver.join().unwrap().expect("every operation got its answer");
+    assert_eq!(rounds_done, rounds, "the storm ended too soon; make it longer");
+    c.wait_nodes(&["node-a", "node-b", "node-c"], "ready", Duration::from_secs(30));
+    wait_converged(&c, Duration::from_secs(120));
+    c.wait_until("every volume published", |v| {
+        v.iter().all(|x| x["state"] == "published")
+    });
     check_agreement(&c, &expected);
 }
 

@@ -38,7 +38,13 @@ fn a_store_written_by_0_1_0_opens_and_is_served() {
     );
     let then: Vec<Value> =
         serde_json::from_str(&std::fs::read_to_string(format!("{FIXTURE}.json")).unwrap()).unwrap();
-    // The nodes still show what 0.1.0 published there (Berth checks on start).
+    // 0.1.0 kept no node records: each in-process agent starts its record
+    // from the store's publications and checks it against the node's paths.
+    for node in ["node-a", "node-b"] {
+        let record = c.volumes_dir.join("nodes").join(node).join("agent.redb");
+        let _ = std::fs::remove_file(record);
+    }
+    // The nodes still show what 0.1.0 published there.
     for v in &then {
         for p in v["publications"].as_array().unwrap() {
             let node = c.volumes_dir.join("nodes").join(p["node"].as_str().unwrap());

@@ -28,7 +28,8 @@ commands:
           (release build; add --quick for a short run)
   bench-e2e
           end-to-end throughput: N volumes created, published, unpublished and deleted
-          through berth serve and the sample plugin, built-in against WASM policies
+          through berth serve and the sample plugin, built-in against WASM policies, and
+          three in-process nodes against three berth agent processes
           (--volumes N[,N...], default 1000; --rounds R, default 3)
   bench-scale
           memory per tracked volume and restart time with 10,000 and 100,000 volumes

@@ -396,13 +396,17 @@ impl api::berth_server::Berth for BerthApi {
     ) -> Result<Response<api::ListNodesResponse>, Status> {
         let m = &self.manager;
         let mut nodes: Vec<api::Node> = m
-            .config()
-            .nodes
-            .iter()
+            .node_summaries()
+            .into_iter()
             .map(|n| api::Node {
-                name: n.name.clone(),
-                labels: n.labels.clone().into_iter().collect(),
+                name: n.name,
+                labels: n.labels.into_iter().collect(),
                 plugins: vec![],
+                state: n.state.as_str().into(),
+                last_seen_unix_ms: n
+                    .last_seen
+                    .and_then(|t| t.duration_since(std::time::UNIX_EPOCH).ok())
+                    .map_or(0, |d| d.as_millis() as u64),
             })
             .collect();
         for v in m.node_views(None) {

@@ -1,5 +1,6 @@
 //! Command-line interface: argument parsing and dispatch.
 
+mod agent;
 mod client;
 mod health;
 mod node;
@@ -53,6 +54,8 @@ pub enum Command {
     Policy(policy::PolicyCommand),
     /// Run the volume manager: the API, the reconciler and the plugin registry.
     Serve(serve::ServeArgs),
+    /// Run the node agent: this node's CSI node plugins, driven by `berth serve`.
+    Agent(agent::AgentArgs),
     /// Create, publish, inspect and delete volumes (through `berth serve`).
     Volume {
         #[command(subcommand)]
@@ -92,6 +95,7 @@ pub async fn run(cli: Cli) -> anyhow::Result<ExitCode> {
         Command::Plugin(cmd) => plugin::run(cmd, cli.output).await,
         Command::Policy(cmd) => policy::run(cmd, cli.output).await,
         Command::Serve(args) => serve::run(args).await,
+        Command::Agent(args) => agent::run(args).await,
         Command::Volume { command, api } => volume::run(*command, api, cli.output).await,
         Command::Snapshot { command, api } => snapshot::run(command, api, cli.output).await,
         Command::Status { api } => status::status(api, cli.output).await,

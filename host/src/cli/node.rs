@@ -12,6 +12,10 @@ use super::{Output, say};
 #[derive(Serialize)]
 struct NodeView {
     name: String,
+    /// ready, down or unknown.
+    state: String,
+    /// Unix milliseconds; absent when not heard from since the server started.
+    last_seen_unix_ms: Option<u64>,
     labels: BTreeMap<String, String>,
     plugins: Vec<NodePluginView>,
 }
@@ -39,6 +43,8 @@ pub async fn list(api: ApiArgs, output: Output) -> anyhow::Result<ExitCode> {
         .into_iter()
         .map(|n| NodeView {
             name: n.name,
+            state: n.state,
+            last_seen_unix_ms: (n.last_seen_unix_ms > 0).then_some(n.last_seen_unix_ms),
             labels: n.labels.into_iter().collect(),
             plugins: n
                 .plugins
@@ -62,8 +68,10 @@ pub async fn list(api: ApiArgs, output: Output) -> anyhow::Result<ExitCode> {
         Output::Json => super::print_json(&views)?,
         Output::Text => {
             say!(
-                "{:<12} {:<12} {:<12} {:<10} {:<8} {:<22} LABELS",
+                "{:<12} {:<8} {:<10} {:<12} {:<12} {:<10} {:<8} {:<22} LABELS",
                 "NODE",
+                "STATE",
+                "LAST SEEN",
                 "PLUGIN",
                 "NODE ID",
                 "HEALTH",
@@ -77,6 +85,10 @@ pub async fn list(api: ApiArgs, output: Output) -> anyhow::Result<ExitCode> {
                     .map(|(k, v)| format!("{k}={v}"))
                     .collect::<Vec<_>>()
                     .join(",");
+                let seen = n.last_seen_unix_ms.map_or_else(|| "never".to_string(), ago);
+                if n.plugins.is_empty() {
+                    say!("{:<12} {:<8} {:<10} {:<12}", n.name, n.state, seen, "-");
+                }
                 for p in &n.plugins {
                     let max = if p.max_volumes > 0 {
                         p.max_volumes.to_string()
@@ -90,8 +102,10 @@ pub async fn list(api: ApiArgs, output: Output) -> anyhow::Result<ExitCode> {
                         .collect::<Vec<_>>()
                         .join(",");
                     say!(
-                        "{:<12} {:<12} {:<12} {:<10} {:<8} {:<22} {labels}",
+                        "{:<12} {:<8} {:<10} {:<12} {:<12} {:<10} {:<8} {:<22} {labels}",
                         n.name,
+                        n.state,
+                        seen,
                         p.plugin,
                         p.node_id,
                         p.health,
@@ -106,4 +120,17 @@ pub async fn list(api: ApiArgs, output: Output) -> anyhow::Result<ExitCode> {
         }
     }
     Ok(ExitCode::SUCCESS)
+}
+
+/// How long ago a time in unix milliseconds was, briefly: `3s ago`.
+fn ago(unix_ms: u64) -> String {
+    let now = std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .map_or(0, |d| d.as_millis() as u64);
+    let secs = now.saturating_sub(unix_ms) / 1000;
+    match secs {
+        0..60 => format!("{secs}s ago"),
+        60..3600 => format!("{}m ago", secs / 60),
+        _ => format!("{}h ago", secs / 3600),
+    }
 }

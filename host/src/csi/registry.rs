@@ -188,6 +188,10 @@ impl Registry {
         plugin
     }
 
+    pub fn remove(&self, id: &str) -> Option<Arc<Plugin>> {
+        self.write().remove(id)
+    }
+
     pub fn get(&self, id: &str) -> Option<Arc<Plugin>> {
         self.read().get(id).cloned()
     }

@@ -82,10 +82,7 @@ impl VolumeManager {
             .iter()
             .filter(|(_, p)| p.wanted && p.step >= crate::model::PublishStep::Published);
         for (node, _) in published {
-            let fingerprint = self
-                .nodes
-                .plugin(node, plugin)
-                .and_then(|p| p.status().fingerprint);
+            let fingerprint = self.nodes.plugin_status(node, plugin).and_then(|s| s.fingerprint);
             let stats = match fingerprint {
                 None => Err("the node plugin is not fingerprinted yet".to_string()),
                 Some(f) if !f.has_node_capability(NodeCap::GetVolumeStats) => {

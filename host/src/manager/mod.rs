@@ -13,7 +13,7 @@
 //! - `capacity` — GET_CAPACITY in placement;
 //! - `node_view` — nodes as placement and the API see them;
 //! - `nodes` — node-side operations; `queue` — the work queue;
-//! - `recovery` — on start, publications whose node paths were lost.
+//! - `node_sync` — what a (re)registering node is told, and records it lost.
 //!
 //! On start, the manager loads the store and queues every volume, so
 //! unfinished work resumes.
@@ -23,19 +23,20 @@ mod capacity;
 mod decisions;
 mod indexes;
 mod inquiries;
+mod node_sync;
 mod node_view;
 pub mod nodes;
 mod outcome;
 mod plan;
 mod queue;
 mod reconcile;
-mod recovery;
 mod requests;
 mod snapshots;
 mod steps;
 mod table;
 
 pub use inquiries::{Health, NodeHealth, Orphans};
+pub use node_sync::as_sync;
 pub use node_view::NodePluginView;
 pub use requests::validate_spec;
 pub use snapshots::SnapshotView;
@@ -47,7 +48,7 @@ use std::time::{Duration, SystemTime, UNIX_EPOCH};
 use tokio::sync::watch;
 
 use crate::config::Config;
-use crate::csi::registry::{Plugin, Registry};
+use crate::csi::registry::Registry;
 use crate::model::{VolumeRecord, VolumeState};
 use crate::policy::Policies;
 use crate::secrets::Secrets;
@@ -168,9 +169,9 @@ impl VolumeManager {
         &self.registry
     }
 
-    /// The node plugin of `plugin` on `node`, as registered.
-    pub fn node_plugin(&self, node: &str, plugin: &str) -> Option<Arc<Plugin>> {
-        self.nodes.plugin(node, plugin)
+    /// Every node known, with its agent's state.
+    pub fn node_summaries(&self) -> Vec<nodes::NodeSummary> {
+        self.nodes.nodes()
     }
 
     /// Where a volume is (or would be) published on a node.

@@ -1,15 +1,17 @@
-//! Node operations: NodeStage, NodePublish and their reverse, against a node's
-//! CSI node plugin, with paths under the node's directory. Behind a trait so a
-//! per-node agent process can take this over later.
+//! Nodes as the manager sees them: node-side operations (NodeStage,
+//! NodePublish and their reverse, expand, stats), each node's plugins, and
+//! whether its agent is there. The cluster directory (`crate::cluster`)
+//! implements it: every node, in-process or remote, is served by an agent.
 
-use std::collections::HashMap;
+use std::collections::{BTreeMap, HashMap};
 use std::path::PathBuf;
-use std::sync::Arc;
+use std::time::SystemTime;
 
-use crate::config::NodeConfig;
+use serde::Serialize;
+
+use crate::csi::CsiError;
 use crate::csi::proto;
-use crate::csi::registry::Plugin;
-use crate::csi::{CsiError, Failure};
+use crate::csi::registry::PluginStatus;
 
 /// What a node operation needs besides the paths, which the agent owns.
 pub struct NodeVolume {
@@ -23,10 +25,47 @@ pub struct NodeVolume {
     pub readonly: bool,
 }
 
+/// Whether a node's agent is there.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize)]
+#[serde(rename_all = "snake_case")]
+pub enum NodeState {
+    /// Connected, and heard from within the heartbeat timeout.
+    Ready,
+    /// Was connected; silent or gone since.
+    Down,
+    /// Not heard from since this server started.
+    Unknown,
+}
+
+impl NodeState {
+    pub fn as_str(self) -> &'static str {
+        match self {
+            NodeState::Ready => "ready",
+            NodeState::Down => "down",
+            NodeState::Unknown => "unknown",
+        }
+    }
+}
+
+#[derive(Clone, Debug)]
+pub struct NodeSummary {
+    pub name: String,
+    pub labels: BTreeMap<String, String>,
+    pub state: NodeState,
+    pub last_seen: Option<SystemTime>,
+    /// The node plugins its agent reported, by the operator's plugin name.
+    pub plugins: BTreeMap<String, PluginStatus>,
+}
+
 #[tonic::async_trait]
 pub trait NodeAgent: Send + Sync {
-    /// The node plugin of `plugin` on `node`, as registered.
-    fn plugin(&self, node: &str, plugin: &str) -> Option<Arc<Plugin>>;
+    /// Every node known, by name.
+    fn nodes(&self) -> Vec<NodeSummary>;
+    fn node(&self, node: &str) -> Option<NodeSummary>;
+    /// The node plugin of `plugin` on `node`, as its agent last reported it.
+    fn plugin_status(&self, node: &str, plugin: &str) -> Option<PluginStatus>;
+    /// Whether node operations can be sent to the node now.
+    fn connected(&self, node: &str) -> bool;
     fn staging_path(&self, node: &str, berth_id: &str) -> PathBuf;
     fn target_path(&self, node: &str, berth_id: &str) -> PathBuf;
     async fn stage(&self, node: &str, plugin: &str, v: NodeVolume) -> Result<(), CsiError>;
@@ -63,191 +102,4 @@ pub trait NodeAgent: Send + Sync {
         berth_id: &str,
         staged: bool,
     ) -> Result<proto::NodeGetVolumeStatsResponse, CsiError>;
-}
-
-/// Node plugins reached directly from `berth serve`, on this machine.
-pub struct LocalNodes {
-    nodes: HashMap<String, NodeConfig>,
-    plugins: HashMap<(String, String), Arc<Plugin>>,
-}
-
-impl LocalNodes {
-    pub fn new(nodes: &[NodeConfig], plugins: HashMap<(String, String), Arc<Plugin>>) -> Self {
-        LocalNodes {
-            nodes: nodes.iter().map(|n| (n.name.clone(), n.clone())).collect(),
-            plugins,
-        }
-    }
-
-    fn client(&self, node: &str, plugin: &str, call: &'static str) -> Result<Arc<Plugin>, CsiError> {
-        self.plugin(node, plugin).ok_or_else(|| CsiError {
-            plugin: format!("{plugin}@{node}"),
-            call,
-            failure: Failure::Unreachable(format!("node {node:?} has no node plugin for {plugin:?}")),
-        })
-    }
-}
-
-fn local_io(node: &str, call: &'static str, e: std::io::Error) -> CsiError {
-    CsiError {
-        plugin: format!("node {node}"),
-        call,
-        failure: Failure::Status {
-            code: tonic::Code::Internal,
-            message: format!("preparing paths: {e}"),
-        },
-    }
-}
-
-#[tonic::async_trait]
-impl NodeAgent for LocalNodes {
-    fn plugin(&self, node: &str, plugin: &str) -> Option<Arc<Plugin>> {
-        self.plugins.get(&(node.to_string(), plugin.to_string())).cloned()
-    }
-
-    fn staging_path(&self, node: &str, berth_id: &str) -> PathBuf {
-        self.nodes
-            .get(node)
-            .map(|n| n.staging_dir())
-            .unwrap_or_default()
-            .join(berth_id)
-    }
-
-    fn target_path(&self, node: &str, berth_id: &str) -> PathBuf {
-        self.nodes
-            .get(node)
-            .map(|n| n.publish_dir())
-            .unwrap_or_default()
-            .join(berth_id)
-    }
-
-    async fn stage(&self, node: &str, plugin: &str, v: NodeVolume) -> Result<(), CsiError> {
-        let p = self.client(node, plugin, "NodeStageVolume")?;
-        // The CO creates the staging directory (CSI spec).
-        let staging = self.staging_path(node, &v.berth_id);
-        std::fs::create_dir_all(&staging).map_err(|e| local_io(node, "NodeStageVolume", e))?;
-        p.client()
-            .node_stage_volume(proto::NodeStageVolumeRequest {
-                volume_id: v.volume_id,
-                publish_context: v.publish_context,
-                staging_target_path: staging.display().to_string(),
-                volume_capability: Some(v.capability),
-                secrets: v.secrets,
-                volume_context: v.volume_context,
-            })
-            .await
-            .map(drop)
-    }
-
-    async fn publish(&self, node: &str, plugin: &str, v: NodeVolume, staged: bool) -> Result<(), CsiError> {
-        let p = self.client(node, plugin, "NodePublishVolume")?;
-        // The CO creates the target's parent; the plugin creates the target.
-        let target = self.target_path(node, &v.berth_id);
-        if let Some(parent) = target.parent() {
-            std::fs::create_dir_all(parent).map_err(|e| local_io(node, "NodePublishVolume", e))?;
-        }
-        let staging = self.staging(node, &v.berth_id, staged);
-        p.client()
-            .node_publish_volume(proto::NodePublishVolumeRequest {
-                volume_id: v.volume_id,
-                publish_context: v.publish_context,
-                staging_target_path: staging,
-                target_path: target.display().to_string(),
-                volume_capability: Some(v.capability),
-                readonly: v.readonly,
-                secrets: v.secrets,
-                volume_context: v.volume_context,
-            })
-            .await
-            .map(drop)
-    }
-
-    async fn unpublish(
-        &self,
-        node: &str,
-        plugin: &str,
-        volume_id: &str,
-        berth_id: &str,
-    ) -> Result<(), CsiError> {
-        let p = self.client(node, plugin, "NodeUnpublishVolume")?;
-        p.client()
-            .node_unpublish_volume(proto::NodeUnpublishVolumeRequest {
-                volume_id: volume_id.to_string(),
-                target_path: self.target_path(node, berth_id).display().to_string(),
-            })
-            .await
-            .map(drop)
-    }
-
-    async fn unstage(
-        &self,
-        node: &str,
-        plugin: &str,
-        volume_id: &str,
-        berth_id: &str,
-    ) -> Result<(), CsiError> {
-        let p = self.client(node, plugin, "NodeUnstageVolume")?;
-        let staging = self.staging_path(node, berth_id);
-        p.client()
-            .node_unstage_volume(proto::NodeUnstageVolumeRequest {
-                volume_id: volume_id.to_string(),
-                staging_target_path: staging.display().to_string(),
-            })
-            .await?;
-        // Ours to remove, as we created it; the plugin has let go of it.
-        let _ = std::fs::remove_dir(&staging);
-        Ok(())
-    }
-
-    async fn expand(
-        &self,
-        node: &str,
-        plugin: &str,
-        v: NodeVolume,
-        staged: bool,
-        range: proto::CapacityRange,
-    ) -> Result<i64, CsiError> {
-        let p = self.client(node, plugin, "NodeExpandVolume")?;
-        let resp = p
-            .client()
-            .node_expand_volume(proto::NodeExpandVolumeRequest {
-                volume_id: v.volume_id,
-                volume_path: self.target_path(node, &v.berth_id).display().to_string(),
-                capacity_range: Some(range),
-                staging_target_path: self.staging(node, &v.berth_id, staged),
-                volume_capability: Some(v.capability),
-                secrets: v.secrets,
-            })
-            .await?;
-        Ok(resp.capacity_bytes)
-    }
-
-    async fn stats(
-        &self,
-        node: &str,
-        plugin: &str,
-        volume_id: &str,
-        berth_id: &str,
-        staged: bool,
-    ) -> Result<proto::NodeGetVolumeStatsResponse, CsiError> {
-        let p = self.client(node, plugin, "NodeGetVolumeStats")?;
-        p.client()
-            .node_get_volume_stats(proto::NodeGetVolumeStatsRequest {
-                volume_id: volume_id.to_string(),
-                volume_path: self.target_path(node, berth_id).display().to_string(),
-                staging_target_path: self.staging(node, berth_id, staged),
-            })
-            .await
-    }
-}
-
-impl LocalNodes {
-    /// The staging path as node calls take it: empty when the plugin does not stage.
-    fn staging(&self, node: &str, berth_id: &str, staged: bool) -> String {
-        if staged {
-            self.staging_path(node, berth_id).display().to_string()
-        } else {
-            String::new()
-        }
-    }
 }

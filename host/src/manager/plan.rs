@@ -34,6 +34,18 @@ pub(super) enum Step {
 }
 
 impl Step {
+    /// The node whose agent carries the step out, for node-side steps.
+    pub fn on_node(&self) -> Option<&str> {
+        match self {
+            Step::NodeStage(n)
+            | Step::NodePublish(n)
+            | Step::NodeUnpublish(n)
+            | Step::NodeUnstage(n)
+            | Step::NodeExpand(n) => Some(n),
+            _ => None,
+        }
+    }
+
     pub fn operation(&self) -> Option<Operation> {
         Some(match self {
             Step::Create => Operation::CreateVolume,

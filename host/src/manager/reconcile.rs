@@ -86,6 +86,20 @@ impl VolumeManager {
             let Some(step) = next_step(&record, |node| self.caps(&record.spec.plugin, node)) else {
                 return self.finish(id, &record, &mut unwritten).await;
             };
+            // A node without its agent is left as it is, and flagged: Berth
+            // does not guess. The node's return queues the volume again.
+            if let Some(node) = step.on_node()
+                && !self.nodes.connected(node)
+            {
+                let state = self.nodes.node(node).map_or("unknown", |n| n.state.as_str());
+                self.table.set_waiting(
+                    id,
+                    format!("waiting for node {node:?}, whose agent is {state}"),
+                    now_ms(),
+                );
+                self.wake_after(id, Duration::from_secs(5));
+                return self.finish(id, &record, &mut unwritten).await;
+            }
             if step == Step::Forget {
                 if let Err(e) = self.remove_record(id).await {
                     tracing::error!(volume = %record.spec.name, error = %e, "could not forget the volume");
@@ -323,8 +337,8 @@ impl VolumeManager {
             .map(|(node, _)| node)
             .find(|node| {
                 self.nodes
-                    .plugin(node, plugin)
-                    .and_then(|p| p.status().fingerprint)
+                    .plugin_status(node, plugin)
+                    .and_then(|s| s.fingerprint)
                     .is_none()
             })
             .map(|node| format!("node plugin of {plugin} on {node}"))
@@ -336,10 +350,7 @@ impl VolumeManager {
             .get(plugin)
             .and_then(|p| p.status().fingerprint)
             .is_some_and(|f| f.has_controller_capability(ControllerCap::PublishUnpublishVolume));
-        let node = self
-            .nodes
-            .plugin(node, plugin)
-            .and_then(|p| p.status().fingerprint);
+        let node = self.nodes.plugin_status(node, plugin).and_then(|s| s.fingerprint);
         Caps {
             controller_publish: controller,
             node_stage: node

@@ -243,7 +243,7 @@ impl VolumeManager {
     fn check_node(&self, r: &VolumeRecord, node: &str) -> Result<(), RequestError> {
         let plugin = &r.spec.plugin;
         let Some(view) = self.node_views(Some(plugin)).into_iter().find(|v| v.node == node) else {
-            return Err(RequestError::Invalid(match self.config.node(node) {
+            return Err(RequestError::Invalid(match self.nodes.node(node) {
                 None => format!("node: there is no node named {}", echo(node)),
                 Some(_) => format!("node: {node:?} has no node plugin for {plugin:?}"),
             }));
@@ -295,7 +295,7 @@ impl VolumeManager {
     /// where the operator wants it (as CSI's unpublish calls answer).
     pub async fn unpublish(&self, name: &str, node: &str) -> Result<VolumeRecord, RequestError> {
         let id = self.id_of(name)?;
-        if self.config.node(node).is_none() {
+        if self.nodes.node(node).is_none() {
             return Err(RequestError::Invalid(format!(
                 "node: there is no node named {}",
                 echo(node)

@@ -360,8 +360,8 @@ impl VolumeManager {
 
     fn node_id(&self, plugin: &str, node: &str) -> Result<String, StepError> {
         self.nodes
-            .plugin(node, plugin)
-            .and_then(|p| p.status().fingerprint)
+            .plugin_status(node, plugin)
+            .and_then(|s| s.fingerprint)
             .and_then(|f| f.node)
             .map(|n| n.node_id)
             .ok_or_else(|| {

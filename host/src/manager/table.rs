@@ -67,6 +67,10 @@ fn unavailable(what: &str, e: StoreError) -> RequestError {
 }
 
 impl VolumeTable {
+    pub fn store(&self) -> &Arc<dyn Store> {
+        &self.store
+    }
+
     /// Loads every record from `store`.
     pub fn load(store: Arc<dyn Store>) -> Result<VolumeTable, StoreError> {
         let mut indexed = Indexed::default();

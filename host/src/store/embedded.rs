@@ -1,49 +1,28 @@
-//! The embedded store: one redb file, crash-safe. Writers hand their encoded
-//! records to a single committer thread that batches everything waiting into
-//! one transaction, so under load many changes share one fsync; each writer
-//! is answered only once its change is durable.
+//! The embedded store: one redb file, crash-safe. Writes go through a
+//! [`Committer`], so under load many changes share one fsync.
 
 use std::path::Path;
-use std::sync::{Arc, mpsc};
+use std::sync::Arc;
 
 use redb::{Database, ReadOnlyDatabase, ReadableDatabase, ReadableTable, TableDefinition};
-use tokio::sync::oneshot;
 
-use super::{SCHEMA_VERSION, Store, StoreError, decode, encode};
+use super::committer::{Change, Committer};
+use super::{NodeRecord, SCHEMA_VERSION, Store, StoreError, decode, encode};
 use crate::model::VolumeRecord;
 
 const VOLUMES: TableDefinition<&str, &[u8]> = TableDefinition::new("volumes");
+/// Registered nodes by name (JSON); added without a schema change: a store
+/// without the table has no nodes, and older releases never open it.
+const NODES: TableDefinition<&str, &[u8]> = TableDefinition::new("nodes");
 /// Facts about the store itself; added with schema version 1's recording.
 const META: TableDefinition<&str, u64> = TableDefinition::new("meta");
 const SCHEMA_KEY: &str = "schema_version";
 /// The store's page cache.
 const CACHE_BYTES: usize = 16 << 20;
-/// Most changes committed in one transaction.
-const MAX_BATCH: usize = 1024;
-
-enum Change {
-    /// A record's id and its encoding, made by the writer so the one
-    /// committer thread only copies bytes.
-    Put(String, Vec<u8>),
-    Remove(String),
-}
-
-type Reply = oneshot::Sender<Result<(), String>>;
 
 pub struct RedbStore {
     db: Arc<Database>,
-    writes: Option<mpsc::Sender<(Change, Reply)>>,
-    committer: Option<std::thread::JoinHandle<()>>,
-}
-
-impl Drop for RedbStore {
-    /// Closes the file for good: the committer finishes what it has and exits.
-    fn drop(&mut self) {
-        self.writes.take();
-        if let Some(handle) = self.committer.take() {
-            let _ = handle.join();
-        }
-    }
+    committer: Committer,
 }
 
 fn failed(e: impl std::fmt::Display) -> StoreError {
@@ -82,17 +61,9 @@ impl RedbStore {
         refuse_newer(path, found)?;
         prepare(&db, found).map_err(|e| open_error(e.to_string()))?;
         let db = Arc::new(db);
-        let (tx, rx) = mpsc::channel::<(Change, Reply)>();
-        let committer = db.clone();
-        let handle = std::thread::Builder::new()
-            .name("berth-store".into())
-            .spawn(move || commit_loop(&committer, rx))
-            .map_err(|e| open_error(e.to_string()))?;
-        Ok(RedbStore {
-            db,
-            writes: Some(tx),
-            committer: Some(handle),
-        })
+        let committer =
+            Committer::start(db.clone(), VOLUMES, "berth-store").map_err(|e| open_error(e.to_string()))?;
+        Ok(RedbStore { db, committer })
     }
 
     /// The schema version recorded in the file at `path`, without changing it.
@@ -102,18 +73,6 @@ impl RedbStore {
             message: e.to_string(),
         })?;
         schema_version(&db).map_err(failed)
-    }
-
-    async fn write(&self, change: Change) -> Result<(), StoreError> {
-        let (tx, rx) = oneshot::channel();
-        self.writes
-            .as_ref()
-            .ok_or(StoreError::Closed)?
-            .send((change, tx))
-            .map_err(|_| StoreError::Closed)?;
-        rx.await
-            .map_err(|_| StoreError::Closed)?
-            .map_err(StoreError::Failed)
     }
 
     #[cfg(test)]
@@ -127,7 +86,7 @@ impl RedbStore {
 /// Creates `dir` (and missing parents) for the owner only; warns when an
 /// existing one lets others in. Records hold names, labels, parameters and
 /// contexts: other local users must not read them.
-fn private_dir(dir: &Path) -> std::io::Result<()> {
+pub(crate) fn private_dir(dir: &Path) -> std::io::Result<()> {
     use std::os::unix::fs::DirBuilderExt;
     match std::fs::metadata(dir) {
         Ok(meta) => {
@@ -144,7 +103,7 @@ fn private_dir(dir: &Path) -> std::io::Result<()> {
 
 /// Creates the store file for the owner only (before redb writes anything
 /// into it); warns when an existing one lets others read it.
-fn private_file(path: &Path) -> std::io::Result<()> {
+pub(crate) fn private_file(path: &Path) -> std::io::Result<()> {
     use std::os::unix::fs::OpenOptionsExt;
     match std::fs::metadata(path) {
         Ok(meta) => {
@@ -233,50 +192,50 @@ impl Store for RedbStore {
 
     async fn put(&self, record: &VolumeRecord) -> Result<(), StoreError> {
         let bytes = encode(record)?;
-        self.write(Change::Put(record.id.clone(), bytes)).await
+        self.committer.write(Change::Put(record.id.clone(), bytes)).await
     }
 
     async fn remove(&self, id: &str) -> Result<(), StoreError> {
-        self.write(Change::Remove(id.to_string())).await
+        self.committer.write(Change::Remove(id.to_string())).await
     }
-}
 
-fn commit_loop(db: &Database, rx: mpsc::Receiver<(Change, Reply)>) {
-    while let Ok(first) = rx.recv() {
-        let mut batch = vec![first];
-        while batch.len() < MAX_BATCH {
-            match rx.try_recv() {
-                Ok(next) => batch.push(next),
-                Err(_) => break,
-            }
+    fn load_nodes(&self) -> Result<Vec<NodeRecord>, StoreError> {
+        let txn = self.db.begin_read().map_err(failed)?;
+        let table = match txn.open_table(NODES) {
+            Ok(t) => t,
+            Err(redb::TableError::TableDoesNotExist(_)) => return Ok(Vec::new()),
+            Err(e) => return Err(failed(e)),
+        };
+        let mut out = Vec::new();
+        for entry in table.iter().map_err(failed)? {
+            let (key, value) = entry.map_err(failed)?;
+            out.push(
+                serde_json::from_slice(value.value()).map_err(|e| StoreError::Unreadable {
+                    id: format!("node {}", key.value()),
+                    message: e.to_string(),
+                })?,
+            );
         }
-        let result = commit(db, &batch).map_err(|e| e.to_string());
-        if let Err(e) = &result {
-            tracing::error!(error = %e, changes = batch.len(), "store commit failed");
-        }
-        for (_, reply) in batch {
-            let _ = reply.send(result.clone());
-        }
+        Ok(out)
     }
-}
 
-fn commit(db: &Database, batch: &[(Change, Reply)]) -> Result<(), redb::Error> {
-    let txn = db.begin_write()?;
-    {
-        let mut table = txn.open_table(VOLUMES)?;
-        for (change, _) in batch {
-            match change {
-                Change::Put(id, bytes) => {
-                    table.insert(id.as_str(), bytes.as_slice())?;
-                }
-                Change::Remove(id) => {
-                    table.remove(id.as_str())?;
-                }
-            }
-        }
+    async fn put_node(&self, node: &NodeRecord) -> Result<(), StoreError> {
+        // Rare (a node's first registration, a label change): its own transaction.
+        let bytes = serde_json::to_vec(node).map_err(|e| StoreError::Encode {
+            id: node.name.clone(),
+            message: e.to_string(),
+        })?;
+        let (db, name) = (self.db.clone(), node.name.clone());
+        tokio::task::spawn_blocking(move || -> Result<(), redb::Error> {
+            let txn = db.begin_write()?;
+            txn.open_table(NODES)?.insert(name.as_str(), bytes.as_slice())?;
+            txn.commit()?;
+            Ok(())
+        })
+        .await
+        .map_err(failed)?
+        .map_err(failed)
     }
-    txn.commit()?;
-    Ok(())
 }
 
 #[cfg(test)]

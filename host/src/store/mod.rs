@@ -5,13 +5,16 @@
 //! written before versions were recorded is version 1; a store from a newer
 //! release (a higher version) is refused at open, never rewritten.
 
+mod committer;
 mod embedded;
 
 use std::path::PathBuf;
 
 use crate::model::VolumeRecord;
 
+pub(crate) use committer::{Change, Committer};
 pub use embedded::RedbStore;
+pub(crate) use embedded::{private_dir, private_file};
 
 /// The record format this release reads and writes.
 pub const SCHEMA_VERSION: u64 = 1;
@@ -38,6 +41,18 @@ pub enum StoreError {
     Failed(String),
 }
 
+/// A node that has registered, kept so a restarted server still knows it
+/// (shown as unknown until its agent is back).
+#[derive(Clone, Debug, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
+pub struct NodeRecord {
+    pub name: String,
+    #[serde(default)]
+    pub labels: std::collections::BTreeMap<String, String>,
+    /// The node plugins it reported, by the operator's plugin name.
+    #[serde(default)]
+    pub plugins: Vec<String>,
+}
+
 /// Where volume records live. Writes return once durable; concurrent writes
 /// may share one commit.
 #[tonic::async_trait]
@@ -48,6 +63,10 @@ pub trait Store: Send + Sync {
     async fn put(&self, record: &VolumeRecord) -> Result<(), StoreError>;
     /// Removes a record; removing one that is not there is not an error.
     async fn remove(&self, id: &str) -> Result<(), StoreError>;
+    /// Every registered node (at start).
+    fn load_nodes(&self) -> Result<Vec<NodeRecord>, StoreError>;
+    /// Stores a node, replacing the one with its name.
+    async fn put_node(&self, node: &NodeRecord) -> Result<(), StoreError>;
 }
 
 /// A record's stored form.

@@ -1,0 +1,166 @@
+//! `agent.toml`: what `berth agent` runs. Parsed strictly (unknown keys are
+//! errors); every error names the key at fault. Relative paths are relative
+//! to the file's directory.
+//!
+//! ```toml
+//! node = "node-a"                        # this node's name in the cluster
+//! labels = { zone = "a", disk = "ssd" }  # for placement
+//! server = "unix:///run/berth/cluster.sock"
+//! dir = "/var/lib/berth/agent"           # the agent's record; staging/ and publish/ below
+//! plugin_dir = "/var/lib/berth/plugins"  # optional: sockets appearing here are registered
+//! fingerprint_interval = "30s"
+//! heartbeat_interval = "5s"
+//! deadline = "15s"                       # each node plugin call
+//!
+//! [plugins]                              # the operator's plugin names, as in berth.toml
+//! hostpath = "unix:///run/csi/node.sock"
+//! ```
+
+use std::collections::BTreeMap;
+use std::path::{Path, PathBuf};
+use std::time::Duration;
+
+use serde::Deserialize;
+
+use crate::config::{ConfigError, duration, invalid, load_file, name_ok};
+use crate::csi::Endpoint;
+
+#[derive(Debug, Deserialize)]
+#[serde(deny_unknown_fields)]
+struct Raw {
+    node: String,
+    #[serde(default)]
+    labels: BTreeMap<String, String>,
+    server: String,
+    dir: PathBuf,
+    plugin_dir: Option<PathBuf>,
+    fingerprint_interval: Option<String>,
+    heartbeat_interval: Option<String>,
+    deadline: Option<String>,
+    #[serde(default)]
+    plugins: BTreeMap<String, String>,
+}
+
+#[derive(Clone, Debug)]
+pub struct AgentConfig {
+    pub node: String,
+    pub labels: BTreeMap<String, String>,
+    /// The server's cluster endpoint.
+    pub server: Endpoint,
+    pub dir: PathBuf,
+    pub plugin_dir: Option<PathBuf>,
+    pub fingerprint_interval: Duration,
+    pub heartbeat_interval: Duration,
+    pub deadline: Duration,
+    pub plugins: BTreeMap<String, Endpoint>,
+}
+
+impl AgentConfig {
+    pub fn load(path: &Path) -> Result<AgentConfig, ConfigError> {
+        load_file(path, AgentConfig::parse)
+    }
+
+    pub fn parse(text: &str, base: &Path) -> Result<AgentConfig, ConfigError> {
+        let raw: Raw = toml::from_str(text).map_err(|e| ConfigError::Syntax(e.to_string()))?;
+        let resolve = |p: &Path| {
+            if p.is_absolute() {
+                p.to_path_buf()
+            } else {
+                base.join(p)
+            }
+        };
+        name_ok("node", &raw.node)?;
+        let endpoint = |key: &str, text: &str| {
+            Endpoint::parse(text)
+                .and_then(|e| e.resolve(base))
+                .map_err(|e| invalid(key, e))
+        };
+        let mut plugins = BTreeMap::new();
+        for (name, ep) in &raw.plugins {
+            name_ok(&format!("plugins.{name}"), name)?;
+            plugins.insert(name.clone(), endpoint(&format!("plugins.{name}"), ep)?);
+        }
+        if plugins.is_empty() && raw.plugin_dir.is_none() {
+            return Err(invalid(
+                "plugins",
+                "no node plugin: name sockets under [plugins], or set plugin_dir",
+            ));
+        }
+        let heartbeat_interval = duration("heartbeat_interval", raw.heartbeat_interval.as_deref(), "5s")?;
+        if heartbeat_interval < Duration::from_millis(10) {
+            return Err(invalid("heartbeat_interval", "must be at least 10ms"));
+        }
+        Ok(AgentConfig {
+            node: raw.node,
+            labels: raw.labels,
+            server: endpoint("server", &raw.server)?,
+            dir: resolve(&raw.dir),
+            plugin_dir: raw.plugin_dir.as_deref().map(resolve),
+            fingerprint_interval: duration(
+                "fingerprint_interval",
+                raw.fingerprint_interval.as_deref(),
+                "30s",
+            )?,
+            heartbeat_interval,
+            deadline: duration("deadline", raw.deadline.as_deref(), "15s")?,
+            plugins,
+        })
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_full_config_parses_with_paths_from_its_directory() {
+        let c = AgentConfig::parse(
+            r#"
+            node = "node-a"
+            labels = { zone = "a" }
+            server = "unix:cluster.sock"
+            dir = "agent"
+            plugin_dir = "/var/lib/berth/plugins"
+            heartbeat_interval = "1s"
+            [plugins]
+            sample = "unix:///run/csi/node.sock"
+            "#,
+            Path::new("/etc/berth"),
+        )
+        .unwrap();
+        assert_eq!(c.node, "node-a");
+        assert_eq!(c.server.path(), Path::new("/etc/berth/cluster.sock"));
+        assert_eq!(c.dir, Path::new("/etc/berth/agent"));
+        assert_eq!(c.heartbeat_interval, Duration::from_secs(1));
+        assert_eq!(c.fingerprint_interval, Duration::from_secs(30));
+        assert_eq!(c.plugins["sample"].path(), Path::new("/run/csi/node.sock"));
+    }
+
+    #[test]
+    fn errors_name_the_key() {
+        let base = Path::new("/etc/berth");
+        let key = |text: &str| {
+            AgentConfig::parse(text, base)
+                .unwrap_err()
+                .key()
+                .map(str::to_string)
+        };
+        let ok = "server = \"unix:///s.sock\"\ndir = \"d\"\n";
+        assert_eq!(
+            key(&format!("node = \"a b\"\n{ok}[plugins]\nx = \"/x.sock\"")).as_deref(),
+            Some("node")
+        );
+        assert_eq!(key(&format!("node = \"a\"\n{ok}")).as_deref(), Some("plugins"));
+        assert_eq!(
+            key(&format!(
+                "node = \"a\"\n{ok}heartbeat_interval = \"soon\"\n[plugins]\nx = \"/x.sock\""
+            ))
+            .as_deref(),
+            Some("heartbeat_interval")
+        );
+        assert!(matches!(
+            AgentConfig::parse(&format!("node = \"a\"\n{ok}colour = 1\n"), base),
+            Err(ConfigError::Syntax(_))
+        ));
+    }
+}

@@ -1,0 +1,468 @@
+//! Driving each volume on the node to the level the server wants, one step
+//! at a time, each step durable in the node record before it is reported.
+//!
+//! Stage and publish raise the wanted level; unpublish and unstage lower it.
+//! Lowering needs nothing from the server (the record has the volume id and
+//! the paths are the agent's), so teardown goes on while the server is away.
+//! A failure is reported; one that says the plugin is away or busy is
+//! retried here with a growing pause, others wait for the server's next
+//! attempt or a new desired set.
+
+use std::collections::HashMap;
+use std::sync::{Arc, Mutex};
+use std::time::Duration;
+
+use berth_proto::berth::v1 as wire;
+use tokio::sync::mpsc;
+
+use super::calls::{self, Params, Paths};
+use super::mounts::MountTable;
+use super::plugins::NodePlugins;
+use super::record::{Held, Level, NodeRecord};
+use crate::csi::{CsiError, Failure};
+
+const FIRST_PAUSE: Duration = Duration::from_millis(200);
+const LONGEST_PAUSE: Duration = Duration::from_secs(30);
+
+#[derive(Default)]
+struct Volume {
+    /// What the node holds; `Absent` with no plugin when it holds nothing yet.
+    held: Option<Held>,
+    wanted: Level,
+    params: Option<Params>,
+    attempt: u64,
+    running: bool,
+    /// The attempt whose failure waits for the server.
+    stalled: Option<u64>,
+    pause: Duration,
+}
+
+impl Volume {
+    fn level(&self) -> Level {
+        self.held.as_ref().map_or(Level::Absent, |h| h.level)
+    }
+
+    fn stages(&self) -> bool {
+        match (&self.held, &self.params) {
+            (Some(h), _) if h.level > Level::Absent => h.staged,
+            (_, Some(p)) => p.staged,
+            (Some(h), None) => h.staged,
+            (None, None) => true,
+        }
+    }
+
+    /// The wanted level as this plugin has it: without staging, `Staged` is
+    /// no different from `Absent`.
+    fn target(&self) -> Level {
+        if self.wanted == Level::Staged && !self.stages() {
+            Level::Absent
+        } else {
+            self.wanted
+        }
+    }
+
+    fn next(&self) -> Option<Step> {
+        let (level, target) = (self.level(), self.target());
+        if level == target {
+            return None;
+        }
+        if target > level {
+            // Raising needs the server's parameters (and secrets), held in memory only.
+            self.params.as_ref()?;
+            return Some(if level == Level::Absent && self.stages() {
+                Step::Stage
+            } else {
+                Step::Publish
+            });
+        }
+        Some(if level == Level::Published {
+            Step::Unpublish
+        } else {
+            Step::Unstage
+        })
+    }
+}
+
+#[derive(Clone, Copy, Debug)]
+enum Step {
+    Stage,
+    Publish,
+    Unpublish,
+    Unstage,
+}
+
+pub struct Converger {
+    volumes: Mutex<HashMap<String, Volume>>,
+    record: NodeRecord,
+    plugins: Arc<NodePlugins>,
+    paths: Paths,
+    link: Mutex<Option<mpsc::UnboundedSender<wire::AgentMessage>>>,
+}
+
+impl Converger {
+    /// Loads the record and checks it against the mount table: a volume whose
+    /// target or staging path no longer shows it is recorded a level lower,
+    /// so the server's desired set has it done again.
+    pub async fn open(
+        record: NodeRecord,
+        plugins: Arc<NodePlugins>,
+        paths: Paths,
+    ) -> Result<Arc<Self>, String> {
+        let mut held = record.load().map_err(|e| e.to_string())?;
+        match MountTable::read() {
+            Ok(mounts) => {
+                for (id, h) in held.iter_mut() {
+                    let was = h.level;
+                    if h.level == Level::Published && !mounts.shows_volume(&paths.target(id)) {
+                        h.level = if h.staged { Level::Staged } else { Level::Absent };
+                    }
+                    if h.level == Level::Staged && !mounts.shows_volume(&paths.staging(id)) {
+                        h.level = Level::Absent;
+                    }
+                    if h.level != was {
+                        tracing::warn!(volume = %id, ?was, now = ?h.level, "the node lost what it held; recorded lower");
+                        record.put(id, h).await.map_err(|e| e.to_string())?;
+                    }
+                }
+            }
+            Err(e) => tracing::warn!(error = %e, "cannot read the mount table; the record is taken as it is"),
+        }
+        let volumes = held
+            .into_iter()
+            .filter(|(_, h)| h.level > Level::Absent)
+            .map(|(id, h)| {
+                let wanted = h.level;
+                (
+                    id,
+                    Volume {
+                        held: Some(h),
+                        wanted,
+                        pause: FIRST_PAUSE,
+                        ..Volume::default()
+                    },
+                )
+            })
+            .collect();
+        Ok(Arc::new(Converger {
+            volumes: Mutex::new(volumes),
+            record,
+            plugins,
+            paths,
+            link: Mutex::new(None),
+        }))
+    }
+
+    pub fn paths(&self) -> &Paths {
+        &self.paths
+    }
+
+    fn lock(&self) -> std::sync::MutexGuard<'_, HashMap<String, Volume>> {
+        self.volumes.lock().unwrap_or_else(|p| p.into_inner())
+    }
+
+    /// Reports go to `link` from now on (or nowhere, with `None`).
+    pub fn set_link(&self, link: Option<mpsc::UnboundedSender<wire::AgentMessage>>) {
+        *self.link.lock().unwrap_or_else(|p| p.into_inner()) = link;
+    }
+
+    fn send(&self, message: wire::agent_message::Message) {
+        if let Some(link) = &*self.link.lock().unwrap_or_else(|p| p.into_inner()) {
+            let _ = link.send(wire::AgentMessage {
+                message: Some(message),
+            });
+        }
+    }
+
+    /// What the node holds, for registering.
+    pub fn held(&self) -> Vec<wire::Held> {
+        self.lock()
+            .iter()
+            .filter_map(|(id, v)| {
+                let h = v.held.as_ref().filter(|h| h.level > Level::Absent)?;
+                Some(wire::Held {
+                    berth_id: id.clone(),
+                    plugin: h.plugin.clone(),
+                    volume_id: h.volume_id.clone(),
+                    level: h.level.to_wire(),
+                })
+            })
+            .collect()
+    }
+
+    /// A complete desired set: listed volumes go to their level, the rest are torn down.
+    pub fn apply_set(self: &Arc<Self>, set: wire::DesiredSet) {
+        let listed: HashMap<String, Level> = set
+            .volumes
+            .into_iter()
+            .map(|d| (d.berth_id, Level::from_wire(d.level)))
+            .collect();
+        let ids: Vec<String> = {
+            let mut volumes = self.lock();
+            for (id, level) in &listed {
+                volumes.entry(id.clone()).or_default().wanted = *level;
+            }
+            for (id, v) in volumes.iter_mut() {
+                if !listed.contains_key(id) {
+                    v.wanted = Level::Absent;
+                }
+                v.stalled = None;
+            }
+            volumes.keys().cloned().collect()
+        };
+        tracing::info!(
+            version = set.version,
+            volumes = listed.len(),
+            "desired set received"
+        );
+        for id in ids {
+            self.kick(&id);
+        }
+    }
+
+    /// One operation: raises or lowers the volume's wanted level. Answered at
+    /// once when the node is already there.
+    pub fn apply_op(self: &Arc<Self>, op: wire::Operation) {
+        use wire::OperationKind as Kind;
+        let kind = Kind::try_from(op.kind).unwrap_or(Kind::Unspecified);
+        {
+            let mut volumes = self.lock();
+            let v = volumes.entry(op.berth_id.clone()).or_default();
+            v.attempt = op.attempt;
+            v.stalled = None;
+            v.pause = FIRST_PAUSE;
+            match kind {
+                Kind::Stage | Kind::Publish => {
+                    let level = if kind == Kind::Stage {
+                        Level::Staged
+                    } else {
+                        Level::Published
+                    };
+                    v.wanted = v.wanted.max(level);
+                    v.params = Some(Params {
+                        volume_id: op.volume_id,
+                        staged: op.staged,
+                        capability: op.capability.unwrap_or_default(),
+                        publish_context: op.publish_context,
+                        volume_context: op.volume_context,
+                        secrets: op.secrets,
+                        readonly: op.readonly,
+                    });
+                    if v.held.is_none() {
+                        v.held = Some(Held {
+                            plugin: op.plugin,
+                            volume_id: v.params.as_ref().map(|p| p.volume_id.clone()).unwrap_or_default(),
+                            level: Level::Absent,
+                            staged: op.staged,
+                        });
+                    }
+                }
+                Kind::Unpublish => v.wanted = v.wanted.min(Level::Staged),
+                Kind::Unstage => v.wanted = Level::Absent,
+                Kind::Unspecified => {}
+            }
+            if v.next().is_none() {
+                let level = v.level();
+                let attempt = v.attempt;
+                drop(volumes);
+                self.report(&op.berth_id, attempt, level, None);
+                return;
+            }
+        }
+        self.kick(&op.berth_id);
+    }
+
+    fn report(&self, berth_id: &str, attempt: u64, level: Level, failure: Option<&CsiError>) {
+        self.send(wire::agent_message::Message::Report(wire::Report {
+            berth_id: berth_id.to_string(),
+            attempt,
+            level: level.to_wire(),
+            failure: failure.map(failure_to_wire),
+        }));
+    }
+
+    /// Starts driving the volume unless it is already being driven or has
+    /// nothing to do.
+    fn kick(self: &Arc<Self>, id: &str) {
+        {
+            let mut volumes = self.lock();
+            let Some(v) = volumes.get_mut(id) else { return };
+            if v.running || v.stalled.is_some_and(|a| a == v.attempt) || v.next().is_none() {
+                if v.level() == Level::Absent && v.wanted == Level::Absent && !v.running {
+                    volumes.remove(id);
+                }
+                return;
+            }
+            v.running = true;
+        }
+        let me = self.clone();
+        let id = id.to_string();
+        tokio::spawn(async move { me.drive(id).await });
+    }
+
+    async fn drive(self: Arc<Self>, id: String) {
+        loop {
+            let (step, held, params, attempt) = {
+                let mut volumes = self.lock();
+                let Some(v) = volumes.get_mut(&id) else { return };
+                let Some(step) = v.next().filter(|_| v.stalled != Some(v.attempt)) else {
+                    v.running = false;
+                    if v.level() == Level::Absent && v.wanted == Level::Absent {
+                        volumes.remove(&id);
+                    }
+                    return;
+                };
+                (
+                    step,
+                    v.held.clone().unwrap_or_else(|| Held {
+                        plugin: String::new(),
+                        volume_id: String::new(),
+                        level: Level::Absent,
+                        staged: true,
+                    }),
+                    v.params.clone(),
+                    v.attempt,
+                )
+            };
+            let outcome = self.call(step, &id, &held, params.as_ref()).await;
+            let result = match outcome {
+                Ok(level) => {
+                    let mut now = held.clone();
+                    now.level = level;
+                    if let Some(p) = &params
+                        && held.level == Level::Absent
+                    {
+                        now.staged = p.staged;
+                        now.volume_id = p.volume_id.clone();
+                    }
+                    match self.record.put(&id, &now).await {
+                        Ok(()) => Ok(now),
+                        Err(e) => Err(CsiError {
+                            plugin: "agent".into(),
+                            call: "recording",
+                            failure: Failure::Status {
+                                code: tonic::Code::Internal,
+                                message: e.to_string(),
+                            },
+                        }),
+                    }
+                }
+                Err(e) => Err(e),
+            };
+            let (level, failure) = {
+                let mut volumes = self.lock();
+                let Some(v) = volumes.get_mut(&id) else { return };
+                match &result {
+                    Ok(now) => {
+                        v.held = Some(now.clone());
+                        v.pause = FIRST_PAUSE;
+                    }
+                    Err(e) if transient(e) => {
+                        let pause = v.pause;
+                        v.pause = (v.pause * 2).min(LONGEST_PAUSE);
+                        v.running = false;
+                        let me = self.clone();
+                        let id = id.clone();
+                        tokio::spawn(async move {
+                            tokio::time::sleep(pause).await;
+                            me.kick(&id);
+                        });
+                    }
+                    Err(_) => {
+                        v.stalled = Some(attempt);
+                        v.running = false;
+                    }
+                }
+                (v.level(), result.as_ref().err())
+            };
+            if let Some(e) = failure {
+                tracing::warn!(volume = %id, ?step, error = %e, "node step failed");
+            }
+            self.report(&id, attempt, level, failure);
+            if failure.is_some() {
+                return;
+            }
+        }
+    }
+
+    /// Makes the step's call; the level it leaves the volume at.
+    async fn call(
+        &self,
+        step: Step,
+        id: &str,
+        held: &Held,
+        params: Option<&Params>,
+    ) -> Result<Level, CsiError> {
+        let plugin = &held.plugin;
+        let client = self.plugins.client(plugin).ok_or_else(|| CsiError {
+            plugin: plugin.clone(),
+            call: "node step",
+            failure: Failure::Unreachable(format!("the agent has no node plugin {plugin:?}")),
+        })?;
+        let paths = &self.paths;
+        match (step, params) {
+            (Step::Stage, Some(p)) => calls::stage(&client, paths, id, p).await.map(|()| Level::Staged),
+            (Step::Publish, Some(p)) => calls::publish(&client, paths, id, p)
+                .await
+                .map(|()| Level::Published),
+            (Step::Unpublish, _) => calls::unpublish(&client, paths, id, &held.volume_id)
+                .await
+                .map(|()| if held.staged { Level::Staged } else { Level::Absent }),
+            (Step::Unstage, _) => calls::unstage(&client, paths, id, &held.volume_id)
+                .await
+                .map(|()| Level::Absent),
+            (_, None) => Ok(held.level),
+        }
+    }
+}
+
+/// The plugin is away, slow or busy: worth trying again without being asked.
+fn transient(e: &CsiError) -> bool {
+    use tonic::Code;
+    match &e.failure {
+        Failure::Unreachable(_) | Failure::Deadline(_) => true,
+        Failure::Status { code, .. } => {
+            matches!(code, Code::Unavailable | Code::Aborted | Code::ResourceExhausted)
+        }
+        Failure::Invalid(_) => false,
+    }
+}
+
+pub fn failure_to_wire(e: &CsiError) -> wire::Failure {
+    let message = match &e.failure {
+        Failure::Status { message, .. } => message.clone(),
+        Failure::Unreachable(why) | Failure::Invalid(why) => why.clone(),
+        Failure::Deadline(_) => e.failure.to_string(),
+    };
+    wire::Failure {
+        call: e.call.to_string(),
+        code: e.failure.code() as i32,
+        message,
+        unreachable: matches!(e.failure, Failure::Unreachable(_)),
+    }
+}
+
+/// A failure an agent reported, as the server's callers see it.
+pub fn failure_from_wire(plugin: String, f: wire::Failure) -> CsiError {
+    const CALLS: [&str; 6] = [
+        "NodeStageVolume",
+        "NodePublishVolume",
+        "NodeUnpublishVolume",
+        "NodeUnstageVolume",
+        "NodeExpandVolume",
+        "NodeGetVolumeStats",
+    ];
+    let call = CALLS.into_iter().find(|c| *c == f.call).unwrap_or("node call");
+    let failure = if f.unreachable {
+        Failure::Unreachable(f.message)
+    } else {
+        Failure::Status {
+            code: tonic::Code::from_i32(f.code),
+            message: f.message,
+        }
+    };
+    CsiError {
+        plugin,
+        call,
+        failure,
+    }
+}

@@ -1,0 +1,187 @@
+//! The node's CSI node plugins: sockets named in the agent's config, and
+//! sockets that appear in its plugin directory (named by the file, without
+//! `.sock`). A socket that goes away from the directory is unregistered.
+//! Each is fingerprinted (Identity and Node) on registering and every
+//! interval after.
+
+use std::collections::BTreeMap;
+use std::path::PathBuf;
+use std::sync::Arc;
+use std::time::Duration;
+
+use berth_proto::berth::v1 as wire;
+
+use crate::csi::fingerprint::{Fingerprint, NodeInfo, Role};
+use crate::csi::registry::{Health, Plugin, PluginSpec, PluginStatus, Registry};
+use crate::csi::{ClientOptions, CsiClient, Endpoint};
+
+pub struct NodePlugins {
+    registry: Arc<Registry>,
+    configured: BTreeMap<String, Endpoint>,
+    dir: Option<PathBuf>,
+    deadline: Duration,
+}
+
+impl NodePlugins {
+    pub fn new(
+        configured: BTreeMap<String, Endpoint>,
+        dir: Option<PathBuf>,
+        deadline: Duration,
+    ) -> Arc<Self> {
+        let plugins = Arc::new(NodePlugins {
+            registry: Registry::new(Duration::MAX),
+            configured,
+            dir,
+            deadline,
+        });
+        for (name, endpoint) in &plugins.configured {
+            plugins.add(name, endpoint.clone());
+        }
+        plugins
+    }
+
+    fn add(&self, name: &str, endpoint: Endpoint) -> Arc<Plugin> {
+        self.registry.add(PluginSpec {
+            id: name.to_string(),
+            endpoint,
+            expected_name: None,
+            client: ClientOptions {
+                deadline: self.deadline,
+                wait: Duration::ZERO,
+            },
+            role: Role::Node,
+        })
+    }
+
+    /// Whether the plugin stages (STAGE_UNSTAGE_VOLUME); assumed until fingerprinted.
+    pub fn stages(&self, plugin: &str) -> bool {
+        use crate::csi::proto::node_service_capability::rpc::Type as NodeCap;
+        self.registry
+            .get(plugin)
+            .and_then(|p| p.status().fingerprint)
+            .is_none_or(|f| f.has_node_capability(NodeCap::StageUnstageVolume))
+    }
+
+    pub fn client(&self, plugin: &str) -> Option<CsiClient> {
+        self.registry.get(plugin).map(|p| p.client().clone())
+    }
+
+    /// Registers sockets new in the plugin directory (fingerprinting them) and
+    /// unregisters those gone from it. True when something changed.
+    pub async fn scan(&self) -> bool {
+        let Some(dir) = &self.dir else { return false };
+        let mut found = BTreeMap::new();
+        if let Ok(entries) = std::fs::read_dir(dir) {
+            use std::os::unix::fs::FileTypeExt;
+            for e in entries.flatten() {
+                let is_socket = e.file_type().is_ok_and(|t| t.is_socket());
+                let name = e
+                    .file_name()
+                    .to_string_lossy()
+                    .trim_end_matches(".sock")
+                    .to_string();
+                if is_socket && !self.configured.contains_key(&name) {
+                    found.insert(name, e.path());
+                }
+            }
+        }
+        let mut changed = false;
+        for p in self.registry.list() {
+            if !self.configured.contains_key(p.id()) && !found.contains_key(p.id()) {
+                tracing::info!(plugin = %p.id(), "node plugin socket gone; unregistered");
+                self.registry.remove(p.id());
+                changed = true;
+            }
+        }
+        for (name, path) in found {
+            if self.registry.get(&name).is_none() {
+                let Ok(endpoint) = Endpoint::parse(&path.display().to_string()) else {
+                    continue;
+                };
+                tracing::info!(plugin = %name, socket = %path.display(), "node plugin socket appeared; registered");
+                self.add(&name, endpoint).refresh().await;
+                changed = true;
+            }
+        }
+        changed
+    }
+
+    /// Fingerprints every plugin once, all at the same time.
+    pub async fn refresh(&self) {
+        let mut all = tokio::task::JoinSet::new();
+        for p in self.registry.list() {
+            all.spawn(async move {
+                p.refresh().await;
+            });
+        }
+        while all.join_next().await.is_some() {}
+    }
+
+    pub fn reports(&self) -> Vec<wire::NodePluginReport> {
+        self.registry
+            .list()
+            .iter()
+            .map(|p| report(p.id(), &p.status()))
+            .collect()
+    }
+}
+
+/// A plugin's status as the cluster protocol carries it.
+pub fn report(plugin: &str, status: &PluginStatus) -> wire::NodePluginReport {
+    let (health, reason) = match &status.health {
+        Health::Unknown => ("unknown", String::new()),
+        Health::Healthy => ("healthy", String::new()),
+        Health::Unhealthy { reason } => ("unhealthy", reason.clone()),
+    };
+    wire::NodePluginReport {
+        plugin: plugin.to_string(),
+        health: health.into(),
+        reason,
+        fingerprint: status.fingerprint.as_ref().map(|f| {
+            let node = f.node.clone();
+            wire::NodeFingerprint {
+                driver: f.name.clone(),
+                vendor_version: f.vendor_version.clone(),
+                plugin_capabilities: f.plugin_capabilities.clone(),
+                node_capabilities: node.as_ref().map(|n| n.capabilities.clone()).unwrap_or_default(),
+                node_id: node.as_ref().map(|n| n.node_id.clone()).unwrap_or_default(),
+                max_volumes: node.as_ref().and_then(|n| n.max_volumes_per_node).unwrap_or(0) as i64,
+                topology: node
+                    .map(|n| n.accessible_topology.into_iter().collect())
+                    .unwrap_or_default(),
+            }
+        }),
+    }
+}
+
+/// The status the server keeps for a node plugin an agent reported.
+pub fn status_of(node: &str, r: &wire::NodePluginReport) -> PluginStatus {
+    let health = match r.health.as_str() {
+        "healthy" => Health::Healthy,
+        "unhealthy" => Health::Unhealthy {
+            reason: r.reason.clone(),
+        },
+        _ => Health::Unknown,
+    };
+    PluginStatus {
+        health,
+        fingerprint: r.fingerprint.as_ref().map(|f| Fingerprint {
+            endpoint: format!("agent {node}"),
+            name: f.driver.clone(),
+            vendor_version: f.vendor_version.clone(),
+            manifest: BTreeMap::new(),
+            ready: true,
+            plugin_capabilities: f.plugin_capabilities.clone(),
+            controller: None,
+            node: Some(NodeInfo {
+                node_id: f.node_id.clone(),
+                max_volumes_per_node: u64::try_from(f.max_volumes).ok().filter(|n| *n > 0),
+                accessible_topology: f.topology.clone().into_iter().collect(),
+                capabilities: f.node_capabilities.clone(),
+            }),
+            unserved: Vec::new(),
+        }),
+        last_checked: Some(std::time::SystemTime::now()),
+        transitions: 0,
+    }
+}

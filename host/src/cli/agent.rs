@@ -1,0 +1,45 @@
+//! `berth agent`: the node side, one per node.
+
+use std::path::PathBuf;
+use std::process::ExitCode;
+
+use berth::agent::calls::Paths;
+use berth::agent::config::AgentConfig;
+use berth::agent::{Agent, AgentSpec, dial};
+use clap::Args;
+
+#[derive(Debug, Args)]
+#[command(after_help = "\
+The agent owns this node's CSI node plugins: it fingerprints them, registers the node with
+`berth serve` (its `cluster` endpoint), stages and publishes what the server asks, and keeps
+a record of what the node holds in `dir`, so a restart neither publishes again nor forgets.
+Teardown goes on while the server is away. Every key of agent.toml is in the README.")]
+pub struct AgentArgs {
+    /// The agent's configuration file (TOML).
+    #[arg(long, short, default_value = "agent.toml", env = "BERTH_AGENT_CONFIG")]
+    pub config: PathBuf,
+}
+
+pub async fn run(args: AgentArgs) -> anyhow::Result<ExitCode> {
+    let c = AgentConfig::load(&args.config).map_err(anyhow::Error::msg)?;
+    let server = c.server.clone();
+    let agent = Agent::open(AgentSpec {
+        node: c.node,
+        labels: c.labels,
+        record: c.dir.join("agent.redb"),
+        paths: Paths::under(&c.dir),
+        plugins: c.plugins,
+        plugin_dir: c.plugin_dir,
+        fingerprint_interval: c.fingerprint_interval,
+        heartbeat_interval: c.heartbeat_interval,
+        deadline: c.deadline,
+        seed: Vec::new(),
+    })
+    .await
+    .map_err(anyhow::Error::msg)?;
+    tracing::info!(node = %agent.name(), %server, "agent started");
+    tokio::select! {
+        why = dial::run(agent, server) => anyhow::bail!("the server refused this agent: {why}"),
+        () = super::serve::shutdown() => Ok(ExitCode::SUCCESS),
+    }
+}

@@ -1,0 +1,577 @@
+//! Every node the server knows, with its agent's session: the plugins it
+//! reported, its paths, when it was last heard from, and the operations
+//! waiting for an outcome. Implements the manager's [`NodeAgent`]: each
+//! node operation is sent down the node's session and answered by the
+//! agent's report.
+
+use std::collections::{BTreeMap, HashMap};
+use std::path::PathBuf;
+use std::sync::{Arc, Mutex, OnceLock, RwLock, Weak};
+use std::time::{Duration, SystemTime};
+
+use berth_proto::berth::v1 as wire;
+use berth_proto::berth::v1::server_message::Message as Down;
+use tokio::sync::{mpsc, oneshot};
+
+use crate::agent::calls::{Paths, staging_arg};
+use crate::agent::converge::failure_from_wire;
+use crate::agent::plugins::status_of;
+use crate::agent::record::Level;
+use crate::csi::registry::{Health, PluginStatus};
+use crate::csi::{CsiError, Failure, proto};
+use crate::manager::nodes::{NodeAgent, NodeState, NodeSummary, NodeVolume};
+use crate::store::NodeRecord;
+
+/// What the manager does when a node (re)registers.
+#[tonic::async_trait]
+pub trait NodeSync: Send + Sync {
+    /// The node's complete desired set, given what it holds. Records the
+    /// node no longer backs are lowered here.
+    async fn desired_set(&self, node: &str, held: &[wire::Held]) -> Vec<wire::Desired>;
+    /// The node takes operations again: its volumes are worth another look.
+    fn node_ready(&self, node: &str);
+    /// A node new to the server, or with new labels or plugins: remembered
+    /// durably, so a restarted server knows it before its agent is back.
+    async fn remember(&self, node: NodeRecord);
+}
+
+struct Waiter {
+    attempt: u64,
+    level: Level,
+    /// Waiting for the level to rise to `level` (or fall to it).
+    raise: bool,
+    reply: oneshot::Sender<Result<(), CsiError>>,
+}
+
+struct Link {
+    id: u64,
+    to_agent: mpsc::UnboundedSender<wire::ServerMessage>,
+    /// The complete set has been sent: operations may follow.
+    synced: bool,
+}
+
+#[derive(Default)]
+struct Node {
+    labels: BTreeMap<String, String>,
+    plugins: BTreeMap<String, PluginStatus>,
+    paths: Option<Paths>,
+    link: Option<Link>,
+    last_seen: Option<SystemTime>,
+    version: u64,
+    attempt: u64,
+    waiters: HashMap<String, Vec<Waiter>>,
+    calls: HashMap<u64, oneshot::Sender<wire::answer::Answer>>,
+    next_call: u64,
+}
+
+pub struct Directory {
+    nodes: RwLock<BTreeMap<String, Arc<Mutex<Node>>>>,
+    sync: OnceLock<Weak<dyn NodeSync>>,
+    /// A node silent this long is down.
+    pub(super) heartbeat_timeout: Duration,
+    /// How long an operation waits for the agent's outcome.
+    operation_timeout: Duration,
+    /// The driver name each plugin must report, when configured.
+    drivers: BTreeMap<String, Option<String>>,
+    sessions: std::sync::atomic::AtomicU64,
+}
+
+fn lock(node: &Mutex<Node>) -> std::sync::MutexGuard<'_, Node> {
+    node.lock().unwrap_or_else(|p| p.into_inner())
+}
+
+fn unreachable(node: &str, plugin: &str, call: &'static str, why: String) -> CsiError {
+    CsiError {
+        plugin: format!("{plugin}@{node}"),
+        call,
+        failure: Failure::Unreachable(why),
+    }
+}
+
+impl Directory {
+    pub fn new(
+        heartbeat_timeout: Duration,
+        operation_timeout: Duration,
+        drivers: BTreeMap<String, Option<String>>,
+    ) -> Arc<Self> {
+        Arc::new(Directory {
+            nodes: RwLock::new(BTreeMap::new()),
+            sync: OnceLock::new(),
+            heartbeat_timeout,
+            operation_timeout,
+            drivers,
+            sessions: Default::default(),
+        })
+    }
+
+    /// Who is told when nodes register; set once, after the manager exists.
+    pub fn set_sync(&self, sync: Weak<dyn NodeSync>) {
+        let _ = self.sync.set(sync);
+    }
+
+    pub(super) fn syncer(&self) -> Option<Arc<dyn NodeSync>> {
+        self.sync.get().and_then(Weak::upgrade)
+    }
+
+    /// A node known before its agent registers (a `[[node]]`), shown as
+    /// unknown with its plugins not yet fingerprinted.
+    pub fn expect<'a>(
+        &self,
+        name: &str,
+        labels: &BTreeMap<String, String>,
+        plugins: impl Iterator<Item = &'a String>,
+    ) {
+        let mut nodes = self.nodes.write().unwrap_or_else(|p| p.into_inner());
+        let mut n = lock(nodes.entry(name.to_string()).or_default());
+        n.labels = labels.clone();
+        for p in plugins {
+            n.plugins.entry(p.clone()).or_insert_with(|| PluginStatus {
+                health: Health::Unknown,
+                fingerprint: None,
+                last_checked: None,
+                transitions: 0,
+            });
+        }
+    }
+
+    fn get(&self, name: &str) -> Option<Arc<Mutex<Node>>> {
+        self.nodes
+            .read()
+            .unwrap_or_else(|p| p.into_inner())
+            .get(name)
+            .cloned()
+    }
+
+    /// A plugin's status with the server's own judgement: the driver name must be the configured one.
+    fn judged(&self, node: &str, report: &wire::NodePluginReport) -> PluginStatus {
+        let mut status = status_of(node, report);
+        if let (Some(Some(expected)), Some(f)) = (self.drivers.get(&report.plugin), &status.fingerprint)
+            && &f.name != expected
+        {
+            status.health = Health::Unhealthy {
+                reason: format!("plugin reports driver name {:?}, expected {expected:?}", f.name),
+            };
+        }
+        status
+    }
+
+    /// Takes a registration: the node's session is now this one (an older
+    /// one is dropped). Returns the session's id, and the node as it is to
+    /// be remembered when that changed.
+    pub(super) fn attach(
+        &self,
+        r: &wire::Register,
+        to_agent: mpsc::UnboundedSender<wire::ServerMessage>,
+    ) -> (u64, Option<NodeRecord>) {
+        let id = self.sessions.fetch_add(1, std::sync::atomic::Ordering::Relaxed) + 1;
+        let node = {
+            let mut nodes = self.nodes.write().unwrap_or_else(|p| p.into_inner());
+            nodes.entry(r.node.clone()).or_default().clone()
+        };
+        let mut n = lock(&node);
+        let remembered = NodeRecord {
+            name: r.node.clone(),
+            labels: r.labels.clone().into_iter().collect(),
+            plugins: r.plugins.iter().map(|p| p.plugin.clone()).collect(),
+        };
+        let changed = n.last_seen.is_none()
+            || n.labels != remembered.labels
+            || !n.plugins.keys().eq(remembered.plugins.iter());
+        n.labels = remembered.labels.clone();
+        n.plugins = r
+            .plugins
+            .iter()
+            .map(|p| (p.plugin.clone(), self.judged(&r.node, p)))
+            .collect();
+        n.paths = Some(Paths {
+            staging_dir: PathBuf::from(&r.staging_dir),
+            publish_dir: PathBuf::from(&r.publish_dir),
+        });
+        n.last_seen = Some(SystemTime::now());
+        fail_waiting(&mut n, &r.node, "the agent registered again");
+        n.link = Some(Link {
+            id,
+            to_agent,
+            synced: false,
+        });
+        (id, changed.then_some(remembered))
+    }
+
+    /// Sends the complete set; operations may follow it.
+    pub(super) fn send_set(&self, node: &str, session: u64, volumes: Vec<wire::Desired>) -> bool {
+        let Some(entry) = self.get(node) else { return false };
+        let mut n = lock(&entry);
+        n.version += 1;
+        let version = n.version;
+        let Some(link) = n.link.as_mut().filter(|l| l.id == session) else {
+            return false;
+        };
+        link.synced = link
+            .to_agent
+            .send(down(Down::Desired(wire::DesiredSet { version, volumes })))
+            .is_ok();
+        link.synced
+    }
+
+    /// The session ended: what waited on it fails, the node is no longer connected.
+    pub(super) fn detach(&self, node: &str, session: u64) {
+        let Some(entry) = self.get(node) else { return };
+        let mut n = lock(&entry);
+        if n.link.as_ref().is_some_and(|l| l.id == session) {
+            n.link = None;
+            fail_waiting(&mut n, node, "the agent's session ended");
+        }
+    }
+
+    pub(super) fn heard(&self, node: &str) {
+        if let Some(entry) = self.get(node) {
+            lock(&entry).last_seen = Some(SystemTime::now());
+        }
+    }
+
+    pub(super) fn set_plugins(&self, node: &str, reports: &[wire::NodePluginReport]) {
+        if let Some(entry) = self.get(node) {
+            lock(&entry).plugins = reports
+                .iter()
+                .map(|p| (p.plugin.clone(), self.judged(node, p)))
+                .collect();
+        }
+    }
+
+    /// An outcome: answers every waiter it settles.
+    pub(super) fn report(&self, node: &str, r: wire::Report) {
+        let Some(entry) = self.get(node) else { return };
+        let mut n = lock(&entry);
+        let Some(waiters) = n.waiters.remove(&r.berth_id) else {
+            return;
+        };
+        let level = Level::from_wire(r.level);
+        let mut left = Vec::new();
+        for w in waiters {
+            let settled = if w.raise {
+                level >= w.level
+            } else {
+                level <= w.level
+            };
+            if settled {
+                let _ = w.reply.send(Ok(()));
+            } else if let Some(f) = r.failure.clone().filter(|_| r.attempt >= w.attempt) {
+                let _ = w.reply.send(Err(failure_from_wire(format!("agent {node}"), f)));
+            } else {
+                left.push(w);
+            }
+        }
+        if !left.is_empty() {
+            n.waiters.insert(r.berth_id, left);
+        }
+    }
+
+    pub(super) fn answer(&self, node: &str, a: wire::Answer) {
+        if let Some(entry) = self.get(node)
+            && let Some(reply) = lock(&entry).calls.remove(&a.id)
+            && let Some(answer) = a.answer
+        {
+            let _ = reply.send(answer);
+        }
+    }
+
+    fn paths(&self, node: &str) -> Option<Paths> {
+        self.get(node).and_then(|e| lock(&e).paths.clone())
+    }
+
+    /// Sends one operation and waits for the outcome that settles it.
+    async fn operate(
+        &self,
+        node: &str,
+        call: &'static str,
+        mut op: wire::Operation,
+        level: Level,
+        raise: bool,
+    ) -> Result<(), CsiError> {
+        let plugin = op.plugin.clone();
+        let rx = {
+            let Some(entry) = self.get(node) else {
+                return Err(unreachable(
+                    node,
+                    &plugin,
+                    call,
+                    format!("no node named {node:?}"),
+                ));
+            };
+            let mut n = lock(&entry);
+            n.attempt += 1;
+            n.version += 1;
+            op.attempt = n.attempt;
+            op.version = n.version;
+            let berth_id = op.berth_id.clone();
+            let sent = n
+                .link
+                .as_ref()
+                .filter(|l| l.synced)
+                .is_some_and(|l| l.to_agent.send(down(Down::Operation(op))).is_ok());
+            if !sent {
+                return Err(unreachable(
+                    node,
+                    &plugin,
+                    call,
+                    format!("node {node:?}'s agent is not connected"),
+                ));
+            }
+            let (reply, rx) = oneshot::channel();
+            let attempt = n.attempt;
+            n.waiters.entry(berth_id).or_default().push(Waiter {
+                attempt,
+                level,
+                raise,
+                reply,
+            });
+            rx
+        };
+        match tokio::time::timeout(self.operation_timeout, rx).await {
+            Ok(Ok(outcome)) => outcome,
+            Ok(Err(_)) => Err(unreachable(
+                node,
+                &plugin,
+                call,
+                "the agent's session ended".into(),
+            )),
+            Err(_) => Err(CsiError {
+                plugin: format!("{plugin}@{node}"),
+                call,
+                failure: Failure::Deadline(self.operation_timeout),
+            }),
+        }
+    }
+
+    async fn ask(
+        &self,
+        node: &str,
+        plugin: &str,
+        call: &'static str,
+        c: wire::call::Call,
+    ) -> Result<wire::answer::Answer, CsiError> {
+        let rx = {
+            let Some(entry) = self.get(node) else {
+                return Err(unreachable(node, plugin, call, format!("no node named {node:?}")));
+            };
+            let mut n = lock(&entry);
+            n.next_call += 1;
+            let id = n.next_call;
+            let message = down(Down::Call(wire::Call {
+                id,
+                plugin: plugin.to_string(),
+                call: Some(c),
+            }));
+            let sent = n
+                .link
+                .as_ref()
+                .filter(|l| l.synced)
+                .is_some_and(|l| l.to_agent.send(message).is_ok());
+            if !sent {
+                return Err(unreachable(
+                    node,
+                    plugin,
+                    call,
+                    format!("node {node:?}'s agent is not connected"),
+                ));
+            }
+            let (reply, rx) = oneshot::channel();
+            n.calls.insert(id, reply);
+            rx
+        };
+        match tokio::time::timeout(self.operation_timeout, rx).await {
+            Ok(Ok(wire::answer::Answer::Failure(f))) => Err(failure_from_wire(format!("agent {node}"), f)),
+            Ok(Ok(answer)) => Ok(answer),
+            Ok(Err(_)) => Err(unreachable(
+                node,
+                plugin,
+                call,
+                "the agent's session ended".into(),
+            )),
+            Err(_) => Err(CsiError {
+                plugin: format!("{plugin}@{node}"),
+                call,
+                failure: Failure::Deadline(self.operation_timeout),
+            }),
+        }
+    }
+
+    fn summary(&self, name: &str, n: &Node) -> NodeSummary {
+        let fresh = n
+            .last_seen
+            .and_then(|t| t.elapsed().ok())
+            .is_some_and(|age| age <= self.heartbeat_timeout);
+        let state = match (&n.link, n.last_seen) {
+            (Some(l), _) if l.synced && fresh => NodeState::Ready,
+            (_, None) => NodeState::Unknown,
+            _ => NodeState::Down,
+        };
+        NodeSummary {
+            name: name.to_string(),
+            labels: n.labels.clone(),
+            state,
+            last_seen: n.last_seen,
+            plugins: n.plugins.clone(),
+        }
+    }
+}
+
+fn fail_waiting(n: &mut Node, node: &str, why: &str) {
+    for (_, waiters) in n.waiters.drain() {
+        for w in waiters {
+            let _ = w
+                .reply
+                .send(Err(unreachable(node, "agent", "node step", why.to_string())));
+        }
+    }
+    n.calls.clear();
+}
+
+fn mismatched(node: &str, call: &'static str) -> CsiError {
+    CsiError::invalid(&format!("agent {node}"), call, "the agent answered another call")
+}
+
+fn down(message: Down) -> wire::ServerMessage {
+    wire::ServerMessage {
+        message: Some(message),
+    }
+}
+
+fn operation(kind: wire::OperationKind, plugin: &str, berth_id: &str, volume_id: &str) -> wire::Operation {
+    wire::Operation {
+        kind: kind as i32,
+        plugin: plugin.to_string(),
+        berth_id: berth_id.to_string(),
+        volume_id: volume_id.to_string(),
+        ..Default::default()
+    }
+}
+
+fn forward(kind: wire::OperationKind, plugin: &str, v: NodeVolume, staged: bool) -> wire::Operation {
+    wire::Operation {
+        staged,
+        capability: Some(v.capability),
+        publish_context: v.publish_context,
+        volume_context: v.volume_context,
+        secrets: v.secrets,
+        readonly: v.readonly,
+        ..operation(kind, plugin, &v.berth_id, &v.volume_id)
+    }
+}
+
+#[tonic::async_trait]
+impl NodeAgent for Directory {
+    fn nodes(&self) -> Vec<NodeSummary> {
+        let nodes = self.nodes.read().unwrap_or_else(|p| p.into_inner());
+        nodes
+            .iter()
+            .map(|(name, n)| self.summary(name, &lock(n)))
+            .collect()
+    }
+
+    fn node(&self, node: &str) -> Option<NodeSummary> {
+        self.get(node).map(|n| self.summary(node, &lock(&n)))
+    }
+
+    fn plugin_status(&self, node: &str, plugin: &str) -> Option<PluginStatus> {
+        self.get(node).and_then(|n| lock(&n).plugins.get(plugin).cloned())
+    }
+
+    fn connected(&self, node: &str) -> bool {
+        self.get(node)
+            .is_some_and(|n| lock(&n).link.as_ref().is_some_and(|l| l.synced))
+    }
+
+    fn staging_path(&self, node: &str, berth_id: &str) -> PathBuf {
+        self.paths(node).map(|p| p.staging(berth_id)).unwrap_or_default()
+    }
+
+    fn target_path(&self, node: &str, berth_id: &str) -> PathBuf {
+        self.paths(node).map(|p| p.target(berth_id)).unwrap_or_default()
+    }
+
+    async fn stage(&self, node: &str, plugin: &str, v: NodeVolume) -> Result<(), CsiError> {
+        let op = forward(wire::OperationKind::Stage, plugin, v, true);
+        self.operate(node, "NodeStageVolume", op, Level::Staged, true)
+            .await
+    }
+
+    async fn publish(&self, node: &str, plugin: &str, v: NodeVolume, staged: bool) -> Result<(), CsiError> {
+        let op = forward(wire::OperationKind::Publish, plugin, v, staged);
+        self.operate(node, "NodePublishVolume", op, Level::Published, true)
+            .await
+    }
+
+    async fn unpublish(
+        &self,
+        node: &str,
+        plugin: &str,
+        volume_id: &str,
+        berth_id: &str,
+    ) -> Result<(), CsiError> {
+        let op = operation(wire::OperationKind::Unpublish, plugin, berth_id, volume_id);
+        self.operate(node, "NodeUnpublishVolume", op, Level::Staged, false)
+            .await
+    }
+
+    async fn unstage(
+        &self,
+        node: &str,
+        plugin: &str,
+        volume_id: &str,
+        berth_id: &str,
+    ) -> Result<(), CsiError> {
+        let op = operation(wire::OperationKind::Unstage, plugin, berth_id, volume_id);
+        self.operate(node, "NodeUnstageVolume", op, Level::Absent, false)
+            .await
+    }
+
+    async fn expand(
+        &self,
+        node: &str,
+        plugin: &str,
+        v: NodeVolume,
+        staged: bool,
+        range: proto::CapacityRange,
+    ) -> Result<i64, CsiError> {
+        let paths = self.paths(node).unwrap_or_else(|| Paths::under(&PathBuf::new()));
+        let req = proto::NodeExpandVolumeRequest {
+            volume_path: paths.target(&v.berth_id).display().to_string(),
+            staging_target_path: staging_arg(&paths, &v.berth_id, staged),
+            volume_id: v.volume_id,
+            capacity_range: Some(range),
+            volume_capability: Some(v.capability),
+            secrets: v.secrets,
+        };
+        match self
+            .ask(node, plugin, "NodeExpandVolume", wire::call::Call::Expand(req))
+            .await?
+        {
+            wire::answer::Answer::Expand(resp) => Ok(resp.capacity_bytes),
+            _ => Err(mismatched(node, "NodeExpandVolume")),
+        }
+    }
+
+    async fn stats(
+        &self,
+        node: &str,
+        plugin: &str,
+        volume_id: &str,
+        berth_id: &str,
+        staged: bool,
+    ) -> Result<proto::NodeGetVolumeStatsResponse, CsiError> {
+        let paths = self.paths(node).unwrap_or_else(|| Paths::under(&PathBuf::new()));
+        let req = proto::NodeGetVolumeStatsRequest {
+            volume_id: volume_id.to_string(),
+            volume_path: paths.target(berth_id).display().to_string(),
+            staging_target_path: staging_arg(&paths, berth_id, staged),
+        };
+        match self
+            .ask(node, plugin, "NodeGetVolumeStats", wire::call::Call::Stats(req))
+            .await?
+        {
+            wire::answer::Answer::Stats(resp) => Ok(resp),
+            _ => Err(mismatched(node, "NodeGetVolumeStats")),
+        }
+    }
+}

@@ -1,0 +1,12 @@
+//! The server's side of the cluster: every node's agent, whether it runs in
+//! this process (a `[[node]]` in `berth.toml`) or on its node (`berth agent`).
+//!
+//! - `directory` — the nodes, their sessions, and node operations sent to them;
+//! - `session` — one agent's session, from registration to its end;
+//! - `service` — the `Cluster` gRPC service agents dial, and the in-process link.
+
+pub mod directory;
+pub mod service;
+pub mod session;
+
+pub use directory::{Directory, NodeSync};

@@ -1,0 +1,94 @@
+//! The server's side of one agent session: the registration, the complete
+//! desired set, then reports, answers and heartbeats until the stream ends
+//! or the agent is silent past the heartbeat timeout.
+
+use std::sync::Arc;
+use std::time::Duration;
+
+use berth_proto::berth::v1 as wire;
+use berth_proto::berth::v1::agent_message::Message as Up;
+use berth_proto::berth::v1::server_message::Message as Down;
+use tokio::sync::mpsc;
+use tokio_stream::{Stream, StreamExt};
+
+use super::directory::Directory;
+
+/// How long a new stream has to register.
+const REGISTER_WITHIN: Duration = Duration::from_secs(10);
+
+fn refuse(to_agent: &mpsc::UnboundedSender<wire::ServerMessage>, reason: String) {
+    tracing::warn!(%reason, "agent refused");
+    let _ = to_agent.send(wire::ServerMessage {
+        message: Some(Down::Refusal(wire::Refusal { reason })),
+    });
+}
+
+/// Runs one session to its end. `allowed` checks the node name the agent
+/// registers under (against its certificate, on the network).
+pub async fn serve_session(
+    directory: Arc<Directory>,
+    mut from_agent: impl Stream<Item = Result<wire::AgentMessage, tonic::Status>> + Unpin,
+    to_agent: mpsc::UnboundedSender<wire::ServerMessage>,
+    allowed: impl Fn(&str) -> Result<(), String>,
+) {
+    let register = match tokio::time::timeout(REGISTER_WITHIN, from_agent.next()).await {
+        Ok(Some(Ok(wire::AgentMessage {
+            message: Some(Up::Register(r)),
+        }))) => r,
+        Ok(Some(Ok(_))) => return refuse(&to_agent, "the first message must register the node".into()),
+        Ok(_) => return,
+        Err(_) => return refuse(&to_agent, "no registration within 10s".into()),
+    };
+    let node = register.node.clone();
+    if let Err(why) = crate::config::name_ok("node", &node)
+        .map_err(|e| e.to_string())
+        .and_then(|()| allowed(&node))
+    {
+        return refuse(&to_agent, why);
+    }
+    let (session, remember) = directory.attach(&register, to_agent.clone());
+    tracing::info!(%node, plugins = register.plugins.len(), held = register.held.len(), "agent registered");
+    let Some(sync) = directory.syncer() else {
+        directory.detach(&node, session);
+        return;
+    };
+    if let Some(record) = remember {
+        sync.remember(record).await;
+    }
+    let set = sync.desired_set(&node, &register.held).await;
+    if directory.send_set(&node, session, set) {
+        sync.node_ready(&node);
+    }
+    let timeout = directory.heartbeat_timeout;
+    loop {
+        let message = match tokio::time::timeout(timeout, from_agent.next()).await {
+            Err(_) => {
+                tracing::warn!(%node, timeout = %humantime::format_duration(timeout), "agent silent past the heartbeat timeout; session closed");
+                break;
+            }
+            Ok(None) => break,
+            Ok(Some(Err(status))) => {
+                tracing::info!(%node, error = %status.message(), "agent stream failed");
+                break;
+            }
+            Ok(Some(Ok(m))) => m,
+        };
+        directory.heard(&node);
+        match message.message {
+            Some(Up::Heartbeat(h)) => {
+                let _ = to_agent.send(wire::ServerMessage {
+                    message: Some(Down::Heartbeat(h)),
+                });
+            }
+            Some(Up::Report(r)) => directory.report(&node, r),
+            Some(Up::Answer(a)) => directory.answer(&node, a),
+            Some(Up::Plugins(p)) => {
+                directory.set_plugins(&node, &p.plugins);
+                sync.node_ready(&node);
+            }
+            Some(Up::Register(_)) | None => {}
+        }
+    }
+    directory.detach(&node, session);
+    tracing::info!(%node, "agent session ended");
+}

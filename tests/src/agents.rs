@@ -1,0 +1,136 @@
+//! `berth agent` processes for the tests: one per node, each with its own
+//! config, log and sample node plugin, dialing the cluster's `berth serve`.
+
+use std::path::{Path, PathBuf};
+use std::process::Child;
+use std::time::{Duration, Instant};
+
+use berth_proto::berth::v1 as api;
+
+use crate::{Cluster, berth_logged};
+
+/// A `berth agent` process. Killed when dropped.
+pub struct AgentProcess {
+    pub name: String,
+    pub config: PathBuf,
+    pub log: PathBuf,
+    child: Option<Child>,
+}
+
+impl AgentProcess {
+    /// Writes the agent's config; [`AgentProcess::start`] runs it.
+    pub fn new(dir: &Path, name: &str, zone: &str, server: &Path, node_dir: &Path, plugin: &str) -> Self {
+        Self::with_config(
+            dir,
+            name,
+            &format!(
+                "node = \"{name}\"\nlabels = {{ zone-label = \"{zone}\" }}\nserver = \"unix://{}\"\ndir = \"{}\"\nheartbeat_interval = \"200ms\"\nfingerprint_interval = \"500ms\"\n[plugins]\nhostpath = \"{plugin}\"\n",
+                server.display(),
+                node_dir.display()
+            ),
+        )
+    }
+
+    /// An agent with the config `text`, written under `dir`.
+    pub fn with_config(dir: &Path, name: &str, text: &str) -> Self {
+        let config = dir.join(format!("agent-{name}.toml"));
+        std::fs::write(&config, text).unwrap();
+        AgentProcess {
+            name: name.to_string(),
+            log: dir.join(format!("agent-{name}.log")),
+            config,
+            child: None,
+        }
+    }
+
+    pub fn start(&mut self) {
+        self.child = Some(berth_logged("agent", &self.config, &self.log));
+    }
+
+    /// SIGKILL: nothing is flushed or cleaned up.
+    pub fn kill(&mut self) {
+        if let Some(mut c) = self.child.take() {
+            let _ = c.kill();
+            let _ = c.wait();
+        }
+    }
+
+    fn signal(&self, sig: libc::c_int) {
+        if let Some(c) = &self.child {
+            // SAFETY: a plain kill(2) on our own child's pid.
+            unsafe { libc::kill(c.id() as libc::pid_t, sig) };
+        }
+    }
+
+    /// SIGSTOP: the process is frozen, its connections stay open.
+    pub fn freeze(&self) {
+        self.signal(libc::SIGSTOP);
+    }
+
+    pub fn thaw(&self) {
+        self.signal(libc::SIGCONT);
+    }
+
+    pub fn log_text(&self) -> String {
+        std::fs::read_to_string(&self.log).unwrap_or_default()
+    }
+}
+
+impl Drop for AgentProcess {
+    fn drop(&mut self) {
+        self.thaw();
+        self.kill();
+    }
+}
+
+impl Cluster {
+    /// Every node as `berth node list` has it.
+    pub fn node_list(&self) -> Vec<api::Node> {
+        let rt = tokio::runtime::Builder::new_current_thread()
+            .enable_all()
+            .build()
+            .expect("runtime");
+        rt.block_on(async {
+            self.client()
+                .list_nodes(api::ListNodesRequest {})
+                .await
+                .map(|r| r.into_inner().nodes)
+                .unwrap_or_default()
+        })
+    }
+
+    /// The state `berth node list` gives a node ("ready", "down", "unknown").
+    pub fn node_state(&self, node: &str) -> Option<String> {
+        self.node_list()
+            .into_iter()
+            .find(|n| n.name == node)
+            .map(|n| n.state)
+    }
+
+    /// Waits until every node in `nodes` is in `state`, failing after `within`.
+    pub fn wait_nodes(&self, nodes: &[&str], state: &str, within: Duration) {
+        let deadline = Instant::now() + within;
+        loop {
+            let list = self.node_list();
+            let ok = nodes
+                .iter()
+                .all(|n| list.iter().any(|m| m.name == *n && m.state == state));
+            if ok {
+                return;
+            }
+            assert!(
+                Instant::now() < deadline,
+                "nodes {nodes:?} not {state} after {within:?}: {list:#?}\n{}",
+                self.log()
+            );
+            std::thread::sleep(Duration::from_millis(50));
+        }
+    }
+
+    pub fn agent(&mut self, name: &str) -> &mut AgentProcess {
+        self.agents
+            .iter_mut()
+            .find(|a| a.name == name)
+            .unwrap_or_else(|| panic!("no agent {name}"))
+    }
+}

@@ -1,0 +1,188 @@
+//! Nodes served by `berth agent` processes: one per node, each with its own
+//! sample node plugin process, dialing `berth serve` on its cluster socket.
+
+use std::time::{Duration, Instant};
+
+use berth_tests::{AgentProcess, Cluster, ClusterSpec, PluginBuilder};
+use serde_json::Value;
+
+fn agents(nodes: Vec<(&'static str, &'static str)>) -> Cluster {
+    Cluster::start(ClusterSpec {
+        nodes,
+        agents: true,
+        ..ClusterSpec::default()
+    })
+}
+
+fn get(c: &Cluster, name: &str) -> Value {
+    serde_json::from_str(&c.ok(&["volume", "get", name, "-o", "json"])).unwrap()
+}
+
+/// How many times node `i`'s plugin did `what` ("staged", "published") for a volume.
+fn calls(c: &Cluster, i: usize, what: &str, volume_id: &str) -> usize {
+    let needle = format!("{what} on the node");
+    c.nodes[i]
+        .1
+        .log_text()
+        .lines()
+        .filter(|l| l.contains(&needle) && l.contains(volume_id))
+        .count()
+}
+
+fn wait_for(what: &str, within: Duration, mut done: impl FnMut() -> bool, context: impl Fn() -> String) {
+    let started = Instant::now();
+    while !done() {
+        assert!(
+            started.elapsed() < within,
+            "{what}: not within {within:?}\n{}",
+            context()
+        );
+        std::thread::sleep(Duration::from_millis(50));
+    }
+}
+
+#[test]
+fn volumes_are_published_through_agents_and_shown_on_their_nodes() {
+    let c = agents(vec![("node-a", "a"), ("node-b", "b")]);
+    let text = c.ok(&["node", "list"]);
+    assert!(text.contains("node-a") && text.contains("ready"), "{text}");
+    c.create_in("v", "zone=b");
+    c.ok(&["volume", "publish", "v", "--node", "node-b", "--wait"]);
+    let v = get(&c, "v");
+    assert_eq!(v["state"], "published");
+    let target = v["publications"][0]["target_path"].as_str().unwrap();
+    assert!(target.contains("nodes/node-b/publish"), "{target}");
+    assert!(
+        std::fs::metadata(target).is_ok(),
+        "the node shows the volume at {target}"
+    );
+    let volume_id = v["volume_id"].as_str().unwrap();
+    assert_eq!(calls(&c, 1, "published", volume_id), 1);
+    assert_eq!(calls(&c, 0, "published", volume_id), 0);
+
+    c.ok(&["volume", "unpublish", "v", "--node", "node-b", "--wait"]);
+    assert!(
+        std::fs::symlink_metadata(target).is_err(),
+        "unpublished from the node"
+    );
+    c.ok(&["volume", "delete", "v", "--wait"]);
+    assert_eq!(c.plugin_volumes(), 0);
+}
+
+#[test]
+fn an_agent_restarted_with_its_mounts_in_place_publishes_nothing_again() {
+    let mut c = agents(vec![("node-a", "a")]);
+    let mut ids = Vec::new();
+    for name in ["one", "two", "three"] {
+        c.create_in(name, "zone=a");
+        c.ok(&["volume", "publish", name, "--node", "node-a", "--wait"]);
+        ids.push(get(&c, name)["volume_id"].as_str().unwrap().to_string());
+    }
+    c.agent("node-a").kill();
+    c.wait_nodes(&["node-a"], "down", Duration::from_secs(10));
+    c.agent("node-a").start();
+    c.wait_nodes(&["node-a"], "ready", Duration::from_secs(20));
+    // Long enough for any step a confused agent or server would take.
+    std::thread::sleep(Duration::from_secs(2));
+    for id in &ids {
+        assert_eq!(calls(&c, 0, "staged", id), 1, "no second NodeStage of {id}");
+        assert_eq!(calls(&c, 0, "published", id), 1, "no second NodePublish of {id}");
+    }
+    for name in ["one", "two", "three"] {
+        assert_eq!(get(&c, name)["state"], "published");
+    }
+    let log = c.agent("node-a").log_text();
+    assert!(log.contains("desired set received"), "{log}");
+}
+
+#[test]
+fn a_frozen_agent_is_down_and_its_work_waits_until_it_is_back() {
+    let mut c = agents(vec![("node-a", "a"), ("node-b", "b")]);
+    c.create_in("held", "zone=a");
+    c.agent("node-a").freeze();
+    c.wait_nodes(&["node-a"], "down", Duration::from_secs(10));
+    c.wait_nodes(&["node-b"], "ready", Duration::from_secs(1));
+    let list = c.ok(&["node", "list"]);
+    assert!(
+        list.lines().any(|l| l.contains("node-a") && l.contains("down")),
+        "{list}"
+    );
+
+    // Asked while the node is down: accepted, flagged, not guessed at.
+    c.ok(&["volume", "publish", "held", "--node", "node-a"]);
+    wait_for(
+        "the volume to say it waits for node-a",
+        Duration::from_secs(10),
+        || get(&c, "held").to_string().contains("node-a\\\", whose agent is"),
+        || get(&c, "held").to_string(),
+    );
+    assert_ne!(get(&c, "held")["state"], "published");
+
+    c.agent("node-a").thaw();
+    c.wait_nodes(&["node-a"], "ready", Duration::from_secs(20));
+    wait_for(
+        "the publish to finish once the agent is back",
+        Duration::from_secs(20),
+        || get(&c, "held")["state"] == "published",
+        || format!("{}\n{}", get(&c, "held"), c.log()),
+    );
+    let v = get(&c, "held");
+    assert_eq!(calls(&c, 0, "published", v["volume_id"].as_str().unwrap()), 1);
+}
+
+#[test]
+fn a_socket_appearing_in_the_plugin_directory_is_registered_and_one_going_is_unregistered() {
+    let c = agents(vec![("node-a", "a")]);
+    let plugins = c.dir.path().join("plugins-d");
+    std::fs::create_dir_all(&plugins).unwrap();
+    let mut agent = AgentProcess::with_config(
+        c.dir.path(),
+        "node-d",
+        &format!(
+            "node = \"node-d\"\nserver = \"unix://{}\"\ndir = \"{}\"\nplugin_dir = \"{}\"\nheartbeat_interval = \"200ms\"\n",
+            c.dir.path().join("state/cluster.sock").display(),
+            c.volumes_dir.join("nodes/node-d").display(),
+            plugins.display()
+        ),
+    );
+    agent.start();
+    c.wait_nodes(&["node-d"], "ready", Duration::from_secs(20));
+    let plugins_of = |c: &Cluster| -> Vec<(String, String)> {
+        c.node_list()
+            .into_iter()
+            .find(|n| n.name == "node-d")
+            .map(|n| n.plugins.into_iter().map(|p| (p.plugin, p.health)).collect())
+            .unwrap_or_default()
+    };
+    assert!(plugins_of(&c).is_empty(), "{:?}", plugins_of(&c));
+
+    let mut plugin = PluginBuilder::new(&plugins, "hostpath")
+        .state_dir(&c.volumes_dir.join("hostpath"))
+        .args(&[
+            "--controller",
+            "false",
+            "--node-id",
+            "node-d",
+            "--topology",
+            "zone=a",
+        ])
+        .spawn();
+    wait_for(
+        "the plugin to be registered and healthy",
+        Duration::from_secs(20),
+        || plugins_of(&c) == [("hostpath".to_string(), "healthy".to_string())],
+        || format!("{:?}\n{}", plugins_of(&c), agent.log_text()),
+    );
+    c.create_in("v", "zone=a");
+    c.ok(&["volume", "publish", "v", "--node", "node-d", "--wait"]);
+
+    plugin.kill();
+    std::fs::remove_file(&plugin.socket).unwrap();
+    wait_for(
+        "the plugin to be unregistered",
+        Duration::from_secs(20),
+        || plugins_of(&c).is_empty(),
+        || format!("{:?}\n{}", plugins_of(&c), agent.log_text()),
+    );
+    assert!(agent.log_text().contains("node plugin socket gone"));
+}
