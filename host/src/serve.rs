@@ -20,7 +20,7 @@ use crate::csi::registry::{PluginSpec, Registry};
 use crate::manager::{VolumeManager, as_sync};
 use crate::policy::builtin::Builtins;
 use crate::policy::{Decision, EngineOptions, ModuleConfig, Policies, PolicyEngine, PolicyStats};
-use crate::store::RedbStore;
+use crate::store::{NodeRecord, RedbStore};
 use berth_proto::berth::v1::cluster_server::ClusterServer;
 
 /// The modules a config names, with the decisions each is to serve.
@@ -140,7 +140,13 @@ pub async fn run(
             .collect(),
     );
     for n in &config.nodes {
-        directory.expect(&n.name, &n.labels, n.plugins.keys());
+        directory.expect(NodeRecord {
+            name: n.name.clone(),
+            labels: n.labels.clone(),
+            plugins: n.plugins.keys().map(|p| (p.clone(), None)).collect(),
+            draining: false,
+            forgotten: false,
+        });
     }
     let store = Arc::new(RedbStore::open(&config.state).map_err(|e| e.to_string())?);
     let api_path = config.api.path().to_path_buf();
@@ -157,7 +163,7 @@ pub async fn run(
         .map_err(|e| e.to_string())?;
     directory.set_sync(as_sync(&manager));
     for n in manager.remembered_nodes().map_err(|e| e.to_string())? {
-        directory.expect(&n.name, &n.labels, n.plugins.iter());
+        directory.expect(n);
     }
     let _workers = manager.start();
     let _agents = start_node_agents(&manager, &directory, deadline).await?;

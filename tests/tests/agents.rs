@@ -186,3 +186,80 @@ fn a_socket_appearing_in_the_plugin_directory_is_registered_and_one_going_is_unr
     );
     assert!(agent.log_text().contains("node plugin socket gone"));
 }
+
+#[test]
+fn a_drained_node_is_emptied_and_left_out_until_undone() {
+    let c = agents(vec![("node-a", "a"), ("node-b", "a")]);
+    for name in ["d1", "d2"] {
+        c.create_in(name, "zone=a");
+        c.ok(&["volume", "publish", name, "--node", "node-a", "--wait"]);
+    }
+    let out = c.ok(&["node", "drain", "node-a"]);
+    assert!(out.contains("2 publication(s)"), "{out}");
+    c.wait_until("both unpublished from node-a", |v| {
+        v.iter().all(|x| x["state"] == "available")
+    });
+    let list = c.ok(&["node", "list"]);
+    assert!(list.contains("draining"), "{list}");
+    let refused = c.berth(&["volume", "publish", "d1", "--node", "node-a"]);
+    assert!(!refused.status.success());
+    assert!(String::from_utf8_lossy(&refused.stderr).contains("draining"));
+    // Placement goes elsewhere.
+    c.ok(&["volume", "publish", "d1", "--wait"]);
+    assert_eq!(get(&c, "d1")["publications"][0]["node"], "node-b");
+
+    c.ok(&["node", "drain", "node-a", "--undo"]);
+    c.ok(&["volume", "publish", "d2", "--node", "node-a", "--wait"]);
+    assert_eq!(get(&c, "d2")["state"], "published");
+}
+
+#[test]
+fn a_forgotten_node_lets_its_volumes_go_elsewhere_and_its_agent_is_refused_until_removed() {
+    let mut c = agents(vec![("node-a", "a"), ("node-b", "a")]);
+    c.create_in("f", "zone=a");
+    c.ok(&["volume", "publish", "f", "--node", "node-a", "--wait"]);
+    let v = get(&c, "f");
+    let target = v["publications"][0]["target_path"].as_str().unwrap().to_string();
+    c.agent("node-a").kill();
+    c.wait_nodes(&["node-a"], "down", Duration::from_secs(10));
+
+    let refused = c.berth(&["node", "forget", "node-a"]);
+    assert!(!refused.status.success());
+    let why = String::from_utf8_lossy(&refused.stderr).to_string();
+    assert!(why.contains("--force") && why.contains("dead"), "{why}");
+
+    c.ok(&["node", "forget", "node-a", "--force"]);
+    c.wait_until("the publication to be dropped", |v| {
+        v.iter().all(|x| x["state"] == "available")
+    });
+    let list = c.ok(&["node", "list"]);
+    assert!(
+        list.lines()
+            .any(|l| l.contains("node-a") && l.contains("forgotten")),
+        "{list}"
+    );
+    c.ok(&["volume", "publish", "f", "--node", "node-b", "--wait"]);
+
+    // The dead node comes back: refused, and its agent says why.
+    c.agent("node-a").start();
+    wait_for(
+        "the agent to be refused",
+        Duration::from_secs(20),
+        || c.agents[0].log_text().contains("forgotten"),
+        || c.agents[0].log_text(),
+    );
+    assert_eq!(c.node_state("node-a").as_deref(), Some("forgotten"));
+
+    // Removed, it may join again, and tears down what Berth no longer has there.
+    c.ok(&["node", "remove", "node-a"]);
+    c.agent("node-a").kill();
+    c.agent("node-a").start();
+    c.wait_nodes(&["node-a"], "ready", Duration::from_secs(20));
+    wait_for(
+        "the stale publication to be torn down on node-a",
+        Duration::from_secs(20),
+        || std::fs::symlink_metadata(&target).is_err(),
+        || c.agents[0].log_text(),
+    );
+    assert_eq!(get(&c, "f")["publications"][0]["node"], "node-b");
+}

@@ -403,6 +403,7 @@ impl api::berth_server::Berth for BerthApi {
                 labels: n.labels.into_iter().collect(),
                 plugins: vec![],
                 state: n.state.as_str().into(),
+                draining: n.draining,
                 last_seen_unix_ms: n
                     .last_seen
                     .and_then(|t| t.duration_since(std::time::UNIX_EPOCH).ok())
@@ -431,6 +432,35 @@ impl api::berth_server::Berth for BerthApi {
             }
         }
         Ok(Response::new(api::ListNodesResponse { nodes }))
+    }
+
+    async fn drain_node(
+        &self,
+        req: Request<api::DrainNodeRequest>,
+    ) -> Result<Response<api::NodeChangeResponse>, Status> {
+        let r = req.into_inner();
+        let publications = self.manager.drain_node(&r.name, r.undo).await.map_err(status)?;
+        Ok(Response::new(api::NodeChangeResponse { publications }))
+    }
+
+    async fn forget_node(
+        &self,
+        req: Request<api::ForgetNodeRequest>,
+    ) -> Result<Response<api::NodeChangeResponse>, Status> {
+        let r = req.into_inner();
+        let publications = self.manager.forget_node(&r.name, r.force).await.map_err(status)?;
+        Ok(Response::new(api::NodeChangeResponse { publications }))
+    }
+
+    async fn remove_node(
+        &self,
+        req: Request<api::RemoveNodeRequest>,
+    ) -> Result<Response<api::NodeChangeResponse>, Status> {
+        self.manager
+            .remove_node(&req.into_inner().name)
+            .await
+            .map_err(status)?;
+        Ok(Response::new(api::NodeChangeResponse { publications: 0 }))
     }
 
     async fn summary(

@@ -86,8 +86,28 @@ pub enum Command {
 
 #[derive(Debug, Subcommand)]
 pub enum NodeCommand {
-    /// Every configured node with its plugins' node ids, health, topology and load.
+    /// Every node with its state (ready, down, unknown, forgotten), when it was last
+    /// seen, and its plugins' node ids, health, topology and load.
     List,
+    /// Keep placement away from a node and unpublish everything on it.
+    Drain {
+        name: String,
+        /// Let placement use the node again (what is unpublished stays so).
+        #[arg(long)]
+        undo: bool,
+    },
+    /// DANGEROUS: declare a node dead. Its node-side unpublish and unstage are
+    /// skipped and ControllerUnpublish runs, so its volumes can be published
+    /// elsewhere even if the node is in fact alive and writing to them. Its
+    /// agent is refused from now on. Needs --force.
+    Forget {
+        name: String,
+        /// Yes, the node is gone for good.
+        #[arg(long)]
+        force: bool,
+    },
+    /// Remove a node nothing is published on any more (drained or forgotten).
+    Remove { name: String },
 }
 
 pub async fn run(cli: Cli) -> anyhow::Result<ExitCode> {
@@ -99,10 +119,7 @@ pub async fn run(cli: Cli) -> anyhow::Result<ExitCode> {
         Command::Volume { command, api } => volume::run(*command, api, cli.output).await,
         Command::Snapshot { command, api } => snapshot::run(command, api, cli.output).await,
         Command::Status { api } => status::status(api, cli.output).await,
-        Command::Node {
-            command: NodeCommand::List,
-            api,
-        } => node::list(api, cli.output).await,
+        Command::Node { command, api } => node::run(command, api, cli.output).await,
     }
 }
 

@@ -31,7 +31,47 @@ struct NodePluginView {
     topology: BTreeMap<String, String>,
 }
 
-pub async fn list(api: ApiArgs, output: Output) -> anyhow::Result<ExitCode> {
+pub async fn run(command: super::NodeCommand, api: ApiArgs, output: Output) -> anyhow::Result<ExitCode> {
+    use super::NodeCommand as C;
+    let mut client = connect(&api.api).await?;
+    let (name, changed) = match command {
+        C::List => return list(api, output).await,
+        C::Drain { name, undo } => {
+            let r = client
+                .drain_node(api::DrainNodeRequest {
+                    name: name.clone(),
+                    undo,
+                })
+                .await;
+            (name, r)
+        }
+        C::Forget { name, force } => {
+            let r = client
+                .forget_node(api::ForgetNodeRequest {
+                    name: name.clone(),
+                    force,
+                })
+                .await;
+            (name, r)
+        }
+        C::Remove { name } => {
+            let r = client
+                .remove_node(api::RemoveNodeRequest { name: name.clone() })
+                .await;
+            (name, r)
+        }
+    };
+    let publications = changed.map_err(grpc)?.into_inner().publications;
+    match output {
+        Output::Json => {
+            super::print_json(&serde_json::json!({ "node": name, "publications": publications }))?
+        }
+        Output::Text => say!("node {name}: {publications} publication(s) being undone"),
+    }
+    Ok(ExitCode::SUCCESS)
+}
+
+async fn list(api: ApiArgs, output: Output) -> anyhow::Result<ExitCode> {
     let mut client = connect(&api.api).await?;
     let list = client
         .list_nodes(api::ListNodesRequest {})
@@ -43,7 +83,11 @@ pub async fn list(api: ApiArgs, output: Output) -> anyhow::Result<ExitCode> {
         .into_iter()
         .map(|n| NodeView {
             name: n.name,
-            state: n.state,
+            state: if n.draining {
+                format!("{} (draining)", n.state)
+            } else {
+                n.state
+            },
             last_seen_unix_ms: (n.last_seen_unix_ms > 0).then_some(n.last_seen_unix_ms),
             labels: n.labels.into_iter().collect(),
             plugins: n

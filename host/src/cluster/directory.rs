@@ -17,6 +17,7 @@ use crate::agent::calls::{Paths, staging_arg};
 use crate::agent::converge::failure_from_wire;
 use crate::agent::plugins::status_of;
 use crate::agent::record::Level;
+use crate::csi::fingerprint::{Fingerprint, NodeInfo};
 use crate::csi::registry::{Health, PluginStatus};
 use crate::csi::{CsiError, Failure, proto};
 use crate::manager::nodes::{NodeAgent, NodeState, NodeSummary, NodeVolume};
@@ -62,6 +63,10 @@ struct Node {
     waiters: HashMap<String, Vec<Waiter>>,
     calls: HashMap<u64, oneshot::Sender<wire::answer::Answer>>,
     next_call: u64,
+    draining: bool,
+    forgotten: bool,
+    /// As last written to the store.
+    remembered: Option<NodeRecord>,
 }
 
 pub struct Directory {
@@ -113,25 +118,85 @@ impl Directory {
         self.sync.get().and_then(Weak::upgrade)
     }
 
-    /// A node known before its agent registers (a `[[node]]`), shown as
-    /// unknown with its plugins not yet fingerprinted.
-    pub fn expect<'a>(
-        &self,
-        name: &str,
-        labels: &BTreeMap<String, String>,
-        plugins: impl Iterator<Item = &'a String>,
-    ) {
+    /// A node known before its agent registers (remembered in the store,
+    /// or a `[[node]]`), shown as unknown with what was last known of its
+    /// plugins (their health unknown).
+    pub fn expect(&self, record: NodeRecord) {
         let mut nodes = self.nodes.write().unwrap_or_else(|p| p.into_inner());
-        let mut n = lock(nodes.entry(name.to_string()).or_default());
-        n.labels = labels.clone();
-        for p in plugins {
-            n.plugins.entry(p.clone()).or_insert_with(|| PluginStatus {
+        let mut n = lock(nodes.entry(record.name.clone()).or_default());
+        n.labels = record.labels.clone();
+        for (plugin, info) in &record.plugins {
+            let status = n.plugins.entry(plugin.clone()).or_insert_with(|| PluginStatus {
                 health: Health::Unknown,
                 fingerprint: None,
                 last_checked: None,
                 transitions: 0,
             });
+            if status.fingerprint.is_none() {
+                status.fingerprint = info
+                    .clone()
+                    .map(|info| remembered_fingerprint(&record.name, plugin, info));
+            }
         }
+        n.draining |= record.draining;
+        n.forgotten |= record.forgotten;
+        n.remembered = Some(record);
+    }
+
+    /// The node as the store keeps it.
+    fn record(name: &str, n: &Node) -> NodeRecord {
+        NodeRecord {
+            name: name.to_string(),
+            labels: n.labels.clone(),
+            plugins: n
+                .plugins
+                .iter()
+                .map(|(p, s)| (p.clone(), s.fingerprint.as_ref().and_then(|f| f.node.clone())))
+                .collect(),
+            draining: n.draining,
+            forgotten: n.forgotten,
+        }
+    }
+
+    /// Marks a node draining (or not), or forgotten; the node as it is now
+    /// to be remembered. `None` when there is no such node.
+    pub fn mark(&self, node: &str, draining: Option<bool>, forgotten: bool) -> Option<NodeRecord> {
+        let entry = self.get(node)?;
+        let mut n = lock(&entry);
+        if let Some(d) = draining {
+            n.draining = d;
+        }
+        if forgotten {
+            n.forgotten = true;
+            if let Some(link) = n.link.take() {
+                let _ = link.to_agent.send(down(Down::Refusal(wire::Refusal {
+                    reason: format!("node {node:?} was forgotten (`berth node forget`); `berth node remove {node}` lets it join again"),
+                })));
+            }
+            fail_waiting(&mut n, node, "the node was forgotten");
+        }
+        let record = Self::record(node, &n);
+        n.remembered = Some(record.clone());
+        Some(record)
+    }
+
+    /// Drops a node from the directory; its agent's session ends.
+    pub fn remove(&self, node: &str) {
+        let removed = self.nodes.write().unwrap_or_else(|p| p.into_inner()).remove(node);
+        if let Some(entry) = removed {
+            let mut n = lock(&entry);
+            n.link = None;
+            fail_waiting(&mut n, node, "the node was removed");
+        }
+    }
+
+    /// The node as the store keeps it, when it is known.
+    pub fn node_record(&self, node: &str) -> Option<NodeRecord> {
+        self.get(node).map(|n| Self::record(node, &lock(&n)))
+    }
+
+    pub fn forgotten(&self, node: &str) -> bool {
+        self.get(node).is_some_and(|n| lock(&n).forgotten)
     }
 
     fn get(&self, name: &str) -> Option<Arc<Mutex<Node>>> {
@@ -162,22 +227,20 @@ impl Directory {
         &self,
         r: &wire::Register,
         to_agent: mpsc::UnboundedSender<wire::ServerMessage>,
-    ) -> (u64, Option<NodeRecord>) {
+    ) -> Result<(u64, Option<NodeRecord>), String> {
         let id = self.sessions.fetch_add(1, std::sync::atomic::Ordering::Relaxed) + 1;
         let node = {
             let mut nodes = self.nodes.write().unwrap_or_else(|p| p.into_inner());
             nodes.entry(r.node.clone()).or_default().clone()
         };
         let mut n = lock(&node);
-        let remembered = NodeRecord {
-            name: r.node.clone(),
-            labels: r.labels.clone().into_iter().collect(),
-            plugins: r.plugins.iter().map(|p| p.plugin.clone()).collect(),
-        };
-        let changed = n.last_seen.is_none()
-            || n.labels != remembered.labels
-            || !n.plugins.keys().eq(remembered.plugins.iter());
-        n.labels = remembered.labels.clone();
+        if n.forgotten {
+            return Err(format!(
+                "node {:?} was forgotten (`berth node forget`); `berth node remove {}` lets it join again",
+                r.node, r.node
+            ));
+        }
+        n.labels = r.labels.clone().into_iter().collect();
         n.plugins = r
             .plugins
             .iter()
@@ -194,7 +257,12 @@ impl Directory {
             to_agent,
             synced: false,
         });
-        (id, changed.then_some(remembered))
+        let record = Self::record(&r.node, &n);
+        let changed = n.remembered.as_ref() != Some(&record);
+        if changed {
+            n.remembered = Some(record.clone());
+        }
+        Ok((id, changed.then_some(record)))
     }
 
     /// Sends the complete set; operations may follow it.
@@ -402,6 +470,7 @@ impl Directory {
             .and_then(|t| t.elapsed().ok())
             .is_some_and(|age| age <= self.heartbeat_timeout);
         let state = match (&n.link, n.last_seen) {
+            _ if n.forgotten => NodeState::Forgotten,
             (Some(l), _) if l.synced && fresh => NodeState::Ready,
             (_, None) => NodeState::Unknown,
             _ => NodeState::Down,
@@ -412,6 +481,7 @@ impl Directory {
             state,
             last_seen: n.last_seen,
             plugins: n.plugins.clone(),
+            draining: n.draining,
         }
     }
 }
@@ -425,6 +495,21 @@ fn fail_waiting(n: &mut Node, node: &str, why: &str) {
         }
     }
     n.calls.clear();
+}
+
+/// A fingerprint standing for what a node's plugin last reported, until its agent is back.
+fn remembered_fingerprint(node: &str, plugin: &str, info: NodeInfo) -> Fingerprint {
+    Fingerprint {
+        endpoint: format!("agent {node} (remembered)"),
+        name: plugin.to_string(),
+        vendor_version: String::new(),
+        manifest: BTreeMap::new(),
+        ready: false,
+        plugin_capabilities: Vec::new(),
+        controller: None,
+        node: Some(info),
+        unserved: Vec::new(),
+    }
 }
 
 fn mismatched(node: &str, call: &'static str) -> CsiError {
@@ -475,6 +560,10 @@ impl NodeAgent for Directory {
 
     fn plugin_status(&self, node: &str, plugin: &str) -> Option<PluginStatus> {
         self.get(node).and_then(|n| lock(&n).plugins.get(plugin).cloned())
+    }
+
+    fn forgotten(&self, node: &str) -> bool {
+        Directory::forgotten(self, node)
     }
 
     fn connected(&self, node: &str) -> bool {

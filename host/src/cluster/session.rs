@@ -46,7 +46,10 @@ pub async fn serve_session(
     {
         return refuse(&to_agent, why);
     }
-    let (session, remember) = directory.attach(&register, to_agent.clone());
+    let (session, remember) = match directory.attach(&register, to_agent.clone()) {
+        Ok(attached) => attached,
+        Err(why) => return refuse(&to_agent, why),
+    };
     tracing::info!(%node, plugins = register.plugins.len(), held = register.held.len(), "agent registered");
     let Some(sync) = directory.syncer() else {
         directory.detach(&node, session);

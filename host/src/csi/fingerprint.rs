@@ -39,7 +39,7 @@ pub struct ControllerInfo {
     pub capabilities: Vec<String>,
 }
 
-#[derive(Clone, Debug, PartialEq, Eq, Serialize)]
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, serde::Deserialize)]
 pub struct NodeInfo {
     pub node_id: String,
     /// None when the plugin reports no limit (0).

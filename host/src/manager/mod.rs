@@ -23,6 +23,7 @@ mod capacity;
 mod decisions;
 mod indexes;
 mod inquiries;
+mod node_admin;
 mod node_sync;
 mod node_view;
 pub mod nodes;
@@ -95,7 +96,8 @@ pub struct VolumeManager {
     registry: Arc<Registry>,
     policies: Arc<Policies>,
     secrets: Secrets,
-    nodes: Arc<dyn NodeAgent>,
+    /// Every node, through its agent.
+    nodes: Arc<crate::cluster::Directory>,
     queue: Queue,
     /// Turns for guest decisions.
     deciding: tokio::sync::Semaphore,
@@ -115,7 +117,7 @@ impl VolumeManager {
         store: Arc<dyn Store>,
         registry: Arc<Registry>,
         policies: Arc<Policies>,
-        nodes: Arc<dyn NodeAgent>,
+        nodes: Arc<crate::cluster::Directory>,
     ) -> Result<Arc<Self>, StoreError> {
         Ok(Arc::new(VolumeManager {
             table: VolumeTable::load(store)?,

@@ -6,6 +6,7 @@
 use std::collections::BTreeMap;
 
 use super::VolumeManager;
+use super::nodes::NodeAgent;
 use super::nodes::{NodeState, NodeSummary};
 use crate::csi::fingerprint::NodeInfo;
 use crate::csi::registry::Health;
@@ -49,6 +50,10 @@ impl VolumeManager {
         if n.state != NodeState::Ready && health == Health::Healthy {
             health = Health::Unhealthy {
                 reason: format!("the node's agent is {}", n.state.as_str()),
+            };
+        } else if n.draining && health == Health::Healthy {
+            health = Health::Unhealthy {
+                reason: "the node is draining".into(),
             };
         }
         NodePluginView {

@@ -35,6 +35,8 @@ pub enum NodeState {
     Down,
     /// Not heard from since this server started.
     Unknown,
+    /// Declared dead by an operator; its agent is refused.
+    Forgotten,
 }
 
 impl NodeState {
@@ -43,6 +45,7 @@ impl NodeState {
             NodeState::Ready => "ready",
             NodeState::Down => "down",
             NodeState::Unknown => "unknown",
+            NodeState::Forgotten => "forgotten",
         }
     }
 }
@@ -55,6 +58,8 @@ pub struct NodeSummary {
     pub last_seen: Option<SystemTime>,
     /// The node plugins its agent reported, by the operator's plugin name.
     pub plugins: BTreeMap<String, PluginStatus>,
+    /// Left out of placement while its publications are undone.
+    pub draining: bool,
 }
 
 #[tonic::async_trait]
@@ -66,6 +71,8 @@ pub trait NodeAgent: Send + Sync {
     fn plugin_status(&self, node: &str, plugin: &str) -> Option<PluginStatus>;
     /// Whether node operations can be sent to the node now.
     fn connected(&self, node: &str) -> bool;
+    /// Declared dead: node-side steps there are skipped.
+    fn forgotten(&self, node: &str) -> bool;
     fn staging_path(&self, node: &str, berth_id: &str) -> PathBuf;
     fn target_path(&self, node: &str, berth_id: &str) -> PathBuf;
     async fn stage(&self, node: &str, plugin: &str, v: NodeVolume) -> Result<(), CsiError>;

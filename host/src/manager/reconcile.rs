@@ -6,6 +6,7 @@
 use std::sync::Arc;
 use std::time::Duration;
 
+use super::nodes::NodeAgent;
 use super::outcome::{PolicyFailure, StepError, Unwritten, done_effect, refused_outright};
 use super::plan::{Caps, Step, next_step};
 use super::{RequestError, VolumeManager, now_ms};
@@ -86,6 +87,15 @@ impl VolumeManager {
             let Some(step) = next_step(&record, |node| self.caps(&record.spec.plugin, node)) else {
                 return self.finish(id, &record, &mut unwritten).await;
             };
+            // A forgotten node's side is skipped: an operator declared it dead.
+            if let Some(node) = step.on_node()
+                && self.nodes.forgotten(node)
+                && let Some(skip) = skipped_on_forgotten(&step)
+            {
+                skip(&mut record);
+                unwritten.push(skip);
+                continue;
+            }
             // A node without its agent is left as it is, and flagged: Berth
             // does not guess. The node's return queues the volume again.
             if let Some(node) = step.on_node()
@@ -360,6 +370,26 @@ impl VolumeManager {
                 .as_ref()
                 .is_some_and(|f| f.has_node_capability(NodeCap::ExpandVolume)),
         }
+    }
+}
+
+/// What a node-side step on a forgotten node leaves the record at, without a call:
+/// undoing goes on as if the node had done it; nothing goes forward there.
+fn skipped_on_forgotten(step: &Step) -> Option<super::outcome::Apply> {
+    use super::outcome::set_step;
+    use crate::model::PublishStep;
+    match step {
+        Step::NodeUnpublish(node) => Some(set_step(node, PublishStep::Staged, None)),
+        Step::NodeUnstage(node) => Some(set_step(node, PublishStep::ControllerPublished, None)),
+        Step::NodeExpand(node) => {
+            let node = node.clone();
+            Some(Box::new(move |r: &mut VolumeRecord| {
+                if let Some(p) = r.publications.get_mut(&node) {
+                    p.expand_pending = false;
+                }
+            }))
+        }
+        _ => None,
     }
 }
 

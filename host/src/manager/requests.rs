@@ -3,6 +3,7 @@
 
 use std::collections::BTreeMap;
 
+use super::nodes::{NodeAgent, NodeState};
 use super::table::Inserted;
 use super::{RequestError, VolumeManager};
 use crate::config::Config;
@@ -249,6 +250,21 @@ impl VolumeManager {
             }));
         };
         let already = r.publications.get(node).is_some_and(|p| p.wanted);
+        if let Some(n) = self
+            .nodes
+            .node(node)
+            .filter(|n| !already && (n.draining || n.state == NodeState::Forgotten))
+        {
+            return Err(RequestError::Invalid(format!(
+                "node: {node:?} is {}; publish elsewhere{}",
+                if n.draining { "draining" } else { "forgotten" },
+                if n.draining {
+                    format!(", or `berth node drain {node} --undo` first")
+                } else {
+                    String::new()
+                }
+            )));
+        }
         if let Some(max) = view.info.as_ref().and_then(|i| i.max_volumes_per_node)
             && !already
             && view.published_volumes >= max

@@ -75,6 +75,26 @@ impl RedbStore {
         schema_version(&db).map_err(failed)
     }
 
+    /// Node changes are rare (a first registration, a drain): each is its own transaction.
+    async fn change_node(&self, name: String, bytes: Option<Vec<u8>>) -> Result<(), StoreError> {
+        let db = self.db.clone();
+        tokio::task::spawn_blocking(move || -> Result<(), redb::Error> {
+            let txn = db.begin_write()?;
+            {
+                let mut nodes = txn.open_table(NODES)?;
+                match &bytes {
+                    Some(b) => nodes.insert(name.as_str(), b.as_slice()).map(drop)?,
+                    None => nodes.remove(name.as_str()).map(drop)?,
+                }
+            }
+            txn.commit()?;
+            Ok(())
+        })
+        .await
+        .map_err(failed)?
+        .map_err(failed)
+    }
+
     #[cfg(test)]
     fn set_schema_version(&self, version: u64) {
         let txn = self.db.begin_write().unwrap();
@@ -220,21 +240,15 @@ impl Store for RedbStore {
     }
 
     async fn put_node(&self, node: &NodeRecord) -> Result<(), StoreError> {
-        // Rare (a node's first registration, a label change): its own transaction.
         let bytes = serde_json::to_vec(node).map_err(|e| StoreError::Encode {
             id: node.name.clone(),
             message: e.to_string(),
         })?;
-        let (db, name) = (self.db.clone(), node.name.clone());
-        tokio::task::spawn_blocking(move || -> Result<(), redb::Error> {
-            let txn = db.begin_write()?;
-            txn.open_table(NODES)?.insert(name.as_str(), bytes.as_slice())?;
-            txn.commit()?;
-            Ok(())
-        })
-        .await
-        .map_err(failed)?
-        .map_err(failed)
+        self.change_node(node.name.clone(), Some(bytes)).await
+    }
+
+    async fn remove_node(&self, name: &str) -> Result<(), StoreError> {
+        self.change_node(name.to_string(), None).await
     }
 }
 
@@ -271,6 +285,31 @@ mod tests {
         );
         drop(store);
         assert_eq!(RedbStore::recorded_schema(&path).unwrap(), Some(SCHEMA_VERSION));
+    }
+
+    #[tokio::test]
+    async fn nodes_are_remembered_and_removed_and_a_store_without_them_has_none() {
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("state.redb");
+        let store = RedbStore::open(&path).unwrap();
+        assert!(store.load_nodes().unwrap().is_empty(), "no nodes table yet");
+        let node = NodeRecord {
+            name: "node-a".into(),
+            labels: [("zone".to_string(), "a".to_string())].into(),
+            plugins: [("hostpath".to_string(), None)].into(),
+            draining: true,
+            forgotten: false,
+        };
+        store.put_node(&node).await.unwrap();
+        drop(store);
+        let store = RedbStore::open(&path).unwrap();
+        assert_eq!(store.load_nodes().unwrap(), vec![node]);
+        store.remove_node("node-a").await.unwrap();
+        store.remove_node("node-a").await.unwrap();
+        assert!(store.load_nodes().unwrap().is_empty());
+        // The first form written, with only a name, still reads.
+        let old: NodeRecord = serde_json::from_str(r#"{"name":"n"}"#).unwrap();
+        assert!(!old.draining && !old.forgotten && old.plugins.is_empty());
     }
 
     #[test]

@@ -48,9 +48,18 @@ pub struct NodeRecord {
     pub name: String,
     #[serde(default)]
     pub labels: std::collections::BTreeMap<String, String>,
-    /// The node plugins it reported, by the operator's plugin name.
+    /// The node plugins it reported, by the operator's plugin name, with
+    /// what NodeGetInfo said (kept so ControllerUnpublish has the node id
+    /// while the agent is away).
     #[serde(default)]
-    pub plugins: Vec<String>,
+    pub plugins: std::collections::BTreeMap<String, Option<crate::csi::fingerprint::NodeInfo>>,
+    /// Left out of placement, its publications undone (`berth node drain`).
+    #[serde(default)]
+    pub draining: bool,
+    /// Declared dead (`berth node forget --force`): node-side steps are
+    /// skipped, and its agent is refused until the node is removed.
+    #[serde(default)]
+    pub forgotten: bool,
 }
 
 /// Where volume records live. Writes return once durable; concurrent writes
@@ -67,6 +76,8 @@ pub trait Store: Send + Sync {
     fn load_nodes(&self) -> Result<Vec<NodeRecord>, StoreError>;
     /// Stores a node, replacing the one with its name.
     async fn put_node(&self, node: &NodeRecord) -> Result<(), StoreError>;
+    /// Forgets a node; removing one that is not there is not an error.
+    async fn remove_node(&self, name: &str) -> Result<(), StoreError>;
 }
 
 /// A record's stored form.
