@@ -11,9 +11,10 @@
 
 use std::path::{Path, PathBuf};
 use std::process::Command;
-use std::time::{Duration, Instant};
 
 use anyhow::{Context, bail};
+
+mod demo;
 
 const USAGE: &str = "\
 usage: cargo xtask <command>
@@ -26,6 +27,10 @@ commands:
   guests  build the policy guest components (wasm32-wasip2) into target/guests/wasm32-wasip2/guest
   bench   the policy benchmark: WASM guests against the built-in native policies
           (release build; add --quick for a short run)
+  demo-cluster
+          the same on many machines' terms: berth serve with a cluster socket and three
+          berth agent processes, each with its own node plugin; an agent killed and back,
+          a node drained
   bench-e2e
           end-to-end throughput: N volumes created, published, unpublished and deleted
           through berth serve and the sample plugin, built-in against WASM policies, and
@@ -43,7 +48,8 @@ commands:
 fn main() {
     let args: Vec<String> = std::env::args().skip(1).collect();
     let result = match args.first().map(String::as_str) {
-        Some("demo") => demo(),
+        Some("demo") => demo::demo(),
+        Some("demo-cluster") => demo::demo_cluster(),
         Some("test") => test(&args[1..]),
         Some("lint") => lint(),
         Some("guests") => guests(),
@@ -213,186 +219,4 @@ fn lint() -> anyhow::Result<()> {
     let mut clippy = cargo();
     clippy.args(["clippy", "--workspace", "--all-targets", "--", "-D", "warnings"]);
     run(clippy)
-}
-
-/// The main job on the embedded defaults: a sample CSI plugin as a controller
-/// and three nodes in two zones, `berth serve` with the three sample guests,
-/// volumes through their whole life, and a crash of the host in the middle.
-fn demo() -> anyhow::Result<()> {
-    guests()?;
-    build_bins()?;
-    let root = root();
-    let bin = root.join("target/debug");
-    let guests = guest_dir();
-    let work = std::env::temp_dir().join(format!("berth-demo-{}", std::process::id()));
-    std::fs::create_dir_all(&work)?;
-    let mut children = Vec::new();
-    let outcome = run_demo(&bin, &guests, &work, &mut children);
-    for mut c in children {
-        let _ = c.kill();
-        let _ = c.wait();
-    }
-    let _ = std::fs::remove_dir_all(&work);
-    outcome
-}
-
-fn wait_for_socket(path: &Path) -> anyhow::Result<()> {
-    let started = Instant::now();
-    while std::os::unix::net::UnixStream::connect(path).is_err() {
-        if started.elapsed() > Duration::from_secs(30) {
-            bail!("{} did not come up", path.display());
-        }
-        std::thread::sleep(Duration::from_millis(20));
-    }
-    Ok(())
-}
-
-fn run_demo(
-    bin: &Path,
-    guests: &Path,
-    work: &Path,
-    children: &mut Vec<std::process::Child>,
-) -> anyhow::Result<()> {
-    let plugin = |name: &str, args: &[&str]| -> anyhow::Result<std::process::Child> {
-        let log = std::fs::File::create(work.join(format!("{name}.log")))?;
-        Ok(Command::new(bin.join("hostpath-plugin"))
-            .arg("--endpoint")
-            .arg(work.join(format!("{name}.sock")))
-            .arg("--state-dir")
-            .arg(work.join("hostpath"))
-            .args(args)
-            .stdout(log.try_clone()?)
-            .stderr(log)
-            .spawn()?)
-    };
-    println!("==> the sample CSI plugin: a controller, and nodes a (zone-1), b and c (zone-2)");
-    children.push(plugin(
-        "controller",
-        &["--node", "false", "--topology", "zone=zone-1"],
-    )?);
-    for (node, zone) in [("node-a", "zone-1"), ("node-b", "zone-2"), ("node-c", "zone-2")] {
-        let topology = format!("zone={zone}");
-        children.push(plugin(
-            node,
-            &[
-                "--controller",
-                "false",
-                "--node-id",
-                node,
-                "--topology",
-                &topology,
-                "--max-volumes",
-                "8",
-            ],
-        )?);
-    }
-    let mut config = format!(
-        "state = \"state/berth.redb\"\nfingerprint_interval = \"1s\"\n\n[[plugin]]\nname = \"hostpath\"\ndriver = \"hostpath.csi.berth.dev\"\ncontroller = \"unix://{}\"\n",
-        work.join("controller.sock").display()
-    );
-    for (node, disk) in [("node-a", "ssd"), ("node-b", "ssd"), ("node-c", "hdd")] {
-        config += &format!(
-            "\n[[node]]\nname = \"{node}\"\ndir = \"nodes/{node}\"\nlabels = {{ disk = \"{disk}\" }}\nplugins = {{ hostpath = \"unix://{}\" }}\n",
-            work.join(format!("{node}.sock")).display()
-        );
-    }
-    config += &format!(
-        "\n[[policy]]\nmodule = \"{}\"\nsettings = {{ prefix = \"demo\" }}\n\n[[policy]]\nmodule = \"{}\"\n\n[[policy]]\nmodule = \"{}\"\non_error = \"builtin\"\nsettings = {{ base-ms = \"100\" }}\n",
-        guests.join("berth_naming_guest.wasm").display(),
-        guests.join("berth_placement_guest.wasm").display(),
-        guests.join("berth_retry_guest.wasm").display()
-    );
-    let config_path = work.join("berth.toml");
-    std::fs::write(&config_path, &config)?;
-    println!("==> berth.toml\n{config}");
-
-    let api = work.join("state/berth.sock");
-    let serve = |children: &mut Vec<std::process::Child>| -> anyhow::Result<()> {
-        let log = std::fs::OpenOptions::new()
-            .create(true)
-            .append(true)
-            .open(work.join("serve.log"))?;
-        children.push(
-            Command::new(bin.join("berth"))
-                .args(["serve", "--config"])
-                .arg(&config_path)
-                .stdout(log.try_clone()?)
-                .stderr(log)
-                .spawn()?,
-        );
-        wait_for_socket(&api)
-    };
-    let berth = |args: &[&str]| -> anyhow::Result<()> {
-        println!("\n$ berth {}", args.join(" "));
-        let mut cmd = Command::new(bin.join("berth"));
-        cmd.args(args).env("BERTH_API", &api);
-        run(cmd)
-    };
-
-    println!("==> berth serve");
-    serve(children)?;
-    berth(&["plugin", "status"])?;
-    berth(&["node", "list"])?;
-    berth(&[
-        "volume",
-        "create",
-        "pg-data",
-        "--plugin",
-        "hostpath",
-        "--size",
-        "1GiB",
-        "--requisite",
-        "zone=zone-1",
-        "--wait",
-    ])?;
-    berth(&[
-        "volume",
-        "create",
-        "cache",
-        "--plugin",
-        "hostpath",
-        "--size",
-        "256MiB",
-        "--requisite",
-        "zone=zone-2",
-        "--label",
-        "node-selector/disk=ssd",
-        "--wait",
-    ])?;
-    berth(&[
-        "volume",
-        "create",
-        "scratch",
-        "--plugin",
-        "hostpath",
-        "--preferred",
-        "zone=zone-2",
-        "--wait",
-    ])?;
-    berth(&["volume", "publish", "pg-data", "--node", "node-a", "--wait"])?;
-    println!("\n==> 'cache' is published where placement says: zone-2, and only on an ssd node");
-    berth(&["volume", "publish", "cache", "--wait"])?;
-    berth(&["volume", "publish", "scratch", "--wait"])?;
-    berth(&["volume", "list"])?;
-
-    println!("\n==> kill -9 berth serve, and start it again: nothing is lost");
-    if let Some(mut s) = children.pop() {
-        s.kill()?;
-        s.wait()?;
-    }
-    serve(children)?;
-    berth(&["volume", "list"])?;
-    berth(&["volume", "get", "cache"])?;
-
-    berth(&["volume", "unpublish", "pg-data", "--node", "node-a", "--wait"])?;
-    for v in ["pg-data", "cache", "scratch"] {
-        berth(&["volume", "delete", v, "--wait"])?;
-    }
-    berth(&["volume", "list"])?;
-    let left = std::fs::read_dir(work.join("hostpath/volumes"))?.count();
-    println!("\n==> volumes left on the plugin: {left}");
-    if left != 0 {
-        bail!("{left} volumes were left on the plugin");
-    }
-    Ok(())
 }

@@ -112,7 +112,7 @@ async fn list(api: ApiArgs, output: Output) -> anyhow::Result<ExitCode> {
         Output::Json => super::print_json(&views)?,
         Output::Text => {
             say!(
-                "{:<12} {:<8} {:<10} {:<12} {:<12} {:<10} {:<8} {:<22} LABELS",
+                "{:<12} {:<16} {:<10} {:<12} {:<12} {:<10} {:<8} {:<22} LABELS",
                 "NODE",
                 "STATE",
                 "LAST SEEN",
@@ -131,7 +131,7 @@ async fn list(api: ApiArgs, output: Output) -> anyhow::Result<ExitCode> {
                     .join(",");
                 let seen = n.last_seen_unix_ms.map_or_else(|| "never".to_string(), ago);
                 if n.plugins.is_empty() {
-                    say!("{:<12} {:<8} {:<10} {:<12}", n.name, n.state, seen, "-");
+                    say!("{:<12} {:<16} {:<10} {:<12}", n.name, n.state, seen, "-");
                 }
                 for p in &n.plugins {
                     let max = if p.max_volumes > 0 {
@@ -146,7 +146,7 @@ async fn list(api: ApiArgs, output: Output) -> anyhow::Result<ExitCode> {
                         .collect::<Vec<_>>()
                         .join(",");
                     say!(
-                        "{:<12} {:<8} {:<10} {:<12} {:<12} {:<10} {:<8} {:<22} {labels}",
+                        "{:<12} {:<16} {:<10} {:<12} {:<12} {:<10} {:<8} {:<22} {labels}",
                         n.name,
                         n.state,
                         seen,
