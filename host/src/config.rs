@@ -9,7 +9,9 @@
 //! workers = 256
 //! fingerprint_interval = "30s"
 //! secrets_dir = "secrets"               # one file per secret, KEY=VALUE lines, mode 0600
-//! cluster = "unix:///run/berth/cluster.sock"  # where `berth agent`s dial; none by default
+//! cluster = "unix:///run/berth/cluster.sock"  # where `berth agent`s on this machine dial; none by default
+//! cluster_address = "0.0.0.0:7443"     # the TLS endpoint agents on other machines dial; none by default
+//! cluster_names = ["berth.example"]     # names and addresses in the server's certificate
 //! heartbeat_timeout = "15s"             # an agent silent this long is down
 //!
 //! [[plugin]]
@@ -91,6 +93,9 @@ struct Raw {
     fingerprint_interval: Option<String>,
     secrets_dir: Option<PathBuf>,
     cluster: Option<String>,
+    cluster_address: Option<String>,
+    #[serde(default)]
+    cluster_names: Vec<String>,
     heartbeat_timeout: Option<String>,
     #[serde(default, rename = "plugin")]
     plugins: Vec<RawPlugin>,
@@ -146,6 +151,10 @@ pub struct Config {
     pub secrets_dir: Option<PathBuf>,
     /// Where agents dial (a unix socket, with `socket_mode`).
     pub cluster: Option<Endpoint>,
+    /// The TLS endpoint (host:port) agents on other machines dial.
+    pub cluster_address: Option<std::net::SocketAddr>,
+    /// Names and addresses the server's certificate is valid for.
+    pub cluster_names: Vec<String>,
     pub heartbeat_timeout: Duration,
     pub plugins: Vec<PluginConfig>,
     pub nodes: Vec<NodeConfig>,
@@ -377,6 +386,19 @@ impl Config {
                         .map_err(|e| invalid("cluster", e))
                 })
                 .transpose()?,
+            cluster_names: cluster_names(raw.cluster_address.as_deref(), raw.cluster_names)?,
+            cluster_address: raw
+                .cluster_address
+                .as_deref()
+                .map(|a| {
+                    a.parse().map_err(|_| {
+                        invalid(
+                            "cluster_address",
+                            format!("{a:?} is not an address like \"0.0.0.0:7443\""),
+                        )
+                    })
+                })
+                .transpose()?,
             heartbeat_timeout: duration("heartbeat_timeout", raw.heartbeat_timeout.as_deref(), "15s")?,
             plugins,
             nodes,
@@ -416,6 +438,42 @@ pub(crate) fn load_file<T>(
         path: path.to_path_buf(),
         error: Box::new(e),
     })
+}
+
+/// The server certificate's names: those configured, else this machine's
+/// loopback names, the address's own IP (unless it is a wildcard) and host name.
+fn cluster_names(address: Option<&str>, names: Vec<String>) -> Result<Vec<String>, ConfigError> {
+    if let Some(bad) = names
+        .iter()
+        .find(|n| n.is_empty() || n.contains(char::is_whitespace))
+    {
+        return Err(invalid(
+            "cluster_names",
+            format!("{bad:?} is not a host name or address"),
+        ));
+    }
+    if !names.is_empty() || address.is_none() {
+        return Ok(names);
+    }
+    let mut out = vec![
+        "localhost".to_string(),
+        "127.0.0.1".to_string(),
+        "::1".to_string(),
+    ];
+    if let Some(ip) = address
+        .and_then(|a| a.parse::<std::net::SocketAddr>().ok())
+        .map(|a| a.ip())
+        .filter(|ip| !ip.is_unspecified() && !ip.is_loopback())
+    {
+        out.push(ip.to_string());
+    }
+    if let Ok(host) = std::fs::read_to_string("/proc/sys/kernel/hostname") {
+        let host = host.trim();
+        if !host.is_empty() {
+            out.push(host.to_string());
+        }
+    }
+    Ok(out)
 }
 
 pub(crate) fn duration(key: &str, value: Option<&str>, default: &str) -> Result<Duration, ConfigError> {

@@ -12,6 +12,7 @@ use crate::agent::calls::Paths;
 use crate::agent::{Agent, AgentSpec};
 use crate::api::{self, BerthApi};
 use crate::cluster::Directory;
+use crate::cluster::pki::{ClusterCa, ClusterTls, ca_dir};
 use crate::cluster::service::{ClusterService, link_in_process};
 use crate::config::Config;
 use crate::csi::ClientOptions;
@@ -146,6 +147,7 @@ pub async fn run(
             plugins: n.plugins.keys().map(|p| (p.clone(), None)).collect(),
             draining: false,
             forgotten: false,
+            cert: None,
         });
     }
     let store = Arc::new(RedbStore::open(&config.state).map_err(|e| e.to_string())?);
@@ -159,6 +161,10 @@ pub async fn run(
         None => None,
     };
     let cluster_path = cluster.as_ref().map(|(path, _)| path.clone());
+    let tls = match config.cluster_address {
+        Some(address) => Some(bind_tls(&config, address).await?),
+        None => None,
+    };
     let manager = VolumeManager::new(config, store, controllers, policies, directory.clone())
         .map_err(|e| e.to_string())?;
     directory.set_sync(as_sync(&manager));
@@ -167,6 +173,13 @@ pub async fn run(
     }
     let _workers = manager.start();
     let _agents = start_node_agents(&manager, &directory, deadline).await?;
+    let tls = tls.map(|(tls, listener)| {
+        tracing::info!(cluster_address = %tls.address, ca = %tls.ca.fingerprint(), "listening for agents over TLS");
+        let names = manager.config().cluster_names.clone();
+        // Detached: it serves until the process ends.
+        drop(serve_cluster_tls(directory.clone(), tls.clone(), listener, names));
+        tls
+    });
     let _cluster = cluster.map(|(path, listener)| {
         tracing::info!(cluster = %path.display(), "listening for agents");
         serve_cluster(directory.clone(), listener)
@@ -186,7 +199,7 @@ pub async fn run(
     );
 
     let result = tonic::transport::Server::builder()
-        .add_service(BerthServer::new(BerthApi::new(manager, reloader)))
+        .add_service(BerthServer::new(BerthApi::new(manager, reloader, tls)))
         .serve_with_incoming_shutdown(UnixListenerStream::new(listener), shutdown)
         .await;
     sighup.abort();
@@ -247,11 +260,63 @@ fn serve_cluster(
     tokio::spawn(async move {
         let served = tonic::transport::Server::builder()
             .http2_keepalive_interval(Some(Duration::from_secs(10)))
-            .add_service(ClusterServer::new(ClusterService::new(directory)))
+            .add_service(ClusterServer::new(ClusterService::new(directory, None)))
             .serve_with_incoming(UnixListenerStream::new(listener))
             .await;
         if let Err(e) = served {
             tracing::error!(error = %e, "the cluster endpoint stopped");
+        }
+    })
+}
+
+/// The cluster CA (made on first use), and the TLS endpoint's listener.
+async fn bind_tls(
+    config: &Config,
+    address: std::net::SocketAddr,
+) -> Result<(Arc<ClusterTls>, tokio::net::TcpListener), String> {
+    let ca = ClusterCa::load_or_create(&ca_dir(&config.state))?;
+    let listener = tokio::net::TcpListener::bind(address)
+        .await
+        .map_err(|e| format!("cluster_address: binding {address}: {e}"))?;
+    Ok((
+        Arc::new(ClusterTls {
+            ca,
+            address: address.to_string(),
+        }),
+        listener,
+    ))
+}
+
+/// Serves the TLS endpoint: agents join with a token, then attach with the
+/// certificate they got; a client certificate is checked against the
+/// cluster CA during the handshake.
+fn serve_cluster_tls(
+    directory: Arc<Directory>,
+    tls: Arc<ClusterTls>,
+    listener: tokio::net::TcpListener,
+    names: Vec<String>,
+) -> tokio::task::JoinHandle<()> {
+    use tonic::transport::{Certificate, Identity, ServerTlsConfig};
+    tokio::spawn(async move {
+        let identity = match tls.ca.server_identity(&names) {
+            Ok((chain, key)) => Identity::from_pem(chain, key),
+            Err(e) => return tracing::error!(error = %e, "the TLS cluster endpoint cannot start"),
+        };
+        let config = ServerTlsConfig::new()
+            .identity(identity)
+            .client_ca_root(Certificate::from_pem(tls.ca.cert_pem()))
+            .client_auth_optional(true);
+        let server = match tonic::transport::Server::builder().tls_config(config) {
+            Ok(s) => s,
+            Err(e) => return tracing::error!(error = %e, "the TLS cluster endpoint cannot start"),
+        };
+        let served = server
+            .http2_keepalive_interval(Some(Duration::from_secs(10)))
+            .add_service(ClusterServer::new(ClusterService::new(directory, Some(tls))))
+            .serve_with_incoming(tokio_stream::wrappers::TcpListenerStream::new(listener))
+            .await;
+        if let Err(e) = served {
+            tracing::error!(error = %e, "the TLS cluster endpoint stopped");
         }
     })
 }

@@ -19,16 +19,46 @@ pub struct AgentProcess {
 
 impl AgentProcess {
     /// Writes the agent's config; [`AgentProcess::start`] runs it.
-    pub fn new(dir: &Path, name: &str, zone: &str, server: &Path, node_dir: &Path, plugin: &str) -> Self {
+    /// `server` as agent.toml takes it (`unix:///...` or `https://host:port`).
+    pub fn new(
+        dir: &Path,
+        name: &str,
+        zone: &str,
+        server: &str,
+        node_dir: &Path,
+        plugin: &str,
+        token: Option<&str>,
+    ) -> Self {
+        let token = token.map_or(String::new(), |t| format!("token = \"{t}\"\n"));
         Self::with_config(
             dir,
             name,
             &format!(
-                "node = \"{name}\"\nlabels = {{ zone-label = \"{zone}\" }}\nserver = \"unix://{}\"\ndir = \"{}\"\nheartbeat_interval = \"200ms\"\nfingerprint_interval = \"500ms\"\n[plugins]\nhostpath = \"{plugin}\"\n",
-                server.display(),
+                "node = \"{name}\"\nlabels = {{ zone-label = \"{zone}\" }}\nserver = \"{server}\"\n{token}dir = \"{}\"\nheartbeat_interval = \"200ms\"\nfingerprint_interval = \"500ms\"\n[plugins]\nhostpath = \"{plugin}\"\n",
                 node_dir.display()
             ),
         )
+    }
+
+    /// Waits (up to 20 s) for the process to exit by itself.
+    pub fn wait_exit(&mut self) -> std::process::ExitStatus {
+        let started = std::time::Instant::now();
+        loop {
+            if let Some(status) = self.exited() {
+                return status;
+            }
+            assert!(
+                started.elapsed() < std::time::Duration::from_secs(20),
+                "the agent never stopped: {}",
+                self.log_text()
+            );
+            std::thread::sleep(std::time::Duration::from_millis(50));
+        }
+    }
+
+    /// Whether the process has exited, and how.
+    pub fn exited(&mut self) -> Option<std::process::ExitStatus> {
+        self.child.as_mut().and_then(|c| c.try_wait().ok().flatten())
     }
 
     /// An agent with the config `text`, written under `dir`.
@@ -125,6 +155,11 @@ impl Cluster {
             );
             std::thread::sleep(Duration::from_millis(50));
         }
+    }
+
+    /// A join token from `berth cluster token`.
+    pub fn join_token(&self) -> String {
+        self.ok(&["cluster", "token", "--ttl", "10m"]).trim().to_string()
     }
 
     pub fn agent(&mut self, name: &str) -> &mut AgentProcess {

@@ -209,6 +209,14 @@ pub async fn summary(client: &mut BerthClient<Channel>) -> Result<api::SummaryRe
     Ok(client.summary(api::SummaryRequest {}).await?.into_inner())
 }
 
+/// A TCP port free on loopback now (the tests' servers bind it next).
+pub fn free_port() -> u16 {
+    std::net::TcpListener::bind("127.0.0.1:0")
+        .and_then(|l| l.local_addr())
+        .map(|a| a.port())
+        .expect("a free port on loopback")
+}
+
 /// Starts `berth COMMAND --config CONFIG` (info logs appended to `log`).
 pub fn berth_logged(command: &str, config: &Path, log: &Path) -> Child {
     let log = std::fs::OpenOptions::new()
@@ -219,7 +227,10 @@ pub fn berth_logged(command: &str, config: &Path, log: &Path) -> Child {
     Command::new(bin("berth"))
         .args([command, "--config"])
         .arg(config)
-        .env("BERTH_LOG", "info")
+        .env(
+            "BERTH_LOG",
+            std::env::var("BERTH_TEST_LOG").unwrap_or_else(|_| "info".into()),
+        )
         .stdin(Stdio::null())
         .stdout(log.try_clone().unwrap())
         .stderr(log)
@@ -306,6 +317,9 @@ pub struct ClusterSpec<'a> {
     /// Serve each node by a `berth agent` process (heartbeat timeout 1 s)
     /// instead of a `[[node]]` in `berth.toml`.
     pub agents: bool,
+    /// With `agents`: they dial the TLS endpoint on loopback and join with a
+    /// token, instead of the cluster's unix socket.
+    pub tls: bool,
 }
 
 impl Default for ClusterSpec<'_> {
@@ -323,6 +337,7 @@ impl Default for ClusterSpec<'_> {
             volumes_dir: None,
             guest_dir: None,
             agents: false,
+            tls: false,
         }
     }
 }
@@ -349,13 +364,15 @@ impl Cluster {
         }
         let controller = controller.args(&spec.plugin_args).spawn();
         let mut nodes = Vec::new();
-        let mut agents = Vec::new();
+        let mut agent_nodes = Vec::new();
         let mut node_config = String::new();
-        let cluster_socket = dir.path().join("state/cluster.sock");
-        let cluster_config = if spec.agents {
-            "cluster = \"state/cluster.sock\"\nheartbeat_timeout = \"1s\"\n"
-        } else {
-            ""
+        let tls_port = spec.tls.then(free_port);
+        let cluster_config = match (spec.agents, tls_port) {
+            (false, _) => String::new(),
+            (true, None) => "cluster = \"state/cluster.sock\"\nheartbeat_timeout = \"1s\"\n".into(),
+            (true, Some(port)) => {
+                format!("cluster_address = \"127.0.0.1:{port}\"\nheartbeat_timeout = \"1s\"\n")
+            }
         };
         for (name, zone) in &spec.nodes {
             let zone_arg = format!("zone={zone}");
@@ -374,14 +391,7 @@ impl Cluster {
                 .spawn();
             let node_dir = volumes_dir.join("nodes").join(name);
             if spec.agents {
-                agents.push(AgentProcess::new(
-                    dir.path(),
-                    name,
-                    zone,
-                    &cluster_socket,
-                    &node_dir,
-                    &p.endpoint(),
-                ));
+                agent_nodes.push((name.to_string(), zone.to_string(), node_dir, p.endpoint()));
                 nodes.push((name.to_string(), p));
                 continue;
             }
@@ -430,13 +440,28 @@ impl Cluster {
             dir,
             controller,
             nodes,
-            agents,
+            agents: Vec::new(),
             serve: None,
         };
         c.start_serve();
-        if !c.agents.is_empty() {
-            for a in &mut c.agents {
+        if !agent_nodes.is_empty() {
+            let server = match tls_port {
+                Some(port) => format!("https://127.0.0.1:{port}"),
+                None => format!("unix://{}", c.dir.path().join("state/cluster.sock").display()),
+            };
+            let token = tls_port.map(|_| c.join_token());
+            for (name, zone, node_dir, plugin) in &agent_nodes {
+                let mut a = AgentProcess::new(
+                    c.dir.path(),
+                    name,
+                    zone,
+                    &server,
+                    node_dir,
+                    plugin,
+                    token.as_deref(),
+                );
                 a.start();
+                c.agents.push(a);
             }
             let names: Vec<String> = c.agents.iter().map(|a| a.name.clone()).collect();
             let names: Vec<&str> = names.iter().map(String::as_str).collect();

@@ -224,7 +224,22 @@ fn check_agreement(c: &Cluster, expected: &BTreeMap<String, &'static str>) {
         .map(|v| v["name"].as_str().unwrap().to_string())
         .collect();
     let wanted: BTreeSet<String> = expected.keys().cloned().collect();
-    assert_eq!(names, wanted, "Berth's volumes are the ones asked for");
+    let extra: Vec<&serde_json::Value> = volumes
+        .iter()
+        .filter(|v| !wanted.contains(v["name"].as_str().unwrap()))
+        .collect();
+    assert_eq!(
+        names,
+        wanted,
+        "Berth's volumes are the ones asked for; not asked for: {extra:#?}\n{}",
+        c.log()
+            .lines()
+            .filter(|l| extra.iter().any(|v| {
+                l.contains(v["name"].as_str().unwrap()) || l.contains(v["id"].as_str().unwrap())
+            }))
+            .collect::<Vec<_>>()
+            .join("\n")
+    );
     let plugin = plugin_records(c);
     let mut published_dirs = BTreeSet::new();
     let mut targets = BTreeSet::new();

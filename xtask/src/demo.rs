@@ -230,23 +230,31 @@ pub fn demo() -> anyhow::Result<()> {
     delete_all(&d)
 }
 
-/// Berth as on many machines, on loopback: `berth serve` with a cluster
-/// socket and a `berth agent` per node, each owning its node plugin.
+/// Berth as on many machines, on loopback: `berth serve` with its TLS
+/// cluster endpoint and a `berth agent` per node, each joining with a token
+/// and owning its node plugin.
 pub fn demo_cluster() -> anyhow::Result<()> {
     let mut d = Demo::new()?;
     d.plugins()?;
+    let port = std::net::TcpListener::bind("127.0.0.1:0")?.local_addr()?.port();
     config(
         &d,
-        "cluster = \"state/cluster.sock\"\nheartbeat_timeout = \"2s\"\n",
+        &format!("cluster_address = \"127.0.0.1:{port}\"\nheartbeat_timeout = \"2s\"\n"),
         "",
     )?;
-    println!("==> berth serve, listening for agents");
+    println!("==> berth serve, listening for agents over TLS on 127.0.0.1:{port}");
     d.serve()?;
-    let cluster = d.work.join("state/cluster.sock");
+    println!(
+        "\n==> a join token: it pins the cluster CA, so an agent checks the server before sending anything"
+    );
+    let token = d
+        .berth_output(&["cluster", "token", "--ttl", "10m"])?
+        .trim()
+        .to_string();
+    println!("{token}");
     for ((node, _), disk) in NODES.iter().zip(DISKS) {
         let text = format!(
-            "node = \"{node}\"\nlabels = {{ disk = \"{disk}\" }}\nserver = \"unix://{}\"\ndir = \"nodes/{node}\"\nheartbeat_interval = \"500ms\"\n[plugins]\nhostpath = \"{}\"\n",
-            cluster.display(),
+            "node = \"{node}\"\nlabels = {{ disk = \"{disk}\" }}\nserver = \"https://127.0.0.1:{port}\"\ntoken = \"{token}\"\ndir = \"nodes/{node}\"\nheartbeat_interval = \"500ms\"\n[plugins]\nhostpath = \"{}\"\n",
             d.socket(node)
         );
         let path = d.work.join(format!("agent-{node}.toml"));

@@ -28,9 +28,9 @@ commands:
   bench   the policy benchmark: WASM guests against the built-in native policies
           (release build; add --quick for a short run)
   demo-cluster
-          the same on many machines' terms: berth serve with a cluster socket and three
-          berth agent processes, each with its own node plugin; an agent killed and back,
-          a node drained
+          the same on many machines' terms: berth serve with its TLS cluster endpoint on
+          loopback and three berth agent processes joining with a token, each with its own
+          node plugin; an agent killed and back, a node drained
   bench-e2e
           end-to-end throughput: N volumes created, published, unpublished and deleted
           through berth serve and the sample plugin, built-in against WASM policies, and

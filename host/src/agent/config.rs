@@ -5,7 +5,8 @@
 //! ```toml
 //! node = "node-a"                        # this node's name in the cluster
 //! labels = { zone = "a", disk = "ssd" }  # for placement
-//! server = "unix:///run/berth/cluster.sock"
+//! server = "https://berth.example:7443"  # the TLS endpoint; or unix:///run/berth/cluster.sock
+//! token = "berth1...."                   # to join the first time (`berth cluster token`)
 //! dir = "/var/lib/berth/agent"           # the agent's record; staging/ and publish/ below
 //! plugin_dir = "/var/lib/berth/plugins"  # optional: sockets appearing here are registered
 //! fingerprint_interval = "30s"
@@ -32,6 +33,7 @@ struct Raw {
     #[serde(default)]
     labels: BTreeMap<String, String>,
     server: String,
+    token: Option<String>,
     dir: PathBuf,
     plugin_dir: Option<PathBuf>,
     fingerprint_interval: Option<String>,
@@ -41,12 +43,50 @@ struct Raw {
     plugins: BTreeMap<String, String>,
 }
 
+/// Where the server's cluster endpoint is.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub enum ServerAddress {
+    /// A unix socket on this machine (its mode guards it).
+    Unix(Endpoint),
+    /// The TLS endpoint: `https://host:port`.
+    Tls { host: String, port: u16 },
+}
+
+impl ServerAddress {
+    fn parse_tls(rest: &str) -> Result<ServerAddress, String> {
+        let rest = rest.trim_end_matches('/');
+        let (host, port) = rest
+            .rsplit_once(':')
+            .ok_or_else(|| format!("https://{rest} needs a port, like https://berth.example:7443"))?;
+        let port = port.parse().map_err(|_| format!("{port:?} is not a port"))?;
+        let host = host.trim_start_matches('[').trim_end_matches(']');
+        if host.is_empty() {
+            return Err("the server's host is empty".into());
+        }
+        Ok(ServerAddress::Tls {
+            host: host.to_string(),
+            port,
+        })
+    }
+}
+
+impl std::fmt::Display for ServerAddress {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match self {
+            ServerAddress::Unix(e) => write!(f, "{e}"),
+            ServerAddress::Tls { host, port } => write!(f, "https://{host}:{port}"),
+        }
+    }
+}
+
 #[derive(Clone, Debug)]
 pub struct AgentConfig {
     pub node: String,
     pub labels: BTreeMap<String, String>,
     /// The server's cluster endpoint.
-    pub server: Endpoint,
+    pub server: ServerAddress,
+    /// The join token, needed until the agent has its certificate.
+    pub token: Option<String>,
     pub dir: PathBuf,
     pub plugin_dir: Option<PathBuf>,
     pub fingerprint_interval: Duration,
@@ -93,7 +133,11 @@ impl AgentConfig {
         Ok(AgentConfig {
             node: raw.node,
             labels: raw.labels,
-            server: endpoint("server", &raw.server)?,
+            server: match raw.server.strip_prefix("https://") {
+                Some(rest) => ServerAddress::parse_tls(rest).map_err(|e| invalid("server", e))?,
+                None => ServerAddress::Unix(endpoint("server", &raw.server)?),
+            },
+            token: raw.token,
             dir: resolve(&raw.dir),
             plugin_dir: raw.plugin_dir.as_deref().map(resolve),
             fingerprint_interval: duration(
@@ -129,7 +173,22 @@ mod tests {
         )
         .unwrap();
         assert_eq!(c.node, "node-a");
-        assert_eq!(c.server.path(), Path::new("/etc/berth/cluster.sock"));
+        assert_eq!(
+            c.server,
+            ServerAddress::Unix(Endpoint::parse("/etc/berth/cluster.sock").unwrap())
+        );
+        let tls = AgentConfig::parse(
+            "node = \"a\"\nserver = \"https://10.0.0.1:7443\"\ndir = \"d\"\n[plugins]\nx = \"/x.sock\"",
+            Path::new("/"),
+        )
+        .unwrap();
+        assert_eq!(
+            tls.server,
+            ServerAddress::Tls {
+                host: "10.0.0.1".into(),
+                port: 7443
+            }
+        );
         assert_eq!(c.dir, Path::new("/etc/berth/agent"));
         assert_eq!(c.heartbeat_interval, Duration::from_secs(1));
         assert_eq!(c.fingerprint_interval, Duration::from_secs(30));

@@ -1,40 +1,100 @@
 //! `berth agent`'s side of the network: dials the server's cluster endpoint
-//! and keeps one session, dialing again with a growing pause when it is lost.
+//! (a unix socket, or the TLS endpoint, joining first with a token) and
+//! keeps one session, dialing again with a growing pause when it is lost.
 
+use std::path::{Path, PathBuf};
 use std::sync::Arc;
 use std::time::Duration;
 
 use berth_proto::berth::v1::cluster_client::ClusterClient;
 use tokio::sync::mpsc;
 use tokio_stream::wrappers::UnboundedReceiverStream;
+use tonic::transport::Channel;
 
+use super::config::ServerAddress;
+use super::tls::{self, Credentials};
 use super::{Agent, SessionEnd};
-use crate::csi::Endpoint;
 
 const FIRST_PAUSE: Duration = Duration::from_millis(200);
 const LONGEST_PAUSE: Duration = Duration::from_secs(10);
 
+/// The channel to the server: on the TLS endpoint, with the agent's
+/// certificate, joining first with the token when it has none.
+async fn channel(
+    agent: &Agent,
+    server: &ServerAddress,
+    token: Option<&str>,
+    dir: &Path,
+) -> Result<Channel, tonic::Status> {
+    match server {
+        ServerAddress::Unix(e) => Ok(crate::csi::unix_channel(e.path())),
+        ServerAddress::Tls { host, port } => {
+            let creds = match Credentials::load(dir).map_err(tonic::Status::failed_precondition)? {
+                Some(c) => c,
+                None => {
+                    let token = token.ok_or_else(|| {
+                        tonic::Status::failed_precondition(
+                            "this agent has not joined the cluster yet: give it a join token (`berth cluster token` on the server; `token` in agent.toml or --token)",
+                        )
+                    })?;
+                    let creds = tls::join(host, *port, token, agent.name(), dir).await?;
+                    tracing::info!(node = %agent.name(), %server, "joined the cluster");
+                    creds
+                }
+            };
+            tls::session_channel(host, *port, &creds).map_err(tonic::Status::failed_precondition)
+        }
+    }
+}
+
+/// One attempt: dial (joining if needed) and follow the session to its end.
+/// True in the second place when a session was under way.
+async fn attempt(
+    agent: &Arc<Agent>,
+    server: &ServerAddress,
+    token: Option<&str>,
+    dir: &Path,
+) -> (SessionEnd, bool) {
+    let channel = match channel(agent, server, token, dir).await {
+        Ok(c) => c,
+        Err(status) if tls::transient(&status) => {
+            return (
+                SessionEnd::Lost(format!("dialing {server}: {}", crate::csi::error_chain(&status))),
+                false,
+            );
+        }
+        Err(status) => return (SessionEnd::Refused(crate::csi::error_chain(&status)), false),
+    };
+    let (up, up_rx) = mpsc::unbounded_channel();
+    match ClusterClient::new(channel)
+        .attach(UnboundedReceiverStream::new(up_rx))
+        .await
+    {
+        Ok(response) => (agent.session(up, response.into_inner()).await, true),
+        Err(status)
+            if matches!(
+                status.code(),
+                tonic::Code::PermissionDenied | tonic::Code::Unauthenticated
+            ) =>
+        {
+            (SessionEnd::Refused(status.message().to_string()), false)
+        }
+        Err(status) if tls::transient(&status) => (
+            SessionEnd::Lost(format!("dialing {server}: {}", crate::csi::error_chain(&status))),
+            false,
+        ),
+        Err(status) => (SessionEnd::Refused(crate::csi::error_chain(&status)), false),
+    }
+}
+
 /// Runs until the server refuses the agent (the reason is returned).
-pub async fn run(agent: Arc<Agent>, server: Endpoint) -> String {
+pub async fn run(agent: Arc<Agent>, server: ServerAddress, token: Option<String>, dir: PathBuf) -> String {
     let mut pause = FIRST_PAUSE;
     loop {
-        let (up, up_rx) = mpsc::unbounded_channel();
-        let mut client = ClusterClient::new(crate::csi::unix_channel(server.path()));
-        let end = match client.attach(UnboundedReceiverStream::new(up_rx)).await {
-            Ok(response) => {
-                pause = FIRST_PAUSE;
-                agent.session(up, response.into_inner()).await
-            }
-            Err(status)
-                if matches!(
-                    status.code(),
-                    tonic::Code::PermissionDenied | tonic::Code::Unauthenticated
-                ) =>
-            {
-                SessionEnd::Refused(status.message().to_string())
-            }
-            Err(status) => SessionEnd::Lost(format!("dialing {server}: {}", status.message())),
-        };
+        let (end, had_session) = attempt(&agent, &server, token.as_deref(), &dir).await;
+        if had_session {
+            pause = FIRST_PAUSE;
+        }
         match end {
             SessionEnd::Refused(why) => return why,
             SessionEnd::Lost(why) => {

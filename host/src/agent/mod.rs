@@ -20,6 +20,7 @@ pub mod dial;
 pub mod mounts;
 pub mod plugins;
 pub mod record;
+pub mod tls;
 
 use std::collections::BTreeMap;
 use std::path::PathBuf;

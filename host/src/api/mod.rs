@@ -19,11 +19,21 @@ use crate::serve::Reloader;
 pub struct BerthApi {
     manager: Arc<VolumeManager>,
     reloader: Arc<Reloader>,
+    /// The TLS cluster endpoint, when there is one (join tokens come from its CA).
+    cluster: Option<Arc<crate::cluster::pki::ClusterTls>>,
 }
 
 impl BerthApi {
-    pub fn new(manager: Arc<VolumeManager>, reloader: Arc<Reloader>) -> Self {
-        BerthApi { manager, reloader }
+    pub fn new(
+        manager: Arc<VolumeManager>,
+        reloader: Arc<Reloader>,
+        cluster: Option<Arc<crate::cluster::pki::ClusterTls>>,
+    ) -> Self {
+        BerthApi {
+            manager,
+            reloader,
+            cluster,
+        }
     }
 }
 
@@ -461,6 +471,31 @@ impl api::berth_server::Berth for BerthApi {
             .await
             .map_err(status)?;
         Ok(Response::new(api::NodeChangeResponse { publications: 0 }))
+    }
+
+    async fn create_join_token(
+        &self,
+        req: Request<api::CreateJoinTokenRequest>,
+    ) -> Result<Response<api::CreateJoinTokenResponse>, Status> {
+        let Some(cluster) = &self.cluster else {
+            return Err(Status::failed_precondition(
+                "this server has no TLS cluster endpoint: set cluster_address in berth.toml",
+            ));
+        };
+        let ttl = match req.into_inner().ttl_seconds {
+            0 => 3600,
+            s => s.min(30 * 24 * 3600),
+        };
+        let token = cluster.ca.token(std::time::Duration::from_secs(ttl));
+        let expires_unix = crate::cluster::pki::JoinToken::parse(&token)
+            .map(|t| t.expires)
+            .unwrap_or_default();
+        tracing::info!(ttl_seconds = ttl, "join token made");
+        Ok(Response::new(api::CreateJoinTokenResponse {
+            token,
+            address: cluster.address.clone(),
+            expires_unix,
+        }))
     }
 
     async fn summary(

@@ -18,11 +18,17 @@ pub struct AgentArgs {
     /// The agent's configuration file (TOML).
     #[arg(long, short, default_value = "agent.toml", env = "BERTH_AGENT_CONFIG")]
     pub config: PathBuf,
+    /// The join token (`berth cluster token` on the server), needed only until the
+    /// agent has its certificate; overrides `token` in the config.
+    #[arg(long, env = "BERTH_JOIN_TOKEN", hide_env_values = true)]
+    pub token: Option<String>,
 }
 
 pub async fn run(args: AgentArgs) -> anyhow::Result<ExitCode> {
     let c = AgentConfig::load(&args.config).map_err(anyhow::Error::msg)?;
     let server = c.server.clone();
+    let token = args.token.or(c.token.clone());
+    let dir = c.dir.clone();
     let agent = Agent::open(AgentSpec {
         node: c.node,
         labels: c.labels,
@@ -39,7 +45,7 @@ pub async fn run(args: AgentArgs) -> anyhow::Result<ExitCode> {
     .map_err(anyhow::Error::msg)?;
     tracing::info!(node = %agent.name(), %server, "agent started");
     tokio::select! {
-        why = dial::run(agent, server) => anyhow::bail!("the server refused this agent: {why}"),
+        why = dial::run(agent, server, token, dir) => anyhow::bail!("the server refused this agent: {why}"),
         () = super::serve::shutdown() => Ok(ExitCode::SUCCESS),
     }
 }

@@ -2,6 +2,7 @@
 
 mod agent;
 mod client;
+mod cluster;
 mod health;
 mod node;
 mod plugin;
@@ -75,6 +76,13 @@ pub enum Command {
         #[command(flatten)]
         api: client::ApiArgs,
     },
+    /// The cluster's TLS endpoint: join tokens for new agents (through `berth serve`).
+    Cluster {
+        #[command(subcommand)]
+        command: cluster::ClusterCommand,
+        #[command(flatten)]
+        api: client::ApiArgs,
+    },
     /// Nodes and their CSI node plugins (through `berth serve`).
     Node {
         #[command(subcommand)]
@@ -120,6 +128,7 @@ pub async fn run(cli: Cli) -> anyhow::Result<ExitCode> {
         Command::Snapshot { command, api } => snapshot::run(command, api, cli.output).await,
         Command::Status { api } => status::status(api, cli.output).await,
         Command::Node { command, api } => node::run(command, api, cli.output).await,
+        Command::Cluster { command, api } => cluster::run(command, api, cli.output).await,
     }
 }
 

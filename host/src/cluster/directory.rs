@@ -65,6 +65,7 @@ struct Node {
     next_call: u64,
     draining: bool,
     forgotten: bool,
+    cert: Option<String>,
     /// As last written to the store.
     remembered: Option<NodeRecord>,
 }
@@ -140,6 +141,7 @@ impl Directory {
         }
         n.draining |= record.draining;
         n.forgotten |= record.forgotten;
+        n.cert = record.cert.clone().or(n.cert.take());
         n.remembered = Some(record);
     }
 
@@ -155,7 +157,36 @@ impl Directory {
                 .collect(),
             draining: n.draining,
             forgotten: n.forgotten,
+            cert: n.cert.clone(),
         }
+    }
+
+    /// The node whose agent joined with the certificate of fingerprint `cert`.
+    pub fn node_for_cert(&self, cert: &str) -> Option<String> {
+        let nodes = self.nodes.read().unwrap_or_else(|p| p.into_inner());
+        nodes
+            .iter()
+            .find(|(_, n)| lock(n).cert.as_deref() == Some(cert))
+            .map(|(name, _)| name.clone())
+    }
+
+    /// Records the certificate `node` joined with (replacing an earlier one,
+    /// which is refused from now on); the node as it is to be remembered.
+    pub fn joined(&self, node: &str, cert: String) -> Result<NodeRecord, String> {
+        let entry = {
+            let mut nodes = self.nodes.write().unwrap_or_else(|p| p.into_inner());
+            nodes.entry(node.to_string()).or_default().clone()
+        };
+        let mut n = lock(&entry);
+        if n.forgotten {
+            return Err(format!(
+                "node {node:?} was forgotten (`berth node forget`); `berth node remove {node}` lets it join again"
+            ));
+        }
+        n.cert = Some(cert);
+        let record = Self::record(node, &n);
+        n.remembered = Some(record.clone());
+        Ok(record)
     }
 
     /// Marks a node draining (or not), or forgotten; the node as it is now
@@ -185,7 +216,13 @@ impl Directory {
         let removed = self.nodes.write().unwrap_or_else(|p| p.into_inner()).remove(node);
         if let Some(entry) = removed {
             let mut n = lock(&entry);
-            n.link = None;
+            if let Some(link) = n.link.take() {
+                let _ = link.to_agent.send(down(Down::Refusal(wire::Refusal {
+                    reason: format!(
+                        "node {node:?} was removed (`berth node remove`): its certificate is revoked"
+                    ),
+                })));
+            }
             fail_waiting(&mut n, node, "the node was removed");
         }
     }

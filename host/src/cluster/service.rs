@@ -12,16 +12,39 @@ use tokio_stream::wrappers::UnboundedReceiverStream;
 use tokio_stream::{Stream, StreamExt};
 
 use super::directory::Directory;
+use super::pki::{ClusterTls, fingerprint};
 use super::session::serve_session;
 use crate::agent::{Agent, SessionEnd};
 
 pub struct ClusterService {
     directory: Arc<Directory>,
+    /// On the TLS endpoint: agents join, and attach with their certificate.
+    tls: Option<Arc<ClusterTls>>,
 }
 
 impl ClusterService {
-    pub fn new(directory: Arc<Directory>) -> Self {
-        ClusterService { directory }
+    /// The service on the unix socket (no `tls`: the socket's mode guards
+    /// it) or on the TLS endpoint.
+    pub fn new(directory: Arc<Directory>, tls: Option<Arc<ClusterTls>>) -> Self {
+        ClusterService { directory, tls }
+    }
+
+    /// The node an agent's client certificate was issued to.
+    fn certified_node<T>(&self, request: &tonic::Request<T>) -> Result<String, tonic::Status> {
+        let fp = request
+            .peer_certs()
+            .and_then(|certs| certs.first().map(|c| fingerprint(c)))
+            .ok_or_else(|| {
+                tonic::Status::unauthenticated(
+                    "no client certificate: an agent joins with a token first (`berth cluster token`)",
+                )
+            })?;
+        self.directory.node_for_cert(&fp).ok_or_else(|| {
+            tracing::warn!(certificate = %fp, "agent refused: its certificate is unknown or revoked");
+            tonic::Status::unauthenticated(
+                "this agent's certificate is unknown or revoked (`berth node remove`): join again with a new token",
+            )
+        })
     }
 }
 
@@ -35,13 +58,61 @@ impl Cluster for ClusterService {
         &self,
         request: tonic::Request<tonic::Streaming<wire::AgentMessage>>,
     ) -> Result<tonic::Response<Downstream>, tonic::Status> {
+        let certified = match self.tls {
+            Some(_) => Some(self.certified_node(&request)?),
+            None => None,
+        };
         let from_agent = request.into_inner();
         let (to_agent, rx) = mpsc::unbounded_channel();
         let directory = self.directory.clone();
-        tokio::spawn(serve_session(directory, from_agent, to_agent, |_| Ok(())));
+        tokio::spawn(serve_session(
+            directory,
+            from_agent,
+            to_agent,
+            move |node| match &certified {
+                Some(name) if name != node => Err(format!(
+                    "this agent's certificate is for node {name:?}, not {node:?}"
+                )),
+                _ => Ok(()),
+            },
+        ));
         Ok(tonic::Response::new(Box::pin(
             UnboundedReceiverStream::new(rx).map(Ok),
         )))
+    }
+
+    async fn join(
+        &self,
+        request: tonic::Request<wire::JoinRequest>,
+    ) -> Result<tonic::Response<wire::JoinResponse>, tonic::Status> {
+        let Some(tls) = &self.tls else {
+            return Err(tonic::Status::failed_precondition(
+                "agents join on the cluster's TLS endpoint (cluster_address), not here",
+            ));
+        };
+        let r = request.into_inner();
+        if let Err(why) = tls.ca.check_token(&r.token) {
+            tracing::warn!(node = %crate::text::echo(&r.node), %why, "join refused");
+            return Err(tonic::Status::permission_denied(why));
+        }
+        crate::config::name_ok("node", &r.node)
+            .map_err(|e| tonic::Status::invalid_argument(e.to_string()))?;
+        let (certificate, fp) = tls
+            .ca
+            .sign_agent(&r.node, &r.certificate_request)
+            .map_err(tonic::Status::invalid_argument)?;
+        let record = self
+            .directory
+            .joined(&r.node, fp)
+            .map_err(tonic::Status::permission_denied)?;
+        if let Some(sync) = self.directory.syncer() {
+            sync.remember(record).await;
+        }
+        tracing::info!(node = %r.node, "agent joined");
+        Ok(tonic::Response::new(wire::JoinResponse {
+            certificate,
+            ca: tls.ca.cert_pem().to_string(),
+        }))
     }
 }
 

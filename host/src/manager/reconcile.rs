@@ -116,6 +116,7 @@ impl VolumeManager {
                 }
                 return;
             }
+            tracing::debug!(volume = %record.spec.name, ?step, "step");
             match self
                 .execute(&record, &step, &mut unwritten, &mut placed_ahead)
                 .await
@@ -160,7 +161,7 @@ impl VolumeManager {
 
     /// Writes the unwritten outcomes and `also` onto the latest record, in
     /// one durable change; returns that record (`None` if it is gone).
-    async fn write_unwritten(
+    pub(super) async fn write_unwritten(
         &self,
         id: &str,
         unwritten: &mut Unwritten,

@@ -329,14 +329,32 @@ impl VolumeManager {
         node: &str,
         unwritten: &mut Unwritten,
     ) -> Result<(), StepError> {
-        if r.publications.get(node).is_none_or(|p| p.sent) {
+        // The durable record decides, not this worker's copy: outcomes applied
+        // to the copy (CreateVolume's marks publications sent) may not be
+        // written yet, and a call must never go out before its `sent` is.
+        if r.publications.get(node).is_none() || self.table.publication_sent(&r.id, node) {
             return Ok(());
         }
-        unwritten.push(sent(node, Box::new(|_| {})));
-        self.sync(&r.id, unwritten)
-            .await
-            .map(drop)
-            .map_err(|e| step_error(Code::Unavailable, e.to_string()))
+        // Marked sent only if still wanted: an operator who withdrew it
+        // meanwhile (unwant saw it unsent, so it kept no step to undo) must
+        // not have a call go out that nothing would undo.
+        let mut withdrawn = false;
+        self.write_unwritten(&r.id, unwritten, |latest| {
+            let deleting = latest.deleting;
+            match latest.publications.get_mut(node) {
+                Some(p) if p.wanted && !deleting => p.sent = true,
+                _ => withdrawn = true,
+            }
+        })
+        .await
+        .map_err(|e| step_error(Code::Unavailable, e.to_string()))?;
+        if withdrawn {
+            return Err(step_error(
+                Code::Aborted,
+                "the publication was withdrawn before its first call; planning again",
+            ));
+        }
+        Ok(())
     }
 
     fn secrets_for(&self, spec: &VolumeSpec) -> Result<HashMap<String, String>, StepError> {

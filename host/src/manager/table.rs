@@ -67,6 +67,15 @@ fn unavailable(what: &str, e: StoreError) -> RequestError {
 }
 
 impl VolumeTable {
+    /// Whether the durable record has the publication on `node` marked sent.
+    pub fn publication_sent(&self, id: &str, node: &str) -> bool {
+        self.lock()
+            .volumes
+            .get(id)
+            .and_then(|r| r.publications.get(node))
+            .is_some_and(|p| p.sent)
+    }
+
     pub fn store(&self) -> &Arc<dyn Store> {
         &self.store
     }

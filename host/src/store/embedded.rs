@@ -299,6 +299,7 @@ mod tests {
             plugins: [("hostpath".to_string(), None)].into(),
             draining: true,
             forgotten: false,
+            cert: None,
         };
         store.put_node(&node).await.unwrap();
         drop(store);

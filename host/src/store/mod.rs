@@ -60,6 +60,10 @@ pub struct NodeRecord {
     /// skipped, and its agent is refused until the node is removed.
     #[serde(default)]
     pub forgotten: bool,
+    /// The SHA-256 fingerprint of the certificate the node joined with; the
+    /// only one its agent is let in with.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub cert: Option<String>,
 }
 
 /// Where volume records live. Writes return once durable; concurrent writes

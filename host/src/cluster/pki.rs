@@ -1,0 +1,259 @@
+//! The cluster's own certificate authority: made on the first start with a
+//! TLS cluster endpoint, kept in the state directory (owner-only). It issues
+//! the server's certificate on every start and each agent's when it joins.
+//!
+//! A join token is `berth1.<CA fingerprint>.<expiry>.<MAC>`: the agent pins
+//! the CA by its SHA-256 fingerprint before it sends anything, and the
+//! server checks the MAC (HMAC-SHA256 keyed by the CA's private key) and the
+//! expiry. Tokens are not stored: nothing to leak, nothing lost on restart.
+
+use std::path::{Path, PathBuf};
+use std::time::Duration;
+
+use hmac::{Hmac, Mac};
+use rcgen::{
+    BasicConstraints, CertificateParams, CertificateSigningRequestParams, DnType, ExtendedKeyUsagePurpose,
+    IsCa, Issuer, KeyPair, KeyUsagePurpose,
+};
+use sha2::{Digest, Sha256};
+
+use crate::store::{private_dir, private_file};
+
+const TOKEN_PREFIX: &str = "berth1";
+
+/// The hex SHA-256 of a certificate's DER form.
+pub fn fingerprint(der: &[u8]) -> String {
+    hex(&Sha256::digest(der))
+}
+
+fn hex(bytes: &[u8]) -> String {
+    bytes.iter().map(|b| format!("{b:02x}")).collect()
+}
+
+fn now_secs() -> u64 {
+    crate::manager::now_ms() / 1000
+}
+
+pub struct ClusterCa {
+    cert_pem: String,
+    cert_der: Vec<u8>,
+    key: KeyPair,
+}
+
+/// What `parse_token` reads from a token, before the server checks it.
+#[derive(Debug, PartialEq, Eq)]
+pub struct JoinToken {
+    pub ca_fingerprint: String,
+    pub expires: u64,
+    mac: String,
+}
+
+impl JoinToken {
+    pub fn parse(text: &str) -> Result<JoinToken, String> {
+        let parts: Vec<&str> = text.trim().split('.').collect();
+        match parts[..] {
+            [TOKEN_PREFIX, ca, expires, mac] if ca.len() == 64 && mac.len() == 64 => Ok(JoinToken {
+                ca_fingerprint: ca.to_string(),
+                expires: expires.parse().map_err(|_| "the join token's expiry is not a number".to_string())?,
+                mac: mac.to_string(),
+            }),
+            _ => Err("this is not a Berth join token (berth1.<CA fingerprint>.<expiry>.<MAC>; `berth cluster token` prints one)".into()),
+        }
+    }
+}
+
+fn write_private(path: &Path, text: &str) -> Result<(), String> {
+    private_file(path).map_err(|e| format!("creating {}: {e}", path.display()))?;
+    std::fs::write(path, text).map_err(|e| format!("writing {}: {e}", path.display()))
+}
+
+fn read(path: &Path) -> Result<String, String> {
+    std::fs::read_to_string(path).map_err(|e| format!("reading {}: {e}", path.display()))
+}
+
+/// The DER form of the first certificate in `pem`.
+pub fn pem_to_der(pem: &str) -> Result<Vec<u8>, String> {
+    use rustls::pki_types::CertificateDer;
+    use rustls::pki_types::pem::PemObject;
+    CertificateDer::from_pem_slice(pem.as_bytes())
+        .map(|c| c.to_vec())
+        .map_err(|e| format!("a certificate is not valid PEM: {e}"))
+}
+
+impl ClusterCa {
+    /// The CA in `dir` (`ca.pem`, `ca.key`), made there first if it is not.
+    pub fn load_or_create(dir: &Path) -> Result<ClusterCa, String> {
+        private_dir(dir).map_err(|e| format!("creating {}: {e}", dir.display()))?;
+        let (cert_path, key_path) = (dir.join("ca.pem"), dir.join("ca.key"));
+        if cert_path.exists() && key_path.exists() {
+            let cert_pem = read(&cert_path)?;
+            let key =
+                KeyPair::from_pem(&read(&key_path)?).map_err(|e| format!("{}: {e}", key_path.display()))?;
+            let cert_der = pem_to_der(&cert_pem).map_err(|e| format!("{}: {e}", cert_path.display()))?;
+            return Ok(ClusterCa {
+                cert_pem,
+                cert_der,
+                key,
+            });
+        }
+        let key = KeyPair::generate().map_err(|e| format!("making the cluster CA's key: {e}"))?;
+        let mut params = CertificateParams::new(Vec::<String>::new()).map_err(|e| e.to_string())?;
+        params
+            .distinguished_name
+            .push(DnType::CommonName, "Berth cluster CA");
+        params.is_ca = IsCa::Ca(BasicConstraints::Constrained(0));
+        params.key_usages = vec![KeyUsagePurpose::KeyCertSign, KeyUsagePurpose::DigitalSignature];
+        params.not_after = rcgen::date_time_ymd(2100, 1, 1);
+        let cert = params
+            .self_signed(&key)
+            .map_err(|e| format!("making the cluster CA: {e}"))?;
+        write_private(&key_path, &key.serialize_pem())?;
+        write_private(&cert_path, &cert.pem())?;
+        tracing::info!(ca = %cert_path.display(), fingerprint = %fingerprint(cert.der()), "cluster CA made");
+        Ok(ClusterCa {
+            cert_pem: cert.pem(),
+            cert_der: cert.der().to_vec(),
+            key,
+        })
+    }
+
+    pub fn fingerprint(&self) -> String {
+        fingerprint(&self.cert_der)
+    }
+
+    pub fn cert_pem(&self) -> &str {
+        &self.cert_pem
+    }
+
+    fn issuer(&self) -> Result<Issuer<'_, &KeyPair>, String> {
+        Issuer::from_ca_cert_pem(&self.cert_pem, &self.key)
+            .map_err(|e| format!("reading the cluster CA: {e}"))
+    }
+
+    /// The server's certificate chain (its own, then the CA's) and key, for `names`.
+    pub fn server_identity(&self, names: &[String]) -> Result<(String, String), String> {
+        let key = KeyPair::generate().map_err(|e| e.to_string())?;
+        let mut params = CertificateParams::new(names.to_vec()).map_err(|e| format!("cluster_names: {e}"))?;
+        params.distinguished_name.push(DnType::CommonName, "berth serve");
+        params.extended_key_usages = vec![ExtendedKeyUsagePurpose::ServerAuth];
+        params.not_after = rcgen::date_time_ymd(2100, 1, 1);
+        let cert = params
+            .signed_by(&key, &self.issuer()?)
+            .map_err(|e| format!("issuing the server's certificate: {e}"))?;
+        Ok((format!("{}{}", cert.pem(), self.cert_pem), key.serialize_pem()))
+    }
+
+    /// An agent's certificate from its request, for `node` whatever it
+    /// asked: a client certificate, never a CA. Returns it and its fingerprint.
+    pub fn sign_agent(&self, node: &str, csr_pem: &str) -> Result<(String, String), String> {
+        let mut csr = CertificateSigningRequestParams::from_pem(csr_pem)
+            .map_err(|e| format!("the certificate request is not valid: {e}"))?;
+        let mut params = CertificateParams::new(Vec::<String>::new()).map_err(|e| e.to_string())?;
+        params.distinguished_name.push(DnType::CommonName, node);
+        params.extended_key_usages = vec![ExtendedKeyUsagePurpose::ClientAuth];
+        params.key_usages = vec![KeyUsagePurpose::DigitalSignature];
+        params.not_after = rcgen::date_time_ymd(2100, 1, 1);
+        csr.params = params;
+        let cert = csr
+            .signed_by(&self.issuer()?)
+            .map_err(|e| format!("issuing node {node:?}'s certificate: {e}"))?;
+        Ok((cert.pem(), fingerprint(cert.der())))
+    }
+
+    fn mac(&self, expires: u64) -> String {
+        let mut mac =
+            Hmac::<Sha256>::new_from_slice(&self.key.serialize_der()).expect("HMAC takes any key length");
+        mac.update(format!("{TOKEN_PREFIX}.{}.{expires}", self.fingerprint()).as_bytes());
+        hex(&mac.finalize().into_bytes())
+    }
+
+    /// A join token valid for `ttl`.
+    pub fn token(&self, ttl: Duration) -> String {
+        let expires = now_secs() + ttl.as_secs().max(1);
+        format!(
+            "{TOKEN_PREFIX}.{}.{expires}.{}",
+            self.fingerprint(),
+            self.mac(expires)
+        )
+    }
+
+    /// Whether `text` is a token this CA made and that has not expired.
+    pub fn check_token(&self, text: &str) -> Result<(), String> {
+        let t = JoinToken::parse(text)?;
+        if t.ca_fingerprint != self.fingerprint() {
+            return Err(
+                "the join token is for another cluster (its CA fingerprint is not this one's)".into(),
+            );
+        }
+        let good = self.mac(t.expires);
+        // Constant-time comparison: the MAC is the secret.
+        let same = good.len() == t.mac.len()
+            && good.bytes().zip(t.mac.bytes()).fold(0u8, |d, (a, b)| d | (a ^ b)) == 0;
+        if !same {
+            return Err("the join token is not valid (a wrong or altered token)".into());
+        }
+        if t.expires < now_secs() {
+            return Err("the join token has expired: `berth cluster token` prints a new one".into());
+        }
+        Ok(())
+    }
+}
+
+/// The TLS cluster endpoint: where it listens and the CA behind it.
+pub struct ClusterTls {
+    pub ca: ClusterCa,
+    /// host:port, as agents dial it.
+    pub address: String,
+}
+
+/// Where a server keeps its cluster CA: beside its store.
+pub fn ca_dir(state: &Path) -> PathBuf {
+    state.parent().unwrap_or(Path::new(".")).join("cluster")
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn the_ca_is_made_once_and_its_tokens_are_checked() {
+        let dir = tempfile::tempdir().unwrap();
+        let ca = ClusterCa::load_or_create(&dir.path().join("cluster")).unwrap();
+        let again = ClusterCa::load_or_create(&dir.path().join("cluster")).unwrap();
+        assert_eq!(ca.fingerprint(), again.fingerprint(), "the CA is kept");
+        use std::os::unix::fs::PermissionsExt;
+        let mode = std::fs::metadata(dir.path().join("cluster/ca.key"))
+            .unwrap()
+            .permissions()
+            .mode();
+        assert_eq!(mode & 0o777, 0o600);
+
+        let token = ca.token(Duration::from_secs(60));
+        assert_eq!(JoinToken::parse(&token).unwrap().ca_fingerprint, ca.fingerprint());
+        again.check_token(&token).expect("a fresh token is good");
+        let mut altered = token.clone();
+        altered.replace_range(token.len() - 1.., if token.ends_with('0') { "1" } else { "0" });
+        assert!(ca.check_token(&altered).unwrap_err().contains("not valid"));
+        let other = ClusterCa::load_or_create(&dir.path().join("other")).unwrap();
+        assert!(other.check_token(&token).unwrap_err().contains("another cluster"));
+        assert!(JoinToken::parse("hello").is_err());
+    }
+
+    #[test]
+    fn an_agent_gets_a_client_certificate_for_its_node() {
+        let dir = tempfile::tempdir().unwrap();
+        let ca = ClusterCa::load_or_create(dir.path()).unwrap();
+        let key = KeyPair::generate().unwrap();
+        let csr = CertificateParams::new(vec!["ignored.example".to_string()])
+            .unwrap()
+            .serialize_request(&key)
+            .unwrap()
+            .pem()
+            .unwrap();
+        let (cert, fp) = ca.sign_agent("node-a", &csr).unwrap();
+        assert_eq!(fingerprint(&pem_to_der(&cert).unwrap()), fp);
+        assert!(ca.sign_agent("node-a", "garbage").is_err());
+        let (chain, _) = ca.server_identity(&["127.0.0.1".into()]).unwrap();
+        assert_eq!(chain.matches("BEGIN CERTIFICATE").count(), 2, "leaf and CA");
+    }
+}
