@@ -13,14 +13,14 @@ use berth_proto::berth::v1 as wire;
 use berth_proto::berth::v1::server_message::Message as Down;
 use tokio::sync::{mpsc, oneshot};
 
-use crate::agent::calls::{Paths, staging_arg};
+use crate::agent::calls::Paths;
 use crate::agent::converge::failure_from_wire;
 use crate::agent::plugins::status_of;
 use crate::agent::record::Level;
 use crate::csi::fingerprint::{Fingerprint, NodeInfo};
 use crate::csi::registry::{Health, PluginStatus};
-use crate::csi::{CsiError, Failure, proto};
-use crate::manager::nodes::{NodeAgent, NodeState, NodeSummary, NodeVolume};
+use crate::csi::{CsiError, Failure};
+use crate::manager::nodes::{NodeState, NodeSummary};
 use crate::store::NodeRecord;
 
 /// What the manager does when a node (re)registers.
@@ -44,19 +44,19 @@ struct Waiter {
     reply: oneshot::Sender<Result<(), CsiError>>,
 }
 
-struct Link {
+pub(super) struct Link {
     id: u64,
     to_agent: mpsc::UnboundedSender<wire::ServerMessage>,
     /// The complete set has been sent: operations may follow.
-    synced: bool,
+    pub(super) synced: bool,
 }
 
 #[derive(Default)]
-struct Node {
+pub(super) struct Node {
     labels: BTreeMap<String, String>,
-    plugins: BTreeMap<String, PluginStatus>,
+    pub(super) plugins: BTreeMap<String, PluginStatus>,
     paths: Option<Paths>,
-    link: Option<Link>,
+    pub(super) link: Option<Link>,
     last_seen: Option<SystemTime>,
     version: u64,
     attempt: u64,
@@ -71,7 +71,7 @@ struct Node {
 }
 
 pub struct Directory {
-    nodes: RwLock<BTreeMap<String, Arc<Mutex<Node>>>>,
+    pub(super) nodes: RwLock<BTreeMap<String, Arc<Mutex<Node>>>>,
     sync: OnceLock<Weak<dyn NodeSync>>,
     /// A node silent this long is down.
     pub(super) heartbeat_timeout: Duration,
@@ -82,7 +82,7 @@ pub struct Directory {
     sessions: std::sync::atomic::AtomicU64,
 }
 
-fn lock(node: &Mutex<Node>) -> std::sync::MutexGuard<'_, Node> {
+pub(super) fn lock(node: &Mutex<Node>) -> std::sync::MutexGuard<'_, Node> {
     node.lock().unwrap_or_else(|p| p.into_inner())
 }
 
@@ -236,7 +236,7 @@ impl Directory {
         self.get(node).is_some_and(|n| lock(&n).forgotten)
     }
 
-    fn get(&self, name: &str) -> Option<Arc<Mutex<Node>>> {
+    pub(super) fn get(&self, name: &str) -> Option<Arc<Mutex<Node>>> {
         self.nodes
             .read()
             .unwrap_or_else(|p| p.into_inner())
@@ -380,12 +380,12 @@ impl Directory {
         }
     }
 
-    fn paths(&self, node: &str) -> Option<Paths> {
+    pub(super) fn paths(&self, node: &str) -> Option<Paths> {
         self.get(node).and_then(|e| lock(&e).paths.clone())
     }
 
     /// Sends one operation and waits for the outcome that settles it.
-    async fn operate(
+    pub(super) async fn operate(
         &self,
         node: &str,
         call: &'static str,
@@ -448,7 +448,7 @@ impl Directory {
         }
     }
 
-    async fn ask(
+    pub(super) async fn ask(
         &self,
         node: &str,
         plugin: &str,
@@ -501,7 +501,7 @@ impl Directory {
         }
     }
 
-    fn summary(&self, name: &str, n: &Node) -> NodeSummary {
+    pub(super) fn summary(&self, name: &str, n: &Node) -> NodeSummary {
         let fresh = n
             .last_seen
             .and_then(|t| t.elapsed().ok())
@@ -549,155 +549,8 @@ fn remembered_fingerprint(node: &str, plugin: &str, info: NodeInfo) -> Fingerpri
     }
 }
 
-fn mismatched(node: &str, call: &'static str) -> CsiError {
-    CsiError::invalid(&format!("agent {node}"), call, "the agent answered another call")
-}
-
 fn down(message: Down) -> wire::ServerMessage {
     wire::ServerMessage {
         message: Some(message),
-    }
-}
-
-fn operation(kind: wire::OperationKind, plugin: &str, berth_id: &str, volume_id: &str) -> wire::Operation {
-    wire::Operation {
-        kind: kind as i32,
-        plugin: plugin.to_string(),
-        berth_id: berth_id.to_string(),
-        volume_id: volume_id.to_string(),
-        ..Default::default()
-    }
-}
-
-fn forward(kind: wire::OperationKind, plugin: &str, v: NodeVolume, staged: bool) -> wire::Operation {
-    wire::Operation {
-        staged,
-        capability: Some(v.capability),
-        publish_context: v.publish_context,
-        volume_context: v.volume_context,
-        secrets: v.secrets,
-        readonly: v.readonly,
-        ..operation(kind, plugin, &v.berth_id, &v.volume_id)
-    }
-}
-
-#[tonic::async_trait]
-impl NodeAgent for Directory {
-    fn nodes(&self) -> Vec<NodeSummary> {
-        let nodes = self.nodes.read().unwrap_or_else(|p| p.into_inner());
-        nodes
-            .iter()
-            .map(|(name, n)| self.summary(name, &lock(n)))
-            .collect()
-    }
-
-    fn node(&self, node: &str) -> Option<NodeSummary> {
-        self.get(node).map(|n| self.summary(node, &lock(&n)))
-    }
-
-    fn plugin_status(&self, node: &str, plugin: &str) -> Option<PluginStatus> {
-        self.get(node).and_then(|n| lock(&n).plugins.get(plugin).cloned())
-    }
-
-    fn forgotten(&self, node: &str) -> bool {
-        Directory::forgotten(self, node)
-    }
-
-    fn connected(&self, node: &str) -> bool {
-        self.get(node)
-            .is_some_and(|n| lock(&n).link.as_ref().is_some_and(|l| l.synced))
-    }
-
-    fn staging_path(&self, node: &str, berth_id: &str) -> PathBuf {
-        self.paths(node).map(|p| p.staging(berth_id)).unwrap_or_default()
-    }
-
-    fn target_path(&self, node: &str, berth_id: &str) -> PathBuf {
-        self.paths(node).map(|p| p.target(berth_id)).unwrap_or_default()
-    }
-
-    async fn stage(&self, node: &str, plugin: &str, v: NodeVolume) -> Result<(), CsiError> {
-        let op = forward(wire::OperationKind::Stage, plugin, v, true);
-        self.operate(node, "NodeStageVolume", op, Level::Staged, true)
-            .await
-    }
-
-    async fn publish(&self, node: &str, plugin: &str, v: NodeVolume, staged: bool) -> Result<(), CsiError> {
-        let op = forward(wire::OperationKind::Publish, plugin, v, staged);
-        self.operate(node, "NodePublishVolume", op, Level::Published, true)
-            .await
-    }
-
-    async fn unpublish(
-        &self,
-        node: &str,
-        plugin: &str,
-        volume_id: &str,
-        berth_id: &str,
-    ) -> Result<(), CsiError> {
-        let op = operation(wire::OperationKind::Unpublish, plugin, berth_id, volume_id);
-        self.operate(node, "NodeUnpublishVolume", op, Level::Staged, false)
-            .await
-    }
-
-    async fn unstage(
-        &self,
-        node: &str,
-        plugin: &str,
-        volume_id: &str,
-        berth_id: &str,
-    ) -> Result<(), CsiError> {
-        let op = operation(wire::OperationKind::Unstage, plugin, berth_id, volume_id);
-        self.operate(node, "NodeUnstageVolume", op, Level::Absent, false)
-            .await
-    }
-
-    async fn expand(
-        &self,
-        node: &str,
-        plugin: &str,
-        v: NodeVolume,
-        staged: bool,
-        range: proto::CapacityRange,
-    ) -> Result<i64, CsiError> {
-        let paths = self.paths(node).unwrap_or_else(|| Paths::under(&PathBuf::new()));
-        let req = proto::NodeExpandVolumeRequest {
-            volume_path: paths.target(&v.berth_id).display().to_string(),
-            staging_target_path: staging_arg(&paths, &v.berth_id, staged),
-            volume_id: v.volume_id,
-            capacity_range: Some(range),
-            volume_capability: Some(v.capability),
-            secrets: v.secrets,
-        };
-        match self
-            .ask(node, plugin, "NodeExpandVolume", wire::call::Call::Expand(req))
-            .await?
-        {
-            wire::answer::Answer::Expand(resp) => Ok(resp.capacity_bytes),
-            _ => Err(mismatched(node, "NodeExpandVolume")),
-        }
-    }
-
-    async fn stats(
-        &self,
-        node: &str,
-        plugin: &str,
-        volume_id: &str,
-        berth_id: &str,
-        staged: bool,
-    ) -> Result<proto::NodeGetVolumeStatsResponse, CsiError> {
-        let paths = self.paths(node).unwrap_or_else(|| Paths::under(&PathBuf::new()));
-        let req = proto::NodeGetVolumeStatsRequest {
-            volume_id: volume_id.to_string(),
-            volume_path: paths.target(berth_id).display().to_string(),
-            staging_target_path: staging_arg(&paths, berth_id, staged),
-        };
-        match self
-            .ask(node, plugin, "NodeGetVolumeStats", wire::call::Call::Stats(req))
-            .await?
-        {
-            wire::answer::Answer::Stats(resp) => Ok(resp),
-            _ => Err(mismatched(node, "NodeGetVolumeStats")),
-        }
     }
 }

@@ -6,6 +6,7 @@
 //! - `service` — the `Cluster` gRPC service agents dial, and the in-process link.
 
 pub mod directory;
+mod node_agent;
 pub mod pki;
 pub mod service;
 pub mod session;
