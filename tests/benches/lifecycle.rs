@@ -2,7 +2,8 @@
 //! unpublished and deleted, through `berth serve` and the sample plugin over
 //! real unix sockets with the store on disk. Once with the built-in policies,
 //! once with the three WASM sample guests, then across three nodes: served in
-//! process (`[[node]]`) and by three `berth agent` processes, in the same run.
+//! process (`[[node]]`) and by three `berth agent` processes over the TLS
+//! cluster endpoint on loopback, in the same run.
 //!
 //! `cargo xtask bench-e2e [--volumes N[,N...]] [--rounds R] [--policies native|wasm|3-nodes|3-agents]
 //! [--volumes-dir DIR]` (release binaries; defaults: 1000 volumes, 3 rounds;
@@ -116,6 +117,8 @@ fn run(n: usize, setup: &Setup, volumes_dir: Option<&Path>) -> Run {
         guests: setup.guests,
         nodes: setup.nodes.iter().map(|n| (*n, "a")).collect(),
         agents: setup.agents,
+        // Agents on other machines speak TLS: so do these.
+        tls: setup.agents,
         plugin_args: vec!["--capacity", &(1u64 << 50).to_string()],
         workers: 256,
         volumes_dir,

@@ -263,3 +263,116 @@ fn a_forgotten_node_lets_its_volumes_go_elsewhere_and_its_agent_is_refused_until
     );
     assert_eq!(get(&c, "f")["publications"][0]["node"], "node-b");
 }
+
+#[test]
+fn teardown_goes_on_while_the_server_is_away() {
+    let mut c = Cluster::start(ClusterSpec {
+        nodes: vec![("node-a", "a")],
+        agents: true,
+        // NodeUnpublish takes its time, so the server is gone before it ends.
+        node_args: vec!["--latency", "1500ms", "--fault-calls", "NodeUnpublishVolume"],
+        ..ClusterSpec::default()
+    });
+    c.create_in("t", "zone=a");
+    c.ok(&["volume", "publish", "t", "--node", "node-a", "--wait"]);
+    let v = get(&c, "t");
+    let target = v["publications"][0]["target_path"].as_str().unwrap().to_string();
+    assert!(std::fs::symlink_metadata(&target).is_ok());
+
+    c.ok(&["volume", "unpublish", "t", "--node", "node-a"]);
+    std::thread::sleep(Duration::from_millis(300));
+    c.kill_serve();
+    wait_for(
+        "the node to unpublish with no server there",
+        Duration::from_secs(15),
+        || std::fs::symlink_metadata(&target).is_err(),
+        || c.agents[0].log_text(),
+    );
+    assert!(c.agents[0].log_text().contains("no session with the server"));
+
+    c.start_serve();
+    c.wait_until("the unpublish to be recorded", |v| {
+        v.iter().all(|x| x["state"] == "available")
+    });
+    assert!(std::fs::symlink_metadata(&target).is_err());
+}
+
+#[test]
+fn secrets_reach_the_node_plugin_and_never_the_agents_disk_or_log() {
+    const SECRET: &str = "node-s3cr3t-value";
+    let required = format!("token={SECRET}");
+    let c = Cluster::start(ClusterSpec {
+        nodes: vec![("node-a", "a")],
+        agents: true,
+        plugin_args: vec!["--require-secret", &required],
+        ..ClusterSpec::default()
+    });
+    let path = c.dir.path().join("secrets/backend");
+    std::fs::write(&path, format!("token={SECRET}\n")).unwrap();
+    use std::os::unix::fs::PermissionsExt;
+    std::fs::set_permissions(&path, std::fs::Permissions::from_mode(0o600)).unwrap();
+    c.ok(&[
+        "volume",
+        "create",
+        "s",
+        "--plugin",
+        "hostpath",
+        "--secret",
+        "backend",
+        "--requisite",
+        "zone=a",
+        "--wait",
+    ]);
+    // The node plugin refuses NodeStage and NodePublish without the secret.
+    c.ok(&["volume", "publish", "s", "--node", "node-a", "--wait"]);
+    assert_eq!(get(&c, "s")["state"], "published");
+
+    fn files(dir: &std::path::Path, out: &mut Vec<std::path::PathBuf>) {
+        for e in std::fs::read_dir(dir).into_iter().flatten().flatten() {
+            let meta = std::fs::symlink_metadata(e.path()).unwrap();
+            if meta.is_dir() {
+                files(&e.path(), out);
+            } else if meta.is_file() {
+                out.push(e.path());
+            }
+        }
+    }
+    let mut all = Vec::new();
+    files(&c.volumes_dir.join("nodes/node-a"), &mut all);
+    assert!(all.iter().any(|p| p.ends_with("agent.redb")), "{all:?}");
+    for p in all.iter().chain([&c.agents[0].log]) {
+        let bytes = std::fs::read(p).unwrap();
+        assert!(
+            !bytes.windows(SECRET.len()).any(|w| w == SECRET.as_bytes()),
+            "{} holds the secret",
+            p.display()
+        );
+    }
+}
+
+#[test]
+fn a_restarted_server_knows_its_nodes_as_unknown_until_their_agents_are_back() {
+    let mut c = agents(vec![("node-a", "a")]);
+    c.create_in("u", "zone=a");
+    c.agent("node-a").kill();
+    c.kill_serve();
+    c.start_serve();
+    assert_eq!(c.node_state("node-a").as_deref(), Some("unknown"));
+    let list = c.ok(&["node", "list"]);
+    assert!(
+        list.lines().any(|l| l.contains("node-a") && l.contains("never")),
+        "{list}"
+    );
+    // Accepted, and waits for the node.
+    c.ok(&["volume", "publish", "u", "--node", "node-a"]);
+    std::thread::sleep(Duration::from_millis(300));
+    assert_ne!(get(&c, "u")["state"], "published");
+    c.agent("node-a").start();
+    c.wait_nodes(&["node-a"], "ready", Duration::from_secs(20));
+    wait_for(
+        "the publish once the agent is back",
+        Duration::from_secs(20),
+        || get(&c, "u")["state"] == "published",
+        || get(&c, "u").to_string(),
+    );
+}

@@ -377,6 +377,7 @@ fn kill_9_of_an_agent_and_the_server_during_a_storm_loses_and_duplicates_nothing
         workers: 64,
         nodes: NODES.to_vec(),
         agents: true,
+        tls: true,
         ..Default::default()
     });
     let done = Arc::new(AtomicBool::new(false));
