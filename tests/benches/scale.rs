@@ -5,7 +5,7 @@
 //! The store is filled directly with published volumes (each with a backend,
 //! contexts and a publication), which is what a restart of a large site finds.
 //! The plugin does not hold them; Berth believes them converged and the
-//! node's paths show them (Berth checks them on start), so the restart does
+//! node's record and paths show them (its agent checks them on start), so the restart does
 //! no CSI calls and measures Berth alone.
 //!
 //! `cargo xtask bench-scale [--volumes N[,N...]]` (release binaries;
@@ -13,6 +13,7 @@
 
 use std::time::{Duration, Instant};
 
+use berth::agent::record::{Held, Level, NodeRecord};
 use berth::model::{Backend, Publication, PublishStep, VecMap, VolumeRecord, VolumeSpec};
 use berth::store::{RedbStore, Store};
 use berth_tests::{Cluster, ClusterSpec, summary};
@@ -56,9 +57,34 @@ fn record(i: usize) -> VolumeRecord {
     r
 }
 
-/// The node's side of `n` published volumes: staging and target paths that
-/// show a volume, as `berth serve` checks on start.
+/// The node's side of `n` published volumes: its agent's record, and staging
+/// and target paths that show a volume, as the agent checks on start.
 fn mount(node_dir: &std::path::Path, n: usize) {
+    let path = node_dir.join("agent.redb");
+    let _ = std::fs::remove_file(&path);
+    let rt = tokio::runtime::Runtime::new().unwrap();
+    rt.block_on(async {
+        let held = std::sync::Arc::new(NodeRecord::open(&path).expect("node record"));
+        for chunk in (0..n).collect::<Vec<_>>().chunks(4096) {
+            let mut puts = tokio::task::JoinSet::new();
+            for &i in chunk {
+                let held = held.clone();
+                puts.spawn(async move {
+                    let r = record(i);
+                    let h = Held {
+                        plugin: r.spec.plugin.clone(),
+                        volume_id: r.backend.as_ref().expect("created").volume_id.clone(),
+                        level: Level::Published,
+                        staged: true,
+                    };
+                    held.put(&r.id, &h).await
+                });
+            }
+            while let Some(r) = puts.join_next().await {
+                r.unwrap().expect("node record put");
+            }
+        }
+    });
     for dir in ["staging", "publish"] {
         let parent = node_dir.join(dir);
         let _ = std::fs::remove_dir_all(&parent);

@@ -191,29 +191,25 @@ impl Converger {
 
     /// A complete desired set: listed volumes go to their level, the rest are torn down.
     pub fn apply_set(self: &Arc<Self>, set: wire::DesiredSet) {
-        let listed: HashMap<String, Level> = set
-            .volumes
-            .into_iter()
-            .map(|d| (d.berth_id, Level::from_wire(d.level)))
-            .collect();
+        let listed = set.volumes.len();
+        // Only what has something to do is driven (or dropped): a node that
+        // agrees with the set, the usual restart, costs no task per volume.
         let ids: Vec<String> = {
             let mut volumes = self.lock();
-            for (id, level) in &listed {
-                volumes.entry(id.clone()).or_default().wanted = *level;
-            }
-            for (id, v) in volumes.iter_mut() {
-                if !listed.contains_key(id) {
-                    v.wanted = Level::Absent;
-                }
+            for v in volumes.values_mut() {
+                v.wanted = Level::Absent;
                 v.stalled = None;
             }
-            volumes.keys().cloned().collect()
+            for d in set.volumes {
+                volumes.entry(d.berth_id).or_default().wanted = Level::from_wire(d.level);
+            }
+            volumes
+                .iter()
+                .filter(|(_, v)| v.next().is_some() || v.level() == Level::Absent)
+                .map(|(id, _)| id.clone())
+                .collect()
         };
-        tracing::info!(
-            version = set.version,
-            volumes = listed.len(),
-            "desired set received"
-        );
+        tracing::info!(version = set.version, volumes = listed, "desired set received");
         for id in ids {
             self.kick(&id);
         }

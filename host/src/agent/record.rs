@@ -13,6 +13,9 @@ use serde::{Deserialize, Serialize};
 use crate::store::{Change, Committer, StoreError, private_dir, private_file};
 
 const HELD: TableDefinition<&str, &[u8]> = TableDefinition::new("held");
+/// The record's page cache: it is read once at start and written after;
+/// what the node holds is kept in memory by the agent.
+const CACHE_BYTES: usize = 2 << 20;
 /// A file shorter than this cannot hold redb's header and a first commit.
 const UNFINISHED_BELOW: u64 = 4096;
 
@@ -74,14 +77,15 @@ impl NodeRecord {
             private_dir(dir).map_err(|e| open_error(path, e))?;
         }
         private_file(path).map_err(|e| open_error(path, e))?;
-        let db = match Database::create(path) {
+        let create = || redb::Builder::new().set_cache_size(CACHE_BYTES).create(path);
+        let db = match create() {
             Ok(db) => db,
             // Killed while the file was being made: it never held a record.
             Err(e) if std::fs::metadata(path).is_ok_and(|m| m.len() < UNFINISHED_BELOW) => {
                 tracing::warn!(path = %path.display(), error = %e, "the node record was never finished; starting it again");
                 std::fs::remove_file(path).map_err(|e| open_error(path, e))?;
                 private_file(path).map_err(|e| open_error(path, e))?;
-                Database::create(path).map_err(|e| open_error(path, e))?
+                create().map_err(|e| open_error(path, e))?
             }
             Err(e) => return Err(open_error(path, e)),
         };

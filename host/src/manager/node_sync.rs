@@ -43,7 +43,6 @@ fn step_of(level: Level) -> PublishStep {
 /// A publication on the registering node, as the record has it.
 struct OnNode {
     id: String,
-    name: String,
     step: PublishStep,
     forward: bool,
 }
@@ -64,8 +63,8 @@ impl VolumeManager {
             })
             .await;
         match changed {
-            Ok((true, _)) => tracing::warn!(
-                volume = %p.name,
+            Ok((true, r)) => tracing::warn!(
+                volume = %r.spec.name,
                 %node,
                 was = ?p.step,
                 now = ?now,
@@ -73,7 +72,7 @@ impl VolumeManager {
             ),
             Ok((false, _)) => {}
             Err(e) => {
-                tracing::warn!(volume = %p.name, %node, error = %e, "could not record what the node lost")
+                tracing::warn!(volume = %p.id, %node, error = %e, "could not record what the node lost")
             }
         }
     }
@@ -115,7 +114,6 @@ impl NodeSync for VolumeManager {
             if let Some(p) = r.publications.get(node) {
                 out.push(OnNode {
                     id: r.id.clone(),
-                    name: r.spec.name.clone(),
                     step: p.step,
                     forward: p.wanted && !r.deleting,
                 });
