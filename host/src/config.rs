@@ -178,16 +178,6 @@ pub struct NodeConfig {
     pub plugins: BTreeMap<String, Endpoint>,
 }
 
-impl NodeConfig {
-    pub fn staging_dir(&self) -> PathBuf {
-        self.dir.join("staging")
-    }
-
-    pub fn publish_dir(&self) -> PathBuf {
-        self.dir.join("publish")
-    }
-}
-
 #[derive(Clone, Debug)]
 pub struct PolicyConfig {
     pub module: ModuleConfig,
@@ -505,7 +495,7 @@ settings = { prefix = "x" }
         assert_eq!(c.api.path(), Path::new("/etc/berth/state/berth.sock"));
         assert_eq!(c.socket_mode, 0o600);
         assert_eq!(c.workers, 8);
-        assert_eq!(c.nodes[0].staging_dir(), Path::new("/etc/berth/nodes/a/staging"));
+        assert_eq!(c.nodes[0].dir, Path::new("/etc/berth/nodes/a"));
         assert_eq!(c.policies[0].module.path, Path::new("/etc/berth/naming.wasm"));
         assert_eq!(c.policies[0].module.limits.memory_bytes, 16 << 20);
         assert_eq!(c.policies[0].module.on_error, OnError::Builtin);

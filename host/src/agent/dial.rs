@@ -57,13 +57,7 @@ async fn attempt(
 ) -> (SessionEnd, bool) {
     let channel = match channel(agent, server, token, dir).await {
         Ok(c) => c,
-        Err(status) if tls::transient(&status) => {
-            return (
-                SessionEnd::Lost(format!("dialing {server}: {}", crate::csi::error_chain(&status))),
-                false,
-            );
-        }
-        Err(status) => return (SessionEnd::Refused(crate::csi::error_chain(&status)), false),
+        Err(status) => return (failed(server, &status), false),
     };
     let (up, up_rx) = mpsc::unbounded_channel();
     match ClusterClient::new(channel)
@@ -71,19 +65,23 @@ async fn attempt(
         .await
     {
         Ok(response) => (agent.session(up, response.into_inner()).await, true),
-        Err(status)
-            if matches!(
-                status.code(),
-                tonic::Code::PermissionDenied | tonic::Code::Unauthenticated
-            ) =>
-        {
-            (SessionEnd::Refused(status.message().to_string()), false)
-        }
-        Err(status) if tls::transient(&status) => (
-            SessionEnd::Lost(format!("dialing {server}: {}", crate::csi::error_chain(&status))),
-            false,
-        ),
-        Err(status) => (SessionEnd::Refused(crate::csi::error_chain(&status)), false),
+        Err(status) => (failed(server, &status), false),
+    }
+}
+
+/// A dial, join or attach that failed: the server away (dial again), or a
+/// refusal (a wrong token or certificate, a server not the cluster's).
+fn failed(server: &ServerAddress, status: &tonic::Status) -> SessionEnd {
+    let refused = matches!(
+        status.code(),
+        tonic::Code::PermissionDenied | tonic::Code::Unauthenticated
+    );
+    if refused {
+        SessionEnd::Refused(status.message().to_string())
+    } else if tls::transient(status) {
+        SessionEnd::Lost(format!("dialing {server}: {}", crate::csi::error_chain(status)))
+    } else {
+        SessionEnd::Refused(crate::csi::error_chain(status))
     }
 }
 

@@ -82,6 +82,27 @@ pub struct Directory {
     sessions: std::sync::atomic::AtomicU64,
 }
 
+/// Sends on the node's session if it has had its complete set.
+fn send_synced(n: &Node, message: wire::ServerMessage) -> bool {
+    n.link
+        .as_ref()
+        .filter(|l| l.synced)
+        .is_some_and(|l| l.to_agent.send(message).is_ok())
+}
+
+fn no_such_node(node: &str, plugin: &str, call: &'static str) -> CsiError {
+    unreachable(node, plugin, call, format!("no node named {node:?}"))
+}
+
+fn not_connected(node: &str, plugin: &str, call: &'static str) -> CsiError {
+    unreachable(
+        node,
+        plugin,
+        call,
+        format!("node {node:?}'s agent is not connected"),
+    )
+}
+
 pub(super) fn lock(node: &Mutex<Node>) -> std::sync::MutexGuard<'_, Node> {
     node.lock().unwrap_or_else(|p| p.into_inner())
 }
@@ -395,32 +416,14 @@ impl Directory {
     ) -> Result<(), CsiError> {
         let plugin = op.plugin.clone();
         let rx = {
-            let Some(entry) = self.get(node) else {
-                return Err(unreachable(
-                    node,
-                    &plugin,
-                    call,
-                    format!("no node named {node:?}"),
-                ));
-            };
+            let entry = self.get(node).ok_or_else(|| no_such_node(node, &plugin, call))?;
             let mut n = lock(&entry);
             n.attempt += 1;
             n.version += 1;
-            op.attempt = n.attempt;
-            op.version = n.version;
+            (op.attempt, op.version) = (n.attempt, n.version);
             let berth_id = op.berth_id.clone();
-            let sent = n
-                .link
-                .as_ref()
-                .filter(|l| l.synced)
-                .is_some_and(|l| l.to_agent.send(down(Down::Operation(op))).is_ok());
-            if !sent {
-                return Err(unreachable(
-                    node,
-                    &plugin,
-                    call,
-                    format!("node {node:?}'s agent is not connected"),
-                ));
+            if !send_synced(&n, down(Down::Operation(op))) {
+                return Err(not_connected(node, &plugin, call));
             }
             let (reply, rx) = oneshot::channel();
             let attempt = n.attempt;
@@ -432,20 +435,7 @@ impl Directory {
             });
             rx
         };
-        match tokio::time::timeout(self.operation_timeout, rx).await {
-            Ok(Ok(outcome)) => outcome,
-            Ok(Err(_)) => Err(unreachable(
-                node,
-                &plugin,
-                call,
-                "the agent's session ended".into(),
-            )),
-            Err(_) => Err(CsiError {
-                plugin: format!("{plugin}@{node}"),
-                call,
-                failure: Failure::Deadline(self.operation_timeout),
-            }),
-        }
+        self.answered(rx, node, &plugin, call).await?
     }
 
     pub(super) async fn ask(
@@ -456,9 +446,7 @@ impl Directory {
         c: wire::call::Call,
     ) -> Result<wire::answer::Answer, CsiError> {
         let rx = {
-            let Some(entry) = self.get(node) else {
-                return Err(unreachable(node, plugin, call, format!("no node named {node:?}")));
-            };
+            let entry = self.get(node).ok_or_else(|| no_such_node(node, plugin, call))?;
             let mut n = lock(&entry);
             n.next_call += 1;
             let id = n.next_call;
@@ -467,25 +455,29 @@ impl Directory {
                 plugin: plugin.to_string(),
                 call: Some(c),
             }));
-            let sent = n
-                .link
-                .as_ref()
-                .filter(|l| l.synced)
-                .is_some_and(|l| l.to_agent.send(message).is_ok());
-            if !sent {
-                return Err(unreachable(
-                    node,
-                    plugin,
-                    call,
-                    format!("node {node:?}'s agent is not connected"),
-                ));
+            if !send_synced(&n, message) {
+                return Err(not_connected(node, plugin, call));
             }
             let (reply, rx) = oneshot::channel();
             n.calls.insert(id, reply);
             rx
         };
+        match self.answered(rx, node, plugin, call).await? {
+            wire::answer::Answer::Failure(f) => Err(failure_from_wire(format!("agent {node}"), f)),
+            answer => Ok(answer),
+        }
+    }
+
+    /// The agent's answer, or why there is none: its session ended, or
+    /// the operation timeout passed.
+    async fn answered<T>(
+        &self,
+        rx: oneshot::Receiver<T>,
+        node: &str,
+        plugin: &str,
+        call: &'static str,
+    ) -> Result<T, CsiError> {
         match tokio::time::timeout(self.operation_timeout, rx).await {
-            Ok(Ok(wire::answer::Answer::Failure(f))) => Err(failure_from_wire(format!("agent {node}"), f)),
             Ok(Ok(answer)) => Ok(answer),
             Ok(Err(_)) => Err(unreachable(
                 node,

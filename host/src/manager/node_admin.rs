@@ -57,11 +57,7 @@ impl VolumeManager {
         }
         let record = self.nodes.mark(node, None, true);
         self.remember_node(record, node).await?;
-        let ids = self.table.collect(|r, out| {
-            if r.publications.contains_key(node) {
-                out.push(r.id.clone());
-            }
-        });
+        let ids = self.ids_on(node);
         for id in &ids {
             self.table
                 .modify(id, |r| {

@@ -79,6 +79,15 @@ impl VolumeManager {
 }
 
 impl VolumeManager {
+    /// Ids of the volumes with a publication on `node`, wanted or being undone.
+    pub(super) fn ids_on(&self, node: &str) -> Vec<String> {
+        self.table.collect(|r, out| {
+            if r.publications.contains_key(node) {
+                out.push(r.id.clone());
+            }
+        })
+    }
+
     /// Every node that has registered with this store.
     pub fn remembered_nodes(&self) -> Result<Vec<NodeRecord>, StoreError> {
         self.table.store().load_nodes()
@@ -150,12 +159,7 @@ impl NodeSync for VolumeManager {
     }
 
     fn node_ready(&self, node: &str) {
-        let ids = self.table.collect(|r, out| {
-            if r.publications.contains_key(node) {
-                out.push(r.id.clone());
-            }
-        });
-        for id in ids {
+        for id in self.ids_on(node) {
             self.queue.push(&id);
         }
     }
