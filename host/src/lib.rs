@@ -4,6 +4,7 @@
 //! See ARCHITECTURE.md at the repository root for the map of this crate.
 
 pub mod agent;
+pub mod allocator;
 pub mod api;
 pub mod cluster;
 pub mod config;

@@ -148,6 +148,7 @@ pub async fn run(
             draining: false,
             forgotten: false,
             cert: None,
+            paths: Some(Paths::under(&n.dir)),
         });
     }
     let store = Arc::new(RedbStore::open(&config.state).map_err(|e| e.to_string())?);
@@ -172,7 +173,9 @@ pub async fn run(
         directory.expect(n);
     }
     let _workers = manager.start();
-    let _agents = start_node_agents(&manager, &directory, deadline).await?;
+    // The API answers while the in-process agents check their records
+    // against the mount table: their nodes' steps wait until they connect.
+    let agents = tokio::spawn(start_node_agents(manager.clone(), directory.clone(), deadline));
     let tls = tls.map(|(tls, listener)| {
         tracing::info!(cluster_address = %tls.address, ca = %tls.ca.fingerprint(), "listening for agents over TLS");
         let names = manager.config().cluster_names.clone();
@@ -198,44 +201,60 @@ pub async fn run(
         "serving"
     );
 
-    let result = tonic::transport::Server::builder()
+    let serving = tonic::transport::Server::builder()
         .add_service(BerthServer::new(BerthApi::new(manager, reloader, tls)))
-        .serve_with_incoming_shutdown(UnixListenerStream::new(listener), shutdown)
-        .await;
+        .serve_with_incoming_shutdown(UnixListenerStream::new(listener), shutdown);
+    let agents_failed = async {
+        match agents.await {
+            Ok(Ok(())) => std::future::pending().await,
+            Ok(Err(e)) => e,
+            Err(e) => format!("starting the in-process agents: {e}"),
+        }
+    };
+    let result = tokio::select! {
+        served = serving => served.map_err(|e| format!("serving the API: {e}")),
+        why = agents_failed => Err(why),
+    };
     sighup.abort();
     let _ = std::fs::remove_file(&api_path);
     if let Some(path) = &cluster_path {
         let _ = std::fs::remove_file(path);
     }
-    result.map_err(|e| format!("serving the API: {e}"))
+    result
 }
 
 /// The in-process agents of the `[[node]]`s: each keeps its record beside
 /// its node's paths and has a session like any agent. Returns once every
-/// one has had its first session (or 30 s have passed).
+/// one has had its first session (or 30 s have passed); the sessions go on.
 async fn start_node_agents(
-    manager: &Arc<VolumeManager>,
-    directory: &Arc<Directory>,
+    manager: Arc<VolumeManager>,
+    directory: Arc<Directory>,
     deadline: Duration,
-) -> Result<Vec<tokio::task::JoinHandle<()>>, String> {
+) -> Result<(), String> {
     let config = manager.config();
-    let mut links = Vec::new();
     for n in &config.nodes {
+        let record = n.dir.join("agent.redb");
+        // Only a new record is started from the store's publications.
+        let seed = match record.exists() {
+            true => Vec::new(),
+            false => manager.recorded_on(&n.name),
+        };
         let agent = Agent::open(AgentSpec {
             node: n.name.clone(),
             labels: n.labels.clone(),
-            record: n.dir.join("agent.redb"),
+            record,
             paths: Paths::under(&n.dir),
             plugins: n.plugins.clone(),
             plugin_dir: None,
             fingerprint_interval: config.fingerprint_interval,
             heartbeat_interval: config.heartbeat_timeout / 3,
             deadline,
-            seed: manager.recorded_on(&n.name),
+            seed,
         })
         .await
         .map_err(|e| format!("node {}: {e}", n.name))?;
-        links.push(link_in_process(directory.clone(), agent));
+        // Detached: the link serves until the process ends.
+        drop(link_in_process(directory.clone(), agent));
     }
     let all_connected = async {
         use crate::manager::nodes::NodeAgent;
@@ -247,9 +266,9 @@ async fn start_node_agents(
         .await
         .is_err()
     {
-        tracing::warn!("not every in-process agent has connected after 30s; serving anyway");
+        tracing::warn!("not every in-process agent has connected after 30s");
     }
-    Ok(links)
+    Ok(())
 }
 
 /// Serves the cluster endpoint agents dial, until the process ends.
@@ -287,6 +306,16 @@ async fn bind_tls(
     ))
 }
 
+/// Accepted connections with Nagle's algorithm off: a session is small
+/// messages each way, and waiting to coalesce them stalls every node step.
+fn nodelay(
+    listener: tokio::net::TcpListener,
+) -> impl tokio_stream::Stream<Item = std::io::Result<tokio::net::TcpStream>> {
+    use tokio_stream::StreamExt;
+    tokio_stream::wrappers::TcpListenerStream::new(listener)
+        .map(|accepted| accepted.and_then(|tcp| tcp.set_nodelay(true).map(|()| tcp)))
+}
+
 /// Serves the TLS endpoint: agents join with a token, then attach with the
 /// certificate they got; a client certificate is checked against the
 /// cluster CA during the handshake.
@@ -313,7 +342,7 @@ fn serve_cluster_tls(
         let served = server
             .http2_keepalive_interval(Some(Duration::from_secs(10)))
             .add_service(ClusterServer::new(ClusterService::new(directory, Some(tls))))
-            .serve_with_incoming(tokio_stream::wrappers::TcpListenerStream::new(listener))
+            .serve_with_incoming(nodelay(listener))
             .await;
         if let Err(e) = served {
             tracing::error!(error = %e, "the TLS cluster endpoint stopped");

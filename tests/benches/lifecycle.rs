@@ -5,7 +5,7 @@
 //! process (`[[node]]`) and by three `berth agent` processes over the TLS
 //! cluster endpoint on loopback, in the same run.
 //!
-//! `cargo xtask bench-e2e [--volumes N[,N...]] [--rounds R] [--policies native|wasm|3-nodes|3-agents]
+//! `cargo xtask bench-e2e [--volumes N[,N...]] [--rounds R] [--policies native,wasm,3-nodes,3-agents]
 //! [--volumes-dir DIR]` (release binaries; defaults: 1000 volumes, 3 rounds;
 //! the plugin's volumes and the nodes' mount points on /dev/shm unless
 //! `--volumes-dir` says otherwise).
@@ -206,7 +206,7 @@ fn main() {
     let only = arg(&args, "--policies");
     let sets: Vec<&Setup> = SETUPS
         .iter()
-        .filter(|s| only.is_none_or(|o| o == s.label))
+        .filter(|s| only.is_none_or(|o| o.split(',').any(|o| o == s.label)))
         .collect();
     println!(
         "volumes of the plugin and nodes in {}; Berth's store on disk; {rounds} rounds, policies interleaved\n",
@@ -245,6 +245,11 @@ fn main() {
                 "create+publish throughput through three agents is {}× three in-process nodes",
                 "3-agents",
                 "3-nodes",
+            ),
+            (
+                "create+publish throughput through three agents is {}× one in-process node",
+                "3-agents",
+                "native",
             ),
         ] {
             if let (Some(a), Some(b)) = (of(over), of(under)) {

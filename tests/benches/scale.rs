@@ -1,6 +1,7 @@
 //! Scale: resident memory per tracked volume, and how long `berth serve`
 //! takes after a restart until its API answers and until reconciliation has
-//! looked at every volume again, with 10,000 and 100,000 volumes in the store.
+//! looked at every volume again and the node's agent has its complete desired
+//! set, with 10,000 and 100,000 volumes in the store.
 //!
 //! The store is filled directly with published volumes (each with a backend,
 //! contexts and a publication), which is what a restart of a large site finds.
@@ -123,6 +124,18 @@ fn rss(pid: u32) -> u64 {
     kb * 1024
 }
 
+async fn node_ready(
+    client: &mut berth_proto::berth::v1::berth_client::BerthClient<tonic::transport::Channel>,
+) -> bool {
+    let nodes = client
+        .list_nodes(berth_proto::berth::v1::ListNodesRequest {})
+        .await
+        .expect("list nodes")
+        .into_inner()
+        .nodes;
+    nodes.iter().all(|n| n.state == "ready")
+}
+
 struct Restart {
     api: Duration,
     reconciled: Duration,
@@ -148,6 +161,10 @@ fn restart(c: &mut Cluster, expect: u64) -> Restart {
             if s.busy == 0 {
                 break;
             }
+            tokio::time::sleep(Duration::from_millis(5)).await;
+        }
+        // And the node's agent has its complete desired set again.
+        while !node_ready(&mut client).await {
             tokio::time::sleep(Duration::from_millis(5)).await;
         }
         let reconciled = started.elapsed();

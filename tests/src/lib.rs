@@ -312,6 +312,11 @@ impl Cluster {
             serve: None,
         };
         c.start_serve();
+        if !node_config.is_empty() {
+            // The API answers while in-process nodes are still being fingerprinted.
+            let names: Vec<&str> = spec.nodes.iter().map(|(n, _)| *n).collect();
+            c.wait_nodes(&names, "ready", Duration::from_secs(30));
+        }
         if !agent_nodes.is_empty() {
             let server = match tls_port {
                 Some(port) => format!("https://127.0.0.1:{port}"),

@@ -366,7 +366,14 @@ fn a_restarted_server_knows_its_nodes_as_unknown_until_their_agents_are_back() {
     // Accepted, and waits for the node.
     c.ok(&["volume", "publish", "u", "--node", "node-a"]);
     std::thread::sleep(Duration::from_millis(300));
-    assert_ne!(get(&c, "u")["state"], "published");
+    let u = get(&c, "u");
+    assert_ne!(u["state"], "published");
+    // The node's paths are remembered with it, so the volume shows where it will be.
+    let target = u["publications"][0]["target_path"].as_str().unwrap_or_default();
+    assert!(
+        target.ends_with(&format!("/publish/{}", u["id"].as_str().unwrap())),
+        "{u:#}"
+    );
     c.agent("node-a").start();
     c.wait_nodes(&["node-a"], "ready", Duration::from_secs(20));
     wait_for(

@@ -8,7 +8,7 @@ use std::path::{Path, PathBuf};
 use crate::csi::proto;
 use crate::csi::{CsiClient, CsiError, Failure};
 
-#[derive(Clone, Debug)]
+#[derive(Clone, Debug, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
 pub struct Paths {
     pub staging_dir: PathBuf,
     pub publish_dir: PathBuf,

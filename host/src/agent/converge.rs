@@ -29,7 +29,9 @@ struct Volume {
     /// What the node holds; `Absent` with no plugin when it holds nothing yet.
     held: Option<Held>,
     wanted: Level,
-    params: Option<Params>,
+    /// The server's parameters for raising, secrets included: in memory
+    /// only, and only until the volume is where it is wanted.
+    params: Option<Box<Params>>,
     attempt: u64,
     running: bool,
     /// The attempt whose failure waits for the server.
@@ -213,6 +215,9 @@ impl Converger {
         for id in ids {
             self.kick(&id);
         }
+        if listed >= crate::allocator::TRIM_FROM {
+            crate::allocator::release_freed();
+        }
     }
 
     /// One operation: raises or lowers the volume's wanted level. Answered at
@@ -234,7 +239,7 @@ impl Converger {
                         Level::Published
                     };
                     v.wanted = v.wanted.max(level);
-                    v.params = Some(Params {
+                    v.params = Some(Box::new(Params {
                         volume_id: op.volume_id,
                         staged: op.staged,
                         capability: op.capability.unwrap_or_default(),
@@ -242,7 +247,7 @@ impl Converger {
                         volume_context: op.volume_context,
                         secrets: op.secrets,
                         readonly: op.readonly,
-                    });
+                    }));
                     if v.held.is_none() {
                         v.held = Some(Held {
                             plugin: op.plugin,
@@ -257,6 +262,7 @@ impl Converger {
                 Kind::Unspecified => {}
             }
             if v.next().is_none() {
+                v.params = None;
                 let level = v.level();
                 let attempt = v.attempt;
                 drop(volumes);
@@ -302,6 +308,9 @@ impl Converger {
                 let Some(v) = volumes.get_mut(&id) else { return };
                 let Some(step) = v.next().filter(|_| v.stalled != Some(v.attempt)) else {
                     v.running = false;
+                    if v.next().is_none() {
+                        v.params = None;
+                    }
                     if v.level() == Level::Absent && v.wanted == Level::Absent {
                         volumes.remove(&id);
                     }
@@ -319,7 +328,7 @@ impl Converger {
                     v.attempt,
                 )
             };
-            let outcome = self.call(step, &id, &held, params.as_ref()).await;
+            let outcome = self.call(step, &id, &held, params.as_deref()).await;
             let result = match outcome {
                 Ok(level) => {
                     let mut now = held.clone();

@@ -151,6 +151,8 @@ fn channel(host: &str, port: u16, mut config: ClientConfig) -> Result<Channel, S
                 let (connector, name, address) = (connector.clone(), name.clone(), address.clone());
                 async move {
                     let tcp = tokio::net::TcpStream::connect(&address).await?;
+                    // Small messages both ways: Nagle's algorithm would hold each one back.
+                    tcp.set_nodelay(true)?;
                     let tls = connector.connect(name, tcp).await?;
                     Ok::<_, std::io::Error>(TokioIo::new(tls))
                 }

@@ -163,6 +163,8 @@ impl Directory {
         n.draining |= record.draining;
         n.forgotten |= record.forgotten;
         n.cert = record.cert.clone().or(n.cert.take());
+        // A configured node's own paths come first; the store's are as the agent last registered.
+        n.paths = n.paths.take().or(record.paths.clone());
         n.remembered = Some(record);
     }
 
@@ -179,6 +181,7 @@ impl Directory {
             draining: n.draining,
             forgotten: n.forgotten,
             cert: n.cert.clone(),
+            paths: n.paths.clone(),
         }
     }
 

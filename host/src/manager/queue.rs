@@ -13,6 +13,24 @@ struct State {
     queued: HashSet<String>,
     running: HashSet<String>,
     again: HashSet<String>,
+    /// The most queued at once since the queue was last empty.
+    peak: usize,
+}
+
+impl State {
+    /// After a large backlog (a restart's every volume), the empty queue
+    /// and the memory the backlog's work freed are given back.
+    fn settle(&mut self) {
+        if self.peak < crate::allocator::TRIM_FROM || !self.ready.is_empty() || !self.running.is_empty() {
+            return;
+        }
+        self.peak = 0;
+        self.ready.shrink_to_fit();
+        self.queued.shrink_to_fit();
+        self.running.shrink_to_fit();
+        self.again.shrink_to_fit();
+        crate::allocator::release_freed();
+    }
 }
 
 #[derive(Default)]
@@ -32,6 +50,7 @@ impl Queue {
             s.again.insert(id.to_string());
         } else if s.queued.insert(id.to_string()) {
             s.ready.push_back(id.to_string());
+            s.peak = s.peak.max(s.ready.len());
             drop(s);
             self.notify.notify_one();
         }
@@ -61,7 +80,11 @@ impl Queue {
         let again = {
             let mut s = self.lock();
             s.running.remove(id);
-            s.again.remove(id)
+            let again = s.again.remove(id);
+            if !again {
+                s.settle();
+            }
+            again
         };
         if again {
             self.push(id);

@@ -300,6 +300,9 @@ mod tests {
             draining: true,
             forgotten: false,
             cert: None,
+            paths: Some(crate::agent::calls::Paths::under(Path::new(
+                "/var/lib/berth/node",
+            ))),
         };
         store.put_node(&node).await.unwrap();
         drop(store);
@@ -311,6 +314,12 @@ mod tests {
         // The first form written, with only a name, still reads.
         let old: NodeRecord = serde_json::from_str(r#"{"name":"n"}"#).unwrap();
         assert!(!old.draining && !old.forgotten && old.plugins.is_empty());
+        // As written before nodes kept their paths: none until the agent registers.
+        let old: NodeRecord = serde_json::from_str(
+            r#"{"name":"n","labels":{},"plugins":{"hostpath":null},"draining":false,"forgotten":false,"cert":"ab"}"#,
+        )
+        .unwrap();
+        assert_eq!((old.paths, old.cert.as_deref()), (None, Some("ab")));
     }
 
     #[test]

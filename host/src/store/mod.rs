@@ -64,6 +64,10 @@ pub struct NodeRecord {
     /// only one its agent is let in with.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub cert: Option<String>,
+    /// Where the node's agent stages and publishes, as it last registered:
+    /// volumes show their paths while the agent is away.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub paths: Option<crate::agent::calls::Paths>,
 }
 
 /// Where volume records live. Writes return once durable; concurrent writes
