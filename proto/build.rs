@@ -7,8 +7,9 @@ fn main() -> Result<(), Box<dyn std::error::Error>> {
         "csi/v1/csi.proto",
         "berth/v1/berth.proto",
         "berth/v1/cluster.proto",
+        "etcd/etcdserverpb/rpc.proto",
     ];
-    for f in files {
+    for f in files.iter().chain(&["etcd/mvccpb/kv.proto"]) {
         println!("cargo:rerun-if-changed={f}");
     }
     let descriptors = protox::compile(files, ["."])?;

@@ -14,6 +14,10 @@
 //! cluster_names = ["berth.example"]     # names and addresses in the server's certificate
 //! heartbeat_timeout = "15s"             # an agent silent this long is down
 //!
+//! [store]                               # default: the embedded store in `state`
+//! etcd = ["http://10.0.0.1:2379", "http://10.0.0.2:2379"]  # the members' client URLs
+//! prefix = "/berth"                     # every key Berth writes is below it
+//!
 //! [[plugin]]
 //! name = "hostpath"                     # the operator's name for it
 //! driver = "hostpath.csi.k8s.io"        # the driver name it must report
@@ -97,12 +101,21 @@ struct Raw {
     #[serde(default)]
     cluster_names: Vec<String>,
     heartbeat_timeout: Option<String>,
+    store: Option<RawStore>,
     #[serde(default, rename = "plugin")]
     plugins: Vec<RawPlugin>,
     #[serde(default, rename = "node")]
     nodes: Vec<RawNode>,
     #[serde(default, rename = "policy")]
     policies: Vec<RawPolicy>,
+}
+
+#[derive(Debug, Deserialize)]
+#[serde(deny_unknown_fields)]
+struct RawStore {
+    #[serde(default)]
+    etcd: Vec<String>,
+    prefix: Option<String>,
 }
 
 #[derive(Debug, Deserialize)]
@@ -143,7 +156,10 @@ struct RawPolicy {
 /// A validated configuration.
 #[derive(Clone, Debug)]
 pub struct Config {
+    /// The embedded store's file; beside it, the API socket and the cluster CA by default.
     pub state: PathBuf,
+    /// The volumes and nodes in etcd instead of `state` (`[store] etcd`).
+    pub etcd: Option<crate::store::EtcdSettings>,
     pub api: Endpoint,
     pub socket_mode: u32,
     pub workers: usize,
@@ -182,6 +198,45 @@ pub struct NodeConfig {
 pub struct PolicyConfig {
     pub module: ModuleConfig,
     pub decisions: Vec<Decision>,
+}
+
+/// `[store]`: etcd's client URLs (plain http; TLS to etcd is not supported
+/// yet, so it is refused rather than half-done) and a key prefix.
+fn etcd_settings(raw: RawStore) -> Result<crate::store::EtcdSettings, ConfigError> {
+    if raw.etcd.is_empty() {
+        return Err(invalid(
+            "store.etcd",
+            "name at least one etcd member's client URL, like \"http://127.0.0.1:2379\" (leave [store] out for the embedded store)",
+        ));
+    }
+    for url in &raw.etcd {
+        let ok = url
+            .strip_prefix("http://")
+            .is_some_and(|rest| !rest.is_empty() && url.parse::<tonic::transport::Uri>().is_ok());
+        if !ok {
+            return Err(invalid(
+                "store.etcd",
+                format!("{url:?} is not an http://host:port URL (TLS to etcd is not supported yet)"),
+            ));
+        }
+    }
+    let prefix = raw.prefix.unwrap_or_else(|| "/berth".into());
+    let well_formed = prefix.starts_with('/')
+        && !prefix.ends_with('/')
+        && prefix.len() <= 128
+        && prefix.bytes().all(|b| b.is_ascii_graphic());
+    if !well_formed {
+        return Err(invalid(
+            "store.prefix",
+            format!(
+                "{prefix:?} must start with '/', not end with one, and be printable ASCII (at most 128 bytes)"
+            ),
+        ));
+    }
+    Ok(crate::store::EtcdSettings {
+        endpoints: raw.etcd,
+        prefix,
+    })
 }
 
 /// Workers are cheap tasks that mostly wait on plugins: enough for hundreds of volumes in flight.
@@ -236,6 +291,7 @@ impl Config {
         }
         let fingerprint_interval =
             duration("fingerprint_interval", raw.fingerprint_interval.as_deref(), "30s")?;
+        let etcd = raw.store.map(etcd_settings).transpose()?;
 
         if raw.plugins.is_empty() {
             return Err(invalid(
@@ -362,6 +418,7 @@ impl Config {
 
         Ok(Config {
             state,
+            etcd,
             api,
             socket_mode,
             workers,
@@ -560,6 +617,33 @@ settings = { prefix = "x" }
         for (text, key) in cases {
             let err = Config::parse(&text, Path::new("/")).unwrap_err().to_string();
             assert!(err.contains(key), "expected {key:?} in: {err}");
+        }
+    }
+
+    #[test]
+    fn the_store_is_embedded_unless_etcd_is_named() {
+        assert_eq!(Config::parse(GOOD, Path::new("/")).unwrap().etcd, None);
+        let with = |store: &str| Config::parse(&format!("{GOOD}[store]\n{store}"), Path::new("/"));
+        let c = with("etcd = [\"http://127.0.0.1:2379\", \"http://10.0.0.2:2379\"]").unwrap();
+        assert_eq!(
+            c.etcd,
+            Some(crate::store::EtcdSettings {
+                endpoints: vec!["http://127.0.0.1:2379".into(), "http://10.0.0.2:2379".into()],
+                prefix: "/berth".into(),
+            })
+        );
+        let prefixed = with("etcd = [\"http://e:2379\"]\nprefix = \"/site-a/berth\"").unwrap();
+        assert_eq!(prefixed.etcd.unwrap().prefix, "/site-a/berth");
+        for (store, expected) in [
+            ("etcd = []", "store.etcd: name at least one"),
+            ("etcd = [\"https://e:2379\"]", "TLS to etcd is not supported yet"),
+            ("etcd = [\"e:2379\"]", "is not an http://host:port URL"),
+            ("etcd = [\"http://e:2379\"]\nprefix = \"berth\"", "store.prefix"),
+            ("etcd = [\"http://e:2379\"]\nprefix = \"/berth/\"", "store.prefix"),
+            ("etcd = [\"http://e:2379\"]\nprefx = \"/b\"", "prefx"),
+        ] {
+            let err = with(store).unwrap_err().to_string();
+            assert!(err.contains(expected), "{store}: expected {expected:?} in: {err}");
         }
     }
 }

@@ -21,7 +21,7 @@ use crate::csi::registry::{PluginSpec, Registry};
 use crate::manager::{VolumeManager, as_sync};
 use crate::policy::builtin::Builtins;
 use crate::policy::{Decision, EngineOptions, ModuleConfig, Policies, PolicyEngine, PolicyStats};
-use crate::store::{NodeRecord, RedbStore};
+use crate::store::{EtcdStore, NodeRecord, RedbStore, Store};
 use berth_proto::berth::v1::cluster_server::ClusterServer;
 
 /// The modules a config names, with the decisions each is to serve.
@@ -151,7 +151,16 @@ pub async fn run(
             paths: Some(Paths::under(&n.dir)),
         });
     }
-    let store = Arc::new(RedbStore::open(&config.state).map_err(|e| e.to_string())?);
+    let store: Arc<dyn Store> = match &config.etcd {
+        Some(settings) => {
+            let store = EtcdStore::connect(settings.clone())
+                .await
+                .map_err(|e| e.to_string())?;
+            tracing::info!(endpoints = ?settings.endpoints, prefix = %settings.prefix, "store in etcd");
+            Arc::new(store)
+        }
+        None => Arc::new(RedbStore::open(&config.state).map_err(|e| e.to_string())?),
+    };
     let api_path = config.api.path().to_path_buf();
     let listener = api::bind(&api_path, config.socket_mode)?;
     let cluster = match &config.cluster {

@@ -18,5 +18,18 @@ pub mod berth {
     }
 }
 
+/// The part of etcd's v3 API the etcd store uses, packages `etcdserverpb`
+/// and `mvccpb`.
+pub mod etcd {
+    pub mod mvccpb {
+        #![allow(clippy::all, missing_docs)]
+        tonic::include_proto!("mvccpb");
+    }
+    pub mod etcdserverpb {
+        #![allow(clippy::all, missing_docs)]
+        tonic::include_proto!("etcdserverpb");
+    }
+}
+
 /// The compiled descriptors of every .proto file, as a `FileDescriptorSet`.
 pub const DESCRIPTORS: &[u8] = include_bytes!(concat!(env!("OUT_DIR"), "/descriptors.bin"));

@@ -2,9 +2,11 @@
 //! the sample CSI plugin as a real process on a real socket, and runs the CLI.
 
 mod agents;
+mod etcd;
 mod plugin;
 
 pub use agents::AgentProcess;
+pub use etcd::EtcdCluster;
 pub use plugin::{Plugin, PluginBuilder};
 
 use std::path::{Path, PathBuf};
@@ -188,6 +190,8 @@ pub struct ClusterSpec<'a> {
     /// With `agents`: they dial the TLS endpoint on loopback and join with a
     /// token, instead of the cluster's unix socket.
     pub tls: bool,
+    /// A `[store]` table (e.g. [`EtcdCluster::store_config`]); the embedded store without.
+    pub store: Option<String>,
 }
 
 impl Default for ClusterSpec<'_> {
@@ -206,6 +210,7 @@ impl Default for ClusterSpec<'_> {
             guest_dir: None,
             agents: false,
             tls: false,
+            store: None,
         }
     }
 }
@@ -289,10 +294,11 @@ impl Cluster {
         std::fs::write(
             &config,
             format!(
-                "state = \"state/berth.redb\"\nworkers = {}\nfingerprint_interval = \"500ms\"\nsecrets_dir = \"secrets\"\n{}\n{}[[plugin]]\nname = \"hostpath\"\ndriver = \"hostpath.csi.berth.dev\"\ncontroller = \"{}\"\n{}\n{node_config}{guests}",
+                "state = \"state/berth.redb\"\nworkers = {}\nfingerprint_interval = \"500ms\"\nsecrets_dir = \"secrets\"\n{}\n{}{}[[plugin]]\nname = \"hostpath\"\ndriver = \"hostpath.csi.berth.dev\"\ncontroller = \"{}\"\n{}\n{node_config}{guests}",
                 spec.workers,
                 spec.extra,
                 cluster_config,
+                spec.store.as_deref().unwrap_or_default(),
                 controller.endpoint(),
                 spec.plugin_extra
             ),

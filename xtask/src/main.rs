@@ -151,6 +151,7 @@ fn guests() -> anyhow::Result<()> {
 }
 
 fn test(extra: &[String]) -> anyhow::Result<()> {
+    ensure_etcd()?;
     guests()?;
     build_bins()?;
     let mut cmd = cargo();
@@ -158,6 +159,55 @@ fn test(extra: &[String]) -> anyhow::Result<()> {
         .args(["test", "--workspace"])
         .args(extra);
     run(cmd)
+}
+
+/// The etcd store's tests start real etcd members: the Debian package
+/// `etcd-server`, installed with apt-get when `etcd` is not on the PATH.
+fn ensure_etcd() -> anyhow::Result<()> {
+    let found = |program: &str| {
+        Command::new(program)
+            .arg("--version")
+            .stdout(std::process::Stdio::null())
+            .stderr(std::process::Stdio::null())
+            .status()
+            .is_ok_and(|s| s.success())
+    };
+    if found("etcd") {
+        return Ok(());
+    }
+    eprintln!("xtask: etcd not found; installing the Debian package etcd-server");
+    // As root directly; otherwise through sudo.
+    let root = found_root();
+    let apt = |args: &[&str]| {
+        let mut cmd = if root {
+            Command::new("apt-get")
+        } else {
+            let mut c = Command::new("sudo");
+            c.arg("apt-get");
+            c
+        };
+        cmd.args(args).env("DEBIAN_FRONTEND", "noninteractive");
+        run(cmd)
+    };
+    if apt(&["install", "-y", "--no-install-recommends", "etcd-server"]).is_err() {
+        apt(&["update"])?;
+        apt(&["install", "-y", "--no-install-recommends", "etcd-server"])?;
+    }
+    anyhow::ensure!(
+        found("etcd"),
+        "etcd-server is installed but `etcd` is not on the PATH"
+    );
+    Ok(())
+}
+
+/// Whether this process runs as root (uid 0).
+fn found_root() -> bool {
+    std::fs::read_to_string("/proc/self/status").is_ok_and(|s| {
+        s.lines()
+            .find_map(|l| l.strip_prefix("Uid:"))
+            .and_then(|v| v.split_whitespace().next())
+            == Some("0")
+    })
 }
 
 fn bench(extra: &[String]) -> anyhow::Result<()> {

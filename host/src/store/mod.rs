@@ -7,6 +7,7 @@
 
 mod committer;
 mod embedded;
+mod etcd;
 
 use std::path::PathBuf;
 
@@ -15,6 +16,7 @@ use crate::model::VolumeRecord;
 pub(crate) use committer::{Change, Committer};
 pub use embedded::RedbStore;
 pub(crate) use embedded::{private_dir, private_file};
+pub use etcd::{EtcdSettings, EtcdStore};
 
 /// The record format this release reads and writes.
 pub const SCHEMA_VERSION: u64 = 1;
@@ -35,6 +37,8 @@ pub enum StoreError {
     Unreadable { id: String, message: String },
     #[error("encoding volume {id}: {message}")]
     Encode { id: String, message: String },
+    #[error("etcd ({endpoints}): {message}")]
+    Etcd { endpoints: String, message: String },
     #[error("the store is closed")]
     Closed,
     #[error("the store failed: {0}")]

@@ -1,0 +1,127 @@
+//! `berth serve` with its volumes and nodes in a real three-member etcd
+//! cluster on loopback: the lifecycle, restarts, a lost member, and etcd
+//! entirely away.
+
+use std::time::{Duration, Instant};
+
+use berth_tests::{Cluster, ClusterSpec, EtcdCluster, texts};
+use serde_json::Value;
+
+fn on_etcd(etcd: &EtcdCluster) -> Cluster {
+    Cluster::start(ClusterSpec {
+        guests: false,
+        store: Some(etcd.store_config("/berth-test")),
+        ..ClusterSpec::default()
+    })
+}
+
+fn volumes(c: &Cluster) -> Vec<Value> {
+    let out: Value = serde_json::from_str(&c.ok(&["volume", "list", "-o", "json"])).unwrap();
+    out.as_array().cloned().unwrap_or_default()
+}
+
+fn published(c: &Cluster) -> Vec<String> {
+    let mut names: Vec<String> = volumes(c)
+        .iter()
+        .filter(|v| v["state"] == "published")
+        .map(|v| v["name"].as_str().unwrap().to_string())
+        .collect();
+    names.sort();
+    names
+}
+
+fn wait_for(what: &str, within: Duration, mut done: impl FnMut() -> bool) {
+    let deadline = Instant::now() + within;
+    while !done() {
+        assert!(Instant::now() < deadline, "{what}: not within {within:?}");
+        std::thread::sleep(Duration::from_millis(50));
+    }
+}
+
+fn create_and_publish(c: &Cluster, name: &str) {
+    c.create_in(name, "zone=a");
+    c.ok(&["volume", "publish", name, "--node", "node-a", "--wait"]);
+}
+
+#[test]
+fn volumes_live_in_etcd_through_restarts_and_a_lost_member() {
+    let mut etcd = EtcdCluster::start(3);
+    let mut c = on_etcd(&etcd);
+    for i in 0..6 {
+        create_and_publish(&c, &format!("v{i}"));
+    }
+    for i in 0..2 {
+        c.ok(&["volume", "delete", &format!("v{i}"), "--wait"]);
+    }
+    assert!(!c.store_path().exists(), "no embedded store is made beside etcd");
+    let want: Vec<String> = (2..6).map(|i| format!("v{i}")).collect();
+    assert_eq!(published(&c), want);
+
+    // The server and one etcd member gone at once: two members are a quorum.
+    c.kill_serve();
+    etcd.kill(0);
+    c.start_serve();
+    assert_eq!(published(&c), want, "everything acknowledged is still there");
+    create_and_publish(&c, "v6");
+    etcd.restart(0);
+    etcd.wait_healthy(Duration::from_secs(30));
+
+    // A cold start reads it all back, and the plugin agrees.
+    c.kill_serve();
+    c.start_serve();
+    let mut want = want;
+    want.push("v6".into());
+    assert_eq!(published(&c), want);
+    assert_eq!(c.plugin_volumes(), want.len(), "nothing leaked or made twice");
+}
+
+#[test]
+fn etcd_away_is_unavailable_and_work_resumes_when_it_returns() {
+    let mut etcd = EtcdCluster::start(3);
+    let c = on_etcd(&etcd);
+    create_and_publish(&c, "before");
+    for i in 0..3 {
+        etcd.kill(i);
+    }
+    let out = c.berth(&[
+        "volume",
+        "create",
+        "during",
+        "--plugin",
+        "hostpath",
+        "--requisite",
+        "zone=a",
+    ]);
+    let (stdout, stderr) = texts(&out);
+    assert!(!out.status.success(), "created without a store: {stdout}");
+    assert!(
+        stderr.contains("UNAVAILABLE") && stderr.contains("etcd"),
+        "a clear error naming the store: {stderr}"
+    );
+    // Reads still answer from memory.
+    assert_eq!(published(&c), vec!["before".to_string()]);
+
+    for i in 0..3 {
+        etcd.restart(i);
+    }
+    etcd.wait_healthy(Duration::from_secs(30));
+    wait_for("a create once etcd is back", Duration::from_secs(30), || {
+        c.berth(&[
+            "volume",
+            "create",
+            "after",
+            "--plugin",
+            "hostpath",
+            "--requisite",
+            "zone=a",
+        ])
+        .status
+        .success()
+    });
+    c.ok(&["volume", "publish", "after", "--node", "node-a", "--wait"]);
+    assert_eq!(published(&c), vec!["after".to_string(), "before".to_string()]);
+    assert!(
+        !volumes(&c).iter().any(|v| v["name"] == "during"),
+        "the refused create left nothing"
+    );
+}
