@@ -3,9 +3,10 @@
 //! real unix sockets with the store on disk. Once with the built-in policies,
 //! once with the three WASM sample guests, then across three nodes: served in
 //! process (`[[node]]`) and by three `berth agent` processes over the TLS
-//! cluster endpoint on loopback, in the same run.
+//! cluster endpoint on loopback, in the same run; and with the store in a
+//! three-member etcd on loopback against the embedded store.
 //!
-//! `cargo xtask bench-e2e [--volumes N[,N...]] [--rounds R] [--policies native,wasm,3-nodes,3-agents]
+//! `cargo xtask bench-e2e [--volumes N[,N...]] [--rounds R] [--policies native,wasm,3-nodes,3-agents,etcd]
 //! [--volumes-dir DIR]` (release binaries; defaults: 1000 volumes, 3 rounds;
 //! the plugin's volumes and the nodes' mount points on /dev/shm unless
 //! `--volumes-dir` says otherwise).
@@ -16,7 +17,7 @@ use std::time::{Duration, Instant};
 
 use berth_proto::berth::v1 as api;
 use berth_proto::berth::v1::berth_client::BerthClient;
-use berth_tests::{Cluster, ClusterSpec, summary};
+use berth_tests::{Cluster, ClusterSpec, EtcdCluster, summary};
 use tokio::sync::Semaphore;
 
 /// Requests in flight at once from the driver.
@@ -83,37 +84,52 @@ struct Setup {
     guests: bool,
     nodes: &'static [&'static str],
     agents: bool,
+    /// The store in a three-member etcd on loopback instead of the embedded file.
+    etcd: bool,
 }
 
-const SETUPS: [Setup; 4] = [
+const SETUPS: [Setup; 5] = [
     Setup {
         label: "native",
         guests: false,
         nodes: &["node-a"],
         agents: false,
+        etcd: false,
     },
     Setup {
         label: "wasm",
         guests: true,
         nodes: &["node-a"],
         agents: false,
+        etcd: false,
     },
     Setup {
         label: "3-nodes",
         guests: false,
         nodes: &["node-a", "node-b", "node-c"],
         agents: false,
+        etcd: false,
     },
     Setup {
         label: "3-agents",
         guests: false,
         nodes: &["node-a", "node-b", "node-c"],
         agents: true,
+        etcd: false,
+    },
+    Setup {
+        label: "etcd",
+        guests: false,
+        nodes: &["node-a"],
+        agents: false,
+        etcd: true,
     },
 ];
 
 fn run(n: usize, setup: &Setup, volumes_dir: Option<&Path>) -> Run {
+    let etcd = setup.etcd.then(|| EtcdCluster::start(3));
     let c = Cluster::start(ClusterSpec {
+        store: etcd.as_ref().map(|e| e.store_config("/berth-bench")),
         guests: setup.guests,
         nodes: setup.nodes.iter().map(|n| (*n, "a")).collect(),
         agents: setup.agents,
@@ -249,6 +265,11 @@ fn main() {
             (
                 "create+publish throughput through three agents is {}× one in-process node",
                 "3-agents",
+                "native",
+            ),
+            (
+                "create+publish throughput with the store in etcd (three members) is {}× the embedded store",
+                "etcd",
                 "native",
             ),
         ] {

@@ -36,7 +36,7 @@ commands:
           through berth serve and the sample plugin, built-in against WASM policies, and
           three in-process nodes against three berth agent processes
           (--volumes N[,N...], default 1000; --rounds R, default 3;
-          --policies native,wasm,3-nodes,3-agents picks setups)
+          --policies native,wasm,3-nodes,3-agents,etcd picks setups)
   bench-scale
           memory per tracked volume and restart time with 10,000 and 100,000 volumes
           in the store (--volumes N[,N...])
@@ -55,7 +55,7 @@ fn main() {
         Some("lint") => lint(),
         Some("guests") => guests(),
         Some("bench") => bench(&args[1..]),
-        Some("bench-e2e") => release_bench("lifecycle", &args[1..]),
+        Some("bench-e2e") => ensure_etcd().and_then(|()| release_bench("lifecycle", &args[1..])),
         Some("bench-scale") => release_bench("scale", &args[1..]),
         Some("reliability") => reliability(&args[1..]),
         Some("-h" | "--help" | "help") => {
