@@ -41,6 +41,45 @@ pub struct EtcdSettings {
     pub prefix: String,
 }
 
+impl EtcdSettings {
+    /// Client URLs are plain http (TLS to etcd is not supported yet, so it
+    /// is refused rather than half-done); the prefix defaults to `/berth`.
+    /// An error names the `[store]` key at fault.
+    pub fn new(endpoints: Vec<String>, prefix: Option<String>) -> Result<Self, (&'static str, String)> {
+        if endpoints.is_empty() {
+            return Err((
+                "store.etcd",
+                "name at least one etcd member's client URL, like \"http://127.0.0.1:2379\" (leave [store] out for the embedded store)".into(),
+            ));
+        }
+        for url in &endpoints {
+            let ok = url
+                .strip_prefix("http://")
+                .is_some_and(|rest| !rest.is_empty() && url.parse::<tonic::transport::Uri>().is_ok());
+            if !ok {
+                return Err((
+                    "store.etcd",
+                    format!("{url:?} is not an http://host:port URL (TLS to etcd is not supported yet)"),
+                ));
+            }
+        }
+        let prefix = prefix.unwrap_or_else(|| "/berth".into());
+        let well_formed = prefix.starts_with('/')
+            && !prefix.ends_with('/')
+            && prefix.len() <= 128
+            && prefix.bytes().all(|b| b.is_ascii_graphic());
+        if !well_formed {
+            return Err((
+                "store.prefix",
+                format!(
+                    "{prefix:?} must start with '/', not end with one, and be printable ASCII (at most 128 bytes)"
+                ),
+            ));
+        }
+        Ok(EtcdSettings { endpoints, prefix })
+    }
+}
+
 type Reply = oneshot::Sender<Result<(), String>>;
 
 /// One key's change: a value to put, or `None` to delete.
@@ -406,6 +445,44 @@ impl Store for EtcdStore {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn settings_name_the_key_at_fault() {
+        let urls = |u: &[&str]| u.iter().map(|u| u.to_string()).collect::<Vec<_>>();
+        let prefixed = EtcdSettings::new(urls(&["http://e:2379"]), Some("/site-a/berth".into())).unwrap();
+        assert_eq!(prefixed.prefix, "/site-a/berth");
+        for (endpoints, prefix, key, expected) in [
+            (urls(&[]), None, "store.etcd", "name at least one"),
+            (
+                urls(&["https://e:2379"]),
+                None,
+                "store.etcd",
+                "TLS to etcd is not supported yet",
+            ),
+            (
+                urls(&["e:2379"]),
+                None,
+                "store.etcd",
+                "is not an http://host:port URL",
+            ),
+            (
+                urls(&["http://e:2379"]),
+                Some("berth"),
+                "store.prefix",
+                "must start with '/'",
+            ),
+            (
+                urls(&["http://e:2379"]),
+                Some("/berth/"),
+                "store.prefix",
+                "not end with one",
+            ),
+        ] {
+            let (k, message) = EtcdSettings::new(endpoints, prefix.map(Into::into)).unwrap_err();
+            assert_eq!(k, key, "{message}");
+            assert!(message.contains(expected), "expected {expected:?} in: {message}");
+        }
+    }
 
     #[test]
     fn a_prefix_ends_just_past_its_last_key() {
