@@ -9,6 +9,7 @@ pub mod api;
 pub mod cluster;
 pub mod config;
 pub mod csi;
+pub mod leadership;
 pub mod manager;
 pub mod model;
 pub mod policy;

@@ -19,7 +19,8 @@ pub struct AgentProcess {
 
 impl AgentProcess {
     /// Writes the agent's config; [`AgentProcess::start`] runs it.
-    /// `server` as agent.toml takes it (`unix:///...` or `https://host:port`).
+    /// `server` as agent.toml takes it (`unix:///...` or `https://host:port`;
+    /// several, separated by commas, for several servers).
     pub fn new(
         dir: &Path,
         name: &str,
@@ -30,11 +31,21 @@ impl AgentProcess {
         token: Option<&str>,
     ) -> Self {
         let token = token.map_or(String::new(), |t| format!("token = \"{t}\"\n"));
+        let server = match server.split(',').collect::<Vec<_>>()[..] {
+            [one] => format!("\"{one}\""),
+            ref many => format!(
+                "[{}]",
+                many.iter()
+                    .map(|s| format!("\"{s}\""))
+                    .collect::<Vec<_>>()
+                    .join(", ")
+            ),
+        };
         Self::with_config(
             dir,
             name,
             &format!(
-                "node = \"{name}\"\nlabels = {{ zone-label = \"{zone}\" }}\nserver = \"{server}\"\n{token}dir = \"{}\"\nheartbeat_interval = \"200ms\"\nfingerprint_interval = \"500ms\"\n[plugins]\nhostpath = \"{plugin}\"\n",
+                "node = \"{name}\"\nlabels = {{ zone-label = \"{zone}\" }}\nserver = {server}\n{token}dir = \"{}\"\nheartbeat_interval = \"200ms\"\nfingerprint_interval = \"500ms\"\n[plugins]\nhostpath = \"{plugin}\"\n",
                 node_dir.display()
             ),
         )
@@ -75,6 +86,11 @@ impl AgentProcess {
 
     pub fn start(&mut self) {
         self.child = Some(berth_logged("agent", &self.config, &self.log));
+    }
+
+    /// The process id, while it runs.
+    pub fn pid(&self) -> Option<u32> {
+        self.child.as_ref().map(std::process::Child::id)
     }
 
     /// SIGKILL: nothing is flushed or cleaned up.
@@ -150,8 +166,18 @@ impl Cluster {
             }
             assert!(
                 Instant::now() < deadline,
-                "nodes {nodes:?} not {state} after {within:?}: {list:#?}\n{}",
-                self.log()
+                "nodes {nodes:?} not {state} after {within:?}: {list:#?}\n{}\n{}",
+                self.log(),
+                self.agents
+                    .iter()
+                    .map(|a| format!("agent {}:\n{}", a.name, crate::storm::tail(&a.log_text())))
+                    .chain(self.serves.iter().skip(1).map(|s| format!(
+                        "{}:\n{}",
+                        s.log.display(),
+                        crate::storm::tail(&std::fs::read_to_string(&s.log).unwrap_or_default())
+                    )))
+                    .collect::<Vec<_>>()
+                    .join("\n")
             );
             std::thread::sleep(Duration::from_millis(50));
         }

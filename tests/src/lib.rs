@@ -4,10 +4,14 @@
 mod agents;
 mod etcd;
 mod plugin;
+mod serves;
+pub mod storm;
 
 pub use agents::AgentProcess;
 pub use etcd::EtcdCluster;
 pub use plugin::{Plugin, PluginBuilder};
+pub use serves::ServeProcess;
+use serves::state_dir;
 
 use std::path::{Path, PathBuf};
 use std::process::{Child, Command, Output, Stdio};
@@ -153,7 +157,9 @@ pub struct Cluster {
     pub nodes: Vec<(String, Plugin)>,
     /// With [`ClusterSpec::agents`]: the `berth agent` of each node, in node order.
     pub agents: Vec<AgentProcess>,
-    serve: Option<Child>,
+    /// Every `berth serve`: one, or [`ClusterSpec::servers`] sharing etcd.
+    pub serves: Vec<ServeProcess>,
+    /// The first server's config, API socket and log.
     pub config: PathBuf,
     pub api: PathBuf,
     pub serve_log: PathBuf,
@@ -192,6 +198,9 @@ pub struct ClusterSpec<'a> {
     pub tls: bool,
     /// A `[store]` table (e.g. [`EtcdCluster::store_config`]); the embedded store without.
     pub store: Option<String>,
+    /// How many `berth serve` share the store (several need etcd); each has
+    /// its own state directory, API socket and TLS port, and is named `server-<i>`.
+    pub servers: usize,
 }
 
 impl Default for ClusterSpec<'_> {
@@ -211,6 +220,7 @@ impl Default for ClusterSpec<'_> {
             agents: false,
             tls: false,
             store: None,
+            servers: 1,
         }
     }
 }
@@ -239,10 +249,20 @@ impl Cluster {
         let mut nodes = Vec::new();
         let mut agent_nodes = Vec::new();
         let mut node_config = String::new();
-        let tls_port = spec.tls.then(free_port);
-        let cluster_config = match (spec.agents, tls_port) {
+        assert!(
+            spec.servers == 1 || spec.store.is_some(),
+            "several servers share etcd"
+        );
+        let tls_ports: Vec<u16> = match spec.tls {
+            true => (0..spec.servers).map(|_| free_port()).collect(),
+            false => Vec::new(),
+        };
+        let cluster_config = |i: usize| match (spec.agents, tls_ports.get(i)) {
             (false, _) => String::new(),
-            (true, None) => "cluster = \"state/cluster.sock\"\nheartbeat_timeout = \"1s\"\n".into(),
+            (true, None) => format!(
+                "cluster = \"{}/cluster.sock\"\nheartbeat_timeout = \"1s\"\n",
+                state_dir(i)
+            ),
             (true, Some(port)) => {
                 format!("cluster_address = \"127.0.0.1:{port}\"\nheartbeat_timeout = \"1s\"\n")
             }
@@ -290,45 +310,79 @@ impl Cluster {
         } else {
             String::new()
         };
-        let config = dir.path().join("berth.toml");
-        std::fs::write(
-            &config,
-            format!(
-                "state = \"state/berth.redb\"\nworkers = {}\nfingerprint_interval = \"500ms\"\nsecrets_dir = \"secrets\"\n{}\n{}{}[[plugin]]\nname = \"hostpath\"\ndriver = \"hostpath.csi.berth.dev\"\ncontroller = \"{}\"\n{}\n{node_config}{guests}",
-                spec.workers,
-                spec.extra,
-                cluster_config,
-                spec.store.as_deref().unwrap_or_default(),
-                controller.endpoint(),
-                spec.plugin_extra
-            ),
-        )
-        .unwrap();
+        let mut serves = Vec::new();
+        for i in 0..spec.servers {
+            let store = match (&spec.store, spec.servers) {
+                (Some(store), n) if n > 1 => format!("{store}name = \"server-{i}\"\n"),
+                (store, _) => store.clone().unwrap_or_default(),
+            };
+            let (config, log) = match i {
+                0 => (dir.path().join("berth.toml"), dir.path().join("serve.log")),
+                i => (
+                    dir.path().join(format!("berth-{i}.toml")),
+                    dir.path().join(format!("serve-{i}.log")),
+                ),
+            };
+            std::fs::write(
+                &config,
+                format!(
+                    "state = \"{}/berth.redb\"\nworkers = {}\nfingerprint_interval = \"500ms\"\nsecrets_dir = \"secrets\"\n{}\n{}{}[[plugin]]\nname = \"hostpath\"\ndriver = \"hostpath.csi.berth.dev\"\ncontroller = \"{}\"\n{}\n{node_config}{guests}",
+                    state_dir(i),
+                    spec.workers,
+                    spec.extra,
+                    cluster_config(i),
+                    store,
+                    controller.endpoint(),
+                    spec.plugin_extra
+                ),
+            )
+            .unwrap();
+            serves.push(ServeProcess {
+                config,
+                api: dir.path().join(state_dir(i)).join("berth.sock"),
+                log,
+                child: None,
+            });
+        }
         std::fs::create_dir_all(dir.path().join("secrets")).unwrap();
         let mut c = Cluster {
             own_volumes_dir: spec.volumes_dir.is_some(),
             volumes_dir,
-            api: dir.path().join("state/berth.sock"),
-            serve_log: dir.path().join("serve.log"),
-            config,
+            api: serves[0].api.clone(),
+            serve_log: serves[0].log.clone(),
+            config: serves[0].config.clone(),
+            serves,
             dir,
             controller,
             nodes,
             agents: Vec::new(),
-            serve: None,
         };
-        c.start_serve();
+        for i in 0..spec.servers {
+            c.start_server(i);
+        }
         if !node_config.is_empty() {
             // The API answers while in-process nodes are still being fingerprinted.
             let names: Vec<&str> = spec.nodes.iter().map(|(n, _)| *n).collect();
             c.wait_nodes(&names, "ready", Duration::from_secs(30));
         }
         if !agent_nodes.is_empty() {
-            let server = match tls_port {
-                Some(port) => format!("https://127.0.0.1:{port}"),
-                None => format!("unix://{}", c.dir.path().join("state/cluster.sock").display()),
+            let server = match tls_ports.is_empty() {
+                false => tls_ports
+                    .iter()
+                    .map(|port| format!("https://127.0.0.1:{port}"))
+                    .collect::<Vec<_>>()
+                    .join(","),
+                true => (0..spec.servers)
+                    .map(|i| {
+                        format!(
+                            "unix://{}",
+                            c.dir.path().join(state_dir(i)).join("cluster.sock").display()
+                        )
+                    })
+                    .collect::<Vec<_>>()
+                    .join(","),
             };
-            let token = tls_port.map(|_| c.join_token());
+            let token = spec.tls.then(|| c.join_token());
             for (name, zone, node_dir, plugin) in &agent_nodes {
                 let mut a = AgentProcess::new(
                     c.dir.path(),
@@ -349,21 +403,14 @@ impl Cluster {
         c
     }
 
+    /// Starts the first server again.
     pub fn start_serve(&mut self) {
-        self.serve = Some(berth_logged("serve", &self.config, &self.serve_log));
-        let deadline = Instant::now() + Duration::from_secs(30);
-        while std::os::unix::net::UnixStream::connect(&self.api).is_err() {
-            if let Some(status) = self.serve.as_mut().and_then(|c| c.try_wait().ok().flatten()) {
-                panic!("berth serve exited with {status}: {}", self.log());
-            }
-            assert!(Instant::now() < deadline, "the API never came up: {}", self.log());
-            std::thread::sleep(Duration::from_millis(20));
-        }
+        self.start_server(0);
     }
 
     /// The process id of `berth serve`, while it runs.
     pub fn serve_pid(&self) -> Option<u32> {
-        self.serve.as_ref().map(Child::id)
+        self.serves[0].child.as_ref().map(Child::id)
     }
 
     /// Where `berth serve` keeps its store.
@@ -373,10 +420,7 @@ impl Cluster {
 
     /// SIGKILL, as in a crash: nothing is flushed or cleaned up.
     pub fn kill_serve(&mut self) {
-        if let Some(mut c) = self.serve.take() {
-            let _ = c.kill();
-            let _ = c.wait();
-        }
+        self.kill_server(0);
     }
 
     pub fn log(&self) -> String {
@@ -498,7 +542,13 @@ impl Cluster {
 
 impl Drop for Cluster {
     fn drop(&mut self) {
-        self.kill_serve();
+        for i in 0..self.serves.len() {
+            // A frozen server would not die of SIGKILL until woken.
+            if self.serves[i].child.is_some() {
+                self.freeze_server(i, false);
+            }
+            self.kill_server(i);
+        }
         if self.own_volumes_dir {
             let _ = std::fs::remove_dir_all(&self.volumes_dir);
         }

@@ -264,6 +264,26 @@ fn a_forgotten_node_lets_its_volumes_go_elsewhere_and_its_agent_is_refused_until
     assert_eq!(get(&c, "f")["publications"][0]["node"], "node-b");
 }
 
+/// Whether process `pid` ignores `signal`, as the kernel reports it.
+fn ignores(pid: u32, signal: i32) -> bool {
+    let status = std::fs::read_to_string(format!("/proc/{pid}/status")).unwrap();
+    let mask = status
+        .lines()
+        .find_map(|l| l.strip_prefix("SigIgn:"))
+        .map(|m| u64::from_str_radix(m.trim(), 16).unwrap())
+        .unwrap();
+    mask & (1 << (signal - 1)) != 0
+}
+
+/// A server dying while the agent writes to it must not take the agent
+/// with it: the daemons ignore SIGPIPE (only client commands take the default).
+#[test]
+fn the_agent_and_the_server_outlive_a_peer_gone_mid_write() {
+    let c = agents(vec![("node-a", "a")]);
+    assert!(ignores(c.agents[0].pid().unwrap(), libc::SIGPIPE), "berth agent");
+    assert!(ignores(c.serve_pid().unwrap(), libc::SIGPIPE), "berth serve");
+}
+
 #[test]
 fn teardown_goes_on_while_the_server_is_away() {
     let mut c = Cluster::start(ClusterSpec {

@@ -40,6 +40,9 @@ commands:
   bench-scale
           memory per tracked volume and restart time with 10,000 and 100,000 volumes
           in the store (--volumes N[,N...])
+  bench-failover
+          three servers on a three-member etcd: time from killing the leader until a
+          volume is created and published through a follower (--kills N, --lease-ttl S)
   reliability
           the long reliability runs: kill -9 twenty times during 2,000 operations, 400
           volumes through a plugin that fails, hangs and restarts, and 10,000 cases of
@@ -57,6 +60,7 @@ fn main() {
         Some("bench") => bench(&args[1..]),
         Some("bench-e2e") => ensure_etcd().and_then(|()| release_bench("lifecycle", &args[1..])),
         Some("bench-scale") => release_bench("scale", &args[1..]),
+        Some("bench-failover") => ensure_etcd().and_then(|()| release_bench("failover", &args[1..])),
         Some("reliability") => reliability(&args[1..]),
         Some("-h" | "--help" | "help") => {
             println!("{USAGE}");

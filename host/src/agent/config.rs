@@ -5,7 +5,8 @@
 //! ```toml
 //! node = "node-a"                        # this node's name in the cluster
 //! labels = { zone = "a", disk = "ssd" }  # for placement
-//! server = "https://berth.example:7443"  # the TLS endpoint; or unix:///run/berth/cluster.sock
+//! server = "https://berth.example:7443"  # the TLS endpoint; or unix:///run/berth/cluster.sock;
+//!                                        # or a list of every server's, tried in turn to find the leader
 //! token = "berth1...."                   # to join the first time (`berth cluster token`)
 //! dir = "/var/lib/berth/agent"           # the agent's record; staging/ and publish/ below
 //! plugin_dir = "/var/lib/berth/plugins"  # optional: sockets appearing here are registered
@@ -32,7 +33,7 @@ struct Raw {
     node: String,
     #[serde(default)]
     labels: BTreeMap<String, String>,
-    server: String,
+    server: OneOrMany,
     token: Option<String>,
     dir: PathBuf,
     plugin_dir: Option<PathBuf>,
@@ -41,6 +42,14 @@ struct Raw {
     deadline: Option<String>,
     #[serde(default)]
     plugins: BTreeMap<String, String>,
+}
+
+/// `server`: one endpoint, or every server's.
+#[derive(Debug, Deserialize)]
+#[serde(untagged)]
+enum OneOrMany {
+    One(String),
+    Many(Vec<String>),
 }
 
 /// Where the server's cluster endpoint is.
@@ -83,8 +92,9 @@ impl std::fmt::Display for ServerAddress {
 pub struct AgentConfig {
     pub node: String,
     pub labels: BTreeMap<String, String>,
-    /// The server's cluster endpoint.
-    pub server: ServerAddress,
+    /// The servers' cluster endpoints: only the leader's answers, so they
+    /// are tried in turn.
+    pub servers: Vec<ServerAddress>,
     /// The join token, needed until the agent has its certificate.
     pub token: Option<String>,
     pub dir: PathBuf,
@@ -126,6 +136,20 @@ impl AgentConfig {
                 "no node plugin: name sockets under [plugins], or set plugin_dir",
             ));
         }
+        let servers = match raw.server {
+            OneOrMany::One(one) => vec![one],
+            OneOrMany::Many(many) => many,
+        };
+        if servers.is_empty() {
+            return Err(invalid("server", "name at least one server's cluster endpoint"));
+        }
+        let servers = servers
+            .iter()
+            .map(|text| match text.strip_prefix("https://") {
+                Some(rest) => ServerAddress::parse_tls(rest).map_err(|e| invalid("server", e)),
+                None => Ok(ServerAddress::Unix(endpoint("server", text)?)),
+            })
+            .collect::<Result<Vec<_>, _>>()?;
         let heartbeat_interval = duration("heartbeat_interval", raw.heartbeat_interval.as_deref(), "5s")?;
         if heartbeat_interval < Duration::from_millis(10) {
             return Err(invalid("heartbeat_interval", "must be at least 10ms"));
@@ -133,10 +157,7 @@ impl AgentConfig {
         Ok(AgentConfig {
             node: raw.node,
             labels: raw.labels,
-            server: match raw.server.strip_prefix("https://") {
-                Some(rest) => ServerAddress::parse_tls(rest).map_err(|e| invalid("server", e))?,
-                None => ServerAddress::Unix(endpoint("server", &raw.server)?),
-            },
+            servers,
             token: raw.token,
             dir: resolve(&raw.dir),
             plugin_dir: raw.plugin_dir.as_deref().map(resolve),
@@ -174,8 +195,10 @@ mod tests {
         .unwrap();
         assert_eq!(c.node, "node-a");
         assert_eq!(
-            c.server,
-            ServerAddress::Unix(Endpoint::parse("/etc/berth/cluster.sock").unwrap())
+            c.servers,
+            [ServerAddress::Unix(
+                Endpoint::parse("/etc/berth/cluster.sock").unwrap()
+            )]
         );
         let tls = AgentConfig::parse(
             "node = \"a\"\nserver = \"https://10.0.0.1:7443\"\ndir = \"d\"\n[plugins]\nx = \"/x.sock\"",
@@ -183,12 +206,19 @@ mod tests {
         )
         .unwrap();
         assert_eq!(
-            tls.server,
-            ServerAddress::Tls {
+            tls.servers,
+            [ServerAddress::Tls {
                 host: "10.0.0.1".into(),
                 port: 7443
-            }
+            }]
         );
+        let several = AgentConfig::parse(
+            "node = \"a\"\nserver = [\"https://s1:7443\", \"https://s2:7443\"]\ndir = \"d\"\n[plugins]\nx = \"/x.sock\"",
+            Path::new("/"),
+        )
+        .unwrap();
+        assert_eq!(several.servers.len(), 2, "every server's endpoint, in order");
+        assert_eq!(several.servers[1].to_string(), "https://s2:7443");
         assert_eq!(c.dir, Path::new("/etc/berth/agent"));
         assert_eq!(c.heartbeat_interval, Duration::from_secs(1));
         assert_eq!(c.fingerprint_interval, Duration::from_secs(30));

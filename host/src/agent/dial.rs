@@ -17,6 +17,8 @@ use super::{Agent, SessionEnd};
 
 const FIRST_PAUSE: Duration = Duration::from_millis(200);
 const LONGEST_PAUSE: Duration = Duration::from_secs(10);
+/// How long after losing a session the agent keeps dialing at the first pace.
+const ELECTION_WINDOW: Duration = Duration::from_secs(30);
 
 /// The channel to the server: on the TLS endpoint, with the agent's
 /// certificate, joining first with the token when it has none.
@@ -85,13 +87,30 @@ fn failed(server: &ServerAddress, status: &tonic::Status) -> SessionEnd {
     }
 }
 
-/// Runs until the server refuses the agent (the reason is returned).
-pub async fn run(agent: Arc<Agent>, server: ServerAddress, token: Option<String>, dir: PathBuf) -> String {
+/// Runs until a server refuses the agent (the reason is returned). Of
+/// several servers only the leader listens: a lost dial moves on to the
+/// next at once, and the pause grows only when none answered.
+pub async fn run(
+    agent: Arc<Agent>,
+    servers: Vec<ServerAddress>,
+    token: Option<String>,
+    dir: PathBuf,
+) -> String {
     let mut pause = FIRST_PAUSE;
+    let mut next = 0;
+    let mut failed_in_a_row = 0;
+    // Just after a session ends, a new leader may be moments away: the
+    // pause grows only once that window has passed.
+    let mut lost_at = tokio::time::Instant::now();
     loop {
-        let (end, had_session) = attempt(&agent, &server, token.as_deref(), &dir).await;
+        let server = &servers[next % servers.len()];
+        let (end, had_session) = attempt(&agent, server, token.as_deref(), &dir).await;
         if had_session {
             pause = FIRST_PAUSE;
+            failed_in_a_row = 0;
+            lost_at = tokio::time::Instant::now();
+        } else {
+            failed_in_a_row += 1;
         }
         match end {
             SessionEnd::Refused(why) => return why,
@@ -99,7 +118,14 @@ pub async fn run(agent: Arc<Agent>, server: ServerAddress, token: Option<String>
                 tracing::warn!(node = %agent.name(), %why, retry_in = %humantime::format_duration(pause), "no session with the server");
             }
         }
-        tokio::time::sleep(pause).await;
-        pause = (pause * 2).min(LONGEST_PAUSE);
+        // The session ended (the leader may have gone) or the dial failed:
+        // the next server is tried first.
+        next += 1;
+        if failed_in_a_row > 0 && failed_in_a_row % servers.len() == 0 {
+            tokio::time::sleep(pause).await;
+            if lost_at.elapsed() > ELECTION_WINDOW {
+                pause = (pause * 2).min(LONGEST_PAUSE);
+            }
+        }
     }
 }

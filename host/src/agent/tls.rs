@@ -7,6 +7,7 @@
 
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
+use std::time::Duration;
 
 use berth_proto::berth::v1 as wire;
 use berth_proto::berth::v1::cluster_client::ClusterClient;
@@ -136,6 +137,37 @@ impl ServerCertVerifier for PinnedCa {
     }
 }
 
+fn roots(ca_pem: &str) -> Result<RootCertStore, String> {
+    let mut roots = RootCertStore::empty();
+    for ca in CertificateDer::pem_slice_iter(ca_pem.as_bytes()) {
+        roots
+            .add(ca.map_err(|e| e.to_string())?)
+            .map_err(|e| e.to_string())?;
+    }
+    Ok(roots)
+}
+
+/// A channel to another server's TLS endpoint (`host:port`), trusting the
+/// cluster CA alone; no client certificate.
+pub fn server_channel(address: &str, ca_pem: &str) -> Result<Channel, String> {
+    let (host, port) = address
+        .rsplit_once(':')
+        .ok_or_else(|| format!("{address:?} has no port"))?;
+    let port = port
+        .parse()
+        .map_err(|_| format!("{address:?}: the port is not a number"))?;
+    let host = host.trim_start_matches('[').trim_end_matches(']');
+    let config = ClientConfig::builder_with_provider(provider())
+        .with_safe_default_protocol_versions()
+        .map_err(|e| e.to_string())?
+        .with_root_certificates(roots(ca_pem).map_err(|e| format!("the cluster CA: {e}"))?)
+        .with_no_client_auth();
+    channel(host, port, config)
+}
+
+/// How often an idle TLS connection is checked, and how long an answer may take.
+const KEEPALIVE: Duration = Duration::from_secs(2);
+
 /// A lazily connecting gRPC channel to `host:port` over TLS with `config`.
 fn channel(host: &str, port: u16, mut config: ClientConfig) -> Result<Channel, String> {
     config.alpn_protocols = vec![b"h2".to_vec()];
@@ -145,31 +177,30 @@ fn channel(host: &str, port: u16, mut config: ClientConfig) -> Result<Channel, S
     let uri: Uri = format!("http://{address}")
         .parse()
         .map_err(|e| format!("server {address:?}: {e}"))?;
-    Ok(
-        tonic::transport::Endpoint::from(uri).connect_with_connector_lazy(tower::service_fn(
-            move |_: Uri| {
-                let (connector, name, address) = (connector.clone(), name.clone(), address.clone());
-                async move {
-                    let tcp = tokio::net::TcpStream::connect(&address).await?;
-                    // Small messages both ways: Nagle's algorithm would hold each one back.
-                    tcp.set_nodelay(true)?;
-                    let tls = connector.connect(name, tcp).await?;
-                    Ok::<_, std::io::Error>(TokioIo::new(tls))
-                }
-            },
-        )),
-    )
+    Ok(tonic::transport::Endpoint::from(uri)
+        // A server that stops answering (frozen, cut off) is left within
+        // seconds, so the agent finds the leader that replaced it.
+        .http2_keep_alive_interval(KEEPALIVE)
+        .keep_alive_timeout(KEEPALIVE)
+        .keep_alive_while_idle(true)
+        // TCP and the TLS handshake: a frozen server accepts, then never answers.
+        .connect_timeout(Duration::from_secs(5))
+        .connect_with_connector_lazy(tower::service_fn(move |_: Uri| {
+            let (connector, name, address) = (connector.clone(), name.clone(), address.clone());
+            async move {
+                let tcp = tokio::net::TcpStream::connect(&address).await?;
+                // Small messages both ways: Nagle's algorithm would hold each one back.
+                tcp.set_nodelay(true)?;
+                let tls = connector.connect(name, tcp).await?;
+                Ok::<_, std::io::Error>(TokioIo::new(tls))
+            }
+        })))
 }
 
 /// The channel an agent that has joined uses: the cluster CA as the only
 /// root, its own certificate as the client's.
 pub fn session_channel(host: &str, port: u16, creds: &Credentials) -> Result<Channel, String> {
-    let mut roots = RootCertStore::empty();
-    for ca in CertificateDer::pem_slice_iter(creds.ca.as_bytes()) {
-        roots
-            .add(ca.map_err(|e| format!("the kept cluster CA: {e}"))?)
-            .map_err(|e| format!("the kept cluster CA: {e}"))?;
-    }
+    let roots = roots(&creds.ca).map_err(|e| format!("the kept cluster CA: {e}"))?;
     let certs = CertificateDer::pem_slice_iter(creds.cert.as_bytes())
         .collect::<Result<Vec<_>, _>>()
         .map_err(|e| format!("the agent's certificate: {e}"))?;
@@ -230,7 +261,10 @@ pub async fn join(
 /// try), not a refusal or a server that is not the cluster's.
 pub fn transient(status: &tonic::Status) -> bool {
     let text = crate::csi::error_chain(status);
-    status.code() == tonic::Code::Unavailable
-        && !text.contains(NOT_THE_CLUSTER)
+    // A connection reset mid-dial (a server stepping down) surfaces as Unknown.
+    matches!(
+        status.code(),
+        tonic::Code::Unavailable | tonic::Code::Unknown | tonic::Code::Cancelled
+    ) && !text.contains(NOT_THE_CLUSTER)
         && !text.contains("certificate")
 }

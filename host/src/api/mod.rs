@@ -21,6 +21,9 @@ pub struct BerthApi {
     reloader: Arc<Reloader>,
     /// The TLS cluster endpoint, when there is one (join tokens come from its CA).
     cluster: Option<Arc<crate::cluster::pki::ClusterTls>>,
+    /// With the etcd store: this server's part in the election (it leads
+    /// while this API answers).
+    election: Option<Arc<crate::leadership::Election>>,
 }
 
 impl BerthApi {
@@ -28,12 +31,35 @@ impl BerthApi {
         manager: Arc<VolumeManager>,
         reloader: Arc<Reloader>,
         cluster: Option<Arc<crate::cluster::pki::ClusterTls>>,
+        election: Option<Arc<crate::leadership::Election>>,
     ) -> Self {
         BerthApi {
             manager,
             reloader,
             cluster,
+            election,
         }
+    }
+
+    /// The servers sharing the etcd store, this one (the leader) first.
+    async fn servers(&self) -> Vec<api::Server> {
+        let Some(election) = &self.election else {
+            return Vec::new();
+        };
+        let mut members = election.members().await.unwrap_or_else(|e| {
+            tracing::warn!(error = %e, "listing the servers in etcd failed");
+            vec![election.me().clone()]
+        });
+        members.sort_by_key(|m| (m.name != election.me().name, m.name.clone()));
+        members
+            .into_iter()
+            .map(|m| api::Server {
+                leader: m.name == election.me().name,
+                name: m.name,
+                api: m.api,
+                cluster_address: m.forward.unwrap_or_default(),
+            })
+            .collect()
     }
 }
 
@@ -510,6 +536,7 @@ impl api::berth_server::Berth for BerthApi {
             retrying: s.retrying,
             policies: counters(self.manager.policies().stats()),
             waiting: s.waiting,
+            servers: self.servers().await,
         }))
     }
 

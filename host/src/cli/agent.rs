@@ -26,7 +26,7 @@ pub struct AgentArgs {
 
 pub async fn run(args: AgentArgs) -> anyhow::Result<ExitCode> {
     let c = AgentConfig::load(&args.config).map_err(anyhow::Error::msg)?;
-    let server = c.server.clone();
+    let servers = c.servers.clone();
     let token = args.token.or(c.token.clone());
     let dir = c.dir.clone();
     let agent = Agent::open(AgentSpec {
@@ -43,9 +43,10 @@ pub async fn run(args: AgentArgs) -> anyhow::Result<ExitCode> {
     })
     .await
     .map_err(anyhow::Error::msg)?;
-    tracing::info!(node = %agent.name(), %server, "agent started");
+    let listed: Vec<String> = servers.iter().map(ToString::to_string).collect();
+    tracing::info!(node = %agent.name(), servers = ?listed, "agent started");
     tokio::select! {
-        why = dial::run(agent, server, token, dir) => anyhow::bail!("the server refused this agent: {why}"),
+        why = dial::run(agent, servers, token, dir) => anyhow::bail!("the server refused this agent: {why}"),
         () = super::serve::shutdown() => Ok(ExitCode::SUCCESS),
     }
 }

@@ -9,33 +9,49 @@ use tonic::transport::Channel;
 /// Where the API listens; `berth serve` puts it beside its state file.
 #[derive(Debug, Clone, Args)]
 pub struct ApiArgs {
-    /// The API socket of `berth serve`.
-    #[arg(long, global = true, env = "BERTH_API", default_value = "berth-state/berth.sock", value_parser = Endpoint::parse)]
-    pub api: Endpoint,
+    /// The API socket of `berth serve`; with several servers on this machine,
+    /// their sockets separated by commas, tried in turn (any of them answers:
+    /// followers pass calls on to the leader).
+    #[arg(long, global = true, env = "BERTH_API", default_value = "berth-state/berth.sock", value_parser = Endpoint::parse, value_delimiter = ',')]
+    pub api: Vec<Endpoint>,
 }
 
-pub async fn connect(api: &Endpoint) -> anyhow::Result<BerthClient<Channel>> {
+/// A client of the first of `apis` that accepts a connection.
+pub async fn connect(apis: &[Endpoint]) -> anyhow::Result<BerthClient<Channel>> {
+    let mut failures = Vec::new();
+    for api in apis {
+        match reachable(api) {
+            Ok(()) => return Ok(BerthClient::new(berth::csi::unix_channel(api.path()))),
+            Err(e) => failures.push(e),
+        }
+    }
+    match failures.len() {
+        1 => Err(anyhow::Error::msg(failures.remove(0))),
+        _ => anyhow::bail!("no Berth API answered: {}", failures.join("; ")),
+    }
+}
+
+/// The channel connects lazily; a first connection here turns the usual
+/// mistakes into messages that say what to do.
+fn reachable(api: &Endpoint) -> Result<(), String> {
     let path = api.path();
-    // The channel connects lazily; a first connection here turns the usual
-    // mistakes into messages that say what to do.
     match std::os::unix::net::UnixStream::connect(path) {
-        Ok(_) => {}
-        Err(e) if e.kind() == std::io::ErrorKind::NotFound => anyhow::bail!(
+        Ok(_) => Ok(()),
+        Err(e) if e.kind() == std::io::ErrorKind::NotFound => Err(format!(
             "no Berth API at {} (is `berth serve` running? set --api or BERTH_API)",
             path.display()
-        ),
-        Err(e) if e.kind() == std::io::ErrorKind::PermissionDenied => anyhow::bail!(
+        )),
+        Err(e) if e.kind() == std::io::ErrorKind::PermissionDenied => Err(format!(
             "no permission to connect to the Berth API at {}: the socket is for the user running \
              `berth serve` (mode 0600 unless socket_mode in berth.toml says otherwise); run as that user",
             path.display()
-        ),
-        Err(e) if e.kind() == std::io::ErrorKind::ConnectionRefused => anyhow::bail!(
+        )),
+        Err(e) if e.kind() == std::io::ErrorKind::ConnectionRefused => Err(format!(
             "nothing listens on {} (a socket left by a `berth serve` that stopped?)",
             path.display()
-        ),
-        Err(e) => anyhow::bail!("connecting to the Berth API at {}: {e}", path.display()),
+        )),
+        Err(e) => Err(format!("connecting to the Berth API at {}: {e}", path.display())),
     }
-    Ok(BerthClient::new(berth::csi::unix_channel(path)))
 }
 
 /// An error the API answered: its gRPC code kept, for `-o json`.

@@ -1,5 +1,5 @@
-//! `berth status`: counts by state, outstanding work, and the policy
-//! modules in service with their counters.
+//! `berth status`: counts by state, outstanding work, the policy modules
+//! in service with their counters, and (on etcd) the servers and their leader.
 
 use std::collections::BTreeMap;
 use std::process::ExitCode;
@@ -19,6 +19,18 @@ struct StatusView {
     /// Volumes that cannot progress until something else happens.
     waiting: u64,
     policies: Vec<PolicyView>,
+    /// With the etcd store: the servers sharing it, the leader first.
+    #[serde(skip_serializing_if = "Vec::is_empty")]
+    servers: Vec<ServerView>,
+}
+
+#[derive(Serialize)]
+struct ServerView {
+    name: String,
+    api: String,
+    #[serde(skip_serializing_if = "String::is_empty")]
+    cluster_address: String,
+    leader: bool,
 }
 
 /// A policy module in service and its counters since it was loaded.
@@ -77,6 +89,16 @@ pub async fn status(api: ApiArgs, output: Output) -> anyhow::Result<ExitCode> {
         retrying: s.retrying,
         waiting: s.waiting,
         policies: policy_views(s.policies),
+        servers: s
+            .servers
+            .into_iter()
+            .map(|m| ServerView {
+                name: m.name,
+                api: m.api,
+                cluster_address: m.cluster_address,
+                leader: m.leader,
+            })
+            .collect(),
     };
     match output {
         Output::Json => super::print_json(&view)?,
@@ -89,6 +111,14 @@ pub async fn status(api: ApiArgs, output: Output) -> anyhow::Result<ExitCode> {
             say!("retrying  {}", view.retrying);
             say!("waiting   {}", view.waiting);
             print_policies(&view.policies);
+            for m in &view.servers {
+                let role = if m.leader { "leader" } else { "follower" };
+                let at = match m.cluster_address.as_str() {
+                    "" => m.api.clone(),
+                    tls => format!("{}, {tls}", m.api),
+                };
+                say!("server    {} ({role}; {at})", m.name);
+            }
         }
     }
     Ok(ExitCode::SUCCESS)

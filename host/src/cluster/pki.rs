@@ -86,16 +86,29 @@ impl ClusterCa {
         private_dir(dir).map_err(|e| format!("creating {}: {e}", dir.display()))?;
         let (cert_path, key_path) = (dir.join("ca.pem"), dir.join("ca.key"));
         if cert_path.exists() && key_path.exists() {
-            let cert_pem = read(&cert_path)?;
-            let key =
-                KeyPair::from_pem(&read(&key_path)?).map_err(|e| format!("{}: {e}", key_path.display()))?;
-            let cert_der = pem_to_der(&cert_pem).map_err(|e| format!("{}: {e}", cert_path.display()))?;
-            return Ok(ClusterCa {
-                cert_pem,
-                cert_der,
-                key,
-            });
+            return ClusterCa::from_pem(&read(&cert_path)?, &read(&key_path)?)
+                .map_err(|e| format!("{}: {e}", dir.display()));
         }
+        let ca = ClusterCa::generate()?;
+        write_private(&key_path, &ca.key_pem())?;
+        write_private(&cert_path, &ca.cert_pem)?;
+        tracing::info!(ca = %cert_path.display(), fingerprint = %ca.fingerprint(), "cluster CA made");
+        Ok(ca)
+    }
+
+    /// A CA from its certificate and private key.
+    pub fn from_pem(cert_pem: &str, key_pem: &str) -> Result<ClusterCa, String> {
+        let key = KeyPair::from_pem(key_pem).map_err(|e| format!("the CA's key: {e}"))?;
+        let cert_der = pem_to_der(cert_pem)?;
+        Ok(ClusterCa {
+            cert_pem: cert_pem.to_string(),
+            cert_der,
+            key,
+        })
+    }
+
+    /// A new CA, valid until 2100.
+    pub fn generate() -> Result<ClusterCa, String> {
         let key = KeyPair::generate().map_err(|e| format!("making the cluster CA's key: {e}"))?;
         let mut params = CertificateParams::new(Vec::<String>::new()).map_err(|e| e.to_string())?;
         params
@@ -107,14 +120,15 @@ impl ClusterCa {
         let cert = params
             .self_signed(&key)
             .map_err(|e| format!("making the cluster CA: {e}"))?;
-        write_private(&key_path, &key.serialize_pem())?;
-        write_private(&cert_path, &cert.pem())?;
-        tracing::info!(ca = %cert_path.display(), fingerprint = %fingerprint(cert.der()), "cluster CA made");
         Ok(ClusterCa {
             cert_pem: cert.pem(),
             cert_der: cert.der().to_vec(),
             key,
         })
+    }
+
+    pub fn key_pem(&self) -> String {
+        self.key.serialize_pem()
     }
 
     pub fn fingerprint(&self) -> String {
@@ -164,6 +178,15 @@ impl ClusterCa {
         let mut mac =
             Hmac::<Sha256>::new_from_slice(&self.key.serialize_der()).expect("HMAC takes any key length");
         mac.update(format!("{TOKEN_PREFIX}.{}.{expires}", self.fingerprint()).as_bytes());
+        hex(&mac.finalize().into_bytes())
+    }
+
+    /// What servers sharing this CA present when one passes an API call
+    /// on to the leader: only a holder of the CA's key can make it.
+    pub fn forward_secret(&self) -> String {
+        let mut mac =
+            Hmac::<Sha256>::new_from_slice(&self.key.serialize_der()).expect("HMAC takes any key length");
+        mac.update(format!("berth-forward.{}", self.fingerprint()).as_bytes());
         hex(&mac.finalize().into_bytes())
     }
 

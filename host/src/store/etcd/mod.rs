@@ -10,76 +10,24 @@
 //! one. A writer is answered once etcd has committed its change.
 
 use std::collections::HashMap;
-use std::sync::atomic::{AtomicUsize, Ordering};
-use std::sync::{Arc, Mutex};
-use std::time::Duration;
+use std::sync::Mutex;
 
 use berth_proto::etcd::etcdserverpb as pb;
-use pb::kv_client::KvClient;
 use tokio::sync::{mpsc, oneshot};
-use tonic::transport::{Channel, Endpoint};
 
 use super::{NodeRecord, SCHEMA_VERSION, Store, StoreError, decode, encode};
 use crate::model::VolumeRecord;
+
+mod members;
+mod settings;
+
+pub(crate) use members::{Members, range_all, unavailable};
+pub use settings::{DEPOSED, EtcdSettings, Fence};
 
 /// etcd's default `--max-txn-ops`.
 const MAX_TXN_OPS: usize = 128;
 /// Below etcd's default `--max-request-bytes` (1.5 MiB).
 const MAX_TXN_BYTES: usize = 1 << 20;
-/// Keys read per range request at start.
-const PAGE: i64 = 1000;
-/// How long one request to etcd may take before the store reports it unavailable.
-const CALL_TIMEOUT: Duration = Duration::from_secs(5);
-
-/// Where the store lives in etcd.
-#[derive(Clone, Debug, PartialEq, Eq)]
-pub struct EtcdSettings {
-    /// Client URLs of the etcd members (`http://host:port`).
-    pub endpoints: Vec<String>,
-    /// Every key Berth writes is below this; several Berth clusters can
-    /// share one etcd with different prefixes.
-    pub prefix: String,
-}
-
-impl EtcdSettings {
-    /// Client URLs are plain http (TLS to etcd is not supported yet, so it
-    /// is refused rather than half-done); the prefix defaults to `/berth`.
-    /// An error names the `[store]` key at fault.
-    pub fn new(endpoints: Vec<String>, prefix: Option<String>) -> Result<Self, (&'static str, String)> {
-        if endpoints.is_empty() {
-            return Err((
-                "store.etcd",
-                "name at least one etcd member's client URL, like \"http://127.0.0.1:2379\" (leave [store] out for the embedded store)".into(),
-            ));
-        }
-        for url in &endpoints {
-            let ok = url
-                .strip_prefix("http://")
-                .is_some_and(|rest| !rest.is_empty() && url.parse::<tonic::transport::Uri>().is_ok());
-            if !ok {
-                return Err((
-                    "store.etcd",
-                    format!("{url:?} is not an http://host:port URL (TLS to etcd is not supported yet)"),
-                ));
-            }
-        }
-        let prefix = prefix.unwrap_or_else(|| "/berth".into());
-        let well_formed = prefix.starts_with('/')
-            && !prefix.ends_with('/')
-            && prefix.len() <= 128
-            && prefix.bytes().all(|b| b.is_ascii_graphic());
-        if !well_formed {
-            return Err((
-                "store.prefix",
-                format!(
-                    "{prefix:?} must start with '/', not end with one, and be printable ASCII (at most 128 bytes)"
-                ),
-            ));
-        }
-        Ok(EtcdSettings { endpoints, prefix })
-    }
-}
-
 type Reply = oneshot::Sender<Result<(), String>>;
 
 /// One key's change: a value to put, or `None` to delete.
@@ -96,130 +44,10 @@ pub struct EtcdStore {
     nodes: Mutex<Option<Vec<NodeRecord>>>,
 }
 
-fn unavailable(settings: &EtcdSettings, message: impl std::fmt::Display) -> StoreError {
-    StoreError::Etcd {
-        endpoints: settings.endpoints.join(","),
-        message: message.to_string(),
-    }
-}
-
-/// The key just past every key that starts with `prefix`.
-fn prefix_end(prefix: &[u8]) -> Vec<u8> {
-    let mut end = prefix.to_vec();
-    while let Some(last) = end.pop() {
-        if last < 0xff {
-            end.push(last + 1);
-            return end;
-        }
-    }
-    // All 0xff: every key from `prefix` on.
-    vec![0]
-}
-
-/// One client per member, tried in turn from the last one that answered: a
-/// member that is down or cut off from the quorum is passed over. Every
-/// request Berth makes is safe to repeat (puts and deletes of whole values).
-#[derive(Clone)]
-struct Members {
-    clients: Arc<Vec<KvClient<Channel>>>,
-    current: Arc<AtomicUsize>,
-}
-
-impl Members {
-    fn new(settings: &EtcdSettings) -> Result<Members, StoreError> {
-        let mut clients = Vec::new();
-        for url in &settings.endpoints {
-            let endpoint = Endpoint::from_shared(url.clone())
-                .map_err(|e| unavailable(settings, format!("{url}: {e}")))?
-                .connect_timeout(Duration::from_secs(2))
-                .tcp_nodelay(true);
-            clients.push(KvClient::new(endpoint.connect_lazy()));
-        }
-        Ok(Members {
-            clients: Arc::new(clients),
-            current: Arc::new(AtomicUsize::new(0)),
-        })
-    }
-
-    async fn call<T, F, Fut>(&self, call: F) -> Result<T, String>
-    where
-        F: Fn(KvClient<Channel>) -> Fut,
-        Fut: Future<Output = Result<tonic::Response<T>, tonic::Status>>,
-    {
-        let n = self.clients.len();
-        let first = self.current.load(Ordering::Relaxed);
-        let mut failures = Vec::new();
-        for k in 0..n {
-            let i = (first + k) % n;
-            let failure = match tokio::time::timeout(CALL_TIMEOUT, call(self.clients[i].clone())).await {
-                Ok(Ok(r)) => {
-                    self.current.store(i, Ordering::Relaxed);
-                    return Ok(r.into_inner());
-                }
-                Ok(Err(status)) => {
-                    let elsewhere = matches!(
-                        status.code(),
-                        tonic::Code::Unavailable | tonic::Code::DeadlineExceeded | tonic::Code::Unknown
-                    );
-                    let message = format!("{:?}: {}", status.code(), status.message());
-                    if !elsewhere {
-                        return Err(message);
-                    }
-                    message
-                }
-                Err(_) => format!("no answer within {}s", CALL_TIMEOUT.as_secs()),
-            };
-            failures.push(format!("member {}: {failure}", i + 1));
-        }
-        Err(format!(
-            "Unavailable: no member answered ({})",
-            failures.join("; ")
-        ))
-    }
-}
-
-/// Every key and value below `prefix`, read page by page at one revision.
-async fn range_all(kv: &Members, prefix: &[u8]) -> Result<Vec<(Vec<u8>, Vec<u8>)>, String> {
-    let range_end = prefix_end(prefix);
-    let mut key = prefix.to_vec();
-    let mut revision = 0;
-    let mut out = Vec::new();
-    loop {
-        let request = pb::RangeRequest {
-            key: key.clone(),
-            range_end: range_end.clone(),
-            limit: PAGE,
-            revision,
-            ..Default::default()
-        };
-        let page = kv
-            .call(|mut c| {
-                let request = request.clone();
-                async move { c.range(request).await }
-            })
-            .await?;
-        if revision == 0 {
-            revision = page.header.map_or(0, |h| h.revision);
-        }
-        let more = page.more;
-        let Some(last) = page.kvs.last().map(|kv| kv.key.clone()) else {
-            break;
-        };
-        out.extend(page.kvs.into_iter().map(|kv| (kv.key, kv.value)));
-        if !more {
-            break;
-        }
-        // The next page starts just after the last key read.
-        key = last;
-        key.push(0);
-    }
-    Ok(out)
-}
-
 impl EtcdStore {
     /// Connects, checks the schema (recording it on a new prefix) and reads
-    /// every volume and node.
-    pub async fn connect(settings: EtcdSettings) -> Result<EtcdStore, StoreError> {
+    /// every volume and node. With a fence, every write is the leader's.
+    pub async fn connect(settings: EtcdSettings, fence: Option<Fence>) -> Result<EtcdStore, StoreError> {
         let kv = Members::new(&settings)?;
         let schema_key = format!("{}/schema", settings.prefix).into_bytes();
         let read = pb::RangeRequest {
@@ -286,7 +114,7 @@ impl EtcdStore {
             })
             .collect::<Result<Vec<NodeRecord>, _>>()?;
         let (writes, rx) = mpsc::unbounded_channel();
-        tokio::spawn(commit_loop(kv, rx));
+        tokio::spawn(commit_loop(kv, rx, fence));
         Ok(EtcdStore {
             settings,
             writes,
@@ -351,7 +179,7 @@ impl Batch {
         self.writes.len() >= MAX_TXN_OPS || self.bytes >= MAX_TXN_BYTES
     }
 
-    fn request(&mut self) -> pb::TxnRequest {
+    fn request(&mut self, fence: Option<&Fence>) -> pb::TxnRequest {
         use pb::request_op::Request;
         let success = self
             .writes
@@ -371,14 +199,14 @@ impl Batch {
             })
             .collect();
         pb::TxnRequest {
-            compare: Vec::new(),
+            compare: fence.map(Fence::compare).into_iter().collect(),
             success,
             failure: Vec::new(),
         }
     }
 }
 
-async fn commit_loop(kv: Members, mut rx: mpsc::UnboundedReceiver<(Write, Reply)>) {
+async fn commit_loop(kv: Members, mut rx: mpsc::UnboundedReceiver<(Write, Reply)>, fence: Option<Fence>) {
     while let Some(first) = rx.recv().await {
         let mut batch = Batch::default();
         batch.add(first);
@@ -389,18 +217,14 @@ async fn commit_loop(kv: Members, mut rx: mpsc::UnboundedReceiver<(Write, Reply)
             }
         }
         let changes = batch.replies.len();
-        let txn = batch.request();
+        let txn = batch.request(fence.as_ref());
         let result = kv
             .call(|mut c| {
                 let txn = txn.clone();
                 async move { c.txn(txn).await }
             })
             .await
-            .and_then(|r| {
-                r.succeeded
-                    .then_some(())
-                    .ok_or_else(|| "the transaction's conditions did not hold".to_string())
-            });
+            .and_then(|r| r.succeeded.then_some(()).ok_or_else(|| DEPOSED.to_string()));
         if let Err(e) = &result {
             tracing::error!(error = %e, changes, "etcd commit failed");
         }
@@ -447,51 +271,6 @@ mod tests {
     use super::*;
 
     #[test]
-    fn settings_name_the_key_at_fault() {
-        let urls = |u: &[&str]| u.iter().map(|u| u.to_string()).collect::<Vec<_>>();
-        let prefixed = EtcdSettings::new(urls(&["http://e:2379"]), Some("/site-a/berth".into())).unwrap();
-        assert_eq!(prefixed.prefix, "/site-a/berth");
-        for (endpoints, prefix, key, expected) in [
-            (urls(&[]), None, "store.etcd", "name at least one"),
-            (
-                urls(&["https://e:2379"]),
-                None,
-                "store.etcd",
-                "TLS to etcd is not supported yet",
-            ),
-            (
-                urls(&["e:2379"]),
-                None,
-                "store.etcd",
-                "is not an http://host:port URL",
-            ),
-            (
-                urls(&["http://e:2379"]),
-                Some("berth"),
-                "store.prefix",
-                "must start with '/'",
-            ),
-            (
-                urls(&["http://e:2379"]),
-                Some("/berth/"),
-                "store.prefix",
-                "not end with one",
-            ),
-        ] {
-            let (k, message) = EtcdSettings::new(endpoints, prefix.map(Into::into)).unwrap_err();
-            assert_eq!(k, key, "{message}");
-            assert!(message.contains(expected), "expected {expected:?} in: {message}");
-        }
-    }
-
-    #[test]
-    fn a_prefix_ends_just_past_its_last_key() {
-        assert_eq!(prefix_end(b"/berth/volumes/"), b"/berth/volumes0".to_vec());
-        assert_eq!(prefix_end(b"a\xff"), b"b".to_vec());
-        assert_eq!(prefix_end(b"\xff\xff"), vec![0]);
-    }
-
-    #[test]
     fn a_key_changed_twice_in_a_batch_keeps_its_last_change_and_both_answers() {
         let mut batch = Batch::default();
         let write = |key: &str, value: Option<&str>| {
@@ -508,7 +287,12 @@ mod tests {
         batch.add(write("k2", Some("b")));
         batch.add(write("k1", None));
         assert_eq!(batch.replies.len(), 3);
-        let txn = batch.request();
+        let fence = Fence {
+            key: b"/berth/leader".to_vec(),
+            create_revision: 42,
+        };
+        let txn = batch.request(Some(&fence));
+        assert_eq!(txn.compare, vec![fence.compare()], "every write is fenced");
         assert_eq!(txn.success.len(), 2);
         assert!(matches!(
             &txn.success[0].request,

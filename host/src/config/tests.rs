@@ -1,0 +1,120 @@
+//! The config file's parsing: every key, the defaults, and errors naming the key at fault.
+
+use super::*;
+
+const GOOD: &str = r#"
+state = "state/berth.redb"
+workers = 8
+[[plugin]]
+name = "hostpath"
+driver = "hostpath.csi.k8s.io"
+controller = "unix:///run/csi/c.sock"
+[[node]]
+name = "node-a"
+dir = "nodes/a"
+plugins = { hostpath = "/run/csi/a.sock" }
+[[policy]]
+module = "naming.wasm"
+decisions = ["naming"]
+on_error = "builtin"
+memory = "16MiB"
+settings = { prefix = "x" }
+"#;
+
+#[test]
+fn a_good_config_is_resolved_against_its_directory() {
+    let c = Config::parse(GOOD, Path::new("/etc/berth")).unwrap();
+    assert_eq!(c.state, Path::new("/etc/berth/state/berth.redb"));
+    assert_eq!(c.api.path(), Path::new("/etc/berth/state/berth.sock"));
+    assert_eq!(c.socket_mode, 0o600);
+    assert_eq!(c.workers, 8);
+    assert_eq!(c.nodes[0].dir, Path::new("/etc/berth/nodes/a"));
+    assert_eq!(c.policies[0].module.path, Path::new("/etc/berth/naming.wasm"));
+    assert_eq!(c.policies[0].module.limits.memory_bytes, 16 << 20);
+    assert_eq!(c.policies[0].module.on_error, OnError::Builtin);
+    assert_eq!(c.plugins[0].deadline, Duration::from_secs(15));
+}
+
+#[test]
+fn relative_sockets_are_taken_from_the_config_directory() {
+    let text = GOOD
+        .replace("\"unix:///run/csi/c.sock\"", "\"unix:csi/c.sock\"")
+        .replace("\"/run/csi/a.sock\"", "\"a.sock\"");
+    let c = Config::parse(&format!("api = \"api/b.sock\"\n{text}"), Path::new("/etc/berth")).unwrap();
+    assert_eq!(c.api.path(), Path::new("/etc/berth/api/b.sock"));
+    assert_eq!(
+        c.plugins[0].controller.as_ref().unwrap().path(),
+        Path::new("/etc/berth/csi/c.sock")
+    );
+    assert_eq!(
+        c.nodes[0].plugins["hostpath"].path(),
+        Path::new("/etc/berth/a.sock")
+    );
+    // The socket path limit applies to the resolved path.
+    let deep = format!("/{}", "d".repeat(100));
+    let err = Config::parse(&format!("api = \"b.sock\"\n{GOOD}"), Path::new(&deep)).unwrap_err();
+    assert_eq!(err.key(), Some("api"), "{err}");
+    assert!(err.to_string().contains("at most 107"), "{err}");
+}
+
+#[test]
+fn errors_name_the_key_at_fault() {
+    let cases = [
+        (GOOD.replace("workers = 8", "workers = 0"), "workers: 0"),
+        (GOOD.replace("workers = 8", "wrokers = 8"), "wrokers"),
+        (
+            GOOD.replace("hostpath = \"/run", "other = \"/run"),
+            "node[0].plugins.other",
+        ),
+        (
+            GOOD.replace("\"unix:///run/csi/c.sock\"", "\"tcp://x:1\""),
+            "plugin[0].controller",
+        ),
+        (GOOD.replace("\"naming\"]", "\"nameing\"]"), "policy[0].decisions"),
+        (GOOD.replace("\"16MiB\"", "\"16MB\""), "policy[0].memory"),
+        (
+            GOOD.replace("name = \"node-a\"", "name = \"../x\""),
+            "node[0].name",
+        ),
+        (
+            GOOD.replace("driver = \"hostpath.csi.k8s.io\"", "driver = \"bad_driver\""),
+            "plugin[0].driver",
+        ),
+        (
+            format!("socket_mode = \"999\"\n{GOOD}"),
+            "socket_mode: \"999\" is not an octal",
+        ),
+        ("state = \"x\"".to_string(), "no [[plugin]]"),
+        (
+            format!("{GOOD}[[policy]]\nmodule = \"other.wasm\"\ndecisions = [\"retry\", \"naming\"]\n"),
+            "policy[1].decisions: naming is served by policy[0] (/naming.wasm)",
+        ),
+    ];
+    for (text, key) in cases {
+        let err = Config::parse(&text, Path::new("/")).unwrap_err().to_string();
+        assert!(err.contains(key), "expected {key:?} in: {err}");
+    }
+}
+
+#[test]
+fn the_store_is_embedded_unless_etcd_is_named() {
+    assert_eq!(Config::parse(GOOD, Path::new("/")).unwrap().etcd, None);
+    let with = |store: &str| Config::parse(&format!("{GOOD}[store]\n{store}"), Path::new("/"));
+    let c = with("etcd = [\"http://127.0.0.1:2379\", \"http://10.0.0.2:2379\"]").unwrap();
+    let etcd = c.etcd.unwrap();
+    assert_eq!(etcd.endpoints, ["http://127.0.0.1:2379", "http://10.0.0.2:2379"]);
+    assert_eq!(etcd.prefix, "/berth");
+    assert_eq!(etcd.lease_ttl, Duration::from_secs(5), "a few seconds by default");
+    let c = with("etcd = [\"http://e:2379\"]\nname = \"b\"\nlease_ttl = \"2s\"").unwrap();
+    let etcd = c.etcd.unwrap();
+    assert_eq!(
+        (etcd.name.as_str(), etcd.lease_ttl),
+        ("b", Duration::from_secs(2))
+    );
+    // The etcd store checks the rest; errors still name the key.
+    let err = with("etcd = [\"https://e:2379\"]").unwrap_err().to_string();
+    assert!(
+        err.contains("store.etcd") && err.contains("not supported yet"),
+        "{err}"
+    );
+}

@@ -1,0 +1,193 @@
+//! A follower's API: every call passed on, as it came, to the leader's TLS
+//! cluster endpoint, with the servers' shared secret; the leader's answer
+//! goes back unchanged. Forwarding raw gRPC keeps followers ignorant of
+//! the API's methods: nothing to keep in step when one is added.
+
+use std::convert::Infallible;
+use std::future::Future;
+use std::pin::Pin;
+use std::sync::{Arc, Mutex};
+use std::task::{Context, Poll};
+use std::time::Duration;
+
+use tokio::sync::watch;
+use tonic::body::Body;
+use tonic::codegen::http;
+use tonic::server::NamedService;
+use tonic::transport::Channel;
+
+use super::{Role, ServerInfo};
+
+/// The header a forwarded call carries: proof it comes from a server.
+pub const FORWARD_HEADER: &str = "berth-forward";
+
+#[derive(Clone)]
+pub struct Forward {
+    role: watch::Receiver<Role>,
+    me: ServerInfo,
+    /// The shared secret and the CA (with a TLS cluster endpoint).
+    tls: Option<(Arc<str>, Arc<str>)>,
+    /// How long a call waits for a leader while none is known.
+    wait: Duration,
+    /// The channel last forwarded on, by where it goes.
+    channel: Arc<Mutex<Option<(String, Channel)>>>,
+}
+
+/// Where a call goes.
+enum Target {
+    /// Another server leads.
+    Leader(ServerInfo),
+    /// This server leads now (the call came in while it followed): its
+    /// own API socket, where the term's server answers.
+    Me,
+}
+
+impl Forward {
+    pub fn new(
+        role: watch::Receiver<Role>,
+        me: ServerInfo,
+        tls: Option<(String, String)>,
+        wait: Duration,
+    ) -> Forward {
+        Forward {
+            role,
+            me,
+            tls: tls.map(|(secret, ca)| (secret.into(), ca.into())),
+            wait,
+            channel: Arc::default(),
+        }
+    }
+
+    /// Who leads, waiting up to `wait` while an election is under way: a
+    /// call held a moment beats one refused.
+    async fn leader(&self) -> Result<Target, tonic::Status> {
+        let mut role = self.role.clone();
+        let deadline = tokio::time::Instant::now() + self.wait;
+        loop {
+            match &*role.borrow_and_update() {
+                Role::Follower { leader: Some(l) } if l.name != self.me.name => {
+                    return Ok(Target::Leader(l.clone()));
+                }
+                Role::Leader { .. } => return Ok(Target::Me),
+                Role::Follower { .. } => {}
+            }
+            match tokio::time::timeout_at(deadline, role.changed()).await {
+                Ok(Ok(())) => {}
+                _ => {
+                    return Err(tonic::Status::unavailable(format!(
+                        "no leader was elected within {}: the servers could not reach etcd, or none could start; retry shortly",
+                        humantime::format_duration(self.wait)
+                    )));
+                }
+            }
+        }
+    }
+
+    /// The channel to send a call on now, or the answer to give instead.
+    async fn target(&self) -> Result<Channel, tonic::Status> {
+        let (key, make): (String, Box<dyn FnOnce() -> Result<Channel, String> + Send>) =
+            match self.leader().await? {
+                Target::Me => {
+                    let api = crate::csi::Endpoint::parse(&self.me.api).map_err(tonic::Status::internal)?;
+                    (
+                        self.me.api.clone(),
+                        Box::new(move || Ok(crate::csi::unix_channel(api.path()))),
+                    )
+                }
+                Target::Leader(leader) => {
+                    let (Some(address), Some((_, ca))) = (&leader.forward, &self.tls) else {
+                        return Err(not_forwarded(&leader));
+                    };
+                    let (address, ca, name) = (address.clone(), ca.clone(), leader.name.clone());
+                    (
+                        address.clone(),
+                        Box::new(move || {
+                            crate::agent::tls::server_channel(&address, &ca)
+                                .map_err(|e| format!("forwarding to the leader {name}: {e}"))
+                        }),
+                    )
+                }
+            };
+        let mut cached = self.channel.lock().unwrap_or_else(|p| p.into_inner());
+        if let Some((at, channel)) = &*cached
+            && *at == key
+        {
+            return Ok(channel.clone());
+        }
+        let channel = make().map_err(tonic::Status::unavailable)?;
+        *cached = Some((key, channel.clone()));
+        Ok(channel)
+    }
+}
+
+fn not_forwarded(leader: &ServerInfo) -> tonic::Status {
+    tonic::Status::unavailable(format!(
+        "this server follows {}, whose API is {} on its machine; followers pass calls on only when both have a TLS cluster endpoint (cluster_address)",
+        leader.name, leader.api
+    ))
+}
+
+impl NamedService for Forward {
+    const NAME: &'static str = berth_proto::berth::v1::berth_server::SERVICE_NAME;
+}
+
+impl tower::Service<http::Request<Body>> for Forward {
+    type Response = http::Response<Body>;
+    type Error = Infallible;
+    type Future = Pin<Box<dyn Future<Output = Result<Self::Response, Infallible>> + Send>>;
+
+    fn poll_ready(&mut self, _: &mut Context<'_>) -> Poll<Result<(), Infallible>> {
+        Poll::Ready(Ok(()))
+    }
+
+    fn call(&mut self, mut request: http::Request<Body>) -> Self::Future {
+        use tower::ServiceExt;
+        let this = self.clone();
+        let secret = self.tls.as_ref().map(|(s, _)| s.clone());
+        Box::pin(async move {
+            let channel = match this.target().await {
+                Ok(c) => c,
+                Err(status) => return Ok(status.into_http()),
+            };
+            if let Some(secret) = secret.and_then(|s| http::HeaderValue::from_str(&s).ok()) {
+                request.headers_mut().insert(FORWARD_HEADER, secret);
+            }
+            Ok(match channel.oneshot(request).await {
+                Ok(answer) => answer,
+                Err(e) => tonic::Status::unavailable(format!(
+                    "the leader did not answer: {}",
+                    crate::csi::error_chain(&e)
+                ))
+                .into_http(),
+            })
+        })
+    }
+}
+
+/// The leader's check on its TLS endpoint: only calls forwarded by a
+/// server holding the CA's key pass.
+pub fn only_servers(
+    secret: String,
+) -> impl FnMut(tonic::Request<()>) -> Result<tonic::Request<()>, tonic::Status> + Clone {
+    move |request| {
+        let presented = request
+            .metadata()
+            .get(FORWARD_HEADER)
+            .map(|v| v.as_bytes())
+            .unwrap_or_default();
+        // Constant time: the secret is the key.
+        let same = presented.len() == secret.len()
+            && presented
+                .iter()
+                .zip(secret.bytes())
+                .fold(0u8, |d, (a, b)| d | (a ^ b))
+                == 0;
+        if same {
+            Ok(request)
+        } else {
+            Err(tonic::Status::permission_denied(
+                "the Berth API on the cluster endpoint is for the cluster's servers",
+            ))
+        }
+    }
+}

@@ -1,0 +1,106 @@
+//! `berth serve`: wires the pieces together and runs until told to stop.
+//!
+//! With the embedded store the server leads for as long as it runs. With
+//! etcd, several servers share the store and only the elected one leads
+//! ([`replicated`]); what a leader runs is a [`term`] either way.
+
+mod endpoints;
+mod replicated;
+mod term;
+
+use std::future::Future;
+use std::path::PathBuf;
+use std::sync::Arc;
+
+use crate::api;
+use crate::cluster::pki::{ClusterCa, ca_dir};
+use crate::config::Config;
+use crate::policy::{Decision, ModuleConfig, Policies, PolicyStats};
+use crate::store::RedbStore;
+
+/// The modules a config names, with the decisions each is to serve.
+pub(super) fn modules(config: &Config) -> Vec<(ModuleConfig, Vec<Decision>)> {
+    config
+        .policies
+        .iter()
+        .map(|p| (p.module.clone(), p.decisions.clone()))
+        .collect()
+}
+
+/// Reloads the policy modules from the config file: on SIGHUP, and when
+/// `berth policy reload` asks.
+pub struct Reloader {
+    pub(super) path: Option<PathBuf>,
+    pub(super) policies: Arc<Policies>,
+}
+
+impl Reloader {
+    /// Reads the file again and swaps its modules in, all or none. A module
+    /// needing more memory than the engine was started with needs a restart.
+    pub async fn reload(self: &Arc<Self>) -> Result<Vec<PolicyStats>, String> {
+        let Some(path) = self.path.clone() else {
+            return Err("berth serve was started without a config file to reload from".into());
+        };
+        let me = self.clone();
+        let outcome = tokio::task::spawn_blocking(move || {
+            let config = Config::load(&path).map_err(|e| e.to_string())?;
+            me.policies.replace_all(&modules(&config))?;
+            Ok(me.policies.stats())
+        })
+        .await
+        .map_err(|e| format!("the reload stopped: {e}"))?;
+        match &outcome {
+            Ok(stats) => tracing::info!(modules = stats.len(), "policy modules reloaded"),
+            Err(e) => tracing::error!(error = %e, "policy reload failed; the modules in service stay"),
+        }
+        outcome
+    }
+
+    /// Reloads on every SIGHUP, for as long as the server runs.
+    pub(super) fn on_sighup(self: Arc<Self>) -> Result<tokio::task::JoinHandle<()>, String> {
+        use tokio::signal::unix::{SignalKind, signal};
+        let mut hup = signal(SignalKind::hangup()).map_err(|e| format!("listening for SIGHUP: {e}"))?;
+        Ok(tokio::spawn(async move {
+            while hup.recv().await.is_some() {
+                let _ = self.reload().await;
+            }
+        }))
+    }
+}
+
+/// Runs Berth until `shutdown` completes. `config_path` is where reloads
+/// read the policy modules from.
+pub async fn run(
+    config: Config,
+    config_path: Option<PathBuf>,
+    shutdown: impl Future<Output = ()> + Send + 'static,
+) -> Result<(), String> {
+    if let Some(settings) = config.etcd.clone() {
+        return replicated::run(config, config_path, settings, shutdown).await;
+    }
+    let store = Arc::new(RedbStore::open(&config.state).map_err(|e| e.to_string())?);
+    let api_path = config.api.path().to_path_buf();
+    let listener = api::bind(&api_path, config.socket_mode)?;
+    let ca = match config.cluster_address {
+        Some(_) => Some(ClusterCa::load_or_create(&ca_dir(&config.state))?),
+        None => None,
+    };
+    let cluster_path = config.cluster.as_ref().map(|c| c.path().to_path_buf());
+    let result = term::lead(
+        term::Term {
+            config,
+            config_path,
+            store,
+            api: listener,
+            ca,
+            election: None,
+        },
+        shutdown,
+    )
+    .await;
+    let _ = std::fs::remove_file(&api_path);
+    if let Some(path) = &cluster_path {
+        let _ = std::fs::remove_file(path);
+    }
+    result
+}

@@ -1,0 +1,256 @@
+//! `berth serve` on etcd, beside other servers: follow (passing API calls
+//! on to the leader) until elected, then lead for one term, then follow
+//! again. A term runs on a runtime of its own, so stepping down stops every
+//! worker, call and session of the term at once, wherever it was.
+
+use std::future::Future;
+use std::os::unix::net::UnixListener as StdUnixListener;
+use std::path::PathBuf;
+use std::sync::Arc;
+use std::time::Duration;
+
+use tokio::sync::watch;
+use tokio_stream::wrappers::UnixListenerStream;
+
+use super::term::{Term, lead};
+use crate::api;
+use crate::cluster::pki::ClusterCa;
+use crate::config::Config;
+use crate::leadership::forward::Forward;
+use crate::leadership::{Election, Role, ServerInfo, shared_ca};
+use crate::store::{EtcdSettings, EtcdStore, Fence};
+
+/// How this server's TLS endpoint is reached from other machines: the
+/// address's own IP when it is one the certificate names, else the first
+/// name that is not a loopback one.
+fn advertised(config: &Config) -> Option<String> {
+    let address = config.cluster_address?;
+    let ip = address.ip().to_string();
+    let host = if !address.ip().is_unspecified() && config.cluster_names.contains(&ip) {
+        ip
+    } else {
+        config
+            .cluster_names
+            .iter()
+            .find(|n| !matches!(n.as_str(), "localhost" | "127.0.0.1" | "::1"))
+            .or(config.cluster_names.first())
+            .cloned()
+            .unwrap_or_else(|| "localhost".into())
+    };
+    Some(match host.contains(':') {
+        true => format!("[{host}]:{}", address.port()),
+        false => format!("{host}:{}", address.port()),
+    })
+}
+
+pub(super) async fn run(
+    config: Config,
+    config_path: Option<PathBuf>,
+    settings: EtcdSettings,
+    shutdown: impl Future<Output = ()> + Send + 'static,
+) -> Result<(), String> {
+    let me = ServerInfo {
+        name: settings.name.clone(),
+        api: config.api.to_string(),
+        forward: advertised(&config),
+    };
+    let ca = match config.cluster_address {
+        Some(_) => Some(Arc::new(shared_ca(&settings).await.map_err(|e| {
+            format!("the cluster CA in etcd ({}): {e}", settings.endpoints.join(","))
+        })?)),
+        None => None,
+    };
+    let api_path = config.api.path().to_path_buf();
+    let listener = api::bind(&api_path, config.socket_mode)?
+        .into_std()
+        .map_err(|e| format!("the API socket: {e}"))?;
+    let election = Election::join(settings.clone(), me.clone())
+        .await
+        .map_err(|e| e.to_string())?;
+    tracing::info!(server = %me.name, endpoints = ?settings.endpoints, prefix = %settings.prefix, lease_ttl = ?settings.lease_ttl, "taking part in the election");
+    let forward = Forward::new(
+        election.role(),
+        me.clone(),
+        ca.as_ref()
+            .map(|ca| (ca.forward_secret(), ca.cert_pem().to_string())),
+        // Long enough for a dead leader's lease to run out and a successor to start.
+        settings.lease_ttl * 2 + Duration::from_secs(1),
+    );
+    let mut shutdown = std::pin::pin!(shutdown);
+    let mut role = election.role();
+    let result = loop {
+        let following = follow(&listener, forward.clone(), election.role())?;
+        let fence = tokio::select! {
+            _ = &mut shutdown => break Ok(()),
+            fence = elected(&mut role) => fence,
+        };
+        // Its open connections are told to go away; new ones queue on the
+        // socket until the term's server takes them.
+        drop(following);
+        tracing::info!(server = %me.name, fence = fence.create_revision, "elected: starting a term");
+        match term(
+            &config,
+            &config_path,
+            &settings,
+            &listener,
+            &ca,
+            &election,
+            fence.clone(),
+            &mut role,
+            &mut shutdown,
+        )
+        .await
+        {
+            Ended::Shutdown => break Ok(()),
+            Ended::Deposed => tracing::warn!(server = %me.name, "the term ended: no longer the leader"),
+            // Another server (or this one, a moment later) may fare better:
+            // the lead is given up rather than the process.
+            Ended::Failed(why) => {
+                tracing::error!(server = %me.name, error = %why, "the term failed; giving the lead up");
+                election.resign().await;
+                tokio::time::sleep(Duration::from_secs(1)).await;
+            }
+        }
+    };
+    election.resign().await;
+    let _ = std::fs::remove_file(&api_path);
+    if let Some(path) = config.cluster.as_ref().map(|c| c.path()) {
+        let _ = std::fs::remove_file(path);
+    }
+    result
+}
+
+/// Until this server leads: its fence then.
+async fn elected(role: &mut watch::Receiver<Role>) -> Fence {
+    loop {
+        if let Role::Leader { fence } = &*role.borrow_and_update() {
+            return fence.clone();
+        }
+        if role.changed().await.is_err() {
+            // The election is gone: nothing will be won.
+            std::future::pending::<()>().await;
+        }
+    }
+}
+
+/// Until this server no longer leads with `fence`.
+async fn deposed(role: &mut watch::Receiver<Role>, fence: &Fence) {
+    loop {
+        match &*role.borrow_and_update() {
+            Role::Leader { fence: now } if now == fence => {}
+            _ => return,
+        }
+        if role.changed().await.is_err() {
+            return;
+        }
+    }
+}
+
+/// Serves the API as a follower, passing calls on, until this server
+/// leads; connections open then are told to go away and come back.
+fn follow(
+    listener: &StdUnixListener,
+    forward: Forward,
+    mut role: watch::Receiver<Role>,
+) -> Result<tokio::task::JoinHandle<()>, String> {
+    let listener =
+        tokio::net::UnixListener::from_std(listener.try_clone().map_err(|e| format!("the API socket: {e}"))?)
+            .map_err(|e| format!("the API socket: {e}"))?;
+    let leading = async move {
+        let _ = role.wait_for(|r| matches!(r, Role::Leader { .. })).await;
+    };
+    Ok(tokio::spawn(async move {
+        let served = tonic::transport::Server::builder()
+            .add_service(forward)
+            .serve_with_incoming_shutdown(UnixListenerStream::new(listener), leading)
+            .await;
+        if let Err(e) = served {
+            tracing::error!(error = %e, "the follower's API stopped");
+        }
+    }))
+}
+
+enum Ended {
+    Shutdown,
+    Deposed,
+    Failed(String),
+}
+
+/// One term: its own runtime, the store connected with the term's fence,
+/// and everything a leader runs, until deposed, shut down or failed.
+#[allow(clippy::too_many_arguments)]
+async fn term(
+    config: &Config,
+    config_path: &Option<PathBuf>,
+    settings: &EtcdSettings,
+    listener: &StdUnixListener,
+    ca: &Option<Arc<ClusterCa>>,
+    election: &Arc<Election>,
+    fence: Fence,
+    role: &mut watch::Receiver<Role>,
+    shutdown: &mut std::pin::Pin<&mut (impl Future<Output = ()> + Send)>,
+) -> Ended {
+    let runtime = match tokio::runtime::Builder::new_multi_thread()
+        .enable_all()
+        .thread_name("berth-term")
+        .build()
+    {
+        Ok(r) => r,
+        Err(e) => return Ended::Failed(format!("starting the term's runtime: {e}")),
+    };
+    let listener = match listener.try_clone() {
+        Ok(l) => l,
+        Err(e) => return Ended::Failed(format!("the API socket: {e}")),
+    };
+    let ca = match ca {
+        Some(ca) => match ClusterCa::from_pem(ca.cert_pem(), &ca.key_pem()) {
+            Ok(ca) => Some(ca),
+            Err(e) => return Ended::Failed(e),
+        },
+        None => None,
+    };
+    let (config, config_path, settings, election) = (
+        config.clone(),
+        config_path.clone(),
+        settings.clone(),
+        election.clone(),
+    );
+    let (done, outcome) = tokio::sync::oneshot::channel();
+    let fenced = fence.clone();
+    runtime.spawn(async move {
+        let result = async {
+            // Read after winning: everything the last leader committed is there.
+            let store = EtcdStore::connect(settings, Some(fenced))
+                .await
+                .map_err(|e| e.to_string())?;
+            let api =
+                tokio::net::UnixListener::from_std(listener).map_err(|e| format!("the API socket: {e}"))?;
+            lead(
+                Term {
+                    config,
+                    config_path,
+                    store: Arc::new(store),
+                    api,
+                    ca,
+                    election: Some(election),
+                },
+                std::future::pending(),
+            )
+            .await
+        }
+        .await;
+        let _ = done.send(result);
+    });
+    let ended = tokio::select! {
+        _ = shutdown.as_mut() => Ended::Shutdown,
+        _ = deposed(role, &fence) => Ended::Deposed,
+        result = outcome => match result {
+            Ok(Err(e)) => Ended::Failed(e),
+            Ok(Ok(())) | Err(_) => Ended::Failed("the term stopped by itself".into()),
+        },
+    };
+    // Every task of the term stops at its next await; nothing it does
+    // after this reaches etcd unfenced.
+    runtime.shutdown_background();
+    ended
+}

@@ -1,0 +1,210 @@
+//! A leader's term: everything a leading server runs, from the first
+//! fingerprint of its plugins to the API, on a store it was handed.
+
+use std::future::Future;
+use std::path::PathBuf;
+use std::sync::Arc;
+use std::time::Duration;
+
+use berth_proto::berth::v1::berth_server::BerthServer;
+use tokio_stream::wrappers::UnixListenerStream;
+
+use super::endpoints::{Forwarded, bind_tls, serve_cluster, serve_cluster_tls, start_node_agents};
+use super::{Reloader, modules};
+use crate::agent::calls::Paths;
+use crate::api::{self, BerthApi};
+use crate::cluster::Directory;
+use crate::cluster::pki::ClusterCa;
+use crate::config::Config;
+use crate::csi::ClientOptions;
+use crate::csi::fingerprint::Role;
+use crate::csi::registry::{PluginSpec, Registry};
+use crate::leadership::Election;
+use crate::manager::{VolumeManager, as_sync};
+use crate::policy::builtin::Builtins;
+use crate::policy::{EngineOptions, Policies, PolicyEngine};
+use crate::store::{NodeRecord, Store};
+
+/// What a term is handed.
+pub(super) struct Term {
+    pub config: Config,
+    pub config_path: Option<PathBuf>,
+    pub store: Arc<dyn Store>,
+    /// The API socket, bound already.
+    pub api: tokio::net::UnixListener,
+    /// The cluster CA, with a TLS cluster endpoint.
+    pub ca: Option<ClusterCa>,
+    /// With etcd: the election this term was won in.
+    pub election: Option<Arc<Election>>,
+}
+
+/// The policy modules of `config`, on an engine sized for the largest.
+fn policies(config: &Config) -> Result<Arc<Policies>, String> {
+    let max_memory = config
+        .policies
+        .iter()
+        .map(|p| p.module.limits.memory_bytes)
+        .max()
+        .unwrap_or(0);
+    let engine = PolicyEngine::new(EngineOptions {
+        max_module_memory: max_memory.max(EngineOptions::default().max_module_memory),
+        ..EngineOptions::default()
+    })
+    .map_err(|e| format!("starting the WebAssembly engine: {e:#}"))?;
+    let policies = Arc::new(Policies::new(Arc::new(engine), Builtins::default()));
+    policies.replace_all(&modules(config))?;
+    for s in policies.stats() {
+        tracing::info!(module = %s.module, decisions = ?s.decisions, "policy module loaded");
+    }
+    Ok(policies)
+}
+
+/// Every controller plugin, each fingerprinted once before work starts
+/// (never a view cached from another term); unreachable ones are retried
+/// by the periodic refresh.
+async fn controllers(config: &Config) -> Arc<Registry> {
+    let controllers = Registry::new(config.fingerprint_interval);
+    for p in &config.plugins {
+        if let Some(endpoint) = &p.controller {
+            controllers.add(PluginSpec {
+                id: p.name.clone(),
+                endpoint: endpoint.clone(),
+                expected_name: p.driver.clone(),
+                client: ClientOptions {
+                    deadline: p.deadline,
+                    wait: Duration::ZERO,
+                },
+                role: Role::Controller,
+            });
+        }
+    }
+    let mut first = tokio::task::JoinSet::new();
+    for p in controllers.list() {
+        first.spawn(async move {
+            p.refresh().await;
+        });
+    }
+    while first.join_next().await.is_some() {}
+    controllers
+}
+
+/// Runs the term until `shutdown` completes (or an in-process agent cannot start).
+pub(super) async fn lead(
+    term: Term,
+    shutdown: impl Future<Output = ()> + Send + 'static,
+) -> Result<(), String> {
+    let Term {
+        config,
+        config_path,
+        store,
+        api: listener,
+        ca,
+        election,
+    } = term;
+    let policies = policies(&config)?;
+    let controllers = controllers(&config).await;
+    let _refresh = controllers.start();
+
+    let deadline = config
+        .plugins
+        .iter()
+        .map(|p| p.deadline)
+        .max()
+        .unwrap_or(Duration::from_secs(15));
+    let directory = Directory::new(
+        config.heartbeat_timeout,
+        // The agent's own call, and the trip there and back.
+        deadline + Duration::from_secs(5),
+        config
+            .plugins
+            .iter()
+            .map(|p| (p.name.clone(), p.driver.clone()))
+            .collect(),
+    );
+    for n in &config.nodes {
+        directory.expect(NodeRecord {
+            name: n.name.clone(),
+            labels: n.labels.clone(),
+            plugins: n.plugins.keys().map(|p| (p.clone(), None)).collect(),
+            draining: false,
+            forgotten: false,
+            cert: None,
+            paths: Some(Paths::under(&n.dir)),
+        });
+    }
+    let api_path = config.api.path().to_path_buf();
+    let cluster = match &config.cluster {
+        Some(endpoint) => Some((
+            endpoint.path().to_path_buf(),
+            api::bind(endpoint.path(), config.socket_mode)?,
+        )),
+        None => None,
+    };
+    let tls = match (config.cluster_address, ca) {
+        (Some(address), Some(ca)) => Some(bind_tls(ca, address).await?),
+        _ => None,
+    };
+    let manager = VolumeManager::new(config, store, controllers, policies, directory.clone())
+        .map_err(|e| e.to_string())?;
+    directory.set_sync(as_sync(&manager));
+    for n in manager.remembered_nodes().map_err(|e| e.to_string())? {
+        directory.expect(n);
+    }
+    let _workers = manager.start();
+    // The API answers while the in-process agents check their records
+    // against the mount table: their nodes' steps wait until they connect.
+    let agents = tokio::spawn(start_node_agents(manager.clone(), directory.clone(), deadline));
+    let reloader = Arc::new(Reloader {
+        path: config_path,
+        policies: manager.policies().clone(),
+    });
+    let sighup = reloader.clone().on_sighup()?;
+    let api = Arc::new(BerthApi::new(
+        manager.clone(),
+        reloader,
+        tls.as_ref().map(|(tls, _)| tls.clone()),
+        election.clone(),
+    ));
+    let _tls = tls.map(|(tls, listener)| {
+        tracing::info!(cluster_address = %tls.address, ca = %tls.ca.fingerprint(), "listening for agents over TLS");
+        let names = manager.config().cluster_names.clone();
+        // Followers pass API calls on here, proving they hold the CA's key.
+        let forwarded = election.as_ref().map(|_| Forwarded {
+            api: api.clone(),
+            secret: tls.ca.forward_secret(),
+        });
+        serve_cluster_tls(directory.clone(), tls.clone(), listener, names, forwarded)
+    });
+    let _cluster = cluster.map(|(path, listener)| {
+        tracing::info!(cluster = %path.display(), "listening for agents");
+        serve_cluster(directory.clone(), listener)
+    });
+    tracing::info!(
+        api = %api_path.display(),
+        store = %match &manager.config().etcd {
+            Some(etcd) => format!("etcd {} {}", etcd.endpoints.join(","), etcd.prefix),
+            None => manager.config().state.display().to_string(),
+        },
+        plugins = ?manager.config().plugins.iter().map(|p| p.name.as_str()).collect::<Vec<_>>(),
+        nodes = ?manager.config().nodes.iter().map(|n| n.name.as_str()).collect::<Vec<_>>(),
+        modules = manager.config().policies.len(),
+        "serving"
+    );
+
+    let serving = tonic::transport::Server::builder()
+        .add_service(BerthServer::from_arc(api))
+        .serve_with_incoming_shutdown(UnixListenerStream::new(listener), shutdown);
+    let agents_failed = async {
+        match agents.await {
+            Ok(Ok(())) => std::future::pending().await,
+            Ok(Err(e)) => e,
+            Err(e) => format!("starting the in-process agents: {e}"),
+        }
+    };
+    let result = tokio::select! {
+        served = serving => served.map_err(|e| format!("serving the API: {e}")),
+        why = agents_failed => Err(why),
+    };
+    sighup.abort();
+    result
+}
