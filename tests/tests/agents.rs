@@ -276,7 +276,8 @@ fn ignores(pid: u32, signal: i32) -> bool {
 }
 
 /// A server dying while the agent writes to it must not take the agent
-/// with it: the daemons ignore SIGPIPE (only client commands take the default).
+/// with it: Berth ignores SIGPIPE (the CLI ends quietly when its output is
+/// closed by checking its writes instead).
 #[test]
 fn the_agent_and_the_server_outlive_a_peer_gone_mid_write() {
     let c = agents(vec![("node-a", "a")]);

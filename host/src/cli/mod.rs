@@ -166,12 +166,26 @@ pub fn error_json(e: &anyhow::Error) -> String {
 /// requests) shown escaped; every text line the CLI prints goes through it.
 macro_rules! say {
     ($($arg:tt)*) => {
-        println!("{}", berth::text::printable(&format!($($arg)*)))
+        $crate::cli::out(&berth::text::printable(&format!($($arg)*)))
     };
 }
 pub(crate) use say;
 
+/// One line on stdout. Output closed by its reader (`berth volume list |
+/// head`) ends the command quietly, as Unix tools do; SIGPIPE itself stays
+/// ignored, so a socket closed under a call is an error, never a silent death.
+pub fn out(line: &str) {
+    use std::io::Write;
+    let mut stdout = std::io::stdout().lock();
+    if let Err(e) = writeln!(stdout, "{line}") {
+        if e.kind() == std::io::ErrorKind::BrokenPipe {
+            std::process::exit(141);
+        }
+        panic!("writing to stdout: {e}");
+    }
+}
+
 pub fn print_json<T: serde::Serialize>(value: &T) -> anyhow::Result<()> {
-    println!("{}", serde_json::to_string_pretty(value)?);
+    out(&serde_json::to_string_pretty(value)?);
     Ok(())
 }

@@ -13,6 +13,7 @@
 pub mod forward;
 
 use std::sync::Mutex;
+use std::sync::atomic::{AtomicU64, Ordering};
 use std::time::Duration;
 
 use berth_proto::etcd::etcdserverpb as pb;
@@ -50,6 +51,9 @@ pub struct Election {
     role: watch::Sender<Role>,
     /// The lease held now (0: none), for resigning.
     lease: Mutex<i64>,
+    /// Until when (ms after `epoch`) this server can vouch for its lease.
+    valid_until: AtomicU64,
+    epoch: std::time::Instant,
 }
 
 /// A lease and when it may have run out, by this server's clock: from when
@@ -81,6 +85,8 @@ impl Election {
             me,
             role,
             lease: Mutex::new(0),
+            valid_until: AtomicU64::new(0),
+            epoch: std::time::Instant::now(),
         });
         let first = election
             .grant()
@@ -127,6 +133,18 @@ impl Election {
         }
     }
 
+    /// Whether this server's lease is still good by its own clock: a leader
+    /// checks it before each call to a plugin, so one woken from a pause
+    /// past its lease sends nothing before it steps down.
+    pub fn vouches(&self) -> bool {
+        (self.epoch.elapsed().as_millis() as u64) < self.valid_until.load(Ordering::Acquire)
+    }
+
+    fn vouch_until(&self, until: Instant) {
+        let ms = until.into_std().saturating_duration_since(self.epoch).as_millis() as u64;
+        self.valid_until.store(ms, Ordering::Release);
+    }
+
     fn ttl(&self) -> Duration {
         self.settings.lease_ttl
     }
@@ -135,15 +153,15 @@ impl Election {
         self.role.send_if_modified(|now| {
             let changed = *now != role;
             if changed {
+                if matches!(now, Role::Leader { .. }) {
+                    tracing::warn!(server = %self.me.name, "stepped down");
+                }
                 match &role {
                     Role::Leader { fence } => {
                         tracing::info!(server = %self.me.name, fence = fence.create_revision, "leading")
                     }
                     Role::Follower { leader: Some(l) } => {
                         tracing::info!(server = %self.me.name, leader = %l.name, "following")
-                    }
-                    Role::Follower { leader: None } if matches!(now, Role::Leader { .. }) => {
-                        tracing::warn!(server = %self.me.name, "stepped down")
                     }
                     Role::Follower { leader: None } => {}
                 }
@@ -184,9 +202,11 @@ impl Election {
             })
             .await?;
         *self.lease.lock().unwrap_or_else(|p| p.into_inner()) = granted.id;
+        let valid_until = sent + Duration::from_secs(granted.ttl.max(0) as u64);
+        self.vouch_until(valid_until);
         Ok(Held {
             id: granted.id,
-            valid_until: sent + Duration::from_secs(granted.ttl.max(0) as u64),
+            valid_until,
             keepalive: None,
             next_keepalive: sent + self.ttl() / 3,
         })
@@ -228,6 +248,7 @@ impl Election {
         match tokio::time::timeout(self.ttl() / 3, answer).await {
             Ok(Ok(a)) if a.ttl > 0 => {
                 held.valid_until = sent + Duration::from_secs(a.ttl as u64);
+                self.vouch_until(held.valid_until);
                 Ok(())
             }
             Ok(Ok(_)) => Err(KeepAliveError::Expired),
@@ -397,6 +418,11 @@ async fn campaign(election: std::sync::Weak<Election>, first: Held) {
                     h.next_keepalive = Instant::now() + poll;
                 }
             }
+        }
+        if Instant::now() >= h.valid_until {
+            // Woken late (a pause): the check at the top steps down first.
+            held = Some(h);
+            continue;
         }
         match e.campaign_once(h.id).await {
             Ok(Role::Leader { fence }) => match e.leading() {

@@ -102,7 +102,13 @@ pub struct VolumeManager {
     /// Turns for guest decisions.
     deciding: tokio::sync::Semaphore,
     capacity: capacity::CapacityCache,
+    /// With several servers: whether this one may still act as the leader.
+    tenure: std::sync::OnceLock<Tenure>,
 }
+
+/// Asked before every call to a plugin; false once the lease it leads by
+/// may have run out.
+pub type Tenure = Box<dyn Fn() -> bool + Send + Sync>;
 
 pub(crate) fn now_ms() -> u64 {
     SystemTime::now()
@@ -128,10 +134,23 @@ impl VolumeManager {
             nodes,
             queue: Queue::default(),
             capacity: Default::default(),
+            tenure: std::sync::OnceLock::new(),
             deciding: tokio::sync::Semaphore::new(
                 std::thread::available_parallelism().map_or(2, std::num::NonZero::get),
             ),
         }))
+    }
+
+    /// Makes every plugin call wait on `tenure` (set once, before `start`):
+    /// a leader that cannot vouch for its lease calls nothing, and its term
+    /// is ended around the waiting step.
+    pub fn act_only_while(&self, tenure: Tenure) {
+        let _ = self.tenure.set(tenure);
+    }
+
+    /// Whether this server may act (always, with one server).
+    pub(crate) fn may_act(&self) -> bool {
+        self.tenure.get().is_none_or(|t| t())
     }
 
     /// Starts the workers and queues every stored volume.

@@ -27,6 +27,10 @@ impl VolumeManager {
         unwritten: &mut Unwritten,
         placed_ahead: &mut Option<proto::TopologyRequirement>,
     ) -> Result<Apply, StepError> {
+        if !self.may_act() {
+            // Deposed or about to be: the term ends around this step.
+            std::future::pending::<()>().await;
+        }
         let spec = &r.spec;
         match step {
             Step::Name => self.name_volume(r, placed_ahead).await,

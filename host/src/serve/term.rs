@@ -146,6 +146,10 @@ pub(super) async fn lead(
     };
     let manager = VolumeManager::new(config, store, controllers, policies, directory.clone())
         .map_err(|e| e.to_string())?;
+    if let Some(election) = &election {
+        let election = election.clone();
+        manager.act_only_while(Box::new(move || election.vouches()));
+    }
     directory.set_sync(as_sync(&manager));
     for n in manager.remembered_nodes().map_err(|e| e.to_string())? {
         directory.expect(n);
