@@ -380,7 +380,7 @@ impl Converger {
                 (v.level(), result.as_ref().err())
             };
             if let Some(e) = failure {
-                tracing::warn!(volume = %id, ?step, error = %e, "node step failed");
+                tracing::warn!(id = %id, ?step, attempt, error = %e, "node step failed");
             }
             self.report(&id, attempt, level, failure);
             if failure.is_some() {

@@ -9,6 +9,7 @@ use berth_proto::berth::v1 as api;
 use tonic::{Request, Response, Status};
 
 mod inquiries;
+pub mod introspection;
 
 use crate::csi::registry::Health;
 use crate::manager::{RequestError, VolumeManager};

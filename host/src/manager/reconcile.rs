@@ -282,13 +282,13 @@ impl VolumeManager {
                 ))
             }
             (Some((why, _)), RetryDecision::RetryAfter(ms)) => {
-                tracing::warn!(volume = %name, step = %label, policy_failures, error = %why, "policy failed; asking again");
+                tracing::warn!(volume = %name, id = %record.id, step = %label, policy_failures, error = %why, "policy failed; asking again");
                 RetryDecision::RetryAfter(ms.max(retry_floor_ms(attempt)))
             }
             (_, RetryDecision::RetryAfter(ms)) => RetryDecision::RetryAfter(ms.max(retry_floor_ms(attempt))),
             (_, d) => d,
         };
-        tracing::info!(volume = %name, step = %label, attempt, error = %e.message, ?decision, "step failed");
+        tracing::info!(volume = %name, id = %record.id, step = %label, attempt, error = %e.message, ?decision, "step failed");
         match decision {
             RetryDecision::Done => {
                 unwritten.push(done_effect(step));

@@ -159,9 +159,12 @@ fn follow(
     let leading = async move {
         let _ = role.wait_for(|r| matches!(r, Role::Leader { .. })).await;
     };
+    let reflection = api::introspection::reflection()?;
     Ok(tokio::spawn(async move {
         let served = tonic::transport::Server::builder()
             .add_service(forward)
+            .add_service(api::introspection::health().await)
+            .add_service(reflection)
             .serve_with_incoming_shutdown(UnixListenerStream::new(listener), leading)
             .await;
         if let Err(e) = served {

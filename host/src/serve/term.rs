@@ -197,6 +197,8 @@ pub(super) async fn lead(
 
     let serving = tonic::transport::Server::builder()
         .add_service(BerthServer::from_arc(api))
+        .add_service(api::introspection::health().await)
+        .add_service(api::introspection::reflection()?)
         .serve_with_incoming_shutdown(UnixListenerStream::new(listener), shutdown);
     let agents_failed = async {
         match agents.await {

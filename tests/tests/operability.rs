@@ -1,0 +1,147 @@
+//! What operators' tools expect of a gRPC service, asked with those tools'
+//! own protocols over the real API socket: health and reflection.
+
+use berth_tests::{Cluster, ClusterSpec};
+use prost::Message;
+use tonic_health::pb::health_check_response::ServingStatus;
+use tonic_health::pb::health_client::HealthClient;
+use tonic_reflection::pb::v1::ServerReflectionRequest;
+use tonic_reflection::pb::v1::server_reflection_client::ServerReflectionClient;
+use tonic_reflection::pb::v1::server_reflection_request::MessageRequest;
+use tonic_reflection::pb::v1::server_reflection_response::MessageResponse;
+
+fn asked(api: &std::path::Path, request: MessageRequest) -> MessageResponse {
+    let rt = tokio::runtime::Runtime::new().unwrap();
+    rt.block_on(async {
+        let mut client = ServerReflectionClient::new(berth::csi::unix_channel(api));
+        let mut answers = client
+            // A stream of one request.
+            .server_reflection_info(tonic::codegen::tokio_stream::iter([ServerReflectionRequest {
+                host: String::new(),
+                message_request: Some(request),
+            }]))
+            .await
+            .unwrap()
+            .into_inner();
+        answers
+            .message()
+            .await
+            .unwrap()
+            .unwrap()
+            .message_response
+            .unwrap()
+    })
+}
+
+#[test]
+fn a_reflection_client_lists_and_describes_the_api_and_health_answers() {
+    let c = Cluster::start(ClusterSpec {
+        guests: false,
+        ..ClusterSpec::default()
+    });
+    let MessageResponse::ListServicesResponse(list) =
+        asked(&c.api, MessageRequest::ListServices(String::new()))
+    else {
+        panic!("not a service list");
+    };
+    let mut names: Vec<String> = list.service.into_iter().map(|s| s.name).collect();
+    names.sort();
+    assert_eq!(
+        names,
+        [
+            "berth.v1.Berth",
+            "grpc.health.v1.Health",
+            "grpc.reflection.v1.ServerReflection"
+        ],
+        "the API and the standard services, not the CSI or etcd services Berth calls"
+    );
+
+    // The API's own description, as grpcurl fetches it before a call.
+    let MessageResponse::FileDescriptorResponse(files) = asked(
+        &c.api,
+        MessageRequest::FileContainingSymbol("berth.v1.Berth".into()),
+    ) else {
+        panic!("not a file descriptor");
+    };
+    let methods: Vec<String> = files
+        .file_descriptor_proto
+        .iter()
+        .map(|bytes| prost_types::FileDescriptorProto::decode(bytes.as_slice()).unwrap())
+        .flat_map(|f| f.service)
+        .filter(|s| s.name() == "Berth")
+        .flat_map(|s| s.method)
+        .map(|m| m.name().to_string())
+        .collect();
+    for wanted in ["CreateVolume", "PublishVolume", "Summary"] {
+        assert!(methods.iter().any(|m| m == wanted), "{wanted} in {methods:?}");
+    }
+
+    let rt = tokio::runtime::Runtime::new().unwrap();
+    let status = rt.block_on(async {
+        let mut health = HealthClient::new(berth::csi::unix_channel(&c.api));
+        health
+            .check(tonic_health::pb::HealthCheckRequest {
+                service: "berth.v1.Berth".into(),
+            })
+            .await
+            .unwrap()
+            .into_inner()
+            .status
+    });
+    assert_eq!(status, ServingStatus::Serving as i32);
+}
+
+/// `BERTH_LOG_FORMAT=json`: one JSON object a line, and a failed CSI call's
+/// line carries the volume, the step and the attempt, to follow one volume.
+#[test]
+fn json_logs_carry_the_volume_the_step_and_the_attempt() {
+    let mut c = Cluster::start(ClusterSpec {
+        guests: false,
+        plugin_args: vec!["--fault-calls", "CreateVolume", "--fault", "UNAVAILABLE=1.0"],
+        ..ClusterSpec::default()
+    });
+    c.kill_serve();
+    let log = c.dir.path().join("serve-json.log");
+    let file = std::fs::File::create(&log).unwrap();
+    let mut serve = std::process::Command::new(berth_tests::bin("berth"))
+        .args(["serve", "--config"])
+        .arg(&c.config)
+        .env("BERTH_LOG_FORMAT", "json")
+        .env("BERTH_LOG", "info")
+        .stdout(file.try_clone().unwrap())
+        .stderr(file)
+        .spawn()
+        .unwrap();
+    let deadline = std::time::Instant::now() + std::time::Duration::from_secs(30);
+    while std::os::unix::net::UnixStream::connect(&c.api).is_err() {
+        assert!(std::time::Instant::now() < deadline, "the API never came up");
+        std::thread::sleep(std::time::Duration::from_millis(20));
+    }
+    c.ok(&["volume", "create", "logged", "--plugin", "hostpath"]);
+    let id = c.volumes()[0]["id"].as_str().unwrap().to_string();
+    assert!(!id.is_empty());
+    let failed = |text: &str| -> Vec<serde_json::Value> {
+        text.lines()
+            .map(|l| serde_json::from_str::<serde_json::Value>(l).unwrap_or_else(|e| panic!("{e}: {l}")))
+            .filter(|v| v["message"] == "step failed")
+            .collect()
+    };
+    let deadline = std::time::Instant::now() + std::time::Duration::from_secs(30);
+    let lines = loop {
+        let lines = failed(&std::fs::read_to_string(&log).unwrap());
+        if lines.len() >= 2 {
+            break lines;
+        }
+        assert!(std::time::Instant::now() < deadline, "no failed steps logged");
+        std::thread::sleep(std::time::Duration::from_millis(50));
+    };
+    let _ = serve.kill();
+    let _ = serve.wait();
+    for (n, line) in lines.iter().take(2).enumerate() {
+        assert_eq!(line["volume"], "logged", "{line}");
+        assert_eq!(line["id"], id.as_str(), "the id, as the agents log it: {line}");
+        assert_eq!(line["step"], "CreateVolume", "{line}");
+        assert_eq!(line["attempt"], (n + 1) as u64, "{line}");
+        assert!(line["level"] == "INFO" || line["level"] == "WARN", "{line}");
+    }
+}
