@@ -45,8 +45,9 @@ commands:
           volume is created and published through a follower (--kills N, --lease-ttl S)
   reliability
           the long reliability runs: kill -9 twenty times during 2,000 operations, 400
-          volumes through a plugin that fails, hangs and restarts, and 10,000 cases of
-          each hostile-input property (the test suite runs short versions of each)
+          volumes through a plugin that fails, hangs and restarts, 10,000 cases of each
+          hostile-input property, and the leader of three servers on etcd killed ten
+          times during 2,000 operations (the test suite runs short versions of each)
   lint    cargo fmt --check and cargo clippy --all-targets -D warnings";
 
 fn main() {
@@ -224,6 +225,7 @@ fn bench(extra: &[String]) -> anyhow::Result<()> {
 
 /// The long versions of the reliability tests, one after the other.
 fn reliability(extra: &[String]) -> anyhow::Result<()> {
+    ensure_etcd()?;
     guests()?;
     build_bins()?;
     let mut cmd = cargo();
@@ -237,6 +239,8 @@ fn reliability(extra: &[String]) -> anyhow::Result<()> {
             "reliability",
             "--test",
             "hostile_input",
+            "--test",
+            "etcd_servers",
             "--",
             "--nocapture",
             "--test-threads",
