@@ -153,7 +153,7 @@ impl tower::Service<http::Request<Body>> for Forward {
                 request.headers_mut().insert(FORWARD_HEADER, secret);
             }
             Ok(match channel.oneshot(request).await {
-                Ok(answer) => answer,
+                Ok(answer) => whole(answer).await,
                 Err(e) => tonic::Status::unavailable(format!(
                     "the leader did not answer: {}",
                     crate::csi::error_chain(&e)
@@ -161,6 +161,31 @@ impl tower::Service<http::Request<Body>> for Forward {
                 .into_http(),
             })
         })
+    }
+}
+
+/// The leader's answer, read to its end before any of it is passed on: a
+/// leader gone mid-answer is then an UNAVAILABLE the caller repeats, not a
+/// broken stream it cannot tell from a failure. (Every call is unary, and
+/// every answer small enough to hold.)
+async fn whole(answer: http::Response<Body>) -> http::Response<Body> {
+    use http_body_util::BodyExt;
+    let (parts, body) = answer.into_parts();
+    match body.collect().await {
+        Ok(collected) => {
+            let trailers = collected.trailers().cloned();
+            let data = collected.to_bytes();
+            let mut frames = Vec::new();
+            if !data.is_empty() {
+                frames.push(Ok::<_, tonic::Status>(http_body::Frame::data(data)));
+            }
+            frames.extend(trailers.map(|t| Ok(http_body::Frame::trailers(t))));
+            let body = http_body_util::StreamBody::new(tokio_stream::iter(frames));
+            http::Response::from_parts(parts, Body::new(body))
+        }
+        Err(e) => {
+            tonic::Status::unavailable(format!("the leader went away while answering: {e}")).into_http()
+        }
     }
 }
 
