@@ -22,21 +22,6 @@ fn arg(name: &str, default: u64) -> u64 {
         .unwrap_or(default)
 }
 
-/// Which server leads, as any running one says.
-async fn leader(c: &Cluster, alive: &[usize]) -> Option<usize> {
-    for &i in alive {
-        let mut client = BerthClient::new(berth::csi::unix_channel(&c.serves[i].api));
-        let asked =
-            tokio::time::timeout(Duration::from_secs(1), client.summary(api::SummaryRequest {})).await;
-        if let Ok(Ok(s)) = asked
-            && let Some(l) = s.into_inner().servers.into_iter().find(|s| s.leader)
-        {
-            return l.name.strip_prefix("server-").and_then(|n| n.parse().ok());
-        }
-    }
-    None
-}
-
 /// Creates and publishes `name` through `api`, repeating what found no leader.
 async fn create_and_publish(api: &std::path::Path, name: &str) {
     let mut client = BerthClient::new(berth::csi::unix_channel(api));
@@ -91,20 +76,7 @@ fn main() {
     let rt = tokio::runtime::Runtime::new().unwrap();
     let mut times = Vec::new();
     for k in 0..kills {
-        let l = rt
-            .block_on(async {
-                let deadline = Instant::now() + Duration::from_secs(60);
-                loop {
-                    if let Some(l) = leader(&c, &[0, 1, 2]).await {
-                        return Some(l);
-                    }
-                    if Instant::now() > deadline {
-                        return None;
-                    }
-                    tokio::time::sleep(Duration::from_millis(50)).await;
-                }
-            })
-            .expect("a leader");
+        let l = c.wait_leader(&[0, 1, 2], Duration::from_secs(60));
         // Warm: the leader has served a volume before it dies.
         rt.block_on(create_and_publish(&c.serves[l].api, &format!("warm-{k}")));
         let via = (l + 1) % 3;

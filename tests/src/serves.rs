@@ -5,6 +5,8 @@ use std::path::PathBuf;
 use std::process::{Child, Command, Stdio};
 use std::time::{Duration, Instant};
 
+use berth_proto::berth::v1 as api;
+
 use crate::{Cluster, berth_logged, bin, texts};
 
 /// One `berth serve` of a [`Cluster`]: killed when the cluster is dropped.
@@ -85,5 +87,42 @@ impl Cluster {
             "berth {args:?} via server {i}: {stdout}{stderr}"
         );
         stdout
+    }
+
+    /// The servers as the leader reports them, asked through server `via`
+    /// (`None` while it does not answer within 2 s).
+    pub fn servers_via(&self, via: usize) -> Option<Vec<api::Server>> {
+        let socket = self.serves[via].api.clone();
+        let rt = tokio::runtime::Builder::new_current_thread()
+            .enable_all()
+            .build()
+            .unwrap();
+        rt.block_on(async move {
+            let mut client = api::berth_client::BerthClient::new(berth::csi::unix_channel(&socket));
+            let answer =
+                tokio::time::timeout(Duration::from_secs(2), client.summary(api::SummaryRequest {})).await;
+            answer.ok()?.ok().map(|s| s.into_inner().servers)
+        })
+    }
+
+    /// The index of the leading server, as the first of `among` to answer says.
+    pub fn leader(&self, among: &[usize]) -> Option<usize> {
+        among.iter().find_map(|&via| {
+            let servers = self.servers_via(via)?;
+            let name = servers.iter().find(|s| s.leader)?.name.clone();
+            name.strip_prefix("server-")?.parse().ok()
+        })
+    }
+
+    /// The leading server, waiting up to `within` for one.
+    pub fn wait_leader(&self, among: &[usize], within: Duration) -> usize {
+        let deadline = Instant::now() + within;
+        loop {
+            if let Some(l) = self.leader(among) {
+                return l;
+            }
+            assert!(Instant::now() < deadline, "no leader within {within:?}");
+            std::thread::sleep(Duration::from_millis(50));
+        }
     }
 }

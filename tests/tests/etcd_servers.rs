@@ -11,7 +11,6 @@ use std::time::{Duration, Instant};
 
 use berth::leadership::{Election, Role, ServerInfo};
 use berth::store::{DEPOSED, EtcdSettings, EtcdStore, Store};
-use berth_proto::berth::v1 as api;
 use berth_tests::storm::{Rng, check_agreement, expected, scripts_on, storm, tail, wait_converged};
 use berth_tests::{Cluster, ClusterSpec, EtcdCluster};
 
@@ -39,46 +38,11 @@ fn three_servers(etcd: &EtcdCluster) -> Cluster {
     })
 }
 
-/// The servers as the leader reports them, asked through server `via`.
-fn servers_via(c: &Cluster, via: usize) -> Option<Vec<api::Server>> {
-    let api = c.serves[via].api.clone();
-    let rt = tokio::runtime::Builder::new_current_thread()
-        .enable_all()
-        .build()
-        .unwrap();
-    rt.block_on(async move {
-        let mut client = api::berth_client::BerthClient::new(berth::csi::unix_channel(&api));
-        let answer =
-            tokio::time::timeout(Duration::from_secs(2), client.summary(api::SummaryRequest {})).await;
-        answer.ok()?.ok().map(|s| s.into_inner().servers)
-    })
-}
-
-/// The index of the leading server, as any of `among` says.
-fn leader(c: &Cluster, among: &[usize]) -> Option<usize> {
-    among.iter().find_map(|&via| {
-        let servers = servers_via(c, via)?;
-        let name = servers.iter().find(|s| s.leader)?.name.clone();
-        name.strip_prefix("server-")?.parse().ok()
-    })
-}
-
-fn wait_leader(c: &Cluster, among: &[usize], within: Duration) -> usize {
-    let deadline = Instant::now() + within;
-    loop {
-        if let Some(l) = leader(c, among) {
-            return l;
-        }
-        assert!(Instant::now() < deadline, "no leader within {within:?}");
-        std::thread::sleep(Duration::from_millis(50));
-    }
-}
-
 #[test]
 fn followers_pass_the_api_on_and_status_shows_every_server() {
     let etcd = EtcdCluster::start(3);
     let c = three_servers(&etcd);
-    let l = wait_leader(&c, &[0, 1, 2], Duration::from_secs(30));
+    let l = c.wait_leader(&[0, 1, 2], Duration::from_secs(30));
     let follower = (l + 1) % 3;
     // The CLI on a follower's socket: the leader answers.
     let run = |args: &[&str]| c.ok_via(follower, args);
@@ -146,7 +110,7 @@ fn leader_killed_during_a_storm_loses_and_duplicates_nothing() {
     let mut etcd_down = false;
     while killed < kills && !done.load(Ordering::SeqCst) {
         std::thread::sleep(Duration::from_millis(200 + rng.below(600)));
-        let l = wait_leader(&c, &[0, 1, 2], Duration::from_secs(30));
+        let l = c.wait_leader(&[0, 1, 2], Duration::from_secs(30));
         c.kill_server(l);
         killed += 1;
         if killed == 1 {
@@ -155,7 +119,7 @@ fn leader_killed_during_a_storm_loses_and_duplicates_nothing() {
             etcd_down = true;
         }
         let others: Vec<usize> = (0..3).filter(|&i| i != l).collect();
-        let next = wait_leader(&c, &others, Duration::from_secs(30));
+        let next = c.wait_leader(&others, Duration::from_secs(30));
         assert_ne!(next, l, "a follower took over");
         c.start_server(l);
         if etcd_down && killed == 2 {
@@ -182,7 +146,7 @@ fn leader_killed_during_a_storm_loses_and_duplicates_nothing() {
 fn a_leader_frozen_past_its_lease_steps_down_when_thawed() {
     let etcd = EtcdCluster::start(3);
     let mut c = three_servers(&etcd);
-    let l = wait_leader(&c, &[0, 1, 2], Duration::from_secs(30));
+    let l = c.wait_leader(&[0, 1, 2], Duration::from_secs(30));
     let others: Vec<usize> = (0..3).filter(|&i| i != l).collect();
     // Work in flight on the leader as it freezes.
     let scripts = scripts_on(&mut Rng::seeded(), 150, &NODES);
@@ -195,7 +159,7 @@ fn a_leader_frozen_past_its_lease_steps_down_when_thawed() {
     );
     std::thread::sleep(Duration::from_millis(500));
     c.freeze_server(l, true);
-    let next = wait_leader(&c, &others, Duration::from_secs(30));
+    let next = c.wait_leader(&others, Duration::from_secs(30));
     assert_ne!(next, l);
     std::thread::sleep(LEASE_TTL);
     c.freeze_server(l, false);
@@ -216,7 +180,7 @@ fn a_leader_frozen_past_its_lease_steps_down_when_thawed() {
         tail(&log())
     );
     assert_eq!(
-        leader(&c, &[l]),
+        c.leader(&[l]),
         Some(next),
         "asked through the old leader, the new one answers"
     );

@@ -85,37 +85,30 @@ impl Forward {
 
     /// The channel to send a call on now, or the answer to give instead.
     async fn target(&self) -> Result<Channel, tonic::Status> {
-        let (key, make): (String, Box<dyn FnOnce() -> Result<Channel, String> + Send>) =
-            match self.leader().await? {
-                Target::Me => {
-                    let api = crate::csi::Endpoint::parse(&self.me.api).map_err(tonic::Status::internal)?;
-                    (
-                        self.me.api.clone(),
-                        Box::new(move || Ok(crate::csi::unix_channel(api.path()))),
-                    )
-                }
-                Target::Leader(leader) => {
-                    let (Some(address), Some((_, ca))) = (&leader.forward, &self.tls) else {
-                        return Err(not_forwarded(&leader));
-                    };
-                    let (address, ca, name) = (address.clone(), ca.clone(), leader.name.clone());
-                    (
-                        address.clone(),
-                        Box::new(move || {
-                            crate::agent::tls::server_channel(&address, &ca)
-                                .map_err(|e| format!("forwarding to the leader {name}: {e}"))
-                        }),
-                    )
-                }
-            };
+        let target = self.leader().await?;
+        let at = match &target {
+            Target::Me => self.me.api.clone(),
+            Target::Leader(leader) => leader.forward.clone().ok_or_else(|| not_forwarded(leader))?,
+        };
         let mut cached = self.channel.lock().unwrap_or_else(|p| p.into_inner());
-        if let Some((at, channel)) = &*cached
-            && *at == key
+        if let Some((was, channel)) = &*cached
+            && *was == at
         {
             return Ok(channel.clone());
         }
-        let channel = make().map_err(tonic::Status::unavailable)?;
-        *cached = Some((key, channel.clone()));
+        let channel = match target {
+            Target::Me => {
+                let api = crate::csi::Endpoint::parse(&at).map_err(tonic::Status::internal)?;
+                crate::csi::unix_channel(api.path())
+            }
+            Target::Leader(leader) => {
+                let (_, ca) = self.tls.as_ref().ok_or_else(|| not_forwarded(&leader))?;
+                crate::agent::tls::server_channel(&at, ca).map_err(|e| {
+                    tonic::Status::unavailable(format!("forwarding to the leader {}: {e}", leader.name))
+                })?
+            }
+        };
+        *cached = Some((at, channel.clone()));
         Ok(channel)
     }
 }

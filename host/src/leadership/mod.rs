@@ -56,11 +56,10 @@ pub struct Election {
     epoch: std::time::Instant,
 }
 
-/// A lease and when it may have run out, by this server's clock: from when
-/// its last answered keep-alive was sent.
+/// A lease held, with its keep-alive stream; how long it is good for, by
+/// this server's clock, is the election's `valid_until`.
 struct Held {
     id: i64,
-    valid_until: Instant,
     keepalive: Option<KeepAlive>,
     next_keepalive: Instant,
 }
@@ -202,11 +201,9 @@ impl Election {
             })
             .await?;
         *self.lease.lock().unwrap_or_else(|p| p.into_inner()) = granted.id;
-        let valid_until = sent + Duration::from_secs(granted.ttl.max(0) as u64);
-        self.vouch_until(valid_until);
+        self.vouch_until(sent + Duration::from_secs(granted.ttl.max(0) as u64));
         Ok(Held {
             id: granted.id,
-            valid_until,
             keepalive: None,
             next_keepalive: sent + self.ttl() / 3,
         })
@@ -247,8 +244,7 @@ impl Election {
         };
         match tokio::time::timeout(self.ttl() / 3, answer).await {
             Ok(Ok(a)) if a.ttl > 0 => {
-                held.valid_until = sent + Duration::from_secs(a.ttl as u64);
-                self.vouch_until(held.valid_until);
+                self.vouch_until(sent + Duration::from_secs(a.ttl as u64));
                 Ok(())
             }
             Ok(Ok(_)) => Err(KeepAliveError::Expired),
@@ -371,7 +367,7 @@ async fn campaign(election: std::sync::Weak<Election>, first: Held) {
         // First of all: a leader whose lease may have run out (a long pause,
         // etcd away) steps down before anything else runs on its behalf.
         if let Some(h) = &held
-            && Instant::now() >= h.valid_until
+            && !e.vouches()
         {
             if e.leading().is_some() {
                 tracing::warn!(server = %e.me.name, "the leader lease may have expired; stepping down");
@@ -419,7 +415,7 @@ async fn campaign(election: std::sync::Weak<Election>, first: Held) {
                 }
             }
         }
-        if Instant::now() >= h.valid_until {
+        if !e.vouches() {
             // Woken late (a pause): the check at the top steps down first.
             held = Some(h);
             continue;
