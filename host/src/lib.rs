@@ -11,6 +11,7 @@ pub mod config;
 pub mod csi;
 pub mod leadership;
 pub mod manager;
+pub mod metrics;
 pub mod model;
 pub mod policy;
 pub mod secrets;

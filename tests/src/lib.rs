@@ -4,6 +4,7 @@
 mod agents;
 mod etcd;
 mod plugin;
+pub mod scrape;
 mod serves;
 pub mod storm;
 

@@ -96,6 +96,23 @@ fn a_store_written_by_0_1_0_opens_and_is_served() {
     assert_eq!(ro["publications"][0]["readonly"], true);
     let get: Value = serde_json::from_str(&c.ok(&["volume", "get", "available", "-o", "json"])).unwrap();
     assert_eq!(get["access_mode"], "multi-node-multi-writer");
+    // 0.1.0 kept no events: an old volume has none until something happens
+    // to it, then its story starts.
+    let events = |name: &str| -> Value {
+        serde_json::from_str(&c.ok(&["volume", "events", name, "-o", "json"])).unwrap()
+    };
+    assert_eq!(events("published-ro"), serde_json::json!([]));
+    c.ok(&[
+        "volume",
+        "unpublish",
+        "published-ro",
+        "--node",
+        "node-a",
+        "--wait",
+    ]);
+    let told = events("published-ro");
+    assert_eq!(told[0]["seq"], 1);
+    assert_eq!(told[0]["message"], "unpublish from node-a");
 
     // Unfinished work goes on: the create under the name stored by 0.1.0,
     // and the delete.

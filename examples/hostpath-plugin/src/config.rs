@@ -132,6 +132,11 @@ pub struct Config {
     /// answers it for that segment and CreateVolume enforces it.
     #[arg(long = "capacity-in", value_parser = parse_segment_capacity)]
     pub segment_capacity: Vec<(String, String, i64)>,
+
+    /// Append a line per answered call to FILE: the full method name and the
+    /// gRPC code's number (`/csi.v1.Controller/CreateVolume 0`).
+    #[arg(long)]
+    pub call_log: Option<PathBuf>,
 }
 
 /// Capabilities `--disable` can take away.

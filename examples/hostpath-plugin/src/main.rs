@@ -1,5 +1,6 @@
 //! hostpath-plugin: a sample CSI plugin whose volumes are directories.
 
+mod call_log;
 mod config;
 mod controller;
 mod faults;
@@ -48,7 +49,10 @@ async fn main() -> anyhow::Result<()> {
     tracing::info!(socket = %socket.display(), name = %config.name, node_id = %config.node_id, mount = ?mounter.mode(), "serving");
 
     let identity = identity::Identity::new(config.clone(), faults.clone(), mounter.mode());
-    let mut router = tonic::transport::Server::builder().add_service(IdentityServer::new(identity));
+    let calls = call_log::CallLog::open(config.call_log.as_deref())?;
+    let mut router = tonic::transport::Server::builder()
+        .layer(calls)
+        .add_service(IdentityServer::new(identity));
     if config.serves_controller() {
         let snapshots = snapshots::Snapshots::open(&config.state_dir, config.fsync)?;
         let svc = controller::Controller::new(config.clone(), volumes.clone(), snapshots, faults.clone());

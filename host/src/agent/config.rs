@@ -13,6 +13,7 @@
 //! fingerprint_interval = "30s"
 //! heartbeat_interval = "5s"
 //! deadline = "15s"                       # each node plugin call
+//! metrics = "127.0.0.1:9465"             # /metrics, /healthz, /readyz over HTTP; off by default
 //!
 //! [plugins]                              # the operator's plugin names, as in berth.toml
 //! hostpath = "unix:///run/csi/node.sock"
@@ -24,7 +25,7 @@ use std::time::Duration;
 
 use serde::Deserialize;
 
-use crate::config::{ConfigError, duration, invalid, load_file, name_ok};
+use crate::config::{ConfigError, duration, invalid, load_file, metrics_address, name_ok};
 use crate::csi::Endpoint;
 
 #[derive(Debug, Deserialize)]
@@ -40,6 +41,7 @@ struct Raw {
     fingerprint_interval: Option<String>,
     heartbeat_interval: Option<String>,
     deadline: Option<String>,
+    metrics: Option<String>,
     #[serde(default)]
     plugins: BTreeMap<String, String>,
 }
@@ -102,6 +104,8 @@ pub struct AgentConfig {
     pub fingerprint_interval: Duration,
     pub heartbeat_interval: Duration,
     pub deadline: Duration,
+    /// Where `/metrics`, `/healthz` and `/readyz` are served; none by default.
+    pub metrics: Option<std::net::SocketAddr>,
     pub plugins: BTreeMap<String, Endpoint>,
 }
 
@@ -168,6 +172,7 @@ impl AgentConfig {
             )?,
             heartbeat_interval,
             deadline: duration("deadline", raw.deadline.as_deref(), "15s")?,
+            metrics: metrics_address(raw.metrics.as_deref())?,
             plugins,
         })
     }
@@ -251,5 +256,16 @@ mod tests {
             AgentConfig::parse(&format!("node = \"a\"\n{ok}colour = 1\n"), base),
             Err(ConfigError::Syntax(_))
         ));
+        assert_eq!(
+            key(&format!(
+                "node = \"a\"\n{ok}metrics = \"9465\"\n[plugins]\nx = \"/x.sock\""
+            ))
+            .as_deref(),
+            Some("metrics")
+        );
+        let with_metrics =
+            format!("node = \"a\"\n{ok}metrics = \"127.0.0.1:9465\"\n[plugins]\nx = \"/x.sock\"");
+        let c = AgentConfig::parse(&with_metrics, base).unwrap();
+        assert_eq!(c.metrics, Some("127.0.0.1:9465".parse().unwrap()));
     }
 }

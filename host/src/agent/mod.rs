@@ -72,6 +72,8 @@ pub struct Agent {
     converger: Arc<Converger>,
     /// Bumped whenever the plugins' reports change.
     plugins_changed: watch::Sender<Vec<wire::NodePluginReport>>,
+    /// Whether a session with the server is open.
+    connected: std::sync::atomic::AtomicBool,
 }
 
 /// A server silent for this many heartbeats is taken as gone.
@@ -107,6 +109,7 @@ impl Agent {
             plugins,
             converger,
             plugins_changed,
+            connected: Default::default(),
         });
         let watcher = Arc::downgrade(&agent);
         tokio::spawn(async move { watch_plugins(watcher).await });
@@ -139,9 +142,42 @@ impl Agent {
             return SessionEnd::Lost("the server closed the stream".into());
         }
         self.converger.set_link(Some(to_server.clone()));
+        self.set_connected(true);
         let end = self.follow(&to_server, &mut from_server).await;
+        self.set_connected(false);
         self.converger.set_link(None);
         end
+    }
+
+    fn set_connected(&self, connected: bool) {
+        self.connected
+            .store(connected, std::sync::atomic::Ordering::Relaxed);
+        crate::metrics::agent_session(&self.spec.node, connected);
+    }
+
+    /// For `/readyz`: a session with the server is open.
+    pub fn session_ready(&self) -> Result<String, String> {
+        match self.connected.load(std::sync::atomic::Ordering::Relaxed) {
+            true => Ok("a session with the server is open".into()),
+            false => Err("no session with a server".into()),
+        }
+    }
+
+    /// For `/readyz`: every node plugin's last fingerprints succeeded.
+    pub fn plugins_ready(&self) -> Result<String, String> {
+        let reports = self.plugins.reports();
+        let problems: Vec<String> = reports
+            .iter()
+            .filter(|r| r.health != "healthy")
+            .map(|r| match r.reason.is_empty() {
+                true => format!("{}: {}", r.plugin, r.health),
+                false => format!("{}: {}", r.plugin, r.reason),
+            })
+            .collect();
+        match problems.is_empty() {
+            true => Ok(format!("{} fingerprinted and healthy", reports.len())),
+            false => Err(problems.join("; ")),
+        }
     }
 
     async fn follow(

@@ -2,10 +2,12 @@
 
 use std::path::PathBuf;
 use std::process::ExitCode;
+use std::sync::Arc;
 
 use berth::agent::calls::Paths;
 use berth::agent::config::AgentConfig;
 use berth::agent::{Agent, AgentSpec, dial};
+use berth::metrics;
 use clap::Args;
 
 #[derive(Debug, Args)]
@@ -26,6 +28,15 @@ pub struct AgentArgs {
 
 pub async fn run(args: AgentArgs) -> anyhow::Result<ExitCode> {
     let c = AgentConfig::load(&args.config).map_err(anyhow::Error::msg)?;
+    let readiness = metrics::readiness();
+    let _http = match c.metrics {
+        Some(address) => Some(
+            metrics::http::serve(address, readiness.clone())
+                .await
+                .map_err(anyhow::Error::msg)?,
+        ),
+        None => None,
+    };
     let servers = c.servers.clone();
     let token = args.token.or(c.token.clone());
     let dir = c.dir.clone();
@@ -43,6 +54,23 @@ pub async fn run(args: AgentArgs) -> anyhow::Result<ExitCode> {
     })
     .await
     .map_err(anyhow::Error::msg)?;
+    readiness.set_ok("record", format!("open, {}", dir.join("agent.redb").display()));
+    let weak = Arc::downgrade(&agent);
+    readiness.set(
+        "server",
+        Box::new(move || {
+            weak.upgrade()
+                .map_or(Err("stopping".into()), |a| a.session_ready())
+        }),
+    );
+    let weak = Arc::downgrade(&agent);
+    readiness.set(
+        "plugins",
+        Box::new(move || {
+            weak.upgrade()
+                .map_or(Err("stopping".into()), |a| a.plugins_ready())
+        }),
+    );
     let listed: Vec<String> = servers.iter().map(ToString::to_string).collect();
     tracing::info!(node = %agent.name(), servers = ?listed, "agent started");
     tokio::select! {

@@ -11,7 +11,7 @@ use clap::{Args, Subcommand};
 use tonic::transport::Channel;
 
 use super::client::{ApiArgs, connect, grpc};
-use super::volume_view::{WithHealth, one_line, print_volume, published, view};
+use super::volume_view::{WithHealth, event_line, event_view, one_line, print_volume, published, view};
 use super::{Output, say};
 
 #[derive(Debug, Subcommand)]
@@ -20,8 +20,11 @@ pub enum VolumeCommand {
     Create(Box<CreateArgs>),
     /// All volumes, one line each.
     List,
-    /// One volume in full.
+    /// One volume in full, with its latest events.
     Get { name: String },
+    /// A volume's story: its latest requests, steps done and steps failed,
+    /// with time, gRPC code and message (how many are kept: `events_per_volume`).
+    Events { name: String },
     /// Unpublish everywhere, then delete on the plugin.
     Delete {
         name: String,
@@ -181,13 +184,16 @@ enum Goal<'a> {
 
 async fn wait(
     client: &mut BerthClient<Channel>,
-    name: &str,
+    from: &api::Volume,
     goal: Goal<'_>,
     timeout: Duration,
     output: Output,
 ) -> anyhow::Result<ExitCode> {
+    let name = from.spec.as_ref().map_or("", |s| s.name.as_str());
     let started = Instant::now();
     let mut last = String::new();
+    // From the request's own event on.
+    let mut seen = from.events.last().map_or(0, |e| e.seq.saturating_sub(1));
     loop {
         let v = match client
             .get_volume(api::GetVolumeRequest { name: name.into() })
@@ -205,10 +211,17 @@ async fn wait(
             }
             Err(e) => return Err(grpc(e)),
         };
-        let line = one_line(&v);
-        if line != last && output == Output::Text {
-            say!("{line}");
-            last = line;
+        if output == Output::Text {
+            let since = seen;
+            for e in v.events.iter().filter(|e| e.seq > since) {
+                say!("  {}", event_line(e));
+                seen = e.seq;
+            }
+            let line = one_line(&v);
+            if line != last {
+                say!("{line}");
+                last = line;
+            }
         }
         if !v.failure.is_empty() {
             if output == Output::Json {
@@ -258,6 +271,22 @@ pub async fn run(cmd: VolumeCommand, api: ApiArgs, output: Output) -> anyhow::Re
                     say!("{:<24} {:<10} {:<34} PUBLICATIONS", "NAME", "STATE", "VOLUME ID");
                     for v in &list.volumes {
                         say!("{}", one_line(v));
+                    }
+                }
+            }
+            return Ok(ExitCode::SUCCESS);
+        }
+        VolumeCommand::Events { name } => {
+            let v = client
+                .get_volume(api::GetVolumeRequest { name })
+                .await
+                .map_err(grpc)?
+                .into_inner();
+            match output {
+                Output::Json => super::print_json(&v.events.iter().map(event_view).collect::<Vec<_>>())?,
+                Output::Text => {
+                    for e in &v.events {
+                        say!("{}", event_line(e));
                     }
                 }
             }
@@ -355,7 +384,7 @@ pub async fn run(cmd: VolumeCommand, api: ApiArgs, output: Output) -> anyhow::Re
             }
             return self::wait(
                 &mut client,
-                &name,
+                &v,
                 Goal::PublishedOn(chosen.as_deref()),
                 wait.timeout,
                 output,
@@ -375,7 +404,7 @@ pub async fn run(cmd: VolumeCommand, api: ApiArgs, output: Output) -> anyhow::Re
                 print_volume(&v, output)?;
                 return Ok(ExitCode::SUCCESS);
             }
-            return self::wait(&mut client, &name, Goal::GoneFrom(&node), wait.timeout, output).await;
+            return self::wait(&mut client, &v, Goal::GoneFrom(&node), wait.timeout, output).await;
         }
         VolumeCommand::Expand { name, size, wait } => {
             let v = client
@@ -450,7 +479,7 @@ pub async fn run(cmd: VolumeCommand, api: ApiArgs, output: Output) -> anyhow::Re
         }
     };
     if wait_args.wait {
-        wait(&mut client, &name, goal, wait_args.timeout, output).await
+        wait(&mut client, &volume, goal, wait_args.timeout, output).await
     } else {
         print_volume(&volume, output)?;
         if output == Output::Text && created && !volume.state.parse().is_ok_and(VolumeState::is_ready) {

@@ -33,7 +33,46 @@ pub struct VolumeView {
     /// What it was made from: `snapshot NAME` or `volume NAME`.
     source: String,
     labels: BTreeMap<String, String>,
+    /// The latest events, oldest first (only in answers about one volume).
+    #[serde(skip_serializing_if = "Vec::is_empty")]
+    events: Vec<EventView>,
 }
+
+/// One event as the CLI prints it in JSON.
+#[derive(Serialize)]
+pub struct EventView {
+    seq: u64,
+    /// RFC 3339, UTC.
+    at: String,
+    at_ms: u64,
+    step: String,
+    code: String,
+    message: String,
+}
+
+pub fn event_view(e: &api::VolumeEvent) -> EventView {
+    EventView {
+        seq: e.seq,
+        at: timestamp(e.at_ms),
+        at_ms: e.at_ms,
+        step: e.step.clone(),
+        code: e.code.clone(),
+        message: e.message.clone(),
+    }
+}
+
+fn timestamp(ms: u64) -> String {
+    let t = std::time::UNIX_EPOCH + Duration::from_millis(ms);
+    humantime::format_rfc3339_millis(t).to_string()
+}
+
+/// `2026-11-23T10:00:01.123Z  NodePublishVolume on node-a  OK  the volume is published`
+pub fn event_line(e: &api::VolumeEvent) -> String {
+    format!("{}  {}  {}  {}", timestamp(e.at_ms), e.step, e.code, e.message)
+}
+
+/// How many events `volume get` shows; `volume events` shows them all.
+const EVENTS_IN_GET: usize = 5;
 
 /// `volume get`'s JSON: the volume's fields, and its health when it has any.
 #[derive(Serialize)]
@@ -91,6 +130,7 @@ pub fn view(v: &api::Volume) -> VolumeView {
             String::new()
         },
         labels: spec.labels.into_iter().collect(),
+        events: v.events.iter().map(event_view).collect(),
     }
 }
 
@@ -176,6 +216,17 @@ pub fn print_volume(v: &api::Volume, output: Output) -> anyhow::Result<()> {
             row("retrying", &w.retrying);
             row("waiting", &w.waiting);
             row("failed", &w.failure);
+            if !v.events.is_empty() {
+                let shown = v.events.len().min(EVENTS_IN_GET);
+                let more = match v.events.len() > shown {
+                    true => format!(" (the last {shown}; `berth volume events {}` shows all)", w.name),
+                    false => String::new(),
+                };
+                say!("events{more}:");
+                for e in &v.events[v.events.len() - shown..] {
+                    say!("  {}", event_line(e));
+                }
+            }
             Ok(())
         }
     }

@@ -13,6 +13,8 @@
 //! cluster_address = "0.0.0.0:7443"     # the TLS endpoint agents on other machines dial; none by default
 //! cluster_names = ["berth.example"]     # names and addresses in the server's certificate
 //! heartbeat_timeout = "15s"             # an agent silent this long is down
+//! metrics = "127.0.0.1:9464"            # /metrics, /healthz, /readyz over HTTP; off by default
+//! events_per_volume = 10                # each volume keeps its latest events (0: none)
 //!
 //! [store]                               # default: the embedded store in `state`
 //! etcd = ["http://10.0.0.1:2379", "http://10.0.0.2:2379"]  # the members' client URLs
@@ -103,6 +105,8 @@ struct Raw {
     #[serde(default)]
     cluster_names: Vec<String>,
     heartbeat_timeout: Option<String>,
+    metrics: Option<String>,
+    events_per_volume: Option<usize>,
     store: Option<RawStore>,
     #[serde(default, rename = "plugin")]
     plugins: Vec<RawPlugin>,
@@ -176,6 +180,10 @@ pub struct Config {
     /// Names and addresses the server's certificate is valid for.
     pub cluster_names: Vec<String>,
     pub heartbeat_timeout: Duration,
+    /// Where `/metrics`, `/healthz` and `/readyz` are served; none by default.
+    pub metrics: Option<std::net::SocketAddr>,
+    /// How many of its latest events each volume keeps.
+    pub events_per_volume: usize,
     pub plugins: Vec<PluginConfig>,
     pub nodes: Vec<NodeConfig>,
     pub policies: Vec<PolicyConfig>,
@@ -217,6 +225,10 @@ fn etcd_settings(raw: RawStore) -> Result<crate::store::EtcdSettings, ConfigErro
 
 /// Workers are cheap tasks that mostly wait on plugins: enough for hundreds of volumes in flight.
 pub const DEFAULT_WORKERS: usize = 256;
+
+/// Enough to tell a volume's last lifecycle and a few failures, at about
+/// 100 bytes each in the record.
+pub const DEFAULT_EVENTS_PER_VOLUME: usize = 10;
 
 impl Config {
     /// Reads and validates a config file.
@@ -427,6 +439,12 @@ impl Config {
                 })
                 .transpose()?,
             heartbeat_timeout: duration("heartbeat_timeout", raw.heartbeat_timeout.as_deref(), "15s")?,
+            metrics: metrics_address(raw.metrics.as_deref())?,
+            events_per_volume: match raw.events_per_volume {
+                None => DEFAULT_EVENTS_PER_VOLUME,
+                Some(n) if n <= 1000 => n,
+                Some(n) => return Err(invalid("events_per_volume", format!("{n} is more than 1000"))),
+            },
             plugins,
             nodes,
             policies,
@@ -465,6 +483,20 @@ pub(crate) fn load_file<T>(
         path: path.to_path_buf(),
         error: Box::new(e),
     })
+}
+
+/// `metrics = "host:port"`, in `berth.toml` and `agent.toml`.
+pub(crate) fn metrics_address(value: Option<&str>) -> Result<Option<std::net::SocketAddr>, ConfigError> {
+    value
+        .map(|a| {
+            a.parse().map_err(|_| {
+                invalid(
+                    "metrics",
+                    format!("{a:?} is not an address like \"127.0.0.1:9464\" (an IP address and a port)"),
+                )
+            })
+        })
+        .transpose()
 }
 
 pub(crate) fn duration(key: &str, value: Option<&str>, default: &str) -> Result<Duration, ConfigError> {

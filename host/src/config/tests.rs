@@ -33,6 +33,23 @@ fn a_good_config_is_resolved_against_its_directory() {
     assert_eq!(c.policies[0].module.limits.memory_bytes, 16 << 20);
     assert_eq!(c.policies[0].module.on_error, OnError::Builtin);
     assert_eq!(c.plugins[0].deadline, Duration::from_secs(15));
+    assert_eq!(c.metrics, None, "metrics are off unless asked for");
+    assert_eq!(c.events_per_volume, DEFAULT_EVENTS_PER_VOLUME);
+}
+
+#[test]
+fn metrics_and_events_are_configured_at_the_top() {
+    let text = format!("metrics = \"127.0.0.1:9464\"\nevents_per_volume = 0\n{GOOD}");
+    let c = Config::parse(&text, Path::new("/etc/berth")).unwrap();
+    assert_eq!(c.metrics, Some("127.0.0.1:9464".parse().unwrap()));
+    assert_eq!(c.events_per_volume, 0);
+    for (text, key) in [
+        (format!("metrics = \"localhost\"\n{GOOD}"), "metrics"),
+        (format!("events_per_volume = 5000\n{GOOD}"), "events_per_volume"),
+    ] {
+        let err = Config::parse(&text, Path::new("/")).unwrap_err();
+        assert_eq!(err.key(), Some(key), "{err}");
+    }
 }
 
 #[test]

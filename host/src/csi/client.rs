@@ -2,7 +2,7 @@
 
 use std::future::Future;
 use std::io;
-use std::sync::Arc;
+use std::sync::{Arc, RwLock};
 use std::time::{Duration, Instant};
 
 use hyper_util::rt::TokioIo;
@@ -15,6 +15,7 @@ use super::proto;
 use super::proto::controller_client::ControllerClient;
 use super::proto::identity_client::IdentityClient;
 use super::proto::node_client::NodeClient;
+use crate::metrics::{self, Text};
 
 /// How a client talks to its plugin.
 #[derive(Clone, Copy, Debug)]
@@ -40,6 +41,9 @@ impl Default for ClientOptions {
 pub struct CsiClient {
     endpoint: Endpoint,
     label: Arc<str>,
+    /// The driver name for metrics: learnt from the plugin's own
+    /// GetPluginInfo, `unknown-driver` until then (as the CSI sidecars do).
+    driver: Arc<RwLock<Text>>,
     channel: Channel,
     deadline: Duration,
 }
@@ -58,6 +62,7 @@ impl CsiClient {
         let channel = unix_channel(endpoint.path());
         CsiClient {
             label: endpoint.to_string().into(),
+            driver: Arc::new(RwLock::new(Text::from_static("unknown-driver"))),
             endpoint,
             channel,
             deadline: options.deadline,
@@ -77,7 +82,13 @@ impl CsiClient {
         self.label = format!("{label} ({})", self.endpoint).into();
     }
 
-    async fn call<Req, Resp, F, Fut>(&self, call: &'static str, req: Req, f: F) -> Result<Resp, CsiError>
+    async fn call<Req, Resp, F, Fut>(
+        &self,
+        (call, method): (&'static str, &'static str),
+        req: Req,
+        f: F,
+        names_driver: impl FnOnce(&Resp) -> Option<&str>,
+    ) -> Result<Resp, CsiError>
     where
         F: FnOnce(Channel, tonic::Request<Req>) -> Fut,
         Fut: Future<Output = Result<tonic::Response<Resp>, tonic::Status>>,
@@ -90,7 +101,25 @@ impl CsiClient {
             call,
             failure: Failure::Deadline(self.deadline),
         };
-        match tokio::time::timeout(self.deadline, f(self.channel.clone(), request)).await {
+        let answer = tokio::time::timeout(self.deadline, f(self.channel.clone(), request)).await;
+        if let Ok(Ok(resp)) = &answer
+            && let Some(name) = names_driver(resp.get_ref()).filter(|n| !n.is_empty())
+        {
+            let mut driver = self.driver.write().unwrap_or_else(|p| p.into_inner());
+            if driver.as_str() != name {
+                *driver = Text::from(name);
+            }
+        }
+        if metrics::get().is_some() {
+            let code = match &answer {
+                Ok(Ok(_)) => tonic::Code::Ok,
+                Ok(Err(status)) => status.code(),
+                Err(_) => tonic::Code::DeadlineExceeded,
+            };
+            let driver = self.driver.read().unwrap_or_else(|p| p.into_inner()).clone();
+            metrics::csi_call(&driver, method, code, started.elapsed());
+        }
+        match answer {
             Ok(Ok(resp)) => Ok(resp.into_inner()),
             // The plugin saw the same grpc-timeout expire; servers differ in the
             // code they answer with (tonic says CANCELLED), so trust the clock.
@@ -148,42 +177,59 @@ pub fn unix_channel(path: &std::path::Path) -> Channel {
 
 /// One wrapper per CSI method, each with the deadline and error context applied.
 macro_rules! rpcs {
-    ($($client:ident :: $method:ident ($req:ident) -> $resp:ident as $call:literal;)*) => {
+    ($($client:ident :: $method:ident ($req:ident) -> $resp:ident as $service:literal $call:literal;)*) => {
         impl CsiClient {
             $(
                 pub async fn $method(&self, req: proto::$req) -> Result<proto::$resp, CsiError> {
-                    self.call($call, req, |ch, r| async move { $client::new(ch).$method(r).await }).await
+                    let names = ($call, concat!("/csi.v1.", $service, "/", $call));
+                    self.call(names, req, |ch, r| async move { $client::new(ch).$method(r).await }, |_| None).await
                 }
             )*
         }
     };
 }
 
+impl CsiClient {
+    /// Also names the driver in this client's metrics, from the answer.
+    pub async fn get_plugin_info(
+        &self,
+        req: proto::GetPluginInfoRequest,
+    ) -> Result<proto::GetPluginInfoResponse, CsiError> {
+        let names = ("GetPluginInfo", "/csi.v1.Identity/GetPluginInfo");
+        self.call(
+            names,
+            req,
+            |ch, r| async move { IdentityClient::new(ch).get_plugin_info(r).await },
+            |info: &proto::GetPluginInfoResponse| Some(info.name.as_str()),
+        )
+        .await
+    }
+}
+
 rpcs! {
-    IdentityClient::get_plugin_info(GetPluginInfoRequest) -> GetPluginInfoResponse as "GetPluginInfo";
-    IdentityClient::get_plugin_capabilities(GetPluginCapabilitiesRequest) -> GetPluginCapabilitiesResponse as "GetPluginCapabilities";
-    IdentityClient::probe(ProbeRequest) -> ProbeResponse as "Probe";
-    ControllerClient::create_volume(CreateVolumeRequest) -> CreateVolumeResponse as "CreateVolume";
-    ControllerClient::delete_volume(DeleteVolumeRequest) -> DeleteVolumeResponse as "DeleteVolume";
-    ControllerClient::controller_publish_volume(ControllerPublishVolumeRequest) -> ControllerPublishVolumeResponse as "ControllerPublishVolume";
-    ControllerClient::controller_unpublish_volume(ControllerUnpublishVolumeRequest) -> ControllerUnpublishVolumeResponse as "ControllerUnpublishVolume";
-    ControllerClient::validate_volume_capabilities(ValidateVolumeCapabilitiesRequest) -> ValidateVolumeCapabilitiesResponse as "ValidateVolumeCapabilities";
-    ControllerClient::list_volumes(ListVolumesRequest) -> ListVolumesResponse as "ListVolumes";
-    ControllerClient::get_capacity(GetCapacityRequest) -> GetCapacityResponse as "GetCapacity";
-    ControllerClient::controller_get_capabilities(ControllerGetCapabilitiesRequest) -> ControllerGetCapabilitiesResponse as "ControllerGetCapabilities";
-    ControllerClient::controller_get_volume(ControllerGetVolumeRequest) -> ControllerGetVolumeResponse as "ControllerGetVolume";
-    ControllerClient::controller_expand_volume(ControllerExpandVolumeRequest) -> ControllerExpandVolumeResponse as "ControllerExpandVolume";
-    ControllerClient::create_snapshot(CreateSnapshotRequest) -> CreateSnapshotResponse as "CreateSnapshot";
-    ControllerClient::delete_snapshot(DeleteSnapshotRequest) -> DeleteSnapshotResponse as "DeleteSnapshot";
-    ControllerClient::list_snapshots(ListSnapshotsRequest) -> ListSnapshotsResponse as "ListSnapshots";
-    NodeClient::node_expand_volume(NodeExpandVolumeRequest) -> NodeExpandVolumeResponse as "NodeExpandVolume";
-    NodeClient::node_stage_volume(NodeStageVolumeRequest) -> NodeStageVolumeResponse as "NodeStageVolume";
-    NodeClient::node_unstage_volume(NodeUnstageVolumeRequest) -> NodeUnstageVolumeResponse as "NodeUnstageVolume";
-    NodeClient::node_publish_volume(NodePublishVolumeRequest) -> NodePublishVolumeResponse as "NodePublishVolume";
-    NodeClient::node_unpublish_volume(NodeUnpublishVolumeRequest) -> NodeUnpublishVolumeResponse as "NodeUnpublishVolume";
-    NodeClient::node_get_volume_stats(NodeGetVolumeStatsRequest) -> NodeGetVolumeStatsResponse as "NodeGetVolumeStats";
-    NodeClient::node_get_capabilities(NodeGetCapabilitiesRequest) -> NodeGetCapabilitiesResponse as "NodeGetCapabilities";
-    NodeClient::node_get_info(NodeGetInfoRequest) -> NodeGetInfoResponse as "NodeGetInfo";
+    IdentityClient::get_plugin_capabilities(GetPluginCapabilitiesRequest) -> GetPluginCapabilitiesResponse as "Identity" "GetPluginCapabilities";
+    IdentityClient::probe(ProbeRequest) -> ProbeResponse as "Identity" "Probe";
+    ControllerClient::create_volume(CreateVolumeRequest) -> CreateVolumeResponse as "Controller" "CreateVolume";
+    ControllerClient::delete_volume(DeleteVolumeRequest) -> DeleteVolumeResponse as "Controller" "DeleteVolume";
+    ControllerClient::controller_publish_volume(ControllerPublishVolumeRequest) -> ControllerPublishVolumeResponse as "Controller" "ControllerPublishVolume";
+    ControllerClient::controller_unpublish_volume(ControllerUnpublishVolumeRequest) -> ControllerUnpublishVolumeResponse as "Controller" "ControllerUnpublishVolume";
+    ControllerClient::validate_volume_capabilities(ValidateVolumeCapabilitiesRequest) -> ValidateVolumeCapabilitiesResponse as "Controller" "ValidateVolumeCapabilities";
+    ControllerClient::list_volumes(ListVolumesRequest) -> ListVolumesResponse as "Controller" "ListVolumes";
+    ControllerClient::get_capacity(GetCapacityRequest) -> GetCapacityResponse as "Controller" "GetCapacity";
+    ControllerClient::controller_get_capabilities(ControllerGetCapabilitiesRequest) -> ControllerGetCapabilitiesResponse as "Controller" "ControllerGetCapabilities";
+    ControllerClient::controller_get_volume(ControllerGetVolumeRequest) -> ControllerGetVolumeResponse as "Controller" "ControllerGetVolume";
+    ControllerClient::controller_expand_volume(ControllerExpandVolumeRequest) -> ControllerExpandVolumeResponse as "Controller" "ControllerExpandVolume";
+    ControllerClient::create_snapshot(CreateSnapshotRequest) -> CreateSnapshotResponse as "Controller" "CreateSnapshot";
+    ControllerClient::delete_snapshot(DeleteSnapshotRequest) -> DeleteSnapshotResponse as "Controller" "DeleteSnapshot";
+    ControllerClient::list_snapshots(ListSnapshotsRequest) -> ListSnapshotsResponse as "Controller" "ListSnapshots";
+    NodeClient::node_expand_volume(NodeExpandVolumeRequest) -> NodeExpandVolumeResponse as "Node" "NodeExpandVolume";
+    NodeClient::node_stage_volume(NodeStageVolumeRequest) -> NodeStageVolumeResponse as "Node" "NodeStageVolume";
+    NodeClient::node_unstage_volume(NodeUnstageVolumeRequest) -> NodeUnstageVolumeResponse as "Node" "NodeUnstageVolume";
+    NodeClient::node_publish_volume(NodePublishVolumeRequest) -> NodePublishVolumeResponse as "Node" "NodePublishVolume";
+    NodeClient::node_unpublish_volume(NodeUnpublishVolumeRequest) -> NodeUnpublishVolumeResponse as "Node" "NodeUnpublishVolume";
+    NodeClient::node_get_volume_stats(NodeGetVolumeStatsRequest) -> NodeGetVolumeStatsResponse as "Node" "NodeGetVolumeStats";
+    NodeClient::node_get_capabilities(NodeGetCapabilitiesRequest) -> NodeGetCapabilitiesResponse as "Node" "NodeGetCapabilities";
+    NodeClient::node_get_info(NodeGetInfoRequest) -> NodeGetInfoResponse as "Node" "NodeGetInfo";
 }
 
 async fn wait_for_socket(endpoint: &Endpoint, wait: Duration) -> Result<(), CsiError> {

@@ -21,6 +21,7 @@
 mod adoption;
 mod capacity;
 mod decisions;
+mod gauges;
 mod indexes;
 mod inquiries;
 mod node_admin;

@@ -64,6 +64,17 @@ impl Step {
         })
     }
 
+    /// The kind of step, without the node or snapshot it is for (a metric's label).
+    pub fn kind(&self) -> &'static str {
+        match self {
+            Step::Name => "Name",
+            Step::DropPublication(_) => "DropPublication",
+            Step::DropSnapshot(_) => "DropSnapshot",
+            Step::Forget => "Forget",
+            other => other.operation().map_or("Other", |o| o.name()),
+        }
+    }
+
     pub fn label(&self) -> String {
         match self {
             Step::ControllerPublish(n)

@@ -92,8 +92,14 @@ impl Queue {
     }
 
     pub fn len(&self) -> usize {
+        let (ready, running) = self.depth();
+        ready + running
+    }
+
+    /// Volumes waiting for a worker, and volumes a worker is on.
+    pub fn depth(&self) -> (usize, usize) {
         let s = self.lock();
-        s.ready.len() + s.running.len()
+        (s.ready.len(), s.running.len())
     }
 }
 

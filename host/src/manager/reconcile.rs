@@ -7,11 +7,12 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use super::nodes::NodeAgent;
-use super::outcome::{PolicyFailure, StepError, Unwritten, done_effect, refused_outright};
+use super::outcome::{Apply, PolicyFailure, StepError, Unwritten, done_effect, refused_outright};
 use super::plan::{Caps, Step, next_step};
 use super::{RequestError, VolumeManager, now_ms};
 use crate::csi::proto::controller_service_capability::rpc::Type as ControllerCap;
 use crate::csi::proto::node_service_capability::rpc::Type as NodeCap;
+use crate::metrics;
 use crate::model::{Retrying, VolumeRecord};
 use crate::policy::{self, Decision, RetryDecision};
 
@@ -125,6 +126,10 @@ impl VolumeManager {
                     apply(&mut record);
                     record.retrying = None;
                     unwritten.push(apply);
+                    if let Some(event) = self.step_done(&step, &record) {
+                        event(&mut record);
+                        unwritten.push(event);
+                    }
                 }
                 Err(e) => match self.failed(&record, &step, e, &mut unwritten).await {
                     Ok(Some(latest)) => record = latest,
@@ -289,6 +294,22 @@ impl VolumeManager {
             (_, d) => d,
         };
         tracing::info!(volume = %name, id = %record.id, step = %label, attempt, error = %e.message, ?decision, "step failed");
+        let kind = step.kind();
+        let what = match &decision {
+            RetryDecision::Done => "the retry policy counts it as done".to_string(),
+            RetryDecision::RetryAfter(ms) => {
+                metrics::retry(kind);
+                format!(
+                    "attempt {attempt}; retrying in {}",
+                    humantime::format_duration(Duration::from_millis(*ms))
+                )
+            }
+            RetryDecision::GiveUp(reason) => {
+                metrics::give_up(kind);
+                format!("gave up: {reason}")
+            }
+        };
+        unwritten.push(self.event(label.clone(), e.code.name(), format!("{}; {what}", e.message)));
         match decision {
             RetryDecision::Done => {
                 unwritten.push(done_effect(step));
@@ -318,6 +339,28 @@ impl VolumeManager {
                 Ok(latest)
             }
         }
+    }
+
+    /// The event of a step done: what the volume is now.
+    fn step_done(&self, step: &Step, r: &VolumeRecord) -> Option<Apply> {
+        let message = match step {
+            Step::Name => format!("named {}", r.csi_name.as_deref().unwrap_or("?")),
+            Step::Create => format!(
+                "created as {}; the volume is {}",
+                r.backend.as_ref().map_or("?", |b| b.volume_id.as_str()),
+                r.state()
+            ),
+            step if step.operation().is_some() => format!("the volume is {}", r.state()),
+            _ => return None,
+        };
+        Some(self.event(step.label(), "OK", message))
+    }
+
+    /// An event, as an effect to write with the change it describes.
+    pub(super) fn event(&self, step: String, code: &'static str, message: String) -> Apply {
+        let keep = self.config.events_per_volume;
+        let at = now_ms();
+        Box::new(move |r: &mut VolumeRecord| r.note(keep, at, step.clone(), code, message.clone()))
     }
 
     /// A plugin this volume's next steps depend on that has no fingerprint yet.

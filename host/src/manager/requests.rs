@@ -20,7 +20,9 @@ impl VolumeManager {
         if let Some(source) = &mut spec.source {
             self.resolve_source(&spec.plugin, source)?;
         }
-        let record = VolumeRecord::new(new_id(), spec);
+        let mut record = VolumeRecord::new(new_id(), spec);
+        let what = format!("create on plugin {}", record.spec.plugin);
+        self.event("request".into(), "OK", what)(&mut record);
         let spec = record.spec.clone();
         // Creating the same volume again is not an error.
         match self
@@ -103,7 +105,7 @@ impl VolumeManager {
             .by_id(&id)
             .ok_or_else(|| RequestError::NotFound(format!("no volume named {}", echo(name))))?;
         self.require(&current.spec.plugin, ControllerCap::ExpandVolume, "expansion")?;
-        self.modify(&id, |r| {
+        self.modify(&id, format!("expand to {required_bytes} bytes"), |r| {
             if r.deleting {
                 return Err(RequestError::Conflict(format!(
                     "volume {} is being deleted",
@@ -132,7 +134,7 @@ impl VolumeManager {
 
     pub async fn delete(&self, name: &str) -> Result<VolumeRecord, RequestError> {
         let id = self.id_of(name)?;
-        self.modify(&id, |r| {
+        self.modify(&id, "delete".into(), |r| {
             if let Some((snap, _)) = r.snapshots.iter().find(|(_, s)| !s.deleting) {
                 return Err(RequestError::Conflict(format!(
                     "volume {} has snapshot {}: delete its snapshots first",
@@ -170,7 +172,7 @@ impl VolumeManager {
             }
             None => self.choose_node(&current).await?,
         };
-        self.modify(&id, |r| {
+        self.modify(&id, format!("publish on {node}, {}", access(readonly)), |r| {
             if r.deleting {
                 return Err(RequestError::Conflict(format!(
                     "volume {name:?} is being deleted"
@@ -324,7 +326,7 @@ impl VolumeManager {
         if !current.publications.get(node).is_some_and(|p| p.wanted) {
             return Ok(current);
         }
-        self.modify(&id, |r| {
+        self.modify(&id, format!("unpublish from {node}"), |r| {
             if let Some(p) = r.publications.get_mut(node) {
                 p.unwant();
             }
@@ -335,7 +337,7 @@ impl VolumeManager {
 
     pub async fn retry(&self, name: &str) -> Result<VolumeRecord, RequestError> {
         let id = self.id_of(name)?;
-        self.modify(&id, |r| {
+        self.modify(&id, "retry".into(), |r| {
             r.failure = None;
             r.retrying = None;
             Ok(())
@@ -343,13 +345,22 @@ impl VolumeManager {
         .await
     }
 
-    /// An operator's change: durable, then queued for the reconciler.
+    /// An operator's change: durable with its event, then queued for the reconciler.
     pub(super) async fn modify(
         &self,
         id: &str,
+        request: String,
         change: impl FnOnce(&mut VolumeRecord) -> Result<(), RequestError>,
     ) -> Result<VolumeRecord, RequestError> {
-        let ((), r) = self.table.modify(id, change).await?;
+        let event = self.event("request".into(), "OK", request);
+        let ((), r) = self
+            .table
+            .modify(id, |r| {
+                change(r)?;
+                event(r);
+                Ok(())
+            })
+            .await?;
         self.queue.push(id);
         Ok(r)
     }

@@ -61,7 +61,7 @@ impl VolumeManager {
             )));
         }
         let result = self
-            .modify(&id, |r| {
+            .modify(&id, format!("snapshot {name}"), |r| {
                 if r.deleting {
                     return Err(RequestError::Conflict(format!(
                         "volume {} is being deleted",
@@ -93,7 +93,7 @@ impl VolumeManager {
     pub async fn delete_snapshot(&self, name: &str) -> Result<SnapshotView, RequestError> {
         let id = self.snapshot_owner(name)?;
         let r = self
-            .modify(&id, |r| {
+            .modify(&id, format!("delete snapshot {name}"), |r| {
                 if let Some(s) = r.snapshots.get_mut(name) {
                     s.deleting = true;
                 }

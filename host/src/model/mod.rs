@@ -198,6 +198,25 @@ pub struct VolumeRecord {
     pub retrying: Option<Retrying>,
     /// Bumped on every change, so watchers see each one.
     pub generation: u64,
+    /// The volume's latest events, oldest first, written with the change
+    /// they describe. Records from before events had none.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub events: Vec<VolumeEvent>,
+}
+
+/// Something that happened to a volume: a request, a step done, a step failed.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub struct VolumeEvent {
+    /// Numbers the volume's events from 1, so a watcher tells new ones apart.
+    pub seq: u64,
+    /// Milliseconds since the epoch.
+    pub at_ms: u64,
+    /// What happened to: `request`, or the step (`CreateVolume`,
+    /// `NodePublishVolume on node-a`, ...).
+    pub step: String,
+    /// `OK`, or the gRPC code the step failed with.
+    pub code: String,
+    pub message: String,
 }
 
 impl VolumeRecord {
@@ -214,7 +233,26 @@ impl VolumeRecord {
             failure: None,
             retrying: None,
             generation: 0,
+            events: Vec::new(),
         }
+    }
+
+    /// Adds an event, keeping only the latest `keep`.
+    pub fn note(&mut self, keep: usize, at_ms: u64, step: String, code: &str, message: String) {
+        if keep == 0 {
+            return;
+        }
+        let seq = self.events.last().map_or(1, |e| e.seq + 1);
+        if self.events.len() >= keep {
+            self.events.drain(..=self.events.len() - keep);
+        }
+        self.events.push(VolumeEvent {
+            seq,
+            at_ms,
+            step,
+            code: code.to_string(),
+            message,
+        });
     }
 
     /// One word for operators.
@@ -246,4 +284,41 @@ pub fn new_id() -> String {
     use rand::Rng;
     let n: u128 = rand::rng().random();
     format!("{n:032x}")
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn record() -> VolumeRecord {
+        VolumeRecord::new("id".into(), VolumeSpec::default())
+    }
+
+    #[test]
+    fn records_without_events_read_as_having_none_and_events_round_trip() {
+        let mut r = record();
+        let old = serde_json::to_value(&r).unwrap();
+        assert!(
+            old.get("events").is_none(),
+            "no events, no key: records stay as small as before"
+        );
+        let back: VolumeRecord = serde_json::from_value(old).unwrap();
+        assert!(back.events.is_empty());
+        r.note(10, 5, "CreateVolume".into(), "OK", "created".into());
+        let back: VolumeRecord = serde_json::from_str(&serde_json::to_string(&r).unwrap()).unwrap();
+        assert_eq!(back, r);
+    }
+
+    #[test]
+    fn only_the_latest_events_are_kept_and_numbers_go_on() {
+        let mut r = record();
+        for i in 0..7 {
+            r.note(3, i, format!("step {i}"), "OK", String::new());
+        }
+        let seqs: Vec<u64> = r.events.iter().map(|e| e.seq).collect();
+        assert_eq!(seqs, [5, 6, 7]);
+        assert_eq!(r.events[0].step, "step 4");
+        r.note(0, 9, "ignored".into(), "OK", String::new());
+        assert_eq!(r.events.len(), 3, "0 keeps nothing new");
+    }
 }

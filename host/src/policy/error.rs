@@ -33,6 +33,15 @@ impl GuestFailure {
     pub fn is_transient(&self) -> bool {
         matches!(self, GuestFailure::Deadline(_) | GuestFailure::Instantiate(_))
     }
+
+    /// Whether the guest was stopped mid-run: a trap, its deadline or its
+    /// memory limit.
+    pub fn is_trap(&self) -> bool {
+        matches!(
+            self,
+            GuestFailure::Trap(_) | GuestFailure::Deadline(_) | GuestFailure::MemoryLimit { .. }
+        )
+    }
 }
 
 impl fmt::Display for GuestFailure {

@@ -4,6 +4,7 @@
 
 use std::sync::atomic::Ordering;
 use std::sync::{Arc, RwLock};
+use std::time::Instant;
 
 use serde::Serialize;
 
@@ -13,6 +14,7 @@ use super::{
     Candidates, Decision, Failure, NamingRequest, Pairs, PlacementRequest, PolicyEngine, PolicyError,
     Purpose, RetryDecision, Verdict, Volume,
 };
+use crate::metrics::{self, Outcome, Text};
 
 /// What naming decided for a volume.
 #[derive(Clone, Debug, PartialEq, Eq)]
@@ -166,24 +168,41 @@ impl Policies {
         wasm: impl FnOnce(&PolicyModule) -> Result<T, PolicyError>,
         builtin: impl FnOnce() -> T,
     ) -> Result<T, PolicyError> {
+        let started = metrics::get().map(|_| Instant::now());
+        let observe = |module: Text, outcome, trapped| {
+            if let Some(started) = started {
+                metrics::decision(&module, decision.interface(), outcome, trapped, started.elapsed());
+            }
+        };
         let Some(module) = self.module(decision) else {
-            return Ok(builtin());
+            let answer = builtin();
+            observe(Text::from_static("builtin"), Outcome::Ok, false);
+            return Ok(answer);
         };
         let counters = &module.counters;
         counters.decisions.fetch_add(1, Ordering::Relaxed);
-        match wasm(&module) {
-            Ok(answer) => Ok(answer),
+        let answer = wasm(&module);
+        let name = || Text::from(module.name());
+        match answer {
+            Ok(answer) => {
+                observe(name(), Outcome::Ok, false);
+                Ok(answer)
+            }
             Err(error) => {
                 counters.failures.fetch_add(1, Ordering::Relaxed);
+                let trapped = error.failure.is_trap();
                 match module.config().on_error {
                     OnError::Fail => {
+                        observe(name(), Outcome::GuestError, trapped);
                         tracing::warn!(%error, "policy decision failed");
                         Err(error)
                     }
                     OnError::Builtin => {
                         counters.fallbacks.fetch_add(1, Ordering::Relaxed);
                         tracing::warn!(%error, "policy decision failed; used the built-in policy");
-                        Ok(builtin())
+                        let answer = builtin();
+                        observe(name(), Outcome::Fallback, trapped);
+                        Ok(answer)
                     }
                 }
             }

@@ -15,6 +15,7 @@ use std::sync::Arc;
 use crate::api;
 use crate::cluster::pki::{ClusterCa, ca_dir};
 use crate::config::Config;
+use crate::metrics;
 use crate::policy::{Decision, ModuleConfig, Policies, PolicyStats};
 use crate::store::RedbStore;
 
@@ -75,10 +76,28 @@ pub async fn run(
     config_path: Option<PathBuf>,
     shutdown: impl Future<Output = ()> + Send + 'static,
 ) -> Result<(), String> {
-    if let Some(settings) = config.etcd.clone() {
-        return replicated::run(config, config_path, settings, shutdown).await;
+    let http = match config.metrics {
+        Some(address) => Some(metrics::http::serve(address, metrics::readiness().clone()).await?),
+        None => None,
+    };
+    let result = match config.etcd.clone() {
+        Some(settings) => replicated::run(config, config_path, settings, shutdown).await,
+        None => embedded(config, config_path, shutdown).await,
+    };
+    if let Some(http) = http {
+        http.abort();
     }
+    result
+}
+
+/// One server on the embedded store: it leads for as long as it runs.
+async fn embedded(
+    config: Config,
+    config_path: Option<PathBuf>,
+    shutdown: impl Future<Output = ()> + Send + 'static,
+) -> Result<(), String> {
     let store = Arc::new(RedbStore::open(&config.state).map_err(|e| e.to_string())?);
+    metrics::readiness().set_ok("store", format!("embedded, {}", config.state.display()));
     let api_path = config.api.path().to_path_buf();
     let listener = api::bind(&api_path, config.socket_mode)?;
     let ca = match config.cluster_address {

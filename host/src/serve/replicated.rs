@@ -76,6 +76,17 @@ pub(super) async fn run(
         // Long enough for a dead leader's lease to run out and a successor to start.
         settings.lease_ttl * 2 + Duration::from_secs(1),
     );
+    let roles = election.role();
+    crate::metrics::readiness().set(
+        "store",
+        Box::new(move || match &*roles.borrow() {
+            Role::Leader { fence } => Ok(format!("etcd, leading (fence {})", fence.create_revision)),
+            Role::Follower { leader: Some(l) } => Ok(format!("etcd, following {}", l.name)),
+            Role::Follower { leader: None } => {
+                Err("no leader known: etcd unreachable, or an election under way".into())
+            }
+        }),
+    );
     let mut shutdown = std::pin::pin!(shutdown);
     let mut role = election.role();
     let result = loop {
@@ -160,6 +171,7 @@ fn follow(
         let _ = role.wait_for(|r| matches!(r, Role::Leader { .. })).await;
     };
     let reflection = api::introspection::reflection()?;
+    crate::metrics::readiness().set_ok("api", "following: calls are passed on to the leader".into());
     Ok(tokio::spawn(async move {
         let served = tonic::transport::Server::builder()
             .add_service(forward)
@@ -255,5 +267,6 @@ async fn term(
     // Every task of the term stops at its next await; nothing it does
     // after this reaches etcd unfenced.
     runtime.shutdown_background();
+    crate::metrics::set_leader(false);
     ended
 }

@@ -3,7 +3,7 @@
 
 use std::future::Future;
 use std::path::PathBuf;
-use std::sync::Arc;
+use std::sync::{Arc, Weak};
 use std::time::Duration;
 
 use berth_proto::berth::v1::berth_server::BerthServer;
@@ -18,9 +18,10 @@ use crate::cluster::pki::ClusterCa;
 use crate::config::Config;
 use crate::csi::ClientOptions;
 use crate::csi::fingerprint::Role;
-use crate::csi::registry::{PluginSpec, Registry};
+use crate::csi::registry::{Health, PluginSpec, Registry};
 use crate::leadership::Election;
 use crate::manager::{VolumeManager, as_sync};
+use crate::metrics::{self, live::Observed};
 use crate::policy::builtin::Builtins;
 use crate::policy::{EngineOptions, Policies, PolicyEngine};
 use crate::store::{NodeRecord, Store};
@@ -88,6 +89,29 @@ async fn controllers(config: &Config) -> Arc<Registry> {
     controllers
 }
 
+/// Ready while every controller plugin's last fingerprints succeeded.
+fn plugins_ready(registry: &Weak<Registry>) -> Result<String, String> {
+    let Some(registry) = registry.upgrade() else {
+        return Ok("this server does not lead now; the leader fingerprints them".into());
+    };
+    let plugins = registry.list();
+    if plugins.is_empty() {
+        return Ok("no controller plugins".into());
+    }
+    let mut problems = Vec::new();
+    for p in &plugins {
+        match p.status().health {
+            Health::Healthy => {}
+            Health::Unknown => problems.push(format!("{}: not fingerprinted yet", p.id())),
+            Health::Unhealthy { reason } => problems.push(format!("{}: {reason}", p.id())),
+        }
+    }
+    match problems.is_empty() {
+        true => Ok(format!("{} fingerprinted and healthy", plugins.len())),
+        false => Err(problems.join("; ")),
+    }
+}
+
 /// Runs the term until `shutdown` completes (or an in-process agent cannot start).
 pub(super) async fn lead(
     term: Term,
@@ -101,9 +125,12 @@ pub(super) async fn lead(
         ca,
         election,
     } = term;
+    metrics::set_leader(true);
     let policies = policies(&config)?;
     let controllers = controllers(&config).await;
     let _refresh = controllers.start();
+    let registry = Arc::downgrade(&controllers);
+    metrics::readiness().set("plugins", Box::new(move || plugins_ready(&registry)));
 
     let deadline = config
         .plugins
@@ -151,6 +178,10 @@ pub(super) async fn lead(
         manager.act_only_while(Box::new(move || election.vouches()));
     }
     directory.set_sync(as_sync(&manager));
+    if let Some(m) = metrics::get() {
+        let observed: Weak<dyn Observed> = Arc::downgrade(&manager) as Weak<VolumeManager>;
+        m.live().set("manager", observed);
+    }
     for n in manager.remembered_nodes().map_err(|e| e.to_string())? {
         directory.expect(n);
     }
@@ -195,6 +226,7 @@ pub(super) async fn lead(
         "serving"
     );
 
+    metrics::readiness().set_ok("api", format!("serving on {}", api_path.display()));
     let serving = tonic::transport::Server::builder()
         .add_service(BerthServer::from_arc(api))
         .add_service(api::introspection::health().await)

@@ -71,7 +71,9 @@ fn commit_loop(db: &Database, table: Table, rx: mpsc::Receiver<(Change, Reply)>)
                 Err(_) => break,
             }
         }
+        let started = std::time::Instant::now();
         let result = commit(db, table, &batch).map_err(|e| e.to_string());
+        crate::metrics::store_commit(batch.len(), started.elapsed());
         if let Err(e) = &result {
             tracing::error!(error = %e, changes = batch.len(), "commit failed");
         }

@@ -218,6 +218,7 @@ async fn commit_loop(kv: Members, mut rx: mpsc::UnboundedReceiver<(Write, Reply)
         }
         let changes = batch.replies.len();
         let txn = batch.request(fence.as_ref());
+        let started = std::time::Instant::now();
         let result = kv
             .call(|mut c| {
                 let txn = txn.clone();
@@ -225,6 +226,7 @@ async fn commit_loop(kv: Members, mut rx: mpsc::UnboundedReceiver<(Write, Reply)
             })
             .await
             .and_then(|r| r.succeeded.then_some(()).ok_or_else(|| DEPOSED.to_string()));
+        crate::metrics::store_commit(changes, started.elapsed());
         if let Err(e) = &result {
             tracing::error!(error = %e, changes, "etcd commit failed");
         }
