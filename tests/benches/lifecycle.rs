@@ -6,7 +6,7 @@
 //! cluster endpoint on loopback, in the same run; and with the store in a
 //! three-member etcd on loopback against the embedded store.
 //!
-//! `cargo xtask bench-e2e [--volumes N[,N...]] [--rounds R] [--policies native,wasm,3-nodes,3-agents,etcd]
+//! `cargo xtask bench-e2e [--volumes N[,N...]] [--rounds R] [--policies native,wasm,3-nodes,3-agents,etcd,metrics]
 //! [--volumes-dir DIR]` (release binaries; defaults: 1000 volumes, 3 rounds;
 //! the plugin's volumes and the nodes' mount points on /dev/shm unless
 //! `--volumes-dir` says otherwise).
@@ -86,15 +86,18 @@ struct Setup {
     agents: bool,
     /// The store in a three-member etcd on loopback instead of the embedded file.
     etcd: bool,
+    /// `metrics` on, scraped every second throughout.
+    metrics: bool,
 }
 
-const SETUPS: [Setup; 5] = [
+const SETUPS: [Setup; 6] = [
     Setup {
         label: "native",
         guests: false,
         nodes: &["node-a"],
         agents: false,
         etcd: false,
+        metrics: false,
     },
     Setup {
         label: "wasm",
@@ -102,6 +105,7 @@ const SETUPS: [Setup; 5] = [
         nodes: &["node-a"],
         agents: false,
         etcd: false,
+        metrics: false,
     },
     Setup {
         label: "3-nodes",
@@ -109,6 +113,7 @@ const SETUPS: [Setup; 5] = [
         nodes: &["node-a", "node-b", "node-c"],
         agents: false,
         etcd: false,
+        metrics: false,
     },
     Setup {
         label: "3-agents",
@@ -116,6 +121,7 @@ const SETUPS: [Setup; 5] = [
         nodes: &["node-a", "node-b", "node-c"],
         agents: true,
         etcd: false,
+        metrics: false,
     },
     Setup {
         label: "etcd",
@@ -123,12 +129,27 @@ const SETUPS: [Setup; 5] = [
         nodes: &["node-a"],
         agents: false,
         etcd: true,
+        metrics: false,
+    },
+    Setup {
+        label: "metrics",
+        guests: false,
+        nodes: &["node-a"],
+        agents: false,
+        etcd: false,
+        metrics: true,
     },
 ];
 
 fn run(n: usize, setup: &Setup, volumes_dir: Option<&Path>) -> Run {
     let etcd = setup.etcd.then(|| EtcdCluster::start(3));
+    let port = berth_tests::free_port();
+    let extra = match setup.metrics {
+        true => format!("metrics = \"127.0.0.1:{port}\""),
+        false => String::new(),
+    };
     let c = Cluster::start(ClusterSpec {
+        extra: &extra,
         store: etcd.as_ref().map(|e| e.store_config("/berth-bench")),
         guests: setup.guests,
         nodes: setup.nodes.iter().map(|n| (*n, "a")).collect(),
@@ -145,7 +166,20 @@ fn run(n: usize, setup: &Setup, volumes_dir: Option<&Path>) -> Run {
         .enable_all()
         .build()
         .unwrap();
-    rt.block_on(async {
+    // Far more often than Prometheus would (15 s is usual): the cost of
+    // scraping is in the figure, not left out.
+    let scraping = std::sync::Arc::new(std::sync::atomic::AtomicBool::new(setup.metrics));
+    let scraper = {
+        let scraping = scraping.clone();
+        std::thread::spawn(move || {
+            while scraping.load(std::sync::atomic::Ordering::Relaxed) {
+                let (status, _) = berth_tests::scrape::get(port, "/metrics").expect("scraping");
+                assert_eq!(status, 200);
+                std::thread::sleep(std::time::Duration::from_secs(1));
+            }
+        })
+    };
+    let run = rt.block_on(async {
         let mut client = BerthClient::new(berth::csi::unix_channel(&c.api));
         let nodes = setup.nodes;
         let started = Instant::now();
@@ -191,7 +225,10 @@ fn run(n: usize, setup: &Setup, volumes_dir: Option<&Path>) -> Run {
         let down = started.elapsed();
         assert_eq!(c.plugin_volumes(), 0);
         Run { up, down }
-    })
+    });
+    scraping.store(false, std::sync::atomic::Ordering::Relaxed);
+    scraper.join().expect("the scraper");
+    run
 }
 
 fn arg<'a>(args: &'a [String], name: &str) -> Option<&'a str> {
@@ -272,10 +309,23 @@ fn main() {
                 "etcd",
                 "native",
             ),
+            (
+                "create+publish throughput with metrics on (scraped every second) is {}× metrics off",
+                "metrics",
+                "native",
+            ),
         ] {
             if let (Some(a), Some(b)) = (of(over), of(under)) {
                 paired.push((n, what, a.iter().zip(b).map(|(a, b)| a / b).collect::<Vec<f64>>()));
             }
+        }
+        let of_down = |label: &str| sets.iter().position(|s| s.label == label).map(|i| &down[i]);
+        if let (Some(a), Some(b)) = (of_down("metrics"), of_down("native")) {
+            paired.push((
+                n,
+                "unpublish+delete throughput with metrics on (scraped every second) is {}× metrics off",
+                a.iter().zip(b).map(|(a, b)| a / b).collect(),
+            ));
         }
     }
     println!("\nMedians:\n");

@@ -107,12 +107,12 @@ fn a_store_written_by_0_1_0_opens_and_is_served() {
         "unpublish",
         "published-ro",
         "--node",
-        "node-a",
+        "node-b",
         "--wait",
     ]);
     let told = events("published-ro");
     assert_eq!(told[0]["seq"], 1);
-    assert_eq!(told[0]["message"], "unpublish from node-a");
+    assert_eq!(told[0]["message"], "unpublish from node-b");
 
     // Unfinished work goes on: the create under the name stored by 0.1.0,
     // and the delete.

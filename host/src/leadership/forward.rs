@@ -18,6 +18,9 @@ use tonic::transport::Channel;
 
 use super::{Role, ServerInfo};
 
+/// Tries of a call on this server's own socket while it takes the lead.
+const HANDOVER_ATTEMPTS: u32 = 20;
+
 /// The header a forwarded call carries: proof it comes from a server.
 pub const FORWARD_HEADER: &str = "berth-forward";
 
@@ -83,9 +86,11 @@ impl Forward {
         }
     }
 
-    /// The channel to send a call on now, or the answer to give instead.
-    async fn target(&self) -> Result<Channel, tonic::Status> {
+    /// The channel to send a call on now (and whether it is this server's
+    /// own socket), or the answer to give instead.
+    async fn target(&self) -> Result<(Channel, bool), tonic::Status> {
         let target = self.leader().await?;
+        let mine = matches!(target, Target::Me);
         let at = match &target {
             Target::Me => self.me.api.clone(),
             Target::Leader(leader) => leader.forward.clone().ok_or_else(|| not_forwarded(leader))?,
@@ -94,7 +99,7 @@ impl Forward {
         if let Some((was, channel)) = &*cached
             && *was == at
         {
-            return Ok(channel.clone());
+            return Ok((channel.clone(), mine));
         }
         let channel = match target {
             Target::Me => {
@@ -109,7 +114,7 @@ impl Forward {
             }
         };
         *cached = Some((at, channel.clone()));
-        Ok(channel)
+        Ok((channel, mine))
     }
 }
 
@@ -133,26 +138,51 @@ impl tower::Service<http::Request<Body>> for Forward {
         Poll::Ready(Ok(()))
     }
 
-    fn call(&mut self, mut request: http::Request<Body>) -> Self::Future {
+    fn call(&mut self, request: http::Request<Body>) -> Self::Future {
+        use http_body_util::BodyExt;
         use tower::ServiceExt;
         let this = self.clone();
         let secret = self.tls.as_ref().map(|(s, _)| s.clone());
         Box::pin(async move {
-            let channel = match this.target().await {
-                Ok(c) => c,
-                Err(status) => return Ok(status.into_http()),
-            };
+            let (mut parts, body) = request.into_parts();
             if let Some(secret) = secret.and_then(|s| http::HeaderValue::from_str(&s).ok()) {
-                request.headers_mut().insert(FORWARD_HEADER, secret);
+                parts.headers.insert(FORWARD_HEADER, secret);
             }
-            Ok(match channel.oneshot(request).await {
-                Ok(answer) => whole(answer).await,
-                Err(e) => tonic::Status::unavailable(format!(
-                    "the leader did not answer: {}",
-                    crate::csi::error_chain(&e)
-                ))
-                .into_http(),
-            })
+            // Unary calls are small: held whole, a call can be sent again.
+            let body = match body.collect().await {
+                Ok(b) => b.to_bytes(),
+                Err(e) => return Ok(tonic::Status::cancelled(format!("reading the call: {e}")).into_http()),
+            };
+            let mut attempts = 0;
+            loop {
+                let (channel, mine) = match this.target().await {
+                    Ok(c) => c,
+                    Err(status) => return Ok(status.into_http()),
+                };
+                let mut request = http::Request::new(Body::new(http_body_util::Full::new(body.clone())));
+                *request.method_mut() = parts.method.clone();
+                *request.uri_mut() = parts.uri.clone();
+                *request.version_mut() = parts.version;
+                *request.headers_mut() = parts.headers.clone();
+                match channel.oneshot(request).await {
+                    Ok(answer) => return Ok(whole(answer).await),
+                    // Just elected, this server hands its socket from the
+                    // follower's listener to the term's: a connection caught
+                    // in between is closed, and the call (safe to repeat,
+                    // as every Berth call is) goes again.
+                    Err(_) if mine && attempts < HANDOVER_ATTEMPTS => {
+                        attempts += 1;
+                        tokio::time::sleep(Duration::from_millis(50)).await;
+                    }
+                    Err(e) => {
+                        return Ok(tonic::Status::unavailable(format!(
+                            "the leader did not answer: {}",
+                            crate::csi::error_chain(&e)
+                        ))
+                        .into_http());
+                    }
+                }
+            }
         })
     }
 }
