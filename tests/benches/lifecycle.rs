@@ -6,7 +6,7 @@
 //! cluster endpoint on loopback, in the same run; and with the store in a
 //! three-member etcd on loopback against the embedded store.
 //!
-//! `cargo xtask bench-e2e [--volumes N[,N...]] [--rounds R] [--policies native,wasm,3-nodes,3-agents,etcd,metrics]
+//! `cargo xtask bench-e2e [--volumes N[,N...]] [--rounds R] [--policies native,wasm,3-nodes,3-agents,etcd,metrics,no-events]
 //! [--volumes-dir DIR]` (release binaries; defaults: 1000 volumes, 3 rounds;
 //! the plugin's volumes and the nodes' mount points on /dev/shm unless
 //! `--volumes-dir` says otherwise).
@@ -88,9 +88,11 @@ struct Setup {
     etcd: bool,
     /// `metrics` on, scraped every second throughout.
     metrics: bool,
+    /// Extra `berth.toml` lines.
+    extra: &'static str,
 }
 
-const SETUPS: [Setup; 6] = [
+const SETUPS: [Setup; 7] = [
     Setup {
         label: "native",
         guests: false,
@@ -98,6 +100,7 @@ const SETUPS: [Setup; 6] = [
         agents: false,
         etcd: false,
         metrics: false,
+        extra: "",
     },
     Setup {
         label: "wasm",
@@ -106,6 +109,7 @@ const SETUPS: [Setup; 6] = [
         agents: false,
         etcd: false,
         metrics: false,
+        extra: "",
     },
     Setup {
         label: "3-nodes",
@@ -114,6 +118,7 @@ const SETUPS: [Setup; 6] = [
         agents: false,
         etcd: false,
         metrics: false,
+        extra: "",
     },
     Setup {
         label: "3-agents",
@@ -122,6 +127,7 @@ const SETUPS: [Setup; 6] = [
         agents: true,
         etcd: false,
         metrics: false,
+        extra: "",
     },
     Setup {
         label: "etcd",
@@ -130,6 +136,7 @@ const SETUPS: [Setup; 6] = [
         agents: false,
         etcd: true,
         metrics: false,
+        extra: "",
     },
     Setup {
         label: "metrics",
@@ -138,6 +145,16 @@ const SETUPS: [Setup; 6] = [
         agents: false,
         etcd: false,
         metrics: true,
+        extra: "",
+    },
+    Setup {
+        label: "no-events",
+        guests: false,
+        nodes: &["node-a"],
+        agents: false,
+        etcd: false,
+        metrics: false,
+        extra: "events_per_volume = 0",
     },
 ];
 
@@ -145,8 +162,8 @@ fn run(n: usize, setup: &Setup, volumes_dir: Option<&Path>) -> Run {
     let etcd = setup.etcd.then(|| EtcdCluster::start(3));
     let port = berth_tests::free_port();
     let extra = match setup.metrics {
-        true => format!("metrics = \"127.0.0.1:{port}\""),
-        false => String::new(),
+        true => format!("metrics = \"127.0.0.1:{port}\"\n{}", setup.extra),
+        false => setup.extra.to_string(),
     };
     let c = Cluster::start(ClusterSpec {
         extra: &extra,
@@ -313,6 +330,11 @@ fn main() {
                 "create+publish throughput with metrics on (scraped every second) is {}× metrics off",
                 "metrics",
                 "native",
+            ),
+            (
+                "create+publish throughput keeping volume events (10 a volume, the default) is {}× keeping none",
+                "native",
+                "no-events",
             ),
         ] {
             if let (Some(a), Some(b)) = (of(over), of(under)) {

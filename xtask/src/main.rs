@@ -36,7 +36,7 @@ commands:
           through berth serve and the sample plugin, built-in against WASM policies, and
           three in-process nodes against three berth agent processes, metrics on and off
           (--volumes N[,N...], default 1000; --rounds R, default 3;
-          --policies native,wasm,3-nodes,3-agents,etcd,metrics picks setups)
+          --policies native,wasm,3-nodes,3-agents,etcd,metrics,no-events picks setups)
   bench-scale
           memory per tracked volume and restart time with 10,000 and 100,000 volumes
           in the store (--volumes N[,N...])
