@@ -86,7 +86,6 @@ fn store_histogram() -> Histogram {
 
 impl Metrics {
     fn new() -> Self {
-        let mut registry = Registry::default();
         let m = Metrics {
             registry: Registry::default(),
             csi_operations: Family::new_with_constructor(csi_histogram),
@@ -102,63 +101,65 @@ impl Metrics {
             agent_sessions: Family::default(),
             live: Default::default(),
         };
-        registry.register(
+        // Families are shared handles: the registry encodes what `m` records.
+        let mut r = Registry::default();
+        r.register(
             "berth_csi_operations_seconds",
             "CSI calls made by Berth, by driver, method and gRPC status (the CSI sidecars' histogram)",
             m.csi_operations.clone(),
         );
-        registry.register(
+        r.register(
             "berth_policy_decision_seconds",
             "Time to decide, by policy module (or builtin) and decision",
             m.policy_seconds.clone(),
         );
-        registry.register(
+        r.register(
             "berth_policy_decisions",
             "Policy decisions by module, decision and outcome (ok, guest_error, fallback)",
             m.policy_decisions.clone(),
         );
-        registry.register(
+        r.register(
             "berth_policy_traps",
             "Guests that trapped (including deadlines and memory limits), by module and decision",
             m.policy_traps.clone(),
         );
-        registry.register(
+        r.register(
             "berth_retries",
             "Failed CSI steps scheduled for another attempt, by operation",
             m.retries.clone(),
         );
-        registry.register(
+        r.register(
             "berth_give_ups",
             "Failed CSI steps given up on (the volume waits for an operator), by operation",
             m.give_ups.clone(),
         );
-        registry.register(
+        r.register(
             "berth_store_commit_seconds",
             "Time for one durable store commit",
             m.store_commit_seconds.clone(),
         );
-        registry.register(
+        r.register(
             "berth_store_commit_batch_size",
             "Record changes written together in one store commit",
             m.store_commit_batch.clone(),
         );
-        registry.register(
+        r.register(
             "berth_leader",
             "1 while this server leads (always, with the embedded store)",
             m.leader.clone(),
         );
-        registry.register(
+        r.register(
             "berth_agent_connected",
             "1 while a node's agent has a session with the leading server",
             m.agent_connected.clone(),
         );
-        registry.register(
+        r.register(
             "berth_agent_sessions",
             "Sessions a node's agent opened with a server",
             m.agent_sessions.clone(),
         );
-        registry.register_collector(Box::new(m.live.clone()));
-        Metrics { registry, ..m }
+        r.register_collector(Box::new(m.live.clone()));
+        Metrics { registry: r, ..m }
     }
 
     /// The OpenMetrics text of every metric.
