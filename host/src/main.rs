@@ -6,6 +6,10 @@ use std::process::ExitCode;
 
 use clap::Parser;
 
+// The hot path's small allocations: see `berth::allocator`.
+#[global_allocator]
+static ALLOCATOR: mimalloc::MiMalloc = mimalloc::MiMalloc;
+
 fn main() -> ExitCode {
     let args = cli::Cli::parse();
     let serve = matches!(args.command, cli::Command::Serve(_));

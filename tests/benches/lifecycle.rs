@@ -4,9 +4,13 @@
 //! once with the three WASM sample guests, then across three nodes: served in
 //! process (`[[node]]`) and by three `berth agent` processes over the TLS
 //! cluster endpoint on loopback, in the same run; and with the store in a
-//! three-member etcd on loopback against the embedded store.
+//! three-member etcd on loopback against the embedded store. The `limit`
+//! row drives the same plugin processes directly, with the same calls per
+//! volume and the same requests in flight: Berth's figures are also given
+//! as a share of it. Each phase also counts the CPU time Berth, the plugins
+//! and the driver spent per volume, which shows where a limit comes from.
 //!
-//! `cargo xtask bench-e2e [--volumes N[,N...]] [--rounds R] [--policies native,wasm,3-nodes,3-agents,etcd,metrics,no-events]
+//! `cargo xtask bench-e2e [--volumes N[,N...]] [--rounds R] [--policies native,wasm,3-nodes,3-agents,etcd,metrics,no-events,limit]
 //! [--volumes-dir DIR]` (release binaries; defaults: 1000 volumes, 3 rounds;
 //! the plugin's volumes and the nodes' mount points on /dev/shm unless
 //! `--volumes-dir` says otherwise).
@@ -17,6 +21,8 @@ use std::time::{Duration, Instant};
 
 use berth_proto::berth::v1 as api;
 use berth_proto::berth::v1::berth_client::BerthClient;
+use berth_tests::cpu::CpuMeter;
+use berth_tests::direct::{Created, Direct};
 use berth_tests::{Cluster, ClusterSpec, EtcdCluster, summary};
 use tokio::sync::Semaphore;
 
@@ -24,8 +30,43 @@ use tokio::sync::Semaphore;
 const IN_FLIGHT: usize = 64;
 
 struct Run {
-    up: Duration,
-    down: Duration,
+    up: Phase,
+    down: Phase,
+}
+
+/// One phase's wall-clock time and the CPU time of each part (Berth, the
+/// plugins, the driver) during it.
+struct Phase {
+    took: Duration,
+    cpu: Vec<(&'static str, Duration)>,
+}
+
+/// A phase being timed.
+struct Timing {
+    started: Instant,
+    cpu: CpuMeter,
+}
+
+impl Timing {
+    /// Counts Berth's processes, the plugin's, and this process (the driver:
+    /// API client, or CSI client without Berth).
+    fn start(berth: &[u32], plugins: &[u32]) -> Timing {
+        Timing {
+            cpu: CpuMeter::start(vec![
+                ("Berth", berth.to_vec()),
+                ("plugins", plugins.to_vec()),
+                ("driver", vec![std::process::id()]),
+            ]),
+            started: Instant::now(),
+        }
+    }
+
+    fn end(self) -> Phase {
+        Phase {
+            took: self.started.elapsed(),
+            cpu: self.cpu.since(),
+        }
+    }
 }
 
 /// Polls the summary (cheap at any scale) until `done` holds.
@@ -58,24 +99,24 @@ async fn wait_for(
     }
 }
 
-async fn each(
-    client: &BerthClient<tonic::transport::Channel>,
-    n: usize,
-    f: impl Fn(BerthClient<tonic::transport::Channel>, usize) -> tokio::task::JoinHandle<()>,
-) {
+/// Runs `f(i)` for every `i < n`, [`IN_FLIGHT`] at a time; their answers in order.
+async fn each<T: Send + 'static>(n: usize, mut f: impl FnMut(usize) -> tokio::task::JoinHandle<T>) -> Vec<T> {
     let limit = Arc::new(Semaphore::new(IN_FLIGHT));
     let mut tasks = Vec::with_capacity(n);
     for i in 0..n {
         let permit = limit.clone().acquire_owned().await.unwrap();
-        let handle = f(client.clone(), i);
+        let handle = f(i);
         tasks.push(tokio::spawn(async move {
-            handle.await.unwrap();
+            let out = handle.await.unwrap();
             drop(permit);
+            out
         }));
     }
+    let mut out = Vec::with_capacity(n);
     for t in tasks {
-        t.await.unwrap();
+        out.push(t.await.unwrap());
     }
+    out
 }
 
 /// One way of running Berth the benchmark compares.
@@ -90,75 +131,110 @@ struct Setup {
     metrics: bool,
     /// Extra `berth.toml` lines.
     extra: &'static str,
+    /// No Berth: the plugin processes driven directly, the same calls per
+    /// volume with the same requests in flight (the limit).
+    direct: bool,
 }
 
-const SETUPS: [Setup; 7] = [
-    Setup {
-        label: "native",
-        guests: false,
-        nodes: &["node-a"],
-        agents: false,
-        etcd: false,
-        metrics: false,
-        extra: "",
-    },
+/// Built-in policies, one in-process node, the embedded store.
+const NATIVE: Setup = Setup {
+    label: "native",
+    guests: false,
+    nodes: &["node-a"],
+    agents: false,
+    etcd: false,
+    metrics: false,
+    extra: "",
+    direct: false,
+};
+
+const THREE_NODES: &[&str] = &["node-a", "node-b", "node-c"];
+
+const SETUPS: [Setup; 8] = [
+    NATIVE,
     Setup {
         label: "wasm",
         guests: true,
-        nodes: &["node-a"],
-        agents: false,
-        etcd: false,
-        metrics: false,
-        extra: "",
+        ..NATIVE
     },
     Setup {
         label: "3-nodes",
-        guests: false,
-        nodes: &["node-a", "node-b", "node-c"],
-        agents: false,
-        etcd: false,
-        metrics: false,
-        extra: "",
+        nodes: THREE_NODES,
+        ..NATIVE
     },
     Setup {
         label: "3-agents",
-        guests: false,
-        nodes: &["node-a", "node-b", "node-c"],
+        nodes: THREE_NODES,
         agents: true,
-        etcd: false,
-        metrics: false,
-        extra: "",
+        ..NATIVE
     },
     Setup {
         label: "etcd",
-        guests: false,
-        nodes: &["node-a"],
-        agents: false,
         etcd: true,
-        metrics: false,
-        extra: "",
+        ..NATIVE
     },
     Setup {
         label: "metrics",
-        guests: false,
-        nodes: &["node-a"],
-        agents: false,
-        etcd: false,
         metrics: true,
-        extra: "",
+        ..NATIVE
     },
     Setup {
         label: "no-events",
-        guests: false,
-        nodes: &["node-a"],
-        agents: false,
-        etcd: false,
-        metrics: false,
         extra: "events_per_volume = 0",
+        ..NATIVE
+    },
+    Setup {
+        label: "limit",
+        direct: true,
+        ..NATIVE
     },
 ];
 
+/// The plugin processes alone, driven as Berth drives them.
+fn run_direct(n: usize, setup: &Setup, volumes_dir: Option<&Path>) -> Run {
+    let rt = runtime();
+    // The clients' channels are made on the runtime.
+    let _entered = rt.enter();
+    let d = Arc::new(Direct::start(ClusterSpec {
+        nodes: setup.nodes.iter().map(|n| (*n, "a")).collect(),
+        plugin_args: vec!["--capacity", &(1u64 << 50).to_string()],
+        volumes_dir,
+        ..Default::default()
+    }));
+    rt.block_on(async {
+        let nodes = setup.nodes.len();
+        let timing = Timing::start(&[], &d.pids());
+        let created = each(n, |i| {
+            let d = d.clone();
+            tokio::spawn(async move { d.create_and_publish(i, i % nodes).await.expect("create+publish") })
+        })
+        .await;
+        let up = timing.end();
+        let mut created: Vec<Option<Created>> = created.into_iter().map(Some).collect();
+        let timing = Timing::start(&[], &d.pids());
+        each(n, |i| {
+            let (d, c) = (d.clone(), created[i].take().expect("created once"));
+            tokio::spawn(async move { d.unpublish_and_delete(c).await.expect("unpublish+delete") })
+        })
+        .await;
+        let down = timing.end();
+        assert_eq!(d.plugin_volumes(), 0);
+        Run { up, down }
+    })
+}
+
+fn runtime() -> tokio::runtime::Runtime {
+    tokio::runtime::Builder::new_multi_thread()
+        .worker_threads(2)
+        .enable_all()
+        .build()
+        .unwrap()
+}
+
 fn run(n: usize, setup: &Setup, volumes_dir: Option<&Path>) -> Run {
+    if setup.direct {
+        return run_direct(n, setup, volumes_dir);
+    }
     let etcd = setup.etcd.then(|| EtcdCluster::start(3));
     let port = berth_tests::free_port();
     let extra = match setup.metrics {
@@ -178,11 +254,7 @@ fn run(n: usize, setup: &Setup, volumes_dir: Option<&Path>) -> Run {
         volumes_dir,
         ..Default::default()
     });
-    let rt = tokio::runtime::Builder::new_multi_thread()
-        .worker_threads(2)
-        .enable_all()
-        .build()
-        .unwrap();
+    let rt = runtime();
     // Far more often than Prometheus would (15 s is usual): the cost of
     // scraping is in the figure, not left out.
     let scraping = std::sync::Arc::new(std::sync::atomic::AtomicBool::new(setup.metrics));
@@ -199,8 +271,10 @@ fn run(n: usize, setup: &Setup, volumes_dir: Option<&Path>) -> Run {
     let run = rt.block_on(async {
         let mut client = BerthClient::new(berth::csi::unix_channel(&c.api));
         let nodes = setup.nodes;
-        let started = Instant::now();
-        each(&client, n, |mut cl, i| {
+        let (berth, plugins) = c.pids();
+        let timing = Timing::start(&berth, &plugins);
+        each(n, |i| {
+            let mut cl = client.clone();
             tokio::spawn(async move {
                 let spec = api::VolumeSpec {
                     name: format!("vol-{i:06}"),
@@ -225,9 +299,10 @@ fn run(n: usize, setup: &Setup, volumes_dir: Option<&Path>) -> Run {
             s.states.get("published") == Some(&(n as u64))
         })
         .await;
-        let up = started.elapsed();
-        let started = Instant::now();
-        each(&client, n, |mut cl, i| {
+        let up = timing.end();
+        let timing = Timing::start(&berth, &plugins);
+        each(n, |i| {
+            let mut cl = client.clone();
             tokio::spawn(async move {
                 // Deleting unpublishes first.
                 cl.delete_volume(api::DeleteVolumeRequest {
@@ -239,7 +314,7 @@ fn run(n: usize, setup: &Setup, volumes_dir: Option<&Path>) -> Run {
         })
         .await;
         wait_for(&mut client, "deleted", |s| s.volumes == 0).await;
-        let down = started.elapsed();
+        let down = timing.end();
         assert_eq!(c.plugin_volumes(), 0);
         Run { up, down }
     });
@@ -288,25 +363,49 @@ fn main() {
     println!("|----------|--------:|------:|---------------:|-----------:|-----------------:|-----------:|");
     let mut summary = Vec::new();
     let mut paired = Vec::new();
+    let mut cpu_rows = Vec::new();
     for &n in &sizes {
         let mut up: Vec<Vec<f64>> = vec![Vec::new(); sets.len()];
         let mut down: Vec<Vec<f64>> = vec![Vec::new(); sets.len()];
+        let mut cpu: Vec<Vec<Run>> = (0..sets.len()).map(|_| Vec::new()).collect();
         for round in 1..=rounds {
             for (i, setup) in sets.iter().enumerate() {
                 let label = setup.label;
                 let r = run(n, setup, volumes_dir.as_deref());
-                let (u, d) = (n as f64 / r.up.as_secs_f64(), n as f64 / r.down.as_secs_f64());
+                let (u, d) = (
+                    n as f64 / r.up.took.as_secs_f64(),
+                    n as f64 / r.down.took.as_secs_f64(),
+                );
                 println!(
                     "| {label:<8} | {n:>7} | {round:>5} | {:>12.2} s | {u:>10.0} | {:>14.2} s | {d:>10.0} |",
-                    r.up.as_secs_f64(),
-                    r.down.as_secs_f64(),
+                    r.up.took.as_secs_f64(),
+                    r.down.took.as_secs_f64(),
                 );
                 up[i].push(u);
                 down[i].push(d);
+                cpu[i].push(r);
             }
         }
         for (i, setup) in sets.iter().enumerate() {
             summary.push((n, setup.label, median(up[i].clone()), median(down[i].clone())));
+            for (phase, up) in [("create+publish", true), ("unpublish+delete", false)] {
+                let per_volume = |part: usize| {
+                    median(
+                        cpu[i]
+                            .iter()
+                            .map(|r| {
+                                (if up { &r.up } else { &r.down }).cpu[part].1.as_secs_f64() * 1e6 / n as f64
+                            })
+                            .collect(),
+                    )
+                };
+                cpu_rows.push((
+                    n,
+                    setup.label,
+                    phase,
+                    [per_volume(0), per_volume(1), per_volume(2)],
+                ));
+            }
         }
         let of = |label: &str| sets.iter().position(|s| s.label == label).map(|i| &up[i]);
         for (what, over, under) in [
@@ -336,18 +435,42 @@ fn main() {
                 "native",
                 "no-events",
             ),
+            (
+                "Berth (native) creates+publishes at {}× the plugin driven directly",
+                "native",
+                "limit",
+            ),
+            (
+                "Berth (WASM) creates+publishes at {}× the plugin driven directly",
+                "wasm",
+                "limit",
+            ),
         ] {
             if let (Some(a), Some(b)) = (of(over), of(under)) {
                 paired.push((n, what, a.iter().zip(b).map(|(a, b)| a / b).collect::<Vec<f64>>()));
             }
         }
         let of_down = |label: &str| sets.iter().position(|s| s.label == label).map(|i| &down[i]);
-        if let (Some(a), Some(b)) = (of_down("metrics"), of_down("native")) {
-            paired.push((
-                n,
+        for (what, over, under) in [
+            (
                 "unpublish+delete throughput with metrics on (scraped every second) is {}× metrics off",
-                a.iter().zip(b).map(|(a, b)| a / b).collect(),
-            ));
+                "metrics",
+                "native",
+            ),
+            (
+                "Berth (native) unpublishes+deletes at {}× the plugin driven directly",
+                "native",
+                "limit",
+            ),
+            (
+                "Berth (WASM) unpublishes+deletes at {}× the plugin driven directly",
+                "wasm",
+                "limit",
+            ),
+        ] {
+            if let (Some(a), Some(b)) = (of_down(over), of_down(under)) {
+                paired.push((n, what, a.iter().zip(b).map(|(a, b)| a / b).collect()));
+            }
         }
     }
     println!("\nMedians:\n");
@@ -355,6 +478,13 @@ fn main() {
     println!("|----------|--------:|-----------------------------:|-------------------------------:|");
     for (n, label, u, d) in &summary {
         println!("| {label:<8} | {n:>7} | {u:>28.0} | {d:>30.0} |");
+    }
+    println!("\nCPU time per volume (µs, medians; the machine's cores give 1,000,000 µs a second each):\n");
+    println!("| policies | volumes | phase | Berth | plugins | driver | all |");
+    println!("|----------|--------:|-------|------:|--------:|-------:|----:|");
+    for (n, label, phase, [berth, plugins, driver]) in &cpu_rows {
+        let all = berth + plugins + driver;
+        println!("| {label:<8} | {n:>7} | {phase} | {berth:.0} | {plugins:.0} | {driver:.0} | {all:.0} |");
     }
     for (n, what, ratios) in &paired {
         if ratios.is_empty() {

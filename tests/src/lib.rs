@@ -2,6 +2,8 @@
 //! the sample CSI plugin as a real process on a real socket, and runs the CLI.
 
 mod agents;
+pub mod cpu;
+pub mod direct;
 mod etcd;
 mod plugin;
 pub mod scrape;
@@ -226,27 +228,53 @@ impl Default for ClusterSpec<'_> {
     }
 }
 
+/// Where the plugin's volumes and the nodes' mount points go: inside `dir`,
+/// or in a directory of their own in [`ClusterSpec::volumes_dir`].
+fn volumes_dir_in(dir: &Path, spec: &ClusterSpec) -> PathBuf {
+    spec.volumes_dir.map_or_else(
+        || dir.to_path_buf(),
+        |d| {
+            tempfile::Builder::new()
+                .prefix("berth-volumes-")
+                .tempdir_in(d)
+                .expect("volumes directory")
+                .keep()
+        },
+    )
+}
+
+/// The controller plugin and one node plugin per [`ClusterSpec::nodes`], in
+/// that order, sharing one state directory below `volumes_dir`.
+fn spawn_plugins(dir: &Path, volumes_dir: &Path, spec: &ClusterSpec) -> (Plugin, Vec<Plugin>) {
+    let state = volumes_dir.join("hostpath");
+    let mut controller = PluginBuilder::new(dir, "ctrl")
+        .state_dir(&state)
+        .args(&["--node", "false"]);
+    if let Some(t) = spec.controller_topology {
+        controller = controller.args(&["--topology", t]);
+    }
+    let controller = controller.args(&spec.plugin_args).spawn();
+    let nodes = spec
+        .nodes
+        .iter()
+        .map(|(name, zone)| {
+            PluginBuilder::new(dir, name)
+                .state_dir(&state)
+                .args(&["--controller", "false", "--node-id", name])
+                .args(&["--topology", &format!("zone={zone}")])
+                .args(&spec.plugin_args)
+                .args(&spec.node_args)
+                .spawn()
+        })
+        .collect();
+    (controller, nodes)
+}
+
 impl Cluster {
     pub fn start(spec: ClusterSpec) -> Cluster {
         let dir = test_dir();
-        let volumes_dir = spec.volumes_dir.map_or_else(
-            || dir.path().to_path_buf(),
-            |d| {
-                tempfile::Builder::new()
-                    .prefix("berth-volumes-")
-                    .tempdir_in(d)
-                    .expect("volumes directory")
-                    .keep()
-            },
-        );
-        let state = volumes_dir.join("hostpath");
-        let mut controller = PluginBuilder::new(dir.path(), "ctrl")
-            .state_dir(&state)
-            .args(&["--node", "false"]);
-        if let Some(t) = spec.controller_topology {
-            controller = controller.args(&["--topology", t]);
-        }
-        let controller = controller.args(&spec.plugin_args).spawn();
+        let volumes_dir = volumes_dir_in(dir.path(), &spec);
+        let (controller, node_plugins) = spawn_plugins(dir.path(), &volumes_dir, &spec);
         let mut nodes = Vec::new();
         let mut agent_nodes = Vec::new();
         let mut node_config = String::new();
@@ -268,21 +296,7 @@ impl Cluster {
                 format!("cluster_address = \"127.0.0.1:{port}\"\nheartbeat_timeout = \"1s\"\n")
             }
         };
-        for (name, zone) in &spec.nodes {
-            let zone_arg = format!("zone={zone}");
-            let p = PluginBuilder::new(dir.path(), name)
-                .state_dir(&state)
-                .args(&[
-                    "--controller",
-                    "false",
-                    "--node-id",
-                    name,
-                    "--topology",
-                    &zone_arg,
-                ])
-                .args(&spec.plugin_args)
-                .args(&spec.node_args)
-                .spawn();
+        for ((name, zone), p) in spec.nodes.iter().zip(node_plugins) {
             let node_dir = volumes_dir.join("nodes").join(name);
             if spec.agents {
                 agent_nodes.push((name.to_string(), zone.to_string(), node_dir, p.endpoint()));
@@ -414,6 +428,19 @@ impl Cluster {
         self.serves[0].child.as_ref().map(Child::id)
     }
 
+    /// Every Berth process running (servers, agents) and every plugin
+    /// process: what a benchmark's CPU time is counted over.
+    pub fn pids(&self) -> (Vec<u32>, Vec<u32>) {
+        let berth = (self.serves.iter().filter_map(|s| s.child.as_ref().map(Child::id)))
+            .chain(self.agents.iter().filter_map(AgentProcess::pid))
+            .collect();
+        let plugins = std::iter::once(&self.controller)
+            .chain(self.nodes.iter().map(|(_, p)| p))
+            .filter_map(Plugin::pid)
+            .collect();
+        (berth, plugins)
+    }
+
     /// Where `berth serve` keeps its store.
     pub fn store_path(&self) -> PathBuf {
         self.dir.path().join("state/berth.redb")
@@ -524,21 +551,26 @@ impl Cluster {
     }
 
     fn plugin_records(&self, kind: &str) -> usize {
-        std::fs::read_dir(self.volumes_dir.join("hostpath").join(kind))
-            .map(|d| {
-                d.filter(|e| {
-                    e.as_ref()
-                        .is_ok_and(|e| e.path().extension().is_some_and(|x| x == "json"))
-                })
-                .count()
-            })
-            .unwrap_or(0)
+        plugin_records(&self.volumes_dir, kind)
     }
 
     /// The plugin's data directory of a volume id.
     pub fn volume_data(&self, volume_id: &str) -> PathBuf {
         self.volumes_dir.join("hostpath/data").join(volume_id)
     }
+}
+
+/// The plugin's records of one kind (its `.json` files) below `volumes_dir`.
+fn plugin_records(volumes_dir: &Path, kind: &str) -> usize {
+    std::fs::read_dir(volumes_dir.join("hostpath").join(kind))
+        .map(|d| {
+            d.filter(|e| {
+                e.as_ref()
+                    .is_ok_and(|e| e.path().extension().is_some_and(|x| x == "json"))
+            })
+            .count()
+        })
+        .unwrap_or(0)
 }
 
 impl Drop for Cluster {

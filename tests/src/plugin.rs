@@ -116,6 +116,11 @@ impl Plugin {
         }
     }
 
+    /// The running process, if any.
+    pub fn pid(&self) -> Option<u32> {
+        self.child.as_ref().map(Child::id)
+    }
+
     /// SIGKILL: no cleanup, the socket file stays behind as after a crash.
     pub fn kill(&mut self) {
         if let Some(mut c) = self.child.take() {

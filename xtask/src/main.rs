@@ -34,9 +34,11 @@ commands:
   bench-e2e
           end-to-end throughput: N volumes created, published, unpublished and deleted
           through berth serve and the sample plugin, built-in against WASM policies, and
-          three in-process nodes against three berth agent processes, metrics on and off
-          (--volumes N[,N...], default 1000; --rounds R, default 3;
-          --policies native,wasm,3-nodes,3-agents,etcd,metrics,no-events picks setups)
+          three in-process nodes against three berth agent processes, metrics on and off,
+          and the same plugin processes driven directly (the limit), with the CPU time
+          each part spent per volume (--volumes N[,N...], default 1000; --rounds R,
+          default 3; --policies native,wasm,3-nodes,3-agents,etcd,metrics,no-events,limit
+          picks setups; --volumes-dir DIR puts the plugin's volumes on DIR, not /dev/shm)
   bench-scale
           memory per tracked volume and restart time with 10,000 and 100,000 volumes
           in the store (--volumes N[,N...])

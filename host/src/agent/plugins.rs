@@ -165,21 +165,23 @@ pub fn status_of(node: &str, r: &wire::NodePluginReport) -> PluginStatus {
     };
     PluginStatus {
         health,
-        fingerprint: r.fingerprint.as_ref().map(|f| Fingerprint {
-            endpoint: format!("agent {node}"),
-            name: f.driver.clone(),
-            vendor_version: f.vendor_version.clone(),
-            manifest: BTreeMap::new(),
-            ready: true,
-            plugin_capabilities: f.plugin_capabilities.clone(),
-            controller: None,
-            node: Some(NodeInfo {
-                node_id: f.node_id.clone(),
-                max_volumes_per_node: u64::try_from(f.max_volumes).ok().filter(|n| *n > 0),
-                accessible_topology: f.topology.clone().into_iter().collect(),
-                capabilities: f.node_capabilities.clone(),
-            }),
-            unserved: Vec::new(),
+        fingerprint: r.fingerprint.as_ref().map(|f| {
+            Arc::new(Fingerprint {
+                endpoint: format!("agent {node}"),
+                name: f.driver.clone(),
+                vendor_version: f.vendor_version.clone(),
+                manifest: BTreeMap::new(),
+                ready: true,
+                plugin_capabilities: f.plugin_capabilities.clone(),
+                controller: None,
+                node: Some(NodeInfo {
+                    node_id: f.node_id.clone(),
+                    max_volumes_per_node: u64::try_from(f.max_volumes).ok().filter(|n| *n > 0),
+                    accessible_topology: f.topology.clone().into_iter().collect(),
+                    capabilities: f.node_capabilities.clone(),
+                }),
+                unserved: Vec::new(),
+            })
         }),
         last_checked: Some(std::time::SystemTime::now()),
         transitions: 0,

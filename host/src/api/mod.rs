@@ -462,8 +462,7 @@ impl api::berth_server::Berth for BerthApi {
                     nodes_expected: nodes.len() as u32,
                     capabilities: controller
                         .and_then(|s| s.fingerprint)
-                        .and_then(|f| f.controller)
-                        .map(|c| c.capabilities)
+                        .and_then(|f| f.controller.as_ref().map(|c| c.capabilities.clone()))
                         .unwrap_or_default(),
                 }
             })

@@ -157,7 +157,7 @@ impl Directory {
             if status.fingerprint.is_none() {
                 status.fingerprint = info
                     .clone()
-                    .map(|info| remembered_fingerprint(&record.name, plugin, info));
+                    .map(|info| Arc::new(remembered_fingerprint(&record.name, plugin, info)));
             }
         }
         n.draining |= record.draining;

@@ -39,7 +39,8 @@ impl Health {
 pub struct PluginStatus {
     pub health: Health,
     /// The last successful fingerprint, kept while the plugin is unhealthy.
-    pub fingerprint: Option<Fingerprint>,
+    /// Shared: every step reads the capabilities, none changes them.
+    pub fingerprint: Option<Arc<Fingerprint>>,
     pub last_checked: Option<SystemTime>,
     /// How many times the health state changed.
     pub transitions: u64,
@@ -144,7 +145,7 @@ impl Plugin {
             st.health = health.clone();
             st.last_checked = Some(SystemTime::now());
             if let Ok(fp) = outcome {
-                st.fingerprint = Some(fp);
+                st.fingerprint = Some(Arc::new(fp));
             }
         });
         health

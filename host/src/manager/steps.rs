@@ -385,8 +385,7 @@ impl VolumeManager {
         self.nodes
             .plugin_status(node, plugin)
             .and_then(|s| s.fingerprint)
-            .and_then(|f| f.node)
-            .map(|n| n.node_id)
+            .and_then(|f| f.node.as_ref().map(|n| n.node_id.clone()))
             .ok_or_else(|| {
                 step_error(
                     Code::Unavailable,

@@ -1,0 +1,226 @@
+//! The sample plugin driven directly, without Berth: the same plugin
+//! processes, and for each volume the calls Berth makes, with the paths and
+//! capability it uses. What this reaches is the plugin's own speed, the
+//! limit Berth's throughput is measured against.
+
+use std::collections::HashMap;
+use std::path::{Path, PathBuf};
+
+use berth::csi::proto;
+use proto::controller_client::ControllerClient;
+use proto::node_client::NodeClient;
+use tonic::transport::Channel;
+
+use crate::{ClusterSpec, Plugin, spawn_plugins, test_dir, volumes_dir_in};
+
+/// The plugin processes of a [`ClusterSpec`] (controller and node plugins),
+/// with no Berth in front of them.
+pub struct Direct {
+    _dir: tempfile::TempDir,
+    volumes_dir: PathBuf,
+    own_volumes_dir: bool,
+    controller_plugin: Plugin,
+    controller: ControllerClient<Channel>,
+    /// (node name, its plugin's client), in node order.
+    nodes: Vec<(String, NodeClient<Channel>, Plugin)>,
+    zone: String,
+}
+
+/// What CreateVolume and ControllerPublishVolume answered, for the node calls.
+pub struct Created {
+    volume_id: String,
+    volume_context: HashMap<String, String>,
+    publish_context: HashMap<String, String>,
+    node: usize,
+    berth_id: String,
+}
+
+fn capability() -> proto::VolumeCapability {
+    use proto::volume_capability::{AccessMode, AccessType, MountVolume, access_mode::Mode};
+    proto::VolumeCapability {
+        access_type: Some(AccessType::Mount(MountVolume::default())),
+        access_mode: Some(AccessMode {
+            mode: Mode::SingleNodeWriter as i32,
+        }),
+    }
+}
+
+impl Direct {
+    /// Starts the plugin processes as [`crate::Cluster::start`] would.
+    pub fn start(spec: ClusterSpec) -> Direct {
+        let dir = test_dir();
+        let volumes_dir = volumes_dir_in(dir.path(), &spec);
+        let (controller, plugins) = spawn_plugins(dir.path(), &volumes_dir, &spec);
+        let nodes = spec
+            .nodes
+            .iter()
+            .zip(plugins)
+            .map(|((name, _), p)| {
+                let client = NodeClient::new(berth::csi::unix_channel(&p.socket));
+                (name.to_string(), client, p)
+            })
+            .collect();
+        Direct {
+            controller: ControllerClient::new(berth::csi::unix_channel(&controller.socket)),
+            controller_plugin: controller,
+            _dir: dir,
+            own_volumes_dir: spec.volumes_dir.is_some(),
+            nodes,
+            zone: spec.controller_topology.unwrap_or("zone=a").to_string(),
+            volumes_dir,
+        }
+    }
+
+    fn node_dir(&self, node: usize) -> PathBuf {
+        self.volumes_dir.join("nodes").join(&self.nodes[node].0)
+    }
+
+    fn staging(&self, c: &Created) -> PathBuf {
+        self.node_dir(c.node).join("staging").join(&c.berth_id)
+    }
+
+    fn target(&self, c: &Created) -> PathBuf {
+        self.node_dir(c.node).join("publish").join(&c.berth_id)
+    }
+
+    fn topology(&self) -> proto::TopologyRequirement {
+        let (key, value) = self.zone.split_once('=').expect("a topology segment key=value");
+        let t = proto::Topology {
+            segments: [(key.to_string(), value.to_string())].into(),
+        };
+        proto::TopologyRequirement {
+            requisite: vec![t.clone()],
+            preferred: vec![t],
+        }
+    }
+
+    /// CreateVolume, ControllerPublishVolume, NodeStageVolume and
+    /// NodePublishVolume of volume `i` on node `node`, one after the other.
+    pub async fn create_and_publish(&self, i: usize, node: usize) -> Result<Created, tonic::Status> {
+        let mut ctl = self.controller.clone();
+        let volume = ctl
+            .create_volume(proto::CreateVolumeRequest {
+                name: format!("vol-{i:06}"),
+                capacity_range: Some(proto::CapacityRange {
+                    required_bytes: 1 << 20,
+                    limit_bytes: 0,
+                }),
+                volume_capabilities: vec![capability()],
+                accessibility_requirements: Some(self.topology()),
+                ..Default::default()
+            })
+            .await?
+            .into_inner()
+            .volume
+            .ok_or_else(|| tonic::Status::internal("CreateVolume answered without a volume"))?;
+        let (name, mut node_client) = (self.nodes[node].0.clone(), self.nodes[node].1.clone());
+        let publish_context = ctl
+            .controller_publish_volume(proto::ControllerPublishVolumeRequest {
+                volume_id: volume.volume_id.clone(),
+                node_id: name,
+                volume_capability: Some(capability()),
+                readonly: false,
+                volume_context: volume.volume_context.clone(),
+                ..Default::default()
+            })
+            .await?
+            .into_inner()
+            .publish_context;
+        let c = Created {
+            berth_id: format!("direct-{i:06}"),
+            volume_id: volume.volume_id,
+            volume_context: volume.volume_context,
+            publish_context,
+            node,
+        };
+        let staging = self.staging(&c);
+        std::fs::create_dir_all(&staging).map_err(io)?;
+        node_client
+            .node_stage_volume(proto::NodeStageVolumeRequest {
+                volume_id: c.volume_id.clone(),
+                publish_context: c.publish_context.clone(),
+                staging_target_path: path(&staging),
+                volume_capability: Some(capability()),
+                volume_context: c.volume_context.clone(),
+                ..Default::default()
+            })
+            .await?;
+        let target = self.target(&c);
+        std::fs::create_dir_all(target.parent().expect("a parent")).map_err(io)?;
+        node_client
+            .node_publish_volume(proto::NodePublishVolumeRequest {
+                volume_id: c.volume_id.clone(),
+                publish_context: c.publish_context.clone(),
+                staging_target_path: path(&staging),
+                target_path: path(&target),
+                volume_capability: Some(capability()),
+                readonly: false,
+                volume_context: c.volume_context.clone(),
+                ..Default::default()
+            })
+            .await?;
+        Ok(c)
+    }
+
+    /// NodeUnpublishVolume, NodeUnstageVolume, ControllerUnpublishVolume and
+    /// DeleteVolume, one after the other.
+    pub async fn unpublish_and_delete(&self, c: Created) -> Result<(), tonic::Status> {
+        let (name, mut node_client) = (self.nodes[c.node].0.clone(), self.nodes[c.node].1.clone());
+        node_client
+            .node_unpublish_volume(proto::NodeUnpublishVolumeRequest {
+                volume_id: c.volume_id.clone(),
+                target_path: path(&self.target(&c)),
+            })
+            .await?;
+        let staging = self.staging(&c);
+        node_client
+            .node_unstage_volume(proto::NodeUnstageVolumeRequest {
+                volume_id: c.volume_id.clone(),
+                staging_target_path: path(&staging),
+            })
+            .await?;
+        let _ = std::fs::remove_dir(&staging);
+        let mut ctl = self.controller.clone();
+        ctl.controller_unpublish_volume(proto::ControllerUnpublishVolumeRequest {
+            volume_id: c.volume_id.clone(),
+            node_id: name,
+            secrets: Default::default(),
+        })
+        .await?;
+        ctl.delete_volume(proto::DeleteVolumeRequest {
+            volume_id: c.volume_id,
+            secrets: Default::default(),
+        })
+        .await?;
+        Ok(())
+    }
+
+    /// The plugin processes, for counting their CPU time.
+    pub fn pids(&self) -> Vec<u32> {
+        std::iter::once(&self.controller_plugin)
+            .chain(self.nodes.iter().map(|(_, _, p)| p))
+            .filter_map(Plugin::pid)
+            .collect()
+    }
+
+    /// Volumes the plugin holds (its records on disk).
+    pub fn plugin_volumes(&self) -> usize {
+        crate::plugin_records(&self.volumes_dir, "volumes")
+    }
+}
+
+fn path(p: &Path) -> String {
+    p.display().to_string()
+}
+
+fn io(e: std::io::Error) -> tonic::Status {
+    tonic::Status::internal(e.to_string())
+}
+
+impl Drop for Direct {
+    fn drop(&mut self) {
+        if self.own_volumes_dir {
+            let _ = std::fs::remove_dir_all(&self.volumes_dir);
+        }
+    }
+}
