@@ -41,6 +41,16 @@ struct Phase {
     cpu: Vec<(&'static str, Duration)>,
 }
 
+impl Phase {
+    /// CPU microseconds per volume of one part (in [`Timing::start`]'s order).
+    fn per_volume(&self, part: usize, volumes: usize) -> f64 {
+        self.cpu[part].1.as_secs_f64() * 1e6 / volumes as f64
+    }
+}
+
+/// Picks one phase out of a run.
+type PhaseOf = fn(&Run) -> &Phase;
+
 /// A phase being timed.
 struct Timing {
     started: Instant,
@@ -367,7 +377,7 @@ fn main() {
     for &n in &sizes {
         let mut up: Vec<Vec<f64>> = vec![Vec::new(); sets.len()];
         let mut down: Vec<Vec<f64>> = vec![Vec::new(); sets.len()];
-        let mut cpu: Vec<Vec<Run>> = (0..sets.len()).map(|_| Vec::new()).collect();
+        let mut runs: Vec<Vec<Run>> = (0..sets.len()).map(|_| Vec::new()).collect();
         for round in 1..=rounds {
             for (i, setup) in sets.iter().enumerate() {
                 let label = setup.label;
@@ -383,22 +393,16 @@ fn main() {
                 );
                 up[i].push(u);
                 down[i].push(d);
-                cpu[i].push(r);
+                runs[i].push(r);
             }
         }
         for (i, setup) in sets.iter().enumerate() {
             summary.push((n, setup.label, median(up[i].clone()), median(down[i].clone())));
-            for (phase, up) in [("create+publish", true), ("unpublish+delete", false)] {
-                let per_volume = |part: usize| {
-                    median(
-                        cpu[i]
-                            .iter()
-                            .map(|r| {
-                                (if up { &r.up } else { &r.down }).cpu[part].1.as_secs_f64() * 1e6 / n as f64
-                            })
-                            .collect(),
-                    )
-                };
+            let phases: [(&str, PhaseOf); 2] =
+                [("create+publish", |r| &r.up), ("unpublish+delete", |r| &r.down)];
+            for (phase, of) in phases {
+                let per_volume =
+                    |part: usize| median(runs[i].iter().map(|r| of(r).per_volume(part, n)).collect());
                 cpu_rows.push((
                     n,
                     setup.label,

@@ -431,7 +431,10 @@ impl Cluster {
     /// Every Berth process running (servers, agents) and every plugin
     /// process: what a benchmark's CPU time is counted over.
     pub fn pids(&self) -> (Vec<u32>, Vec<u32>) {
-        let berth = (self.serves.iter().filter_map(|s| s.child.as_ref().map(Child::id)))
+        let berth = self
+            .serves
+            .iter()
+            .filter_map(|s| s.child.as_ref().map(Child::id))
             .chain(self.agents.iter().filter_map(AgentProcess::pid))
             .collect();
         let plugins = std::iter::once(&self.controller)
