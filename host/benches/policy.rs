@@ -124,6 +124,11 @@ fn main() {
         Duration::from_secs(2)
     };
     let engine = PolicyEngine::new(EngineOptions::default()).expect("policy engine");
+    // Decisions run as Berth runs them: awaited on the async runtime.
+    let rt = tokio::runtime::Builder::new_current_thread()
+        .enable_all()
+        .build()
+        .expect("tokio runtime");
     let builtins = Builtins::default();
     let naming = load(&engine, "berth_naming_guest.wasm");
     // BERTH_BENCH_PLACEMENT=<file> swaps the placement guest, e.g. to measure
@@ -144,7 +149,7 @@ fn main() {
         let (wasm, native) = measure(
             budget,
             || {
-                let _ = black_box(naming.volume_name(&engine, &request).unwrap());
+                let _ = black_box(rt.block_on(naming.volume_name(&engine, &request)).unwrap());
             },
             || {
                 black_box(builtins.naming.volume_name(&request.volume));
@@ -171,7 +176,7 @@ fn main() {
         let (wasm, native) = measure(
             budget,
             || {
-                black_box(placement.place(&engine, &request, &nodes).unwrap());
+                black_box(rt.block_on(placement.place(&engine, &request, &nodes)).unwrap());
             },
             || {
                 black_box(builtins.placement.place(&request, &nodes));
@@ -185,7 +190,7 @@ fn main() {
         let (wasm, native) = measure(
             budget,
             || {
-                black_box(retry.classify(&engine, &f).unwrap());
+                black_box(rt.block_on(retry.classify(&engine, &f)).unwrap());
             },
             || {
                 black_box(builtins.retry.classify(&f));

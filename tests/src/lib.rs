@@ -148,6 +148,15 @@ pub fn guest(name: &str) -> PathBuf {
     path
 }
 
+/// Runs a future (a policy decision, say) to completion from synchronous
+/// test code, on a runtime the whole test binary shares.
+pub fn block_on<F: std::future::Future>(future: F) -> F::Output {
+    static RUNTIME: std::sync::OnceLock<tokio::runtime::Runtime> = std::sync::OnceLock::new();
+    RUNTIME
+        .get_or_init(|| tokio::runtime::Runtime::new().expect("a tokio runtime"))
+        .block_on(future)
+}
+
 /// A whole deployment on this machine: a controller plugin, node plugins
 /// sharing its state directory, a `berth.toml`, and `berth serve`.
 pub struct Cluster {

@@ -15,7 +15,7 @@ use berth::policy::{
 };
 use berth::policy::{MAX_NAME_BYTES, MAX_REASON_BYTES, MAX_RETRY_DELAY_MS};
 use berth_proto::berth::v1 as api;
-use berth_tests::guest;
+use berth_tests::{block_on, guest};
 use proptest::prelude::*;
 use prost::Message;
 
@@ -141,7 +141,7 @@ proptest! {
 
     #[test]
     fn any_name_a_guest_answers_is_used_only_if_csi_allows_it(answer in "\\PC{0,200}|[\\x00-\\x1f\\x7f-\\x9f]{1,4}|.{0,200}") {
-        match echo().volume_name(with_labels(&[("answer", &answer)])) {
+        match block_on(echo().volume_name(with_labels(&[("answer", &answer)]))) {
             Ok(NamingOutcome::Named(name)) => {
                 prop_assert_eq!(&name, &answer);
                 prop_assert!(csi_name_ok(&name), "{:?} breaks the CSI rules", name);
@@ -156,28 +156,32 @@ proptest! {
 
     #[test]
     fn any_verdicts_a_guest_answers_are_used_only_if_they_fit(
-        verdicts in proptest::collection::vec((any::<bool>(), any::<i32>(), "[^;]{0,300}"), 0..6),
+        refusals in proptest::collection::vec(0..4u32, 0..6),
+        scores in proptest::collection::vec(any::<i32>(), 0..6),
+        reasons in proptest::collection::vec("[^;]{1,300}", 0..3),
         nodes in 1..4usize,
     ) {
-        let text: Vec<String> = verdicts
-            .iter()
-            .map(|(e, s, r)| format!("{},{s},{r}", u8::from(*e)))
-            .collect();
+        let join = |v: Vec<String>, sep: &str| v.join(sep);
+        let labels = [
+            ("refusals", join(refusals.iter().map(u32::to_string).collect(), ",")),
+            ("scores", join(scores.iter().map(i32::to_string).collect(), ",")),
+            ("reasons", reasons.join(";")),
+        ];
+        let labels: Vec<(&str, &str)> = labels.iter().map(|(k, v)| (*k, v.as_str())).collect();
         let nodes: Vec<_> = (0..nodes).map(|i| samples::node(&format!("n{i}"), &[("zone", "a")])).collect();
-        let result = echo().place(
-            with_labels(&[("verdicts", &text.join(";"))]),
-            Purpose::Create,
-            vec![],
-            &candidates(&nodes),
-        );
+        let result = block_on(echo().place(with_labels(&labels), Purpose::Create, vec![], &candidates(&nodes)));
         // A reason is one line: bounded, no control characters.
         let line = |r: &str| r.len() <= MAX_REASON_BYTES && !r.chars().any(char::is_control);
-        let fits = verdicts.len() == nodes.len() && verdicts.iter().all(|(_, _, r)| line(r));
+        let fits = refusals.len() == nodes.len()
+            && scores.len() == nodes.len()
+            && refusals.iter().all(|r| *r as usize <= reasons.len())
+            && reasons.iter().all(|r| line(r));
         match result {
             Ok(got) => {
                 prop_assert!(fits);
-                for (g, (e, s, r)) in got.iter().zip(&verdicts) {
-                    prop_assert_eq!((g.eligible, g.score, &g.reason), (*e, *s, r));
+                prop_assert_eq!((&got.refusals, &got.scores, &got.reasons), (&refusals, &scores, &reasons));
+                for (i, r) in refusals.iter().enumerate() {
+                    prop_assert_eq!(got.reason(i), (*r > 0).then(|| reasons[*r as usize - 1].as_str()));
                 }
             }
             Err(e) => {
@@ -200,7 +204,7 @@ proptest! {
         };
         let mut f = failure(Operation::CreateVolume, Code::Unavailable, 1);
         f.message = message;
-        match echo().classify(f) {
+        match block_on(echo().classify(f)) {
             Ok(RetryDecision::RetryAfter(ms)) => {
                 prop_assert_eq!((kind, ms), (0, delay));
                 prop_assert!(ms <= MAX_RETRY_DELAY_MS);

@@ -1,15 +1,16 @@
 //! Policy modules outlive releases: the sample guests as built for
-//! `berth:policy@0.1.0` (kept as fixtures) load and decide as they did, and
+//! `berth:policy@0.1.0` (kept as fixtures) load and decide as they did
+//! (placement through records converted to and from 0.2.0's columns), and
 //! are never asked about the operations 0.2.0 added.
 
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
 
 use berth::policy::builtin::Builtins;
-use berth::policy::samples::{failure, pairs, volume};
+use berth::policy::samples::{failure, node, pairs, volume};
 use berth::policy::{
-    Code, Contract, Decision, EngineOptions, ModuleConfig, NamingOutcome, Operation, Policies, PolicyEngine,
-    PolicyModule, RetryDecision,
+    Code, Contract, Decision, EngineOptions, Health, ModuleConfig, NamingOutcome, Operation, PlacementNode,
+    Policies, PolicyEngine, PolicyModule, Purpose, RetryDecision, candidates, ranked,
 };
 use berth_tests::{Cluster, ClusterSpec, guest};
 
@@ -49,21 +50,19 @@ fn modules_built_for_0_1_0_load_and_say_so() {
     }
 }
 
-#[test]
-fn a_0_1_0_naming_module_names_as_the_current_one_does() {
+#[tokio::test]
+async fn a_0_1_0_naming_module_names_as_the_current_one_does() {
     let e = engine();
-    let names: Vec<NamingOutcome> = [fixture("berth_naming_guest"), guest("berth_naming_guest")]
-        .iter()
-        .map(|path| {
-            let p = Policies::new(e.clone(), Builtins::default());
-            let mut c = ModuleConfig::from_path(path);
-            c.settings = [("prefix".to_string(), "team".to_string())].into();
-            p.load(c, &[Decision::Naming]).unwrap();
-            let mut v = volume("Data Volume 1");
-            v.labels = pairs(&[("tier", "gold")]);
-            p.volume_name(v).unwrap()
-        })
-        .collect();
+    let mut names: Vec<NamingOutcome> = Vec::new();
+    for path in [fixture("berth_naming_guest"), guest("berth_naming_guest")] {
+        let p = Policies::new(e.clone(), Builtins::default());
+        let mut c = ModuleConfig::from_path(&path);
+        c.settings = [("prefix".to_string(), "team".to_string())].into();
+        p.load(c, &[Decision::Naming]).unwrap();
+        let mut v = volume("Data Volume 1");
+        v.labels = pairs(&[("tier", "gold")]);
+        names.push(p.volume_name(v).await.unwrap());
+    }
     assert!(
         matches!(&names[0], NamingOutcome::Named(n) if n.starts_with("team")),
         "{names:?}"
@@ -71,15 +70,62 @@ fn a_0_1_0_naming_module_names_as_the_current_one_does() {
     assert_eq!(names[0], names[1]);
 }
 
-#[test]
-fn a_0_1_0_retry_module_classifies_the_operations_it_knows() {
+/// A 0.1.0 placement module takes one record per node and gives one verdict
+/// per node; Berth converts both ways, and it decides as the current one does.
+#[tokio::test]
+async fn a_0_1_0_placement_module_places_as_the_current_one_does() {
+    let e = engine();
+    let mut v = volume("data");
+    v.requisite_topology = vec![pairs(&[("zone", "a")])];
+    v.preferred_topology = vec![pairs(&[("zone", "a"), ("rack", "2")])];
+    v.labels = pairs(&[("node-selector/disk", "ssd")]);
+    let mut nodes: Vec<PlacementNode> = (0..12)
+        .map(|i| {
+            let zone = if i % 3 == 0 { "b" } else { "a" };
+            let mut n = node(
+                &format!("n{i}"),
+                &[("zone", zone), ("rack", &(i % 4).to_string())],
+            );
+            n.labels = pairs(&[("disk", if i % 5 == 0 { "hdd" } else { "ssd" })]);
+            n.max_volumes = Some(4);
+            n.published_volumes = i % 6;
+            n
+        })
+        .collect();
+    nodes[7].health = Health::Unhealthy;
+    let mut answers = Vec::new();
+    for path in [fixture("berth_placement_guest"), guest("berth_placement_guest")] {
+        let p = Policies::new(e.clone(), Builtins::default());
+        p.load(ModuleConfig::from_path(&path), &[Decision::Placement])
+            .unwrap();
+        answers.push(
+            p.place(v.clone(), Purpose::Create, vec![], &candidates(&nodes))
+                .await
+                .unwrap(),
+        );
+    }
+    let (old, new) = (&answers[0], &answers[1]);
+    assert_eq!(ranked(old), ranked(new));
+    assert!(!ranked(new).is_empty() && ranked(new).len() < nodes.len());
+    for i in 0..nodes.len() {
+        assert_eq!(old.reason(i), new.reason(i), "node {i}");
+        if old.is_eligible(i) {
+            assert_eq!(old.scores[i], new.scores[i], "node {i}");
+        }
+    }
+}
+
+#[tokio::test]
+async fn a_0_1_0_retry_module_classifies_the_operations_it_knows() {
     let p = retry_policies(&fixture("berth_retry_guest"));
     let d = p
         .classify(failure(Operation::NodeUnpublishVolume, Code::NotFound, 1))
+        .await
         .unwrap();
     assert_eq!(d, RetryDecision::Done);
     let d = p
         .classify(failure(Operation::CreateVolume, Code::InvalidArgument, 1))
+        .await
         .unwrap();
     // The sample guest's wording, not the built-in policy's.
     assert!(
@@ -89,8 +135,8 @@ fn a_0_1_0_retry_module_classifies_the_operations_it_knows() {
     assert_eq!(calls(&p), 2);
 }
 
-#[test]
-fn a_0_1_0_retry_module_is_not_asked_about_operations_added_later() {
+#[tokio::test]
+async fn a_0_1_0_retry_module_is_not_asked_about_operations_added_later() {
     let p = retry_policies(&fixture("berth_retry_guest"));
     for op in [
         Operation::ControllerExpandVolume,
@@ -98,7 +144,7 @@ fn a_0_1_0_retry_module_is_not_asked_about_operations_added_later() {
         Operation::CreateSnapshot,
         Operation::DeleteSnapshot,
     ] {
-        let d = p.classify(failure(op, Code::InvalidArgument, 1)).unwrap();
+        let d = p.classify(failure(op, Code::InvalidArgument, 1)).await.unwrap();
         // The built-in policy's wording.
         assert!(
             matches!(&d, RetryDecision::GiveUp(why) if why.starts_with("INVALID_ARGUMENT needs an operator")),
@@ -107,6 +153,7 @@ fn a_0_1_0_retry_module_is_not_asked_about_operations_added_later() {
     }
     assert_eq!(
         p.classify(failure(Operation::DeleteSnapshot, Code::NotFound, 1))
+            .await
             .unwrap(),
         RetryDecision::Done
     );
@@ -114,11 +161,12 @@ fn a_0_1_0_retry_module_is_not_asked_about_operations_added_later() {
     assert_eq!(p.stats()[0].failures, 0);
 }
 
-#[test]
-fn a_current_retry_module_is_asked_about_every_operation() {
+#[tokio::test]
+async fn a_current_retry_module_is_asked_about_every_operation() {
     let p = retry_policies(&guest("berth_retry_guest"));
     let d = p
         .classify(failure(Operation::CreateSnapshot, Code::InvalidArgument, 1))
+        .await
         .unwrap();
     assert!(
         matches!(&d, RetryDecision::GiveUp(why) if why.starts_with("needs an operator: CreateSnapshot")),
@@ -126,6 +174,7 @@ fn a_current_retry_module_is_asked_about_every_operation() {
     );
     assert_eq!(
         p.classify(failure(Operation::DeleteSnapshot, Code::NotFound, 1))
+            .await
             .unwrap(),
         RetryDecision::Done
     );

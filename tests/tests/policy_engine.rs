@@ -73,27 +73,27 @@ fn the_sample_guests_export_what_they_decide() {
     assert_eq!(load("berth_hostile_guest", &[]).decisions(), Decision::ALL);
 }
 
-#[test]
-fn naming_guest_uses_its_settings() {
+#[tokio::test]
+async fn naming_guest_uses_its_settings() {
     let p = naming_with("berth_naming_guest", &[("prefix", "Team A")], OnError::Fail);
-    let NamingOutcome::Named(name) = p.volume_name(volume("Postgres Data")).unwrap() else {
+    let NamingOutcome::Named(name) = p.volume_name(volume("Postgres Data")).await.unwrap() else {
         panic!("refused")
     };
     assert!(name.starts_with("team-a-postgres-data-"), "{name}");
     assert_eq!(
-        p.volume_name(volume("Postgres Data")).unwrap(),
+        p.volume_name(volume("Postgres Data")).await.unwrap(),
         NamingOutcome::Named(name)
     );
 
     let refusing = naming_with("berth_naming_guest", &[("max-length", "500")], OnError::Builtin);
-    match refusing.volume_name(volume("x")).unwrap() {
+    match refusing.volume_name(volume("x")).await.unwrap() {
         NamingOutcome::Refused(reason) => assert!(reason.contains("max-length"), "{reason}"),
         other => panic!("a refusal is a decision, not a failure: {other:?}"),
     }
 }
 
-#[test]
-fn placement_guest_filters_and_ranks_with_reasons() {
+#[tokio::test]
+async fn placement_guest_filters_and_ranks_with_reasons() {
     let p = policies();
     p.load(config("berth_placement_guest", &[]), &[]).unwrap();
     let mut v = volume("data");
@@ -103,26 +103,30 @@ fn placement_guest_filters_and_ranks_with_reasons() {
         node("idle", "a", 0, Some(8)),
         node("far", "b", 0, None),
     ];
-    let verdicts = p.place(v, Purpose::Create, vec![], &candidates(&nodes)).unwrap();
+    let verdicts = p
+        .place(v, Purpose::Create, vec![], &candidates(&nodes))
+        .await
+        .unwrap();
     assert_eq!(verdicts.len(), 3);
-    assert!(verdicts[0].eligible && verdicts[1].eligible);
-    assert!(verdicts[1].score > verdicts[0].score);
-    assert!(!verdicts[2].eligible);
-    assert_eq!(verdicts[2].reason, "topology zone=b is outside zone=a");
+    assert!(verdicts.is_eligible(0) && verdicts.is_eligible(1));
+    assert!(verdicts.scores[1] > verdicts.scores[0]);
+    assert_eq!(verdicts.reason(2), Some("topology zone=b is outside zone=a"));
 }
 
-#[test]
-fn retry_guest_classifies_per_the_spec() {
+#[tokio::test]
+async fn retry_guest_classifies_per_the_spec() {
     let p = policies();
     p.load(config("berth_retry_guest", &[("base-ms", "100")]), &[])
         .unwrap();
     assert_eq!(
         p.classify(failure(Operation::DeleteVolume, Code::NotFound, 1))
+            .await
             .unwrap(),
         RetryDecision::Done
     );
     match p
         .classify(failure(Operation::CreateVolume, Code::Unavailable, 3))
+        .await
         .unwrap()
     {
         RetryDecision::RetryAfter(ms) => assert!((360..=440).contains(&ms), "{ms}"),
@@ -130,6 +134,7 @@ fn retry_guest_classifies_per_the_spec() {
     }
     match p
         .classify(failure(Operation::CreateVolume, Code::InvalidArgument, 1))
+        .await
         .unwrap()
     {
         RetryDecision::GiveUp(reason) => assert!(reason.contains("from the plugin"), "{reason}"),
@@ -137,21 +142,21 @@ fn retry_guest_classifies_per_the_spec() {
     }
 }
 
-#[test]
-fn every_decision_gets_a_fresh_instance() {
+#[tokio::test]
+async fn every_decision_gets_a_fresh_instance() {
     let p = naming_with("berth_hostile_guest", &[("behaviour", "stateful")], OnError::Fail);
     for _ in 0..3 {
         assert_eq!(
-            p.volume_name(volume("v")).unwrap(),
+            p.volume_name(volume("v")).await.unwrap(),
             NamingOutcome::Named("call-0".into())
         );
     }
 }
 
-#[test]
-fn an_infinite_loop_hits_the_deadline() {
+#[tokio::test]
+async fn an_infinite_loop_hits_the_deadline() {
     let p = naming_with("berth_hostile_guest", &[("behaviour", "loop")], OnError::Fail);
-    let err = p.volume_name(volume("v")).unwrap_err();
+    let err = p.volume_name(volume("v")).await.unwrap_err();
     assert_eq!(err.failure, GuestFailure::Deadline(Duration::from_millis(100)));
     assert_eq!(err.module, "berth_hostile_guest");
     assert!(
@@ -160,30 +165,56 @@ fn an_infinite_loop_hits_the_deadline() {
     );
 }
 
+/// A guest runs on its caller's task and yields at every epoch tick it runs
+/// past: on a single-threaded runtime, other tasks go on while it loops.
 #[test]
-fn a_memory_bomb_hits_the_memory_limit() {
+fn a_looping_guest_does_not_hold_the_thread() {
+    let runtime = tokio::runtime::Builder::new_current_thread()
+        .enable_time()
+        .build()
+        .unwrap();
+    runtime.block_on(async {
+        let p = naming_with("berth_hostile_guest", &[("behaviour", "loop")], OnError::Fail);
+        let ticks = Arc::new(std::sync::atomic::AtomicU32::new(0));
+        let counter = ticks.clone();
+        let other = tokio::spawn(async move {
+            loop {
+                tokio::time::sleep(Duration::from_millis(5)).await;
+                counter.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+            }
+        });
+        let err = p.volume_name(volume("v")).await.unwrap_err();
+        assert_eq!(err.failure, GuestFailure::Deadline(Duration::from_millis(100)));
+        let ran = ticks.load(std::sync::atomic::Ordering::Relaxed);
+        assert!(ran >= 2, "the other task ran {ran} times while the guest looped");
+        other.abort();
+    });
+}
+
+#[tokio::test]
+async fn a_memory_bomb_hits_the_memory_limit() {
     let p = naming_with(
         "berth_hostile_guest",
         &[("behaviour", "memory-bomb")],
         OnError::Fail,
     );
     assert_eq!(
-        failure_of(p.volume_name(volume("v"))),
+        failure_of(p.volume_name(volume("v")).await),
         GuestFailure::MemoryLimit { limit: 32 << 20 }
     );
 }
 
-#[test]
-fn a_trap_reports_the_guest_panic_message() {
+#[tokio::test]
+async fn a_trap_reports_the_guest_panic_message() {
     let p = naming_with("berth_hostile_guest", &[("behaviour", "trap")], OnError::Fail);
-    match failure_of(p.volume_name(volume("v"))) {
+    match failure_of(p.volume_name(volume("v")).await) {
         GuestFailure::Trap(why) => assert!(why.contains("hostile guest trapped on purpose"), "{why}"),
         other => panic!("{other:?}"),
     }
 }
 
-#[test]
-fn huge_answers_are_refused() {
+#[tokio::test]
+async fn huge_answers_are_refused() {
     let p = policies();
     p.load(
         config("berth_hostile_guest", &[("behaviour", "huge-answer")]),
@@ -192,7 +223,7 @@ fn huge_answers_are_refused() {
     .unwrap();
     let too_large =
         |f: &GuestFailure| matches!(f, GuestFailure::AnswerTooLarge { limit, .. } if *limit == 1 << 20);
-    assert!(too_large(&failure_of(p.volume_name(volume("v")))));
+    assert!(too_large(&failure_of(p.volume_name(volume("v")).await)));
     let e = p
         .place(
             volume("v"),
@@ -200,37 +231,41 @@ fn huge_answers_are_refused() {
             vec![],
             &candidates(&[node("n", "a", 0, None)]),
         )
+        .await
         .unwrap_err();
     assert!(too_large(&e.failure), "{e}");
     let e = p
         .classify(failure(Operation::CreateVolume, Code::Aborted, 1))
+        .await
         .unwrap_err();
     assert!(too_large(&e.failure), "{e}");
 }
 
-#[test]
-fn answers_that_break_the_contract_are_invalid() {
+#[tokio::test]
+async fn answers_that_break_the_contract_are_invalid() {
     let p = policies();
     p.load(
         config("berth_hostile_guest", &[("behaviour", "invalid-answer")]),
         &[],
     )
     .unwrap();
-    match failure_of(p.volume_name(volume("v"))) {
+    match failure_of(p.volume_name(volume("v")).await) {
         GuestFailure::InvalidAnswer(why) => assert!(why.contains("U+0007"), "{why}"),
         other => panic!("{other:?}"),
     }
     let nodes = [node("a", "a", 0, None), node("b", "a", 0, None)];
     let e = p
         .place(volume("v"), Purpose::Publish, vec![], &candidates(&nodes))
+        .await
         .unwrap_err();
     assert_eq!(e.decision, Decision::Placement);
     assert!(
-        matches!(&e.failure, GuestFailure::InvalidAnswer(w) if w.contains("1 verdicts for 2")),
+        matches!(&e.failure, GuestFailure::InvalidAnswer(w) if w.contains("1 refusals and 1 scores for 2 candidates")),
         "{e}"
     );
     let e = p
         .classify(failure(Operation::CreateVolume, Code::Aborted, 1))
+        .await
         .unwrap_err();
     assert!(
         matches!(&e.failure, GuestFailure::InvalidAnswer(w) if w.contains("more than a day")),
@@ -238,14 +273,14 @@ fn answers_that_break_the_contract_are_invalid() {
     );
 }
 
-#[test]
-fn wasi_grants_no_files_and_no_environment() {
+#[tokio::test]
+async fn wasi_grants_no_files_and_no_environment() {
     let p = naming_with(
         "berth_hostile_guest",
         &[("behaviour", "read-file")],
         OnError::Fail,
     );
-    match p.volume_name(volume("v")).unwrap() {
+    match p.volume_name(volume("v")).await.unwrap() {
         NamingOutcome::Refused(reason) => assert!(reason.starts_with("no file"), "{reason}"),
         other => panic!("the guest read a host file: {other:?}"),
     }
@@ -255,7 +290,7 @@ fn wasi_grants_no_files_and_no_environment() {
         OnError::Fail,
     );
     assert_eq!(
-        p.volume_name(volume("v")).unwrap(),
+        p.volume_name(volume("v")).await.unwrap(),
         NamingOutcome::Named("env-0-args-0".into())
     );
 }
@@ -310,10 +345,10 @@ fn modules_that_serve_nothing_or_another_version_are_refused() {
     assert!(err.to_string().contains("absent.wasm"), "{err}");
 }
 
-#[test]
-fn on_error_builtin_falls_back_and_counts() {
+#[tokio::test]
+async fn on_error_builtin_falls_back_and_counts() {
     let p = naming_with("berth_hostile_guest", &[("behaviour", "trap")], OnError::Builtin);
-    let NamingOutcome::Named(name) = p.volume_name(volume("v")).unwrap() else {
+    let NamingOutcome::Named(name) = p.volume_name(volume("v")).await.unwrap() else {
         panic!()
     };
     assert_eq!(name, Builtins::default().naming.volume_name(&volume("v")));
@@ -321,10 +356,10 @@ fn on_error_builtin_falls_back_and_counts() {
     assert_eq!((stats.calls, stats.failures, stats.fallbacks), (1, 1, 1));
 }
 
-#[test]
-fn a_bad_reload_keeps_the_module_in_place() {
+#[tokio::test]
+async fn a_bad_reload_keeps_the_module_in_place() {
     let p = naming_with("berth_naming_guest", &[], OnError::Fail);
-    let before = p.volume_name(volume("keep")).unwrap();
+    let before = p.volume_name(volume("keep")).await.unwrap();
     assert!(
         p.load(config("berth_forbidden_guest", &[]), &[Decision::Naming])
             .is_err()
@@ -335,12 +370,12 @@ fn a_bad_reload_keeps_the_module_in_place() {
         .expect("does not serve naming");
     assert_eq!(err.failure, GuestFailure::NotServed);
     assert_eq!(p.module(Decision::Naming).unwrap().name(), "berth_naming_guest");
-    assert_eq!(p.volume_name(volume("keep")).unwrap(), before);
+    assert_eq!(p.volume_name(volume("keep")).await.unwrap(), before);
 
     p.load(config("berth_hostile_guest", &[]), &[Decision::Naming])
         .unwrap();
     assert_eq!(
-        p.volume_name(volume("keep")).unwrap(),
+        p.volume_name(volume("keep")).await.unwrap(),
         NamingOutcome::Named("ok-keep".into())
     );
 }
@@ -353,27 +388,28 @@ fn limits_are_checked_at_load() {
     assert!(err.to_string().contains("above the engine's maximum"), "{err}");
 }
 
-#[test]
-fn without_modules_the_builtins_decide() {
+#[tokio::test]
+async fn without_modules_the_builtins_decide() {
     let p = policies();
     assert!(
-        matches!(p.volume_name(volume("v")).unwrap(), NamingOutcome::Named(n) if n.starts_with("berth-"))
+        matches!(p.volume_name(volume("v")).await.unwrap(), NamingOutcome::Named(n) if n.starts_with("berth-"))
     );
     assert_eq!(
         p.classify(failure(Operation::NodeUnpublishVolume, Code::NotFound, 1))
+            .await
             .unwrap(),
         RetryDecision::Done
     );
     assert!(p.stats().is_empty());
 }
 
-/// WASI's synchronous streams block on tokio; asking for a decision from async
-/// code must still give an error, never a host panic.
+/// A guest runs on the caller's task: on either kind of runtime, a trap is a
+/// typed error with the guest's own message, never a host panic.
 #[test]
 fn a_trapping_guest_called_from_async_code_is_still_contained() {
-    let check = || {
+    let check = async || {
         let p = naming_with("berth_hostile_guest", &[("behaviour", "trap")], OnError::Fail);
-        match failure_of(p.volume_name(volume("v"))) {
+        match failure_of(p.volume_name(volume("v")).await) {
             GuestFailure::Trap(why) => assert!(why.contains("trapped on purpose"), "{why}"),
             other => panic!("{other:?}"),
         }
@@ -382,9 +418,9 @@ fn a_trapping_guest_called_from_async_code_is_still_contained() {
         .worker_threads(2)
         .build()
         .unwrap()
-        .block_on(async { check() });
+        .block_on(check());
     tokio::runtime::Builder::new_current_thread()
         .build()
         .unwrap()
-        .block_on(async { check() });
+        .block_on(check());
 }

@@ -15,6 +15,7 @@ use std::process::Command;
 use anyhow::{Context, bail};
 
 mod demo;
+mod python;
 
 const USAGE: &str = "\
 usage: cargo xtask <command>
@@ -24,7 +25,9 @@ commands:
           created, published (some by placement), the host killed and restarted,
           unpublished and deleted
   test    build what the tests start (binaries, guests), then run the whole test suite
-  guests  build the policy guest components (wasm32-wasip2) into target/guests/wasm32-wasip2/guest
+  guests  build the policy guest components: Rust (wasm32-wasip2) into
+          target/guests/wasm32-wasip2/guest, Python (componentize-py, installed from PyPI
+          into target/python/venv) into target/guests/python
   bench   the policy benchmark: WASM guests against the built-in native policies
           (release build; add --quick for a short run)
   demo-cluster
@@ -154,12 +157,14 @@ fn guests() -> anyhow::Result<()> {
     for g in guest_packages()? {
         cmd.args(["--package", &g]);
     }
-    run(cmd)
+    run(cmd)?;
+    python::build_guests()
 }
 
 fn test(extra: &[String]) -> anyhow::Result<()> {
     ensure_etcd()?;
     guests()?;
+    python::native_cases()?;
     build_bins()?;
     let mut cmd = cargo();
     cmd.env("BERTH_TEST_PREBUILT", "1")

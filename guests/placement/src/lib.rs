@@ -10,21 +10,13 @@
 use std::fmt::Write;
 
 use berth_guest::{
-    Candidate, Candidates, Health, Pairs, Placement, PlacementRequest, Purpose, Verdict, get, number_setting,
-    parse_pairs, reachable, satisfies,
+    Candidates, Health, Pairs, Placement, PlacementRequest, Purpose, Reason, Verdicts, VerdictsBuilder, get,
+    number_setting, parse_pairs, reachable, satisfies,
 };
 
 pub struct SamplePlacement;
 
 const SELECTOR_LABEL: &str = "node-selector/";
-
-fn ineligible(reason: String) -> Verdict {
-    Verdict {
-        eligible: false,
-        score: 0,
-        reason,
-    }
-}
 
 fn show(out: &mut String, pairs: &Pairs) {
     for (i, (k, v)) in pairs.iter().enumerate() {
@@ -35,73 +27,33 @@ fn show(out: &mut String, pairs: &Pairs) {
     }
 }
 
-/// What is decided once per distinct topology or label set.
-struct Shared<'a> {
-    /// Per topology: in the preferred topology, and the reason when not reachable.
-    topology: Vec<(bool, Option<String>)>,
-    /// Per label set: the first selector label it lacks.
-    missing_label: Vec<Option<&'a (String, String)>>,
-    bonus: i32,
-}
+/// Builds a reason only the first time a node needs it.
+struct Lazy(Option<Reason>);
 
-fn judge(node: &Candidate, shared: &Shared) -> Verdict {
-    match node.health {
-        Health::Healthy => {}
-        Health::Unhealthy => return ineligible("node plugin is unhealthy".into()),
-        Health::Unknown => return ineligible("node plugin health is unknown".into()),
-    }
-    let (prefer, outside) = &shared.topology[node.topology as usize];
-    if let Some(outside) = outside {
-        return ineligible(outside.clone());
-    }
-    if let Some(max) = node.max_volumes
-        && node.published_volumes >= max
-    {
-        return ineligible(format!("full: {} of {max} volumes", node.published_volumes));
-    }
-    if let Some((k, v)) = shared.missing_label[node.labels as usize] {
-        return ineligible(format!("label {k}={v} missing"));
-    }
-    // Emptiest first: free share of the limit, or fewer volumes when unlimited.
-    let (mut score, mut reason) = match node.max_volumes {
-        Some(max) if max > 0 => (
-            ((max - node.published_volumes) * 100 / max) as i32,
-            format!("{} of {max} volumes used", node.published_volumes),
-        ),
-        _ => (
-            100 - node.published_volumes.min(100) as i32,
-            format!("{} volumes, no limit", node.published_volumes),
-        ),
-    };
-    if *prefer {
-        score += shared.bonus;
-        reason.push_str(", preferred topology");
-    }
-    Verdict {
-        eligible: true,
-        score,
-        reason,
+impl Lazy {
+    fn get(&mut self, v: &mut VerdictsBuilder, text: impl FnOnce() -> String) -> Reason {
+        *self.0.get_or_insert_with(|| v.reason(text()))
     }
 }
 
 impl Placement for SamplePlacement {
-    fn place(request: PlacementRequest, candidates: Candidates) -> Vec<Verdict> {
+    fn place(request: PlacementRequest, candidates: Candidates) -> Verdicts {
+        let n = candidates.len();
+        let mut v = VerdictsBuilder::new(n);
         let settings = &request.settings;
         let selector = parse_pairs(get(settings, "node-selector").unwrap_or(""));
         let bonus = number_setting(settings, "preferred-bonus", 50);
         let (mut selector, bonus) = match (selector, bonus) {
             (Ok(s), Ok(b)) => (s, b.min(1000) as i32),
             (Err(e), _) | (_, Err(e)) => {
-                return candidates
-                    .nodes
-                    .iter()
-                    .map(|_| ineligible(format!("bad setting: {e}")))
-                    .collect();
+                let bad = v.reason(format!("bad setting: {e}"));
+                (0..n).for_each(|i| v.refuse_for(i, bad));
+                return v.finish();
             }
         };
-        for (k, v) in &request.volume.labels {
+        for (k, val) in &request.volume.labels {
             if let Some(key) = k.strip_prefix(SELECTOR_LABEL) {
-                selector.push((key.to_string(), v.clone()));
+                selector.push((key.to_string(), val.clone()));
             }
         }
         let required = match request.purpose {
@@ -116,29 +68,76 @@ impl Placement for SamplePlacement {
             }
             show(&mut wanted, t);
         }
-        let shared = Shared {
-            topology: candidates
-                .topologies
-                .iter()
-                .map(|t| {
-                    let outside = (!reachable(t, required)).then(|| {
-                        let mut reason = String::from("topology ");
-                        show(&mut reason, t);
-                        reason.push_str(" is outside ");
-                        reason.push_str(&wanted);
-                        reason
-                    });
-                    (preferred.is_some_and(|p| satisfies(t, p)), outside)
-                })
-                .collect(),
-            missing_label: candidates
-                .label_sets
-                .iter()
-                .map(|labels| selector.iter().find(|(k, v)| get(labels, k) != Some(v.as_str())))
-                .collect(),
-            bonus,
-        };
-        candidates.nodes.iter().map(|n| judge(n, &shared)).collect()
+        // Judged once per distinct topology: in the preferred one, and the
+        // reason when the volume cannot be reached from it.
+        let topology: Vec<(bool, Option<Reason>)> = candidates
+            .topologies
+            .iter()
+            .map(|t| {
+                let outside = (!reachable(t, required)).then(|| {
+                    let mut reason = String::from("topology ");
+                    show(&mut reason, t);
+                    reason.push_str(" is outside ");
+                    reason.push_str(&wanted);
+                    v.reason(reason)
+                });
+                (preferred.is_some_and(|p| satisfies(t, p)), outside)
+            })
+            .collect();
+        // Judged once per distinct label set: the first selector label it lacks.
+        let missing_label: Vec<Option<Reason>> = candidates
+            .label_sets
+            .iter()
+            .map(|labels| {
+                let (k, val) = selector
+                    .iter()
+                    .find(|(k, val)| get(labels, k) != Some(val.as_str()))?;
+                Some(v.reason(format!("label {k}={val} missing")))
+            })
+            .collect();
+        let (mut unhealthy, mut unknown) = (Lazy(None), Lazy(None));
+        let mut full = String::new();
+        for i in 0..n {
+            match candidates.health[i] {
+                Health::Healthy => {}
+                Health::Unhealthy => {
+                    let r = unhealthy.get(&mut v, || "node plugin is unhealthy".into());
+                    v.refuse_for(i, r);
+                    continue;
+                }
+                Health::Unknown => {
+                    let r = unknown.get(&mut v, || "node plugin health is unknown".into());
+                    v.refuse_for(i, r);
+                    continue;
+                }
+            }
+            let (prefer, outside) = topology[candidates.topology[i] as usize];
+            if let Some(r) = outside {
+                v.refuse_for(i, r);
+                continue;
+            }
+            let published = candidates.published_volumes[i];
+            let max = candidates.max_volumes_of(i);
+            if let Some(max) = max
+                && published >= max
+            {
+                full.clear();
+                let _ = write!(full, "full: {published} of {max} volumes");
+                v.refuse(i, &full);
+                continue;
+            }
+            if let Some(r) = missing_label[candidates.labels[i] as usize] {
+                v.refuse_for(i, r);
+                continue;
+            }
+            // Emptiest first: free share of the limit, or fewer volumes when unlimited.
+            let score = match max {
+                Some(max) => ((max - published) * 100 / max) as i32,
+                None => 100 - published.min(100) as i32,
+            };
+            v.score(i, if prefer { score + bonus } else { score });
+        }
+        v.finish()
     }
 }
 
@@ -184,12 +183,16 @@ mod tests {
             sick,
         ];
         let v = SamplePlacement::place(req, candidates(&nodes));
-        assert_eq!(v.len(), 5);
-        assert!(v[0].eligible && v[3].eligible);
-        assert!(v[0].score > v[3].score, "emptiest first");
-        assert!(v[1].reason.contains("outside zone=a"), "{}", v[1].reason);
-        assert_eq!(v[2].reason, "full: 2 of 2 volumes");
-        assert!(v[4].reason.contains("unhealthy"));
+        assert_eq!((v.refusals.len(), v.scores.len()), (5, 5));
+        assert!(v.is_eligible(0) && v.is_eligible(3));
+        assert!(v.scores[0] > v.scores[3], "emptiest first");
+        assert!(
+            v.reason(1).unwrap().contains("outside zone=a"),
+            "{:?}",
+            v.reason(1)
+        );
+        assert_eq!(v.reason(2), Some("full: 2 of 2 volumes"));
+        assert!(v.reason(4).unwrap().contains("unhealthy"));
     }
 
     #[test]
@@ -206,8 +209,8 @@ mod tests {
             ..node("hdd", &[])
         };
         let v = SamplePlacement::place(req, candidates(&[good, hdd]));
-        assert!(v[0].eligible);
-        assert_eq!(v[1].reason, "label disk=ssd missing");
+        assert!(v.is_eligible(0));
+        assert_eq!(v.reason(1), Some("label disk=ssd missing"));
     }
 
     #[test]
@@ -216,9 +219,9 @@ mod tests {
         req.volume.preferred_topology = vec![pairs(&[("zone", "b")])];
         let nodes = [node("a", &[("zone", "a")]), node("b", &[("zone", "b")])];
         let v = SamplePlacement::place(req.clone(), candidates(&nodes));
-        assert!(v[1].score > v[0].score);
+        assert!(v.scores[1] > v.scores[0]);
         req.settings = pairs(&[("node-selector", "nonsense")]);
         let v = SamplePlacement::place(req, candidates(&[node("a", &[])]));
-        assert!(!v[0].eligible && v[0].reason.starts_with("bad setting"));
+        assert!(v.reason(0).unwrap().starts_with("bad setting"));
     }
 }

@@ -1,17 +1,105 @@
 //! Small tools most policies need: reading pairs, matching topology,
 //! sanitising names, stable hashing, backoff.
 
-use crate::{Candidate, Candidates, Code, Operation, Pairs};
+use std::collections::HashMap;
+
+use crate::{Candidates, Code, Operation, Pairs, Verdicts};
 
 impl Candidates {
-    /// The topology segments of a candidate.
-    pub fn topology_of(&self, c: &Candidate) -> &Pairs {
-        &self.topologies[c.topology as usize]
+    /// How many nodes there are to judge.
+    pub fn len(&self) -> usize {
+        self.topology.len()
     }
 
-    /// The operator's labels on a candidate.
-    pub fn labels_of(&self, c: &Candidate) -> &Pairs {
-        &self.label_sets[c.labels as usize]
+    pub fn is_empty(&self) -> bool {
+        self.topology.is_empty()
+    }
+
+    /// Node `i`'s topology segments.
+    pub fn topology_of(&self, i: usize) -> &Pairs {
+        &self.topologies[self.topology[i] as usize]
+    }
+
+    /// The operator's labels on node `i`.
+    pub fn labels_of(&self, i: usize) -> &Pairs {
+        &self.label_sets[self.labels[i] as usize]
+    }
+
+    /// Node `i`'s volume limit; `None` when it has none.
+    pub fn max_volumes_of(&self, i: usize) -> Option<u64> {
+        Some(self.max_volumes[i]).filter(|m| *m > 0)
+    }
+}
+
+impl Verdicts {
+    /// Whether node `i` may take the volume.
+    pub fn is_eligible(&self, i: usize) -> bool {
+        self.refusals[i] == 0
+    }
+
+    /// Why node `i` was refused; `None` when it is eligible.
+    pub fn reason(&self, i: usize) -> Option<&str> {
+        let r = self.refusals[i] as usize;
+        (r > 0).then(|| self.reasons[r - 1].as_str())
+    }
+}
+
+/// A reason added to a [`VerdictsBuilder`], to refuse any number of nodes for.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct Reason(u32);
+
+/// Builds a placement answer: every node starts eligible with score 0; each
+/// distinct reason is sent once, however many nodes it refuses.
+pub struct VerdictsBuilder {
+    verdicts: Verdicts,
+    seen: HashMap<String, Reason>,
+}
+
+impl VerdictsBuilder {
+    /// Verdicts on `nodes` nodes (`candidates.len()`).
+    pub fn new(nodes: usize) -> Self {
+        VerdictsBuilder {
+            verdicts: Verdicts {
+                refusals: vec![0; nodes],
+                scores: vec![0; nodes],
+                reasons: Vec::new(),
+            },
+            seen: HashMap::new(),
+        }
+    }
+
+    /// Among eligible nodes, higher is better.
+    pub fn score(&mut self, node: usize, score: i32) {
+        self.verdicts.scores[node] = score;
+    }
+
+    /// Adds `text` as a reason, for [`refuse_for`](Self::refuse_for): the
+    /// fastest way when one reason refuses many nodes (a topology, say).
+    pub fn reason(&mut self, text: impl Into<String>) -> Reason {
+        self.verdicts.reasons.push(text.into());
+        Reason(self.verdicts.reasons.len() as u32)
+    }
+
+    pub fn refuse_for(&mut self, node: usize, reason: Reason) {
+        self.verdicts.refusals[node] = reason.0;
+    }
+
+    /// Refuses `node` because of `text`, shared with every node refused for
+    /// the same text.
+    pub fn refuse(&mut self, node: usize, text: &str) {
+        let reason = match self.seen.get(text) {
+            Some(r) => *r,
+            None => {
+                let r = self.reason(text);
+                self.seen.insert(text.to_string(), r);
+                r
+            }
+        };
+        self.refuse_for(node, reason);
+    }
+
+    pub fn finish(self) -> Verdicts {
+        self.verdicts
     }
 }
 
@@ -188,6 +276,22 @@ mod tests {
             &node,
             &[pairs(&[("zone", "b")]), pairs(&[("rack", "1")])]
         ));
+    }
+
+    #[test]
+    fn verdicts_send_each_reason_once() {
+        let mut v = VerdictsBuilder::new(4);
+        let far = v.reason("topology zone=b is outside zone=a");
+        v.refuse_for(1, far);
+        v.refuse(2, "full");
+        v.refuse(3, "full");
+        v.score(0, 7);
+        let v = v.finish();
+        assert_eq!(v.reasons.len(), 2);
+        assert_eq!(v.refusals, vec![0, 1, 2, 2]);
+        assert!(v.is_eligible(0) && !v.is_eligible(3));
+        assert_eq!((v.reason(0), v.reason(3)), (None, Some("full")));
+        assert_eq!(v.scores[0], 7);
     }
 
     #[test]

@@ -92,9 +92,7 @@ pub use naming::exports::berth::policy::naming::Guest as Naming;
 pub use naming::exports::berth::policy::naming::NamingRequest;
 /// Filters and ranks candidate nodes. Export with [`export_placement!`].
 pub use placement::exports::berth::policy::placement::Guest as Placement;
-pub use placement::exports::berth::policy::placement::{
-    Candidate, Candidates, PlacementRequest, Purpose, Verdict,
-};
+pub use placement::exports::berth::policy::placement::{Candidates, PlacementRequest, Purpose, Verdicts};
 /// Classifies failed CSI calls. Export with [`export_retry!`].
 pub use retry::exports::berth::policy::retry::Guest as Retry;
 pub use retry::exports::berth::policy::retry::{Decision, Failure};

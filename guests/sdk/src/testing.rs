@@ -1,8 +1,7 @@
 //! Builders for policy inputs, for native unit tests of a policy.
 
 use crate::{
-    AccessMode, AccessType, Candidate, Candidates, CapacityRange, Code, Failure, Health, Operation, Pairs,
-    Volume,
+    AccessMode, AccessType, Candidates, CapacityRange, Code, Failure, Health, Operation, Pairs, Volume,
 };
 
 /// Pairs from string slices.
@@ -50,7 +49,8 @@ pub fn node(name: &str, topology: &[(&str, &str)]) -> TestNode {
     }
 }
 
-/// The placement input for `nodes`.
+/// The placement input for `nodes`, in their order: node `i` of the
+/// verdicts is `nodes[i]`.
 pub fn candidates(nodes: &[TestNode]) -> Candidates {
     fn index(table: &mut Vec<Pairs>, p: &Pairs) -> u32 {
         match table.iter().position(|t| t == p) {
@@ -61,23 +61,23 @@ pub fn candidates(nodes: &[TestNode]) -> Candidates {
             }
         }
     }
-    let (mut topologies, mut label_sets) = (Vec::new(), Vec::new());
-    let nodes = nodes
-        .iter()
-        .map(|n| Candidate {
-            name: n.name.clone(),
-            topology: index(&mut topologies, &n.topology),
-            labels: index(&mut label_sets, &n.labels),
-            max_volumes: n.max_volumes,
-            published_volumes: n.published_volumes,
-            health: n.health.unwrap_or(Health::Healthy),
-        })
-        .collect();
-    Candidates {
-        topologies,
-        label_sets,
-        nodes,
+    let mut c = Candidates {
+        topologies: vec![],
+        label_sets: vec![],
+        topology: vec![],
+        labels: vec![],
+        max_volumes: vec![],
+        published_volumes: vec![],
+        health: vec![],
+    };
+    for n in nodes {
+        c.topology.push(index(&mut c.topologies, &n.topology));
+        c.labels.push(index(&mut c.label_sets, &n.labels));
+        c.max_volumes.push(n.max_volumes.unwrap_or(0));
+        c.published_volumes.push(n.published_volumes);
+        c.health.push(n.health.unwrap_or(Health::Healthy));
     }
+    c
 }
 
 /// The first failure of `operation` with `code`.

@@ -102,8 +102,8 @@ async fn reload(api: super::client::ApiArgs, output: Output) -> anyhow::Result<E
 
 pub async fn run(cmd: PolicyCommand, output: Output) -> anyhow::Result<ExitCode> {
     match cmd {
-        PolicyCommand::Check(args) => check(args, output),
-        PolicyCommand::Test(args) => test(args, output),
+        PolicyCommand::Check(args) => check(args, output).await,
+        PolicyCommand::Test(args) => test(args, output).await,
         PolicyCommand::Reload { api } => reload(api, output).await,
     }
 }
@@ -139,6 +139,10 @@ struct CheckReport {
     /// The release of the WIT package the module was built against.
     contract: String,
     imports: Vec<String>,
+    /// What one decision takes from the engine's instance pools.
+    core_instances: u32,
+    memories: u32,
+    tables: u32,
     memory_bytes: usize,
     deadline_ms: u128,
     max_answer_bytes: usize,
@@ -155,20 +159,22 @@ struct SampleResult {
     micros: u128,
 }
 
-fn check(args: CheckArgs, output: Output) -> anyhow::Result<ExitCode> {
+async fn check(args: CheckArgs, output: Output) -> anyhow::Result<ExitCode> {
     let settings: BTreeMap<String, String> = args.settings.into_iter().collect();
     let (engine, module, load_time) = load(&args.module, &args.limits, settings)?;
-    let samples: Vec<SampleResult> = module
-        .decisions()
-        .into_iter()
-        .map(|d| sample(&engine, &module, d))
-        .collect();
+    let mut samples = Vec::new();
+    for d in module.decisions() {
+        samples.push(sample(&engine, &module, d).await);
+    }
     let report = CheckReport {
         module: module.name().to_string(),
         path: args.module.display().to_string(),
         decisions: module.decisions(),
         contract: module.contract().to_string(),
         imports: module.imports().to_vec(),
+        core_instances: module.footprint().core_instances,
+        memories: module.footprint().memories,
+        tables: module.footprint().tables,
         memory_bytes: args.limits.memory,
         deadline_ms: args.limits.deadline.as_millis(),
         max_answer_bytes: args.limits.max_answer,
@@ -184,6 +190,13 @@ fn check(args: CheckArgs, output: Output) -> anyhow::Result<ExitCode> {
             say!("{:<12}{}", "decisions", names(&report.decisions));
             say!("{:<12}{}", "contract", report.contract);
             say!("{:<12}{}", "imports", report.imports.join(", "));
+            say!(
+                "{:<12}{} core instances, {} memories, {} tables per decision",
+                "footprint",
+                report.core_instances,
+                report.memories,
+                report.tables
+            );
             say!(
                 "{:<12}memory {}, deadline {} ms, answers up to {}",
                 "limits",
@@ -214,7 +227,7 @@ fn check(args: CheckArgs, output: Output) -> anyhow::Result<ExitCode> {
 }
 
 /// One decision on the sample inputs, with the module's own settings.
-fn sample(engine: &PolicyEngine, module: &PolicyModule, decision: Decision) -> SampleResult {
+async fn sample(engine: &PolicyEngine, module: &PolicyModule, decision: Decision) -> SampleResult {
     let settings = module.settings().to_vec();
     let started = Instant::now();
     let outcome: Result<String, String> = match decision {
@@ -226,6 +239,7 @@ fn sample(engine: &PolicyEngine, module: &PolicyModule, decision: Decision) -> S
                     settings,
                 },
             )
+            .await
             .map(|r| match r {
                 Ok(name) => format!("named {name:?}"),
                 Err(reason) => format!("refused: {reason}"),
@@ -241,12 +255,13 @@ fn sample(engine: &PolicyEngine, module: &PolicyModule, decision: Decision) -> S
             };
             module
                 .place(engine, &request, &berth::policy::candidates(&nodes))
+                .await
                 .map(|v| {
                     let eligible: Vec<&str> = nodes
                         .iter()
-                        .zip(&v)
-                        .filter(|(_, v)| v.eligible)
-                        .map(|(n, _)| n.name.as_str())
+                        .enumerate()
+                        .filter(|(i, _)| v.is_eligible(*i))
+                        .map(|(_, n)| n.name.as_str())
                         .collect();
                     format!("eligible {eligible:?} of 2 nodes")
                 })
@@ -257,6 +272,7 @@ fn sample(engine: &PolicyEngine, module: &PolicyModule, decision: Decision) -> S
             failure.settings = settings;
             module
                 .classify(engine, &failure)
+                .await
                 .map(|d| match d {
                     RetryDecision::RetryAfter(ms) => format!("UNAVAILABLE → retry after {ms} ms"),
                     RetryDecision::GiveUp(r) => format!("UNAVAILABLE → give up: {r}"),
@@ -281,12 +297,12 @@ struct TestReport {
     cases: Vec<CaseResult>,
 }
 
-fn test(args: TestArgs, output: Output) -> anyhow::Result<ExitCode> {
+async fn test(args: TestArgs, output: Output) -> anyhow::Result<ExitCode> {
     let text = std::fs::read_to_string(&args.cases)
         .with_context(|| format!("reading the case file {}", args.cases.display()))?;
     let file = cases::parse(&text).map_err(|e| anyhow::anyhow!("{}: {e}", args.cases.display()))?;
     let (engine, module, _) = load(&args.module, &args.limits, BTreeMap::new())?;
-    let results = cases::run(&engine, &module, &file);
+    let results = cases::run(&engine, &module, &file).await;
     let failed = results.iter().filter(|r| !r.passed).count();
     let report = TestReport {
         module: args.module.display().to_string(),

@@ -11,7 +11,7 @@ use super::VolumeManager;
 use crate::csi::proto;
 use crate::csi::proto::controller_service_capability::rpc::Type as ControllerCap;
 use crate::model::VolumeRecord;
-use crate::policy::{PlacementNode, Verdict};
+use crate::policy::{PlacementNode, Verdicts};
 
 /// How long an answer of GetCapacity is used for.
 const FRESH_FOR: Duration = Duration::from_secs(1);
@@ -27,20 +27,22 @@ pub(super) struct CapacityCache {
 
 impl VolumeManager {
     /// Makes nodes whose topology cannot fit `r` ineligible, saying so.
-    pub(super) async fn fit(&self, r: &VolumeRecord, nodes: &[PlacementNode], verdicts: &mut [Verdict]) {
+    pub(super) async fn fit(&self, r: &VolumeRecord, nodes: &[PlacementNode], verdicts: &mut Verdicts) {
         let plugin = &r.spec.plugin;
         let required = r.spec.required_bytes;
         if required <= 0 || self.offers(plugin, ControllerCap::GetCapacity) != Some(true) {
             return;
         }
-        for (node, verdict) in nodes.iter().zip(verdicts.iter_mut()) {
-            if !verdict.eligible {
+        for (i, node) in nodes.iter().enumerate() {
+            if !verdicts.is_eligible(i) {
                 continue;
             }
             match self.available(r, &node.topology).await {
                 Some(available) if available < required => {
-                    verdict.eligible = false;
-                    verdict.reason = format!("{available} bytes available there, {required} required");
+                    verdicts.refuse(
+                        i,
+                        format!("{available} bytes available there, {required} required"),
+                    );
                 }
                 _ => {}
             }

@@ -1,6 +1,8 @@
 //! Guest decisions for the lifecycle: naming, placement for CreateVolume's
-//! accessibility requirements and for publishes that name no node. Guests run
-//! on tokio's blocking threads; the built-in policies run in place.
+//! accessibility requirements and for publishes that name no node. Guests and
+//! built-in policies alike run on the caller's task.
+
+use tracing::Instrument;
 
 use super::outcome::{Apply, StepError, policy_step_error, step_error};
 use super::{RequestError, VolumeManager};
@@ -13,31 +15,23 @@ use crate::policy::{
 };
 
 impl VolumeManager {
-    /// Runs a policy decision. A guest runs on one of tokio's blocking
-    /// threads: it may take up to its time limit, which must not stall the
-    /// reconciler, and wasmtime-wasi's synchronous WASI needs a thread
-    /// outside the async workers. The built-in policies run in place.
+    /// Runs a policy decision on this task. A guest yields to the runtime at
+    /// every epoch tick it runs past, so even one that takes its whole time
+    /// limit does not stall the reconciler.
     ///
-    /// The decision runs in a span naming the volume, so every warning a
-    /// policy logs says which volume it was deciding for.
-    pub(super) async fn decide<R: Send + 'static>(
+    /// A guest's decision runs in a span naming the volume, so every warning
+    /// a policy logs says which volume it was deciding for.
+    pub(super) async fn decide<R>(
         &self,
         volume: &str,
         decisions: &[Decision],
-        f: impl FnOnce(&Policies) -> R + Send + 'static,
+        f: impl AsyncFnOnce(&Policies) -> R,
     ) -> R {
         if decisions.iter().all(|d| self.policies.module(*d).is_none()) {
-            return f(&self.policies);
+            return f(&self.policies).await;
         }
         let span = tracing::info_span!("decide", volume = %volume);
-        // As many guests at once as there are cores: more would only queue
-        // on the cores, and would each hold a blocking thread.
-        let _turn = self.deciding.acquire().await;
-        let policies = self.policies.clone();
-        match tokio::task::spawn_blocking(move || span.in_scope(|| f(&policies))).await {
-            Ok(r) => r,
-            Err(e) => std::panic::resume_unwind(e.into_panic()),
-        }
+        f(&self.policies).instrument(span).await
     }
 
     /// Names the volume; also places it when CreateVolume will need that.
@@ -52,18 +46,23 @@ impl VolumeManager {
             .unwrap_or(false)
             .then(|| self.placement_nodes(&r.spec.plugin));
         let (outcome, placed) = self
-            .decide(&r.spec.name, &[Decision::Naming, Decision::Placement], move |p| {
-                let placed = nodes.map(|nodes| {
-                    let verdicts = p.place(
-                        volume.clone(),
-                        Purpose::Create,
-                        vec![],
-                        &policy::candidates(&nodes),
-                    );
-                    (nodes, verdicts)
-                });
-                (p.volume_name(volume), placed)
-            })
+            .decide(
+                &r.spec.name,
+                &[Decision::Naming, Decision::Placement],
+                async |p| {
+                    let placed = match nodes {
+                        Some(nodes) => {
+                            let candidates = policy::candidates(&nodes);
+                            let verdicts = p
+                                .place(volume.clone(), Purpose::Create, vec![], &candidates)
+                                .await;
+                            Some((nodes, verdicts))
+                        }
+                        None => None,
+                    };
+                    (p.volume_name(volume).await, placed)
+                },
+            )
             .await;
         // A placement that failed is asked again by CreateVolume, which reports it.
         if let Some((nodes, Ok(mut verdicts))) = placed {
@@ -118,11 +117,12 @@ impl VolumeManager {
         r: &VolumeRecord,
         purpose: Purpose,
         accessible_topology: Vec<policy::Pairs>,
-    ) -> Result<(Vec<PlacementNode>, Vec<policy::Verdict>), policy::PolicyError> {
+    ) -> Result<(Vec<PlacementNode>, policy::Verdicts), policy::PolicyError> {
         let nodes = self.placement_nodes(&r.spec.plugin);
         let volume = policy_volume(r);
-        self.decide(&r.spec.name, &[Decision::Placement], move |p| {
-            let verdicts = p.place(volume, purpose, accessible_topology, &policy::candidates(&nodes))?;
+        self.decide(&r.spec.name, &[Decision::Placement], async |p| {
+            let candidates = policy::candidates(&nodes);
+            let verdicts = p.place(volume, purpose, accessible_topology, &candidates).await?;
             Ok((nodes, verdicts))
         })
         .await
@@ -186,7 +186,7 @@ impl VolumeManager {
 /// the eligible nodes' topologies, best score first.
 fn requirements(
     nodes: &[PlacementNode],
-    verdicts: &[policy::Verdict],
+    verdicts: &policy::Verdicts,
 ) -> Result<proto::TopologyRequirement, StepError> {
     let ranked = policy::ranked(verdicts);
     if ranked.is_empty() {

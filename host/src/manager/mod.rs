@@ -100,8 +100,6 @@ pub struct VolumeManager {
     /// Every node, through its agent.
     nodes: Arc<crate::cluster::Directory>,
     queue: Queue,
-    /// Turns for guest decisions.
-    deciding: tokio::sync::Semaphore,
     capacity: capacity::CapacityCache,
     /// With several servers: whether this one may still act as the leader.
     tenure: std::sync::OnceLock<Tenure>,
@@ -136,9 +134,6 @@ impl VolumeManager {
             queue: Queue::default(),
             capacity: Default::default(),
             tenure: std::sync::OnceLock::new(),
-            deciding: tokio::sync::Semaphore::new(
-                std::thread::available_parallelism().map_or(2, std::num::NonZero::get),
-            ),
         }))
     }
 

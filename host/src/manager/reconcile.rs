@@ -261,7 +261,7 @@ impl VolumeManager {
                     settings: vec![],
                 };
                 match self
-                    .decide(&name, &[Decision::Retry], move |p| p.classify(failure))
+                    .decide(&name, &[Decision::Retry], async |p| p.classify(failure).await)
                     .await
                 {
                     Ok(d) => (d, None),

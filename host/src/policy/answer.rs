@@ -1,6 +1,6 @@
 //! The contract a guest's answer must meet, checked before Berth uses it.
 
-use super::{RetryDecision, Verdict};
+use super::{RetryDecision, Verdicts};
 
 /// The CSI spec's limit for names (CreateVolumeRequest.name).
 pub const MAX_NAME_BYTES: usize = 128;
@@ -31,15 +31,22 @@ pub fn validate_volume_name(name: &str) -> Result<(), String> {
     Ok(())
 }
 
-pub fn validate_verdicts(verdicts: &[Verdict], candidates: usize) -> Result<(), String> {
-    if verdicts.len() != candidates {
+pub fn validate_verdicts(verdicts: &Verdicts, candidates: usize) -> Result<(), String> {
+    let (refusals, scores) = (verdicts.refusals.len(), verdicts.scores.len());
+    if refusals != candidates || scores != candidates {
         return Err(format!(
-            "{} verdicts for {candidates} candidates; there must be one per candidate",
-            verdicts.len()
+            "{refusals} refusals and {scores} scores for {candidates} candidates; there must be one of each per candidate"
         ));
     }
-    for (i, v) in verdicts.iter().enumerate() {
-        validate_reason(&v.reason).map_err(|e| format!("the reason for candidate {i} {e}"))?;
+    let reasons = verdicts.reasons.len();
+    if let Some(i) = verdicts.refusals.iter().position(|r| *r as usize > reasons) {
+        return Err(format!(
+            "candidate {i} is refused for reason {}, and there are {reasons} reasons",
+            verdicts.refusals[i]
+        ));
+    }
+    for (i, r) in verdicts.reasons.iter().enumerate() {
+        validate_reason(r).map_err(|e| format!("reason {i} {e}"))?;
     }
     Ok(())
 }
@@ -95,20 +102,26 @@ mod tests {
 
     #[test]
     fn verdicts_and_retries() {
-        let v = |reason: &str| Verdict {
-            eligible: true,
-            score: 0,
-            reason: reason.into(),
+        let v = |reason: &str| Verdicts {
+            refusals: vec![1],
+            scores: vec![0],
+            reasons: vec![reason.into()],
         };
-        assert!(validate_verdicts(&[v("ok")], 1).is_ok());
+        assert!(validate_verdicts(&v("full"), 1).is_ok());
         assert!(
-            validate_verdicts(&[v("ok")], 2)
+            validate_verdicts(&v("ok"), 2)
                 .unwrap_err()
-                .contains("1 verdicts for 2")
+                .contains("for 2 candidates")
         );
-        assert!(validate_verdicts(&[v(&"r".repeat(300))], 1).is_err());
+        let mut past = v("full");
+        past.refusals[0] = 2;
+        assert!(validate_verdicts(&past, 1).unwrap_err().contains("reason 2"));
+        let mut short = v("full");
+        short.scores.clear();
+        assert!(validate_verdicts(&short, 1).unwrap_err().contains("0 scores"));
+        assert!(validate_verdicts(&v(&"r".repeat(300)), 1).is_err());
         for bad in ["\x1b[2Jgone", "nul\0", "two\nlines"] {
-            let e = validate_verdicts(&[v(bad)], 1).unwrap_err();
+            let e = validate_verdicts(&v(bad), 1).unwrap_err();
             assert!(e.contains("control character"), "{e}");
         }
         // A give-up's reason is shown escaped; 0.1.0 modules may write any.

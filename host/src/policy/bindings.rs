@@ -14,23 +14,63 @@ pub use generated::berth::policy::types::{
 };
 pub use generated::exports::berth::policy::naming::NamingRequest;
 pub use generated::exports::berth::policy::placement::{
-    Candidate, Candidates, PlacementRequest, Purpose, Verdict,
+    Candidates as CandidateColumns, PlacementRequest, Purpose, Verdicts,
 };
 pub use generated::exports::berth::policy::retry::{Decision as RetryDecision, Failure};
 
 /// The released `berth:policy@0.1.0`, for modules built against it. Its
-/// naming and placement types are the same as today's (so today's Rust types
-/// are used for them); only `operation` has fewer cases.
+/// naming types and placement request are the same as today's (so today's
+/// Rust types are used for them); `operation` has fewer cases, and placement
+/// takes and gives records, one per node, instead of columns.
 pub(crate) mod v0_1 {
     mod generated {
         wasmtime::component::bindgen!({
             path: "../wit/0.1.0",
-            world: "retry-policy",
+            world: "policy",
         });
     }
 
+    use generated::berth::policy::types::Health;
     pub use generated::berth::policy::types::Operation;
+    pub use generated::exports::berth::policy::placement::{Candidate, Candidates, Verdict};
     pub use generated::exports::berth::policy::retry::Failure;
+
+    /// The candidates as a 0.1.0 module takes them: one record per node.
+    pub fn candidates(c: &super::super::Candidates) -> Candidates {
+        let cols = &c.columns;
+        let nodes = (0..c.len())
+            .map(|i| Candidate {
+                name: c.names[i].clone(),
+                topology: cols.topology[i],
+                labels: cols.labels[i],
+                max_volumes: cols.max_volumes_of(i),
+                published_volumes: cols.published_volumes[i],
+                health: match cols.health[i] {
+                    super::Health::Healthy => Health::Healthy,
+                    super::Health::Unhealthy => Health::Unhealthy,
+                    super::Health::Unknown => Health::Unknown,
+                },
+            })
+            .collect();
+        Candidates {
+            topologies: cols.topologies.clone(),
+            label_sets: cols.label_sets.clone(),
+            nodes,
+        }
+    }
+
+    /// A 0.1.0 module's verdicts as columns. 0.1.0 gave every node a reason;
+    /// only refused nodes' reasons are kept, as 0.2.0 sends them.
+    pub fn verdicts(old: &[Verdict]) -> super::Verdicts {
+        let mut v = super::super::VerdictsBuilder::new(old.len());
+        for (i, verdict) in old.iter().enumerate() {
+            v.score(i, verdict.score);
+            if !verdict.eligible {
+                v.refuse(i, &verdict.reason);
+            }
+        }
+        v.finish()
+    }
 
     /// The failure as a 0.1.0 module sees it; `None` for an operation 0.1.0 has no name for.
     pub fn failure(f: &super::Failure) -> Option<Failure> {

@@ -166,26 +166,27 @@ pub fn parse(text: &str) -> Result<CaseFile, String> {
 }
 
 /// Runs every case against `module`; a case that cannot run fails with the reason.
-pub fn run(engine: &PolicyEngine, module: &PolicyModule, file: &CaseFile) -> Vec<CaseResult> {
-    file.cases
-        .iter()
-        .map(|case| {
-            let started = Instant::now();
-            let decision = pick_decision(module, case);
-            let outcome = decision.and_then(|d| run_one(engine, module, file, case, d));
-            let (passed, detail) = match outcome {
-                Ok(answer) => (true, answer),
-                Err(why) => (false, why),
-            };
-            CaseResult {
-                name: case.name.clone(),
-                decision: pick_decision(module, case).ok(),
-                passed,
-                detail,
-                micros: Duration::as_micros(&started.elapsed()) as u64,
-            }
-        })
-        .collect()
+pub async fn run(engine: &PolicyEngine, module: &PolicyModule, file: &CaseFile) -> Vec<CaseResult> {
+    let mut results = Vec::with_capacity(file.cases.len());
+    for case in &file.cases {
+        let started = Instant::now();
+        let outcome = match pick_decision(module, case) {
+            Ok(d) => run_one(engine, module, file, case, d).await,
+            Err(why) => Err(why),
+        };
+        let (passed, detail) = match outcome {
+            Ok(answer) => (true, answer),
+            Err(why) => (false, why),
+        };
+        results.push(CaseResult {
+            name: case.name.clone(),
+            decision: pick_decision(module, case).ok(),
+            passed,
+            detail,
+            micros: Duration::as_micros(&started.elapsed()) as u64,
+        });
+    }
+    results
 }
 
 fn pick_decision(module: &PolicyModule, case: &Case) -> Result<Decision, String> {
@@ -281,7 +282,7 @@ impl Expect {
     }
 }
 
-fn run_one(
+async fn run_one(
     engine: &PolicyEngine,
     module: &PolicyModule,
     file: &CaseFile,
@@ -298,6 +299,7 @@ fn run_one(
         Decision::Naming => {
             let answer = module
                 .volume_name(engine, &NamingRequest { volume, settings })
+                .await
                 .map_err(|e| e.failure.to_string())?;
             check_naming(e, answer)
         }
@@ -312,6 +314,7 @@ fn run_one(
             };
             let verdicts = module
                 .place(engine, &request, &super::candidates(&nodes))
+                .await
                 .map_err(|e| e.failure.to_string())?;
             check_placement(e, &nodes, &verdicts)
         }
@@ -335,6 +338,7 @@ fn run_one(
             }
             let decision = module
                 .classify(engine, &failure)
+                .await
                 .map_err(|e| e.failure.to_string())?;
             check_retry(e, &failure, decision)
         }
@@ -384,13 +388,13 @@ fn check_naming(e: &Expect, answer: Result<String, String>) -> Result<String, St
 fn check_placement(
     e: &Expect,
     nodes: &[PlacementNode],
-    verdicts: &[super::Verdict],
+    verdicts: &super::Verdicts,
 ) -> Result<String, String> {
     let eligible: Vec<&str> = nodes
         .iter()
-        .zip(verdicts)
-        .filter(|(_, v)| v.eligible)
-        .map(|(n, _)| n.name.as_str())
+        .enumerate()
+        .filter(|(i, _)| verdicts.is_eligible(*i))
+        .map(|(_, n)| n.name.as_str())
         .collect();
     if let Some(want) = &e.eligible {
         let mut got = eligible.clone();
@@ -412,11 +416,18 @@ fn check_placement(
             .iter()
             .position(|n| &n.name == name)
             .ok_or_else(|| format!("expect.reasons names {name:?}, which is not a node of this case"))?;
-        if !verdicts[i].reason.contains(part.as_str()) {
-            return Err(format!(
-                "expected the reason for {name} to contain {part:?}, got {:?}",
-                verdicts[i].reason
-            ));
+        match verdicts.reason(i) {
+            Some(reason) if reason.contains(part.as_str()) => {}
+            Some(reason) => {
+                return Err(format!(
+                    "expected the reason for {name} to contain {part:?}, got {reason:?}"
+                ));
+            }
+            None => {
+                return Err(format!(
+                    "expected {name} refused for a reason containing {part:?}; it is eligible"
+                ));
+            }
         }
     }
     Ok(format!("eligible {eligible:?}, best {best:?}"))

@@ -1,12 +1,15 @@
 //! The wasmtime engine shared by every policy module: configuration, the
 //! epoch ticker behind deadlines, and the sandbox each decision runs in.
 
+use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, Ordering};
-use std::sync::{Arc, Condvar, Mutex};
-use std::time::Duration;
+use std::time::{Duration, Instant};
 
-use wasmtime::component::{Linker, ResourceTable};
-use wasmtime::{Config, Engine, InstanceAllocationStrategy, PoolingAllocationConfig, ResourceLimiter, Store};
+use wasmtime::component::{Component, Linker, ResourceTable};
+use wasmtime::{
+    Config, Engine, InstanceAllocationStrategy, PoolingAllocationConfig, ResourceLimiter, Store,
+    UpdateDeadline,
+};
 use wasmtime_wasi::p2::pipe::MemoryOutputPipe;
 use wasmtime_wasi::{WasiCtx, WasiCtxBuilder, WasiCtxView, WasiView};
 
@@ -37,13 +40,47 @@ impl Default for EngineOptions {
     }
 }
 
+/// Core instances, memories and tables pooled per concurrent decision. A
+/// Rust guest uses a few of each; a Python guest (the interpreter, its
+/// libraries and WASI's adapters) dozens of core instances and tables, so it
+/// takes several decisions' share.
+const CORE_INSTANCES_PER_SLOT: u32 = 16;
+const MEMORIES_PER_SLOT: u32 = 4;
+const TABLES_PER_SLOT: u32 = 16;
+
+/// What one decision of a module takes from the engine's pools, read from
+/// the component when it loads.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct Footprint {
+    pub core_instances: u32,
+    pub memories: u32,
+    pub tables: u32,
+}
+
 /// One wasmtime engine and linker for every module. Cheap to share.
 pub struct PolicyEngine {
     engine: Engine,
     linker: Linker<GuestState>,
     options: EngineOptions,
-    slots: Slots,
+    pools: Pools,
     ticker: Arc<AtomicBool>,
+    compiled: std::sync::Mutex<Vec<(u64, usize, Component)>>,
+}
+
+/// Compiled components kept for a module loaded again (a reload that changes
+/// only settings or limits, or several policies from one file): a Python
+/// component takes seconds to compile.
+const COMPILED_KEPT: usize = 8;
+
+/// Admission to the instance pools: a decision waits until its module's whole
+/// footprint is free, so a burst of large modules queues instead of failing
+/// to instantiate, and small modules keep running beside them.
+struct Pools {
+    instances: tokio::sync::Semaphore,
+    core_instances: tokio::sync::Semaphore,
+    memories: tokio::sync::Semaphore,
+    tables: tokio::sync::Semaphore,
+    totals: Footprint,
 }
 
 impl PolicyEngine {
@@ -61,8 +98,9 @@ impl PolicyEngine {
         };
         let mut linker = Linker::new(&engine);
         // Rust guests import WASI even when they use none of it; the context
-        // each store gets grants nothing.
-        wasmtime_wasi::p2::add_to_linker_sync(&mut linker)?;
+        // each store gets grants nothing. Asynchronous, so a decision runs on
+        // the caller's task and yields instead of holding a thread.
+        wasmtime_wasi::p2::add_to_linker_async(&mut linker)?;
         // The shared types interface has no functions; guests import it for its types.
         for contract in super::Contract::ALL {
             linker.instance(&format!("{}/types@{}", super::PACKAGE, contract.version()))?;
@@ -70,11 +108,12 @@ impl PolicyEngine {
         let ticker = Arc::new(AtomicBool::new(true));
         spawn_ticker(engine.clone(), ticker.clone());
         Ok(PolicyEngine {
-            slots: Slots::new(options.concurrency),
+            pools: Pools::new(options.concurrency),
             engine,
             linker,
             options,
             ticker,
+            compiled: Default::default(),
         })
     }
 
@@ -90,10 +129,62 @@ impl PolicyEngine {
         &self.options
     }
 
+    /// Compiles `wasm` (binary or text), or returns the component compiled
+    /// from the same bytes before.
+    pub(crate) fn compile(&self, wasm: &[u8]) -> wasmtime::Result<Component> {
+        use std::hash::{Hash, Hasher};
+        let mut hasher = std::collections::hash_map::DefaultHasher::new();
+        wasm.hash(&mut hasher);
+        let key = (hasher.finish(), wasm.len());
+        let cached = |c: &Vec<(u64, usize, Component)>| {
+            c.iter().find(|(h, n, _)| (*h, *n) == key).map(|e| e.2.clone())
+        };
+        if let Some(c) = cached(&self.compiled.lock().unwrap_or_else(|p| p.into_inner())) {
+            return Ok(c);
+        }
+        let component = Component::new(&self.engine, wasm)?;
+        let mut kept = self.compiled.lock().unwrap_or_else(|p| p.into_inner());
+        if kept.len() >= COMPILED_KEPT {
+            kept.remove(0);
+        }
+        kept.push((key.0, key.1, component.clone()));
+        Ok(component)
+    }
+
+    /// Whether a module with this footprint can run at all here; the error
+    /// says which pool is too small and how to grow it.
+    pub(crate) fn fits(&self, need: &Footprint) -> Result<(), String> {
+        let have = &self.pools.totals;
+        let short = [
+            ("core instances", need.core_instances, have.core_instances),
+            ("memories", need.memories, have.memories),
+            ("tables", need.tables, have.tables),
+        ]
+        .into_iter()
+        .find(|(_, need, have)| need > have);
+        match short {
+            Some((what, need, have)) => Err(format!(
+                "one decision needs {need} {what} and the engine pools {have} in all; raise the engine's concurrency"
+            )),
+            None => Ok(()),
+        }
+    }
+
     /// A fresh sandbox: no files, no environment, no network, no inherited
-    /// stdio; a memory limit and a deadline. Holds a concurrency slot until dropped.
-    pub(crate) fn store(&self, memory_limit: usize, deadline: Duration) -> Sandbox<'_> {
-        let slot = self.slots.acquire();
+    /// stdio; a memory limit and a deadline. Holds a concurrency slot until
+    /// dropped: a burst waits briefly for one instead of failing to find a
+    /// pooled instance.
+    ///
+    /// Past the deadline the guest traps with `Interrupt`; before it, a guest
+    /// that runs longer than an epoch tick yields to the async runtime at each
+    /// tick, so a slow decision never holds a worker thread for long.
+    pub(crate) async fn store(
+        &self,
+        footprint: &Footprint,
+        memory_limit: usize,
+        deadline: Duration,
+    ) -> Sandbox<'_> {
+        let slot = self.pools.admit(footprint).await;
         let stderr = MemoryOutputPipe::new(STDERR_CAPTURE);
         let wasi = WasiCtxBuilder::new().stderr(stderr.clone()).build();
         let mut store = Store::new(
@@ -106,8 +197,17 @@ impl PolicyEngine {
             },
         );
         store.limiter(|s| &mut s.limiter);
-        let ticks = deadline.as_micros().div_ceil(EPOCH_TICK.as_micros()) as u64 + 1;
-        store.set_epoch_deadline(ticks);
+        let ends = Instant::now() + deadline;
+        store.epoch_deadline_callback(move |_| {
+            Ok(if Instant::now() >= ends {
+                UpdateDeadline::Interrupt
+            } else {
+                UpdateDeadline::Yield(1)
+            })
+        });
+        // The first tick checks the clock; a decision shorter than a tick
+        // (nearly all) never does.
+        store.set_epoch_deadline(1);
         Sandbox { store, _slot: slot }
     }
 }
@@ -128,9 +228,10 @@ fn config(options: &EngineOptions, pooling: bool) -> Config {
         let slots = options.concurrency.max(1);
         let mut pool = PoolingAllocationConfig::default();
         pool.total_component_instances(slots)
-            .total_core_instances(slots * 8)
-            .total_memories(slots * 2)
-            .total_tables(slots * 8)
+            .total_core_instances(slots * CORE_INSTANCES_PER_SLOT)
+            .total_memories(slots * MEMORIES_PER_SLOT)
+            .total_tables(slots * TABLES_PER_SLOT)
+            .total_stacks(slots)
             .max_memory_size(options.max_module_memory)
             // Reset memory with memset instead of madvise, so a reused slot
             // takes no page faults on the guest's first pages.
@@ -218,41 +319,49 @@ impl ResourceLimiter for MemoryLimiter {
 
 pub(crate) struct Sandbox<'a> {
     pub store: Store<GuestState>,
-    _slot: SlotGuard<'a>,
+    _slot: Admission<'a>,
 }
 
-/// Bounds concurrent decisions to the pool's size, so a burst waits briefly
-/// instead of failing to find a slot.
-struct Slots {
-    free: Mutex<u32>,
-    available: Condvar,
+type Permit<'a> = tokio::sync::SemaphorePermit<'a>;
+
+async fn take(pool: &tokio::sync::Semaphore, n: u32) -> Permit<'_> {
+    pool.acquire_many(n).await.expect("the pools are never closed")
 }
 
-impl Slots {
-    fn new(n: u32) -> Self {
-        Slots {
-            free: Mutex::new(n.max(1)),
-            available: Condvar::new(),
+/// A decision's share of the pools, given back when its sandbox drops.
+struct Admission<'a> {
+    _instance: Permit<'a>,
+    _core_instances: Permit<'a>,
+    _memories: Permit<'a>,
+    _tables: Permit<'a>,
+}
+
+impl Pools {
+    fn new(slots: u32) -> Self {
+        let slots = slots.max(1);
+        let totals = Footprint {
+            core_instances: slots * CORE_INSTANCES_PER_SLOT,
+            memories: slots * MEMORIES_PER_SLOT,
+            tables: slots * TABLES_PER_SLOT,
+        };
+        let semaphore = |n: u32| tokio::sync::Semaphore::new(n as usize);
+        Pools {
+            instances: semaphore(slots),
+            core_instances: semaphore(totals.core_instances),
+            memories: semaphore(totals.memories),
+            tables: semaphore(totals.tables),
+            totals,
         }
     }
 
-    fn acquire(&self) -> SlotGuard<'_> {
-        let mut free = self.free.lock().unwrap_or_else(|p| p.into_inner());
-        while *free == 0 {
-            free = self.available.wait(free).unwrap_or_else(|p| p.into_inner());
+    /// Every decision takes the pools in the same order, so two waiting
+    /// decisions never each hold what the other waits for.
+    async fn admit(&self, need: &Footprint) -> Admission<'_> {
+        Admission {
+            _instance: take(&self.instances, 1).await,
+            _core_instances: take(&self.core_instances, need.core_instances).await,
+            _memories: take(&self.memories, need.memories).await,
+            _tables: take(&self.tables, need.tables).await,
         }
-        *free -= 1;
-        SlotGuard { slots: self }
-    }
-}
-
-struct SlotGuard<'a> {
-    slots: &'a Slots,
-}
-
-impl Drop for SlotGuard<'_> {
-    fn drop(&mut self) {
-        *self.slots.free.lock().unwrap_or_else(|p| p.into_inner()) += 1;
-        self.slots.available.notify_one();
     }
 }

@@ -1,7 +1,7 @@
-//! The initial linear memory a component's core modules declare, read from
-//! the binary (the memory section of each core module, in nested
-//! components too). Each decision starts from it, so a guest that asks for
-//! much more than it needs makes every decision slower.
+//! What a component's binary says it needs: the initial linear memory its
+//! core modules declare (each decision starts from it, so a guest that asks
+//! for much more than it needs makes every decision slower), and how many
+//! core instances it makes (a Rust guest a few, a Python one dozens).
 
 const PAGE: u64 = 64 << 10;
 
@@ -81,6 +81,60 @@ fn module(body: &[u8]) -> Option<u64> {
     Some(most)
 }
 
+/// How many core modules a component instantiates, nested components
+/// included: what one decision takes from the engine's pool of core
+/// instances. (Instances a component bundles from exports allocate nothing.)
+/// `None` when the binary is not a component this reader understands.
+pub fn core_instances(wasm: &[u8]) -> Option<u32> {
+    let (magic, rest) = wasm.split_at_checked(8)?;
+    (magic == b"\0asm\x0d\0\x01\0").then_some(())?;
+    let mut count = 0u32;
+    for (id, contents) in sections(rest)? {
+        count = count.saturating_add(match id {
+            2 => instantiations(contents)?,
+            4 => core_instances(contents)?,
+            _ => 0,
+        });
+    }
+    Some(count)
+}
+
+/// The `instantiate` entries of a core instance section.
+fn instantiations(mut contents: &[u8]) -> Option<u32> {
+    let skip_name = |bytes: &mut &[u8]| -> Option<()> {
+        let len = usize::try_from(leb(bytes)?).ok()?;
+        *bytes = bytes.get(len..)?;
+        Some(())
+    };
+    let mut count = 0;
+    for _ in 0..leb(&mut contents)? {
+        let (&kind, rest) = contents.split_first()?;
+        contents = rest;
+        match kind {
+            // instantiate: module index, then (name, 0x12, instance index) arguments.
+            0x00 => {
+                leb(&mut contents)?;
+                for _ in 0..leb(&mut contents)? {
+                    skip_name(&mut contents)?;
+                    contents = contents.get(1..)?;
+                    leb(&mut contents)?;
+                }
+                count += 1;
+            }
+            // from exports: (name, sort, index) entries.
+            0x01 => {
+                for _ in 0..leb(&mut contents)? {
+                    skip_name(&mut contents)?;
+                    contents = contents.get(1..)?;
+                    leb(&mut contents)?;
+                }
+            }
+            _ => return None,
+        }
+    }
+    Some(count)
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -94,5 +148,18 @@ mod tests {
         assert_eq!(initial_memory(&component), Some(3 * PAGE));
         assert_eq!(initial_memory(b"(module)"), None);
         assert_eq!(initial_memory(b"\0asm\x01\0\0\0\x05\xff"), None, "a cut section");
+    }
+
+    #[test]
+    fn counts_the_core_instances_of_components() {
+        let component = wat::parse_str(
+            "(component (core module $m (func (export \"f\")))
+               (core instance $a (instantiate $m)) (core instance (instantiate $m))
+               (core instance (export \"g\" (func $a \"f\")))
+               (component (core module $n) (core instance (instantiate $n))))",
+        )
+        .unwrap();
+        assert_eq!(core_instances(&component), Some(3));
+        assert_eq!(core_instances(&wat::parse_str("(module)").unwrap()), None);
     }
 }

@@ -14,7 +14,7 @@ use wasmtime::{Store, Trap};
 
 use super::answer::{validate_retry, validate_verdicts, validate_volume_name};
 use super::bindings::{Contract, PACKAGE, PACKAGE_VERSION, v0_1};
-use super::memory::initial_memory;
+use super::memory::{core_instances, initial_memory};
 
 /// An initial memory past this is more than a policy's stack and data need.
 const LARGE_INITIAL_MEMORY: u64 = 1 << 20;
@@ -22,9 +22,11 @@ const LARGE_INITIAL_MEMORY: u64 = 1 << 20;
 fn bytes_shown(n: u64) -> String {
     crate::units::format_bytes(usize::try_from(n).unwrap_or(usize::MAX))
 }
-use super::engine::{GuestState, MemoryLimitExceeded, PolicyEngine};
+use super::engine::{Footprint, GuestState, MemoryLimitExceeded, PolicyEngine, Sandbox};
 use super::error::{GuestFailure, PolicyError, bytes};
-use super::{Candidates, Decision, Failure, NamingRequest, PlacementRequest, RetryDecision, Verdict};
+use super::{
+    CandidateColumns, Candidates, Decision, Failure, NamingRequest, PlacementRequest, RetryDecision, Verdicts,
+};
 
 /// Interfaces a policy module may never import, whatever its context grants.
 const FORBIDDEN_IMPORTS: [(&str, &str); 2] = [
@@ -112,6 +114,8 @@ pub struct PolicyModule {
     pub(crate) counters: Counters,
     /// The largest initial memory its core modules declare.
     initial_memory: Option<u64>,
+    /// What one decision takes from the engine's pools.
+    footprint: Footprint,
 }
 
 #[derive(Debug, thiserror::Error)]
@@ -152,7 +156,7 @@ impl PolicyModule {
             ))));
         }
         let initial_memory = initial_memory(&wasm);
-        let component = Component::new(engine.engine(), &wasm).map_err(|e| {
+        let component = engine.compile(&wasm).map_err(|e| {
             let hint = if wasm.starts_with(b"\0asm\x01\0\0\0") {
                 " (this is a core module; build a component, e.g. with --target wasm32-wasip2)"
             } else {
@@ -161,6 +165,8 @@ impl PolicyModule {
             fail(GuestFailure::Load(format!("not a valid component{hint}: {e:#}")))
         })?;
         check_imports(engine, &component).map_err(|e| fail(GuestFailure::Load(e)))?;
+        let footprint = footprint(&component, &wasm);
+        engine.fits(&footprint).map_err(|e| fail(GuestFailure::Load(e)))?;
         let (exports, contract) =
             find_exports(engine, &component).map_err(|e| fail(GuestFailure::Load(e)))?;
         let pre = engine
@@ -187,8 +193,9 @@ impl PolicyModule {
             contract,
             counters: Counters::default(),
             initial_memory,
+            footprint,
         };
-        module.check_signatures(engine)?;
+        block_on(module.check_signatures(engine))?;
         Ok(module)
     }
 
@@ -202,7 +209,8 @@ impl PolicyModule {
         let bytes = self.initial_memory.filter(|b| *b > LARGE_INITIAL_MEMORY)?;
         Some(format!(
             "{} starts with {} of linear memory, which every decision resets; a Rust guest built \
-             without the SDK's stack setting (-zstack-size=131072, see guests/README.md) reserves a 1 MiB stack",
+             without the SDK's stack setting (-zstack-size=131072, see guests/README.md) reserves a 1 MiB stack \
+             (a Python guest carries its interpreter's heap, about 12 MiB)",
             self.config.name,
             bytes_shown(bytes)
         ))
@@ -210,6 +218,11 @@ impl PolicyModule {
 
     pub fn config(&self) -> &ModuleConfig {
         &self.config
+    }
+
+    /// What one of its decisions takes from the engine's instance pools.
+    pub fn footprint(&self) -> Footprint {
+        self.footprint
     }
 
     /// The package release the module was built against.
@@ -246,143 +259,236 @@ impl PolicyModule {
         }
     }
 
-    fn check_signatures(&self, engine: &PolicyEngine) -> Result<(), PolicyError> {
+    /// Instantiates the module once and types each exported decision against
+    /// the signature of the release it was built for.
+    async fn check_signatures(&self, engine: &PolicyEngine) -> Result<(), PolicyError> {
         for decision in self.decisions() {
-            self.run(engine, decision, |store, instance, index| {
-                let result = match decision {
-                    Decision::Naming => instance
-                        .get_typed_func::<(&NamingRequest,), (Result<String, String>,)>(store, index)
-                        .map(drop),
-                    Decision::Placement => instance
-                        .get_typed_func::<(&PlacementRequest, &Candidates), (Vec<Verdict>,)>(store, index)
-                        .map(drop),
-                    Decision::Retry if self.contract == Contract::V0_1 => instance
-                        .get_typed_func::<(&v0_1::Failure,), (RetryDecision,)>(store, index)
-                        .map(drop),
-                    Decision::Retry => instance
-                        .get_typed_func::<(&Failure,), (RetryDecision,)>(store, index)
-                        .map(drop),
-                };
-                result.map_err(|e| {
+            let (mut sandbox, instance, index) = self.instantiate(engine, decision).await?;
+            let store = &mut sandbox.store;
+            let v0_1 = self.contract == Contract::V0_1;
+            let result = match decision {
+                Decision::Naming => instance
+                    .get_typed_func::<(&NamingRequest,), (Result<String, String>,)>(store, index)
+                    .map(drop),
+                Decision::Placement if v0_1 => instance
+                    .get_typed_func::<(&PlacementRequest, &v0_1::Candidates), (Vec<v0_1::Verdict>,)>(
+                        store, index,
+                    )
+                    .map(drop),
+                Decision::Placement => instance
+                    .get_typed_func::<(&PlacementRequest, &CandidateColumns), (Verdicts,)>(store, index)
+                    .map(drop),
+                Decision::Retry if v0_1 => instance
+                    .get_typed_func::<(&v0_1::Failure,), (RetryDecision,)>(store, index)
+                    .map(drop),
+                Decision::Retry => instance
+                    .get_typed_func::<(&Failure,), (RetryDecision,)>(store, index)
+                    .map(drop),
+            };
+            result.map_err(|e| {
+                self.error(
+                    decision,
                     GuestFailure::Load(format!(
                         "{PACKAGE}/{}.{} does not have the signature of {}: {e:#}",
                         decision.interface(),
                         decision.function(),
                         self.contract
-                    ))
-                    .into_wasmtime()
-                })
+                    )),
+                )
             })?;
         }
         Ok(())
     }
 
-    /// Runs `f` against a fresh instance and maps every way it can fail.
-    fn run<R: Send>(
-        &self,
-        engine: &PolicyEngine,
-        decision: Decision,
-        f: impl FnOnce(&mut Store<GuestState>, &Instance, &ComponentExportIndex) -> wasmtime::Result<R> + Send,
-    ) -> Result<R, PolicyError> {
-        outside_async(|| self.run_here(engine, decision, f))
-    }
-
-    fn run_here<R>(
-        &self,
-        engine: &PolicyEngine,
-        decision: Decision,
-        f: impl FnOnce(&mut Store<GuestState>, &Instance, &ComponentExportIndex) -> wasmtime::Result<R>,
-    ) -> Result<R, PolicyError> {
-        let error = |failure| PolicyError {
+    fn error(&self, decision: Decision, failure: GuestFailure) -> PolicyError {
+        PolicyError {
             module: self.config.name.clone(),
             decision,
             failure,
-        };
+        }
+    }
+
+    /// A fresh instance of the module in its own sandbox, and the decision's
+    /// exported function in it.
+    async fn instantiate<'e>(
+        &self,
+        engine: &'e PolicyEngine,
+        decision: Decision,
+    ) -> Result<(Sandbox<'e>, Instance, &ComponentExportIndex), PolicyError> {
         let index = self
             .export(decision)
-            .ok_or_else(|| error(GuestFailure::NotServed))?;
+            .ok_or_else(|| self.error(decision, GuestFailure::NotServed))?;
         let limits = self.config.limits;
-        let mut sandbox = engine.store(limits.memory_bytes, limits.deadline);
-        let store = &mut sandbox.store;
-        let instance = self.pre.instantiate(&mut *store).map_err(|e| {
-            error(match classify(&e, store, &limits) {
-                GuestFailure::Trap(why) => GuestFailure::Instantiate(why),
-                other => other,
-            })
-        })?;
-        f(store, &instance, index).map_err(|e| error(classify(&e, store, &limits)))
+        let mut sandbox = engine
+            .store(&self.footprint, limits.memory_bytes, limits.deadline)
+            .await;
+        match self.pre.instantiate_async(&mut sandbox.store).await {
+            Ok(instance) => Ok((sandbox, instance, index)),
+            Err(e) => Err(self.error(
+                decision,
+                match classify(&e, &sandbox.store, &limits) {
+                    GuestFailure::Trap(why) => GuestFailure::Instantiate(why),
+                    other => other,
+                },
+            )),
+        }
+    }
+
+    /// A fresh instance's function for `decision`, typed as `P -> R`.
+    async fn prepare<'e, P, R>(
+        &self,
+        engine: &'e PolicyEngine,
+        decision: Decision,
+    ) -> Result<(Sandbox<'e>, TypedFunc<P, R>), PolicyError>
+    where
+        P: ComponentNamedList + Lower,
+        R: ComponentNamedList + Lift,
+    {
+        let (mut sandbox, instance, index) = self.instantiate(engine, decision).await?;
+        let func = instance
+            .get_func(&mut sandbox.store, index)
+            .ok_or_else(|| self.error(decision, GuestFailure::Trap("exported function missing".into())))?;
+        // SAFETY: `check_signatures` type-checked this export of this component
+        // against the parameter and result types of the module's release when
+        // it loaded, every caller passes those types for that release, and
+        // every instance comes from the same `InstancePre`.
+        Ok((sandbox, unsafe { TypedFunc::new_unchecked(func) }))
+    }
+
+    /// The typed error for a decision's call that failed.
+    fn failed(&self, decision: Decision, e: &wasmtime::Error, sandbox: &Sandbox<'_>) -> PolicyError {
+        self.error(decision, classify(e, &sandbox.store, &self.config.limits))
     }
 
     /// `naming.volume-name`: the guest's name, or its refusal (`Err`).
-    pub fn volume_name(
+    pub async fn volume_name(
         &self,
         engine: &PolicyEngine,
         request: &NamingRequest,
     ) -> Result<Result<String, String>, PolicyError> {
         let max = self.config.limits.max_answer_bytes;
-        let answer = self.run(engine, Decision::Naming, |store, instance, index| {
-            let func = typed::<(&NamingRequest,), (Result<String, String>,)>(store, instance, index)?;
-            let (answer,) = func.call(&mut *store, (request,))?;
+        let (mut sandbox, func) = self
+            .prepare::<(&NamingRequest,), (Result<String, String>,)>(engine, Decision::Naming)
+            .await?;
+        let answer = async {
+            let (answer,) = func.call_async(&mut sandbox.store, (request,)).await?;
             let (Ok(text) | Err(text)) = &answer;
             within(text.len(), max)?;
             Ok(answer)
-        })?;
+        }
+        .await
+        .map_err(|e| self.failed(Decision::Naming, &e, &sandbox))?;
         if let Ok(name) = &answer {
             validate_volume_name(name).map_err(|why| self.invalid(Decision::Naming, why))?;
         }
         Ok(answer)
     }
 
-    /// `placement.place`: one verdict per candidate.
-    pub fn place(
+    /// `placement.place`: a verdict on every candidate.
+    pub async fn place(
         &self,
         engine: &PolicyEngine,
         request: &PlacementRequest,
         candidates: &Candidates,
-    ) -> Result<Vec<Verdict>, PolicyError> {
-        candidates.check().map_err(|why| PolicyError {
-            module: self.config.name.clone(),
-            decision: Decision::Placement,
-            failure: GuestFailure::InvalidAnswer(format!("bad request: {why}")),
-        })?;
+    ) -> Result<Verdicts, PolicyError> {
+        let decision = Decision::Placement;
+        candidates
+            .check()
+            .map_err(|why| self.invalid(decision, format!("bad request: {why}")))?;
         let max = self.config.limits.max_answer_bytes;
-        let verdicts = self.run(engine, Decision::Placement, |store, instance, index| {
-            let func = typed::<(&PlacementRequest, &Candidates), (Vec<Verdict>,)>(store, instance, index)?;
-            let (verdicts,) = func.call(&mut *store, (request, candidates))?;
-            let reasons: usize = verdicts.iter().map(|v| v.reason.len()).sum();
-            within(verdicts.len() * std::mem::size_of::<Verdict>() + reasons, max)?;
-            Ok(verdicts)
-        })?;
-        validate_verdicts(&verdicts, candidates.nodes.len())
-            .map_err(|why| self.invalid(Decision::Placement, why))?;
+        let verdicts = match self.contract {
+            Contract::V0_1 => {
+                let old = v0_1::candidates(candidates);
+                let (mut sandbox, func) = self
+                    .prepare::<(&PlacementRequest, &v0_1::Candidates), (Vec<v0_1::Verdict>,)>(
+                        engine, decision,
+                    )
+                    .await?;
+                let verdicts = async {
+                    let (verdicts,) = func.call_async(&mut sandbox.store, (request, &old)).await?;
+                    let reasons: usize = verdicts.iter().map(|v| v.reason.len()).sum();
+                    within(
+                        verdicts.len() * std::mem::size_of::<v0_1::Verdict>() + reasons,
+                        max,
+                    )?;
+                    Ok(verdicts)
+                }
+                .await
+                .map_err(|e| self.failed(decision, &e, &sandbox))?;
+                if verdicts.len() != candidates.len() {
+                    return Err(self.invalid(
+                        decision,
+                        format!(
+                            "{} verdicts for {} candidates; there must be one per candidate",
+                            verdicts.len(),
+                            candidates.len()
+                        ),
+                    ));
+                }
+                v0_1::verdicts(&verdicts)
+            }
+            Contract::V0_2 => {
+                let (mut sandbox, func) = self
+                    .prepare::<(&PlacementRequest, &CandidateColumns), (Verdicts,)>(engine, decision)
+                    .await?;
+                async {
+                    let (verdicts,) = func
+                        .call_async(&mut sandbox.store, (request, &candidates.columns))
+                        .await?;
+                    let reasons: usize = verdicts.reasons.iter().map(|r| r.len() + 16).sum();
+                    within(
+                        verdicts.refusals.len() * 4 + verdicts.scores.len() * 4 + reasons,
+                        max,
+                    )?;
+                    Ok(verdicts)
+                }
+                .await
+                .map_err(|e| self.failed(decision, &e, &sandbox))?
+            }
+        };
+        validate_verdicts(&verdicts, candidates.len()).map_err(|why| self.invalid(decision, why))?;
         Ok(verdicts)
     }
 
     /// `retry.classify`: what to do after a failed CSI call.
-    pub fn classify(&self, engine: &PolicyEngine, failure: &Failure) -> Result<RetryDecision, PolicyError> {
+    pub async fn classify(
+        &self,
+        engine: &PolicyEngine,
+        failure: &Failure,
+    ) -> Result<RetryDecision, PolicyError> {
+        let decision = Decision::Retry;
         let max = self.config.limits.max_answer_bytes;
-        let legacy = match self.contract {
-            Contract::V0_1 => Some(v0_1::failure(failure).ok_or_else(|| PolicyError {
-                module: self.config.name.clone(),
-                decision: Decision::Retry,
-                failure: GuestFailure::NotServed,
-            })?),
-            Contract::V0_2 => None,
-        };
-        let decision = self.run(engine, Decision::Retry, |store, instance, index| {
-            let (decision,) = match &legacy {
-                Some(old) => typed::<(&v0_1::Failure,), (RetryDecision,)>(store, instance, index)?
-                    .call(&mut *store, (old,))?,
-                None => typed::<(&Failure,), (RetryDecision,)>(store, instance, index)?
-                    .call(&mut *store, (failure,))?,
-            };
-            if let RetryDecision::GiveUp(reason) = &decision {
-                within(reason.len(), max)?;
+        let answer = match self.contract {
+            Contract::V0_1 => {
+                let old =
+                    v0_1::failure(failure).ok_or_else(|| self.error(decision, GuestFailure::NotServed))?;
+                let (mut sandbox, func) = self
+                    .prepare::<(&v0_1::Failure,), (RetryDecision,)>(engine, decision)
+                    .await?;
+                let answer = func.call_async(&mut sandbox.store, (&old,)).await;
+                answer.map_err(|e| self.failed(decision, &e, &sandbox))?.0
             }
-            Ok(decision)
-        })?;
-        validate_retry(&decision).map_err(|why| self.invalid(Decision::Retry, why))?;
-        Ok(decision)
+            Contract::V0_2 => {
+                let (mut sandbox, func) = self
+                    .prepare::<(&Failure,), (RetryDecision,)>(engine, decision)
+                    .await?;
+                let answer = func.call_async(&mut sandbox.store, (failure,)).await;
+                answer.map_err(|e| self.failed(decision, &e, &sandbox))?.0
+            }
+        };
+        if let RetryDecision::GiveUp(reason) = &answer
+            && reason.len() > max
+        {
+            return Err(self.error(
+                decision,
+                GuestFailure::AnswerTooLarge {
+                    bytes: reason.len(),
+                    limit: max,
+                },
+            ));
+        }
+        validate_retry(&answer).map_err(|why| self.invalid(decision, why))?;
+        Ok(answer)
     }
 
     fn invalid(&self, decision: Decision, why: String) -> PolicyError {
@@ -392,40 +498,6 @@ impl PolicyModule {
             failure: GuestFailure::InvalidAnswer(why),
         }
     }
-}
-
-/// Runs `f` where blocking is allowed. wasmtime-wasi's synchronous WASI
-/// (a guest writing its panic message, say) blocks on tokio, which panics
-/// inside an async task; so a decision asked for from async code leaves the
-/// async context first.
-fn outside_async<R: Send>(f: impl FnOnce() -> R + Send) -> R {
-    use tokio::runtime::{Handle, RuntimeFlavor};
-    match Handle::try_current() {
-        Err(_) => f(),
-        Ok(h) if h.runtime_flavor() == RuntimeFlavor::CurrentThread => {
-            std::thread::scope(|s| s.spawn(f).join().unwrap_or_else(|p| std::panic::resume_unwind(p)))
-        }
-        Ok(_) => tokio::task::block_in_place(f),
-    }
-}
-
-/// The exported function, typed without checking its signature again.
-fn typed<P, R>(
-    store: &mut Store<GuestState>,
-    instance: &Instance,
-    index: &ComponentExportIndex,
-) -> wasmtime::Result<TypedFunc<P, R>>
-where
-    P: ComponentNamedList + Lower,
-    R: ComponentNamedList + Lift,
-{
-    let func = instance
-        .get_func(&mut *store, index)
-        .ok_or_else(|| wasmtime::Error::msg("exported function missing from the instance"))?;
-    // SAFETY: `check_signatures` type-checked this export of this component
-    // against exactly these parameter and result types when the module loaded,
-    // and every instance comes from the same `InstancePre`.
-    Ok(unsafe { TypedFunc::new_unchecked(func) })
 }
 
 /// Checks an answer's size against the module's bound. The copy out of the
@@ -438,21 +510,7 @@ fn within(bytes: usize, max: usize) -> wasmtime::Result<()> {
     Ok(())
 }
 
-impl GuestFailure {
-    fn into_wasmtime(self) -> wasmtime::Error {
-        wasmtime::Error::new(Carried(self))
-    }
-}
-
-/// A `GuestFailure` decided inside a closure, carried out through anyhow.
-#[derive(Debug, thiserror::Error)]
-#[error("{0}")]
-struct Carried(GuestFailure);
-
 fn classify(e: &wasmtime::Error, store: &Store<GuestState>, limits: &Limits) -> GuestFailure {
-    if let Some(Carried(f)) = e.downcast_ref::<Carried>() {
-        return f.clone();
-    }
     if let Some(t) = e.downcast_ref::<TooLarge>() {
         return GuestFailure::AnswerTooLarge {
             bytes: t.bytes,
@@ -488,6 +546,17 @@ fn classify(e: &wasmtime::Error, store: &Store<GuestState>, limits: &Limits) -> 
             }
         }
         None => GuestFailure::Trap(format!("{e:#}")),
+    }
+}
+
+/// A component's needs from the pools. A binary the reader does not
+/// understand (the text format, in tests) counts as the typical Rust guest.
+fn footprint(component: &Component, wasm: &[u8]) -> Footprint {
+    let resources = component.resources_required();
+    Footprint {
+        core_instances: core_instances(wasm).unwrap_or(4).max(1),
+        memories: resources.as_ref().map_or(1, |r| r.num_memories),
+        tables: resources.as_ref().map_or(1, |r| r.num_tables),
     }
 }
 
@@ -571,4 +640,26 @@ fn find_exports(
         });
     }
     Ok((found, served[0].3))
+}
+
+/// Drives a future to completion on this thread. Only loading uses it: the
+/// one instantiation that proves a module's signatures calls no host
+/// function that needs the async runtime, and loading is rare.
+fn block_on<F: std::future::Future>(future: F) -> F::Output {
+    use std::task::{Context, Poll, Wake, Waker};
+    struct Unpark(std::thread::Thread);
+    impl Wake for Unpark {
+        fn wake(self: std::sync::Arc<Self>) {
+            self.0.unpark();
+        }
+    }
+    let waker = Waker::from(std::sync::Arc::new(Unpark(std::thread::current())));
+    let mut cx = Context::from_waker(&waker);
+    let mut future = std::pin::pin!(future);
+    loop {
+        if let Poll::Ready(out) = future.as_mut().poll(&mut cx) {
+            return out;
+        }
+        std::thread::park();
+    }
 }

@@ -12,7 +12,7 @@ use super::builtin::Builtins;
 use super::module::{ModuleConfig, OnError, PolicyModule};
 use super::{
     Candidates, Decision, Failure, NamingRequest, Pairs, PlacementRequest, PolicyEngine, PolicyError,
-    Purpose, RetryDecision, Verdict, Volume,
+    Purpose, RetryDecision, Verdicts, Volume,
 };
 use crate::metrics::{self, Outcome, Text};
 
@@ -162,10 +162,10 @@ impl Policies {
 
     /// Runs `wasm` on the decision's module, applying its `on_error`, or the
     /// built-in policy when no module serves the decision.
-    fn decide<T>(
+    async fn decide<T>(
         &self,
         decision: Decision,
-        wasm: impl FnOnce(&PolicyModule) -> Result<T, PolicyError>,
+        wasm: impl AsyncFnOnce(&PolicyModule) -> Result<T, PolicyError>,
         builtin: impl FnOnce() -> T,
     ) -> Result<T, PolicyError> {
         let started = metrics::get().map(|_| Instant::now());
@@ -181,7 +181,7 @@ impl Policies {
         };
         let counters = &module.counters;
         counters.decisions.fetch_add(1, Ordering::Relaxed);
-        let answer = wasm(&module);
+        let answer = wasm(&module).await;
         let name = || Text::from(module.name());
         match answer {
             Ok(answer) => {
@@ -210,7 +210,7 @@ impl Policies {
     }
 
     /// The backend name for a volume.
-    pub fn volume_name(&self, volume: Volume) -> Result<NamingOutcome, PolicyError> {
+    pub async fn volume_name(&self, volume: Volume) -> Result<NamingOutcome, PolicyError> {
         let module = self.module(Decision::Naming);
         let request = NamingRequest {
             volume,
@@ -218,24 +218,25 @@ impl Policies {
         };
         self.decide(
             Decision::Naming,
-            |m| {
-                Ok(match m.volume_name(&self.engine, &request)? {
+            async |m| {
+                Ok(match m.volume_name(&self.engine, &request).await? {
                     Ok(name) => NamingOutcome::Named(name),
                     Err(reason) => NamingOutcome::Refused(reason),
                 })
             },
             || NamingOutcome::Named(self.builtins.naming.volume_name(&request.volume)),
         )
+        .await
     }
 
-    /// A verdict per candidate node (build the set with [`super::candidates`]).
-    pub fn place(
+    /// A verdict on every candidate node (build the set with [`super::candidates`]).
+    pub async fn place(
         &self,
         volume: Volume,
         purpose: Purpose,
         accessible_topology: Vec<Pairs>,
         candidates: &Candidates,
-    ) -> Result<Vec<Verdict>, PolicyError> {
+    ) -> Result<Verdicts, PolicyError> {
         let module = self.module(Decision::Placement);
         let request = PlacementRequest {
             volume,
@@ -245,13 +246,14 @@ impl Policies {
         };
         self.decide(
             Decision::Placement,
-            |m| m.place(&self.engine, &request, candidates),
+            async |m| m.place(&self.engine, &request, candidates).await,
             || self.builtins.placement.place(&request, candidates),
         )
+        .await
     }
 
     /// What to do after a failed CSI call. `failure.settings` is filled in here.
-    pub fn classify(&self, mut failure: Failure) -> Result<RetryDecision, PolicyError> {
+    pub async fn classify(&self, mut failure: Failure) -> Result<RetryDecision, PolicyError> {
         let module = self.module(Decision::Retry);
         if module
             .as_ref()
@@ -263,9 +265,10 @@ impl Policies {
         failure.settings = settings_of(module.as_deref());
         self.decide(
             Decision::Retry,
-            |m| m.classify(&self.engine, &failure),
+            async |m| m.classify(&self.engine, &failure).await,
             || self.builtins.retry.classify(&failure),
         )
+        .await
     }
 
     /// Counters of every installed module.

@@ -3,7 +3,7 @@
 
 use std::fmt::Write;
 
-use crate::policy::{Candidate, Candidates, Health, Pairs, PlacementRequest, Purpose, Verdict};
+use crate::policy::{Candidates, Health, Pairs, PlacementRequest, Purpose, Verdicts, VerdictsBuilder};
 
 #[derive(Clone, Debug)]
 pub struct BuiltinPlacement {
@@ -44,11 +44,11 @@ fn show(out: &mut String, pairs: &Pairs) {
 /// the reason when the volume cannot be reached from it.
 struct TopologyVerdict {
     preferred: bool,
-    outside: Option<String>,
+    outside: Option<u32>,
 }
 
 impl BuiltinPlacement {
-    pub fn place(&self, request: &PlacementRequest, candidates: &Candidates) -> Vec<Verdict> {
+    pub fn place(&self, request: &PlacementRequest, candidates: &Candidates) -> Verdicts {
         let required = match request.purpose {
             Purpose::Create => &request.volume.requisite_topology,
             Purpose::Publish => &request.accessible_topology,
@@ -61,7 +61,9 @@ impl BuiltinPlacement {
             }
             show(&mut wanted, t);
         }
-        let topologies: Vec<TopologyVerdict> = candidates
+        let cols = &candidates.columns;
+        let mut verdicts = VerdictsBuilder::new(candidates.len());
+        let topologies: Vec<TopologyVerdict> = cols
             .topologies
             .iter()
             .map(|t| {
@@ -73,56 +75,49 @@ impl BuiltinPlacement {
                         show(&mut reason, t);
                         reason.push_str(" is outside ");
                         reason.push_str(&wanted);
-                        reason
+                        verdicts.reason(reason)
                     }),
                 }
             })
             .collect();
-        candidates
-            .nodes
-            .iter()
-            .map(|n| self.judge(n, &topologies[n.topology as usize]))
-            .collect()
-    }
-
-    fn judge(&self, node: &Candidate, topology: &TopologyVerdict) -> Verdict {
-        let no = |reason: String| Verdict {
-            eligible: false,
-            score: 0,
-            reason,
-        };
-        match node.health {
-            Health::Healthy => {}
-            Health::Unhealthy => return no("node plugin is unhealthy".into()),
-            Health::Unknown => return no("node plugin health is unknown".into()),
+        let mut full = String::new();
+        for i in 0..candidates.len() {
+            let topology = &topologies[cols.topology[i] as usize];
+            match cols.health[i] {
+                Health::Healthy => {}
+                Health::Unhealthy => {
+                    verdicts.refuse(i, "node plugin is unhealthy");
+                    continue;
+                }
+                Health::Unknown => {
+                    verdicts.refuse(i, "node plugin health is unknown");
+                    continue;
+                }
+            }
+            if let Some(outside) = topology.outside {
+                verdicts.refuse_for(i, outside);
+                continue;
+            }
+            let published = cols.published_volumes[i];
+            let score = match cols.max_volumes_of(i) {
+                Some(max) if published >= max => {
+                    full.clear();
+                    let _ = write!(full, "full: {published} of {max} volumes");
+                    verdicts.refuse(i, &full);
+                    continue;
+                }
+                // Emptiest first: free share of the limit, or fewer volumes when unlimited.
+                Some(max) => ((max - published) * 100 / max) as i32,
+                None => 100 - published.min(100) as i32,
+            };
+            let bonus = if topology.preferred {
+                self.preferred_bonus
+            } else {
+                0
+            };
+            verdicts.score(i, score + bonus);
         }
-        if let Some(outside) = &topology.outside {
-            return no(outside.clone());
-        }
-        if let Some(max) = node.max_volumes
-            && node.published_volumes >= max
-        {
-            return no(format!("full: {} of {max} volumes", node.published_volumes));
-        }
-        let (mut score, mut reason) = match node.max_volumes {
-            Some(max) if max > 0 => (
-                ((max - node.published_volumes) * 100 / max) as i32,
-                format!("{} of {max} volumes used", node.published_volumes),
-            ),
-            _ => (
-                100 - node.published_volumes.min(100) as i32,
-                format!("{} volumes, no limit", node.published_volumes),
-            ),
-        };
-        if topology.preferred {
-            score += self.preferred_bonus;
-            reason.push_str(", preferred topology");
-        }
-        Verdict {
-            eligible: true,
-            score,
-            reason,
-        }
+        verdicts.finish()
     }
 }
 
@@ -156,11 +151,11 @@ mod tests {
             sick,
         ];
         let v = BuiltinPlacement::default().place(&request, &candidates(&nodes));
-        assert!(v[0].eligible && v[1].eligible);
-        assert_eq!(v[1].score, v[0].score + 50);
-        assert_eq!(v[2].reason, "topology zone=b is outside zone=a");
-        assert_eq!(v[3].reason, "full: 1 of 1 volumes");
-        assert!(!v[4].eligible);
+        assert!(v.is_eligible(0) && v.is_eligible(1));
+        assert_eq!(v.scores[1], v.scores[0] + 50);
+        assert_eq!(v.reason(2), Some("topology zone=b is outside zone=a"));
+        assert_eq!(v.reason(3), Some("full: 1 of 1 volumes"));
+        assert_eq!(v.reason(4), Some("node plugin health is unknown"));
     }
 
     #[test]
@@ -175,6 +170,6 @@ mod tests {
             &request,
             &candidates(&[node("a", &[("zone", "a")]), node("b", &[("zone", "b")])]),
         );
-        assert!(!v[0].eligible && v[1].eligible);
+        assert!(!v.is_eligible(0) && v.is_eligible(1));
     }
 }

@@ -12,8 +12,8 @@
 //! - `read-file`, `environment`: reach for the host, to show WASI grants nothing;
 //! - `echo`: answers whatever the request carries, for property tests of the
 //!   host's checks: the name in the volume's label `answer` (or a refusal from
-//!   label `refuse`); verdicts from label `verdicts` (`ELIGIBLE,SCORE,REASON`
-//!   entries separated by `;`); a retry decision from the failure's message
+//!   label `refuse`); verdicts from labels `refusals` and `scores` (numbers
+//!   separated by `,`) and `reasons` (separated by `;`); a retry decision from the failure's message
 //!   (`retry-after MS`, `give-up REASON` or `done`);
 //! - `dump-input`: shows what it was given: refuses to name a volume labelled
 //!   `dump=naming` with its whole request as the reason, and gives up on every
@@ -23,8 +23,8 @@
 use std::sync::atomic::{AtomicU64, Ordering};
 
 use berth_guest::{
-    Candidates, Decision, Failure, Naming, NamingRequest, Pairs, Placement, PlacementRequest, Retry, Verdict,
-    get,
+    Candidates, Decision, Failure, Naming, NamingRequest, Pairs, Placement, PlacementRequest, Retry,
+    Verdicts, get,
 };
 
 pub struct Hostile;
@@ -95,38 +95,39 @@ impl Naming for Hostile {
     }
 }
 
+/// Numbers separated by `,`; what does not parse is skipped.
+fn numbers<T: std::str::FromStr>(text: Option<&str>) -> Vec<T> {
+    let text = text.unwrap_or("");
+    text.split(',').filter_map(|n| n.trim().parse().ok()).collect()
+}
+
 impl Placement for Hostile {
-    fn place(request: PlacementRequest, candidates: Candidates) -> Vec<Verdict> {
-        let candidates = candidates.nodes;
-        let ok = |_: &berth_guest::Candidate| Verdict {
-            eligible: true,
-            score: 1,
-            reason: String::new(),
+    fn place(request: PlacementRequest, candidates: Candidates) -> Verdicts {
+        let n = candidates.len();
+        let ok = |n: usize| Verdicts {
+            refusals: vec![0; n],
+            scores: vec![1; n],
+            reasons: vec![],
         };
+        let labels = &request.volume.labels;
         match misbehave(&request.settings) {
-            Some("huge-answer") => candidates
-                .iter()
-                .map(|_| Verdict {
-                    eligible: true,
-                    score: 1,
-                    reason: "y".repeat(4 << 20),
-                })
-                .collect(),
-            Some("invalid-answer") => candidates.iter().skip(1).map(ok).collect(),
-            Some("echo") => get(&request.volume.labels, "verdicts")
-                .unwrap_or("")
-                .split(';')
-                .filter(|e| !e.is_empty())
-                .map(|e| {
-                    let mut parts = e.splitn(3, ',');
-                    Verdict {
-                        eligible: parts.next() == Some("1"),
-                        score: parts.next().and_then(|s| s.parse().ok()).unwrap_or(0),
-                        reason: parts.next().unwrap_or("").to_string(),
-                    }
-                })
-                .collect(),
-            _ => candidates.iter().map(ok).collect(),
+            Some("huge-answer") => Verdicts {
+                refusals: vec![1; n],
+                scores: vec![0; n],
+                reasons: vec!["y".repeat(8 << 20)],
+            },
+            Some("invalid-answer") => ok(n.saturating_sub(1)),
+            Some("echo") => Verdicts {
+                refusals: numbers(get(labels, "refusals")),
+                scores: numbers(get(labels, "scores")),
+                reasons: get(labels, "reasons")
+                    .unwrap_or("")
+                    .split(';')
+                    .filter(|r| !r.is_empty())
+                    .map(str::to_string)
+                    .collect(),
+            },
+            _ => ok(n),
         }
     }
 }

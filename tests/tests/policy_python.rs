@@ -1,0 +1,154 @@
+//! Python policy modules, built with componentize-py by `cargo xtask guests`:
+//! the samples pass the Rust samples' case files through `berth policy test`,
+//! and a hostile Python guest is contained with typed errors. A Python
+//! component has no WASI at all (every WASI import is a trapping stub), so
+//! reaching for the network, a file or a program traps, and its environment
+//! is the empty one it was built with.
+
+use std::path::{Path, PathBuf};
+use std::sync::{Arc, OnceLock};
+use std::time::Duration;
+
+use berth::policy::builtin::Builtins;
+use berth::policy::samples::{failure, node, pairs, volume};
+use berth::policy::{
+    Code, Decision, EngineOptions, GuestFailure, ModuleConfig, NamingOutcome, OnError, Operation, Policies,
+    PolicyEngine, Purpose, RetryDecision, candidates,
+};
+use berth_tests::{berth, guest, texts};
+
+fn python_guest(name: &str) -> PathBuf {
+    let path = Path::new(env!("CARGO_MANIFEST_DIR")).join(format!("../target/guests/python/{name}.wasm"));
+    assert!(
+        path.exists(),
+        "{} is not built (cargo xtask guests)",
+        path.display()
+    );
+    path
+}
+
+/// One engine for the file: the hostile component compiles once and loads
+/// with each behaviour from the engine's cache.
+fn engine() -> Arc<PolicyEngine> {
+    static ENGINE: OnceLock<Arc<PolicyEngine>> = OnceLock::new();
+    ENGINE
+        .get_or_init(|| Arc::new(PolicyEngine::new(EngineOptions::default()).expect("engine")))
+        .clone()
+}
+
+fn hostile(behaviour: &str) -> Policies {
+    let p = Policies::new(engine(), Builtins::default());
+    let mut c = ModuleConfig::from_path(&python_guest("berth_hostile_py"));
+    c.settings = [("behaviour".to_string(), behaviour.to_string())].into();
+    c.on_error = OnError::Fail;
+    p.load(c, &[]).expect("the hostile Python guest loads");
+    p
+}
+
+fn naming_failure(p: &Policies) -> GuestFailure {
+    match berth_tests::block_on(p.volume_name(volume("v"))) {
+        Err(e) => {
+            assert_eq!(
+                (e.decision, e.module.as_str()),
+                (Decision::Naming, "berth_hostile_py")
+            );
+            e.failure
+        }
+        Ok(other) => panic!("expected a failure, got {other:?}"),
+    }
+}
+
+#[test]
+fn the_python_samples_pass_the_rust_samples_case_files() {
+    for sample in ["naming", "placement", "retry"] {
+        let module = python_guest(&format!("berth_{sample}_py"));
+        let cases = Path::new(env!("CARGO_MANIFEST_DIR")).join(format!("../guests/{sample}/cases.toml"));
+        let out = berth(&[
+            "policy",
+            "test",
+            module.to_str().unwrap(),
+            cases.to_str().unwrap(),
+        ]);
+        let (stdout, stderr) = texts(&out);
+        assert!(out.status.success(), "{sample}: {stdout}{stderr}");
+        assert!(stdout.contains(" 0 failed"), "{stdout}");
+    }
+}
+
+#[test]
+fn a_python_module_imports_nothing_but_berths_types_and_decides_beside_rust_ones() {
+    let p = Policies::new(engine(), Builtins::default());
+    p.load(ModuleConfig::from_path(&python_guest("berth_placement_py")), &[])
+        .unwrap();
+    p.load(ModuleConfig::from_path(&guest("berth_naming_guest")), &[])
+        .unwrap();
+    let py = p.module(Decision::Placement).unwrap();
+    assert_eq!(py.imports(), ["berth:policy/types@0.2.0"]);
+    assert!(py.footprint().core_instances > 8, "{:?}", py.footprint());
+    let rust = p.module(Decision::Naming).unwrap();
+    assert!(rust.footprint().core_instances < py.footprint().core_instances);
+    // Many decisions of both at once: the pools admit each within its share.
+    let p = Arc::new(p);
+    berth_tests::block_on(async {
+        let mut tasks = tokio::task::JoinSet::new();
+        for i in 0..24 {
+            let p = p.clone();
+            tasks.spawn(async move {
+                let nodes = [node("a", &[("zone", "a")]), node("b", &[("zone", "b")])];
+                let mut v = volume("data");
+                v.requisite_topology = vec![pairs(&[("zone", "b")])];
+                if i % 2 == 0 {
+                    let verdicts = p
+                        .place(v, Purpose::Create, vec![], &candidates(&nodes))
+                        .await
+                        .unwrap();
+                    assert_eq!(berth::policy::ranked(&verdicts), vec![1]);
+                } else {
+                    let named = p.volume_name(v).await.unwrap();
+                    assert!(
+                        matches!(&named, NamingOutcome::Named(n) if n.starts_with("pv-data-")),
+                        "{named:?}"
+                    );
+                }
+            });
+        }
+        while let Some(done) = tasks.join_next().await {
+            done.expect("a decision task");
+        }
+    });
+}
+
+#[test]
+fn a_python_guest_that_loops_hits_the_deadline() {
+    assert_eq!(
+        naming_failure(&hostile("loop")),
+        GuestFailure::Deadline(Duration::from_millis(100))
+    );
+}
+
+#[test]
+fn a_python_guest_that_allocates_without_bound_hits_the_memory_limit() {
+    match naming_failure(&hostile("memory-bomb")) {
+        GuestFailure::MemoryLimit { limit } => assert_eq!(limit, 32 << 20),
+        other => panic!("{other:?}"),
+    }
+}
+
+#[test]
+fn a_python_guest_reaching_for_the_host_traps() {
+    for behaviour in ["network", "read-file", "subprocess", "raise"] {
+        match naming_failure(&hostile(behaviour)) {
+            GuestFailure::Trap(_) => {}
+            other => panic!("{behaviour}: {other:?}"),
+        }
+    }
+    // The environment a Python component sees was fixed, empty, when it was built.
+    let env = berth_tests::block_on(hostile("environment").volume_name(volume("v"))).unwrap();
+    assert_eq!(env, NamingOutcome::Named("env-0-v".into()));
+    // The same module, asked to behave, answers: the traps were its reaching.
+    let p = hostile("");
+    let named = berth_tests::block_on(p.volume_name(volume("v"))).unwrap();
+    assert_eq!(named, NamingOutcome::Named("ok-v".into()));
+    let retry = berth_tests::block_on(p.classify(failure(Operation::CreateVolume, Code::Unavailable, 1)));
+    assert_eq!(retry.unwrap(), RetryDecision::RetryAfter(1000));
+}
