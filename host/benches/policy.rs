@@ -81,19 +81,32 @@ fn guests_dir() -> PathBuf {
         })
 }
 
+fn python_guests_dir() -> PathBuf {
+    PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("../target/guests/python")
+}
+
 fn load(engine: &PolicyEngine, file: &str) -> PolicyModule {
-    let path = guests_dir().join(file);
-    PolicyModule::load(engine, ModuleConfig::from_path(&path))
+    load_from(engine, &guests_dir().join(file))
+}
+
+fn load_from(engine: &PolicyEngine, path: &std::path::Path) -> PolicyModule {
+    PolicyModule::load(engine, ModuleConfig::from_path(path))
         .unwrap_or_else(|e| panic!("{e} (build the guests with `cargo xtask guests`)"))
 }
 
-/// A cluster of `n` nodes over three zones and 40 racks, with mixed load,
-/// labels and health.
+/// A cluster of `n` nodes over three zones and 40 racks (so 120 distinct
+/// topologies), with mixed load, labels and health. `BERTH_BENCH_RACKS`
+/// changes the racks, e.g. to 1 to see the cost of the nodes alone.
 fn cluster(n: usize) -> Candidates {
+    let racks: usize = std::env::var("BERTH_BENCH_RACKS")
+        .ok()
+        .and_then(|r| r.parse().ok())
+        .filter(|r| *r > 0)
+        .unwrap_or(40);
     let nodes: Vec<_> = (0..n)
         .map(|i| {
             let zone = ["zone-a", "zone-b", "zone-c"][i % 3];
-            let rack = format!("rack-{}", i % 40);
+            let rack = format!("rack-{}", i % racks);
             let mut node = node(&format!("node-{i:05}"), &[("zone", zone), ("rack", &rack)]);
             node.max_volumes = Some(64);
             node.published_volumes = (i as u64 * 7) % 70;
@@ -145,17 +158,25 @@ fn main() {
         volume: volume("postgres-data"),
         settings: vec![],
     };
-    if wanted("naming") {
+    // The Python component is loaded only when its row runs: it carries an
+    // interpreter's worth of memory and core instances, reset every decision.
+    let python_naming = || load_from(&engine, &python_guests_dir().join("berth_naming_py.wasm"));
+    for (name, module) in [("naming", None), ("naming, Python", Some(&python_naming))] {
+        if !wanted(name) {
+            continue;
+        }
+        let module = module.map(|load| load());
+        let module = module.as_ref().unwrap_or(&naming);
         let (wasm, native) = measure(
             budget,
             || {
-                let _ = black_box(rt.block_on(naming.volume_name(&engine, &request)).unwrap());
+                let _ = black_box(rt.block_on(module.volume_name(&engine, &request)).unwrap());
             },
             || {
                 black_box(builtins.naming.volume_name(&request.volume));
             },
         );
-        row("naming", &wasm, &native);
+        row(name, &wasm, &native);
     }
 
     for n in [10, 100, 1_000, 10_000] {

@@ -236,3 +236,91 @@ fn case_files_refuse_expectations_no_answer_can_meet() {
         assert!(stdout.contains(message), "{expect:?}: {stdout}");
     }
 }
+
+#[test]
+fn policy_new_makes_a_project_and_refuses_what_it_cannot_make() {
+    use std::os::unix::fs::PermissionsExt;
+    let dir = test_dir();
+    let project = dir.path().join("team-naming");
+    let at = project.display().to_string();
+    let out = berth(&[
+        "policy",
+        "new",
+        "team-naming",
+        "--lang",
+        "python",
+        "--decisions",
+        "naming",
+        "--dir",
+        &at,
+    ]);
+    let (stdout, stderr) = texts(&out);
+    assert!(out.status.success(), "{stdout}{stderr}");
+    let world = std::fs::read_to_string(project.join("wit/module.wit")).unwrap();
+    assert!(
+        world.contains("export naming;") && !world.contains("export retry;"),
+        "{world}"
+    );
+    let cases = std::fs::read_to_string(project.join("cases.toml")).unwrap();
+    assert!(cases.contains("decision = \"naming\"") && !cases.contains("decision = \"retry\""));
+    let mode = std::fs::metadata(project.join("build.sh"))
+        .unwrap()
+        .permissions()
+        .mode();
+    assert_eq!(mode & 0o111, 0o111, "build.sh runs");
+
+    // Again over it: refused, and the project is as it was.
+    let out = berth(&["policy", "new", "team-naming", "--lang", "rust", "--dir", &at]);
+    assert!(!out.status.success());
+    assert!(
+        texts(&out).1.contains("not an empty directory"),
+        "{}",
+        texts(&out).1
+    );
+    assert!(project.join("app.py").is_file() && !project.join("Cargo.toml").exists());
+
+    let elsewhere = dir.path().join("other").display().to_string();
+    let refused = [
+        (
+            vec!["policy", "new", "Bad_Name", "--lang", "rust"],
+            "is not a project name",
+        ),
+        (
+            vec![
+                "policy",
+                "new",
+                "p",
+                "--lang",
+                "python",
+                "--decisions",
+                "naming,nonsense",
+            ],
+            "unknown decision",
+        ),
+        (vec!["policy", "new", "p", "--lang", "go"], "invalid value 'go'"),
+        (
+            vec![
+                "policy",
+                "new",
+                "p",
+                "--lang",
+                "rust",
+                "--dir",
+                &elsewhere,
+                "--sdk-path",
+                "/nonexistent/sdk",
+            ],
+            "--sdk-path",
+        ),
+    ];
+    for (args, why) in refused {
+        let out = berth(&args);
+        let (_, stderr) = texts(&out);
+        assert!(!out.status.success(), "{args:?}");
+        assert!(stderr.contains(why), "{args:?}: {stderr}");
+    }
+    assert!(
+        !dir.path().join("other").exists(),
+        "nothing is left of a refused project"
+    );
+}

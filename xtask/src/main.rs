@@ -4,6 +4,7 @@
 //! - `test`: build everything the tests start (binaries, guest components),
 //!   then run every test;
 //! - `guests`: build the policy guest components for wasm32-wasip2;
+//! - `policy-new`: make, build and test a generated policy project of each language;
 //! - `bench`: the policy benchmark (WASM guests against the built-in policies);
 //! - `bench-e2e`, `bench-scale`: end-to-end throughput; memory and restart at scale;
 //! - `reliability`: the long crash-loop, plugin-fault and hostile-input runs;
@@ -16,6 +17,7 @@ use anyhow::{Context, bail};
 
 mod demo;
 mod python;
+mod scaffold;
 
 const USAGE: &str = "\
 usage: cargo xtask <command>
@@ -28,6 +30,9 @@ commands:
   guests  build the policy guest components: Rust (wasm32-wasip2) into
           target/guests/wasm32-wasip2/guest, Python (componentize-py, installed from PyPI
           into target/python/venv) into target/guests/python
+  policy-new
+          `berth policy new` as an author uses it: a Rust and a Python project made
+          outside the workspace, built with their own tools, their cases passed
   bench   the policy benchmark: WASM guests against the built-in native policies
           (release build; add --quick for a short run)
   demo-cluster
@@ -63,6 +68,7 @@ fn main() {
         Some("test") => test(&args[1..]),
         Some("lint") => lint(),
         Some("guests") => guests(),
+        Some("policy-new") => build_bins().and_then(|()| scaffold::check()),
         Some("bench") => bench(&args[1..]),
         Some("bench-e2e") => ensure_etcd().and_then(|()| release_bench("lifecycle", &args[1..])),
         Some("bench-scale") => release_bench("scale", &args[1..]),
@@ -166,6 +172,7 @@ fn test(extra: &[String]) -> anyhow::Result<()> {
     guests()?;
     python::native_cases()?;
     build_bins()?;
+    scaffold::check()?;
     let mut cmd = cargo();
     cmd.env("BERTH_TEST_PREBUILT", "1")
         .args(["test", "--workspace"])

@@ -9,8 +9,13 @@ use anyhow::Context;
 
 use super::{root, run};
 
-/// The componentize-py release guests are built with.
-pub const COMPONENTIZE_PY: &str = "componentize-py==0.25.1";
+/// The componentize-py release guests are built with; `berth policy new`
+/// writes the same into the projects it makes.
+fn componentize_py_version() -> anyhow::Result<String> {
+    let file = root().join("guests/python/componentize-py.version");
+    let text = std::fs::read_to_string(&file).with_context(|| format!("reading {}", file.display()))?;
+    Ok(text.trim().to_string())
+}
 
 /// Where Python guests are built, beside the Rust ones.
 pub fn guest_dir() -> PathBuf {
@@ -31,7 +36,8 @@ pub fn ensure_componentize_py() -> anyhow::Result<PathBuf> {
     make.args(["-m", "venv"]).arg(venv());
     run(make).context("making a Python virtual environment (needs python3 with venv)")?;
     let mut pip = Command::new(venv().join("bin/pip"));
-    pip.args(["install", "--quiet", COMPONENTIZE_PY]);
+    pip.args(["install", "--quiet"])
+        .arg(format!("componentize-py=={}", componentize_py_version()?));
     run(pip).context("installing componentize-py from PyPI")?;
     Ok(tool)
 }
@@ -102,6 +108,10 @@ pub fn build_guests() -> anyhow::Result<()> {
 pub fn native_cases() -> anyhow::Result<()> {
     let tool = ensure_componentize_py()?;
     let bindings = root().join("target/python/bindings");
+    // componentize-py refuses to write over bindings already there.
+    if bindings.exists() {
+        std::fs::remove_dir_all(&bindings)?;
+    }
     let mut generate = Command::new(&tool);
     generate
         .arg("-d")

@@ -11,7 +11,7 @@ use std::fmt::Write;
 
 use berth_guest::{
     Candidates, Health, Pairs, Placement, PlacementRequest, Purpose, Reason, Verdicts, VerdictsBuilder, get,
-    number_setting, parse_pairs, reachable, satisfies,
+    number_setting, parse_pairs,
 };
 
 pub struct SamplePlacement;
@@ -70,35 +70,30 @@ impl Placement for SamplePlacement {
         }
         // Judged once per distinct topology: in the preferred one, and the
         // reason when the volume cannot be reached from it.
+        let reach = candidates.reaching(required);
+        let prefer = preferred.map(|p| candidates.satisfying(p));
         let topology: Vec<(bool, Option<Reason>)> = candidates
-            .topologies
-            .iter()
-            .map(|t| {
-                let outside = (!reachable(t, required)).then(|| {
-                    let mut reason = String::from("topology ");
-                    show(&mut reason, t);
-                    reason.push_str(" is outside ");
-                    reason.push_str(&wanted);
-                    v.reason(reason)
-                });
-                (preferred.is_some_and(|p| satisfies(t, p)), outside)
+            .topologies()
+            .enumerate()
+            .map(|(i, t)| {
+                let outside = (!reach[i]).then(|| v.reason(format!("topology {t} is outside {wanted}")));
+                (prefer.as_ref().is_some_and(|p| p[i]), outside)
             })
             .collect();
         // Judged once per distinct label set: the first selector label it lacks.
         let missing_label: Vec<Option<Reason>> = candidates
-            .label_sets
-            .iter()
+            .label_sets()
             .map(|labels| {
                 let (k, val) = selector
                     .iter()
-                    .find(|(k, val)| get(labels, k) != Some(val.as_str()))?;
+                    .find(|(k, val)| labels.get(k) != Some(val.as_str()))?;
                 Some(v.reason(format!("label {k}={val} missing")))
             })
             .collect();
         let (mut unhealthy, mut unknown) = (Lazy(None), Lazy(None));
         let mut full = String::new();
         for i in 0..n {
-            match candidates.health[i] {
+            match candidates.health_of(i) {
                 Health::Healthy => {}
                 Health::Unhealthy => {
                     let r = unhealthy.get(&mut v, || "node plugin is unhealthy".into());

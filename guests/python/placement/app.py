@@ -8,13 +8,22 @@ its volume limit, and carries every label the volume asks for (the
 preferred topology adds ``preferred-bonus`` (default 50).
 """
 
-from berth_policy import VerdictsBuilder, get, number_setting, parse_pairs, reachable, satisfies
+from berth_policy import (
+    VerdictsBuilder,
+    get,
+    label_sets,
+    number_setting,
+    parse_pairs,
+    reachable,
+    satisfies,
+    topologies,
+)
 from wit_world import exports
 from wit_world.exports.placement import Candidates, PlacementRequest, Purpose
-from wit_world.imports.types import Health
 
 SELECTOR_LABEL = "node-selector/"
-SICK = {Health.UNHEALTHY: "node plugin is unhealthy", Health.UNKNOWN: "node plugin health is unknown"}
+# By the health column's bytes: 1 unhealthy, 2 unknown (0 is healthy).
+SICK = {1: "node plugin is unhealthy", 2: "node plugin health is unknown"}
 
 
 def show(pairs) -> str:
@@ -49,18 +58,18 @@ class Placement(exports.Placement):
                 preferred is not None and satisfies(t, preferred),
                 None if reachable(t, required) else v.reason(f"topology {show(t)} is outside {wanted}"),
             )
-            for t in candidates.topologies
+            for t in topologies(candidates)
         ]
         missing = []
-        for labels in candidates.label_sets:
+        for labels in label_sets(candidates):
             lacking = next(((k, val) for k, val in selector if get(labels, k) != val), None)
             missing.append(None if lacking is None else v.reason(f"label {lacking[0]}={lacking[1]} missing"))
         health = candidates.health
         published = candidates.published_volumes
         limits = candidates.max_volumes
         for i in range(n):
-            if health[i] != Health.HEALTHY:
-                v.refuse(i, SICK[health[i]])
+            if health[i]:
+                v.refuse(i, SICK.get(health[i], SICK[2]))
                 continue
             prefer, outside = topology[candidates.topology[i]]
             if outside is not None:

@@ -2,34 +2,9 @@
 //! sanitising names, stable hashing, backoff.
 
 use std::collections::HashMap;
+use std::hash::{BuildHasherDefault, Hasher};
 
-use crate::{Candidates, Code, Operation, Pairs, Verdicts};
-
-impl Candidates {
-    /// How many nodes there are to judge.
-    pub fn len(&self) -> usize {
-        self.topology.len()
-    }
-
-    pub fn is_empty(&self) -> bool {
-        self.topology.is_empty()
-    }
-
-    /// Node `i`'s topology segments.
-    pub fn topology_of(&self, i: usize) -> &Pairs {
-        &self.topologies[self.topology[i] as usize]
-    }
-
-    /// The operator's labels on node `i`.
-    pub fn labels_of(&self, i: usize) -> &Pairs {
-        &self.label_sets[self.labels[i] as usize]
-    }
-
-    /// Node `i`'s volume limit; `None` when it has none.
-    pub fn max_volumes_of(&self, i: usize) -> Option<u64> {
-        Some(self.max_volumes[i]).filter(|m| *m > 0)
-    }
-}
+use crate::{Code, Operation, Pairs, Verdicts};
 
 impl Verdicts {
     /// Whether node `i` may take the volume.
@@ -44,6 +19,28 @@ impl Verdicts {
     }
 }
 
+/// FNV-1a as a `Hasher`, for the reasons a builder has seen: they are short,
+/// and SipHash's defence against chosen keys buys nothing in a sandbox.
+struct Fnv(u64);
+
+impl Default for Fnv {
+    fn default() -> Self {
+        Fnv(0xcbf2_9ce4_8422_2325)
+    }
+}
+
+impl Hasher for Fnv {
+    fn finish(&self) -> u64 {
+        self.0
+    }
+
+    fn write(&mut self, bytes: &[u8]) {
+        for b in bytes {
+            self.0 = (self.0 ^ u64::from(*b)).wrapping_mul(0x0100_0000_01b3);
+        }
+    }
+}
+
 /// A reason added to a [`VerdictsBuilder`], to refuse any number of nodes for.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub struct Reason(u32);
@@ -52,7 +49,7 @@ pub struct Reason(u32);
 /// distinct reason is sent once, however many nodes it refuses.
 pub struct VerdictsBuilder {
     verdicts: Verdicts,
-    seen: HashMap<String, Reason>,
+    seen: HashMap<String, Reason, BuildHasherDefault<Fnv>>,
 }
 
 impl VerdictsBuilder {
@@ -64,7 +61,7 @@ impl VerdictsBuilder {
                 scores: vec![0; nodes],
                 reasons: Vec::new(),
             },
-            seen: HashMap::new(),
+            seen: HashMap::default(),
         }
     }
 
@@ -177,14 +174,28 @@ pub fn number_setting(settings: &Pairs, key: &str, default: u64) -> Result<u64, 
     }
 }
 
+/// Key/value pairs that can be looked up by key: [`Pairs`], and a topology
+/// or label set of the candidates ([`Segments`](crate::Segments)).
+pub trait Lookup {
+    fn value(&self, key: &str) -> Option<&str>;
+}
+
+impl Lookup for Pairs {
+    fn value(&self, key: &str) -> Option<&str> {
+        get(self, key)
+    }
+}
+
 /// Whether every segment of `required` is present, with the same value, in `topology`.
-pub fn satisfies(topology: &Pairs, required: &Pairs) -> bool {
-    required.iter().all(|(k, v)| get(topology, k) == Some(v.as_str()))
+pub fn satisfies(topology: &impl Lookup, required: &Pairs) -> bool {
+    required
+        .iter()
+        .all(|(k, v)| topology.value(k) == Some(v.as_str()))
 }
 
 /// Whether a node with `topology` can reach a volume accessible from any of
 /// `accessible`; an empty list means everywhere.
-pub fn reachable(topology: &Pairs, accessible: &[Pairs]) -> bool {
+pub fn reachable(topology: &impl Lookup, accessible: &[Pairs]) -> bool {
     accessible.is_empty() || accessible.iter().any(|t| satisfies(topology, t))
 }
 

@@ -30,6 +30,7 @@
 extern crate self as berth_guest;
 
 pub mod alloc;
+mod columns;
 mod helpers;
 pub mod testing;
 
@@ -38,6 +39,7 @@ pub mod testing;
 #[global_allocator]
 static ALLOCATOR: alloc::BumpAllocator = alloc::BumpAllocator::new();
 
+pub use columns::Segments;
 pub use helpers::*;
 
 #[doc(hidden)]

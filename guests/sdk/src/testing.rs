@@ -52,32 +52,56 @@ pub fn node(name: &str, topology: &[(&str, &str)]) -> TestNode {
 /// The placement input for `nodes`, in their order: node `i` of the
 /// verdicts is `nodes[i]`.
 pub fn candidates(nodes: &[TestNode]) -> Candidates {
-    fn index(table: &mut Vec<Pairs>, p: &Pairs) -> u32 {
-        match table.iter().position(|t| t == p) {
-            Some(i) => i as u32,
-            None => {
-                table.push(p.clone());
-                (table.len() - 1) as u32
-            }
-        }
-    }
     let mut c = Candidates {
+        strings: vec![],
+        pair_keys: vec![],
+        pair_values: vec![],
         topologies: vec![],
         label_sets: vec![],
         topology: vec![],
         labels: vec![],
-        max_volumes: vec![],
-        published_volumes: vec![],
-        health: vec![],
+        max_volumes: nodes.iter().map(|n| n.max_volumes.unwrap_or(0)).collect(),
+        published_volumes: nodes.iter().map(|n| n.published_volumes).collect(),
+        health: nodes
+            .iter()
+            .map(|n| n.health.unwrap_or(Health::Healthy) as u8)
+            .collect(),
     };
-    for n in nodes {
-        c.topology.push(index(&mut c.topologies, &n.topology));
-        c.labels.push(index(&mut c.label_sets, &n.labels));
-        c.max_volumes.push(n.max_volumes.unwrap_or(0));
-        c.published_volumes.push(n.published_volumes);
-        c.health.push(n.health.unwrap_or(Health::Healthy));
-    }
+    let (topologies, topology) = sets(&mut c, nodes.iter().map(|n| &n.topology));
+    let (label_sets, labels) = sets(&mut c, nodes.iter().map(|n| &n.labels));
+    (c.topologies, c.topology, c.label_sets, c.labels) = (topologies, topology, label_sets, labels);
     c
+}
+
+/// Each distinct set once, as a range of pairs after those already in `c`;
+/// and each item's index among them.
+fn sets<'a>(c: &mut Candidates, items: impl Iterator<Item = &'a Pairs>) -> (Vec<u32>, Vec<u32>) {
+    fn string(strings: &mut Vec<String>, s: &str) -> u32 {
+        let i = strings.iter().position(|t| t == s).unwrap_or_else(|| {
+            strings.push(s.to_string());
+            strings.len() - 1
+        });
+        i as u32
+    }
+    let mut offsets = vec![c.pair_keys.len() as u32];
+    let mut distinct: Vec<&Pairs> = vec![];
+    let index = items
+        .map(|set| {
+            let i = distinct.iter().position(|d| *d == set).unwrap_or_else(|| {
+                for (k, v) in set {
+                    let k = string(&mut c.strings, k);
+                    let v = string(&mut c.strings, v);
+                    c.pair_keys.push(k);
+                    c.pair_values.push(v);
+                }
+                offsets.push(c.pair_keys.len() as u32);
+                distinct.push(set);
+                distinct.len() - 1
+            });
+            i as u32
+        })
+        .collect();
+    (offsets, index)
 }
 
 /// The first failure of `operation` with `code`.

@@ -8,6 +8,7 @@ mod node;
 mod plugin;
 mod plugin_check;
 mod policy;
+mod policy_new;
 mod serve;
 mod snapshot;
 mod status;

@@ -31,6 +31,13 @@ pub enum PolicyCommand {
     #[command(after_help = "The case file format is documented in guests/README.md; \
 the sample guests' case files are in guests/*/cases.toml.\n\nExample:\n  berth policy test my_policy.wasm cases.toml")]
     Test(TestArgs),
+    /// Make a policy project of its own, in Rust or Python, that builds and
+    /// passes its cases as generated; its README says how.
+    #[command(
+        after_help = "Examples:\n  berth policy new team-naming --lang python --decisions naming\n  \
+berth policy new site-policy --lang rust --dir ~/src/site-policy"
+    )]
+    New(super::policy_new::NewArgs),
     /// Load the [[policy]] modules of the server's config file again and swap
     /// them in, all at once (as SIGHUP does); if any fails, the modules in
     /// service stay and the error says why.
@@ -104,6 +111,7 @@ pub async fn run(cmd: PolicyCommand, output: Output) -> anyhow::Result<ExitCode>
     match cmd {
         PolicyCommand::Check(args) => check(args, output).await,
         PolicyCommand::Test(args) => test(args, output).await,
+        PolicyCommand::New(args) => super::policy_new::run(args).map(|()| ExitCode::SUCCESS),
         PolicyCommand::Reload { api } => reload(api, output).await,
     }
 }

@@ -4,7 +4,7 @@
 use std::process::ExitCode;
 use std::time::{Duration, Instant};
 
-use berth::model::VolumeState;
+use berth::model::{PublicationState, VolumeState};
 use berth_proto::berth::v1 as api;
 use berth_proto::berth::v1::berth_client::BerthClient;
 use clap::{Args, Subcommand};
@@ -371,11 +371,16 @@ pub async fn run(cmd: VolumeCommand, api: ApiArgs, output: Output) -> anyhow::Re
                 .await
                 .map_err(grpc)?
                 .into_inner();
-            // Placement's choice is the publication that was not there before.
+            // Placement's choice is the publication on its way in: neither
+            // published yet nor one being undone (a drained node's, say).
             let chosen = node.or_else(|| {
                 v.publications
                     .iter()
-                    .find(|p| !published(p))
+                    .find(|p| {
+                        p.state.parse().is_ok_and(|s| {
+                            !matches!(s, PublicationState::Published | PublicationState::Unpublishing)
+                        })
+                    })
                     .map(|p| p.node.clone())
             });
             if !wait.wait {

@@ -45,7 +45,7 @@ pub(crate) mod v0_1 {
                 labels: cols.labels[i],
                 max_volumes: cols.max_volumes_of(i),
                 published_volumes: cols.published_volumes[i],
-                health: match cols.health[i] {
+                health: match cols.health_of(i) {
                     super::Health::Healthy => Health::Healthy,
                     super::Health::Unhealthy => Health::Unhealthy,
                     super::Health::Unknown => Health::Unknown,
@@ -53,8 +53,12 @@ pub(crate) mod v0_1 {
             })
             .collect();
         Candidates {
-            topologies: cols.topologies.clone(),
-            label_sets: cols.label_sets.clone(),
+            topologies: (0..cols.topology_count())
+                .map(|t| cols.topology(t).to_pairs())
+                .collect(),
+            label_sets: (0..cols.label_set_count())
+                .map(|s| cols.label_set(s).to_pairs())
+                .collect(),
             nodes,
         }
     }

@@ -409,7 +409,8 @@ fn check_placement(
     if let Some(want) = &e.best
         && best != Some(want.as_str())
     {
-        return Err(format!("expected {want:?} to score best, got {best:?}"));
+        let got = best.map_or("no eligible node".into(), |b| format!("{b:?}"));
+        return Err(format!("expected {want:?} to score best, got {got}"));
     }
     for (name, part) in &e.reasons {
         let i = nodes
@@ -430,7 +431,10 @@ fn check_placement(
             }
         }
     }
-    Ok(format!("eligible {eligible:?}, best {best:?}"))
+    match best {
+        Some(best) => Ok(format!("eligible {eligible:?}, best {best:?}")),
+        None => Ok("none eligible".into()),
+    }
 }
 
 fn check_retry(e: &Expect, failure: &Failure, decision: RetryDecision) -> Result<String, String> {

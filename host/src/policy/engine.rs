@@ -222,6 +222,10 @@ fn config(options: &EngineOptions, pooling: bool) -> Config {
     let mut config = Config::new();
     config.wasm_component_model(true);
     config.epoch_interruption(true);
+    // For profiling guests with `perf`: names their JIT code in /tmp/perf-PID.map.
+    if std::env::var_os("BERTH_WASM_PERFMAP").is_some() {
+        config.profiler(wasmtime::ProfilingStrategy::PerfMap);
+    }
     // Component-model async is not used; skipping its per-store setup saves time.
     config.concurrency_support(false);
     if pooling {

@@ -24,7 +24,9 @@ __all__ = [
     "backoff_ms",
     "code_name",
     "get",
+    "health_of",
     "is_undo",
+    "label_sets",
     "number_setting",
     "operation_name",
     "parse_pairs",
@@ -32,6 +34,7 @@ __all__ = [
     "sanitize",
     "satisfies",
     "stable_hash",
+    "topologies",
 ]
 
 
@@ -41,6 +44,37 @@ def get(pairs: Iterable[Tuple[str, str]], key: str) -> Optional[str]:
         if k == key:
             return v
     return None
+
+
+def _ranges(candidates, offsets: Sequence[int]) -> List[Pairs]:
+    strings, keys, values = candidates.strings, candidates.pair_keys, candidates.pair_values
+    return [
+        [(strings[keys[p]], strings[values[p]]) for p in range(start, end)]
+        for start, end in zip(offsets, offsets[1:])
+    ]
+
+
+def topologies(candidates) -> List[Pairs]:
+    """Placement's distinct topologies as pairs, in the order the per-node
+    ``topology`` column indexes them: judge each once, then each node by
+    its index."""
+    return _ranges(candidates, candidates.topologies)
+
+
+def label_sets(candidates) -> List[Pairs]:
+    """Placement's distinct label sets as pairs, in the order the per-node
+    ``labels`` column indexes them."""
+    return _ranges(candidates, candidates.label_sets)
+
+
+# The order of the ``health`` enum's cases, which the ``health`` column carries.
+_HEALTH = ("healthy", "unhealthy", "unknown")
+
+
+def health_of(candidates, i: int) -> str:
+    """Node ``i``'s health: ``"healthy"``, ``"unhealthy"`` or ``"unknown"``."""
+    h = candidates.health[i]
+    return _HEALTH[h] if h < len(_HEALTH) else "unknown"
 
 
 def number_setting(settings: Pairs, key: str, default: int) -> int:

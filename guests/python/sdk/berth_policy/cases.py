@@ -70,24 +70,47 @@ def volume(spec: Optional[Dict[str, Any]]):
 
 
 def candidates(nodes: List[Dict[str, Any]]):
-    """The columns Berth sends, sharing equal topologies and label sets."""
+    """The columns Berth sends: each string, topology and label set once."""
     from wit_world.exports.placement import Candidates
     from wit_world.imports.types import Health
 
-    c = Candidates([], [], [], [], [], [], [])
+    strings: List[str] = []
+    keys: List[int] = []
+    values: List[int] = []
 
-    def index(table: List[Pairs], p: Pairs) -> int:
-        if p not in table:
-            table.append(p)
-        return table.index(p)
+    def string(s: str) -> int:
+        if s not in strings:
+            strings.append(s)
+        return strings.index(s)
 
-    for n in nodes:
-        c.topology.append(index(c.topologies, pairs(n.get("topology"))))
-        c.labels.append(index(c.label_sets, pairs(n.get("labels"))))
-        c.max_volumes.append(n.get("max_volumes", 0))
-        c.published_volumes.append(n.get("published", 0))
-        c.health.append(wit_enum(Health, n.get("health", "healthy"), "health"))
-    return c
+    def sets(items: List[Pairs]) -> Tuple[List[int], List[int]]:
+        distinct: List[Pairs] = []
+        offsets = [len(keys)]
+        index = []
+        for p in items:
+            if p not in distinct:
+                distinct.append(p)
+                for k, v in p:
+                    keys.append(string(k))
+                    values.append(string(v))
+                offsets.append(len(keys))
+            index.append(distinct.index(p))
+        return offsets, index
+
+    topologies, topology = sets([pairs(n.get("topology")) for n in nodes])
+    label_sets, labels = sets([pairs(n.get("labels")) for n in nodes])
+    return Candidates(
+        strings=strings,
+        pair_keys=keys,
+        pair_values=values,
+        topologies=topologies,
+        label_sets=label_sets,
+        topology=topology,
+        labels=labels,
+        max_volumes=[n.get("max_volumes", 0) for n in nodes],
+        published_volumes=[n.get("published", 0) for n in nodes],
+        health=[wit_enum(Health, n.get("health", "healthy"), "health").value for n in nodes],
+    )
 
 
 def check_naming(e: Dict[str, Any], name: Optional[str], refusal: Optional[str]) -> str:

@@ -17,20 +17,6 @@ impl Default for BuiltinPlacement {
     }
 }
 
-fn get<'a>(pairs: &'a Pairs, key: &str) -> Option<&'a str> {
-    pairs.iter().find(|(k, _)| k == key).map(|(_, v)| v.as_str())
-}
-
-/// Whether every segment of `required` is in `topology` with the same value.
-pub fn satisfies(topology: &Pairs, required: &Pairs) -> bool {
-    required.iter().all(|(k, v)| get(topology, k) == Some(v.as_str()))
-}
-
-/// Whether a node with `topology` reaches any of `accessible` (empty: everywhere).
-pub fn reachable(topology: &Pairs, accessible: &[Pairs]) -> bool {
-    accessible.is_empty() || accessible.iter().any(|t| satisfies(topology, t))
-}
-
 fn show(out: &mut String, pairs: &Pairs) {
     for (i, (k, v)) in pairs.iter().enumerate() {
         if i > 0 {
@@ -63,27 +49,21 @@ impl BuiltinPlacement {
         }
         let cols = &candidates.columns;
         let mut verdicts = VerdictsBuilder::new(candidates.len());
-        let topologies: Vec<TopologyVerdict> = cols
-            .topologies
-            .iter()
-            .map(|t| {
-                let reach = reachable(t, required);
-                TopologyVerdict {
-                    preferred: preferred.is_some_and(|p| satisfies(t, p)),
-                    outside: (!reach).then(|| {
-                        let mut reason = String::from("topology ");
-                        show(&mut reason, t);
-                        reason.push_str(" is outside ");
-                        reason.push_str(&wanted);
-                        verdicts.reason(reason)
-                    }),
-                }
+        let reach = cols.reaching(required);
+        let prefer = preferred.map(|p| cols.satisfying(p));
+        let topologies: Vec<TopologyVerdict> = (0..cols.topology_count())
+            .map(|t| TopologyVerdict {
+                preferred: prefer.as_ref().is_some_and(|p| p[t]),
+                outside: (!reach[t]).then(|| {
+                    let reason = format!("topology {} is outside {wanted}", cols.topology(t));
+                    verdicts.reason(reason)
+                }),
             })
             .collect();
         let mut full = String::new();
         for i in 0..candidates.len() {
             let topology = &topologies[cols.topology[i] as usize];
-            match cols.health[i] {
+            match cols.health_of(i) {
                 Health::Healthy => {}
                 Health::Unhealthy => {
                     verdicts.refuse(i, "node plugin is unhealthy");

@@ -1,0 +1,196 @@
+//! Reading placement's candidates: node `i`'s entry in each column, and the
+//! shared tables of strings, topologies and label sets they index.
+
+use std::fmt;
+use std::ops::Range;
+
+use crate::{Candidates, Health, Lookup, Pairs};
+
+/// One topology or label set of the candidates: key/value pairs read from
+/// the shared string table.
+#[derive(Clone, Debug)]
+pub struct Segments<'a> {
+    candidates: &'a Candidates,
+    pairs: Range<usize>,
+}
+
+impl<'a> Segments<'a> {
+    pub fn iter(&self) -> impl Iterator<Item = (&'a str, &'a str)> + use<'a> {
+        let c = self.candidates;
+        self.pairs.clone().map(move |p| {
+            (
+                c.strings[c.pair_keys[p] as usize].as_str(),
+                c.strings[c.pair_values[p] as usize].as_str(),
+            )
+        })
+    }
+
+    /// The value of `key`.
+    pub fn get(&self, key: &str) -> Option<&'a str> {
+        self.iter().find(|(k, _)| *k == key).map(|(_, v)| v)
+    }
+
+    pub fn to_pairs(&self) -> Pairs {
+        self.iter().map(|(k, v)| (k.to_string(), v.to_string())).collect()
+    }
+}
+
+impl Lookup for Segments<'_> {
+    fn value(&self, key: &str) -> Option<&str> {
+        self.get(key)
+    }
+}
+
+/// `k=v,k2=v2`, as reasons show a topology.
+impl fmt::Display for Segments<'_> {
+    // Pieces rather than `write!`: reasons are built in the hot path.
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        for (i, (k, v)) in self.iter().enumerate() {
+            if i > 0 {
+                f.write_str(",")?;
+            }
+            f.write_str(k)?;
+            f.write_str("=")?;
+            f.write_str(v)?;
+        }
+        Ok(())
+    }
+}
+
+impl Candidates {
+    /// How many nodes there are to judge.
+    pub fn len(&self) -> usize {
+        self.topology.len()
+    }
+
+    pub fn is_empty(&self) -> bool {
+        self.topology.is_empty()
+    }
+
+    fn range(&self, offsets: &[u32], i: usize) -> Segments<'_> {
+        Segments {
+            candidates: self,
+            pairs: offsets[i] as usize..offsets[i + 1] as usize,
+        }
+    }
+
+    /// The distinct topologies, in the order `topology` indexes them: judge
+    /// each once, then each node by its index.
+    pub fn topologies(&self) -> impl Iterator<Item = Segments<'_>> {
+        (0..self.topologies.len().saturating_sub(1)).map(|t| self.range(&self.topologies, t))
+    }
+
+    /// The distinct label sets, in the order `labels` indexes them.
+    pub fn label_sets(&self) -> impl Iterator<Item = Segments<'_>> {
+        (0..self.label_sets.len().saturating_sub(1)).map(|s| self.range(&self.label_sets, s))
+    }
+
+    /// The index in `strings` of `text`, when a topology or label set uses it.
+    pub fn string_index(&self, text: &str) -> Option<u32> {
+        self.strings.iter().position(|s| s == text).map(|i| i as u32)
+    }
+
+    /// For each distinct topology, in index order: whether it has every
+    /// segment of `required` with the same value. Strings are looked up once
+    /// and topologies compared as indexes.
+    pub fn satisfying(&self, required: &Pairs) -> Vec<bool> {
+        let count = self.topologies.len().saturating_sub(1);
+        let wanted: Option<Vec<(u32, u32)>> = required
+            .iter()
+            .map(|(k, v)| Some((self.string_index(k)?, self.string_index(v)?)))
+            .collect();
+        let Some(wanted) = wanted else {
+            return vec![false; count];
+        };
+        (0..count)
+            .map(|t| {
+                let pairs = self.topologies[t] as usize..self.topologies[t + 1] as usize;
+                wanted.iter().all(|&(k, v)| {
+                    pairs
+                        .clone()
+                        .any(|p| self.pair_keys[p] == k && self.pair_values[p] == v)
+                })
+            })
+            .collect()
+    }
+
+    /// For each distinct topology, in index order: whether a node in it
+    /// reaches a volume accessible from any of `accessible` (empty: everywhere).
+    pub fn reaching(&self, accessible: &[Pairs]) -> Vec<bool> {
+        let count = self.topologies.len().saturating_sub(1);
+        if accessible.is_empty() {
+            return vec![true; count];
+        }
+        let mut reach = vec![false; count];
+        for a in accessible {
+            for (r, s) in reach.iter_mut().zip(self.satisfying(a)) {
+                *r |= s;
+            }
+        }
+        reach
+    }
+
+    /// Node `i`'s topology segments.
+    pub fn topology_of(&self, i: usize) -> Segments<'_> {
+        self.range(&self.topologies, self.topology[i] as usize)
+    }
+
+    /// The operator's labels on node `i`.
+    pub fn labels_of(&self, i: usize) -> Segments<'_> {
+        self.range(&self.label_sets, self.labels[i] as usize)
+    }
+
+    /// Node `i`'s volume limit; `None` when it has none.
+    pub fn max_volumes_of(&self, i: usize) -> Option<u64> {
+        Some(self.max_volumes[i]).filter(|m| *m > 0)
+    }
+
+    /// Node `i`'s health.
+    pub fn health_of(&self, i: usize) -> Health {
+        match self.health[i] {
+            0 => Health::Healthy,
+            1 => Health::Unhealthy,
+            _ => Health::Unknown,
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use crate::testing::{candidates, node, pairs};
+    use crate::{Health, reachable, satisfies};
+
+    #[test]
+    fn nodes_read_through_the_shared_tables() {
+        let mut b = node("b", &[("zone", "a"), ("rack", "1")]);
+        b.labels = pairs(&[("disk", "ssd")]);
+        b.health = Some(Health::Unhealthy);
+        b.max_volumes = Some(4);
+        let c = candidates(&[node("a", &[("zone", "a")]), b, node("c", &[("zone", "a")])]);
+        assert_eq!(c.len(), 3);
+        assert_eq!(c.topologies().count(), 2);
+        assert_eq!(c.topology_of(1).to_string(), "zone=a,rack=1");
+        assert_eq!(c.topology_of(2).to_pairs(), pairs(&[("zone", "a")]));
+        assert_eq!(c.labels_of(1).get("disk"), Some("ssd"));
+        assert_eq!(c.labels_of(0).get("disk"), None);
+        assert_eq!(
+            (c.health_of(0), c.health_of(1)),
+            (Health::Healthy, Health::Unhealthy)
+        );
+        assert_eq!((c.max_volumes_of(0), c.max_volumes_of(1)), (None, Some(4)));
+        // "a" is both a value of zone and shared: every string once.
+        assert_eq!(c.strings.len(), 6);
+        let t = c.topology_of(1);
+        assert!(satisfies(&t, &pairs(&[("zone", "a")])));
+        assert!(!satisfies(&t, &pairs(&[("zone", "b")])));
+        assert!(reachable(&t, &[pairs(&[("zone", "b")]), pairs(&[("rack", "1")])]));
+        // The same judgement per distinct topology, by index.
+        assert_eq!(c.satisfying(&pairs(&[("rack", "1")])), vec![false, true]);
+        assert_eq!(c.satisfying(&pairs(&[("zone", "1")])), vec![false, false]);
+        assert_eq!(c.reaching(&[]), vec![true, true]);
+        assert_eq!(
+            c.reaching(&[pairs(&[("zone", "b")]), pairs(&[("zone", "a")])]),
+            vec![true, true]
+        );
+    }
+}

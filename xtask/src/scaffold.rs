@@ -1,0 +1,76 @@
+//! `berth policy new`, checked as a policy author uses it: a project of each
+//! language made outside this workspace, built there with its own tools and
+//! target directory, and its cases passed by `berth policy test`.
+
+use std::path::{Path, PathBuf};
+use std::process::Command;
+
+use anyhow::Context;
+
+use super::{WASM_TARGET, ensure_wasm_target, python, root, run};
+
+fn berth() -> PathBuf {
+    root().join("target/debug/berth")
+}
+
+/// Makes and builds one project of each language in a fresh directory under
+/// the system's temporary directory; removes it when all passed.
+pub fn check() -> anyhow::Result<()> {
+    ensure_wasm_target()?;
+    let base = std::env::temp_dir().join(format!("berth-policy-new-{}", std::process::id()));
+    std::fs::create_dir_all(&base).with_context(|| format!("creating {}", base.display()))?;
+    rust(&base).context("the generated Rust project")?;
+    python(&base).context("the generated Python project")?;
+    std::fs::remove_dir_all(&base)?;
+    Ok(())
+}
+
+fn new_project(base: &Path, name: &str, lang: &str) -> anyhow::Result<PathBuf> {
+    let mut cmd = Command::new(berth());
+    cmd.current_dir(base)
+        .args(["policy", "new", name, "--lang", lang]);
+    run(cmd)?;
+    Ok(base.join(name))
+}
+
+fn policy_test(dir: &Path, module: &str) -> anyhow::Result<()> {
+    let mut cmd = Command::new(berth());
+    cmd.current_dir(dir)
+        .args(["policy", "test", module, "cases.toml"]);
+    run(cmd)
+}
+
+/// A cargo of the project's own: none of this workspace's settings.
+fn project_cargo(dir: &Path) -> Command {
+    let mut cmd = Command::new("cargo");
+    cmd.current_dir(dir)
+        .env_remove("CARGO_TARGET_DIR")
+        .env_remove("CARGO_BUILD_TARGET_DIR")
+        .env_remove("RUSTFLAGS")
+        .env_remove("CARGO_ENCODED_RUSTFLAGS");
+    cmd
+}
+
+fn rust(base: &Path) -> anyhow::Result<()> {
+    let dir = new_project(base, "sample-rust-policy", "rust")?;
+    let mut unit = project_cargo(&dir);
+    unit.arg("test");
+    run(unit)?;
+    let mut build = project_cargo(&dir);
+    build.args(["build", "--release", "--target", WASM_TARGET]);
+    run(build)?;
+    policy_test(&dir, "target/wasm32-wasip2/release/sample_rust_policy.wasm")
+}
+
+fn python(base: &Path) -> anyhow::Result<()> {
+    let dir = new_project(base, "sample-python-policy", "python")?;
+    // The componentize-py this workspace installed: the same release the
+    // project names, without a second download.
+    let tool = python::ensure_componentize_py()?;
+    for step in ["test", "build"] {
+        let mut cmd = Command::new(dir.join("build.sh"));
+        cmd.current_dir(&dir).arg(step).env("COMPONENTIZE_PY", &tool);
+        run(cmd)?;
+    }
+    policy_test(&dir, "sample-python-policy.wasm")
+}
