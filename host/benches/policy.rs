@@ -120,6 +120,16 @@ fn cluster(n: usize) -> Candidates {
     candidates(&nodes)
 }
 
+/// Placement for creating `volume`, with no settings.
+fn create(volume: berth::policy::Volume) -> PlacementRequest {
+    PlacementRequest {
+        volume,
+        purpose: Purpose::Create,
+        accessible_topology: vec![],
+        settings: vec![],
+    }
+}
+
 fn main() {
     // `cargo bench` passes --bench; a quick run for CI passes --quick.
     let args: Vec<String> = std::env::args().collect();
@@ -188,12 +198,7 @@ fn main() {
         let mut v = volume("data");
         v.requisite_topology = vec![pairs(&[("zone", "zone-a")]), pairs(&[("zone", "zone-b")])];
         v.preferred_topology = vec![pairs(&[("zone", "zone-b")])];
-        let request = PlacementRequest {
-            volume: v,
-            purpose: Purpose::Create,
-            accessible_topology: vec![],
-            settings: vec![],
-        };
+        let request = create(v);
         let (wasm, native) = measure(
             budget,
             || {
@@ -204,6 +209,27 @@ fn main() {
             },
         );
         row(&name, &wasm, &native);
+    }
+
+    // What a new volume asks on one node: naming, then placement, one after
+    // the other on the same thread, as the reconciler asks them.
+    if wanted("a volume's decisions") {
+        let one = cluster(1);
+        let request_p = create(volume("data"));
+        let (wasm, native) = measure(
+            budget,
+            || {
+                rt.block_on(async {
+                    let _ = black_box(naming.volume_name(&engine, &request).await.unwrap());
+                    black_box(placement.place(&engine, &request_p, &one).await.unwrap());
+                });
+            },
+            || {
+                black_box(builtins.naming.volume_name(&request.volume));
+                black_box(builtins.placement.place(&request_p, &one));
+            },
+        );
+        row("a volume's decisions", &wasm, &native);
     }
 
     if wanted("retry") {
