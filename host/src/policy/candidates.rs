@@ -209,7 +209,7 @@ impl CandidateColumns {
     /// segment of `required` with the same value. Strings are looked up once
     /// and topologies compared as indexes.
     pub fn satisfying(&self, required: &Pairs) -> Vec<bool> {
-        let count = self.topologies.len().saturating_sub(1);
+        let count = self.topology_count();
         let wanted: Option<Vec<(u32, u32)>> = required
             .iter()
             .map(|(k, v)| Some((self.string_index(k)?, self.string_index(v)?)))
@@ -232,7 +232,7 @@ impl CandidateColumns {
     /// For each distinct topology, in index order: whether a node in it
     /// reaches a volume accessible from any of `accessible` (empty: everywhere).
     pub fn reaching(&self, accessible: &[Pairs]) -> Vec<bool> {
-        let count = self.topologies.len().saturating_sub(1);
+        let count = self.topology_count();
         if accessible.is_empty() {
             return vec![true; count];
         }
