@@ -10,6 +10,7 @@ pub mod cluster;
 pub mod config;
 pub mod csi;
 pub mod leadership;
+pub mod listener;
 pub mod manager;
 pub mod metrics;
 pub mod model;

@@ -29,7 +29,7 @@ fn main() -> ExitCode {
             ExitCode::FAILURE
         }
         Err(e) => {
-            eprintln!("error: {}", berth::text::printable(&format!("{e:#}")));
+            eprintln!("error: {}", berth::text::printable_lines(&format!("{e:#}")));
             ExitCode::FAILURE
         }
     }

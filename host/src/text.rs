@@ -1,7 +1,10 @@
 //! Text Berth shows but did not write: messages from plugins and guests,
 //! names and labels from requests. Control characters are shown escaped, so
 //! such text cannot move the cursor, clear the screen or fake lines on an
-//! operator's terminal; input echoed in a message is cut short.
+//! operator's terminal, and so are invisible format characters (bidi
+//! overrides and isolates, zero-width characters, line and paragraph
+//! separators), so it cannot show as other words than it holds ("Trojan
+//! Source"); input echoed in a message is cut short.
 
 use std::borrow::Cow;
 use std::fmt::Write as _;
@@ -9,20 +12,61 @@ use std::fmt::Write as _;
 /// How much of an input a message echoes.
 const ECHO_CHARS: usize = 64;
 
-/// `s` with every control character written as `\u{..}`.
+/// Whether `c` is shown escaped: a control character, or one that is
+/// invisible yet changes how the text around it shows (Unicode's format
+/// characters, and the line and paragraph separators).
+fn hidden(c: char) -> bool {
+    c.is_control()
+        || matches!(
+            c as u32,
+            0xAD | 0x600..=0x605
+                | 0x61C
+                | 0x6DD
+                | 0x70F
+                | 0x890..=0x891
+                | 0x8E2
+                | 0x180E
+                | 0x200B..=0x200F
+                | 0x2028..=0x202E
+                | 0x2060..=0x2064
+                | 0x2066..=0x206F
+                | 0xFEFF
+                | 0xFFF9..=0xFFFB
+                | 0x110BD
+                | 0x110CD
+                | 0x13430..=0x1343F
+                | 0x1BCA0..=0x1BCA3
+                | 0x1D173..=0x1D17A
+                | 0xE0001
+                | 0xE0020..=0xE007F
+        )
+}
+
+/// `s` with every control and format character written as `\u{..}`.
 pub fn printable(s: &str) -> Cow<'_, str> {
-    if !s.chars().any(char::is_control) {
+    if !s.chars().any(hidden) {
         return Cow::Borrowed(s);
     }
     let mut out = String::with_capacity(s.len() + 8);
     for c in s.chars() {
-        if c.is_control() {
+        if hidden(c) {
             let _ = write!(out, "\\u{{{:x}}}", c as u32);
         } else {
             out.push(c);
         }
     }
     Cow::Owned(out)
+}
+
+/// A message of several lines (a config file's parse error with its
+/// excerpt) as lines: each escaped like [`printable`], every line after the
+/// first indented, so no line of it passes for a message of its own.
+pub fn printable_lines(s: &str) -> String {
+    s.trim_end_matches('\n')
+        .split('\n')
+        .map(|l| printable(l.trim_end_matches('\r')))
+        .collect::<Vec<_>>()
+        .join("\n  ")
 }
 
 /// An input as a message echoes it: quoted, escaped, and at most 64
@@ -67,6 +111,24 @@ mod tests {
         assert!(matches!(printable("plain ünïcode"), Cow::Borrowed(_)));
         assert_eq!(printable("a\x1b[2Jb\0c\nd"), "a\\u{1b}[2Jb\\u{0}c\\u{a}d");
         assert_eq!(printable("\u{9b}x"), "\\u{9b}x");
+    }
+
+    #[test]
+    fn format_characters_that_disguise_text_are_shown_escaped() {
+        // A right-to-left override, a line separator, a zero-width space, an isolate.
+        assert_eq!(
+            printable("ok\u{202e}evil\u{2028}x\u{200b}y\u{2066}z"),
+            "ok\\u{202e}evil\\u{2028}x\\u{200b}y\\u{2066}z"
+        );
+        assert!(matches!(printable("naïve – “quoted” 日本"), Cow::Borrowed(_)));
+    }
+
+    #[test]
+    fn messages_of_several_lines_print_as_indented_lines() {
+        assert_eq!(
+            printable_lines("line 1\n  |\n1 | x = \u{1b}\n"),
+            "line 1\n    |\n  1 | x = \\u{1b}"
+        );
     }
 
     #[test]

@@ -183,9 +183,11 @@ impl Cluster {
         }
     }
 
-    /// A join token from `berth cluster token`.
-    pub fn join_token(&self) -> String {
-        self.ok(&["cluster", "token", "--ttl", "10m"]).trim().to_string()
+    /// A join token for `node` from `berth cluster token`.
+    pub fn join_token(&self, node: &str) -> String {
+        self.ok(&["cluster", "token", "--node", node, "--ttl", "10m"])
+            .trim()
+            .to_string()
     }
 
     pub fn agent(&mut self, name: &str) -> &mut AgentProcess {

@@ -406,8 +406,8 @@ impl Cluster {
                     .collect::<Vec<_>>()
                     .join(","),
             };
-            let token = spec.tls.then(|| c.join_token());
             for (name, zone, node_dir, plugin) in &agent_nodes {
+                let token = spec.tls.then(|| c.join_token(name));
                 let mut a = AgentProcess::new(
                     c.dir.path(),
                     name,

@@ -20,27 +20,51 @@ fn server(c: &Cluster) -> String {
     format!("https://{}", line.split('"').nth(1).unwrap())
 }
 
-/// Starts an agent for a new node with `token`, and waits for it to exit.
-fn refused_agent(c: &Cluster, name: &str, token: &str) -> String {
+/// An agent for node `name` with `token`, its own directory, started.
+fn started_agent(c: &Cluster, name: &str, dir_name: &str, token: &str) -> AgentProcess {
     let plugin = &c.nodes[0].1.endpoint();
-    let node_dir = c.volumes_dir.join("nodes").join(name);
+    let node_dir = c.volumes_dir.join("nodes").join(dir_name);
     let mut a = AgentProcess::new(
         c.dir.path(),
-        name,
+        dir_name,
         "a",
         &server(c),
         &node_dir,
         plugin,
         Some(token),
     );
+    // The config names the directory; the node is `name`.
+    let config = std::fs::read_to_string(&a.config).unwrap();
+    std::fs::write(
+        a.config.clone(),
+        config.replace(&format!("node = \"{dir_name}\""), &format!("node = \"{name}\"")),
+    )
+    .unwrap();
     a.start();
+    a
+}
+
+/// Starts an agent for node `name` with `token`, and waits for it to exit.
+fn refused_agent(c: &Cluster, name: &str, token: &str) -> String {
+    refused_agent_in(c, name, name, token)
+}
+
+fn refused_agent_in(c: &Cluster, name: &str, dir_name: &str, token: &str) -> String {
+    let mut a = started_agent(c, name, dir_name, token);
     let status = a.wait_exit();
     assert!(!status.success(), "{}", a.log_text());
+    let node_dir = c.volumes_dir.join("nodes").join(dir_name);
     assert!(
         !node_dir.join("tls/agent.pem").exists(),
         "no certificate for a refused agent"
     );
     a.log_text()
+}
+
+fn token(c: &Cluster, args: &[&str]) -> String {
+    let mut all = vec!["cluster", "token", "--ttl", "10m"];
+    all.extend_from_slice(args);
+    c.ok(&all).trim().to_string()
 }
 
 #[test]
@@ -69,26 +93,144 @@ fn agents_join_with_a_token_and_work_over_tls() {
 #[test]
 fn a_wrong_token_is_refused_on_both_sides() {
     let c = tls_cluster();
-    let good = c.join_token();
-    // The right CA, a MAC that is not the server's.
+    let good = token(&c, &["--node", "node-x"]);
+    // The right CA and id, a secret that is not the token's.
     let mut forged = good.clone();
     let last = forged.pop().unwrap();
     forged.push(if last == '0' { '1' } else { '0' });
     let log = refused_agent(&c, "node-x", &forged);
     assert!(log.contains("join token is not valid"), "{log}");
     assert!(c.log().contains("join refused"), "{}", c.log());
-
-    // A token naming another cluster's CA: the agent refuses the server first.
-    let parts: Vec<&str> = good.split('.').collect();
-    let other = format!("{}.{}.{}.{}", parts[0], "ab".repeat(32), parts[2], parts[3]);
-    let log = refused_agent(&c, "node-y", &other);
-    assert!(
-        log.contains("not from the cluster CA the join token names"),
-        "{log}"
-    );
+    assert!(c.log().contains("peer"), "refusals name the peer: {}", c.log());
 
     let log = refused_agent(&c, "node-z", "not-a-token");
     assert!(log.contains("not a Berth join token"), "{log}");
+    // A token of the earlier, unstored kind is refused with what to do.
+    let parts: Vec<&str> = good.split('.').collect();
+    let old = format!("berth1.{}.4102444800.{}", parts[1], "ab".repeat(32));
+    let log = refused_agent(&c, "node-z", &old);
+    assert!(log.contains("earlier release"), "{log}");
+}
+
+#[test]
+fn a_server_that_is_not_the_tokens_cluster_is_retried_never_trusted() {
+    let c = tls_cluster();
+    let good = token(&c, &["--node", "node-y"]);
+    // A token naming another cluster's CA: the agent refuses the server
+    // before sending anything, and keeps trying rather than giving up (the
+    // endpoint may be a server mid-restart, or one bad endpoint of several).
+    let parts: Vec<&str> = good.split('.').collect();
+    let other = format!("{}.{}.{}.{}", parts[0], "ab".repeat(32), parts[2], parts[3]);
+    let mut a = started_agent(&c, "node-y", "node-y", &other);
+    let deadline = std::time::Instant::now() + std::time::Duration::from_secs(20);
+    while a
+        .log_text()
+        .matches("not from the cluster CA the join token names")
+        .count()
+        < 2
+    {
+        assert!(std::time::Instant::now() < deadline, "{}", a.log_text());
+        assert!(a.exited().is_none(), "the agent gave up: {}", a.log_text());
+        std::thread::sleep(std::time::Duration::from_millis(100));
+    }
+    assert!(a.exited().is_none(), "{}", a.log_text());
+    a.kill();
+    assert!(
+        !c.log()
+            .lines()
+            .any(|l| l.contains("node-y") && (l.contains("joined") || l.contains("refused"))),
+        "no join reached the server: {}",
+        c.log()
+    );
+    // The token was not spent.
+    let listed = c.ok(&["cluster", "token", "list"]);
+    assert!(listed.contains("node-y"), "{listed}");
+}
+
+#[test]
+fn a_token_joins_its_one_node_once() {
+    let c = tls_cluster();
+    let t = token(&c, &["--node", "node-c"]);
+    let log = refused_agent(&c, "node-d", &t);
+    assert!(log.contains("is for node \"node-c\""), "{log}");
+    let mut joined = started_agent(&c, "node-c", "node-c", &t);
+    c.wait_nodes(&["node-c"], "ready", std::time::Duration::from_secs(20));
+    assert!(c.log().contains("agent joined"), "{}", c.log());
+    let log = refused_agent_in(&c, "node-c", "node-c2", &t);
+    assert!(log.contains("unknown, revoked or used up"), "{log}");
+    assert_eq!(c.node_state("node-c").as_deref(), Some("ready"));
+    joined.kill();
+}
+
+#[test]
+fn a_join_cannot_take_over_a_node_without_a_replacing_token() {
+    let mut c = tls_cluster();
+    c.create_in("v", "zone=a");
+    // A token for a node that is connected now: refused, the real agent untouched.
+    let t = token(&c, &["--node", "node-a"]);
+    let log = refused_agent_in(&c, "node-a", "intruder", &t);
+    assert!(log.contains("has joined already"), "{log}");
+    assert!(c.agent("node-a").exited().is_none());
+    c.ok(&["volume", "publish", "v", "--node", "node-a", "--wait"]);
+    c.ok(&["volume", "unpublish", "v", "--node", "node-a", "--wait"]);
+
+    // The operator's explicit replacement: the old agent is told and stops.
+    let t = token(&c, &["--node", "node-a", "--replace"]);
+    let mut replacement = started_agent(&c, "node-a", "node-a-new", &t);
+    c.agent("node-a").wait_exit();
+    let old = c.agents[0].log_text();
+    assert!(old.contains("replacing token"), "{old}");
+    c.wait_nodes(&["node-a"], "ready", std::time::Duration::from_secs(20));
+    c.ok(&["volume", "publish", "v", "--node", "node-a", "--wait"]);
+    replacement.kill();
+}
+
+#[test]
+fn tokens_are_listed_revoked_bounded_and_outlive_a_restart() {
+    let mut c = tls_cluster();
+    let many = token(&c, &["--uses", "2"]);
+    let json: serde_json::Value =
+        serde_json::from_str(&c.ok(&["cluster", "token", "list", "-o", "json"])).unwrap();
+    let listed = json.as_array().unwrap();
+    assert_eq!(listed.len(), 1, "{json}");
+    assert_eq!(listed[0]["uses_left"], 2);
+    assert!(listed[0]["node"].is_null());
+    let id = listed[0]["id"].as_str().unwrap().to_string();
+    assert!(many.contains(&id));
+    // The secret is never shown again nor stored.
+    let secret = many.rsplit('.').next().unwrap();
+    assert!(!json.to_string().contains(secret));
+    let store = std::fs::read(c.store_path()).unwrap();
+    assert!(!store.windows(secret.len()).any(|w| w == secret.as_bytes()));
+
+    // Kept across a restart: one use left after the first join.
+    c.kill_serve();
+    c.start_serve();
+    let mut e = started_agent(&c, "node-e", "node-e", &many);
+    c.wait_nodes(&["node-e"], "ready", std::time::Duration::from_secs(20));
+    let listed = c.ok(&["cluster", "token", "list"]);
+    assert!(
+        listed.contains(&id) && listed.contains("(any new node)"),
+        "{listed}"
+    );
+    c.ok(&["cluster", "token", "revoke", &id]);
+    let log = refused_agent(&c, "node-f", &many);
+    assert!(log.contains("unknown, revoked or used up"), "{log}");
+    let again = c.berth(&["cluster", "token", "revoke", &id]);
+    assert!(!again.status.success());
+
+    // Past the server's maximum lifetime, and without saying for whom: refused.
+    let long = c.berth(&["cluster", "token", "--node", "n", "--ttl", "48h"]);
+    assert!(
+        String::from_utf8_lossy(&long.stderr).contains("at most 1day"),
+        "{long:?}"
+    );
+    let anyone = c.berth(&["cluster", "token"]);
+    assert!(
+        String::from_utf8_lossy(&anyone.stderr).contains("--uses"),
+        "{anyone:?}"
+    );
+    e.kill();
 }
 
 #[test]

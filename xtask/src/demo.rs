@@ -245,14 +245,16 @@ pub fn demo_cluster() -> anyhow::Result<()> {
     println!("==> berth serve, listening for agents over TLS on 127.0.0.1:{port}");
     d.serve()?;
     println!(
-        "\n==> a join token: it pins the cluster CA, so an agent checks the server before sending anything"
+        "\n==> a join token per node: each pins the cluster CA (an agent checks the server before sending\n    anything), lets that one node join once, and is kept by the server only as a hash"
     );
-    let token = d
-        .berth_output(&["cluster", "token", "--ttl", "10m"])?
-        .trim()
-        .to_string();
-    println!("{token}");
     for ((node, _), disk) in NODES.iter().zip(DISKS) {
+        let token = d
+            .berth_output(&["cluster", "token", "--node", node, "--ttl", "10m"])?
+            .trim()
+            .to_string();
+        if *node == "node-a" {
+            println!("{token}");
+        }
         let text = format!(
             "node = \"{node}\"\nlabels = {{ disk = \"{disk}\" }}\nserver = \"https://127.0.0.1:{port}\"\ntoken = \"{token}\"\ndir = \"nodes/{node}\"\nheartbeat_interval = \"500ms\"\n[plugins]\nhostpath = \"{}\"\n",
             d.socket(node)
@@ -269,6 +271,8 @@ pub fn demo_cluster() -> anyhow::Result<()> {
         list.matches(" ready ").count() >= 3
     })?;
     d.berth(&["node", "list"])?;
+    println!("\n==> every token was used once: none is left to join with");
+    d.berth(&["cluster", "token", "list"])?;
     create_volumes(&d)?;
     d.berth(&["volume", "publish", "pg-data", "--node", "node-a", "--wait"])?;
     d.berth(&["volume", "publish", "cache", "--wait"])?;

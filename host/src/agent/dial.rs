@@ -71,19 +71,21 @@ async fn attempt(
     }
 }
 
-/// A dial, join or attach that failed: the server away (dial again), or a
-/// refusal (a wrong token or certificate, a server not the cluster's).
+/// A dial, join or attach that failed. Only the server's own refusal of
+/// this node (a token or certificate it will not take) or this agent's own
+/// setup (no token, credentials it cannot read or write) ends the agent:
+/// anything else from one endpoint, a TLS or certificate error included
+/// (a server mid-restart, one bad endpoint among good ones), is logged and
+/// the next endpoint tried, with a growing pause.
 fn failed(server: &ServerAddress, status: &tonic::Status) -> SessionEnd {
-    let refused = matches!(
-        status.code(),
-        tonic::Code::PermissionDenied | tonic::Code::Unauthenticated
-    );
-    if refused {
-        SessionEnd::Refused(status.message().to_string())
-    } else if tls::transient(status) {
-        SessionEnd::Lost(format!("dialing {server}: {}", crate::csi::error_chain(status)))
-    } else {
-        SessionEnd::Refused(crate::csi::error_chain(status))
+    match status.code() {
+        tonic::Code::PermissionDenied | tonic::Code::Unauthenticated => {
+            SessionEnd::Refused(status.message().to_string())
+        }
+        tonic::Code::FailedPrecondition | tonic::Code::InvalidArgument => {
+            SessionEnd::Refused(crate::csi::error_chain(status))
+        }
+        _ => SessionEnd::Lost(format!("dialing {server}: {}", crate::csi::error_chain(status))),
     }
 }
 

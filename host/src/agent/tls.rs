@@ -18,7 +18,8 @@ use rustls::pki_types::{CertificateDer, PrivateKeyDer, ServerName, UnixTime};
 use rustls::{ClientConfig, DigitallySignedStruct, RootCertStore, SignatureScheme};
 use tonic::transport::{Channel, Uri};
 
-use crate::cluster::pki::{JoinToken, fingerprint};
+use crate::cluster::pki::fingerprint;
+use crate::cluster::tokens::JoinToken;
 use crate::store::{private_dir, private_file};
 
 /// What the agent presents: its certificate and key, and the CA it trusts.
@@ -255,16 +256,4 @@ pub async fn join(
     };
     creds.save(dir).map_err(fatal)?;
     Ok(creds)
-}
-
-/// Whether a failed dial or join is the server being away (worth another
-/// try), not a refusal or a server that is not the cluster's.
-pub fn transient(status: &tonic::Status) -> bool {
-    let text = crate::csi::error_chain(status);
-    // A connection reset mid-dial (a server stepping down) surfaces as Unknown.
-    matches!(
-        status.code(),
-        tonic::Code::Unavailable | tonic::Code::Unknown | tonic::Code::Cancelled
-    ) && !text.contains(NOT_THE_CLUSTER)
-        && !text.contains("certificate")
 }

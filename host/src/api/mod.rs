@@ -45,6 +45,15 @@ impl BerthApi {
         }
     }
 
+    /// The TLS cluster endpoint, which join tokens are for.
+    fn cluster(&self) -> Result<&crate::cluster::pki::ClusterTls, Status> {
+        self.cluster.as_deref().ok_or_else(|| {
+            Status::failed_precondition(
+                "this server has no TLS cluster endpoint: set cluster_address in berth.toml",
+            )
+        })
+    }
+
     /// The servers sharing the etcd store, this one (the leader) first.
     async fn servers(&self) -> Vec<api::Server> {
         let Some(election) = &self.election else {
@@ -380,25 +389,75 @@ impl api::berth_server::Berth for BerthApi {
         &self,
         req: Request<api::CreateJoinTokenRequest>,
     ) -> Result<Response<api::CreateJoinTokenResponse>, Status> {
-        let Some(cluster) = &self.cluster else {
-            return Err(Status::failed_precondition(
-                "this server has no TLS cluster endpoint: set cluster_address in berth.toml",
-            ));
+        let cluster = self.cluster()?;
+        let r = req.into_inner();
+        let request = crate::cluster::tokens::TokenRequest {
+            ttl: match r.ttl_seconds {
+                0 => std::time::Duration::from_secs(3600).min(cluster.tokens.max_ttl()),
+                s => std::time::Duration::from_secs(s),
+            },
+            node: (!r.node.is_empty()).then_some(r.node),
+            uses: r.uses,
+            replace: r.replace,
         };
-        let ttl = match req.into_inner().ttl_seconds {
-            0 => 3600,
-            s => s.min(30 * 24 * 3600),
-        };
-        let token = cluster.ca.token(std::time::Duration::from_secs(ttl));
-        let expires_unix = crate::cluster::pki::JoinToken::parse(&token)
-            .map(|t| t.expires)
-            .unwrap_or_default();
-        tracing::info!(ttl_seconds = ttl, "join token made");
+        let (token, record) = cluster.tokens.create(request).await?;
+        tracing::warn!(
+            token = %record.id,
+            node = record.node.as_deref().map(crate::text::echo).unwrap_or_else(|| "(any new node)".into()),
+            uses = record.uses_left,
+            replace = record.replace,
+            expires_unix = record.expires_ms / 1000,
+            "join token made"
+        );
         Ok(Response::new(api::CreateJoinTokenResponse {
             token,
             address: cluster.address.clone(),
-            expires_unix,
+            expires_unix: record.expires_ms / 1000,
+            id: record.id,
         }))
+    }
+
+    async fn list_join_tokens(
+        &self,
+        _: Request<api::ListJoinTokensRequest>,
+    ) -> Result<Response<api::ListJoinTokensResponse>, Status> {
+        let tokens = self
+            .cluster()?
+            .tokens
+            .list()
+            .await
+            .into_iter()
+            .map(|t| api::JoinTokenInfo {
+                id: t.id,
+                node: t.node.unwrap_or_default(),
+                uses_left: t.uses_left,
+                expires_unix: t.expires_ms / 1000,
+                created_unix: t.created_ms / 1000,
+                replace: t.replace,
+            })
+            .collect();
+        Ok(Response::new(api::ListJoinTokensResponse { tokens }))
+    }
+
+    async fn revoke_join_token(
+        &self,
+        req: Request<api::RevokeJoinTokenRequest>,
+    ) -> Result<Response<api::RevokeJoinTokenResponse>, Status> {
+        let id = req.into_inner().id;
+        let revoked = self
+            .cluster()?
+            .tokens
+            .revoke(&id)
+            .await
+            .map_err(|e| Status::unavailable(e.to_string()))?;
+        if !revoked {
+            return Err(Status::not_found(format!(
+                "no live join token {} (`berth cluster token list`)",
+                crate::text::echo(&id)
+            )));
+        }
+        tracing::warn!(token = %crate::text::echo(&id), "join token revoked");
+        Ok(Response::new(api::RevokeJoinTokenResponse {}))
     }
 
     async fn summary(

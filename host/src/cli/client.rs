@@ -17,11 +17,19 @@ pub struct ApiArgs {
 }
 
 /// A client of the first of `apis` that accepts a connection.
+/// The largest answer the CLI reads from the API.
+const MAX_ANSWER: usize = 1 << 30;
+
 pub async fn connect(apis: &[Endpoint]) -> anyhow::Result<BerthClient<Channel>> {
     let mut failures = Vec::new();
     for api in apis {
         match reachable(api) {
-            Ok(()) => return Ok(BerthClient::new(berth::csi::unix_channel(api.path()))),
+            Ok(()) => {
+                // The server is this machine's own: a list of many volumes may
+                // pass tonic's default 4 MiB, and must still be read.
+                return Ok(BerthClient::new(berth::csi::unix_channel(api.path()))
+                    .max_decoding_message_size(MAX_ANSWER));
+            }
             Err(e) => failures.push(e),
         }
     }

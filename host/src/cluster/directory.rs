@@ -13,6 +13,7 @@ use berth_proto::berth::v1 as wire;
 use berth_proto::berth::v1::server_message::Message as Down;
 use tokio::sync::{mpsc, oneshot};
 
+use super::session::ToAgent;
 use crate::agent::calls::Paths;
 use crate::agent::converge::failure_from_wire;
 use crate::agent::plugins::status_of;
@@ -46,7 +47,7 @@ struct Waiter {
 
 pub(super) struct Link {
     id: u64,
-    to_agent: mpsc::UnboundedSender<wire::ServerMessage>,
+    to_agent: ToAgent,
     /// The complete set has been sent: operations may follow.
     pub(super) synced: bool,
 }
@@ -82,12 +83,23 @@ pub struct Directory {
     sessions: std::sync::atomic::AtomicU64,
 }
 
-/// Sends on the node's session if it has had its complete set.
-fn send_synced(n: &Node, message: wire::ServerMessage) -> bool {
-    n.link
-        .as_ref()
-        .filter(|l| l.synced)
-        .is_some_and(|l| l.to_agent.send(message).is_ok())
+/// Sends on the node's session if it has had its complete set. A session
+/// whose agent lets its queue fill is dropped here (its task ends at its
+/// next heartbeat), and what waited on it fails.
+fn send_synced(n: &mut Node, node: &str, message: wire::ServerMessage) -> bool {
+    let Some(link) = n.link.as_ref().filter(|l| l.synced) else {
+        return false;
+    };
+    match link.to_agent.try_send(message) {
+        Ok(()) => true,
+        Err(mpsc::error::TrySendError::Closed(_)) => false,
+        Err(mpsc::error::TrySendError::Full(_)) => {
+            tracing::warn!(%node, queued = super::session::DOWN_QUEUE, "agent is not reading its session; session closed");
+            n.link = None;
+            fail_waiting(n, node, "the agent is not reading its session");
+            false
+        }
+    }
 }
 
 fn no_such_node(node: &str, plugin: &str, call: &'static str) -> CsiError {
@@ -194,8 +206,18 @@ impl Directory {
             .map(|(name, _)| name.clone())
     }
 
+    /// Whether `node` has an identity a join would take over: a
+    /// certificate, or a session now.
+    pub fn holds_identity(&self, node: &str) -> bool {
+        self.get(node).is_some_and(|n| {
+            let n = lock(&n);
+            n.cert.is_some() || n.link.is_some()
+        })
+    }
+
     /// Records the certificate `node` joined with (replacing an earlier one,
-    /// which is refused from now on); the node as it is to be remembered.
+    /// which is refused from now on, its session ended); the node as it is
+    /// to be remembered.
     pub fn joined(&self, node: &str, cert: String) -> Result<NodeRecord, String> {
         let entry = {
             let mut nodes = self.nodes.write().unwrap_or_else(|p| p.into_inner());
@@ -206,6 +228,16 @@ impl Directory {
             return Err(format!(
                 "node {node:?} was forgotten (`berth node forget`); `berth node remove {node}` lets it join again"
             ));
+        }
+        if n.cert.is_some()
+            && let Some(link) = n.link.take()
+        {
+            let _ = link.to_agent.try_send(down(Down::Refusal(wire::Refusal {
+                reason: format!(
+                    "node {node:?} joined again with a replacing token: this agent's certificate is revoked"
+                ),
+            })));
+            fail_waiting(&mut n, node, "the node joined again");
         }
         n.cert = Some(cert);
         let record = Self::record(node, &n);
@@ -224,7 +256,7 @@ impl Directory {
         if forgotten {
             n.forgotten = true;
             if let Some(link) = n.link.take() {
-                let _ = link.to_agent.send(down(Down::Refusal(wire::Refusal {
+                let _ = link.to_agent.try_send(down(Down::Refusal(wire::Refusal {
                     reason: format!("node {node:?} was forgotten (`berth node forget`); `berth node remove {node}` lets it join again"),
                 })));
             }
@@ -241,7 +273,7 @@ impl Directory {
         if let Some(entry) = removed {
             let mut n = lock(&entry);
             if let Some(link) = n.link.take() {
-                let _ = link.to_agent.send(down(Down::Refusal(wire::Refusal {
+                let _ = link.to_agent.try_send(down(Down::Refusal(wire::Refusal {
                     reason: format!(
                         "node {node:?} was removed (`berth node remove`): its certificate is revoked"
                     ),
@@ -287,7 +319,7 @@ impl Directory {
     pub(super) fn attach(
         &self,
         r: &wire::Register,
-        to_agent: mpsc::UnboundedSender<wire::ServerMessage>,
+        to_agent: ToAgent,
     ) -> Result<(u64, Option<NodeRecord>), String> {
         let id = self.sessions.fetch_add(1, std::sync::atomic::Ordering::Relaxed) + 1;
         let node = {
@@ -337,7 +369,7 @@ impl Directory {
         };
         link.synced = link
             .to_agent
-            .send(down(Down::Desired(wire::DesiredSet { version, volumes })))
+            .try_send(down(Down::Desired(wire::DesiredSet { version, volumes })))
             .is_ok();
         link.synced
     }
@@ -425,7 +457,7 @@ impl Directory {
             n.version += 1;
             (op.attempt, op.version) = (n.attempt, n.version);
             let berth_id = op.berth_id.clone();
-            if !send_synced(&n, down(Down::Operation(op))) {
+            if !send_synced(&mut n, node, down(Down::Operation(op))) {
                 return Err(not_connected(node, &plugin, call));
             }
             let (reply, rx) = oneshot::channel();
@@ -458,7 +490,7 @@ impl Directory {
                 plugin: plugin.to_string(),
                 call: Some(c),
             }));
-            if !send_synced(&n, message) {
+            if !send_synced(&mut n, node, message) {
                 return Err(not_connected(node, plugin, call));
             }
             let (reply, rx) = oneshot::channel();

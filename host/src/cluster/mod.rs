@@ -3,12 +3,14 @@
 //!
 //! - `directory` — the nodes, their sessions, and node operations sent to them;
 //! - `session` — one agent's session, from registration to its end;
-//! - `service` — the `Cluster` gRPC service agents dial, and the in-process link.
+//! - `service` — the `Cluster` gRPC service agents dial, and the in-process link;
+//! - `tokens` — join tokens: stored hashed, bound to a node or counted, revocable.
 
 pub mod directory;
 mod node_agent;
 pub mod pki;
 pub mod service;
 pub mod session;
+pub mod tokens;
 
 pub use directory::{Directory, NodeSync};

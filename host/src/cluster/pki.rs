@@ -2,13 +2,10 @@
 //! TLS cluster endpoint, kept in the state directory (owner-only). It issues
 //! the server's certificate on every start and each agent's when it joins.
 //!
-//! A join token is `berth1.<CA fingerprint>.<expiry>.<MAC>`: the agent pins
-//! the CA by its SHA-256 fingerprint before it sends anything, and the
-//! server checks the MAC (HMAC-SHA256 keyed by the CA's private key) and the
-//! expiry. Tokens are not stored: nothing to leak, nothing lost on restart.
+//! Join tokens, which carry the CA's fingerprint for the agent to pin, are
+//! in `tokens.rs`.
 
 use std::path::{Path, PathBuf};
-use std::time::Duration;
 
 use hmac::{Hmac, Mac};
 use rcgen::{
@@ -19,8 +16,6 @@ use sha2::{Digest, Sha256};
 
 use crate::store::{private_dir, private_file};
 
-const TOKEN_PREFIX: &str = "berth1";
-
 /// The hex SHA-256 of a certificate's DER form.
 pub fn fingerprint(der: &[u8]) -> String {
     hex(&Sha256::digest(der))
@@ -30,36 +25,10 @@ fn hex(bytes: &[u8]) -> String {
     bytes.iter().map(|b| format!("{b:02x}")).collect()
 }
 
-fn now_secs() -> u64 {
-    crate::manager::now_ms() / 1000
-}
-
 pub struct ClusterCa {
     cert_pem: String,
     cert_der: Vec<u8>,
     key: KeyPair,
-}
-
-/// What `parse_token` reads from a token, before the server checks it.
-#[derive(Debug, PartialEq, Eq)]
-pub struct JoinToken {
-    pub ca_fingerprint: String,
-    pub expires: u64,
-    mac: String,
-}
-
-impl JoinToken {
-    pub fn parse(text: &str) -> Result<JoinToken, String> {
-        let parts: Vec<&str> = text.trim().split('.').collect();
-        match parts[..] {
-            [TOKEN_PREFIX, ca, expires, mac] if ca.len() == 64 && mac.len() == 64 => Ok(JoinToken {
-                ca_fingerprint: ca.to_string(),
-                expires: expires.parse().map_err(|_| "the join token's expiry is not a number".to_string())?,
-                mac: mac.to_string(),
-            }),
-            _ => Err("this is not a Berth join token (berth1.<CA fingerprint>.<expiry>.<MAC>; `berth cluster token` prints one)".into()),
-        }
-    }
 }
 
 fn write_private(path: &Path, text: &str) -> Result<(), String> {
@@ -174,13 +143,6 @@ impl ClusterCa {
         Ok((cert.pem(), fingerprint(cert.der())))
     }
 
-    fn mac(&self, expires: u64) -> String {
-        let mut mac =
-            Hmac::<Sha256>::new_from_slice(&self.key.serialize_der()).expect("HMAC takes any key length");
-        mac.update(format!("{TOKEN_PREFIX}.{}.{expires}", self.fingerprint()).as_bytes());
-        hex(&mac.finalize().into_bytes())
-    }
-
     /// What servers sharing this CA present when one passes an API call
     /// on to the leader: only a holder of the CA's key can make it.
     pub fn forward_secret(&self) -> String {
@@ -189,42 +151,13 @@ impl ClusterCa {
         mac.update(format!("berth-forward.{}", self.fingerprint()).as_bytes());
         hex(&mac.finalize().into_bytes())
     }
-
-    /// A join token valid for `ttl`.
-    pub fn token(&self, ttl: Duration) -> String {
-        let expires = now_secs() + ttl.as_secs().max(1);
-        format!(
-            "{TOKEN_PREFIX}.{}.{expires}.{}",
-            self.fingerprint(),
-            self.mac(expires)
-        )
-    }
-
-    /// Whether `text` is a token this CA made and that has not expired.
-    pub fn check_token(&self, text: &str) -> Result<(), String> {
-        let t = JoinToken::parse(text)?;
-        if t.ca_fingerprint != self.fingerprint() {
-            return Err(
-                "the join token is for another cluster (its CA fingerprint is not this one's)".into(),
-            );
-        }
-        let good = self.mac(t.expires);
-        // Constant-time comparison: the MAC is the secret.
-        let same = good.len() == t.mac.len()
-            && good.bytes().zip(t.mac.bytes()).fold(0u8, |d, (a, b)| d | (a ^ b)) == 0;
-        if !same {
-            return Err("the join token is not valid (a wrong or altered token)".into());
-        }
-        if t.expires < now_secs() {
-            return Err("the join token has expired: `berth cluster token` prints a new one".into());
-        }
-        Ok(())
-    }
 }
 
 /// The TLS cluster endpoint: where it listens and the CA behind it.
 pub struct ClusterTls {
     pub ca: ClusterCa,
+    /// The tokens agents join with.
+    pub tokens: super::tokens::JoinTokens,
     /// host:port, as agents dial it.
     pub address: String,
 }
@@ -272,7 +205,7 @@ mod tests {
     use super::*;
 
     #[test]
-    fn the_ca_is_made_once_and_its_tokens_are_checked() {
+    fn the_ca_is_made_once_and_kept_for_its_owner() {
         let dir = tempfile::tempdir().unwrap();
         let ca = ClusterCa::load_or_create(&dir.path().join("cluster")).unwrap();
         let again = ClusterCa::load_or_create(&dir.path().join("cluster")).unwrap();
@@ -283,16 +216,6 @@ mod tests {
             .permissions()
             .mode();
         assert_eq!(mode & 0o777, 0o600);
-
-        let token = ca.token(Duration::from_secs(60));
-        assert_eq!(JoinToken::parse(&token).unwrap().ca_fingerprint, ca.fingerprint());
-        again.check_token(&token).expect("a fresh token is good");
-        let mut altered = token.clone();
-        altered.replace_range(token.len() - 1.., if token.ends_with('0') { "1" } else { "0" });
-        assert!(ca.check_token(&altered).unwrap_err().contains("not valid"));
-        let other = ClusterCa::load_or_create(&dir.path().join("other")).unwrap();
-        assert!(other.check_token(&token).unwrap_err().contains("another cluster"));
-        assert!(JoinToken::parse("hello").is_err());
     }
 
     #[test]

@@ -8,12 +8,13 @@ use std::time::Duration;
 use berth_proto::berth::v1 as wire;
 use berth_proto::berth::v1::cluster_server::Cluster;
 use tokio::sync::mpsc;
-use tokio_stream::wrappers::UnboundedReceiverStream;
+use tokio_stream::wrappers::{ReceiverStream, UnboundedReceiverStream};
 use tokio_stream::{Stream, StreamExt};
 
 use super::directory::Directory;
 use super::pki::{ClusterTls, fingerprint};
 use super::session::serve_session;
+use super::tokens::TokenError;
 use crate::agent::{Agent, SessionEnd};
 
 pub struct ClusterService {
@@ -63,7 +64,7 @@ impl Cluster for ClusterService {
             None => None,
         };
         let from_agent = request.into_inner();
-        let (to_agent, rx) = mpsc::unbounded_channel();
+        let (to_agent, rx) = super::session::to_agent();
         let directory = self.directory.clone();
         tokio::spawn(serve_session(
             directory,
@@ -76,9 +77,7 @@ impl Cluster for ClusterService {
                 _ => Ok(()),
             },
         ));
-        Ok(tonic::Response::new(Box::pin(
-            UnboundedReceiverStream::new(rx).map(Ok),
-        )))
+        Ok(tonic::Response::new(Box::pin(ReceiverStream::new(rx).map(Ok))))
     }
 
     async fn join(
@@ -90,25 +89,35 @@ impl Cluster for ClusterService {
                 "agents join on the cluster's TLS endpoint (cluster_address), not here",
             ));
         };
+        let peer = request.remote_addr();
+        let from = peer.map_or_else(|| "an unknown address".to_string(), |a| a.to_string());
         let r = request.into_inner();
-        if let Err(why) = tls.ca.check_token(&r.token) {
-            tracing::warn!(node = %crate::text::echo(&r.node), %why, "join refused");
-            return Err(tonic::Status::permission_denied(why));
-        }
-        crate::config::name_ok("node", &r.node)
-            .map_err(|e| tonic::Status::invalid_argument(e.to_string()))?;
+        let node = crate::text::echo(&r.node);
+        let refuse = |e: TokenError| {
+            tracing::warn!(%node, peer = %from, why = %e, "join refused");
+            tonic::Status::from(e)
+        };
+        tls.tokens.admit(peer.map(|a| a.ip())).map_err(refuse)?;
+        crate::config::name_ok("node", &r.node).map_err(|e| refuse(TokenError::Invalid(e.to_string())))?;
+        // Signing first: a request that is not valid spends no token.
         let (certificate, fp) = tls
             .ca
             .sign_agent(&r.node, &r.certificate_request)
-            .map_err(tonic::Status::invalid_argument)?;
+            .map_err(|e| refuse(TokenError::Invalid(e)))?;
+        let taken = self.directory.holds_identity(&r.node);
+        let token = tls
+            .tokens
+            .redeem(&r.token, &r.node, taken)
+            .await
+            .map_err(refuse)?;
         let record = self
             .directory
             .joined(&r.node, fp)
-            .map_err(tonic::Status::permission_denied)?;
+            .map_err(|e| refuse(TokenError::Refused(e)))?;
         if let Some(sync) = self.directory.syncer() {
             sync.remember(record).await;
         }
-        tracing::info!(node = %r.node, "agent joined");
+        tracing::warn!(%node, peer = %from, token = %token.id, replaced = taken, "agent joined");
         Ok(tonic::Response::new(wire::JoinResponse {
             certificate,
             ca: tls.ca.cert_pem().to_string(),
@@ -122,16 +131,14 @@ pub fn link_in_process(directory: Arc<Directory>, agent: Arc<Agent>) -> tokio::t
     tokio::spawn(async move {
         loop {
             let (up, up_rx) = mpsc::unbounded_channel();
-            let (down, down_rx) = mpsc::unbounded_channel();
+            let (down, down_rx) = super::session::to_agent();
             let server = tokio::spawn(serve_session(
                 directory.clone(),
                 UnboundedReceiverStream::new(up_rx).map(Ok),
                 down,
                 |_| Ok(()),
             ));
-            let end = agent
-                .session(up, UnboundedReceiverStream::new(down_rx).map(Ok))
-                .await;
+            let end = agent.session(up, ReceiverStream::new(down_rx).map(Ok)).await;
             server.abort();
             match end {
                 SessionEnd::Refused(why) => {

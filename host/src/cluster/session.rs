@@ -15,10 +15,22 @@ use super::directory::Directory;
 
 /// How long a new stream has to register.
 const REGISTER_WITHIN: Duration = Duration::from_secs(10);
+/// Messages waiting for an agent to read them. An agent that lets this
+/// many pile up is not reading its session: the session is closed rather
+/// than the server's memory growing with what it does not read.
+pub const DOWN_QUEUE: usize = 4096;
 
-fn refuse(to_agent: &mpsc::UnboundedSender<wire::ServerMessage>, reason: String) {
+/// The server's half of a session's downstream.
+pub type ToAgent = mpsc::Sender<wire::ServerMessage>;
+
+/// A queue for one session's messages to its agent.
+pub fn to_agent() -> (ToAgent, mpsc::Receiver<wire::ServerMessage>) {
+    mpsc::channel(DOWN_QUEUE)
+}
+
+fn refuse(to_agent: &ToAgent, reason: String) {
     tracing::warn!(%reason, "agent refused");
-    let _ = to_agent.send(wire::ServerMessage {
+    let _ = to_agent.try_send(wire::ServerMessage {
         message: Some(Down::Refusal(wire::Refusal { reason })),
     });
 }
@@ -28,7 +40,7 @@ fn refuse(to_agent: &mpsc::UnboundedSender<wire::ServerMessage>, reason: String)
 pub async fn serve_session(
     directory: Arc<Directory>,
     mut from_agent: impl Stream<Item = Result<wire::AgentMessage, tonic::Status>> + Unpin,
-    to_agent: mpsc::UnboundedSender<wire::ServerMessage>,
+    to_agent: ToAgent,
     allowed: impl Fn(&str) -> Result<(), String>,
 ) {
     let register = match tokio::time::timeout(REGISTER_WITHIN, from_agent.next()).await {
@@ -79,9 +91,13 @@ pub async fn serve_session(
         directory.heard(&node);
         match message.message {
             Some(Up::Heartbeat(h)) => {
-                let _ = to_agent.send(wire::ServerMessage {
+                let echo = wire::ServerMessage {
                     message: Some(Down::Heartbeat(h)),
-                });
+                };
+                if to_agent.try_send(echo).is_err() {
+                    tracing::warn!(%node, queued = DOWN_QUEUE, "agent is not reading its session; session closed");
+                    break;
+                }
             }
             Some(Up::Report(r)) => directory.report(&node, r),
             Some(Up::Answer(a)) => directory.answer(&node, a),

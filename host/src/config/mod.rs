@@ -13,6 +13,7 @@
 //! cluster_address = "0.0.0.0:7443"     # the TLS endpoint agents on other machines dial; none by default
 //! cluster_names = ["berth.example"]     # names and addresses in the server's certificate
 //! heartbeat_timeout = "15s"             # an agent silent this long is down
+//! join_token_max_ttl = "24h"            # the longest a join token may live
 //! metrics = "127.0.0.1:9464"            # /metrics, /healthz, /readyz over HTTP; off by default
 //! events_per_volume = 10                # each volume keeps its latest events (0: none)
 //!
@@ -105,6 +106,7 @@ struct Raw {
     #[serde(default)]
     cluster_names: Vec<String>,
     heartbeat_timeout: Option<String>,
+    join_token_max_ttl: Option<String>,
     metrics: Option<String>,
     events_per_volume: Option<usize>,
     store: Option<RawStore>,
@@ -180,6 +182,8 @@ pub struct Config {
     /// Names and addresses the server's certificate is valid for.
     pub cluster_names: Vec<String>,
     pub heartbeat_timeout: Duration,
+    /// The longest lifetime `berth cluster token` may give a token.
+    pub join_token_max_ttl: Duration,
     /// Where `/metrics`, `/healthz` and `/readyz` are served; none by default.
     pub metrics: Option<std::net::SocketAddr>,
     /// How many of its latest events each volume keeps.
@@ -229,6 +233,8 @@ pub const DEFAULT_WORKERS: usize = 256;
 /// Enough to tell a volume's last lifecycle and a few failures, at about
 /// 100 bytes each in the record.
 pub const DEFAULT_EVENTS_PER_VOLUME: usize = 10;
+/// No operator may let a join token live longer than this.
+const MAX_JOIN_TOKEN_TTL: Duration = Duration::from_secs(30 * 24 * 3600);
 
 impl Config {
     /// Reads and validates a config file.
@@ -439,6 +445,19 @@ impl Config {
                 })
                 .transpose()?,
             heartbeat_timeout: duration("heartbeat_timeout", raw.heartbeat_timeout.as_deref(), "15s")?,
+            join_token_max_ttl: match duration(
+                "join_token_max_ttl",
+                raw.join_token_max_ttl.as_deref(),
+                "24h",
+            )? {
+                ttl if ttl > MAX_JOIN_TOKEN_TTL => {
+                    return Err(invalid("join_token_max_ttl", "is more than 30 days"));
+                }
+                ttl if ttl < Duration::from_secs(1) => {
+                    return Err(invalid("join_token_max_ttl", "is less than a second"));
+                }
+                ttl => ttl,
+            },
             metrics: metrics_address(raw.metrics.as_deref())?,
             events_per_volume: match raw.events_per_volume {
                 None => DEFAULT_EVENTS_PER_VOLUME,

@@ -74,8 +74,9 @@ impl VolumeManager {
             NamingOutcome::Named(name) => {
                 if !self.table.claim_csi_name(&name, &r.id) {
                     return Ok(Box::new(move |r: &mut VolumeRecord| {
-                        r.failure = Some(format!(
-                            "naming: the name {name:?} is already used by another volume"
+                        r.give_up(format!(
+                            "naming: the name {} is already used by another volume",
+                            crate::text::echo(&name)
                         ));
                     }));
                 }
@@ -84,7 +85,7 @@ impl VolumeManager {
                 }))
             }
             NamingOutcome::Refused(reason) => Ok(Box::new(move |r: &mut VolumeRecord| {
-                r.failure = Some(format!("naming refused the volume: {reason}"));
+                r.give_up(format!("naming refused the volume: {reason}"));
             })),
         }
     }

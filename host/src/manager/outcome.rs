@@ -4,7 +4,7 @@
 
 use super::plan::Step;
 use crate::csi::CsiError;
-use crate::model::{PublishStep, Segments, VolumeRecord};
+use crate::model::{FAILURE_MAX, PublishStep, Segments, VolumeRecord, cut};
 use crate::policy::{Code, PolicyError};
 
 /// What a successful step changes in the record. Applied twice: to the
@@ -100,7 +100,7 @@ impl From<&PolicyError> for PolicyFailure {
 pub(super) fn policy_step_error(e: &PolicyError) -> StepError {
     StepError {
         code: Code::Unavailable,
-        message: e.to_string(),
+        message: cut(e.to_string(), FAILURE_MAX),
         sent: false,
         policy: Some(e.into()),
     }
@@ -111,7 +111,7 @@ impl From<CsiError> for StepError {
         StepError {
             code: Code::from_grpc(e.code()).unwrap_or(Code::Unknown),
             sent: matches!(e.failure, crate::csi::Failure::Status { .. }),
-            message: e.to_string(),
+            message: cut(e.to_string(), FAILURE_MAX),
             policy: None,
         }
     }
@@ -120,7 +120,7 @@ impl From<CsiError> for StepError {
 pub(super) fn step_error(code: Code, message: impl Into<String>) -> StepError {
     StepError {
         code,
-        message: message.into(),
+        message: cut(message.into(), FAILURE_MAX),
         sent: false,
         policy: None,
     }

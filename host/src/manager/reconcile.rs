@@ -13,7 +13,7 @@ use super::{RequestError, VolumeManager, now_ms};
 use crate::csi::proto::controller_service_capability::rpc::Type as ControllerCap;
 use crate::csi::proto::node_service_capability::rpc::Type as NodeCap;
 use crate::metrics;
-use crate::model::{Retrying, VolumeRecord};
+use crate::model::{FAILURE_MAX, LAST_ERROR_MAX, Retrying, VolumeRecord, cut};
 use crate::policy::{self, Decision, RetryDecision};
 
 /// A guest that fails to decide this many times in a row for a volume, in a
@@ -291,6 +291,8 @@ impl VolumeManager {
                 RetryDecision::RetryAfter(ms.max(retry_floor_ms(attempt)))
             }
             (_, RetryDecision::RetryAfter(ms)) => RetryDecision::RetryAfter(ms.max(retry_floor_ms(attempt))),
+            // A guest's reason is kept and logged: bounded like any text from outside.
+            (_, RetryDecision::GiveUp(reason)) => RetryDecision::GiveUp(cut(reason, FAILURE_MAX)),
             (_, d) => d,
         };
         tracing::info!(volume = %name, id = %record.id, step = %label, attempt, error = %e.message, ?decision, "step failed");
@@ -322,7 +324,7 @@ impl VolumeManager {
                         attempt,
                         first_failure_ms: first,
                         next_attempt_ms: now_ms() + ms,
-                        last_error: e.message.clone(),
+                        last_error: cut(e.message.clone(), LAST_ERROR_MAX),
                         policy_failures,
                     });
                 })
@@ -332,7 +334,7 @@ impl VolumeManager {
                 let latest = self
                     .write_unwritten(&record.id, unwritten, |r| {
                         r.retrying = None;
-                        r.failure = Some(format!("{label}: {reason}"));
+                        r.give_up(format!("{label}: {reason}"));
                     })
                     .await?;
                 tracing::warn!(volume = %record.spec.name, step = %label, %reason, "gave up");

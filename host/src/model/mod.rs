@@ -12,6 +12,30 @@ pub use map::VecMap;
 pub use spec::{AccessMode, AccessType, SourceKind, VolumeSource, VolumeSpec};
 pub use state::{PublicationState, VolumeState};
 
+/// Bounds on text from outside (plugins, agents, guests) as a record keeps
+/// it, so no record outgrows what a store or a view can carry: an event's
+/// message and step, a give-up's reason, the last error of a retry.
+pub const EVENT_MESSAGE_MAX: usize = 1024;
+pub const EVENT_STEP_MAX: usize = 256;
+pub const FAILURE_MAX: usize = 4096;
+pub const LAST_ERROR_MAX: usize = 1024;
+
+/// `text` cut to at most `max` bytes (at a character boundary), ending
+/// with a marker that says it was cut and how long it was.
+pub fn cut(mut text: String, max: usize) -> String {
+    if text.len() <= max {
+        return text;
+    }
+    let marker = format!("… [cut; {} bytes in all]", text.len());
+    let mut end = max.saturating_sub(marker.len());
+    while !text.is_char_boundary(end) {
+        end -= 1;
+    }
+    text.truncate(end);
+    text.push_str(&marker);
+    text
+}
+
 /// Topology segments, labels, parameters, contexts: string to string.
 pub type Segments = VecMap<String>;
 
@@ -249,10 +273,15 @@ impl VolumeRecord {
         self.events.push(VolumeEvent {
             seq,
             at_ms,
-            step,
+            step: cut(step, EVENT_STEP_MAX),
             code: code.to_string(),
-            message,
+            message: cut(message, EVENT_MESSAGE_MAX),
         });
+    }
+
+    /// Gives up: the volume waits, failed with `reason`, for an operator.
+    pub fn give_up(&mut self, reason: String) {
+        self.failure = Some(cut(reason, FAILURE_MAX));
     }
 
     /// One word for operators.

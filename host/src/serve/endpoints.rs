@@ -14,6 +14,7 @@ use crate::api::BerthApi;
 use crate::cluster::Directory;
 use crate::cluster::pki::{ClusterCa, ClusterTls};
 use crate::cluster::service::{ClusterService, link_in_process};
+use crate::cluster::tokens::JoinTokens;
 use crate::leadership::forward::only_servers;
 use crate::manager::VolumeManager;
 
@@ -85,6 +86,7 @@ pub(super) fn serve_cluster(
 /// The TLS endpoint's listener, with the CA behind it.
 pub(super) async fn bind_tls(
     ca: ClusterCa,
+    tokens: JoinTokens,
     address: std::net::SocketAddr,
 ) -> Result<(Arc<ClusterTls>, tokio::net::TcpListener), String> {
     let listener = tokio::net::TcpListener::bind(address)
@@ -93,20 +95,59 @@ pub(super) async fn bind_tls(
     Ok((
         Arc::new(ClusterTls {
             ca,
+            tokens,
             address: address.to_string(),
         }),
         listener,
     ))
 }
 
-/// Accepted connections with Nagle's algorithm off: a session is small
-/// messages each way, and waiting to coalesce them stalls every node step.
-fn nodelay(
-    listener: tokio::net::TcpListener,
-) -> impl tokio_stream::Stream<Item = std::io::Result<tokio::net::TcpStream>> {
-    use tokio_stream::StreamExt;
-    tokio_stream::wrappers::TcpListenerStream::new(listener)
-        .map(|accepted| accepted.and_then(|tcp| tcp.set_nodelay(true).map(|()| tcp)))
+/// How long a peer of the TLS endpoint has to finish its handshake.
+const TLS_HANDSHAKE: Duration = Duration::from_secs(10);
+
+/// Connections the TLS endpoint holds at once: half the descriptors this
+/// process may open (the rest are the store's, the plugins', the API's),
+/// and a quarter of that from one address (agents behind one NAT share one).
+fn tls_caps() -> crate::listener::Caps {
+    let descriptors = crate::listener::raise_descriptor_limit();
+    let total = (descriptors / 2).clamp(16, 16_384) as usize;
+    crate::listener::Caps {
+        total,
+        per_address: (total / 4).max(4),
+    }
+}
+
+/// The TLS endpoint's server configuration: the server's chain for
+/// `names`, and client certificates checked against the cluster CA when a
+/// peer presents one (a joining agent has none yet).
+fn tls_config(ca: &ClusterCa, names: &[String]) -> Result<rustls::ServerConfig, String> {
+    use rustls::pki_types::pem::PemObject;
+    use rustls::pki_types::{CertificateDer, PrivateKeyDer};
+    let (chain, key) = ca.server_identity(names)?;
+    let provider = Arc::new(rustls::crypto::ring::default_provider());
+    let mut roots = rustls::RootCertStore::empty();
+    for cert in CertificateDer::pem_slice_iter(ca.cert_pem().as_bytes()) {
+        roots
+            .add(cert.map_err(|e| e.to_string())?)
+            .map_err(|e| e.to_string())?;
+    }
+    let verifier =
+        rustls::server::WebPkiClientVerifier::builder_with_provider(Arc::new(roots), provider.clone())
+            .allow_unauthenticated()
+            .build()
+            .map_err(|e| e.to_string())?;
+    let certs = CertificateDer::pem_slice_iter(chain.as_bytes())
+        .collect::<Result<Vec<_>, _>>()
+        .map_err(|e| e.to_string())?;
+    let key = PrivateKeyDer::from_pem_slice(key.as_bytes()).map_err(|e| e.to_string())?;
+    let mut config = rustls::ServerConfig::builder_with_provider(provider)
+        .with_safe_default_protocol_versions()
+        .map_err(|e| e.to_string())?
+        .with_client_cert_verifier(verifier)
+        .with_single_cert(certs, key)
+        .map_err(|e| e.to_string())?;
+    config.alpn_protocols = vec![b"h2".to_vec()];
+    Ok(config)
 }
 
 /// The Berth API as the leader offers it to followers on its TLS endpoint.
@@ -127,31 +168,32 @@ pub(super) fn serve_cluster_tls(
     names: Vec<String>,
     forwarded: Option<Forwarded>,
 ) -> tokio::task::JoinHandle<()> {
-    use tonic::transport::{Certificate, Identity, ServerTlsConfig};
     tokio::spawn(async move {
-        let identity = match tls.ca.server_identity(&names) {
-            Ok((chain, key)) => Identity::from_pem(chain, key),
+        let config = match tls_config(&tls.ca, &names) {
+            Ok(c) => c,
             Err(e) => return tracing::error!(error = %e, "the TLS cluster endpoint cannot start"),
         };
-        let config = ServerTlsConfig::new()
-            .identity(identity)
-            .client_ca_root(Certificate::from_pem(tls.ca.cert_pem()))
-            .client_auth_optional(true);
-        let server = match tonic::transport::Server::builder().tls_config(config) {
-            Ok(s) => s,
-            Err(e) => return tracing::error!(error = %e, "the TLS cluster endpoint cannot start"),
-        };
+        let incoming = crate::listener::tls_incoming(
+            listener,
+            tokio_rustls::TlsAcceptor::from(Arc::new(config)),
+            tls_caps(),
+            TLS_HANDSHAKE,
+            "cluster",
+        );
         let forwarded = forwarded.map(|f| {
             tonic::service::interceptor::InterceptedService::new(
                 BerthServer::from_arc(f.api),
                 only_servers(f.secret),
             )
         });
-        let served = server
+        // A peer that stops answering pings is dropped within 30 s.
+        let served = tonic::transport::Server::builder()
             .http2_keepalive_interval(Some(Duration::from_secs(10)))
+            .http2_keepalive_timeout(Some(Duration::from_secs(20)))
+            .max_concurrent_streams(Some(256))
             .add_service(ClusterServer::new(ClusterService::new(directory, Some(tls))))
             .add_optional_service(forwarded)
-            .serve_with_incoming(nodelay(listener))
+            .serve_with_incoming(incoming)
             .await;
         if let Err(e) = served {
             tracing::error!(error = %e, "the TLS cluster endpoint stopped");

@@ -15,6 +15,7 @@ use crate::agent::calls::Paths;
 use crate::api::{self, BerthApi};
 use crate::cluster::Directory;
 use crate::cluster::pki::ClusterCa;
+use crate::cluster::tokens::JoinTokens;
 use crate::config::Config;
 use crate::csi::ClientOptions;
 use crate::csi::fingerprint::Role;
@@ -168,7 +169,11 @@ pub(super) async fn lead(
         None => None,
     };
     let tls = match (config.cluster_address, ca) {
-        (Some(address), Some(ca)) => Some(bind_tls(ca, address).await?),
+        (Some(address), Some(ca)) => {
+            let tokens = JoinTokens::load(store.clone(), ca.fingerprint(), config.join_token_max_ttl)
+                .map_err(|e| format!("reading the join tokens: {e}"))?;
+            Some(bind_tls(ca, tokens, address).await?)
+        }
         _ => None,
     };
     let manager = VolumeManager::new(config, store, controllers, policies, directory.clone())

@@ -6,14 +6,17 @@ use std::sync::Arc;
 
 use redb::{Database, ReadOnlyDatabase, ReadableDatabase, ReadableTable, TableDefinition};
 
-use super::committer::{Change, Committer};
-use super::{NodeRecord, SCHEMA_VERSION, Store, StoreError, decode, encode};
+use super::committer::{Change, Committer, Table};
+use super::{NodeRecord, SCHEMA_VERSION, Store, StoreError, TokenRecord, decode, encode};
 use crate::model::VolumeRecord;
 
 const VOLUMES: TableDefinition<&str, &[u8]> = TableDefinition::new("volumes");
 /// Registered nodes by name (JSON); added without a schema change: a store
 /// without the table has no nodes, and older releases never open it.
 const NODES: TableDefinition<&str, &[u8]> = TableDefinition::new("nodes");
+/// Join tokens by id (JSON, the secret only as its hash); added without a
+/// schema change, as nodes were.
+const TOKENS: TableDefinition<&str, &[u8]> = TableDefinition::new("tokens");
 /// Facts about the store itself; added with schema version 1's recording.
 const META: TableDefinition<&str, u64> = TableDefinition::new("meta");
 const SCHEMA_KEY: &str = "schema_version";
@@ -75,16 +78,17 @@ impl RedbStore {
         schema_version(&db).map_err(failed)
     }
 
-    /// Node changes are rare (a first registration, a drain): each is its own transaction.
-    async fn change_node(&self, name: String, bytes: Option<Vec<u8>>) -> Result<(), StoreError> {
+    /// Node and token changes are rare (a registration, a drain, a join):
+    /// each is its own transaction.
+    async fn change(&self, table: Table, key: String, bytes: Option<Vec<u8>>) -> Result<(), StoreError> {
         let db = self.db.clone();
         tokio::task::spawn_blocking(move || -> Result<(), redb::Error> {
             let txn = db.begin_write()?;
             {
-                let mut nodes = txn.open_table(NODES)?;
+                let mut table = txn.open_table(table)?;
                 match &bytes {
-                    Some(b) => nodes.insert(name.as_str(), b.as_slice()).map(drop)?,
-                    None => nodes.remove(name.as_str()).map(drop)?,
+                    Some(b) => table.insert(key.as_str(), b.as_slice()).map(drop)?,
+                    None => table.remove(key.as_str()).map(drop)?,
                 }
             }
             txn.commit()?;
@@ -93,6 +97,31 @@ impl RedbStore {
         .await
         .map_err(failed)?
         .map_err(failed)
+    }
+
+    /// Every JSON value of `table` (none when the table was never made).
+    fn load_all<T: serde::de::DeserializeOwned>(
+        &self,
+        table: Table,
+        what: &str,
+    ) -> Result<Vec<T>, StoreError> {
+        let txn = self.db.begin_read().map_err(failed)?;
+        let table = match txn.open_table(table) {
+            Ok(t) => t,
+            Err(redb::TableError::TableDoesNotExist(_)) => return Ok(Vec::new()),
+            Err(e) => return Err(failed(e)),
+        };
+        let mut out = Vec::new();
+        for entry in table.iter().map_err(failed)? {
+            let (key, value) = entry.map_err(failed)?;
+            out.push(
+                serde_json::from_slice(value.value()).map_err(|e| StoreError::Unreadable {
+                    id: format!("{what} {}", key.value()),
+                    message: e.to_string(),
+                })?,
+            );
+        }
+        Ok(out)
     }
 
     #[cfg(test)]
@@ -220,35 +249,29 @@ impl Store for RedbStore {
     }
 
     fn load_nodes(&self) -> Result<Vec<NodeRecord>, StoreError> {
-        let txn = self.db.begin_read().map_err(failed)?;
-        let table = match txn.open_table(NODES) {
-            Ok(t) => t,
-            Err(redb::TableError::TableDoesNotExist(_)) => return Ok(Vec::new()),
-            Err(e) => return Err(failed(e)),
-        };
-        let mut out = Vec::new();
-        for entry in table.iter().map_err(failed)? {
-            let (key, value) = entry.map_err(failed)?;
-            out.push(
-                serde_json::from_slice(value.value()).map_err(|e| StoreError::Unreadable {
-                    id: format!("node {}", key.value()),
-                    message: e.to_string(),
-                })?,
-            );
-        }
-        Ok(out)
+        self.load_all(NODES, "node")
     }
 
     async fn put_node(&self, node: &NodeRecord) -> Result<(), StoreError> {
-        let bytes = serde_json::to_vec(node).map_err(|e| StoreError::Encode {
-            id: node.name.clone(),
-            message: e.to_string(),
-        })?;
-        self.change_node(node.name.clone(), Some(bytes)).await
+        let bytes = super::encode_json(&node.name, node)?;
+        self.change(NODES, node.name.clone(), Some(bytes)).await
     }
 
     async fn remove_node(&self, name: &str) -> Result<(), StoreError> {
-        self.change_node(name.to_string(), None).await
+        self.change(NODES, name.to_string(), None).await
+    }
+
+    fn load_tokens(&self) -> Result<Vec<TokenRecord>, StoreError> {
+        self.load_all(TOKENS, "join token")
+    }
+
+    async fn put_token(&self, token: &TokenRecord) -> Result<(), StoreError> {
+        let bytes = super::encode_json(&token.id, token)?;
+        self.change(TOKENS, token.id.clone(), Some(bytes)).await
+    }
+
+    async fn remove_token(&self, id: &str) -> Result<(), StoreError> {
+        self.change(TOKENS, id.to_string(), None).await
     }
 }
 

@@ -75,6 +75,27 @@ pub struct NodeRecord {
     pub paths: Option<crate::agent::calls::Paths>,
 }
 
+/// A join token as the store keeps it: never the secret, only its SHA-256,
+/// so a reader of the store cannot join with it.
+#[derive(Clone, Debug, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
+pub struct TokenRecord {
+    /// The token's public part, also how it is listed and revoked.
+    pub id: String,
+    /// Hex SHA-256 of the token's secret part.
+    pub secret_sha256: String,
+    /// The one node it lets join; `None` for a token of several uses.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub node: Option<String>,
+    /// Joins it still allows.
+    pub uses_left: u32,
+    /// Unix milliseconds after which it is refused (the server's clock).
+    pub expires_ms: u64,
+    pub created_ms: u64,
+    /// It may take over the name of a node that holds a certificate.
+    #[serde(default)]
+    pub replace: bool,
+}
+
 /// Where volume records live. Writes return once durable; concurrent writes
 /// may share one commit.
 #[tonic::async_trait]
@@ -91,12 +112,54 @@ pub trait Store: Send + Sync {
     async fn put_node(&self, node: &NodeRecord) -> Result<(), StoreError>;
     /// Forgets a node; removing one that is not there is not an error.
     async fn remove_node(&self, name: &str) -> Result<(), StoreError>;
+    /// Every join token not yet removed (at start).
+    fn load_tokens(&self) -> Result<Vec<TokenRecord>, StoreError>;
+    /// Stores a token, replacing the one with its id.
+    async fn put_token(&self, token: &TokenRecord) -> Result<(), StoreError>;
+    /// Removes a token; removing one that is not there is not an error.
+    async fn remove_token(&self, id: &str) -> Result<(), StoreError>;
 }
 
-/// A record's stored form.
+/// The most a stored record may take: below etcd's default request limit
+/// (1.5 MiB) with room for the key and the transaction around it.
+pub const MAX_RECORD_BYTES: usize = 1 << 20;
+
+/// A record's stored form, within [`MAX_RECORD_BYTES`]: when its events
+/// would take it past that, the oldest of them make room (the record in
+/// memory keeps them until its next change).
 pub(crate) fn encode(record: &VolumeRecord) -> Result<Vec<u8>, StoreError> {
-    serde_json::to_vec(record).map_err(|e| StoreError::Encode {
-        id: record.id.clone(),
+    let encoded = |r: &VolumeRecord| {
+        serde_json::to_vec(r).map_err(|e| StoreError::Encode {
+            id: record.id.clone(),
+            message: e.to_string(),
+        })
+    };
+    let mut bytes = encoded(record)?;
+    if bytes.len() <= MAX_RECORD_BYTES {
+        return Ok(bytes);
+    }
+    let mut smaller = record.clone();
+    while bytes.len() > MAX_RECORD_BYTES && !smaller.events.is_empty() {
+        let drop = smaller.events.len().div_ceil(4);
+        smaller.events.drain(..drop);
+        bytes = encoded(&smaller)?;
+    }
+    if bytes.len() > MAX_RECORD_BYTES {
+        return Err(StoreError::Encode {
+            id: record.id.clone(),
+            message: format!(
+                "the record takes {} bytes, more than the {MAX_RECORD_BYTES} a record may",
+                bytes.len()
+            ),
+        });
+    }
+    Ok(bytes)
+}
+
+/// A node's or a token's stored form.
+pub(crate) fn encode_json(id: &str, value: &impl serde::Serialize) -> Result<Vec<u8>, StoreError> {
+    serde_json::to_vec(value).map_err(|e| StoreError::Encode {
+        id: id.to_string(),
         message: e.to_string(),
     })
 }
@@ -106,4 +169,42 @@ pub(crate) fn decode(id: &str, bytes: &[u8]) -> Result<VolumeRecord, StoreError>
         id: id.to_string(),
         message: e.to_string(),
     })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::model::{EVENT_MESSAGE_MAX, EVENT_STEP_MAX, FAILURE_MAX, VolumeSpec, new_id};
+
+    #[test]
+    fn a_record_at_every_bound_is_stored_within_the_limit_its_oldest_events_making_room() {
+        let mut r = VolumeRecord::new(new_id(), VolumeSpec::default());
+        // What a request may carry (4 KiB of parameters and of labels)...
+        r.spec.parameters.insert("p".into(), "x".repeat(4 << 10));
+        r.spec.labels.insert("l".into(), "y".repeat(4 << 10));
+        // ...and what plugins and guests may say, at the most kept.
+        for i in 0..1000u64 {
+            r.note(
+                1000,
+                i,
+                "s".repeat(10 * EVENT_STEP_MAX),
+                "UNAVAILABLE",
+                "m".repeat(10 * EVENT_MESSAGE_MAX),
+            );
+        }
+        r.give_up("r".repeat(1 << 20));
+        assert!(r.failure.as_ref().unwrap().len() <= FAILURE_MAX);
+        assert!(
+            r.failure
+                .as_ref()
+                .unwrap()
+                .contains("[cut; 1048576 bytes in all]")
+        );
+        assert!(r.events.iter().all(|e| e.message.len() <= EVENT_MESSAGE_MAX));
+        let bytes = encode(&r).unwrap();
+        assert!(bytes.len() <= MAX_RECORD_BYTES, "{}", bytes.len());
+        let back = decode(&r.id, &bytes).unwrap();
+        assert!(!back.events.is_empty() && back.events.len() < 1000);
+        assert_eq!(back.events.last(), r.events.last(), "the latest events are kept");
+    }
 }

@@ -13,8 +13,14 @@ use tonic::transport::{Channel, Endpoint};
 use super::EtcdSettings;
 use crate::store::StoreError;
 
-/// Keys read per range request.
+/// Keys read by the first range request of a prefix; later pages are sized
+/// by the bytes the keys read so far took.
 const PAGE: i64 = 1000;
+/// About how many bytes one page of a range read may carry.
+const PAGE_BYTES: usize = 16 << 20;
+/// The largest answer taken from etcd, as etcd's own client allows: a page
+/// is sized to far less, but a page of a few huge records must still decode.
+const MAX_ANSWER: usize = i32::MAX as usize;
 /// How long one request to etcd may take before the store reports it unavailable.
 const CALL_TIMEOUT: Duration = Duration::from_secs(5);
 
@@ -69,7 +75,8 @@ impl Members {
         F: Fn(KvClient<Channel>) -> Fut,
         Fut: Future<Output = Result<tonic::Response<T>, tonic::Status>>,
     {
-        self.on_member(|channel| call(KvClient::new(channel))).await
+        self.on_member(|channel| call(KvClient::new(channel).max_decoding_message_size(MAX_ANSWER)))
+            .await
     }
 
     /// A Lease request, likewise.
@@ -134,11 +141,12 @@ pub(crate) async fn range_all(kv: &Members, prefix: &[u8]) -> Result<Vec<(Vec<u8
     let mut key = prefix.to_vec();
     let mut revision = 0;
     let mut out = Vec::new();
+    let mut limit = PAGE;
     loop {
         let request = pb::RangeRequest {
             key: key.clone(),
             range_end: range_end.clone(),
-            limit: PAGE,
+            limit,
             revision,
             ..Default::default()
         };
@@ -155,10 +163,13 @@ pub(crate) async fn range_all(kv: &Members, prefix: &[u8]) -> Result<Vec<(Vec<u8
         let Some(last) = page.kvs.last().map(|kv| kv.key.clone()) else {
             break;
         };
+        let bytes: usize = page.kvs.iter().map(|kv| kv.key.len() + kv.value.len()).sum();
+        let keys = page.kvs.len();
         out.extend(page.kvs.into_iter().map(|kv| (kv.key, kv.value)));
         if !more {
             break;
         }
+        limit = page_limit(bytes, keys);
         // The next page starts just after the last key read.
         key = last;
         key.push(0);
@@ -166,9 +177,27 @@ pub(crate) async fn range_all(kv: &Members, prefix: &[u8]) -> Result<Vec<(Vec<u8
     Ok(out)
 }
 
+/// Keys for the next page, so that it carries about [`PAGE_BYTES`] at the
+/// size the last page's keys had.
+fn page_limit(bytes: usize, keys: usize) -> i64 {
+    let each = (bytes / keys.max(1)).max(1);
+    (PAGE_BYTES / each).clamp(1, PAGE as usize) as i64
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn pages_are_sized_by_bytes() {
+        assert_eq!(page_limit(1000 * 300, 1000), PAGE, "small records: full pages");
+        assert_eq!(
+            page_limit(100 * (64 << 10), 100),
+            256,
+            "64 KiB records: 16 MiB pages"
+        );
+        assert_eq!(page_limit(2 << 30, 1), 1, "never less than one key");
+    }
 
     #[test]
     fn a_prefix_ends_just_past_its_last_key() {

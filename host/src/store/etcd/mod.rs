@@ -15,7 +15,7 @@ use std::sync::Mutex;
 use berth_proto::etcd::etcdserverpb as pb;
 use tokio::sync::{mpsc, oneshot};
 
-use super::{NodeRecord, SCHEMA_VERSION, Store, StoreError, decode, encode};
+use super::{NodeRecord, SCHEMA_VERSION, Store, StoreError, TokenRecord, decode, encode, encode_json};
 use crate::model::VolumeRecord;
 
 mod members;
@@ -29,6 +29,8 @@ const MAX_TXN_OPS: usize = 128;
 /// Below etcd's default `--max-request-bytes` (1.5 MiB).
 const MAX_TXN_BYTES: usize = 1 << 20;
 type Reply = oneshot::Sender<Result<(), String>>;
+/// Writes waiting for a transaction; a writer past this waits its turn.
+const WRITE_QUEUE: usize = 4 * MAX_TXN_OPS;
 
 /// One key's change: a value to put, or `None` to delete.
 struct Write {
@@ -38,10 +40,11 @@ struct Write {
 
 pub struct EtcdStore {
     settings: EtcdSettings,
-    writes: mpsc::UnboundedSender<(Write, Reply)>,
+    writes: mpsc::Sender<(Write, Reply)>,
     /// What was read at connect, for the one `load` and `load_nodes` at start.
     volumes: Mutex<Option<Vec<VolumeRecord>>>,
     nodes: Mutex<Option<Vec<NodeRecord>>>,
+    tokens: Mutex<Option<Vec<TokenRecord>>>,
 }
 
 impl EtcdStore {
@@ -102,24 +105,16 @@ impl EtcdStore {
                 decode(&id, &value)
             })
             .collect::<Result<Vec<_>, _>>()?;
-        let nodes = range_all(&kv, format!("{}/nodes/", settings.prefix).as_bytes())
-            .await
-            .map_err(|e| unavailable(&settings, e))?
-            .into_iter()
-            .map(|(key, value)| {
-                serde_json::from_slice(&value).map_err(|e| StoreError::Unreadable {
-                    id: String::from_utf8_lossy(&key).into_owned(),
-                    message: e.to_string(),
-                })
-            })
-            .collect::<Result<Vec<NodeRecord>, _>>()?;
-        let (writes, rx) = mpsc::unbounded_channel();
+        let nodes = load_json(&kv, &settings, "nodes").await?;
+        let tokens = load_json(&kv, &settings, "tokens").await?;
+        let (writes, rx) = mpsc::channel(WRITE_QUEUE);
         tokio::spawn(commit_loop(kv, rx, fence));
         Ok(EtcdStore {
             settings,
             writes,
             volumes: Mutex::new(Some(volumes)),
             nodes: Mutex::new(Some(nodes)),
+            tokens: Mutex::new(Some(tokens)),
         })
     }
 
@@ -131,6 +126,7 @@ impl EtcdStore {
         let (tx, rx) = oneshot::channel();
         self.writes
             .send((Write { key, value }, tx))
+            .await
             .map_err(|_| StoreError::Closed)?;
         rx.await
             .map_err(|_| StoreError::Closed)?
@@ -150,6 +146,25 @@ impl EtcdStore {
                 )
             })
     }
+}
+
+/// Every JSON value below `<prefix>/<kind>/`.
+async fn load_json<T: serde::de::DeserializeOwned>(
+    kv: &Members,
+    settings: &EtcdSettings,
+    kind: &str,
+) -> Result<Vec<T>, StoreError> {
+    range_all(kv, format!("{}/{kind}/", settings.prefix).as_bytes())
+        .await
+        .map_err(|e| unavailable(settings, e))?
+        .into_iter()
+        .map(|(key, value)| {
+            serde_json::from_slice(&value).map_err(|e| StoreError::Unreadable {
+                id: String::from_utf8_lossy(&key).into_owned(),
+                message: e.to_string(),
+            })
+        })
+        .collect()
 }
 
 /// Changes waiting for one transaction; a key changed twice keeps its last
@@ -206,7 +221,7 @@ impl Batch {
     }
 }
 
-async fn commit_loop(kv: Members, mut rx: mpsc::UnboundedReceiver<(Write, Reply)>, fence: Option<Fence>) {
+async fn commit_loop(kv: Members, mut rx: mpsc::Receiver<(Write, Reply)>, fence: Option<Fence>) {
     while let Some(first) = rx.recv().await {
         let mut batch = Batch::default();
         batch.add(first);
@@ -256,15 +271,25 @@ impl Store for EtcdStore {
     }
 
     async fn put_node(&self, node: &NodeRecord) -> Result<(), StoreError> {
-        let value = serde_json::to_vec(node).map_err(|e| StoreError::Encode {
-            id: node.name.clone(),
-            message: e.to_string(),
-        })?;
+        let value = encode_json(&node.name, node)?;
         self.write(self.key("nodes", &node.name), Some(value)).await
     }
 
     async fn remove_node(&self, name: &str) -> Result<(), StoreError> {
         self.write(self.key("nodes", name), None).await
+    }
+
+    fn load_tokens(&self) -> Result<Vec<TokenRecord>, StoreError> {
+        self.take(&self.tokens, "join tokens")
+    }
+
+    async fn put_token(&self, token: &TokenRecord) -> Result<(), StoreError> {
+        let value = encode_json(&token.id, token)?;
+        self.write(self.key("tokens", &token.id), Some(value)).await
+    }
+
+    async fn remove_token(&self, id: &str) -> Result<(), StoreError> {
+        self.write(self.key("tokens", id), None).await
     }
 }
 
