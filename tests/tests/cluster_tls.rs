@@ -258,3 +258,111 @@ fn a_removed_nodes_certificate_is_refused() {
     assert_eq!(c.node_state("node-b"), None, "the node is gone");
     assert_eq!(c.node_state("node-a").as_deref(), Some("ready"));
 }
+
+/// Resident memory of process `pid`, in bytes.
+fn rss(pid: u32) -> u64 {
+    let status = std::fs::read_to_string(format!("/proc/{pid}/status")).unwrap();
+    let kb: u64 = status
+        .lines()
+        .find_map(|l| l.strip_prefix("VmRSS:"))
+        .and_then(|v| v.split_whitespace().next())
+        .and_then(|v| v.parse().ok())
+        .unwrap();
+    kb * 1024
+}
+
+/// Strangers hold thousands of idle connections to the TLS endpoint and an
+/// agent with a valid certificate floods heartbeats without reading its
+/// session: the API and the other agents go on, idle peers are dropped
+/// when their handshake time runs out, the flooding session is closed, and
+/// the server's memory stays bounded.
+#[test]
+fn idle_strangers_and_a_flooding_agent_cannot_knock_the_endpoint_over() {
+    use berth_proto::berth::v1 as wire;
+    use wire::agent_message::Message as Up;
+    const IDLE: usize = 2000;
+    let c = tls_cluster();
+    let address = server(&c).trim_start_matches("https://").to_string();
+    let (host, port) = address.rsplit_once(':').unwrap();
+    let port: u16 = port.parse().unwrap();
+    let pid = c.serve_pid().unwrap();
+    let token = token(&c, &["--node", "flooder"]);
+    let dir = c.dir.path().join("flooder");
+    // Idle TCP connections from another loopback address, saying nothing.
+    let target: std::net::SocketAddr = address.parse().unwrap();
+    let idle = berth_tests::block_on(async {
+        let mut idle = Vec::new();
+        for _ in 0..IDLE {
+            let socket = tokio::net::TcpSocket::new_v4().unwrap();
+            socket.bind("127.0.0.2:0".parse().unwrap()).unwrap();
+            idle.push(socket.connect(target).await.unwrap());
+        }
+        idle
+    });
+    let opened = std::time::Instant::now();
+
+    // Work goes on: the API, and agents on their sessions.
+    c.create_in("v", "zone=a");
+    c.ok(&["volume", "publish", "v", "--node", "node-b", "--wait"]);
+
+    // An authenticated agent that sends heartbeats as fast as it can and
+    // never reads what comes back.
+    let before = rss(pid);
+    let sent = berth_tests::block_on(async {
+        let creds = berth::agent::tls::join(host, port, &token, "flooder", &dir)
+            .await
+            .unwrap();
+        let channel = berth::agent::tls::session_channel(host, port, &creds).unwrap();
+        let (up, up_rx) = tokio::sync::mpsc::channel(1024);
+        up.send(wire::AgentMessage {
+            message: Some(Up::Register(wire::Register {
+                node: "flooder".into(),
+                staging_dir: dir.join("staging").display().to_string(),
+                publish_dir: dir.join("publish").display().to_string(),
+                ..Default::default()
+            })),
+        })
+        .await
+        .unwrap();
+        let _unread = wire::cluster_client::ClusterClient::new(channel)
+            .attach(tokio_stream::wrappers::ReceiverStream::new(up_rx))
+            .await
+            .unwrap();
+        let flood_until = std::time::Instant::now() + std::time::Duration::from_secs(5);
+        let mut sent = 0u64;
+        while std::time::Instant::now() < flood_until {
+            let beat = wire::AgentMessage {
+                message: Some(Up::Heartbeat(wire::Heartbeat { sent_unix_ms: sent })),
+            };
+            match tokio::time::timeout(std::time::Duration::from_secs(1), up.send(beat)).await {
+                Ok(Ok(())) => sent += 1,
+                // The server stopped reading the session, or closed it.
+                Ok(Err(_)) | Err(_) => break,
+            }
+        }
+        sent
+    });
+    let grown = rss(pid).saturating_sub(before);
+    assert!(
+        c.log().contains("agent is not reading its session"),
+        "{sent} heartbeats sent: {}",
+        c.log()
+    );
+    assert!(grown < 100 << 20, "the server grew by {grown} bytes");
+    assert_eq!(c.node_state("node-a").as_deref(), Some("ready"));
+
+    // Idle peers are dropped once their handshake time is up.
+    berth_tests::block_on(async {
+        for mut tcp in idle {
+            use tokio::io::AsyncReadExt;
+            let left = std::time::Duration::from_secs(20).saturating_sub(opened.elapsed());
+            let mut byte = [0u8; 1];
+            let read = tokio::time::timeout(left, tcp.read(&mut byte)).await;
+            assert!(
+                matches!(read, Ok(Ok(0)) | Ok(Err(_))),
+                "an idle stranger's connection is still open after {:?}",
+                opened.elapsed()
+            );
+        }
+    });
+}

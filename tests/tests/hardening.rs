@@ -221,7 +221,7 @@ fn text_from_guests_reaches_terminals_escaped() {
             "--plugin",
             "hostpath",
             "--label",
-            "refuse=\x1b[2Jgone\x07",
+            "refuse=\x1b[2Jgone\x07 \u{202e}lave\u{2028}x\u{200b}",
             "--wait",
         ],
     );
@@ -232,6 +232,13 @@ fn text_from_guests_reaches_terminals_escaped() {
             "raw control characters: {out:?}"
         );
         assert!(out.contains("\\u{1b}[2Jgone\\u{7}"), "{out}");
+        // Bidi overrides, line separators and zero-width characters too
+        // ("Trojan Source"): the text cannot show as other words.
+        assert!(
+            !out.contains('\u{202e}') && !out.contains('\u{2028}') && !out.contains('\u{200b}'),
+            "{out:?}"
+        );
+        assert!(out.contains("\\u{202e}lave\\u{2028}x\\u{200b}"), "{out}");
     }
     // In JSON the same text is JSON-escaped, and intact.
     assert!(get(&c, "v")["failure"].as_str().unwrap().contains("\x1b[2Jgone"));
@@ -501,4 +508,56 @@ fn a_policy_that_runs_out_of_time_is_asked_again_not_given_up_on() {
             .unwrap()
             .contains("ran past its deadline")
     );
+}
+
+/// A retry guest gives up with megabytes of reason (its operator let it
+/// answer that much): what the volume keeps, and every view of it, is cut
+/// to a documented bound with a visible marker, so lists keep working.
+#[test]
+fn text_from_outside_is_kept_bounded_with_a_marker() {
+    let extra = format!(
+        "[[policy]]\nmodule = \"{}\"\ndecisions = [\"retry\"]\non_error = \"fail\"\nmax_answer = \"16MiB\"\nsettings = {{ behaviour = \"huge-answer\" }}\n",
+        guest("berth_hostile_guest").display()
+    );
+    let c = Cluster::start(ClusterSpec {
+        extra: Box::leak(extra.into_boxed_str()),
+        plugin_args: vec!["--fault", "UNAVAILABLE=1.0", "--fault-calls", "CreateVolume"],
+        ..builtin()
+    });
+    for name in ["v0", "v1", "v2"] {
+        let (code, _, _) = fails(&c, &["volume", "create", name, "--plugin", "hostpath", "--wait"]);
+        assert_eq!(code, 1);
+    }
+    let list: Value = serde_json::from_str(&c.ok(&["volume", "list", "-o", "json"])).unwrap();
+    assert_eq!(list.as_array().unwrap().len(), 3);
+    let failure = get(&c, "v0")["failure"].as_str().unwrap().to_string();
+    assert!(failure.len() <= 4096, "{} bytes kept", failure.len());
+    assert!(failure.contains("[cut; "), "{failure}");
+    let events: Value = serde_json::from_str(&c.ok(&["volume", "events", "v0", "-o", "json"])).unwrap();
+    let messages: Vec<&str> = events
+        .as_array()
+        .unwrap()
+        .iter()
+        .filter_map(|e| e["message"].as_str())
+        .collect();
+    assert!(messages.iter().any(|m| m.contains("[cut; ")), "{messages:?}");
+    assert!(messages.iter().all(|m| m.len() <= 1024), "{messages:?}");
+    assert!(c.log().len() < 4 << 20, "the log is not flooded with the reason");
+}
+
+/// A config file's parse error, with its excerpt of the file, prints as
+/// lines (the first unindented, the rest indented), not as one line of
+/// escapes.
+#[test]
+fn a_config_parse_error_prints_as_lines() {
+    let dir = berth_tests::test_dir();
+    let config = dir.path().join("berth.toml");
+    std::fs::write(&config, "workers = 4\nstate = [\n").unwrap();
+    let out = berth_tests::berth(&["serve", "--config", &config.display().to_string()]);
+    let (_, stderr) = texts(&out);
+    assert!(!out.status.success());
+    assert!(!stderr.contains("\\u{a}"), "{stderr}");
+    let lines: Vec<&str> = stderr.lines().collect();
+    assert!(lines.len() > 2 && lines[0].starts_with("error: "), "{stderr}");
+    assert!(lines[1..].iter().all(|l| l.starts_with("  ")), "{stderr}");
 }

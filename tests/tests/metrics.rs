@@ -316,3 +316,95 @@ fn an_agent_serves_its_own_metrics_and_readiness() {
         2.0
     );
 }
+
+/// Slow and idle strangers on the metrics endpoint: a few held per address
+/// and closed when their headers do not come in time, the rest closed at
+/// once; a scraper from elsewhere is answered throughout. Bound beyond
+/// loopback, the endpoint says so at start and `/readyz` names its checks
+/// without their messages.
+#[test]
+fn the_metrics_endpoint_holds_few_strangers_and_shows_little_beyond_loopback() {
+    use std::io::{Read, Write};
+    // Free on every address, not just loopback.
+    let port = std::net::TcpListener::bind("0.0.0.0:0")
+        .and_then(|l| l.local_addr())
+        .unwrap()
+        .port();
+    let extra = format!("metrics = \"0.0.0.0:{port}\"");
+    let c = Cluster::start(ClusterSpec {
+        guests: false,
+        extra: &extra,
+        ..ClusterSpec::default()
+    });
+    let ready = wait_ready(port, 200, Duration::from_secs(20));
+    assert!(ready.contains("[+]store\n"), "{ready}");
+    assert!(!ready.contains(&c.store_path().display().to_string()), "{ready}");
+    assert!(c.log().contains("beyond loopback"), "{}", c.log());
+
+    // A hundred connections from one address, each sending half a request.
+    let opened = std::time::Instant::now();
+    let mut slow: Vec<std::net::TcpStream> = (0..100)
+        .map(|_| {
+            let socket = socket_from("127.0.0.2", port);
+            let mut s = socket;
+            let _ = s.write_all(b"GET /metrics HTTP/1.1\r\nHost: x\r\n");
+            s
+        })
+        .collect();
+    assert_eq!(
+        get(port, "/healthz").unwrap().0,
+        200,
+        "a scraper from elsewhere is answered"
+    );
+    let mut closed_at_once = 0;
+    for s in &mut slow {
+        s.set_read_timeout(Some(Duration::from_millis(50))).unwrap();
+        let mut buf = [0u8; 64];
+        let closed = match s.read(&mut buf) {
+            Ok(0) => true,
+            Err(e) => !matches!(
+                e.kind(),
+                std::io::ErrorKind::WouldBlock | std::io::ErrorKind::TimedOut
+            ),
+            Ok(_) => false,
+        };
+        if closed && opened.elapsed() < Duration::from_secs(4) {
+            closed_at_once += 1;
+        }
+    }
+    assert!(
+        (80..100).contains(&closed_at_once),
+        "{closed_at_once} closed at once"
+    );
+    for s in &mut slow {
+        s.set_read_timeout(Some(Duration::from_secs(10))).unwrap();
+        let mut buf = [0u8; 1024];
+        loop {
+            match s.read(&mut buf) {
+                Ok(0) | Err(_) => break,
+                // A timeout answer (408) may come before the close.
+                Ok(_) => {}
+            }
+        }
+    }
+    assert!(
+        opened.elapsed() < Duration::from_secs(15),
+        "slow requests held for {:?}",
+        opened.elapsed()
+    );
+}
+
+/// A TCP connection to `127.0.0.1:port` from the loopback address `from`.
+fn socket_from(from: &str, port: u16) -> std::net::TcpStream {
+    berth_tests::block_on(async {
+        let socket = tokio::net::TcpSocket::new_v4().unwrap();
+        socket.bind(format!("{from}:0").parse().unwrap()).unwrap();
+        let tcp = socket
+            .connect(format!("127.0.0.1:{port}").parse().unwrap())
+            .await
+            .unwrap();
+        let tcp = tcp.into_std().unwrap();
+        tcp.set_nonblocking(false).unwrap();
+        tcp
+    })
+}
