@@ -102,6 +102,11 @@ pub struct Converger {
 }
 
 impl Converger {
+    /// Whether the node record takes writes.
+    pub fn record_health(&self) -> Result<(), String> {
+        self.record.health()
+    }
+
     /// Loads the record and checks it against the mount table: a volume whose
     /// target or staging path no longer shows it is recorded a level lower,
     /// so the server's desired set has it done again.

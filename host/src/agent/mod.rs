@@ -155,6 +155,15 @@ impl Agent {
         crate::metrics::agent_session(&self.spec.node, connected);
     }
 
+    /// For `/readyz`: the node record takes writes (a full disk makes it fail
+    /// until space returns).
+    pub fn record_ready(&self) -> Result<String, String> {
+        self.converger
+            .record_health()
+            .map(|()| "open and writable".into())
+            .map_err(|e| format!("cannot write: {e}"))
+    }
+
     /// For `/readyz`: a session with the server is open.
     pub fn session_ready(&self) -> Result<String, String> {
         match self.connected.load(std::sync::atomic::Ordering::Relaxed) {

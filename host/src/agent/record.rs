@@ -5,7 +5,6 @@
 
 use std::collections::BTreeMap;
 use std::path::Path;
-use std::sync::Arc;
 
 use redb::{Database, ReadableDatabase, ReadableTable, TableDefinition};
 use serde::{Deserialize, Serialize};
@@ -60,7 +59,6 @@ pub struct Held {
 }
 
 pub struct NodeRecord {
-    db: Arc<Database>,
     committer: Committer,
 }
 
@@ -92,42 +90,57 @@ impl NodeRecord {
         let txn = db.begin_write().map_err(|e| open_error(path, e))?;
         txn.open_table(HELD).map_err(|e| open_error(path, e))?;
         txn.commit().map_err(|e| open_error(path, e))?;
-        let db = Arc::new(db);
+        let reopen_path = path.to_path_buf();
+        let reopen = Box::new(move || {
+            redb::Builder::new()
+                .set_cache_size(CACHE_BYTES)
+                .create(&reopen_path)
+        });
         let committer =
-            Committer::start(db.clone(), HELD, "berth-agent-record").map_err(|e| open_error(path, e))?;
-        Ok(NodeRecord { db, committer })
+            Committer::start(db, reopen, "berth-agent-record").map_err(|e| open_error(path, e))?;
+        Ok(NodeRecord { committer })
+    }
+
+    /// Whether the record can write now (for `/readyz`).
+    pub fn health(&self) -> Result<(), String> {
+        self.committer.health()
     }
 
     /// Everything held, by Berth id.
     pub fn load(&self) -> Result<BTreeMap<String, Held>, StoreError> {
-        let failed = |e: redb::Error| StoreError::Failed(e.to_string());
-        let txn = self.db.begin_read().map_err(|e| failed(e.into()))?;
-        let table = txn.open_table(HELD).map_err(|e| failed(e.into()))?;
-        let mut out = BTreeMap::new();
-        for entry in table.iter().map_err(|e| failed(e.into()))? {
-            let (key, value) = entry.map_err(|e| failed(e.into()))?;
-            let held = serde_json::from_slice(value.value()).map_err(|e| StoreError::Unreadable {
-                id: key.value().to_string(),
-                message: e.to_string(),
-            })?;
-            out.insert(key.value().to_string(), held);
-        }
-        Ok(out)
+        self.committer.read(|db| load(db))
     }
 
     /// Records `held`, or forgets the volume when it is absent; returns once durable.
     pub async fn put(&self, berth_id: &str, held: &Held) -> Result<(), StoreError> {
         let change = if held.level == Level::Absent {
-            Change::Remove(berth_id.to_string())
+            Change::Remove(HELD, berth_id.to_string())
         } else {
             let bytes = serde_json::to_vec(held).map_err(|e| StoreError::Encode {
                 id: berth_id.to_string(),
                 message: e.to_string(),
             })?;
-            Change::Put(berth_id.to_string(), bytes)
+            Change::Put(HELD, berth_id.to_string(), bytes)
         };
         self.committer.write(change).await
     }
+}
+
+/// Everything held in `db`, by Berth id.
+fn load(db: &Database) -> Result<BTreeMap<String, Held>, StoreError> {
+    let failed = |e: redb::Error| StoreError::Failed(e.to_string());
+    let txn = db.begin_read().map_err(|e| failed(e.into()))?;
+    let table = txn.open_table(HELD).map_err(|e| failed(e.into()))?;
+    let mut out = BTreeMap::new();
+    for entry in table.iter().map_err(|e| failed(e.into()))? {
+        let (key, value) = entry.map_err(|e| failed(e.into()))?;
+        let held = serde_json::from_slice(value.value()).map_err(|e| StoreError::Unreadable {
+            id: key.value().to_string(),
+            message: e.to_string(),
+        })?;
+        out.insert(key.value().to_string(), held);
+    }
+    Ok(out)
 }
 
 #[cfg(test)]

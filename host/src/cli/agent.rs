@@ -55,11 +55,11 @@ pub async fn run(args: AgentArgs) -> anyhow::Result<ExitCode> {
     })
     .await
     .map_err(anyhow::Error::msg)?;
-    readiness.set_ok("record", format!("open, {}", dir.join("agent.redb").display()));
     let asks = |check: fn(&Agent) -> Result<String, String>| -> metrics::readiness::Check {
         let weak = Arc::downgrade(&agent);
         Box::new(move || weak.upgrade().map_or(Err("stopping".into()), |a| check(&a)))
     };
+    readiness.set("record", asks(Agent::record_ready));
     readiness.set("server", asks(Agent::session_ready));
     readiness.set("plugins", asks(Agent::plugins_ready));
     let listed: Vec<String> = servers.iter().map(ToString::to_string).collect();

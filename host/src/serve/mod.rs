@@ -98,7 +98,15 @@ async fn embedded(
     shutdown: impl Future<Output = ()> + Send + 'static,
 ) -> Result<(), String> {
     let store = Arc::new(RedbStore::open(&config.state).map_err(|e| e.to_string())?);
-    metrics::readiness().set_ok("store", format!("embedded, {}", config.state.display()));
+    let (weak, path) = (Arc::downgrade(&store), config.state.display().to_string());
+    metrics::readiness().set(
+        "store",
+        Box::new(move || match weak.upgrade().map(|s| s.health()) {
+            Some(Ok(())) => Ok(format!("embedded, {path}")),
+            Some(Err(e)) => Err(format!("embedded, {path}: cannot write: {e}")),
+            None => Err("closed".into()),
+        }),
+    );
     let api_path = config.api.path().to_path_buf();
     let listener = api::bind(&api_path, config.socket_mode)?;
     let ca = match config.cluster_address {

@@ -2,7 +2,6 @@
 //! [`Committer`], so under load many changes share one fsync.
 
 use std::path::Path;
-use std::sync::Arc;
 
 use redb::{Database, ReadOnlyDatabase, ReadableDatabase, ReadableTable, TableDefinition};
 
@@ -24,18 +23,69 @@ const SCHEMA_KEY: &str = "schema_version";
 const CACHE_BYTES: usize = 16 << 20;
 
 pub struct RedbStore {
-    db: Arc<Database>,
     committer: Committer,
+}
+
+/// A new store: made under a temporary name, initialised, synced and
+/// renamed into place, so that a store file that exists is a finished one.
+fn create(path: &Path) -> Result<(), String> {
+    let mut temporary = path.as_os_str().to_owned();
+    temporary.push(".new");
+    let temporary = std::path::PathBuf::from(temporary);
+    let _ = std::fs::remove_file(&temporary);
+    private_file(&temporary).map_err(|e| e.to_string())?;
+    let db = open_db(&temporary).map_err(|e| format!("creating {}: {e}", temporary.display()))?;
+    prepare(&db, None).map_err(|e| format!("creating {}: {e}", temporary.display()))?;
+    drop(db);
+    std::fs::rename(&temporary, path)
+        .map_err(|e| format!("renaming {} into place: {e}", temporary.display()))?;
+    if let Some(dir) = path.parent().filter(|p| !p.as_os_str().is_empty()) {
+        std::fs::File::open(dir)
+            .and_then(|d| d.sync_all())
+            .map_err(|e| format!("syncing {}: {e}", dir.display()))?;
+    }
+    Ok(())
 }
 
 fn failed(e: impl std::fmt::Display) -> StoreError {
     StoreError::Failed(e.to_string())
 }
 
+/// A store file shorter than this cannot hold redb's header.
+const HEADER_BYTES: u64 = 512;
+
+fn open_db(path: &Path) -> Result<Database, redb::DatabaseError> {
+    // Every volume is held in memory by the manager; the store's own page
+    // cache only needs to serve writes and the load at start.
+    redb::Builder::new().set_cache_size(CACHE_BYTES).create(path)
+}
+
+/// Runs `open` and turns a panic inside redb (a damaged file can make it
+/// panic) into an error naming the file.
+fn guarded<T>(path: &Path, open: impl FnOnce() -> Result<T, StoreError>) -> Result<T, StoreError> {
+    std::panic::catch_unwind(std::panic::AssertUnwindSafe(open)).unwrap_or_else(|panic| {
+        let why = panic
+            .downcast_ref::<String>()
+            .cloned()
+            .or_else(|| panic.downcast_ref::<&str>().map(|s| s.to_string()))
+            .unwrap_or_default();
+        Err(StoreError::Open {
+            path: path.to_path_buf(),
+            message: format!("the file is damaged ({why}): restore it from a backup; it was not changed"),
+        })
+    })
+}
+
 impl RedbStore {
-    /// Opens (or creates) the store file, checks its schema version, and
-    /// starts its committer.
+    /// Opens the store file, checks its schema version, and starts its
+    /// committer. A missing file is made (beside its place, then renamed in,
+    /// so a file that is there was finished); one that is there but empty or
+    /// cut short is refused, never taken for a new store.
     pub fn open(path: &Path) -> Result<RedbStore, StoreError> {
+        guarded(path, || RedbStore::open_unguarded(path))
+    }
+
+    fn open_unguarded(path: &Path) -> Result<RedbStore, StoreError> {
         let open_error = |message: String| StoreError::Open {
             path: path.to_path_buf(),
             message,
@@ -43,30 +93,42 @@ impl RedbStore {
         if let Some(dir) = path.parent().filter(|p| !p.as_os_str().is_empty()) {
             private_dir(dir).map_err(|e| open_error(format!("creating {}: {e}", dir.display())))?;
         }
-        private_file(path).map_err(|e| open_error(e.to_string()))?;
+        match std::fs::metadata(path) {
+            Ok(meta) if meta.len() < HEADER_BYTES => {
+                return Err(open_error(format!(
+                    "the file is there but holds {} bytes, too few for a store: it was cut short or emptied. Restore it from a backup; to start a new, empty store instead, remove it (every volume Berth tracked would be forgotten)",
+                    meta.len()
+                )));
+            }
+            Ok(meta) => warn_if_shared(
+                path,
+                &meta,
+                "the store file is readable by other users; chmod 600 it",
+            ),
+            Err(e) if e.kind() == std::io::ErrorKind::NotFound => create(path).map_err(open_error)?,
+            Err(e) => return Err(open_error(e.to_string())),
+        }
         // A store from a newer release is refused before anything could write
         // to it: redb updates the file when it opens it for writing. (A file
         // that needs crash recovery cannot be opened read-only; it is checked
         // below, after recovery, before Berth writes anything.)
-        if path.exists()
-            && let Ok(db) = ReadOnlyDatabase::open(path)
-        {
+        if let Ok(db) = ReadOnlyDatabase::open(path) {
             let found = schema_version(&db).map_err(|e| open_error(e.to_string()))?;
             refuse_newer(path, found)?;
         }
-        // Every volume is held in memory by the manager; the store's own page
-        // cache only needs to serve writes and the load at start.
-        let db = redb::Builder::new()
-            .set_cache_size(CACHE_BYTES)
-            .create(path)
-            .map_err(|e| open_error(e.to_string()))?;
+        let db = open_db(path).map_err(|e| open_error(e.to_string()))?;
         let found = schema_version(&db).map_err(|e| open_error(e.to_string()))?;
         refuse_newer(path, found)?;
         prepare(&db, found).map_err(|e| open_error(e.to_string()))?;
-        let db = Arc::new(db);
-        let committer =
-            Committer::start(db.clone(), VOLUMES, "berth-store").map_err(|e| open_error(e.to_string()))?;
-        Ok(RedbStore { db, committer })
+        let reopen_path = path.to_path_buf();
+        let committer = Committer::start(db, Box::new(move || open_db(&reopen_path)), "berth-store")
+            .map_err(|e| open_error(e.to_string()))?;
+        Ok(RedbStore { committer })
+    }
+
+    /// Whether the store can write now (for `/readyz`).
+    pub fn health(&self) -> Result<(), String> {
+        self.committer.health()
     }
 
     /// The schema version recorded in the file at `path`, without changing it.
@@ -78,58 +140,52 @@ impl RedbStore {
         schema_version(&db).map_err(failed)
     }
 
-    /// Node and token changes are rare (a registration, a drain, a join):
-    /// each is its own transaction.
-    async fn change(&self, table: Table, key: String, bytes: Option<Vec<u8>>) -> Result<(), StoreError> {
-        let db = self.db.clone();
-        tokio::task::spawn_blocking(move || -> Result<(), redb::Error> {
-            let txn = db.begin_write()?;
-            {
-                let mut table = txn.open_table(table)?;
-                match &bytes {
-                    Some(b) => table.insert(key.as_str(), b.as_slice()).map(drop)?,
-                    None => table.remove(key.as_str()).map(drop)?,
-                }
-            }
-            txn.commit()?;
-            Ok(())
-        })
-        .await
-        .map_err(failed)?
-        .map_err(failed)
-    }
-
     /// Every JSON value of `table` (none when the table was never made).
-    fn load_all<T: serde::de::DeserializeOwned>(
+    fn load_all<T: serde::de::DeserializeOwned + Send + 'static>(
         &self,
         table: Table,
-        what: &str,
+        what: &'static str,
     ) -> Result<Vec<T>, StoreError> {
-        let txn = self.db.begin_read().map_err(failed)?;
-        let table = match txn.open_table(table) {
-            Ok(t) => t,
-            Err(redb::TableError::TableDoesNotExist(_)) => return Ok(Vec::new()),
-            Err(e) => return Err(failed(e)),
-        };
-        let mut out = Vec::new();
-        for entry in table.iter().map_err(failed)? {
-            let (key, value) = entry.map_err(failed)?;
-            out.push(
-                serde_json::from_slice(value.value()).map_err(|e| StoreError::Unreadable {
-                    id: format!("{what} {}", key.value()),
-                    message: e.to_string(),
-                })?,
-            );
-        }
-        Ok(out)
+        self.committer.read(move |db| read_all(db, table, what))
     }
 
     #[cfg(test)]
     fn set_schema_version(&self, version: u64) {
-        let txn = self.db.begin_write().unwrap();
-        txn.open_table(META).unwrap().insert(SCHEMA_KEY, version).unwrap();
-        txn.commit().unwrap();
+        self.committer
+            .read(move |db| {
+                let txn = db.begin_write().unwrap();
+                txn.open_table(META).unwrap().insert(SCHEMA_KEY, version).unwrap();
+                txn.commit().unwrap();
+                Ok(())
+            })
+            .unwrap();
     }
+}
+
+/// Every JSON value of `table` (none when the table was never made); a
+/// value that does not decode is an error naming it.
+fn read_all<T: serde::de::DeserializeOwned>(
+    db: &Database,
+    table: Table,
+    what: &str,
+) -> Result<Vec<T>, StoreError> {
+    let txn = db.begin_read().map_err(failed)?;
+    let table = match txn.open_table(table) {
+        Ok(t) => t,
+        Err(redb::TableError::TableDoesNotExist(_)) => return Ok(Vec::new()),
+        Err(e) => return Err(failed(e)),
+    };
+    let mut out = Vec::new();
+    for entry in table.iter().map_err(failed)? {
+        let (key, value) = entry.map_err(failed)?;
+        out.push(
+            serde_json::from_slice(value.value()).map_err(|e| StoreError::Unreadable {
+                id: format!("{what} {}", key.value()),
+                message: e.to_string(),
+            })?,
+        );
+    }
+    Ok(out)
 }
 
 /// Creates `dir` (and missing parents) for the owner only; warns when an
@@ -229,23 +285,29 @@ fn prepare(db: &Database, found: Option<u64>) -> Result<(), redb::Error> {
 #[tonic::async_trait]
 impl Store for RedbStore {
     fn load(&self) -> Result<Vec<VolumeRecord>, StoreError> {
-        let txn = self.db.begin_read().map_err(failed)?;
-        let table = txn.open_table(VOLUMES).map_err(failed)?;
-        let mut out = Vec::new();
-        for entry in table.iter().map_err(failed)? {
-            let (key, value) = entry.map_err(failed)?;
-            out.push(decode(key.value(), value.value())?);
-        }
-        Ok(out)
+        self.committer.read(|db| {
+            let txn = db.begin_read().map_err(failed)?;
+            let table = txn.open_table(VOLUMES).map_err(failed)?;
+            let mut out = Vec::new();
+            for entry in table.iter().map_err(failed)? {
+                let (key, value) = entry.map_err(failed)?;
+                out.push(decode(key.value(), value.value())?);
+            }
+            Ok(out)
+        })
     }
 
     async fn put(&self, record: &VolumeRecord) -> Result<(), StoreError> {
         let bytes = encode(record)?;
-        self.committer.write(Change::Put(record.id.clone(), bytes)).await
+        self.committer
+            .write(Change::Put(VOLUMES, record.id.clone(), bytes))
+            .await
     }
 
     async fn remove(&self, id: &str) -> Result<(), StoreError> {
-        self.committer.write(Change::Remove(id.to_string())).await
+        self.committer
+            .write(Change::Remove(VOLUMES, id.to_string()))
+            .await
     }
 
     fn load_nodes(&self) -> Result<Vec<NodeRecord>, StoreError> {
@@ -254,11 +316,15 @@ impl Store for RedbStore {
 
     async fn put_node(&self, node: &NodeRecord) -> Result<(), StoreError> {
         let bytes = super::encode_json(&node.name, node)?;
-        self.change(NODES, node.name.clone(), Some(bytes)).await
+        self.committer
+            .write(Change::Put(NODES, node.name.clone(), bytes))
+            .await
     }
 
     async fn remove_node(&self, name: &str) -> Result<(), StoreError> {
-        self.change(NODES, name.to_string(), None).await
+        self.committer
+            .write(Change::Remove(NODES, name.to_string()))
+            .await
     }
 
     fn load_tokens(&self) -> Result<Vec<TokenRecord>, StoreError> {
@@ -267,16 +333,20 @@ impl Store for RedbStore {
 
     async fn put_token(&self, token: &TokenRecord) -> Result<(), StoreError> {
         let bytes = super::encode_json(&token.id, token)?;
-        self.change(TOKENS, token.id.clone(), Some(bytes)).await
+        self.committer
+            .write(Change::Put(TOKENS, token.id.clone(), bytes))
+            .await
     }
 
     async fn remove_token(&self, id: &str) -> Result<(), StoreError> {
-        self.change(TOKENS, id.to_string(), None).await
+        self.committer.write(Change::Remove(TOKENS, id.to_string())).await
     }
 }
 
 #[cfg(test)]
 mod tests {
+    use std::sync::Arc;
+
     use super::*;
     use crate::model::{VolumeSpec, new_id};
 
