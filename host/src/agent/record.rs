@@ -108,7 +108,7 @@ impl NodeRecord {
 
     /// Everything held, by Berth id.
     pub fn load(&self) -> Result<BTreeMap<String, Held>, StoreError> {
-        self.committer.read(|db| load(db))
+        self.committer.read(load)
     }
 
     /// Records `held`, or forgets the volume when it is absent; returns once durable.
