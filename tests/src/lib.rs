@@ -383,6 +383,9 @@ impl Cluster {
         };
         for i in 0..spec.servers {
             c.start_server(i);
+            if i == 0 && spec.tls && spec.servers > 1 {
+                c.share_kek();
+            }
         }
         if !node_config.is_empty() {
             // The API answers while in-process nodes are still being fingerprinted.
@@ -425,6 +428,28 @@ impl Cluster {
             c.wait_nodes(&names, "ready", Duration::from_secs(30));
         }
         c
+    }
+
+    /// What an operator does when a cluster of several servers starts: the
+    /// key-encryption key the first server made (under which the cluster
+    /// CA's key is sealed in etcd) copied to every other server.
+    pub fn share_kek(&self) {
+        use std::os::unix::fs::{OpenOptionsExt, PermissionsExt};
+        let made = std::fs::read(self.dir.path().join(state_dir(0)).join("cluster/kek"))
+            .expect("the first server made the key-encryption key");
+        for i in 1..self.serves.len() {
+            let dir = self.dir.path().join(state_dir(i)).join("cluster");
+            std::fs::create_dir_all(&dir).unwrap();
+            std::fs::set_permissions(&dir, std::fs::Permissions::from_mode(0o700)).unwrap();
+            let mut f = std::fs::OpenOptions::new()
+                .write(true)
+                .create(true)
+                .truncate(true)
+                .mode(0o600)
+                .open(dir.join("kek"))
+                .unwrap();
+            std::io::Write::write_all(&mut f, &made).unwrap();
+        }
     }
 
     /// Starts the first server again.

@@ -307,3 +307,159 @@ fn without_a_tls_endpoint_a_follower_names_the_leader() {
         "{stderr}"
     );
 }
+
+/// What a reader of the etcd prefix sees of the cluster CA: its certificate
+/// and its key sealed, never the key. The Berth API on the leader's TLS
+/// endpoint takes a server's certificate only, not an agent's. A CA that
+/// vanished from etcd while nodes hold its certificates is not made again:
+/// the server refuses to start and says how to put it back, and once put
+/// back everything works as before.
+#[test]
+fn etcd_holds_no_key_and_a_lost_ca_is_restored_not_remade() {
+    use berth_proto::etcd::etcdserverpb as pb;
+    let etcd = EtcdCluster::start(3);
+    let mut c = three_servers(&etcd);
+    let l = c.wait_leader(&[0, 1, 2], Duration::from_secs(30));
+    let kv = || async {
+        pb::kv_client::KvClient::connect(etcd.endpoints()[0].clone())
+            .await
+            .unwrap()
+    };
+    let key = b"/berth-ha/cluster/ca".to_vec();
+    let kept = berth_tests::block_on(async {
+        let mut kv = kv().await;
+        let found = kv
+            .range(pb::RangeRequest {
+                key: key.clone(),
+                ..Default::default()
+            })
+            .await
+            .unwrap()
+            .into_inner();
+        found.kvs[0].value.clone()
+    });
+    let text = String::from_utf8(kept.clone()).unwrap();
+    assert!(
+        text.contains("sealed_key") && !text.contains("PRIVATE KEY"),
+        "{text}"
+    );
+
+    // An agent's certificate is the cluster's, but not a server's.
+    let leader_port = {
+        let config = std::fs::read_to_string(&c.serves[l].config).unwrap();
+        let line = config.lines().find(|l| l.starts_with("cluster_address")).unwrap();
+        line.rsplit(':')
+            .next()
+            .unwrap()
+            .trim_matches('"')
+            .parse::<u16>()
+            .unwrap()
+    };
+    let creds = berth::agent::tls::Credentials::load(&c.volumes_dir.join("nodes/node-a"))
+        .unwrap()
+        .unwrap();
+    let refused = berth_tests::block_on(async {
+        let channel = berth::agent::tls::session_channel("127.0.0.1", leader_port, &creds).unwrap();
+        berth_proto::berth::v1::berth_client::BerthClient::new(channel)
+            .list_volumes(berth_proto::berth::v1::ListVolumesRequest {})
+            .await
+            .unwrap_err()
+    });
+    assert_eq!(refused.code(), tonic::Code::PermissionDenied, "{refused:?}");
+    c.ok_via((l + 1) % 3, &["volume", "list"]);
+
+    // The CA deleted from etcd while both nodes hold its certificates.
+    for i in 0..3 {
+        c.kill_server(i);
+    }
+    berth_tests::block_on(async {
+        kv().await
+            .delete_range(pb::DeleteRangeRequest {
+                key: key.clone(),
+                ..Default::default()
+            })
+            .await
+            .unwrap();
+    });
+    let out = berth_tests::berth(&["serve", "--config", &c.serves[0].config.display().to_string()]);
+    let (_, stderr) = berth_tests::texts(&out);
+    assert!(!out.status.success(), "{stderr}");
+    assert!(
+        stderr.contains("missing from etcd") && stderr.contains("etcdctl put") && stderr.contains("ca.json"),
+        "{stderr}"
+    );
+    // Put back as the message says: the copy beside the server's key.
+    let copy = std::fs::read(c.dir.path().join("state/cluster/ca.json")).unwrap();
+    assert_eq!(copy, kept);
+    berth_tests::block_on(async {
+        kv().await
+            .put(pb::PutRequest {
+                key: key.clone(),
+                value: copy,
+                ..Default::default()
+            })
+            .await
+            .unwrap();
+    });
+    for i in 0..3 {
+        c.start_server(i);
+    }
+    c.wait_leader(&[0, 1, 2], Duration::from_secs(30));
+    c.wait_nodes(&["node-a", "node-b"], "ready", Duration::from_secs(30));
+}
+
+/// A prefix whose CA an earlier release kept with its key in plain text:
+/// the same CA is served (agents keep trusting it), and its key is sealed
+/// in place, with a warning that says so.
+#[test]
+fn a_ca_kept_in_plain_text_by_an_earlier_release_is_sealed_in_place() {
+    use berth_proto::etcd::etcdserverpb as pb;
+    let etcd = EtcdCluster::start(1);
+    let old = berth::cluster::pki::ClusterCa::generate().unwrap();
+    let key = b"/berth-old/cluster/ca".to_vec();
+    let put = serde_json::json!({ "cert": old.cert_pem(), "key": old.key_pem() });
+    let kv = || async {
+        pb::kv_client::KvClient::connect(etcd.endpoints()[0].clone())
+            .await
+            .unwrap()
+    };
+    berth_tests::block_on(async {
+        kv().await
+            .put(pb::PutRequest {
+                key: key.clone(),
+                value: put.to_string().into_bytes(),
+                ..Default::default()
+            })
+            .await
+            .unwrap();
+    });
+    let c = Cluster::start(ClusterSpec {
+        guests: false,
+        nodes: vec![("node-a", "a")],
+        agents: true,
+        tls: true,
+        store: Some(etcd.store_config("/berth-old")),
+        ..ClusterSpec::default()
+    });
+    assert!(c.log().contains("plain text"), "{}", c.log());
+    let token = c.join_token("node-z");
+    assert!(token.contains(&old.fingerprint()), "the same CA: {token}");
+    let now = berth_tests::block_on(async {
+        kv().await
+            .range(pb::RangeRequest {
+                key: key.clone(),
+                ..Default::default()
+            })
+            .await
+            .unwrap()
+            .into_inner()
+            .kvs[0]
+            .value
+            .clone()
+    });
+    let now = String::from_utf8(now).unwrap();
+    assert!(
+        now.contains("sealed_key") && !now.contains("PRIVATE KEY"),
+        "{now}"
+    );
+}

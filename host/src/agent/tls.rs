@@ -149,8 +149,9 @@ fn roots(ca_pem: &str) -> Result<RootCertStore, String> {
 }
 
 /// A channel to another server's TLS endpoint (`host:port`), trusting the
-/// cluster CA alone; no client certificate.
-pub fn server_channel(address: &str, ca_pem: &str) -> Result<Channel, String> {
+/// cluster CA alone, presenting this server's own certificate (`identity`:
+/// chain and key, PEM) as the client's.
+pub fn server_channel(address: &str, ca_pem: &str, identity: (&str, &str)) -> Result<Channel, String> {
     let (host, port) = address
         .rsplit_once(':')
         .ok_or_else(|| format!("{address:?} has no port"))?;
@@ -162,8 +163,19 @@ pub fn server_channel(address: &str, ca_pem: &str) -> Result<Channel, String> {
         .with_safe_default_protocol_versions()
         .map_err(|e| e.to_string())?
         .with_root_certificates(roots(ca_pem).map_err(|e| format!("the cluster CA: {e}"))?)
-        .with_no_client_auth();
+        .with_client_auth_cert(client_chain(identity.0)?, client_key(identity.1)?)
+        .map_err(|e| format!("this server's certificate: {e}"))?;
     channel(host, port, config)
+}
+
+fn client_chain(pem: &str) -> Result<Vec<CertificateDer<'static>>, String> {
+    CertificateDer::pem_slice_iter(pem.as_bytes())
+        .collect::<Result<Vec<_>, _>>()
+        .map_err(|e| format!("a client certificate: {e}"))
+}
+
+fn client_key(pem: &str) -> Result<PrivateKeyDer<'static>, String> {
+    PrivateKeyDer::from_pem_slice(pem.as_bytes()).map_err(|e| format!("a client key: {e}"))
 }
 
 /// How often an idle TLS connection is checked, and how long an answer may take.
@@ -202,11 +214,8 @@ fn channel(host: &str, port: u16, mut config: ClientConfig) -> Result<Channel, S
 /// root, its own certificate as the client's.
 pub fn session_channel(host: &str, port: u16, creds: &Credentials) -> Result<Channel, String> {
     let roots = roots(&creds.ca).map_err(|e| format!("the kept cluster CA: {e}"))?;
-    let certs = CertificateDer::pem_slice_iter(creds.cert.as_bytes())
-        .collect::<Result<Vec<_>, _>>()
-        .map_err(|e| format!("the agent's certificate: {e}"))?;
-    let key =
-        PrivateKeyDer::from_pem_slice(creds.key.as_bytes()).map_err(|e| format!("the agent's key: {e}"))?;
+    let certs = client_chain(&creds.cert).map_err(|e| format!("the agent's certificate: {e}"))?;
+    let key = client_key(&creds.key).map_err(|e| format!("the agent's key: {e}"))?;
     let config = ClientConfig::builder_with_provider(provider())
         .with_safe_default_protocol_versions()
         .map_err(|e| e.to_string())?

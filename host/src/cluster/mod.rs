@@ -7,6 +7,7 @@
 //! - `tokens` — join tokens: stored hashed, bound to a node or counted, revocable.
 
 pub mod directory;
+pub mod kek;
 mod node_agent;
 pub mod pki;
 pub mod service;

@@ -7,7 +7,6 @@
 
 use std::path::{Path, PathBuf};
 
-use hmac::{Hmac, Mac};
 use rcgen::{
     BasicConstraints, CertificateParams, CertificateSigningRequestParams, DnType, ExtendedKeyUsagePurpose,
     IsCa, Issuer, KeyPair, KeyUsagePurpose,
@@ -15,6 +14,32 @@ use rcgen::{
 use sha2::{Digest, Sha256};
 
 use crate::store::{private_dir, private_file};
+
+/// The common name of every server's certificate. A node's certificate
+/// names the node, and node names have no spaces, so none can be mistaken
+/// for a server's.
+const SERVER_NAME: &str = "berth serve";
+
+/// Whether `der` (a certificate the handshake already checked against the
+/// cluster CA) is a server's: its name is the servers' and it may serve.
+pub fn is_server_certificate(der: &[u8]) -> bool {
+    use x509_parser::prelude::{FromDer, X509Certificate};
+    let Ok((_, cert)) = X509Certificate::from_der(der) else {
+        return false;
+    };
+    let named = cert
+        .subject()
+        .iter_common_name()
+        .next()
+        .and_then(|cn| cn.as_str().ok())
+        == Some(SERVER_NAME);
+    let serves = cert
+        .extended_key_usage()
+        .ok()
+        .flatten()
+        .is_some_and(|eku| eku.value.server_auth);
+    named && serves
+}
 
 /// The hex SHA-256 of a certificate's DER form.
 pub fn fingerprint(der: &[u8]) -> String {
@@ -113,12 +138,17 @@ impl ClusterCa {
             .map_err(|e| format!("reading the cluster CA: {e}"))
     }
 
-    /// The server's certificate chain (its own, then the CA's) and key, for `names`.
+    /// The server's certificate chain (its own, then the CA's) and key, for
+    /// `names`: what its TLS endpoint presents, and what it presents as a
+    /// client when it passes an API call on to the leader.
     pub fn server_identity(&self, names: &[String]) -> Result<(String, String), String> {
         let key = KeyPair::generate().map_err(|e| e.to_string())?;
         let mut params = CertificateParams::new(names.to_vec()).map_err(|e| format!("cluster_names: {e}"))?;
-        params.distinguished_name.push(DnType::CommonName, "berth serve");
-        params.extended_key_usages = vec![ExtendedKeyUsagePurpose::ServerAuth];
+        params.distinguished_name.push(DnType::CommonName, SERVER_NAME);
+        params.extended_key_usages = vec![
+            ExtendedKeyUsagePurpose::ServerAuth,
+            ExtendedKeyUsagePurpose::ClientAuth,
+        ];
         params.not_after = rcgen::date_time_ymd(2100, 1, 1);
         let cert = params
             .signed_by(&key, &self.issuer()?)
@@ -141,15 +171,6 @@ impl ClusterCa {
             .signed_by(&self.issuer()?)
             .map_err(|e| format!("issuing node {node:?}'s certificate: {e}"))?;
         Ok((cert.pem(), fingerprint(cert.der())))
-    }
-
-    /// What servers sharing this CA present when one passes an API call
-    /// on to the leader: only a holder of the CA's key can make it.
-    pub fn forward_secret(&self) -> String {
-        let mut mac =
-            Hmac::<Sha256>::new_from_slice(&self.key.serialize_der()).expect("HMAC takes any key length");
-        mac.update(format!("berth-forward.{}", self.fingerprint()).as_bytes());
-        hex(&mac.finalize().into_bytes())
     }
 }
 

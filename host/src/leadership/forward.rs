@@ -1,5 +1,6 @@
 //! A follower's API: every call passed on, as it came, to the leader's TLS
-//! cluster endpoint, with the servers' shared secret; the leader's answer
+//! cluster endpoint, the follower presenting its own server certificate
+//! (mutual TLS, both from the cluster CA); the leader's answer
 //! goes back unchanged. Forwarding raw gRPC keeps followers ignorant of
 //! the API's methods: nothing to keep in step when one is added.
 
@@ -21,15 +22,22 @@ use super::{Role, ServerInfo};
 /// Tries of a call on this server's own socket while it takes the lead.
 const HANDOVER_ATTEMPTS: u32 = 20;
 
-/// The header a forwarded call carries: proof it comes from a server.
-pub const FORWARD_HEADER: &str = "berth-forward";
+/// What a follower presents to the leader's TLS endpoint.
+pub struct ForwardTls {
+    /// The cluster CA's certificate (PEM), the only root trusted.
+    pub ca: String,
+    /// This server's certificate chain and key (PEM), from the cluster CA.
+    pub chain: String,
+    pub key: String,
+}
 
 #[derive(Clone)]
 pub struct Forward {
     role: watch::Receiver<Role>,
     me: ServerInfo,
-    /// The shared secret and the CA (with a TLS cluster endpoint).
-    tls: Option<(Arc<str>, Arc<str>)>,
+    /// With a TLS cluster endpoint: the CA, and this server's own
+    /// certificate chain and key, presented to the leader.
+    tls: Option<Arc<ForwardTls>>,
     /// How long a call waits for a leader while none is known.
     wait: Duration,
     /// The channel last forwarded on, by where it goes.
@@ -49,13 +57,13 @@ impl Forward {
     pub fn new(
         role: watch::Receiver<Role>,
         me: ServerInfo,
-        tls: Option<(String, String)>,
+        tls: Option<ForwardTls>,
         wait: Duration,
     ) -> Forward {
         Forward {
             role,
             me,
-            tls: tls.map(|(secret, ca)| (secret.into(), ca.into())),
+            tls: tls.map(Arc::new),
             wait,
             channel: Arc::default(),
         }
@@ -107,8 +115,8 @@ impl Forward {
                 crate::csi::unix_channel(api.path())
             }
             Target::Leader(leader) => {
-                let (_, ca) = self.tls.as_ref().ok_or_else(|| not_forwarded(&leader))?;
-                crate::agent::tls::server_channel(&at, ca).map_err(|e| {
+                let tls = self.tls.as_ref().ok_or_else(|| not_forwarded(&leader))?;
+                crate::agent::tls::server_channel(&at, &tls.ca, (&tls.chain, &tls.key)).map_err(|e| {
                     tonic::Status::unavailable(format!("forwarding to the leader {}: {e}", leader.name))
                 })?
             }
@@ -142,12 +150,8 @@ impl tower::Service<http::Request<Body>> for Forward {
         use http_body_util::BodyExt;
         use tower::ServiceExt;
         let this = self.clone();
-        let secret = self.tls.as_ref().map(|(s, _)| s.clone());
         Box::pin(async move {
-            let (mut parts, body) = request.into_parts();
-            if let Some(secret) = secret.and_then(|s| http::HeaderValue::from_str(&s).ok()) {
-                parts.headers.insert(FORWARD_HEADER, secret);
-            }
+            let (parts, body) = request.into_parts();
             // Unary calls are small: held whole, a call can be sent again.
             let body = match body.collect().await {
                 Ok(b) => b.to_bytes(),
@@ -212,29 +216,24 @@ async fn whole(answer: http::Response<Body>) -> http::Response<Body> {
     }
 }
 
-/// The leader's check on its TLS endpoint: only calls forwarded by a
-/// server holding the CA's key pass.
-pub fn only_servers(
-    secret: String,
-) -> impl FnMut(tonic::Request<()>) -> Result<tonic::Request<()>, tonic::Status> + Clone {
-    move |request| {
-        let presented = request
-            .metadata()
-            .get(FORWARD_HEADER)
-            .map(|v| v.as_bytes())
-            .unwrap_or_default();
-        // Constant time: the secret is the key.
-        let same = presented.len() == secret.len()
-            && presented
-                .iter()
-                .zip(secret.bytes())
-                .fold(0u8, |d, (a, b)| d | (a ^ b))
-                == 0;
-        if same {
+/// The leader's check on its TLS endpoint: only calls from a peer whose
+/// certificate (checked against the cluster CA in the handshake) is a
+/// server's pass; an agent's certificate, or none, is refused.
+pub fn only_servers() -> impl FnMut(tonic::Request<()>) -> Result<tonic::Request<()>, tonic::Status> + Clone {
+    |request| {
+        let server = request
+            .peer_certs()
+            .and_then(|certs| {
+                certs
+                    .first()
+                    .map(|c| crate::cluster::pki::is_server_certificate(c))
+            })
+            .unwrap_or(false);
+        if server {
             Ok(request)
         } else {
             Err(tonic::Status::permission_denied(
-                "the Berth API on the cluster endpoint is for the cluster's servers",
+                "the Berth API on the cluster endpoint is for the cluster's servers (their own certificates)",
             ))
         }
     }

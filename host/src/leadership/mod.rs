@@ -11,6 +11,9 @@
 //! keep-alive answered for a TTL): it never acts on a lease it cannot vouch for.
 
 pub mod forward;
+mod shared_ca;
+
+pub use shared_ca::shared_ca;
 
 use std::sync::Mutex;
 use std::sync::atomic::{AtomicU64, Ordering};
@@ -437,35 +440,4 @@ async fn campaign(election: std::sync::Weak<Election>, first: Held) {
         drop(e);
         tokio::time::sleep(poll).await;
     }
-}
-
-/// The cluster CA as every server sharing the prefix must have it (agents
-/// trust one CA, whichever server leads): made by the first server to need
-/// it, kept in etcd at `<prefix>/cluster/ca`. Anyone who can read the
-/// prefix can read the CA's key: guard etcd's client port accordingly.
-pub async fn shared_ca(settings: &EtcdSettings) -> Result<crate::cluster::pki::ClusterCa, String> {
-    use crate::cluster::pki::ClusterCa;
-    #[derive(serde::Serialize, serde::Deserialize)]
-    struct Kept {
-        cert: String,
-        key: String,
-    }
-    let kv = Members::new(settings).map_err(|e| e.to_string())?;
-    let made = ClusterCa::generate()?;
-    let value = serde_json::to_vec(&Kept {
-        cert: made.cert_pem().to_string(),
-        key: made.key_pem(),
-    })
-    .map_err(|e| e.to_string())?;
-    let kept = match create_or_read(&kv, &settings.key("cluster/ca"), value, 0).await? {
-        Created(_) => {
-            tracing::info!(fingerprint = %made.fingerprint(), "cluster CA made, kept in etcd");
-            return Ok(made);
-        }
-        Found(kept) => kept,
-        Vanished => return Err("the cluster CA in etcd vanished while it was read".into()),
-    };
-    let kept: Kept = serde_json::from_slice(&kept.value)
-        .map_err(|e| format!("the cluster CA in etcd is unreadable: {e}"))?;
-    ClusterCa::from_pem(&kept.cert, &kept.key).map_err(|e| format!("the cluster CA in etcd: {e}"))
 }

@@ -153,8 +153,6 @@ fn tls_config(ca: &ClusterCa, names: &[String]) -> Result<rustls::ServerConfig, 
 /// The Berth API as the leader offers it to followers on its TLS endpoint.
 pub(super) struct Forwarded {
     pub api: Arc<BerthApi>,
-    /// What a forwarding server must present.
-    pub secret: String,
 }
 
 /// Serves the TLS endpoint: agents join with a token, then attach with the
@@ -181,10 +179,7 @@ pub(super) fn serve_cluster_tls(
             "cluster",
         );
         let forwarded = forwarded.map(|f| {
-            tonic::service::interceptor::InterceptedService::new(
-                BerthServer::from_arc(f.api),
-                only_servers(f.secret),
-            )
+            tonic::service::interceptor::InterceptedService::new(BerthServer::from_arc(f.api), only_servers())
         });
         // A peer that stops answering pings is dropped within 30 s.
         let served = tonic::transport::Server::builder()

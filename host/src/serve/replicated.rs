@@ -16,7 +16,7 @@ use super::term::{Term, lead};
 use crate::api;
 use crate::cluster::pki::ClusterCa;
 use crate::config::Config;
-use crate::leadership::forward::Forward;
+use crate::leadership::forward::{Forward, ForwardTls};
 use crate::leadership::{Election, Role, ServerInfo, shared_ca};
 use crate::store::{EtcdSettings, EtcdStore, Fence};
 
@@ -55,9 +55,11 @@ pub(super) async fn run(
         forward: advertised(&config),
     };
     let ca = match config.cluster_address {
-        Some(_) => Some(Arc::new(shared_ca(&settings).await.map_err(|e| {
-            format!("the cluster CA in etcd ({}): {e}", settings.endpoints.join(","))
-        })?)),
+        Some(_) => Some(Arc::new(
+            shared_ca(&settings, &crate::cluster::pki::ca_dir(&config.state))
+                .await
+                .map_err(|e| format!("the cluster CA in etcd ({}): {e}", settings.endpoints.join(",")))?,
+        )),
         None => None,
     };
     let api_path = config.api.path().to_path_buf();
@@ -72,7 +74,15 @@ pub(super) async fn run(
         election.role(),
         me.clone(),
         ca.as_ref()
-            .map(|ca| (ca.forward_secret(), ca.cert_pem().to_string())),
+            .map(|ca| {
+                ca.server_identity(&config.cluster_names)
+                    .map(|(chain, key)| ForwardTls {
+                        ca: ca.cert_pem().to_string(),
+                        chain,
+                        key,
+                    })
+            })
+            .transpose()?,
         // Long enough for a dead leader's lease to run out and a successor to start.
         settings.lease_ttl * 2 + Duration::from_secs(1),
     );

@@ -208,11 +208,8 @@ pub(super) async fn lead(
     let _tls = tls.map(|(tls, listener)| {
         tracing::info!(cluster_address = %tls.address, ca = %tls.ca.fingerprint(), "listening for agents over TLS");
         let names = manager.config().cluster_names.clone();
-        // Followers pass API calls on here, proving they hold the CA's key.
-        let forwarded = election.as_ref().map(|_| Forwarded {
-            api: api.clone(),
-            secret: tls.ca.forward_secret(),
-        });
+        // Followers pass API calls on here, with their own server certificates.
+        let forwarded = election.as_ref().map(|_| Forwarded { api: api.clone() });
         serve_cluster_tls(directory.clone(), tls.clone(), listener, names, forwarded)
     });
     let _cluster = cluster.map(|(path, listener)| {
