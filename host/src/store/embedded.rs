@@ -140,6 +140,22 @@ impl RedbStore {
         schema_version(&db).map_err(failed)
     }
 
+    async fn put_json(
+        &self,
+        table: Table,
+        key: &str,
+        value: &impl serde::Serialize,
+    ) -> Result<(), StoreError> {
+        let bytes = super::encode_json(key, value)?;
+        self.committer
+            .write(Change::Put(table, key.to_string(), bytes))
+            .await
+    }
+
+    async fn remove_key(&self, table: Table, key: &str) -> Result<(), StoreError> {
+        self.committer.write(Change::Remove(table, key.to_string())).await
+    }
+
     /// Every JSON value of `table` (none when the table was never made).
     fn load_all<T: serde::de::DeserializeOwned + Send + 'static>(
         &self,
@@ -315,16 +331,11 @@ impl Store for RedbStore {
     }
 
     async fn put_node(&self, node: &NodeRecord) -> Result<(), StoreError> {
-        let bytes = super::encode_json(&node.name, node)?;
-        self.committer
-            .write(Change::Put(NODES, node.name.clone(), bytes))
-            .await
+        self.put_json(NODES, &node.name, node).await
     }
 
     async fn remove_node(&self, name: &str) -> Result<(), StoreError> {
-        self.committer
-            .write(Change::Remove(NODES, name.to_string()))
-            .await
+        self.remove_key(NODES, name).await
     }
 
     fn load_tokens(&self) -> Result<Vec<TokenRecord>, StoreError> {
@@ -332,14 +343,11 @@ impl Store for RedbStore {
     }
 
     async fn put_token(&self, token: &TokenRecord) -> Result<(), StoreError> {
-        let bytes = super::encode_json(&token.id, token)?;
-        self.committer
-            .write(Change::Put(TOKENS, token.id.clone(), bytes))
-            .await
+        self.put_json(TOKENS, &token.id, token).await
     }
 
     async fn remove_token(&self, id: &str) -> Result<(), StoreError> {
-        self.committer.write(Change::Remove(TOKENS, id.to_string())).await
+        self.remove_key(TOKENS, id).await
     }
 }
 
