@@ -13,6 +13,8 @@ struct Member {
     name: String,
     client_port: u16,
     peer_port: u16,
+    /// Where `/health` is asked (plain HTTP even when clients speak TLS).
+    health_port: u16,
     child: Option<Child>,
 }
 
@@ -21,6 +23,52 @@ pub struct EtcdCluster {
     dir: tempfile::TempDir,
     members: Vec<Member>,
     initial_cluster: String,
+    /// Clients speak TLS and must present a certificate of this CA.
+    tls: bool,
+}
+
+/// The files of an etcd cluster with TLS for clients, in its directory.
+pub const ETCD_CA: &str = "ca.pem";
+pub const ETCD_CLIENT: (&str, &str) = ("client.pem", "client.key");
+
+/// A CA, the members' certificate (for 127.0.0.1 and localhost) and a
+/// client certificate, written to `dir`.
+fn write_pki(dir: &std::path::Path) {
+    use rcgen::{
+        BasicConstraints, CertificateParams, DnType, ExtendedKeyUsagePurpose, IsCa, Issuer, KeyPair,
+    };
+    let ca_key = KeyPair::generate().unwrap();
+    let mut ca = CertificateParams::new(Vec::<String>::new()).unwrap();
+    ca.distinguished_name.push(DnType::CommonName, "etcd test CA");
+    ca.is_ca = IsCa::Ca(BasicConstraints::Unconstrained);
+    let ca_cert = ca.self_signed(&ca_key).unwrap();
+    std::fs::write(dir.join(ETCD_CA), ca_cert.pem()).unwrap();
+    let issuer = Issuer::from_ca_cert_pem(&ca_cert.pem(), &ca_key).unwrap();
+    for (cert, key, names, usage) in [
+        (
+            "server.pem",
+            "server.key",
+            vec!["127.0.0.1".to_string(), "localhost".to_string()],
+            vec![
+                ExtendedKeyUsagePurpose::ServerAuth,
+                ExtendedKeyUsagePurpose::ClientAuth,
+            ],
+        ),
+        (
+            ETCD_CLIENT.0,
+            ETCD_CLIENT.1,
+            vec![],
+            vec![ExtendedKeyUsagePurpose::ClientAuth],
+        ),
+    ] {
+        let k = KeyPair::generate().unwrap();
+        let mut p = CertificateParams::new(names).unwrap();
+        p.distinguished_name.push(DnType::CommonName, "berth");
+        p.extended_key_usages = usage;
+        let c = p.signed_by(&k, &issuer).unwrap();
+        std::fs::write(dir.join(cert), c.pem()).unwrap();
+        std::fs::write(dir.join(key), k.serialize_pem()).unwrap();
+    }
 }
 
 impl Drop for EtcdCluster {
@@ -34,11 +82,28 @@ impl Drop for EtcdCluster {
 impl EtcdCluster {
     /// Starts `members` members and waits until the cluster answers.
     pub fn start(members: usize) -> EtcdCluster {
+        EtcdCluster::start_with(members, false)
+    }
+
+    /// Members that take clients over TLS only, and only with a client
+    /// certificate of their CA (`--client-cert-auth`); the files are in
+    /// [`EtcdCluster::file`].
+    pub fn start_tls(members: usize) -> EtcdCluster {
+        EtcdCluster::start_with(members, true)
+    }
+
+    /// A file of the cluster's directory (its PKI with TLS).
+    pub fn file(&self, name: &str) -> PathBuf {
+        self.dir.path().join(name)
+    }
+
+    fn start_with(members: usize, tls: bool) -> EtcdCluster {
         let members: Vec<Member> = (0..members)
             .map(|i| Member {
                 name: format!("m{i}"),
                 client_port: free_port(),
                 peer_port: free_port(),
+                health_port: free_port(),
                 child: None,
             })
             .collect();
@@ -51,7 +116,11 @@ impl EtcdCluster {
             dir: tempfile::Builder::new().prefix("berth-etcd-").tempdir().unwrap(),
             members,
             initial_cluster,
+            tls,
         };
+        if tls {
+            write_pki(c.dir.path());
+        }
         for i in 0..c.members.len() {
             c.spawn(i);
         }
@@ -69,15 +138,30 @@ impl EtcdCluster {
 
     fn spawn(&mut self, i: usize) {
         let m = &self.members[i];
-        let client = format!("http://127.0.0.1:{}", m.client_port);
+        let scheme = if self.tls { "https" } else { "http" };
+        let client = format!("{scheme}://127.0.0.1:{}", m.client_port);
+        let health = format!("http://127.0.0.1:{}", m.health_port);
         let peer = format!("http://127.0.0.1:{}", m.peer_port);
         let log = std::fs::OpenOptions::new()
             .create(true)
             .append(true)
             .open(self.log(i))
             .unwrap();
-        let child = Command::new("etcd")
+        let mut command = Command::new("etcd");
+        if self.tls {
+            let file = |f: &str| self.dir.path().join(f);
+            command
+                .arg("--cert-file")
+                .arg(file("server.pem"))
+                .arg("--key-file")
+                .arg(file("server.key"))
+                .arg("--trusted-ca-file")
+                .arg(file(ETCD_CA))
+                .arg("--client-cert-auth");
+        }
+        let child = command
             .args(["--name", &m.name])
+            .args(["--listen-metrics-urls", &health])
             .arg("--data-dir")
             .arg(self.data_dir(i))
             .args([
@@ -113,16 +197,27 @@ impl EtcdCluster {
 
     /// The members' client URLs.
     pub fn endpoints(&self) -> Vec<String> {
+        let scheme = if self.tls { "https" } else { "http" };
         self.members
             .iter()
-            .map(|m| format!("http://127.0.0.1:{}", m.client_port))
+            .map(|m| format!("{scheme}://127.0.0.1:{}", m.client_port))
             .collect()
     }
 
-    /// `[store]` for `berth.toml`, on these members, below `prefix`.
+    /// `[store]` for `berth.toml`, on these members, below `prefix` (with
+    /// TLS, the CA and the client certificate too).
     pub fn store_config(&self, prefix: &str) -> String {
         let urls: Vec<String> = self.endpoints().iter().map(|u| format!("{u:?}")).collect();
-        format!("[store]\netcd = [{}]\nprefix = {prefix:?}\n", urls.join(", "))
+        let mut text = format!("[store]\netcd = [{}]\nprefix = {prefix:?}\n", urls.join(", "));
+        if self.tls {
+            text.push_str(&format!(
+                "ca = {:?}\ncert = {:?}\nkey = {:?}\n",
+                self.file(ETCD_CA).display().to_string(),
+                self.file(ETCD_CLIENT.0).display().to_string(),
+                self.file(ETCD_CLIENT.1).display().to_string(),
+            ));
+        }
+        text
     }
 
     /// `kill -9` of member `i`.
@@ -141,7 +236,7 @@ impl EtcdCluster {
 
     /// Whether member `i` says it is healthy (its `/health`, which needs a quorum).
     pub fn healthy(&self, i: usize) -> bool {
-        let port = self.members[i].client_port;
+        let port = self.members[i].health_port;
         let ask = || -> std::io::Result<String> {
             let mut s = std::net::TcpStream::connect(("127.0.0.1", port))?;
             s.set_read_timeout(Some(Duration::from_secs(2)))?;

@@ -8,9 +8,13 @@ use berth_tests::{Cluster, ClusterSpec, EtcdCluster, texts};
 use serde_json::Value;
 
 fn on_etcd(etcd: &EtcdCluster) -> Cluster {
+    on_etcd_with(&etcd.store_config("/berth-test"))
+}
+
+fn on_etcd_with(store: &str) -> Cluster {
     Cluster::start(ClusterSpec {
         guests: false,
-        store: Some(etcd.store_config("/berth-test")),
+        store: Some(store.to_string()),
         ..ClusterSpec::default()
     })
 }
@@ -165,4 +169,46 @@ fn a_store_larger_than_one_grpc_message_is_read_whole() {
     assert_eq!(volumes(&c).len(), VOLUMES);
     create_and_publish(&c, "fresh");
     assert_eq!(published(&c), ["fresh"]);
+}
+
+/// etcd with TLS for clients and `--client-cert-auth`: Berth speaks TLS to
+/// it with its client certificate and works as on plain etcd; the same
+/// server without a client certificate is refused by etcd, and says so.
+#[test]
+fn berth_speaks_tls_to_etcd_with_a_client_certificate() {
+    let etcd = EtcdCluster::start_tls(1);
+    let store = etcd.store_config("/berth-tls");
+    assert!(store.contains("https://"), "{store}");
+    let c = on_etcd_with(&store);
+    create_and_publish(&c, "v");
+    assert_eq!(published(&c), ["v"]);
+
+    // The same config, less the client certificate.
+    let config = std::fs::read_to_string(&c.config).unwrap();
+    let without: String = config
+        .lines()
+        .filter(|l| !l.starts_with("cert = ") && !l.starts_with("key = "))
+        .map(|l| format!("{l}\n"))
+        .collect::<String>()
+        .replace("state = \"state/", "state = \"state-nocert/")
+        .replace("/berth-tls", "/berth-tls-nocert");
+    let path = c.dir.path().join("nocert.toml");
+    std::fs::write(&path, without).unwrap();
+    let log = c.dir.path().join("nocert.log");
+    let mut serve = berth_tests::berth_logged("serve", &path, &log);
+    let deadline = Instant::now() + Duration::from_secs(30);
+    let text = loop {
+        let text = std::fs::read_to_string(&log).unwrap_or_default();
+        let exited = serve.try_wait().unwrap().is_some();
+        if exited || text.contains("certificate") || Instant::now() > deadline {
+            break text;
+        }
+        std::thread::sleep(Duration::from_millis(100));
+    };
+    let _ = serve.kill();
+    let _ = serve.wait();
+    assert!(
+        text.contains("etcd") && text.contains("client certificate"),
+        "{text}"
+    );
 }

@@ -22,6 +22,9 @@
 //! prefix = "/berth"                     # every key Berth writes is below it
 //! name = "server-a"                     # unique among the servers sharing the prefix (default: host name)
 //! lease_ttl = "5s"                      # a dead leader is replaced after about this long
+//! ca = "etcd-ca.pem"                    # with https:// members: the CA their certificates chain to
+//! cert = "etcd-client.pem"              # this server's client certificate and key, for
+//! key = "etcd-client.key"               #   etcd's --client-cert-auth
 //!
 //! [[plugin]]
 //! name = "hostpath"                     # the operator's name for it
@@ -126,6 +129,9 @@ struct RawStore {
     prefix: Option<String>,
     name: Option<String>,
     lease_ttl: Option<String>,
+    ca: Option<PathBuf>,
+    cert: Option<PathBuf>,
+    key: Option<PathBuf>,
 }
 
 #[derive(Debug, Deserialize)]
@@ -216,14 +222,38 @@ pub struct PolicyConfig {
     pub decisions: Vec<Decision>,
 }
 
-/// `[store]`: checked by the etcd store itself, with the key at fault.
-fn etcd_settings(raw: RawStore) -> Result<crate::store::EtcdSettings, ConfigError> {
+/// `[store]`: checked by the etcd store itself, with the key at fault;
+/// the TLS files read here, relative to the config file's directory.
+fn etcd_settings(raw: RawStore, base: &Path) -> Result<crate::store::EtcdSettings, ConfigError> {
     let ttl = match raw.lease_ttl.as_deref() {
         Some(text) => Some(duration("store.lease_ttl", Some(text), "5s")?),
         None => None,
     };
+    let read = |key: &str, path: &Path| {
+        let path = base.join(path);
+        std::fs::read_to_string(&path).map_err(|e| invalid(key, format!("reading {}: {e}", path.display())))
+    };
+    let identity = match (&raw.cert, &raw.key) {
+        (Some(cert), Some(key)) => Some((read("store.cert", cert)?, read("store.key", key)?)),
+        (None, None) => None,
+        _ => return Err(invalid("store.cert", "cert and key go together")),
+    };
+    let tls = match &raw.ca {
+        Some(ca) => Some(crate::store::EtcdTls {
+            ca: read("store.ca", ca)?,
+            identity,
+        }),
+        None if identity.is_some() => {
+            return Err(invalid(
+                "store.ca",
+                "a client certificate needs the members' CA too",
+            ));
+        }
+        None => None,
+    };
     crate::store::EtcdSettings::new(raw.etcd, raw.prefix)
         .and_then(|s| s.server(raw.name, ttl))
+        .and_then(|s| s.tls(tls))
         .map_err(|(key, message)| invalid(key, message))
 }
 
@@ -285,7 +315,7 @@ impl Config {
         }
         let fingerprint_interval =
             duration("fingerprint_interval", raw.fingerprint_interval.as_deref(), "30s")?;
-        let etcd = raw.store.map(etcd_settings).transpose()?;
+        let etcd = raw.store.map(|s| etcd_settings(s, base)).transpose()?;
 
         if raw.plugins.is_empty() {
             return Err(invalid(

@@ -25,9 +25,17 @@ const MAX_ANSWER: usize = i32::MAX as usize;
 const CALL_TIMEOUT: Duration = Duration::from_secs(5);
 
 pub(crate) fn unavailable(settings: &EtcdSettings, message: impl std::fmt::Display) -> StoreError {
+    let mut message = message.to_string();
+    // Under TLS 1.3 a member that wants a client certificate closes the
+    // connection after the handshake: the transport says only that it broke.
+    if settings.tls.as_ref().is_some_and(|t| t.identity.is_none()) && message.contains("transport error") {
+        message.push_str(
+            " (if etcd runs with --client-cert-auth, give this server a client certificate: cert and key in [store])",
+        );
+    }
     StoreError::Etcd {
         endpoints: settings.endpoints.join(","),
-        message: message.to_string(),
+        message,
     }
 }
 
@@ -57,10 +65,20 @@ impl Members {
     pub(crate) fn new(settings: &EtcdSettings) -> Result<Members, StoreError> {
         let mut channels = Vec::new();
         for url in &settings.endpoints {
-            let endpoint = Endpoint::from_shared(url.clone())
+            let mut endpoint = Endpoint::from_shared(url.clone())
                 .map_err(|e| unavailable(settings, format!("{url}: {e}")))?
                 .connect_timeout(Duration::from_secs(2))
                 .tcp_nodelay(true);
+            if let Some(tls) = &settings.tls {
+                use tonic::transport::{Certificate, ClientTlsConfig, Identity};
+                let mut config = ClientTlsConfig::new().ca_certificate(Certificate::from_pem(&tls.ca));
+                if let Some((cert, key)) = &tls.identity {
+                    config = config.identity(Identity::from_pem(cert, key));
+                }
+                endpoint = endpoint
+                    .tls_config(config)
+                    .map_err(|e| unavailable(settings, format!("{url}: TLS: {e}")))?;
+            }
             channels.push(endpoint.connect_lazy());
         }
         Ok(Members {
@@ -118,7 +136,9 @@ impl Members {
                         status.code(),
                         tonic::Code::Unavailable | tonic::Code::DeadlineExceeded | tonic::Code::Unknown
                     );
-                    let message = format!("{:?}: {}", status.code(), status.message());
+                    // The transport's own cause (a refused handshake, a
+                    // certificate etcd wants) is kept, not just "transport error".
+                    let message = format!("{:?}: {}", status.code(), crate::csi::error_chain(&status));
                     if !elsewhere {
                         return Err(message);
                     }

@@ -22,7 +22,7 @@ mod members;
 mod settings;
 
 pub(crate) use members::{Members, range_all, unavailable};
-pub use settings::{DEPOSED, EtcdSettings, Fence};
+pub use settings::{DEPOSED, EtcdSettings, EtcdTls, Fence};
 
 /// etcd's default `--max-txn-ops`.
 const MAX_TXN_OPS: usize = 128;

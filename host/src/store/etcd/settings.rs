@@ -20,12 +20,33 @@ pub struct EtcdSettings {
     /// How long the leader's lease outlives its last keep-alive: a dead
     /// leader is replaced after about this long.
     pub lease_ttl: Duration,
+    /// With `https://` members: the CA their certificates chain to, and
+    /// this server's client certificate for etcd's `--client-cert-auth`.
+    pub tls: Option<EtcdTls>,
+}
+
+/// TLS to the etcd members, read from files when the config is loaded.
+#[derive(Clone, PartialEq, Eq)]
+pub struct EtcdTls {
+    /// PEM: the CA the members' certificates chain to.
+    pub ca: String,
+    /// PEM: this server's client certificate and key, when etcd asks for one.
+    pub identity: Option<(String, String)>,
+}
+
+impl std::fmt::Debug for EtcdTls {
+    /// Never the key.
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("EtcdTls")
+            .field("client_certificate", &self.identity.is_some())
+            .finish_non_exhaustive()
+    }
 }
 
 impl EtcdSettings {
-    /// Client URLs are plain http (TLS to etcd is not supported yet, so it
-    /// is refused rather than half-done); the prefix defaults to `/berth`.
-    /// An error names the `[store]` key at fault.
+    /// Client URLs are all `http://` or all `https://` (then [`EtcdSettings::tls`]
+    /// must name the CA); the prefix defaults to `/berth`. An error names
+    /// the `[store]` key at fault.
     pub fn new(endpoints: Vec<String>, prefix: Option<String>) -> Result<Self, (&'static str, String)> {
         if endpoints.is_empty() {
             return Err((
@@ -36,13 +57,21 @@ impl EtcdSettings {
         for url in &endpoints {
             let ok = url
                 .strip_prefix("http://")
+                .or_else(|| url.strip_prefix("https://"))
                 .is_some_and(|rest| !rest.is_empty() && url.parse::<tonic::transport::Uri>().is_ok());
             if !ok {
                 return Err((
                     "store.etcd",
-                    format!("{url:?} is not an http://host:port URL (TLS to etcd is not supported yet)"),
+                    format!("{url:?} is not an http://host:port or https://host:port URL"),
                 ));
             }
+        }
+        let secure = endpoints.iter().filter(|u| u.starts_with("https://")).count();
+        if secure != 0 && secure != endpoints.len() {
+            return Err((
+                "store.etcd",
+                "the members' URLs are all http:// or all https://, not a mix".into(),
+            ));
         }
         let prefix = prefix.unwrap_or_else(|| "/berth".into());
         let well_formed = prefix.starts_with('/')
@@ -62,7 +91,31 @@ impl EtcdSettings {
             prefix,
             name: host_name(),
             lease_ttl: DEFAULT_LEASE_TTL,
+            tls: None,
         })
+    }
+
+    /// TLS to the members: required with `https://` URLs, refused with
+    /// `http://` ones (a CA that would not be used is a mistake to report).
+    pub fn tls(mut self, tls: Option<EtcdTls>) -> Result<Self, (&'static str, String)> {
+        let secure = self.endpoints.iter().all(|u| u.starts_with("https://"));
+        match (&tls, secure) {
+            (None, true) => {
+                return Err((
+                    "store.ca",
+                    "https:// members need the CA their certificates chain to (ca = \"etcd-ca.pem\")".into(),
+                ));
+            }
+            (Some(_), false) => {
+                return Err((
+                    "store.ca",
+                    "a CA is for https:// members; these are http://".into(),
+                ));
+            }
+            _ => {}
+        }
+        self.tls = tls;
+        Ok(self)
     }
 
     /// This server's name (default: the host name) and the leader lease's
@@ -149,16 +202,16 @@ mod tests {
         for (endpoints, prefix, key, expected) in [
             (urls(&[]), None, "store.etcd", "name at least one"),
             (
-                urls(&["https://e:2379"]),
+                urls(&["https://e:2379", "http://f:2379"]),
                 None,
                 "store.etcd",
-                "TLS to etcd is not supported yet",
+                "not a mix",
             ),
             (
                 urls(&["e:2379"]),
                 None,
                 "store.etcd",
-                "is not an http://host:port URL",
+                "is not an http://host:port or https://host:port URL",
             ),
             (
                 urls(&["http://e:2379"]),
@@ -177,6 +230,20 @@ mod tests {
             assert_eq!(k, key, "{message}");
             assert!(message.contains(expected), "expected {expected:?} in: {message}");
         }
+    }
+
+    #[test]
+    fn https_members_need_their_ca_and_http_ones_refuse_one() {
+        let tls = EtcdTls {
+            ca: "ca".into(),
+            identity: None,
+        };
+        let secure = || EtcdSettings::new(vec!["https://e:2379".into()], None).unwrap();
+        let plain = || EtcdSettings::new(vec!["http://e:2379".into()], None).unwrap();
+        assert_eq!(secure().tls(None).unwrap_err().0, "store.ca");
+        assert_eq!(plain().tls(Some(tls.clone())).unwrap_err().0, "store.ca");
+        assert!(secure().tls(Some(tls)).unwrap().tls.is_some());
+        assert!(plain().tls(None).unwrap().tls.is_none());
     }
 
     #[test]
