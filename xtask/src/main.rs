@@ -52,7 +52,8 @@ commands:
           in the store (--volumes N[,N...])
   bench-failover
           three servers on a three-member etcd: time from killing the leader until a
-          volume is created and published through a follower (--kills N, --lease-ttl S)
+          volume is created and published through a follower (--kills N, --lease-ttl S;
+          --volumes N fills the store first with N volumes of realistic size)
   reliability
           the long reliability runs: kill -9 twenty times during 2,000 operations, 400
           volumes through a plugin that fails, hangs and restarts, 10,000 cases of each

@@ -18,7 +18,7 @@ use crate::cluster::pki::ClusterCa;
 use crate::config::Config;
 use crate::leadership::forward::{Forward, ForwardTls};
 use crate::leadership::{Election, Role, ServerInfo, shared_ca};
-use crate::store::{EtcdSettings, EtcdStore, Fence};
+use crate::store::{EtcdSettings, EtcdStore, Fence, Mirror, Warm};
 
 /// How this server's TLS endpoint is reached from other machines: the
 /// address's own IP when it is one the certificate names, else the first
@@ -99,7 +99,15 @@ pub(super) async fn run(
     );
     let mut shutdown = std::pin::pin!(shutdown);
     let mut role = election.role();
+    let mut mirror: Option<Mirror> = None;
     let result = loop {
+        // While following, a warm copy of the prefix is kept for the day
+        // this server leads.
+        if mirror.is_none() {
+            mirror = Mirror::start(settings.clone())
+                .inspect_err(|e| tracing::warn!(error = %e, "no warm copy of the store: a term will read it"))
+                .ok();
+        }
         let following = follow(&listener, forward.clone(), election.role())?;
         let fence = tokio::select! {
             _ = &mut shutdown => break Ok(()),
@@ -108,7 +116,22 @@ pub(super) async fn run(
         // Its open connections are told to go away; new ones queue on the
         // socket until the term's server takes them.
         drop(following);
-        tracing::info!(server = %me.name, fence = fence.create_revision, "elected: starting a term");
+        let warm = match mirror.take() {
+            Some(m) => m.take(fence.create_revision, settings.lease_ttl).await,
+            None => None,
+        };
+        match &warm {
+            Some(w) => tracing::info!(
+                server = %me.name,
+                fence = fence.create_revision,
+                volumes = w.volumes.len(),
+                revision = w.revision,
+                "elected: starting a term from the warm copy"
+            ),
+            None => {
+                tracing::info!(server = %me.name, fence = fence.create_revision, "elected: starting a term, reading the store")
+            }
+        }
         match term(
             &config,
             &config_path,
@@ -117,6 +140,7 @@ pub(super) async fn run(
             &ca,
             &election,
             fence.clone(),
+            warm,
             &mut role,
             &mut shutdown,
         )
@@ -212,6 +236,7 @@ async fn term(
     ca: &Option<Arc<ClusterCa>>,
     election: &Arc<Election>,
     fence: Fence,
+    warm: Option<Warm>,
     role: &mut watch::Receiver<Role>,
     shutdown: &mut std::pin::Pin<&mut (impl Future<Output = ()> + Send)>,
 ) -> Ended {
@@ -245,7 +270,7 @@ async fn term(
     runtime.spawn(async move {
         let result = async {
             // Read after winning: everything the last leader committed is there.
-            let store = EtcdStore::connect(settings, Some(fenced))
+            let store = EtcdStore::connect_warm(settings, Some(fenced), warm)
                 .await
                 .map_err(|e| e.to_string())?;
             let api =

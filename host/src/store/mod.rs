@@ -16,7 +16,7 @@ use crate::model::VolumeRecord;
 pub(crate) use committer::{Change, Committer};
 pub use embedded::RedbStore;
 pub(crate) use embedded::{private_dir, private_file};
-pub use etcd::{DEPOSED, EtcdSettings, EtcdStore, EtcdTls, Fence};
+pub use etcd::{DEPOSED, EtcdSettings, EtcdStore, EtcdTls, Fence, Mirror, Warm};
 pub(crate) use etcd::{Members, range_all, unavailable};
 
 /// The record format this release reads and writes.

@@ -20,7 +20,7 @@ const PAGE: i64 = 1000;
 const PAGE_BYTES: usize = 16 << 20;
 /// The largest answer taken from etcd, as etcd's own client allows: a page
 /// is sized to far less, but a page of a few huge records must still decode.
-const MAX_ANSWER: usize = i32::MAX as usize;
+pub(super) const MAX_ANSWER: usize = i32::MAX as usize;
 /// How long one request to etcd may take before the store reports it unavailable.
 const CALL_TIMEOUT: Duration = Duration::from_secs(5);
 
@@ -157,6 +157,14 @@ impl Members {
 
 /// Every key and value below `prefix`, read page by page at one revision.
 pub(crate) async fn range_all(kv: &Members, prefix: &[u8]) -> Result<Vec<(Vec<u8>, Vec<u8>)>, String> {
+    range_all_at(kv, prefix).await.map(|(read, _)| read)
+}
+
+/// [`range_all`], with the revision it was read at.
+pub(crate) async fn range_all_at(
+    kv: &Members,
+    prefix: &[u8],
+) -> Result<(Vec<(Vec<u8>, Vec<u8>)>, i64), String> {
     let range_end = prefix_end(prefix);
     let mut key = prefix.to_vec();
     let mut revision = 0;
@@ -194,7 +202,7 @@ pub(crate) async fn range_all(kv: &Members, prefix: &[u8]) -> Result<Vec<(Vec<u8
         key = last;
         key.push(0);
     }
-    Ok(out)
+    Ok((out, revision))
 }
 
 /// Keys for the next page, so that it carries about [`PAGE_BYTES`] at the

@@ -19,9 +19,11 @@ use super::{NodeRecord, SCHEMA_VERSION, Store, StoreError, TokenRecord, decode, 
 use crate::model::VolumeRecord;
 
 mod members;
+mod mirror;
 mod settings;
 
 pub(crate) use members::{Members, range_all, unavailable};
+pub use mirror::{Mirror, Warm};
 pub use settings::{DEPOSED, EtcdSettings, EtcdTls, Fence};
 
 /// etcd's default `--max-txn-ops`.
@@ -51,6 +53,16 @@ impl EtcdStore {
     /// Connects, checks the schema (recording it on a new prefix) and reads
     /// every volume and node. With a fence, every write is the leader's.
     pub async fn connect(settings: EtcdSettings, fence: Option<Fence>) -> Result<EtcdStore, StoreError> {
+        EtcdStore::connect_warm(settings, fence, None).await
+    }
+
+    /// [`EtcdStore::connect`], starting from a follower's warm copy (every
+    /// change up to the term's start in it) instead of reading the prefix.
+    pub async fn connect_warm(
+        settings: EtcdSettings,
+        fence: Option<Fence>,
+        warm: Option<Warm>,
+    ) -> Result<EtcdStore, StoreError> {
         let kv = Members::new(&settings)?;
         let schema_key = format!("{}/schema", settings.prefix).into_bytes();
         let read = pb::RangeRequest {
@@ -92,21 +104,31 @@ impl EtcdStore {
                 .map_err(|e| unavailable(&settings, e))?;
             }
         }
-        let volumes = range_all(&kv, format!("{}/volumes/", settings.prefix).as_bytes())
-            .await
-            .map_err(|e| unavailable(&settings, e))?
-            .into_iter()
-            .map(|(key, value)| {
-                let id = String::from_utf8_lossy(&key)
-                    .rsplit('/')
-                    .next()
-                    .unwrap_or_default()
-                    .to_string();
-                decode(&id, &value)
-            })
-            .collect::<Result<Vec<_>, _>>()?;
-        let nodes = load_json(&kv, &settings, "nodes").await?;
-        let tokens = load_json(&kv, &settings, "tokens").await?;
+        let (volumes, nodes, tokens) = match warm {
+            Some(warm) => (
+                warm.volumes.into_values().collect(),
+                warm.nodes.into_values().collect(),
+                warm.tokens.into_values().collect(),
+            ),
+            None => {
+                let volumes = range_all(&kv, format!("{}/volumes/", settings.prefix).as_bytes())
+                    .await
+                    .map_err(|e| unavailable(&settings, e))?
+                    .into_iter()
+                    .map(|(key, value)| {
+                        let id = String::from_utf8_lossy(&key)
+                            .rsplit('/')
+                            .next()
+                            .unwrap_or_default()
+                            .to_string();
+                        decode(&id, &value)
+                    })
+                    .collect::<Result<Vec<_>, _>>()?;
+                let nodes = load_json(&kv, &settings, "nodes").await?;
+                let tokens = load_json(&kv, &settings, "tokens").await?;
+                (volumes, nodes, tokens)
+            }
+        };
         let (writes, rx) = mpsc::channel(WRITE_QUEUE);
         tokio::spawn(commit_loop(kv, rx, fence));
         Ok(EtcdStore {
