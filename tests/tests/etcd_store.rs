@@ -212,3 +212,67 @@ fn berth_speaks_tls_to_etcd_with_a_client_certificate() {
         "{text}"
     );
 }
+
+/// A follower's warm copy follows the prefix; when the member it watches
+/// dies it resumes on another, and when etcd has compacted away the
+/// revision it would resume from, it reads the prefix again. What it hands
+/// over is the prefix as etcd has it.
+#[test]
+fn a_warm_copy_resumes_on_another_member_and_reads_again_after_a_compaction() {
+    use berth::model::{VolumeRecord, VolumeSpec, new_id};
+    use berth::store::{EtcdSettings, EtcdStore, Mirror, Store};
+    use berth_proto::etcd::etcdserverpb as pb;
+    let mut etcd = EtcdCluster::start(3);
+    let settings = EtcdSettings::new(etcd.endpoints(), Some("/berth-mirror".into())).unwrap();
+    let record = |name: &str| {
+        let mut r = VolumeRecord::new(new_id(), VolumeSpec::default());
+        r.spec.name = name.into();
+        r
+    };
+    let (v1, v2, v3) = (record("v1"), record("v2"), record("v3"));
+    let mirror = berth_tests::block_on(async {
+        let store = EtcdStore::connect(settings.clone(), None).await.unwrap();
+        store.put(&v1).await.unwrap();
+        store.put(&v2).await.unwrap();
+        Mirror::start(settings.clone()).unwrap()
+    });
+    std::thread::sleep(Duration::from_secs(1));
+    // The member the copy watches (the first) goes away; the others change
+    // the prefix and compact etcd's history past the copy's revision.
+    etcd.kill(0);
+    let others = EtcdSettings::new(etcd.endpoints()[1..].to_vec(), Some("/berth-mirror".into())).unwrap();
+    let revision = berth_tests::block_on(async {
+        let store = EtcdStore::connect(others, None).await.unwrap();
+        store.put(&v3).await.unwrap();
+        store.remove(&v1.id).await.unwrap();
+        let mut kv = pb::kv_client::KvClient::connect(etcd.endpoints()[1].clone())
+            .await
+            .unwrap();
+        let now = kv
+            .range(pb::RangeRequest {
+                key: b"/berth-mirror/".to_vec(),
+                range_end: b"/berth-mirror0".to_vec(),
+                count_only: true,
+                ..Default::default()
+            })
+            .await
+            .unwrap()
+            .into_inner()
+            .header
+            .unwrap()
+            .revision;
+        kv.compact(pb::CompactionRequest {
+            revision: now,
+            physical: true,
+        })
+        .await
+        .unwrap();
+        now
+    });
+    let warm =
+        berth_tests::block_on(mirror.take(revision, Duration::from_secs(30))).expect("the copy caught up");
+    let mut names: Vec<&str> = warm.volumes.values().map(|v| v.spec.name.as_str()).collect();
+    names.sort();
+    assert_eq!(names, ["v2", "v3"]);
+    assert!(warm.revision >= revision);
+}
