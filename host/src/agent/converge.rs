@@ -98,7 +98,7 @@ pub struct Converger {
     record: NodeRecord,
     plugins: Arc<NodePlugins>,
     paths: Paths,
-    link: Mutex<Option<mpsc::UnboundedSender<wire::AgentMessage>>>,
+    link: Mutex<Option<super::ToServer>>,
 }
 
 impl Converger {
@@ -168,15 +168,20 @@ impl Converger {
     }
 
     /// Reports go to `link` from now on (or nowhere, with `None`).
-    pub fn set_link(&self, link: Option<mpsc::UnboundedSender<wire::AgentMessage>>) {
+    pub fn set_link(&self, link: Option<super::ToServer>) {
         *self.link.lock().unwrap_or_else(|p| p.into_inner()) = link;
     }
 
+    /// A report on the session. With its queue full (the server not reading)
+    /// the report is dropped: the session is about to be given up, and the
+    /// next one registers with what the node holds, which says the same.
     fn send(&self, message: wire::agent_message::Message) {
-        if let Some(link) = &*self.link.lock().unwrap_or_else(|p| p.into_inner()) {
-            let _ = link.send(wire::AgentMessage {
+        if let Some(link) = &*self.link.lock().unwrap_or_else(|p| p.into_inner())
+            && let Err(mpsc::error::TrySendError::Full(_)) = link.try_send(wire::AgentMessage {
                 message: Some(message),
-            });
+            })
+        {
+            tracing::warn!("the server is not reading this session; a report waits for the next one");
         }
     }
 

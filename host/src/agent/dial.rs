@@ -7,8 +7,7 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use berth_proto::berth::v1::cluster_client::ClusterClient;
-use tokio::sync::mpsc;
-use tokio_stream::wrappers::UnboundedReceiverStream;
+use tokio_stream::wrappers::ReceiverStream;
 use tonic::transport::Channel;
 
 use super::config::ServerAddress;
@@ -61,9 +60,9 @@ async fn attempt(
         Ok(c) => c,
         Err(status) => return (failed(server, &status), false),
     };
-    let (up, up_rx) = mpsc::unbounded_channel();
+    let (up, up_rx) = super::to_server();
     match ClusterClient::new(channel)
-        .attach(UnboundedReceiverStream::new(up_rx))
+        .attach(ReceiverStream::new(up_rx))
         .await
     {
         Ok(response) => (agent.session(up, response.into_inner()).await, true),

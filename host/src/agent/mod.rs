@@ -78,6 +78,18 @@ pub struct Agent {
 
 /// A server silent for this many heartbeats is taken as gone.
 const QUIET_HEARTBEATS: u32 = 3;
+/// Messages waiting for the server to read them. A server that lets this
+/// many pile up is not reading: the session is given up and dialed again
+/// (the complete set on the next one says what the node should hold).
+pub const UP_QUEUE: usize = 4096;
+
+/// The agent's half of a session's upstream.
+pub type ToServer = mpsc::Sender<wire::AgentMessage>;
+
+/// A queue for one session's messages to the server.
+pub fn to_server() -> (ToServer, mpsc::Receiver<wire::AgentMessage>) {
+    mpsc::channel(UP_QUEUE)
+}
 
 impl Agent {
     /// Opens the record (checking it against the mount table), fingerprints
@@ -135,10 +147,10 @@ impl Agent {
     /// One session: registers, then follows the server until the stream ends.
     pub async fn session(
         self: &Arc<Self>,
-        to_server: mpsc::UnboundedSender<wire::AgentMessage>,
+        to_server: ToServer,
         mut from_server: impl Stream<Item = Result<wire::ServerMessage, tonic::Status>> + Unpin,
     ) -> SessionEnd {
-        if to_server.send(self.register()).is_err() {
+        if to_server.try_send(self.register()).is_err() {
             return SessionEnd::Lost("the server closed the stream".into());
         }
         self.converger.set_link(Some(to_server.clone()));
@@ -191,7 +203,7 @@ impl Agent {
 
     async fn follow(
         self: &Arc<Self>,
-        to_server: &mpsc::UnboundedSender<wire::AgentMessage>,
+        to_server: &ToServer,
         from_server: &mut (impl Stream<Item = Result<wire::ServerMessage, tonic::Status>> + Unpin),
     ) -> SessionEnd {
         let beat = self.spec.heartbeat_interval;
@@ -227,20 +239,28 @@ impl Agent {
                         ));
                     }
                     let now = crate::manager::now_ms();
-                    if to_server.send(up(Up::Heartbeat(wire::Heartbeat { sent_unix_ms: now }))).is_err() {
-                        return SessionEnd::Lost("the server closed the stream".into());
+                    match to_server.try_send(up(Up::Heartbeat(wire::Heartbeat { sent_unix_ms: now }))) {
+                        Ok(()) => {}
+                        Err(mpsc::error::TrySendError::Full(_)) => {
+                            return SessionEnd::Lost(format!(
+                                "the server is not reading this session ({UP_QUEUE} messages waiting)"
+                            ));
+                        }
+                        Err(mpsc::error::TrySendError::Closed(_)) => {
+                            return SessionEnd::Lost("the server closed the stream".into());
+                        }
                     }
                 }
                 Ok(()) = plugins.changed() => {
                     let reports = plugins.borrow_and_update().clone();
-                    let _ = to_server.send(up(Up::Plugins(wire::Plugins { plugins: reports })));
+                    let _ = to_server.try_send(up(Up::Plugins(wire::Plugins { plugins: reports })));
                 }
             }
         }
     }
 
     /// Expand and stats: asked once, answered once.
-    fn answer(&self, call: wire::Call, to_server: mpsc::UnboundedSender<wire::AgentMessage>) {
+    fn answer(&self, call: wire::Call, to_server: ToServer) {
         let client = self.plugins.client(&call.plugin);
         tokio::spawn(async move {
             use wire::answer::Answer as A;
@@ -265,7 +285,7 @@ impl Agent {
                     .map_or_else(|e| A::Failure(failure_to_wire(&e)), A::Stats),
                 (Some(_), None) => return,
             };
-            let _ = to_server.send(up(Up::Answer(wire::Answer {
+            let _ = to_server.try_send(up(Up::Answer(wire::Answer {
                 id: call.id,
                 answer: Some(answer),
             })));

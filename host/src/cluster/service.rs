@@ -7,8 +7,7 @@ use std::time::Duration;
 
 use berth_proto::berth::v1 as wire;
 use berth_proto::berth::v1::cluster_server::Cluster;
-use tokio::sync::mpsc;
-use tokio_stream::wrappers::{ReceiverStream, UnboundedReceiverStream};
+use tokio_stream::wrappers::ReceiverStream;
 use tokio_stream::{Stream, StreamExt};
 
 use super::directory::Directory;
@@ -130,11 +129,11 @@ impl Cluster for ClusterService {
 pub fn link_in_process(directory: Arc<Directory>, agent: Arc<Agent>) -> tokio::task::JoinHandle<()> {
     tokio::spawn(async move {
         loop {
-            let (up, up_rx) = mpsc::unbounded_channel();
+            let (up, up_rx) = crate::agent::to_server();
             let (down, down_rx) = super::session::to_agent();
             let server = tokio::spawn(serve_session(
                 directory.clone(),
-                UnboundedReceiverStream::new(up_rx).map(Ok),
+                ReceiverStream::new(up_rx).map(Ok),
                 down,
                 |_| Ok(()),
             ));

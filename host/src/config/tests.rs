@@ -130,8 +130,32 @@ fn the_store_is_embedded_unless_etcd_is_named() {
     );
     // The etcd store checks the rest; errors still name the key.
     let err = with("etcd = [\"https://e:2379\"]").unwrap_err().to_string();
-    assert!(
-        err.contains("store.etcd") && err.contains("not supported yet"),
-        "{err}"
+    assert!(err.contains("store.ca") && err.contains("https://"), "{err}");
+    let err = with("etcd = [\"http://e:2379\"]\ncert = \"c.pem\"")
+        .unwrap_err()
+        .to_string();
+    assert!(err.contains("store.cert") && err.contains("together"), "{err}");
+}
+
+#[test]
+fn tls_files_for_etcd_are_read_from_beside_the_config() {
+    let dir = tempfile::tempdir().unwrap();
+    std::fs::write(dir.path().join("ca.pem"), "CA").unwrap();
+    std::fs::write(dir.path().join("c.pem"), "CERT").unwrap();
+    std::fs::write(dir.path().join("c.key"), "KEY").unwrap();
+    let text = format!(
+        "{GOOD}[store]\netcd = [\"https://e:2379\"]\nca = \"ca.pem\"\ncert = \"c.pem\"\nkey = \"c.key\"\n"
     );
+    let tls = Config::parse(&text, dir.path())
+        .unwrap()
+        .etcd
+        .unwrap()
+        .tls
+        .unwrap();
+    assert_eq!(tls.ca, "CA");
+    assert_eq!(tls.identity, Some(("CERT".into(), "KEY".into())));
+    assert!(!format!("{tls:?}").contains("KEY"), "the key is never shown");
+    let missing = format!("{GOOD}[store]\netcd = [\"https://e:2379\"]\nca = \"gone.pem\"\n");
+    let err = Config::parse(&missing, dir.path()).unwrap_err().to_string();
+    assert!(err.contains("store.ca") && err.contains("gone.pem"), "{err}");
 }
