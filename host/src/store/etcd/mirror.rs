@@ -6,9 +6,12 @@
 //!
 //! The watch resumes from the last revision applied when its stream breaks;
 //! when etcd has compacted that revision away, the copy is read again whole.
-//! A new leader takes the copy only once etcd has said (a progress response)
-//! that every change up to the leader key's revision was sent; if that does
-//! not come in time, the term reads the prefix as before.
+//! A new leader takes the copy only once etcd confirms it, at a revision no
+//! older than the leader key's: for volumes, nodes and tokens each, no key
+//! changed after the copy's revision, and as many keys as the copy holds.
+//! (A watch's progress response is not taken as that confirmation: etcd
+//! before 3.4.24 may send one ahead of events still on their way.) If that
+//! does not come in time, the term reads the prefix as before.
 
 use std::collections::HashMap;
 use std::sync::{Arc, Mutex};
@@ -17,7 +20,7 @@ use std::time::Duration;
 use berth_proto::etcd::etcdserverpb as pb;
 use berth_proto::etcd::mvccpb;
 use pb::watch_client::WatchClient;
-use tokio::sync::{mpsc, watch};
+use tokio::sync::mpsc;
 use tokio_stream::StreamExt;
 
 use super::members::{MAX_ANSWER, prefix_end, range_all_at};
@@ -73,11 +76,9 @@ impl Warm {
 }
 
 pub struct Mirror {
+    settings: EtcdSettings,
+    kv: Members,
     copy: Arc<Mutex<Option<Warm>>>,
-    /// The revision up to which etcd said every change was sent.
-    confirmed: watch::Receiver<i64>,
-    /// Asks the watch for a progress response.
-    progress: mpsc::Sender<()>,
     task: tokio::task::JoinHandle<()>,
 }
 
@@ -92,48 +93,94 @@ impl Mirror {
     pub fn start(settings: EtcdSettings) -> Result<Mirror, String> {
         let kv = Members::new(&settings).map_err(|e| e.to_string())?;
         let copy = Arc::new(Mutex::new(None));
-        let (confirm, confirmed) = watch::channel(0);
-        let (progress, asked) = mpsc::channel(4);
-        let task = tokio::spawn(keep(settings, kv, copy.clone(), confirm, asked));
+        let task = tokio::spawn(keep(settings.clone(), kv.clone(), copy.clone()));
         Ok(Mirror {
+            settings,
+            kv,
             copy,
-            confirmed,
-            progress,
             task,
         })
     }
 
-    /// The copy, once etcd confirms every change up to `revision` is in it
-    /// (asking for that confirmation), within `within`. The mirror stops:
-    /// a leader writes the prefix itself.
+    /// The copy, once etcd confirms it at `revision` or later (checked every
+    /// 20 ms), within `within`. The mirror stops: a leader writes the prefix
+    /// itself.
     pub async fn take(self, revision: i64, within: Duration) -> Option<Warm> {
-        let mut confirmed = self.confirmed.clone();
         let deadline = tokio::time::Instant::now() + within;
         loop {
-            if *confirmed.borrow_and_update() >= revision {
-                break;
+            let seen = {
+                let copy = self.copy.lock().unwrap_or_else(|p| p.into_inner());
+                copy.as_ref()
+                    .map(|w| (w.revision, [w.volumes.len(), w.nodes.len(), w.tokens.len()]))
+            };
+            if let Some((at, counts)) = seen
+                && self.confirmed(at, counts, revision).await
+            {
+                let mut copy = self.copy.lock().unwrap_or_else(|p| p.into_inner());
+                // Taken only as it was confirmed: a change applied meanwhile
+                // is checked again.
+                if copy.as_ref().is_some_and(|w| w.revision == at) {
+                    self.task.abort();
+                    return copy.take();
+                }
             }
-            let _ = self.progress.try_send(());
-            let asked_again = tokio::time::Instant::now() + Duration::from_millis(50);
-            match tokio::time::timeout_at(asked_again.min(deadline), confirmed.changed()).await {
-                Ok(Ok(())) | Err(_) if tokio::time::Instant::now() < deadline => {}
-                _ => return None,
+            if tokio::time::Instant::now() >= deadline {
+                return None;
+            }
+            tokio::time::sleep(Duration::from_millis(20)).await;
+        }
+    }
+
+    /// Whether etcd, at one revision no older than `revision`, has no key
+    /// changed after `at` and as many keys as `counts` below volumes, nodes
+    /// and tokens: then the copy is the prefix as of that revision.
+    async fn confirmed(&self, at: i64, counts: [usize; 3], revision: i64) -> bool {
+        let mut pinned = 0;
+        for (kind, count) in ["volumes", "nodes", "tokens"].into_iter().zip(counts) {
+            let key = self.settings.key(&format!("{kind}/"));
+            for newer in [false, true] {
+                // etcd counts before it filters by revision: keys changed
+                // after `at` are asked for (their keys only), and counted here.
+                let request = pb::RangeRequest {
+                    range_end: prefix_end(&key),
+                    key: key.clone(),
+                    count_only: !newer,
+                    keys_only: newer,
+                    revision: pinned,
+                    min_mod_revision: if newer { at + 1 } else { 0 },
+                    ..Default::default()
+                };
+                let Ok(answer) = self
+                    .kv
+                    .call(|mut c| {
+                        let request = request.clone();
+                        async move { c.range(request).await }
+                    })
+                    .await
+                else {
+                    return false;
+                };
+                if pinned == 0 {
+                    pinned = answer.header.map_or(0, |h| h.revision);
+                    if pinned < revision {
+                        return false;
+                    }
+                }
+                let agrees = match newer {
+                    true => answer.kvs.is_empty(),
+                    false => answer.count == count as i64,
+                };
+                if !agrees {
+                    return false;
+                }
             }
         }
-        self.task.abort();
-        let warm = self.copy.lock().unwrap_or_else(|p| p.into_inner()).take()?;
-        (warm.revision >= revision).then_some(warm)
+        true
     }
 }
 
 /// Reads the prefix, then follows it; again whole after a compaction.
-async fn keep(
-    settings: EtcdSettings,
-    kv: Members,
-    copy: Arc<Mutex<Option<Warm>>>,
-    confirm: watch::Sender<i64>,
-    mut asked: mpsc::Receiver<()>,
-) {
+async fn keep(settings: EtcdSettings, kv: Members, copy: Arc<Mutex<Option<Warm>>>) {
     let prefix = format!("{}/", settings.prefix).into_bytes();
     let mut pause = Duration::from_millis(100);
     'read: loop {
@@ -160,7 +207,6 @@ async fn keep(
             "warm copy of the store read"
         );
         *copy.lock().unwrap_or_else(|p| p.into_inner()) = Some(warm);
-        confirm.send_replace(revision);
         // Follow from the next revision; resume from the last applied.
         loop {
             let from = copy
@@ -168,7 +214,7 @@ async fn keep(
                 .unwrap_or_else(|p| p.into_inner())
                 .as_ref()
                 .map_or(revision, |w| w.revision);
-            match follow(&settings, &kv, &prefix, from + 1, &copy, &confirm, &mut asked).await {
+            match follow(&settings, &kv, &prefix, from + 1, &copy).await {
                 Ended::Compacted => {
                     tracing::info!(
                         from,
@@ -197,8 +243,6 @@ async fn follow(
     prefix: &[u8],
     start: i64,
     copy: &Arc<Mutex<Option<Warm>>>,
-    confirm: &watch::Sender<i64>,
-    asked: &mut mpsc::Receiver<()>,
 ) -> Ended {
     use pb::watch_request::RequestUnion;
     let (requests, rx) = mpsc::channel(4);
@@ -223,17 +267,7 @@ async fn follow(
         Err(status) => return Ended::Broken(crate::csi::error_chain(&status)),
     };
     loop {
-        let response = tokio::select! {
-            r = responses.next() => r,
-            Some(()) = asked.recv() => {
-                let progress = pb::WatchRequest {
-                    request_union: Some(RequestUnion::ProgressRequest(pb::WatchProgressRequest {})),
-                };
-                let _ = requests.send(progress).await;
-                continue;
-            }
-        };
-        let response = match response {
+        let response = match responses.next().await {
             Some(Ok(r)) => r,
             Some(Err(status)) => return Ended::Broken(crate::csi::error_chain(&status)),
             None => return Ended::Broken("the watch ended".into()),
@@ -244,7 +278,6 @@ async fn follow(
         if response.canceled {
             return Ended::Broken(format!("the watch was canceled: {}", response.cancel_reason));
         }
-        let revision = response.header.as_ref().map_or(0, |h| h.revision);
         let mut guard = copy.lock().unwrap_or_else(|p| p.into_inner());
         let Some(warm) = guard.as_mut() else {
             return Ended::Broken("the copy was taken".into());
@@ -259,18 +292,8 @@ async fn follow(
             warm.apply(&settings.prefix, &kv.key, value);
             applied = applied.max(kv.mod_revision);
         }
-        // A progress response (no events, not the watch's creation) says
-        // every change up to its header's revision was sent; events, that
-        // every change up to the last of them was (they come in order).
-        if response.events.is_empty() && !response.fragment && !response.created {
-            applied = applied.max(revision);
-        }
+        // Events come in order: every change up to the last is in.
         warm.revision = applied;
         drop(guard);
-        confirm.send_if_modified(|c| {
-            let newer = applied > *c;
-            *c = (*c).max(applied);
-            newer
-        });
     }
 }
