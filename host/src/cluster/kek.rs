@@ -11,6 +11,7 @@ use ring::aead::{Aad, CHACHA20_POLY1305, LessSafeKey, NONCE_LEN, Nonce, UnboundK
 use ring::rand::{SecureRandom, SystemRandom};
 use sha2::{Digest, Sha256};
 
+use super::pki::hex;
 use crate::store::{private_dir, private_file};
 
 const KEY_LEN: usize = 32;
@@ -18,10 +19,6 @@ const KEY_LEN: usize = 32;
 pub struct Kek {
     key: [u8; KEY_LEN],
     path: PathBuf,
-}
-
-fn hex(bytes: &[u8]) -> String {
-    bytes.iter().map(|b| format!("{b:02x}")).collect()
 }
 
 fn unhex(text: &str) -> Option<Vec<u8>> {

@@ -46,7 +46,8 @@ pub fn fingerprint(der: &[u8]) -> String {
     hex(&Sha256::digest(der))
 }
 
-fn hex(bytes: &[u8]) -> String {
+/// Lower-case hex of `bytes` (fingerprints, token parts, sealed values).
+pub(crate) fn hex(bytes: &[u8]) -> String {
     bytes.iter().map(|b| format!("{b:02x}")).collect()
 }
 

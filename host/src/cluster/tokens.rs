@@ -18,6 +18,7 @@ use rand::Rng;
 use sha2::{Digest, Sha256};
 use tokio::time::Instant;
 
+use super::pki::hex;
 use crate::store::{Store, StoreError, TokenRecord};
 
 pub const TOKEN_PREFIX: &str = "berth2";
@@ -33,10 +34,6 @@ const PER_ADDRESS: (u32, Duration) = (10, Duration::from_secs(60));
 const OVERALL: (u32, Duration) = (60, Duration::from_secs(60));
 /// Addresses remembered by the limiter; past this, the oldest windows go.
 const MAX_ADDRESSES: usize = 4096;
-
-fn hex(bytes: &[u8]) -> String {
-    bytes.iter().map(|b| format!("{b:02x}")).collect()
-}
 
 fn sha256_hex(text: &str) -> String {
     hex(&Sha256::digest(text.as_bytes()))
