@@ -404,3 +404,182 @@ fn a_restarted_server_knows_its_nodes_as_unknown_until_their_agents_are_back() {
         || get(&c, "u").to_string(),
     );
 }
+
+/// How many `method` calls a plugin's call log holds.
+fn logged(log: &std::path::Path, method: &str) -> usize {
+    std::fs::read_to_string(log)
+        .unwrap_or_default()
+        .lines()
+        .filter(|l| l.starts_with(&format!("/csi.v1.Node/{method} ")))
+        .count()
+}
+
+/// The retry policy decides node calls as it decides controller calls: a
+/// node plugin that answers UNAVAILABLE to every NodeStage and a module that
+/// gives up after 3 attempts see exactly 3 NodeStage calls, none after the
+/// give-up, and 3 more once an operator retries.
+#[test]
+fn the_retry_policy_decides_every_node_retry() {
+    let logs = berth_tests::test_dir();
+    let log = logs.path().join("node-calls.log");
+    let log_arg = log.display().to_string();
+    let c = Cluster::start(ClusterSpec {
+        nodes: vec![("node-a", "a")],
+        agents: true,
+        node_args: vec![
+            "--call-log",
+            &log_arg,
+            "--fault-calls",
+            "NodeStageVolume",
+            "--fault",
+            "UNAVAILABLE=1.0",
+        ],
+        retry_settings: "base-ms = \"20\", max-ms = \"100\", max-attempts = \"3\"",
+        ..ClusterSpec::default()
+    });
+    c.create_in("r", "zone=a");
+    c.ok(&["volume", "publish", "r", "--node", "node-a"]);
+    let gave_up = || get(&c, "r")["failure"].as_str().is_some_and(|f| !f.is_empty());
+    wait_for("the give-up", Duration::from_secs(20), gave_up, || {
+        get(&c, "r").to_string()
+    });
+    assert_eq!(logged(&log, "NodeStageVolume"), 3, "{}", get(&c, "r"));
+    // Past the pauses an agent retrying on its own would have taken (200 ms, 400 ms, 800 ms).
+    std::thread::sleep(Duration::from_millis(1600));
+    assert_eq!(logged(&log, "NodeStageVolume"), 3, "no call after the give-up");
+
+    c.ok(&["volume", "retry", "r"]);
+    wait_for(
+        "the second give-up",
+        Duration::from_secs(20),
+        || logged(&log, "NodeStageVolume") >= 6 && gave_up(),
+        || get(&c, "r").to_string(),
+    );
+    std::thread::sleep(Duration::from_millis(1600));
+    assert_eq!(logged(&log, "NodeStageVolume"), 6, "{}", get(&c, "r"));
+}
+
+/// A second agent registering as a node closes the first one's session
+/// with a refusal the first agent logs (and stops on); the node stays ready
+/// under the newer session.
+#[test]
+fn a_newer_session_for_a_node_closes_the_older_with_a_refusal() {
+    let mut c = agents(vec![("node-a", "a")]);
+    let text = std::fs::read_to_string(&c.agents[0].config).unwrap();
+    let first_dir = c.volumes_dir.join("nodes/node-a");
+    let second_dir = c.volumes_dir.join("nodes/node-a-second");
+    let mut second = AgentProcess::with_config(
+        c.dir.path(),
+        "node-a-second",
+        &text.replace(
+            &first_dir.display().to_string(),
+            &second_dir.display().to_string(),
+        ),
+    );
+    second.start();
+    let status = c.agents[0].wait_exit();
+    assert!(!status.success());
+    let log = c.agents[0].log_text();
+    assert!(log.contains("replaced this one"), "{log}");
+    assert!(
+        c.log()
+            .contains("a newer session of the node replaces an open one"),
+        "{}",
+        c.log()
+    );
+    c.wait_nodes(&["node-a"], "ready", Duration::from_secs(10));
+    assert!(second.exited().is_none(), "{}", second.log_text());
+    c.create_in("v", "zone=a");
+    c.ok(&["volume", "publish", "v", "--node", "node-a", "--wait"]);
+}
+
+/// A socket in the plugin directory owned by another user is not taken (it
+/// would be sent volumes' secrets); owned by root again, it is.
+#[test]
+fn a_plugin_socket_owned_by_another_user_is_not_taken() {
+    if unsafe { libc::geteuid() } != 0 {
+        eprintln!("skipped: changing a socket's owner needs root");
+        return;
+    }
+    let c = agents(vec![("node-a", "a")]);
+    let plugins = c.dir.path().join("plugins-d");
+    let elsewhere = c.dir.path().join("plugins-elsewhere");
+    std::fs::create_dir_all(&plugins).unwrap();
+    std::fs::create_dir_all(&elsewhere).unwrap();
+    let mut agent = AgentProcess::with_config(
+        c.dir.path(),
+        "node-d",
+        &format!(
+            "node = \"node-d\"\nserver = \"unix://{}\"\ndir = \"{}\"\nplugin_dir = \"{}\"\nheartbeat_interval = \"200ms\"\nfingerprint_interval = \"200ms\"\n",
+            c.dir.path().join("state/cluster.sock").display(),
+            c.volumes_dir.join("nodes/node-d").display(),
+            plugins.display()
+        ),
+    );
+    agent.start();
+    c.wait_nodes(&["node-d"], "ready", Duration::from_secs(20));
+    // Made elsewhere, given to nobody, then moved in: never seen as root's.
+    let plugin = PluginBuilder::new(&elsewhere, "planted")
+        .state_dir(&c.volumes_dir.join("hostpath"))
+        .args(&["--controller", "false", "--node-id", "node-d"])
+        .spawn();
+    std::os::unix::fs::chown(&plugin.socket, Some(65534), Some(65534)).unwrap();
+    let planted = plugins.join("planted.sock");
+    std::fs::rename(&plugin.socket, &planted).unwrap();
+    wait_for(
+        "the agent to refuse the socket",
+        Duration::from_secs(20),
+        || agent.log_text().contains("is not taken"),
+        || agent.log_text(),
+    );
+    assert!(
+        agent.log_text().contains("owned by uid 65534"),
+        "{}",
+        agent.log_text()
+    );
+    let plugins_of = |c: &Cluster| -> Vec<String> {
+        c.node_list()
+            .into_iter()
+            .find(|n| n.name == "node-d")
+            .map(|n| n.plugins.into_iter().map(|p| p.plugin).collect())
+            .unwrap_or_default()
+    };
+    assert!(plugins_of(&c).is_empty(), "{:?}", plugins_of(&c));
+
+    std::os::unix::fs::chown(&planted, Some(0), Some(0)).unwrap();
+    wait_for(
+        "the agent to take the socket once root's",
+        Duration::from_secs(20),
+        || plugins_of(&c) == ["planted"],
+        || format!("{:?}\n{}", plugins_of(&c), agent.log_text()),
+    );
+}
+
+/// An agent whose record was lost (truncated to nothing) while a volume is
+/// published refuses to start, naming the paths in use, instead of taking
+/// the node as holding nothing; the server still shows the volume published.
+#[test]
+fn an_agent_whose_record_was_lost_refuses_to_forget_its_mounts() {
+    let mut c = agents(vec![("node-a", "a")]);
+    c.create_in("kept", "zone=a");
+    c.ok(&["volume", "publish", "kept", "--node", "node-a", "--wait"]);
+    let v = get(&c, "kept");
+    let target = v["publications"][0]["target_path"].as_str().unwrap().to_string();
+    c.agent("node-a").kill();
+    let record = c.volumes_dir.join("nodes/node-a/agent.redb");
+    assert!(record.exists(), "the agent's record is at {}", record.display());
+    std::fs::File::create(&record).unwrap();
+
+    c.agent("node-a").start();
+    let status = c.agent("node-a").wait_exit();
+    assert!(!status.success());
+    let log = c.agent("node-a").log_text();
+    assert!(log.contains("does not name 2 volume path(s) in use"), "{log}");
+    assert!(log.contains(&target), "the path is named: {log}");
+    assert!(
+        std::fs::symlink_metadata(&target).is_ok(),
+        "the mount is left as it was"
+    );
+    let v = get(&c, "kept");
+    assert_eq!(v["state"], "published", "{v}");
+}

@@ -375,3 +375,96 @@ fn idle_strangers_and_a_flooding_agent_cannot_knock_the_endpoint_over() {
         }
     });
 }
+
+/// An agent with a valid certificate is held to what a node may claim: a
+/// registration with more plugins than a node runs is refused, and a CSI
+/// node id another node already has leaves the claimant's plugin unhealthy
+/// while the owner's stays healthy.
+#[test]
+fn an_agent_is_held_to_what_a_node_may_claim() {
+    use berth_proto::berth::v1 as wire;
+    use wire::agent_message::Message as Up;
+    use wire::server_message::Message as Down;
+    let c = tls_cluster();
+    let address = server(&c).trim_start_matches("https://").to_string();
+    let (host, port) = address.rsplit_once(':').unwrap();
+    let port: u16 = port.parse().unwrap();
+    let token = token(&c, &["--uses", "2"]);
+    let plugin = |name: &str, node_id: &str| wire::NodePluginReport {
+        plugin: name.into(),
+        health: "healthy".into(),
+        reason: String::new(),
+        fingerprint: Some(wire::NodeFingerprint {
+            driver: "hostpath.csi.berth.dev".into(),
+            node_id: node_id.into(),
+            ..Default::default()
+        }),
+    };
+    // Joins as `node`, registers with `plugins`; the session and the first
+    // message the server sends.
+    let register = |node: &str, plugins: Vec<wire::NodePluginReport>| {
+        let dir = c.dir.path().join(node);
+        berth_tests::block_on(async {
+            let creds = berth::agent::tls::join(host, port, &token, node, &dir)
+                .await
+                .unwrap();
+            let channel = berth::agent::tls::session_channel(host, port, &creds).unwrap();
+            let (up, up_rx) = tokio::sync::mpsc::channel(16);
+            up.send(wire::AgentMessage {
+                message: Some(Up::Register(wire::Register {
+                    node: node.into(),
+                    plugins,
+                    staging_dir: dir.join("staging").display().to_string(),
+                    publish_dir: dir.join("publish").display().to_string(),
+                    ..Default::default()
+                })),
+            })
+            .await
+            .unwrap();
+            let mut down = wire::cluster_client::ClusterClient::new(channel)
+                .attach(tokio_stream::wrappers::ReceiverStream::new(up_rx))
+                .await
+                .unwrap()
+                .into_inner();
+            let first = down.message().await.unwrap().and_then(|m| m.message);
+            (up, down, first)
+        })
+    };
+
+    let many = (0..100)
+        .map(|i| plugin(&format!("p{i}"), &format!("many-{i}")))
+        .collect();
+    let (_up, _down, first) = register("rogue-many", many);
+    match first {
+        Some(Down::Refusal(r)) => assert!(
+            r.reason.contains("claims too much") && r.reason.contains("100 of them"),
+            "{}",
+            r.reason
+        ),
+        other => panic!("a node with 100 plugins was not refused: {other:?}"),
+    }
+
+    let (_up, _down, first) = register("rogue-id", vec![plugin("hostpath", "node-a")]);
+    assert!(matches!(first, Some(Down::Desired(_))), "{first:?}");
+    let plugins_of = |node: &str| {
+        c.node_list()
+            .into_iter()
+            .find(|n| n.name == node)
+            .map(|n| n.plugins)
+            .unwrap_or_default()
+    };
+    let rogue = plugins_of("rogue-id");
+    assert_eq!(rogue.len(), 1, "{rogue:?}");
+    assert_eq!(rogue[0].health, "unhealthy", "{rogue:?}");
+    assert!(rogue[0].reason.contains("\"node-a\"'s"), "{rogue:?}");
+    assert!(
+        plugins_of("node-a").iter().all(|p| p.health == "healthy"),
+        "{:?}",
+        plugins_of("node-a")
+    );
+    assert!(
+        c.log().contains("claims another node's CSI node id"),
+        "{}",
+        c.log()
+    );
+}

@@ -719,3 +719,34 @@ fn an_emptied_or_damaged_store_is_refused_and_left_alone() {
     c.start_serve();
     assert!(c.ok(&["volume", "get", "v"]).contains("v"));
 }
+
+/// A volume's id names its paths on nodes: a record whose id is not a plain
+/// name (written by whoever could write the store) is refused when the
+/// store is read, naming it, before any node is asked to act on it.
+#[test]
+fn a_stored_volume_id_that_would_leave_the_node_directory_is_refused() {
+    use berth::model::{VolumeRecord, VolumeSpec};
+    use berth::store::{RedbStore, Store};
+    let dir = berth_tests::test_dir();
+    let state = dir.path().join("state.redb");
+    berth_tests::block_on(async {
+        let store = RedbStore::open(&state).unwrap();
+        let mut r = VolumeRecord::new("../../escape".into(), VolumeSpec::default());
+        r.spec.name = "escape".into();
+        store.put(&r).await.unwrap();
+    });
+    let config = dir.path().join("berth.toml");
+    std::fs::write(
+        &config,
+        "state = \"state.redb\"\n[[plugin]]\nname = \"p\"\ncontroller = \"unix:///nowhere.sock\"\n",
+    )
+    .unwrap();
+    let out = berth_tests::berth(&["serve", "--config", config.to_str().unwrap()]);
+    let (_, err) = texts(&out);
+    assert!(!out.status.success());
+    assert!(
+        err.contains("../../escape") && err.contains("not starting with '.'"),
+        "{err}"
+    );
+    assert!(!dir.path().join("escape").exists());
+}

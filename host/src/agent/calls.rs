@@ -7,6 +7,7 @@ use std::path::{Path, PathBuf};
 
 use crate::csi::proto;
 use crate::csi::{CsiClient, CsiError, Failure};
+use crate::model::bounds::{self, OutOfBounds};
 
 #[derive(Clone, Debug, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
 pub struct Paths {
@@ -23,12 +24,43 @@ impl Paths {
         }
     }
 
-    pub fn staging(&self, berth_id: &str) -> PathBuf {
-        self.staging_dir.join(berth_id)
+    /// The volume's staging path; refused unless the id is one plain path
+    /// component, so the path stays inside the staging directory.
+    pub fn staging(&self, berth_id: &str) -> Result<PathBuf, OutOfBounds> {
+        bounds::plain("volume id", berth_id)?;
+        Ok(self.staging_dir.join(berth_id))
     }
 
-    pub fn target(&self, berth_id: &str) -> PathBuf {
-        self.publish_dir.join(berth_id)
+    /// The volume's target path, inside the publish directory as `staging`.
+    pub fn target(&self, berth_id: &str) -> Result<PathBuf, OutOfBounds> {
+        bounds::plain("volume id", berth_id)?;
+        Ok(self.publish_dir.join(berth_id))
+    }
+
+    /// Whether `path` (as a server sent it) is a volume's path of these
+    /// directories: a plain name directly below one of them.
+    pub fn holds(&self, path: &str) -> bool {
+        let path = Path::new(path);
+        let inside = path
+            .parent()
+            .is_some_and(|p| p == self.staging_dir || p == self.publish_dir);
+        let named = path
+            .file_name()
+            .and_then(|n| n.to_str())
+            .is_some_and(|n| bounds::plain("volume id", n).is_ok());
+        inside && named
+    }
+}
+
+/// A volume id the agent will not make a path of, as a step's failure.
+pub fn refused_id(call: &'static str, e: OutOfBounds) -> CsiError {
+    CsiError {
+        plugin: "agent".into(),
+        call,
+        failure: Failure::Status {
+            code: tonic::Code::InvalidArgument,
+            message: format!("refused: {e}"),
+        },
     }
 }
 
@@ -68,7 +100,9 @@ fn local_io(call: &'static str, what: &Path, e: std::io::Error) -> CsiError {
 
 pub async fn stage(client: &CsiClient, paths: &Paths, berth_id: &str, p: &Params) -> Result<(), CsiError> {
     // The CO creates the staging directory (CSI spec).
-    let staging = paths.staging(berth_id);
+    let staging = paths
+        .staging(berth_id)
+        .map_err(|e| refused_id("NodeStageVolume", e))?;
     std::fs::create_dir_all(&staging).map_err(|e| local_io("NodeStageVolume", &staging, e))?;
     client
         .node_stage_volume(proto::NodeStageVolumeRequest {
@@ -85,13 +119,16 @@ pub async fn stage(client: &CsiClient, paths: &Paths, berth_id: &str, p: &Params
 
 pub async fn publish(client: &CsiClient, paths: &Paths, berth_id: &str, p: &Params) -> Result<(), CsiError> {
     // The CO creates the target's parent; the plugin creates the target.
-    let target = paths.target(berth_id);
+    let target = paths
+        .target(berth_id)
+        .map_err(|e| refused_id("NodePublishVolume", e))?;
     std::fs::create_dir_all(&paths.publish_dir).map_err(|e| local_io("NodePublishVolume", &target, e))?;
     client
         .node_publish_volume(proto::NodePublishVolumeRequest {
             volume_id: p.volume_id.clone(),
             publish_context: p.publish_context.clone(),
-            staging_target_path: staging_arg(paths, berth_id, p.staged),
+            staging_target_path: staging_arg(paths, berth_id, p.staged)
+                .map_err(|e| refused_id("NodePublishVolume", e))?,
             target_path: target.display().to_string(),
             volume_capability: Some(p.capability.clone()),
             readonly: p.readonly,
@@ -108,10 +145,13 @@ pub async fn unpublish(
     berth_id: &str,
     volume_id: &str,
 ) -> Result<(), CsiError> {
+    let target = paths
+        .target(berth_id)
+        .map_err(|e| refused_id("NodeUnpublishVolume", e))?;
     client
         .node_unpublish_volume(proto::NodeUnpublishVolumeRequest {
             volume_id: volume_id.to_string(),
-            target_path: paths.target(berth_id).display().to_string(),
+            target_path: target.display().to_string(),
         })
         .await
         .map(drop)
@@ -123,7 +163,9 @@ pub async fn unstage(
     berth_id: &str,
     volume_id: &str,
 ) -> Result<(), CsiError> {
-    let staging = paths.staging(berth_id);
+    let staging = paths
+        .staging(berth_id)
+        .map_err(|e| refused_id("NodeUnstageVolume", e))?;
     client
         .node_unstage_volume(proto::NodeUnstageVolumeRequest {
             volume_id: volume_id.to_string(),
@@ -136,10 +178,10 @@ pub async fn unstage(
 }
 
 /// The staging path as node calls take it: empty when the plugin does not stage.
-pub fn staging_arg(paths: &Paths, berth_id: &str, staged: bool) -> String {
-    if staged {
-        paths.staging(berth_id).display().to_string()
+pub fn staging_arg(paths: &Paths, berth_id: &str, staged: bool) -> Result<String, OutOfBounds> {
+    Ok(if staged {
+        paths.staging(berth_id)?.display().to_string()
     } else {
         String::new()
-    }
+    })
 }

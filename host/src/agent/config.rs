@@ -134,6 +134,17 @@ impl AgentConfig {
             name_ok(&format!("plugins.{name}"), name)?;
             plugins.insert(name.clone(), endpoint(&format!("plugins.{name}"), ep)?);
         }
+        if plugins.len() > crate::model::bounds::NODE_PLUGINS_MAX {
+            return Err(invalid(
+                "plugins",
+                format!(
+                    "{} plugins; a node runs at most {}",
+                    plugins.len(),
+                    crate::model::bounds::NODE_PLUGINS_MAX
+                ),
+            ));
+        }
+        crate::model::bounds::labels(raw.labels.iter()).map_err(|e| invalid("labels", e))?;
         if plugins.is_empty() && raw.plugin_dir.is_none() {
             return Err(invalid(
                 "plugins",

@@ -4,13 +4,17 @@
 //! Stage and publish raise the wanted level; unpublish and unstage lower it.
 //! Lowering needs nothing from the server (the record has the volume id and
 //! the paths are the agent's), so teardown goes on while the server is away.
-//! A failure is reported; one that says the plugin is away or busy is
-//! retried here with a growing pause, others wait for the server's next
-//! attempt or a new desired set.
+//! A failure is reported and waits for the server's next attempt or a new
+//! desired set: whether and when to try again is the retry policy's to say,
+//! for node calls as for controller calls.
+//!
+//! The record is written before a step that raises a volume (so it names
+//! every path a plugin may have mounted, a crash between the call and the
+//! record included) and after a step that lowers it; what it holds is an
+//! upper bound, and undoing starts from it.
 
 use std::collections::HashMap;
 use std::sync::{Arc, Mutex};
-use std::time::Duration;
 
 use berth_proto::berth::v1 as wire;
 use tokio::sync::mpsc;
@@ -21,13 +25,14 @@ use super::plugins::NodePlugins;
 use super::record::{Held, Level, NodeRecord};
 use crate::csi::{CsiError, Failure};
 
-const FIRST_PAUSE: Duration = Duration::from_millis(200);
-const LONGEST_PAUSE: Duration = Duration::from_secs(30);
-
 #[derive(Default)]
 struct Volume {
-    /// What the node holds; `Absent` with no plugin when it holds nothing yet.
+    /// What the node is known to hold; `Absent` with no plugin when it
+    /// holds nothing yet.
     held: Option<Held>,
+    /// The level the record says: at least `held`'s, higher while a raise
+    /// was asked of the plugin and not confirmed.
+    recorded: Level,
     wanted: Level,
     /// The server's parameters for raising, secrets included: in memory
     /// only, and only until the volume is where it is wanted.
@@ -36,7 +41,6 @@ struct Volume {
     running: bool,
     /// The attempt whose failure waits for the server.
     stalled: Option<u64>,
-    pause: Duration,
 }
 
 impl Volume {
@@ -65,9 +69,6 @@ impl Volume {
 
     fn next(&self) -> Option<Step> {
         let (level, target) = (self.level(), self.target());
-        if level == target {
-            return None;
-        }
         if target > level {
             // Raising needs the server's parameters (and secrets), held in memory only.
             self.params.as_ref()?;
@@ -77,7 +78,12 @@ impl Volume {
                 Step::Publish
             });
         }
-        Some(if level == Level::Published {
+        // Lowering starts from what the record says the plugin may have done.
+        let top = self.recorded.max(level);
+        if target >= top {
+            return None;
+        }
+        Some(if top == Level::Published {
             Step::Unpublish
         } else {
             Step::Unstage
@@ -109,25 +115,51 @@ impl Converger {
 
     /// Loads the record and checks it against the mount table: a volume whose
     /// target or staging path no longer shows it is recorded a level lower,
-    /// so the server's desired set has it done again.
+    /// so the server's desired set has it done again. A volume path in use
+    /// that the record does not name is an error: the record was lost or
+    /// damaged, and taking the node as holding nothing would let the server
+    /// believe its mounts undone.
     pub async fn open(
         record: NodeRecord,
         plugins: Arc<NodePlugins>,
         paths: Paths,
+        record_path: &std::path::Path,
     ) -> Result<Arc<Self>, String> {
         let mut held = record.load().map_err(|e| e.to_string())?;
+        held.retain(|id, _| match crate::model::bounds::plain("volume id", id) {
+            Ok(()) => true,
+            Err(e) => {
+                tracing::error!(error = %e, "the node record holds a volume id that is not a plain name; it is left alone");
+                false
+            }
+        });
         match MountTable::read() {
             Ok(mounts) => {
+                let unknown = unknown_volume_paths(&paths, &held, &mounts);
+                if !unknown.is_empty() {
+                    let shown: Vec<String> =
+                        unknown.iter().take(5).map(|p| p.display().to_string()).collect();
+                    return Err(format!(
+                        "the node record {} does not name {} volume path(s) in use ({}{}): it was lost or damaged. \
+                         Restore it from a backup, or unpublish those paths by hand (umount, then remove them) and start again",
+                        record_path.display(),
+                        unknown.len(),
+                        shown.join(", "),
+                        if unknown.len() > shown.len() { ", ..." } else { "" },
+                    ));
+                }
                 for (id, h) in held.iter_mut() {
                     let was = h.level;
-                    if h.level == Level::Published && !mounts.shows_volume(&paths.target(id)) {
+                    let shows =
+                        |path: Result<std::path::PathBuf, _>| path.is_ok_and(|p| mounts.shows_volume(&p));
+                    if h.level == Level::Published && !shows(paths.target(id)) {
                         h.level = if h.staged { Level::Staged } else { Level::Absent };
                     }
-                    if h.level == Level::Staged && !mounts.shows_volume(&paths.staging(id)) {
+                    if h.level == Level::Staged && !shows(paths.staging(id)) {
                         h.level = Level::Absent;
                     }
                     if h.level != was {
-                        tracing::warn!(volume = %id, ?was, now = ?h.level, "the node lost what it held; recorded lower");
+                        tracing::warn!(volume = %id, ?was, now = ?h.level, "the node does not show what the record says; recorded lower");
                         record.put(id, h).await.map_err(|e| e.to_string())?;
                     }
                 }
@@ -142,9 +174,9 @@ impl Converger {
                 (
                     id,
                     Volume {
+                        recorded: h.level,
                         held: Some(h),
                         wanted,
-                        pause: FIRST_PAUSE,
                         ..Volume::default()
                     },
                 )
@@ -213,6 +245,10 @@ impl Converger {
                 v.stalled = None;
             }
             for d in set.volumes {
+                if let Err(e) = crate::model::bounds::plain("volume id", &d.berth_id) {
+                    tracing::warn!(error = %e, "the desired set names a volume id that is not a plain name; left out");
+                    continue;
+                }
                 volumes.entry(d.berth_id).or_default().wanted = Level::from_wire(d.level);
             }
             volumes
@@ -235,12 +271,23 @@ impl Converger {
     pub fn apply_op(self: &Arc<Self>, op: wire::Operation) {
         use wire::OperationKind as Kind;
         let kind = Kind::try_from(op.kind).unwrap_or(Kind::Unspecified);
+        if let Err(e) = crate::model::bounds::plain("volume id", &op.berth_id) {
+            tracing::warn!(error = %e, "an operation names a volume id that is not a plain name; refused");
+            let call = match kind {
+                Kind::Stage => "NodeStageVolume",
+                Kind::Publish => "NodePublishVolume",
+                Kind::Unpublish => "NodeUnpublishVolume",
+                Kind::Unstage | Kind::Unspecified => "NodeUnstageVolume",
+            };
+            let failure = calls::refused_id(call, e);
+            self.report(&op.berth_id, op.attempt, Level::Absent, Some(&failure));
+            return;
+        }
         {
             let mut volumes = self.lock();
             let v = volumes.entry(op.berth_id.clone()).or_default();
             v.attempt = op.attempt;
             v.stalled = None;
-            v.pause = FIRST_PAUSE;
             match kind {
                 Kind::Stage | Kind::Publish => {
                     let level = if kind == Kind::Stage {
@@ -338,29 +385,40 @@ impl Converger {
                     v.attempt,
                 )
             };
-            let outcome = self.call(step, &id, &held, params.as_deref()).await;
-            let result = match outcome {
-                Ok(level) => {
-                    let mut now = held.clone();
-                    now.level = level;
-                    if let Some(p) = &params
-                        && held.level == Level::Absent
-                    {
-                        now.staged = p.staged;
-                        now.volume_id = p.volume_id.clone();
-                    }
-                    match self.record.put(&id, &now).await {
-                        Ok(()) => Ok(now),
-                        Err(e) => Err(CsiError {
-                            plugin: "agent".into(),
-                            call: "recording",
-                            failure: Failure::Status {
-                                code: tonic::Code::Internal,
-                                message: e.to_string(),
-                            },
-                        }),
-                    }
+            let raises = matches!(step, Step::Stage | Step::Publish);
+            let mut now = held.clone();
+            if let Some(p) = &params
+                && held.level == Level::Absent
+            {
+                now.staged = p.staged;
+                now.volume_id = p.volume_id.clone();
+            }
+            // A raise is recorded before the call: the record then names every
+            // path the plugin may have mounted.
+            let ahead = match raises {
+                true => {
+                    now.level = if matches!(step, Step::Stage) {
+                        Level::Staged
+                    } else {
+                        Level::Published
+                    };
+                    self.write_ahead(&id, &now).await
                 }
+                false => Ok(()),
+            };
+            let result = match ahead {
+                Ok(()) => match self.call(step, &id, &held, params.as_deref()).await {
+                    Ok(level) => {
+                        now.level = level;
+                        // A lowering is recorded after the call.
+                        let written = match raises {
+                            true => Ok(()),
+                            false => self.record.put(&id, &now).await.map_err(recording),
+                        };
+                        written.map(|()| now)
+                    }
+                    Err(e) => Err(e),
+                },
                 Err(e) => Err(e),
             };
             let (level, failure) = {
@@ -369,18 +427,9 @@ impl Converger {
                 match &result {
                     Ok(now) => {
                         v.held = Some(now.clone());
-                        v.pause = FIRST_PAUSE;
-                    }
-                    Err(e) if transient(e) => {
-                        let pause = v.pause;
-                        v.pause = (v.pause * 2).min(LONGEST_PAUSE);
-                        v.running = false;
-                        let me = self.clone();
-                        let id = id.clone();
-                        tokio::spawn(async move {
-                            tokio::time::sleep(pause).await;
-                            me.kick(&id);
-                        });
+                        if !raises {
+                            v.recorded = now.level;
+                        }
                     }
                     Err(_) => {
                         v.stalled = Some(attempt);
@@ -397,6 +446,20 @@ impl Converger {
                 return;
             }
         }
+    }
+
+    /// Records `now` (a raise about to be asked) unless the record already
+    /// says as much.
+    async fn write_ahead(&self, id: &str, now: &Held) -> Result<(), CsiError> {
+        let recorded = self.lock().get(id).map_or(Level::Absent, |v| v.recorded);
+        if recorded >= now.level {
+            return Ok(());
+        }
+        self.record.put(id, now).await.map_err(recording)?;
+        if let Some(v) = self.lock().get_mut(id) {
+            v.recorded = v.recorded.max(now.level);
+        }
+        Ok(())
     }
 
     /// Makes the step's call; the level it leaves the volume at.
@@ -430,16 +493,38 @@ impl Converger {
     }
 }
 
-/// The plugin is away, slow or busy: worth trying again without being asked.
-fn transient(e: &CsiError) -> bool {
-    use tonic::Code;
-    match &e.failure {
-        Failure::Unreachable(_) | Failure::Deadline(_) => true,
-        Failure::Status { code, .. } => {
-            matches!(code, Code::Unavailable | Code::Aborted | Code::ResourceExhausted)
-        }
-        Failure::Invalid(_) => false,
+/// The node record refused a write.
+fn recording(e: crate::store::StoreError) -> CsiError {
+    CsiError {
+        plugin: "agent".into(),
+        call: "recording",
+        failure: Failure::Status {
+            code: tonic::Code::Internal,
+            message: e.to_string(),
+        },
     }
+}
+
+/// Volume paths in use below the agent's directories that `held` does not name.
+fn unknown_volume_paths(
+    paths: &Paths,
+    held: &std::collections::BTreeMap<String, Held>,
+    mounts: &MountTable,
+) -> Vec<std::path::PathBuf> {
+    let mut unknown = Vec::new();
+    for dir in [&paths.staging_dir, &paths.publish_dir] {
+        let Ok(entries) = std::fs::read_dir(dir) else {
+            continue;
+        };
+        for e in entries.flatten() {
+            let known = e.file_name().to_str().is_some_and(|name| held.contains_key(name));
+            if !known && mounts.shows_volume(&e.path()) {
+                unknown.push(e.path());
+            }
+        }
+    }
+    unknown.sort();
+    unknown
 }
 
 pub fn failure_to_wire(e: &CsiError) -> wire::Failure {

@@ -114,7 +114,7 @@ impl Agent {
                 tracing::info!(node = %spec.node, volumes = spec.seed.len(), "node record started from the store's publications");
             }
         }
-        let converger = Converger::open(record, plugins.clone(), spec.paths.clone()).await?;
+        let converger = Converger::open(record, plugins.clone(), spec.paths.clone(), &spec.record).await?;
         let (plugins_changed, _) = watch::channel(plugins.reports());
         let agent = Arc::new(Agent {
             spec,
@@ -262,6 +262,7 @@ impl Agent {
     /// Expand and stats: asked once, answered once.
     fn answer(&self, call: wire::Call, to_server: ToServer) {
         let client = self.plugins.client(&call.plugin);
+        let paths = self.spec.paths.clone();
         tokio::spawn(async move {
             use wire::answer::Answer as A;
             use wire::call::Call as C;
@@ -273,8 +274,38 @@ impl Agent {
                     call.plugin
                 )),
             };
+            let outside = |path: &str, call: &'static str| CsiError {
+                plugin: "agent".into(),
+                call,
+                failure: crate::csi::Failure::Status {
+                    code: tonic::Code::InvalidArgument,
+                    message: format!("refused: {path:?} is not a volume path of this agent's"),
+                },
+            };
             let answer = match (client, call.call) {
                 (None, _) => A::Failure(failure_to_wire(&missing())),
+                (_, Some(C::Expand(req))) if !paths.holds(&req.volume_path) => {
+                    A::Failure(failure_to_wire(&outside(&req.volume_path, "NodeExpandVolume")))
+                }
+                (_, Some(C::Stats(req))) if !paths.holds(&req.volume_path) => {
+                    A::Failure(failure_to_wire(&outside(&req.volume_path, "NodeGetVolumeStats")))
+                }
+                (_, Some(C::Expand(req)))
+                    if !req.staging_target_path.is_empty() && !paths.holds(&req.staging_target_path) =>
+                {
+                    A::Failure(failure_to_wire(&outside(
+                        &req.staging_target_path,
+                        "NodeExpandVolume",
+                    )))
+                }
+                (_, Some(C::Stats(req)))
+                    if !req.staging_target_path.is_empty() && !paths.holds(&req.staging_target_path) =>
+                {
+                    A::Failure(failure_to_wire(&outside(
+                        &req.staging_target_path,
+                        "NodeGetVolumeStats",
+                    )))
+                }
                 (Some(c), Some(C::Expand(req))) => c
                     .node_expand_volume(req)
                     .await

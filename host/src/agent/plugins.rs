@@ -14,12 +14,15 @@ use berth_proto::berth::v1 as wire;
 use crate::csi::fingerprint::{Fingerprint, NodeInfo, Role};
 use crate::csi::registry::{Health, Plugin, PluginSpec, PluginStatus, Registry};
 use crate::csi::{ClientOptions, CsiClient, Endpoint};
+use crate::model::bounds;
 
 pub struct NodePlugins {
     registry: Arc<Registry>,
     configured: BTreeMap<String, Endpoint>,
     dir: Option<PathBuf>,
     deadline: Duration,
+    /// Sockets already refused (and logged).
+    refused: std::sync::Mutex<std::collections::HashSet<PathBuf>>,
 }
 
 impl NodePlugins {
@@ -33,7 +36,11 @@ impl NodePlugins {
             configured,
             dir,
             deadline,
+            refused: Default::default(),
         });
+        if let Some(dir) = &plugins.dir {
+            warn_if_shared(dir);
+        }
         for (name, endpoint) in &plugins.configured {
             plugins.add(name, endpoint.clone());
         }
@@ -67,21 +74,47 @@ impl NodePlugins {
     }
 
     /// Registers sockets new in the plugin directory (fingerprinting them) and
-    /// unregisters those gone from it. True when something changed.
+    /// unregisters those gone from it. True when something changed. Only a
+    /// socket owned by root or by the agent's own user is taken (another
+    /// user's would be sent volumes' secrets), named plainly, and no more
+    /// than a node may run.
     pub async fn scan(&self) -> bool {
         let Some(dir) = &self.dir else { return false };
         let mut found = BTreeMap::new();
         if let Ok(entries) = std::fs::read_dir(dir) {
-            use std::os::unix::fs::FileTypeExt;
+            use std::os::unix::fs::{FileTypeExt, MetadataExt};
+            // SAFETY: geteuid has no preconditions and cannot fail.
+            let me = unsafe { libc::geteuid() };
             for e in entries.flatten() {
-                let is_socket = e.file_type().is_ok_and(|t| t.is_socket());
-                let name = e
-                    .file_name()
-                    .to_string_lossy()
-                    .trim_end_matches(".sock")
-                    .to_string();
-                if is_socket && !self.configured.contains_key(&name) {
-                    found.insert(name, e.path());
+                let Ok(meta) = e.metadata() else { continue };
+                if !meta.file_type().is_socket() {
+                    continue;
+                }
+                let file = e.file_name().to_string_lossy().into_owned();
+                let name = file.trim_end_matches(".sock").to_string();
+                let known = self.registry.get(&name).is_some();
+                let refused = if self.configured.contains_key(&name) {
+                    continue;
+                } else if meta.uid() != 0 && meta.uid() != me {
+                    Some(format!(
+                        "owned by uid {}, neither root nor the agent's user",
+                        meta.uid()
+                    ))
+                } else if known {
+                    None
+                } else if let Err(e) = bounds::plain("plugin", &name) {
+                    Some(e.to_string())
+                } else if self.configured.len() + found.len() >= bounds::NODE_PLUGINS_MAX {
+                    Some(format!(
+                        "a node runs at most {} plugins",
+                        bounds::NODE_PLUGINS_MAX
+                    ))
+                } else {
+                    None
+                };
+                match refused {
+                    Some(why) => self.refuse_once(&e.path(), &why),
+                    None => drop(found.insert(name, e.path())),
                 }
             }
         }
@@ -106,6 +139,14 @@ impl NodePlugins {
         changed
     }
 
+    /// Logs a refused socket the first time it is seen.
+    fn refuse_once(&self, path: &std::path::Path, why: &str) {
+        let mut refused = self.refused.lock().unwrap_or_else(|p| p.into_inner());
+        if refused.len() < 1024 && refused.insert(path.to_path_buf()) {
+            tracing::warn!(socket = %path.display(), reason = %why, "a socket in the plugin directory is not taken");
+        }
+    }
+
     /// Fingerprints every plugin once, all at the same time.
     pub async fn refresh(&self) {
         let mut all = tokio::task::JoinSet::new();
@@ -123,6 +164,16 @@ impl NodePlugins {
             .iter()
             .map(|p| report(p.id(), &p.status()))
             .collect()
+    }
+}
+
+/// A plugin directory others may write to lets them plant sockets: those
+/// are refused by owner, but the operator should know.
+fn warn_if_shared(dir: &std::path::Path) {
+    use std::os::unix::fs::PermissionsExt;
+    let Ok(meta) = std::fs::metadata(dir) else { return };
+    if meta.permissions().mode() & 0o002 != 0 {
+        tracing::warn!(dir = %dir.display(), "the plugin directory is writable by every user; only sockets owned by root or the agent's user are taken");
     }
 }
 

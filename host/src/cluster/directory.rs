@@ -48,6 +48,9 @@ struct Waiter {
 pub(super) struct Link {
     id: u64,
     to_agent: ToAgent,
+    /// Told when the directory lets go of the session (a newer one, the
+    /// node removed or forgotten), so its task ends.
+    closed: Arc<tokio::sync::Notify>,
     /// The complete set has been sent: operations may follow.
     pub(super) synced: bool,
 }
@@ -81,6 +84,9 @@ pub struct Directory {
     /// The driver name each plugin must report, when configured.
     drivers: BTreeMap<String, Option<String>>,
     sessions: std::sync::atomic::AtomicU64,
+    /// Which node each (driver, CSI node id) is: a node id is one node's,
+    /// down or not, until that node is removed.
+    node_ids: Mutex<HashMap<(String, String), String>>,
 }
 
 /// Sends on the node's session if it has had its complete set. A session
@@ -95,11 +101,21 @@ fn send_synced(n: &mut Node, node: &str, message: wire::ServerMessage) -> bool {
         Err(mpsc::error::TrySendError::Closed(_)) => false,
         Err(mpsc::error::TrySendError::Full(_)) => {
             tracing::warn!(%node, queued = super::session::DOWN_QUEUE, "agent is not reading its session; session closed");
-            n.link = None;
+            if let Some(link) = n.link.take() {
+                link.closed.notify_one();
+            }
             fail_waiting(n, node, "the agent is not reading its session");
             false
         }
     }
+}
+
+/// Lets go of a session: its agent is told why (and logs it), its task ends.
+fn close(link: Link, reason: String) {
+    let _ = link
+        .to_agent
+        .try_send(down(Down::Refusal(wire::Refusal { reason })));
+    link.closed.notify_one();
 }
 
 fn no_such_node(node: &str, plugin: &str, call: &'static str) -> CsiError {
@@ -140,6 +156,7 @@ impl Directory {
             operation_timeout,
             drivers,
             sessions: Default::default(),
+            node_ids: Default::default(),
         })
     }
 
@@ -172,6 +189,16 @@ impl Directory {
                     .map(|info| Arc::new(remembered_fingerprint(&record.name, plugin, info)));
             }
         }
+        let mut ids = self.node_ids.lock().unwrap_or_else(|p| p.into_inner());
+        for status in n.plugins.values() {
+            if let Some(f) = &status.fingerprint
+                && let Some(info) = f.node.as_ref().filter(|i| !i.node_id.is_empty())
+            {
+                ids.entry((f.name.clone(), info.node_id.clone()))
+                    .or_insert_with(|| record.name.clone());
+            }
+        }
+        drop(ids);
         n.draining |= record.draining;
         n.forgotten |= record.forgotten;
         n.cert = record.cert.clone().or(n.cert.take());
@@ -232,11 +259,12 @@ impl Directory {
         if n.cert.is_some()
             && let Some(link) = n.link.take()
         {
-            let _ = link.to_agent.try_send(down(Down::Refusal(wire::Refusal {
-                reason: format!(
+            close(
+                link,
+                format!(
                     "node {node:?} joined again with a replacing token: this agent's certificate is revoked"
                 ),
-            })));
+            );
             fail_waiting(&mut n, node, "the node joined again");
         }
         n.cert = Some(cert);
@@ -256,9 +284,12 @@ impl Directory {
         if forgotten {
             n.forgotten = true;
             if let Some(link) = n.link.take() {
-                let _ = link.to_agent.try_send(down(Down::Refusal(wire::Refusal {
-                    reason: format!("node {node:?} was forgotten (`berth node forget`); `berth node remove {node}` lets it join again"),
-                })));
+                close(
+                    link,
+                    format!(
+                        "node {node:?} was forgotten (`berth node forget`); `berth node remove {node}` lets it join again"
+                    ),
+                );
             }
             fail_waiting(&mut n, node, "the node was forgotten");
         }
@@ -273,13 +304,14 @@ impl Directory {
         if let Some(entry) = removed {
             let mut n = lock(&entry);
             if let Some(link) = n.link.take() {
-                let _ = link.to_agent.try_send(down(Down::Refusal(wire::Refusal {
-                    reason: format!(
-                        "node {node:?} was removed (`berth node remove`): its certificate is revoked"
-                    ),
-                })));
+                close(
+                    link,
+                    format!("node {node:?} was removed (`berth node remove`): its certificate is revoked"),
+                );
             }
             fail_waiting(&mut n, node, "the node was removed");
+            drop(n);
+            self.release_node_ids(node);
         }
     }
 
@@ -300,27 +332,65 @@ impl Directory {
             .cloned()
     }
 
-    /// A plugin's status with the server's own judgement: the driver name must be the configured one.
-    fn judged(&self, node: &str, report: &wire::NodePluginReport) -> PluginStatus {
-        let mut status = status_of(node, report);
-        if let (Some(Some(expected)), Some(f)) = (self.drivers.get(&report.plugin), &status.fingerprint)
-            && &f.name != expected
-        {
-            status.health = Health::Unhealthy {
-                reason: format!("plugin reports driver name {:?}, expected {expected:?}", f.name),
-            };
+    /// The node's plugins with the server's own judgement: the driver name
+    /// must be the configured one, and a CSI node id no other node's.
+    fn judged(&self, node: &str, reports: &[wire::NodePluginReport]) -> BTreeMap<String, PluginStatus> {
+        let mut ids = self.node_ids.lock().unwrap_or_else(|p| p.into_inner());
+        ids.retain(|_, owner| owner != node);
+        let mut judged = BTreeMap::new();
+        for report in reports {
+            let mut status = status_of(node, report);
+            if let Some(f) = &status.fingerprint {
+                let taken = f.node.as_ref().filter(|i| !i.node_id.is_empty()).and_then(|i| {
+                    match ids.entry((f.name.clone(), i.node_id.clone())) {
+                        std::collections::hash_map::Entry::Occupied(o) => Some(format!(
+                            "plugin reports node id {:?}, which is node {:?}'s",
+                            i.node_id,
+                            o.get()
+                        )),
+                        std::collections::hash_map::Entry::Vacant(v) => {
+                            v.insert(node.to_string());
+                            None
+                        }
+                    }
+                });
+                let wrong_driver = match self.drivers.get(&report.plugin) {
+                    Some(Some(expected)) if &f.name != expected => Some(format!(
+                        "plugin reports driver name {:?}, expected {expected:?}",
+                        f.name
+                    )),
+                    _ => None,
+                };
+                if let Some(reason) = wrong_driver.or(taken) {
+                    if reason.contains("node id") {
+                        tracing::warn!(%node, plugin = %report.plugin, %reason, "a node claims another node's CSI node id");
+                    }
+                    status.health = Health::Unhealthy { reason };
+                }
+            }
+            judged.insert(report.plugin.clone(), status);
         }
-        status
+        judged
+    }
+
+    /// A removed node's CSI node ids are free again.
+    fn release_node_ids(&self, node: &str) {
+        self.node_ids
+            .lock()
+            .unwrap_or_else(|p| p.into_inner())
+            .retain(|_, owner| owner != node);
     }
 
     /// Takes a registration: the node's session is now this one (an older
-    /// one is dropped). Returns the session's id, and the node as it is to
-    /// be remembered when that changed.
+    /// one is closed with a refusal its agent logs). Returns the session's
+    /// id, what tells it that it was closed, and the node as it is to be
+    /// remembered when that changed.
+    #[allow(clippy::type_complexity)]
     pub(super) fn attach(
         &self,
         r: &wire::Register,
         to_agent: ToAgent,
-    ) -> Result<(u64, Option<NodeRecord>), String> {
+    ) -> Result<(u64, Arc<tokio::sync::Notify>, Option<NodeRecord>), String> {
         let id = self.sessions.fetch_add(1, std::sync::atomic::Ordering::Relaxed) + 1;
         let node = {
             let mut nodes = self.nodes.write().unwrap_or_else(|p| p.into_inner());
@@ -334,20 +404,25 @@ impl Directory {
             ));
         }
         n.labels = r.labels.clone().into_iter().collect();
-        n.plugins = r
-            .plugins
-            .iter()
-            .map(|p| (p.plugin.clone(), self.judged(&r.node, p)))
-            .collect();
+        n.plugins = self.judged(&r.node, &r.plugins);
         n.paths = Some(Paths {
             staging_dir: PathBuf::from(&r.staging_dir),
             publish_dir: PathBuf::from(&r.publish_dir),
         });
         n.last_seen = Some(SystemTime::now());
         fail_waiting(&mut n, &r.node, "the agent registered again");
+        if let Some(older) = n.link.take() {
+            tracing::warn!(node = %r.node, "a newer session of the node replaces an open one; the older is closed");
+            close(
+                older,
+                format!("a newer session of node {:?} replaced this one", r.node),
+            );
+        }
+        let closed = Arc::new(tokio::sync::Notify::new());
         n.link = Some(Link {
             id,
             to_agent,
+            closed: closed.clone(),
             synced: false,
         });
         let record = Self::record(&r.node, &n);
@@ -355,7 +430,7 @@ impl Directory {
         if changed {
             n.remembered = Some(record.clone());
         }
-        Ok((id, changed.then_some(record)))
+        Ok((id, closed, changed.then_some(record)))
     }
 
     /// Sends the complete set; operations may follow it.
@@ -392,10 +467,8 @@ impl Directory {
 
     pub(super) fn set_plugins(&self, node: &str, reports: &[wire::NodePluginReport]) {
         if let Some(entry) = self.get(node) {
-            lock(&entry).plugins = reports
-                .iter()
-                .map(|p| (p.plugin.clone(), self.judged(node, p)))
-                .collect();
+            let mut n = lock(&entry);
+            n.plugins = self.judged(node, reports);
         }
     }
 

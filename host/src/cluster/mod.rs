@@ -6,6 +6,7 @@
 //! - `service` — the `Cluster` gRPC service agents dial, and the in-process link;
 //! - `tokens` — join tokens: stored hashed, bound to a node or counted, revocable.
 
+mod claims;
 pub mod directory;
 pub mod kek;
 mod node_agent;

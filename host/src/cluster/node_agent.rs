@@ -7,7 +7,7 @@ use std::path::PathBuf;
 use berth_proto::berth::v1 as wire;
 
 use super::directory::{Directory, lock};
-use crate::agent::calls::{Paths, staging_arg};
+use crate::agent::calls::{Paths, refused_id, staging_arg};
 use crate::agent::record::Level;
 use crate::csi::registry::PluginStatus;
 use crate::csi::{CsiError, proto};
@@ -67,11 +67,15 @@ impl NodeAgent for Directory {
     }
 
     fn staging_path(&self, node: &str, berth_id: &str) -> PathBuf {
-        self.paths(node).map(|p| p.staging(berth_id)).unwrap_or_default()
+        self.paths(node)
+            .and_then(|p| p.staging(berth_id).ok())
+            .unwrap_or_default()
     }
 
     fn target_path(&self, node: &str, berth_id: &str) -> PathBuf {
-        self.paths(node).map(|p| p.target(berth_id)).unwrap_or_default()
+        self.paths(node)
+            .and_then(|p| p.target(berth_id).ok())
+            .unwrap_or_default()
     }
 
     async fn stage(&self, node: &str, plugin: &str, v: NodeVolume) -> Result<(), CsiError> {
@@ -119,9 +123,10 @@ impl NodeAgent for Directory {
         range: proto::CapacityRange,
     ) -> Result<i64, CsiError> {
         let paths = self.paths(node).unwrap_or_else(|| Paths::under(&PathBuf::new()));
+        let refused = |e| refused_id("NodeExpandVolume", e);
         let req = proto::NodeExpandVolumeRequest {
-            volume_path: paths.target(&v.berth_id).display().to_string(),
-            staging_target_path: staging_arg(&paths, &v.berth_id, staged),
+            volume_path: paths.target(&v.berth_id).map_err(refused)?.display().to_string(),
+            staging_target_path: staging_arg(&paths, &v.berth_id, staged).map_err(refused)?,
             volume_id: v.volume_id,
             capacity_range: Some(range),
             volume_capability: Some(v.capability),
@@ -145,10 +150,11 @@ impl NodeAgent for Directory {
         staged: bool,
     ) -> Result<proto::NodeGetVolumeStatsResponse, CsiError> {
         let paths = self.paths(node).unwrap_or_else(|| Paths::under(&PathBuf::new()));
+        let refused = |e| refused_id("NodeGetVolumeStats", e);
         let req = proto::NodeGetVolumeStatsRequest {
             volume_id: volume_id.to_string(),
-            volume_path: paths.target(berth_id).display().to_string(),
-            staging_target_path: staging_arg(&paths, berth_id, staged),
+            volume_path: paths.target(berth_id).map_err(refused)?.display().to_string(),
+            staging_target_path: staging_arg(&paths, berth_id, staged).map_err(refused)?,
         };
         match self
             .ask(node, plugin, "NodeGetVolumeStats", wire::call::Call::Stats(req))

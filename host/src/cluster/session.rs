@@ -11,6 +11,7 @@ use berth_proto::berth::v1::server_message::Message as Down;
 use tokio::sync::mpsc;
 use tokio_stream::{Stream, StreamExt};
 
+use super::claims;
 use super::directory::Directory;
 
 /// How long a new stream has to register.
@@ -43,7 +44,7 @@ pub async fn serve_session(
     to_agent: ToAgent,
     allowed: impl Fn(&str) -> Result<(), String>,
 ) {
-    let register = match tokio::time::timeout(REGISTER_WITHIN, from_agent.next()).await {
+    let mut register = match tokio::time::timeout(REGISTER_WITHIN, from_agent.next()).await {
         Ok(Some(Ok(wire::AgentMessage {
             message: Some(Up::Register(r)),
         }))) => r,
@@ -55,10 +56,12 @@ pub async fn serve_session(
     if let Err(why) = crate::config::name_ok("node", &node)
         .map_err(|e| e.to_string())
         .and_then(|()| allowed(&node))
+        .and_then(|()| claims::register(&register).map_err(|e| format!("node {node:?} claims too much: {e}")))
     {
         return refuse(&to_agent, why);
     }
-    let (session, remember) = match directory.attach(&register, to_agent.clone()) {
+    claims::cut_reasons(&mut register.plugins);
+    let (session, replaced, remember) = match directory.attach(&register, to_agent.clone()) {
         Ok(attached) => attached,
         Err(why) => return refuse(&to_agent, why),
     };
@@ -76,7 +79,15 @@ pub async fn serve_session(
     }
     let timeout = directory.heartbeat_timeout;
     loop {
-        let message = match tokio::time::timeout(timeout, from_agent.next()).await {
+        let next = tokio::select! {
+            next = tokio::time::timeout(timeout, from_agent.next()) => next,
+            () = replaced.notified() => {
+                // The directory has sent the refusal and let go of this session.
+                tracing::info!(%node, "a newer session of the node replaced this one");
+                return;
+            }
+        };
+        let message = match next {
             Err(_) => {
                 tracing::warn!(%node, timeout = %humantime::format_duration(timeout), "agent silent past the heartbeat timeout; session closed");
                 break;
@@ -99,9 +110,17 @@ pub async fn serve_session(
                     break;
                 }
             }
-            Some(Up::Report(r)) => directory.report(&node, r),
+            Some(Up::Report(mut r)) => {
+                claims::cut_report(&mut r);
+                directory.report(&node, r);
+            }
             Some(Up::Answer(a)) => directory.answer(&node, a),
-            Some(Up::Plugins(p)) => {
+            Some(Up::Plugins(mut p)) => {
+                if let Err(e) = claims::plugins(&p.plugins) {
+                    refuse(&to_agent, format!("node {node:?} claims too much: {e}"));
+                    break;
+                }
+                claims::cut_reasons(&mut p.plugins);
                 directory.set_plugins(&node, &p.plugins);
                 sync.node_ready(&node);
             }

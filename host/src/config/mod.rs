@@ -377,6 +377,7 @@ impl Config {
                     .map_err(|e| invalid(format!("{at}.plugins.{plugin}"), e))?;
                 endpoints.insert(plugin, ep);
             }
+            crate::model::bounds::labels(n.labels.iter()).map_err(|e| invalid(format!("{at}.labels"), e))?;
             nodes.push(NodeConfig {
                 name: n.name,
                 labels: n.labels,

@@ -2,6 +2,7 @@
 //! desired state, and what the plugins did (backend, publications), persisted
 //! as one record per volume.
 
+pub mod bounds;
 mod map;
 mod spec;
 mod state;

@@ -165,16 +165,32 @@ pub(crate) fn encode_json(id: &str, value: &impl serde::Serialize) -> Result<Vec
 }
 
 pub(crate) fn decode(id: &str, bytes: &[u8]) -> Result<VolumeRecord, StoreError> {
-    serde_json::from_slice(bytes).map_err(|e| StoreError::Unreadable {
+    let unreadable = |message: String| StoreError::Unreadable {
         id: id.to_string(),
-        message: e.to_string(),
-    })
+        message,
+    };
+    let record: VolumeRecord = serde_json::from_slice(bytes).map_err(|e| unreadable(e.to_string()))?;
+    // A volume's id names its paths on nodes: whoever could write the store
+    // must not be able to point them elsewhere.
+    crate::model::bounds::plain("volume id", &record.id).map_err(|e| unreadable(e.to_string()))?;
+    Ok(record)
 }
 
 #[cfg(test)]
 mod tests {
     use super::*;
     use crate::model::{EVENT_MESSAGE_MAX, EVENT_STEP_MAX, FAILURE_MAX, VolumeSpec, new_id};
+
+    #[test]
+    fn a_record_whose_id_is_not_a_plain_name_does_not_decode() {
+        for id in ["../x", "a/b", "..", ""] {
+            let r = VolumeRecord::new(id.into(), VolumeSpec::default());
+            let bytes = serde_json::to_vec(&r).unwrap();
+            assert!(decode("key", &bytes).is_err(), "{id:?}");
+        }
+        let r = VolumeRecord::new(new_id(), VolumeSpec::default());
+        assert!(decode("key", &serde_json::to_vec(&r).unwrap()).is_ok());
+    }
 
     #[test]
     fn a_record_at_every_bound_is_stored_within_the_limit_its_oldest_events_making_room() {

@@ -6,12 +6,14 @@
 //!
 //! The watch resumes from the last revision applied when its stream breaks;
 //! when etcd has compacted that revision away, the copy is read again whole.
-//! A new leader takes the copy only once etcd confirms it, at a revision no
-//! older than the leader key's: for volumes, nodes and tokens each, no key
-//! changed after the copy's revision, and as many keys as the copy holds.
-//! (A watch's progress response is not taken as that confirmation: etcd
-//! before 3.4.24 may send one ahead of events still on their way.) If that
-//! does not come in time, the term reads the prefix as before.
+//! A new leader takes the copy once the watch has brought the leader key's
+//! own creation: events come in revision order, so every change before the
+//! election is then in, and nothing the old leader writes after it passes
+//! the fence. etcd's counts of volumes, nodes and tokens at the copy's
+//! revision are checked against the copy's as well. (A watch's progress
+//! response is not the barrier: etcd before 3.4.24 may send one ahead of
+//! events still on their way.) If that does not come in time, or a count
+//! differs, the term reads the prefix as before.
 
 use std::collections::HashMap;
 use std::sync::{Arc, Mutex};
@@ -20,7 +22,7 @@ use std::time::Duration;
 use berth_proto::etcd::etcdserverpb as pb;
 use berth_proto::etcd::mvccpb;
 use pb::watch_client::WatchClient;
-use tokio::sync::mpsc;
+use tokio::sync::{mpsc, watch};
 use tokio_stream::StreamExt;
 
 use super::members::{MAX_ANSWER, prefix_end, range_all_at};
@@ -79,6 +81,8 @@ pub struct Mirror {
     settings: EtcdSettings,
     kv: Members,
     copy: Arc<Mutex<Option<Warm>>>,
+    /// The copy's revision, as it moves.
+    applied: watch::Receiver<i64>,
     task: tokio::task::JoinHandle<()>,
 }
 
@@ -93,94 +97,78 @@ impl Mirror {
     pub fn start(settings: EtcdSettings) -> Result<Mirror, String> {
         let kv = Members::new(&settings).map_err(|e| e.to_string())?;
         let copy = Arc::new(Mutex::new(None));
-        let task = tokio::spawn(keep(settings.clone(), kv.clone(), copy.clone()));
+        let (moved, applied) = watch::channel(0);
+        let task = tokio::spawn(keep(settings.clone(), kv.clone(), copy.clone(), moved));
         Ok(Mirror {
             settings,
             kv,
             copy,
+            applied,
             task,
         })
     }
 
-    /// The copy, once etcd confirms it at `revision` or later (checked every
-    /// 20 ms), within `within`. The mirror stops: a leader writes the prefix
+    /// The copy, once it holds every change up to `revision` (which must be
+    /// a change under the prefix, as the leader key's creation is: its event
+    /// is the barrier), within `within`. Its counts are then checked against etcd's at the
+    /// copy's own revision. The mirror stops: a leader writes the prefix
     /// itself.
     pub async fn take(self, revision: i64, within: Duration) -> Option<Warm> {
-        let deadline = tokio::time::Instant::now() + within;
-        loop {
-            let seen = {
-                let copy = self.copy.lock().unwrap_or_else(|p| p.into_inner());
-                copy.as_ref()
-                    .map(|w| (w.revision, [w.volumes.len(), w.nodes.len(), w.tokens.len()]))
-            };
-            if let Some((at, counts)) = seen
-                && self.confirmed(at, counts, revision).await
-            {
-                let mut copy = self.copy.lock().unwrap_or_else(|p| p.into_inner());
-                // Taken only as it was confirmed: a change applied meanwhile
-                // is checked again.
-                if copy.as_ref().is_some_and(|w| w.revision == at) {
-                    self.task.abort();
-                    return copy.take();
-                }
+        let mut applied = self.applied.clone();
+        let reached = tokio::time::timeout(within, applied.wait_for(|r| *r >= revision)).await;
+        if !matches!(reached, Ok(Ok(_))) {
+            return None;
+        }
+        self.task.abort();
+        let warm = self.copy.lock().unwrap_or_else(|p| p.into_inner()).take()?;
+        let counts = [warm.volumes.len(), warm.nodes.len(), warm.tokens.len()];
+        match tokio::time::timeout(within, self.counted(warm.revision)).await {
+            Ok(Ok(etcd)) if etcd == counts => Some(warm),
+            Ok(Ok(etcd)) => {
+                tracing::warn!(?etcd, copy = ?counts, revision = warm.revision, "warm copy: counts differ from etcd's; reading the store");
+                None
             }
-            if tokio::time::Instant::now() >= deadline {
-                return None;
+            Ok(Err(e)) => {
+                tracing::info!(error = %e, "warm copy: etcd's counts not read; reading the store");
+                None
             }
-            tokio::time::sleep(Duration::from_millis(20)).await;
+            Err(_) => None,
         }
     }
 
-    /// Whether etcd, at one revision no older than `revision`, has no key
-    /// changed after `at` and as many keys as `counts` below volumes, nodes
-    /// and tokens: then the copy is the prefix as of that revision.
-    async fn confirmed(&self, at: i64, counts: [usize; 3], revision: i64) -> bool {
-        let mut pinned = 0;
-        for (kind, count) in ["volumes", "nodes", "tokens"].into_iter().zip(counts) {
+    /// How many volumes, nodes and tokens etcd held at `revision`.
+    async fn counted(&self, revision: i64) -> Result<[usize; 3], String> {
+        let count = |kind: &str| {
             let key = self.settings.key(&format!("{kind}/"));
-            for newer in [false, true] {
-                // etcd counts before it filters by revision: keys changed
-                // after `at` are asked for (their keys only), and counted here.
-                let request = pb::RangeRequest {
-                    range_end: prefix_end(&key),
-                    key: key.clone(),
-                    count_only: !newer,
-                    keys_only: newer,
-                    revision: pinned,
-                    min_mod_revision: if newer { at + 1 } else { 0 },
-                    ..Default::default()
-                };
-                let Ok(answer) = self
-                    .kv
+            let request = pb::RangeRequest {
+                range_end: prefix_end(&key),
+                key,
+                count_only: true,
+                revision,
+                ..Default::default()
+            };
+            async move {
+                self.kv
                     .call(|mut c| {
                         let request = request.clone();
                         async move { c.range(request).await }
                     })
                     .await
-                else {
-                    return false;
-                };
-                if pinned == 0 {
-                    pinned = answer.header.map_or(0, |h| h.revision);
-                    if pinned < revision {
-                        return false;
-                    }
-                }
-                let agrees = match newer {
-                    true => answer.kvs.is_empty(),
-                    false => answer.count == count as i64,
-                };
-                if !agrees {
-                    return false;
-                }
+                    .map(|a| a.count as usize)
             }
-        }
-        true
+        };
+        let (v, n, t) = tokio::try_join!(count("volumes"), count("nodes"), count("tokens"))?;
+        Ok([v, n, t])
     }
 }
 
 /// Reads the prefix, then follows it; again whole after a compaction.
-async fn keep(settings: EtcdSettings, kv: Members, copy: Arc<Mutex<Option<Warm>>>) {
+async fn keep(
+    settings: EtcdSettings,
+    kv: Members,
+    copy: Arc<Mutex<Option<Warm>>>,
+    moved: watch::Sender<i64>,
+) {
     let prefix = format!("{}/", settings.prefix).into_bytes();
     let mut pause = Duration::from_millis(100);
     'read: loop {
@@ -207,6 +195,7 @@ async fn keep(settings: EtcdSettings, kv: Members, copy: Arc<Mutex<Option<Warm>>
             "warm copy of the store read"
         );
         *copy.lock().unwrap_or_else(|p| p.into_inner()) = Some(warm);
+        moved.send_replace(revision);
         // Follow from the next revision; resume from the last applied.
         loop {
             let from = copy
@@ -214,7 +203,7 @@ async fn keep(settings: EtcdSettings, kv: Members, copy: Arc<Mutex<Option<Warm>>
                 .unwrap_or_else(|p| p.into_inner())
                 .as_ref()
                 .map_or(revision, |w| w.revision);
-            match follow(&settings, &kv, &prefix, from + 1, &copy).await {
+            match follow(&settings, &kv, &prefix, from + 1, &copy, &moved).await {
                 Ended::Compacted => {
                     tracing::info!(
                         from,
@@ -243,6 +232,7 @@ async fn follow(
     prefix: &[u8],
     start: i64,
     copy: &Arc<Mutex<Option<Warm>>>,
+    moved: &watch::Sender<i64>,
 ) -> Ended {
     use pb::watch_request::RequestUnion;
     let (requests, rx) = mpsc::channel(4);
@@ -295,5 +285,6 @@ async fn follow(
         // Events come in order: every change up to the last is in.
         warm.revision = applied;
         drop(guard);
+        moved.send_replace(applied);
     }
 }
