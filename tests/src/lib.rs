@@ -387,11 +387,7 @@ impl Cluster {
                 c.share_kek();
             }
         }
-        if !node_config.is_empty() {
-            // The API answers while in-process nodes are still being fingerprinted.
-            let names: Vec<&str> = spec.nodes.iter().map(|(n, _)| *n).collect();
-            c.wait_nodes(&names, "ready", Duration::from_secs(30));
-        }
+        // In-process nodes are ready by the API's first answer: nothing to wait for.
         if !agent_nodes.is_empty() {
             let server = match tls_ports.is_empty() {
                 false => tls_ports

@@ -184,3 +184,24 @@ fn the_example_systemd_units_start_real_commands_and_wait_for_readyz() {
         );
     }
 }
+
+/// `berth serve` answers its first request once its in-process nodes are
+/// connected: the first `node list` shows every node ready and every node
+/// plugin fingerprinted, never "unknown" while the agents start.
+#[test]
+fn the_first_answer_comes_with_the_in_process_nodes_ready() {
+    let c = Cluster::start(ClusterSpec {
+        nodes: vec![("node-a", "a"), ("node-b", "b"), ("node-c", "a")],
+        guests: false,
+        ..ClusterSpec::default()
+    });
+    let nodes = c.node_list();
+    assert_eq!(nodes.len(), 3, "{nodes:?}");
+    for n in &nodes {
+        assert_eq!(n.state, "ready", "{nodes:?}");
+        assert!(
+            !n.plugins.is_empty() && n.plugins.iter().all(|p| p.health == "healthy"),
+            "{nodes:?}"
+        );
+    }
+}

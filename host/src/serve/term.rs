@@ -113,6 +113,23 @@ fn plugins_ready(registry: &Weak<Registry>) -> Result<String, String> {
     }
 }
 
+/// Ready while every in-process node's agent is connected.
+fn nodes_ready(directory: &Weak<Directory>, nodes: &[String]) -> Result<String, String> {
+    use crate::manager::nodes::NodeAgent;
+    let Some(directory) = directory.upgrade() else {
+        return Ok("this server does not lead now".into());
+    };
+    let away: Vec<&str> = nodes
+        .iter()
+        .filter(|n| !directory.connected(n))
+        .map(String::as_str)
+        .collect();
+    match away.is_empty() {
+        true => Ok(format!("{} in-process node(s) connected", nodes.len())),
+        false => Err(format!("not connected: {}", away.join(", "))),
+    }
+}
+
 /// Runs the term until `shutdown` completes (or an in-process agent cannot start).
 pub(super) async fn lead(
     term: Term,
@@ -191,9 +208,14 @@ pub(super) async fn lead(
         directory.expect(n);
     }
     let _workers = manager.start();
-    // The API answers while the in-process agents check their records
-    // against the mount table: their nodes' steps wait until they connect.
-    let agents = tokio::spawn(start_node_agents(manager.clone(), directory.clone(), deadline));
+    // The API answers once the in-process nodes are connected (or 30 s have
+    // passed): a first `node list` shows them ready, their plugins known.
+    start_node_agents(manager.clone(), directory.clone(), deadline).await?;
+    let in_process: Vec<String> = manager.config().nodes.iter().map(|n| n.name.clone()).collect();
+    if !in_process.is_empty() {
+        let weak = Arc::downgrade(&directory);
+        metrics::readiness().set("nodes", Box::new(move || nodes_ready(&weak, &in_process)));
+    }
     let reloader = Arc::new(Reloader {
         path: config_path,
         policies: manager.policies().clone(),
@@ -234,17 +256,7 @@ pub(super) async fn lead(
         .add_service(api::introspection::health().await)
         .add_service(api::introspection::reflection()?)
         .serve_with_incoming_shutdown(UnixListenerStream::new(listener), shutdown);
-    let agents_failed = async {
-        match agents.await {
-            Ok(Ok(())) => std::future::pending().await,
-            Ok(Err(e)) => e,
-            Err(e) => format!("starting the in-process agents: {e}"),
-        }
-    };
-    let result = tokio::select! {
-        served = serving => served.map_err(|e| format!("serving the API: {e}")),
-        why = agents_failed => Err(why),
-    };
+    let result = serving.await.map_err(|e| format!("serving the API: {e}"));
     sighup.abort();
     result
 }
