@@ -8,6 +8,7 @@ pub mod allocator;
 pub mod api;
 pub mod cluster;
 pub mod config;
+pub mod credentials;
 pub mod csi;
 pub mod leadership;
 pub mod listener;
@@ -20,3 +21,6 @@ pub mod serve;
 pub mod store;
 pub mod text;
 pub mod units;
+
+#[cfg(test)]
+mod tidy;

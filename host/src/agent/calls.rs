@@ -3,54 +3,12 @@
 //! below the agent's two directories.
 
 use std::collections::HashMap;
-use std::path::{Path, PathBuf};
+use std::path::Path;
 
 use crate::csi::proto;
 use crate::csi::{CsiClient, CsiError, Failure};
-use crate::model::bounds::{self, OutOfBounds};
-
-#[derive(Clone, Debug, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
-pub struct Paths {
-    pub staging_dir: PathBuf,
-    pub publish_dir: PathBuf,
-}
-
-impl Paths {
-    /// The two directories below `dir`, as `[[node]] dir` has always had them.
-    pub fn under(dir: &Path) -> Paths {
-        Paths {
-            staging_dir: dir.join("staging"),
-            publish_dir: dir.join("publish"),
-        }
-    }
-
-    /// The volume's staging path; refused unless the id is one plain path
-    /// component, so the path stays inside the staging directory.
-    pub fn staging(&self, berth_id: &str) -> Result<PathBuf, OutOfBounds> {
-        bounds::plain("volume id", berth_id)?;
-        Ok(self.staging_dir.join(berth_id))
-    }
-
-    /// The volume's target path, inside the publish directory as `staging`.
-    pub fn target(&self, berth_id: &str) -> Result<PathBuf, OutOfBounds> {
-        bounds::plain("volume id", berth_id)?;
-        Ok(self.publish_dir.join(berth_id))
-    }
-
-    /// Whether `path` (as a server sent it) is a volume's path of these
-    /// directories: a plain name directly below one of them.
-    pub fn holds(&self, path: &str) -> bool {
-        let path = Path::new(path);
-        let inside = path
-            .parent()
-            .is_some_and(|p| p == self.staging_dir || p == self.publish_dir);
-        let named = path
-            .file_name()
-            .and_then(|n| n.to_str())
-            .is_some_and(|n| bounds::plain("volume id", n).is_ok());
-        inside && named
-    }
-}
+pub use crate::model::Paths;
+use crate::model::bounds::OutOfBounds;
 
 /// A volume id the agent will not make a path of, as a step's failure.
 pub fn refused_id(call: &'static str, e: OutOfBounds) -> CsiError {

@@ -238,7 +238,7 @@ impl Agent {
                             humantime::format_duration(last_heard.elapsed())
                         ));
                     }
-                    let now = crate::manager::now_ms();
+                    let now = crate::model::clock::now_ms();
                     match to_server.try_send(up(Up::Heartbeat(wire::Heartbeat { sent_unix_ms: now }))) {
                         Ok(()) => {}
                         Err(mpsc::error::TrySendError::Full(_)) => {

@@ -18,35 +18,7 @@ const CACHE_BYTES: usize = 2 << 20;
 /// A file shorter than this cannot hold redb's header and a first commit.
 const UNFINISHED_BELOW: u64 = 4096;
 
-/// How far a volume is on a node, in the order steps take it.
-#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, PartialOrd, Ord, Serialize, Deserialize)]
-#[serde(rename_all = "kebab-case")]
-pub enum Level {
-    #[default]
-    Absent,
-    Staged,
-    Published,
-}
-
-impl Level {
-    pub fn from_wire(level: i32) -> Level {
-        use berth_proto::berth::v1::NodeLevel;
-        match NodeLevel::try_from(level) {
-            Ok(NodeLevel::Staged) => Level::Staged,
-            Ok(NodeLevel::Published) => Level::Published,
-            _ => Level::Absent,
-        }
-    }
-
-    pub fn to_wire(self) -> i32 {
-        use berth_proto::berth::v1::NodeLevel;
-        (match self {
-            Level::Absent => NodeLevel::Absent,
-            Level::Staged => NodeLevel::Staged,
-            Level::Published => NodeLevel::Published,
-        }) as i32
-    }
-}
+pub use crate::model::NodeLevel as Level;
 
 /// One volume the node holds.
 #[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]

@@ -18,8 +18,7 @@ use rustls::pki_types::{CertificateDer, PrivateKeyDer, ServerName, UnixTime};
 use rustls::{ClientConfig, DigitallySignedStruct, RootCertStore, SignatureScheme};
 use tonic::transport::{Channel, Uri};
 
-use crate::cluster::pki::fingerprint;
-use crate::cluster::tokens::JoinToken;
+use crate::credentials::{JoinToken, fingerprint};
 use crate::store::{private_dir, private_file};
 
 /// What the agent presents: its certificate and key, and the CA it trusts.

@@ -18,11 +18,17 @@ pub use socket::bind;
 use crate::csi::registry::Health;
 use crate::manager::{RequestError, VolumeManager};
 use crate::policy::{OnError, PolicyStats};
-use crate::serve::Reloader;
+
+/// What reloads the policy modules from the config file, all or none
+/// (`berth serve` implements it; the API only asks).
+#[tonic::async_trait]
+pub trait PolicyReload: Send + Sync {
+    async fn reload(&self) -> Result<Vec<PolicyStats>, String>;
+}
 
 pub struct BerthApi {
     manager: Arc<VolumeManager>,
-    reloader: Arc<Reloader>,
+    reloader: Arc<dyn PolicyReload>,
     /// The TLS cluster endpoint, when there is one (join tokens come from its CA).
     cluster: Option<Arc<crate::cluster::pki::ClusterTls>>,
     /// With the etcd store: this server's part in the election (it leads
@@ -33,7 +39,7 @@ pub struct BerthApi {
 impl BerthApi {
     pub fn new(
         manager: Arc<VolumeManager>,
-        reloader: Arc<Reloader>,
+        reloader: Arc<dyn PolicyReload>,
         cluster: Option<Arc<crate::cluster::pki::ClusterTls>>,
         election: Option<Arc<crate::leadership::Election>>,
     ) -> Self {

@@ -4,10 +4,10 @@ use std::path::PathBuf;
 use std::process::ExitCode;
 use std::sync::Arc;
 
-use berth::agent::calls::Paths;
 use berth::agent::config::AgentConfig;
 use berth::agent::{Agent, AgentSpec, dial};
 use berth::metrics;
+use berth::model::Paths;
 use clap::Args;
 
 #[derive(Debug, Args)]

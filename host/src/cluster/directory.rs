@@ -14,28 +14,15 @@ use berth_proto::berth::v1::server_message::Message as Down;
 use tokio::sync::{mpsc, oneshot};
 
 use super::session::ToAgent;
-use crate::agent::calls::Paths;
 use crate::agent::converge::failure_from_wire;
 use crate::agent::plugins::status_of;
-use crate::agent::record::Level;
 use crate::csi::fingerprint::{Fingerprint, NodeInfo};
 use crate::csi::registry::{Health, PluginStatus};
 use crate::csi::{CsiError, Failure};
-use crate::manager::nodes::{NodeState, NodeSummary};
+use crate::manager::nodes::{NodeState, NodeSummary, NodeSync};
+use crate::model::NodeLevel as Level;
+use crate::model::Paths;
 use crate::store::NodeRecord;
-
-/// What the manager does when a node (re)registers.
-#[tonic::async_trait]
-pub trait NodeSync: Send + Sync {
-    /// The node's complete desired set, given what it holds. Records the
-    /// node no longer backs are lowered here.
-    async fn desired_set(&self, node: &str, held: &[wire::Held]) -> Vec<wire::Desired>;
-    /// The node takes operations again: its volumes are worth another look.
-    fn node_ready(&self, node: &str);
-    /// A node new to the server, or with new labels or plugins: remembered
-    /// durably, so a restarted server knows it before its agent is back.
-    async fn remember(&self, node: NodeRecord);
-}
 
 struct Waiter {
     attempt: u64,

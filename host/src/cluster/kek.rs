@@ -11,7 +11,7 @@ use ring::aead::{Aad, CHACHA20_POLY1305, LessSafeKey, NONCE_LEN, Nonce, UnboundK
 use ring::rand::{SecureRandom, SystemRandom};
 use sha2::{Digest, Sha256};
 
-use super::pki::hex;
+use crate::credentials::hex;
 use crate::store::{private_dir, private_file};
 
 const KEY_LEN: usize = 32;

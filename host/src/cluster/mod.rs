@@ -15,4 +15,5 @@ pub mod service;
 pub mod session;
 pub mod tokens;
 
-pub use directory::{Directory, NodeSync};
+pub use crate::manager::nodes::NodeSync;
+pub use directory::Directory;

@@ -7,11 +7,13 @@ use std::path::PathBuf;
 use berth_proto::berth::v1 as wire;
 
 use super::directory::{Directory, lock};
-use crate::agent::calls::{Paths, refused_id, staging_arg};
-use crate::agent::record::Level;
+use crate::agent::calls::{refused_id, staging_arg};
 use crate::csi::registry::PluginStatus;
 use crate::csi::{CsiError, proto};
 use crate::manager::nodes::{NodeAgent, NodeSummary, NodeVolume};
+use crate::model::NodeLevel as Level;
+use crate::model::Paths;
+use crate::store::NodeRecord;
 
 fn mismatched(node: &str, call: &'static str) -> CsiError {
     CsiError::invalid(&format!("agent {node}"), call, "the agent answered another call")
@@ -51,6 +53,18 @@ impl NodeAgent for Directory {
 
     fn node(&self, node: &str) -> Option<NodeSummary> {
         self.get(node).map(|n| self.summary(node, &lock(&n)))
+    }
+
+    fn mark(&self, node: &str, draining: Option<bool>, forgotten: bool) -> Option<NodeRecord> {
+        Directory::mark(self, node, draining, forgotten)
+    }
+
+    fn node_record(&self, node: &str) -> Option<NodeRecord> {
+        Directory::node_record(self, node)
+    }
+
+    fn remove(&self, node: &str) {
+        Directory::remove(self, node)
     }
 
     fn plugin_status(&self, node: &str, plugin: &str) -> Option<PluginStatus> {

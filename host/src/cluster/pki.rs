@@ -11,7 +11,6 @@ use rcgen::{
     BasicConstraints, CertificateParams, CertificateSigningRequestParams, DnType, ExtendedKeyUsagePurpose,
     IsCa, Issuer, KeyPair, KeyUsagePurpose,
 };
-use sha2::{Digest, Sha256};
 
 use crate::store::{private_dir, private_file};
 
@@ -41,15 +40,7 @@ pub fn is_server_certificate(der: &[u8]) -> bool {
     named && serves
 }
 
-/// The hex SHA-256 of a certificate's DER form.
-pub fn fingerprint(der: &[u8]) -> String {
-    hex(&Sha256::digest(der))
-}
-
-/// Lower-case hex of `bytes` (fingerprints, token parts, sealed values).
-pub(crate) fn hex(bytes: &[u8]) -> String {
-    bytes.iter().map(|b| format!("{b:02x}")).collect()
-}
+pub use crate::credentials::fingerprint;
 
 pub struct ClusterCa {
     cert_pem: String,
@@ -182,39 +173,6 @@ pub struct ClusterTls {
     pub tokens: super::tokens::JoinTokens,
     /// host:port, as agents dial it.
     pub address: String,
-}
-
-/// The server certificate's names: those configured, else this machine's
-/// loopback names, the address's own IP (unless it is a wildcard) and host name.
-pub fn server_names(address: Option<&str>, names: Vec<String>) -> Result<Vec<String>, String> {
-    if let Some(bad) = names
-        .iter()
-        .find(|n| n.is_empty() || n.contains(char::is_whitespace))
-    {
-        return Err(format!("{bad:?} is not a host name or address"));
-    }
-    if !names.is_empty() || address.is_none() {
-        return Ok(names);
-    }
-    let mut out = vec![
-        "localhost".to_string(),
-        "127.0.0.1".to_string(),
-        "::1".to_string(),
-    ];
-    if let Some(ip) = address
-        .and_then(|a| a.parse::<std::net::SocketAddr>().ok())
-        .map(|a| a.ip())
-        .filter(|ip| !ip.is_unspecified() && !ip.is_loopback())
-    {
-        out.push(ip.to_string());
-    }
-    if let Ok(host) = std::fs::read_to_string("/proc/sys/kernel/hostname") {
-        let host = host.trim();
-        if !host.is_empty() {
-            out.push(host.to_string());
-        }
-    }
-    Ok(out)
 }
 
 /// Where a server keeps its cluster CA: beside its store.

@@ -97,7 +97,7 @@ impl Cluster for ClusterService {
             tonic::Status::from(e)
         };
         tls.tokens.admit(peer.map(|a| a.ip())).map_err(refuse)?;
-        crate::config::name_ok("node", &r.node).map_err(|e| refuse(TokenError::Invalid(e.to_string())))?;
+        crate::model::bounds::name(&r.node).map_err(|e| refuse(TokenError::Invalid(format!("node {e}"))))?;
         // Signing first: a request that is not valid spends no token.
         let (certificate, fp) = tls
             .ca

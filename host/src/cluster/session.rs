@@ -53,8 +53,8 @@ pub async fn serve_session(
         Err(_) => return refuse(&to_agent, "no registration within 10s".into()),
     };
     let node = register.node.clone();
-    if let Err(why) = crate::config::name_ok("node", &node)
-        .map_err(|e| e.to_string())
+    if let Err(why) = crate::model::bounds::name(&node)
+        .map_err(|e| format!("node {e}"))
         .and_then(|()| allowed(&node))
         .and_then(|()| claims::register(&register).map_err(|e| format!("node {node:?} claims too much: {e}")))
     {

@@ -18,12 +18,10 @@ use rand::Rng;
 use sha2::{Digest, Sha256};
 use tokio::time::Instant;
 
-use super::pki::hex;
+pub use crate::credentials::JoinToken;
+use crate::credentials::{TOKEN_PREFIX, hex};
 use crate::store::{Store, StoreError, TokenRecord};
 
-pub const TOKEN_PREFIX: &str = "berth2";
-/// Tokens from before they were stored: refused, with what to do instead.
-const OLD_PREFIX: &str = "berth1";
 /// Live tokens at most: each is a record in the store.
 const MAX_TOKENS: usize = 1000;
 /// Joins one token may allow.
@@ -39,39 +37,7 @@ fn sha256_hex(text: &str) -> String {
     hex(&Sha256::digest(text.as_bytes()))
 }
 
-fn now_ms() -> u64 {
-    crate::manager::now_ms()
-}
-
-/// What a token's text says, before the server looks it up.
-#[derive(Debug, PartialEq, Eq)]
-pub struct JoinToken {
-    pub ca_fingerprint: String,
-    pub id: String,
-    secret: String,
-}
-
-impl JoinToken {
-    pub fn parse(text: &str) -> Result<JoinToken, String> {
-        let parts: Vec<&str> = text.trim().split('.').collect();
-        let is_hex = |s: &str, len: usize| s.len() == len && s.bytes().all(|b| b.is_ascii_hexdigit());
-        match parts[..] {
-            [TOKEN_PREFIX, ca, id, secret] if is_hex(ca, 64) && is_hex(id, 16) && is_hex(secret, 64) => {
-                Ok(JoinToken {
-                    ca_fingerprint: ca.to_ascii_lowercase(),
-                    id: id.to_ascii_lowercase(),
-                    secret: secret.to_ascii_lowercase(),
-                })
-            }
-            [OLD_PREFIX, ..] => Err(
-                "this join token was made by an earlier release of Berth and is no longer accepted: make one for this node with `berth cluster token --node NAME`".into(),
-            ),
-            _ => Err(
-                "this is not a Berth join token (berth2.<CA fingerprint>.<id>.<secret>; `berth cluster token --node NAME` prints one)".into(),
-            ),
-        }
-    }
-}
+use crate::model::clock::now_ms;
 
 /// What an operator asks for.
 #[derive(Clone, Debug)]
@@ -187,7 +153,7 @@ impl JoinTokens {
         }
         let uses = match (&request.node, request.uses) {
             (Some(node), 0 | 1) => {
-                crate::config::name_ok("node", node).map_err(|e| TokenError::Invalid(e.to_string()))?;
+                crate::model::bounds::name(node).map_err(|e| TokenError::Invalid(format!("node {e}")))?;
                 1
             }
             (Some(_), _) => return invalid("a token for one node is used once; leave out --uses".into()),
@@ -287,7 +253,7 @@ impl JoinTokens {
             return refused("the join token is not valid (unknown, revoked or used up)".into());
         };
         // Constant time: the hash of the secret is what is compared.
-        let presented = sha256_hex(&token.secret);
+        let presented = sha256_hex(token.secret());
         let same = presented
             .bytes()
             .zip(record.secret_sha256.bytes())

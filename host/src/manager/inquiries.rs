@@ -1,7 +1,6 @@
 //! Questions asked of the plugins on an operator's behalf, changing
 //! nothing: a volume's health and usage, and orphans on either side.
 
-use super::nodes::NodeAgent;
 use super::{RequestError, VolumeManager};
 use crate::csi::proto;
 use crate::csi::proto::controller_service_capability::rpc::Type as ControllerCap;

@@ -45,7 +45,7 @@ pub use snapshots::SnapshotView;
 pub use table::{Counts, Waiting};
 
 use std::sync::Arc;
-use std::time::{Duration, SystemTime, UNIX_EPOCH};
+use std::time::Duration;
 
 use tokio::sync::watch;
 
@@ -55,7 +55,6 @@ use crate::model::{VolumeRecord, VolumeState};
 use crate::policy::Policies;
 use crate::secrets::Secrets;
 use crate::store::{Store, StoreError};
-use nodes::NodeAgent;
 use queue::Queue;
 use table::VolumeTable;
 
@@ -98,7 +97,7 @@ pub struct VolumeManager {
     policies: Arc<Policies>,
     secrets: Secrets,
     /// Every node, through its agent.
-    nodes: Arc<crate::cluster::Directory>,
+    nodes: Arc<dyn nodes::NodeAgent>,
     queue: Queue,
     capacity: capacity::CapacityCache,
     /// With several servers: whether this one may still act as the leader.
@@ -109,11 +108,7 @@ pub struct VolumeManager {
 /// may have run out.
 pub type Tenure = Box<dyn Fn() -> bool + Send + Sync>;
 
-pub(crate) fn now_ms() -> u64 {
-    SystemTime::now()
-        .duration_since(UNIX_EPOCH)
-        .map_or(0, |d| d.as_millis() as u64)
-}
+pub(crate) use crate::model::clock::now_ms;
 
 impl VolumeManager {
     /// Loads every volume from the store; call [`VolumeManager::start`] to reconcile.
@@ -122,7 +117,7 @@ impl VolumeManager {
         store: Arc<dyn Store>,
         registry: Arc<Registry>,
         policies: Arc<Policies>,
-        nodes: Arc<crate::cluster::Directory>,
+        nodes: Arc<dyn nodes::NodeAgent>,
     ) -> Result<Arc<Self>, StoreError> {
         Ok(Arc::new(VolumeManager {
             table: VolumeTable::load(store)?,

@@ -17,8 +17,8 @@ use std::sync::Arc;
 use berth_proto::berth::v1 as wire;
 
 use super::VolumeManager;
-use crate::agent::record::Level;
-use crate::cluster::NodeSync;
+use super::nodes::NodeSync;
+use crate::model::NodeLevel as Level;
 use crate::model::PublishStep;
 use crate::store::{NodeRecord, StoreError};
 

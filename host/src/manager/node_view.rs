@@ -6,7 +6,6 @@
 use std::collections::BTreeMap;
 
 use super::VolumeManager;
-use super::nodes::NodeAgent;
 use super::nodes::{NodeState, NodeSummary};
 use crate::csi::fingerprint::NodeInfo;
 use crate::csi::registry::Health;

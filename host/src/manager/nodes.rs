@@ -9,9 +9,12 @@ use std::time::SystemTime;
 
 use serde::Serialize;
 
+use berth_proto::berth::v1 as wire;
+
 use crate::csi::CsiError;
 use crate::csi::proto;
 use crate::csi::registry::PluginStatus;
+use crate::store::NodeRecord;
 
 /// What a node operation needs besides the paths, which the agent owns.
 pub struct NodeVolume {
@@ -62,8 +65,28 @@ pub struct NodeSummary {
     pub draining: bool,
 }
 
+/// What the manager does when a node (re)registers.
+#[tonic::async_trait]
+pub trait NodeSync: Send + Sync {
+    /// The node's complete desired set, given what it holds. Records the
+    /// node no longer backs are lowered here.
+    async fn desired_set(&self, node: &str, held: &[wire::Held]) -> Vec<wire::Desired>;
+    /// The node takes operations again: its volumes are worth another look.
+    fn node_ready(&self, node: &str);
+    /// A node new to the server, or with new labels or plugins: remembered
+    /// durably, so a restarted server knows it before its agent is back.
+    async fn remember(&self, node: NodeRecord);
+}
+
 #[tonic::async_trait]
 pub trait NodeAgent: Send + Sync {
+    /// Marks a node draining (or not), or forgotten; the node as it is now
+    /// to be remembered. `None` when there is no such node.
+    fn mark(&self, node: &str, draining: Option<bool>, forgotten: bool) -> Option<NodeRecord>;
+    /// The node as the store keeps it, when it is known.
+    fn node_record(&self, node: &str) -> Option<NodeRecord>;
+    /// Drops a node; its agent's session ends.
+    fn remove(&self, node: &str);
     /// Every node known, by name.
     fn nodes(&self) -> Vec<NodeSummary>;
     fn node(&self, node: &str) -> Option<NodeSummary>;

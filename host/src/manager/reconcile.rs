@@ -6,7 +6,6 @@
 use std::sync::Arc;
 use std::time::Duration;
 
-use super::nodes::NodeAgent;
 use super::outcome::{Apply, PolicyFailure, StepError, Unwritten, done_effect, refused_outright};
 use super::plan::{Caps, Step, next_step};
 use super::{RequestError, VolumeManager, now_ms};

@@ -3,7 +3,7 @@
 
 use std::collections::BTreeMap;
 
-use super::nodes::{NodeAgent, NodeState};
+use super::nodes::NodeState;
 use super::table::Inserted;
 use super::{RequestError, VolumeManager};
 use crate::config::Config;

@@ -5,7 +5,6 @@ use std::collections::HashMap;
 use std::sync::Arc;
 
 use super::VolumeManager;
-use super::nodes::NodeAgent;
 use super::nodes::NodeVolume;
 use super::outcome::{Apply, StepError, Unwritten, done_effect, set_step, step_error};
 use super::plan::Step;

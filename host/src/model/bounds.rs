@@ -13,6 +13,8 @@ pub const NODE_PLUGINS_MAX: usize = 64;
 pub const LABELS_MAX: usize = 64;
 pub const LABEL_KEY_MAX: usize = 128;
 pub const LABEL_VALUE_MAX: usize = 256;
+/// An operator's name: bytes.
+pub const NAME_MAX: usize = 63;
 /// A plain name (a path component): bytes.
 pub const PLAIN_MAX: usize = 128;
 /// A node plugin's fingerprint as an agent reports it.
@@ -62,6 +64,25 @@ pub fn plain(what: &str, name: &str) -> Result<(), OutOfBounds> {
         Err(out(
             format!("{what} {:?}", shown(name)),
             format!("must be 1 to {PLAIN_MAX} letters, digits, '-', '_' or '.', not starting with '.'"),
+        ))
+    }
+}
+
+/// An operator's name (a node, a plugin, a policy module): 1 to 63 ASCII
+/// letters, digits, '-', '_' or '.', not starting with '.'.
+pub fn name(name: &str) -> Result<(), OutOfBounds> {
+    let ok = !name.is_empty()
+        && name.len() <= NAME_MAX
+        && name
+            .chars()
+            .all(|c| c.is_ascii_alphanumeric() || matches!(c, '-' | '_' | '.'))
+        && !name.starts_with('.');
+    if ok {
+        Ok(())
+    } else {
+        Err(out(
+            format!("{:?}", shown(name)),
+            format!("must be 1 to {NAME_MAX} letters, digits, '-', '_' or '.', not starting with '.'"),
         ))
     }
 }

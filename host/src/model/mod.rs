@@ -3,13 +3,16 @@
 //! as one record per volume.
 
 pub mod bounds;
+pub mod clock;
 mod map;
+mod node;
 mod spec;
 mod state;
 
 use serde::{Deserialize, Serialize};
 
 pub use map::VecMap;
+pub use node::{NodeLevel, Paths};
 pub use spec::{AccessMode, AccessType, SourceKind, VolumeSource, VolumeSpec};
 pub use state::{PublicationState, VolumeState};
 

@@ -8,7 +8,6 @@ use berth_proto::berth::v1::berth_server::BerthServer;
 use berth_proto::berth::v1::cluster_server::ClusterServer;
 use tokio_stream::wrappers::UnixListenerStream;
 
-use crate::agent::calls::Paths;
 use crate::agent::{Agent, AgentSpec};
 use crate::api::BerthApi;
 use crate::cluster::Directory;
@@ -17,6 +16,7 @@ use crate::cluster::service::{ClusterService, link_in_process};
 use crate::cluster::tokens::JoinTokens;
 use crate::leadership::forward::only_servers;
 use crate::manager::VolumeManager;
+use crate::model::Paths;
 
 /// The in-process agents of the `[[node]]`s: each keeps its record beside
 /// its node's paths and has a session like any agent. Returns once every

@@ -35,6 +35,13 @@ pub struct Reloader {
     pub(super) policies: Arc<Policies>,
 }
 
+#[tonic::async_trait]
+impl crate::api::PolicyReload for Arc<Reloader> {
+    async fn reload(&self) -> Result<Vec<PolicyStats>, String> {
+        Reloader::reload(self).await
+    }
+}
+
 impl Reloader {
     /// Reads the file again and swaps its modules in, all or none. A module
     /// needing more memory than the engine was started with needs a restart.

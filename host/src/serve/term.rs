@@ -11,7 +11,6 @@ use tokio_stream::wrappers::UnixListenerStream;
 
 use super::endpoints::{Forwarded, bind_tls, serve_cluster, serve_cluster_tls, start_node_agents};
 use super::{Reloader, modules};
-use crate::agent::calls::Paths;
 use crate::api::{self, BerthApi};
 use crate::cluster::Directory;
 use crate::cluster::pki::ClusterCa;
@@ -23,6 +22,7 @@ use crate::csi::registry::{Health, PluginSpec, Registry};
 use crate::leadership::Election;
 use crate::manager::{VolumeManager, as_sync};
 use crate::metrics::{self, live::Observed};
+use crate::model::Paths;
 use crate::policy::builtin::Builtins;
 use crate::policy::{EngineOptions, Policies, PolicyEngine};
 use crate::store::{NodeRecord, Store};
@@ -223,7 +223,7 @@ pub(super) async fn lead(
     let sighup = reloader.clone().on_sighup()?;
     let api = Arc::new(BerthApi::new(
         manager.clone(),
-        reloader,
+        Arc::new(reloader),
         tls.as_ref().map(|(tls, _)| tls.clone()),
         election.clone(),
     ));

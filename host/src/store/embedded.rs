@@ -401,9 +401,7 @@ mod tests {
             draining: true,
             forgotten: false,
             cert: None,
-            paths: Some(crate::agent::calls::Paths::under(Path::new(
-                "/var/lib/berth/node",
-            ))),
+            paths: Some(crate::model::Paths::under(Path::new("/var/lib/berth/node"))),
         };
         store.put_node(&node).await.unwrap();
         drop(store);

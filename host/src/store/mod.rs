@@ -72,7 +72,7 @@ pub struct NodeRecord {
     /// Where the node's agent stages and publishes, as it last registered:
     /// volumes show their paths while the agent is away.
     #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub paths: Option<crate::agent::calls::Paths>,
+    pub paths: Option<crate::model::Paths>,
 }
 
 /// A join token as the store keeps it: never the secret, only its SHA-256,
