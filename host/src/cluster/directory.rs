@@ -48,7 +48,11 @@ pub(super) struct Node {
     pub(super) plugins: BTreeMap<String, PluginStatus>,
     paths: Option<Paths>,
     pub(super) link: Option<Link>,
+    /// When the agent was last heard from: shown (wall clock), and judged
+    /// by the monotonic clock, so a step of the wall clock changes no
+    /// node's freshness.
     last_seen: Option<SystemTime>,
+    last_heard: Option<tokio::time::Instant>,
     version: u64,
     attempt: u64,
     waiters: HashMap<String, Vec<Waiter>>,
@@ -397,6 +401,7 @@ impl Directory {
             publish_dir: PathBuf::from(&r.publish_dir),
         });
         n.last_seen = Some(SystemTime::now());
+        n.last_heard = Some(tokio::time::Instant::now());
         fail_waiting(&mut n, &r.node, "the agent registered again");
         if let Some(older) = n.link.take() {
             tracing::warn!(node = %r.node, "a newer session of the node replaces an open one; the older is closed");
@@ -448,7 +453,9 @@ impl Directory {
 
     pub(super) fn heard(&self, node: &str) {
         if let Some(entry) = self.get(node) {
-            lock(&entry).last_seen = Some(SystemTime::now());
+            let mut n = lock(&entry);
+            n.last_seen = Some(SystemTime::now());
+            n.last_heard = Some(tokio::time::Instant::now());
         }
     }
 
@@ -590,9 +597,8 @@ impl Directory {
 
     pub(super) fn summary(&self, name: &str, n: &Node) -> NodeSummary {
         let fresh = n
-            .last_seen
-            .and_then(|t| t.elapsed().ok())
-            .is_some_and(|age| age <= self.heartbeat_timeout);
+            .last_heard
+            .is_some_and(|t| t.elapsed() <= self.heartbeat_timeout);
         let state = match (&n.link, n.last_seen) {
             _ if n.forgotten => NodeState::Forgotten,
             (Some(l), _) if l.synced && fresh => NodeState::Ready,

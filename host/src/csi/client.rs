@@ -3,7 +3,9 @@
 use std::future::Future;
 use std::io;
 use std::sync::{Arc, RwLock};
-use std::time::{Duration, Instant};
+use std::time::Duration;
+
+use tokio::time::Instant;
 
 use hyper_util::rt::TokioIo;
 use tokio::net::UnixStream;

@@ -56,7 +56,7 @@ pub struct Election {
     lease: Mutex<i64>,
     /// Until when (ms after `epoch`) this server can vouch for its lease.
     valid_until: AtomicU64,
-    epoch: std::time::Instant,
+    epoch: Instant,
 }
 
 /// A lease held, with its keep-alive stream; how long it is good for, by
@@ -88,7 +88,7 @@ impl Election {
             role,
             lease: Mutex::new(0),
             valid_until: AtomicU64::new(0),
-            epoch: std::time::Instant::now(),
+            epoch: Instant::now(),
         });
         let first = election
             .grant()
@@ -139,11 +139,12 @@ impl Election {
     /// checks it before each call to a plugin, so one woken from a pause
     /// past its lease sends nothing before it steps down.
     pub fn vouches(&self) -> bool {
-        (self.epoch.elapsed().as_millis() as u64) < self.valid_until.load(Ordering::Acquire)
+        let since = Instant::now().saturating_duration_since(self.epoch);
+        (since.as_millis() as u64) < self.valid_until.load(Ordering::Acquire)
     }
 
     fn vouch_until(&self, until: Instant) {
-        let ms = until.into_std().saturating_duration_since(self.epoch).as_millis() as u64;
+        let ms = until.saturating_duration_since(self.epoch).as_millis() as u64;
         self.valid_until.store(ms, Ordering::Release);
     }
 

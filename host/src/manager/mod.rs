@@ -20,6 +20,7 @@
 
 mod adoption;
 mod capacity;
+mod deadlines;
 mod decisions;
 mod gauges;
 mod indexes;
@@ -99,6 +100,8 @@ pub struct VolumeManager {
     /// Every node, through its agent.
     nodes: Arc<dyn nodes::NodeAgent>,
     queue: Queue,
+    /// When each retrying volume is due, by the monotonic clock.
+    deadlines: deadlines::Deadlines,
     capacity: capacity::CapacityCache,
     /// With several servers: whether this one may still act as the leader.
     tenure: std::sync::OnceLock<Tenure>,
@@ -127,6 +130,7 @@ impl VolumeManager {
             policies,
             nodes,
             queue: Queue::default(),
+            deadlines: Default::default(),
             capacity: Default::default(),
             tenure: std::sync::OnceLock::new(),
         }))
@@ -228,6 +232,7 @@ impl VolumeManager {
 
     /// Removes a volume for good (after DeleteVolume, or if it never existed on a plugin).
     async fn remove_record(&self, id: &str) -> Result<(), StoreError> {
+        self.deadlines.clear(id);
         self.table.remove(id).await
     }
 

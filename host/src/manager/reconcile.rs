@@ -66,9 +66,9 @@ impl VolumeManager {
                 return self.finish(id, &record, &mut unwritten).await;
             }
             if let Some(r) = &record.retrying {
-                let now = now_ms();
-                if r.next_attempt_ms > now {
-                    self.wake_after(id, Duration::from_millis(r.next_attempt_ms - now));
+                let wait = self.deadlines.remaining(id, r, now_ms());
+                if !wait.is_zero() {
+                    self.wake_after(id, wait);
                     return self.finish(id, &record, &mut unwritten).await;
                 }
             }
@@ -123,7 +123,9 @@ impl VolumeManager {
             {
                 Ok(apply) => {
                     apply(&mut record);
-                    record.retrying = None;
+                    if record.retrying.take().is_some() {
+                        self.deadlines.clear(id);
+                    }
                     unwritten.push(apply);
                     if let Some(event) = self.step_done(&step, &record) {
                         event(&mut record);
@@ -317,17 +319,18 @@ impl VolumeManager {
                 self.write_unwritten(&record.id, unwritten, |_| {}).await
             }
             RetryDecision::RetryAfter(ms) => {
-                self.write_unwritten(&record.id, unwritten, |r| {
-                    r.retrying = Some(Retrying {
-                        operation: label.clone(),
-                        attempt,
-                        first_failure_ms: first,
-                        next_attempt_ms: now_ms() + ms,
-                        last_error: cut(e.message.clone(), LAST_ERROR_MAX),
-                        policy_failures,
-                    });
-                })
-                .await
+                let retry = Retrying {
+                    operation: label.clone(),
+                    attempt,
+                    first_failure_ms: first,
+                    next_attempt_ms: now_ms() + ms,
+                    delay_ms: ms,
+                    last_error: cut(e.message.clone(), LAST_ERROR_MAX),
+                    policy_failures,
+                };
+                self.deadlines.set(&record.id, &retry, Duration::from_millis(ms));
+                self.write_unwritten(&record.id, unwritten, |r| r.retrying = Some(retry))
+                    .await
             }
             RetryDecision::GiveUp(reason) => {
                 let latest = self

@@ -406,6 +406,7 @@ mod tests {
                 attempt: 1,
                 first_failure_ms: 0,
                 next_attempt_ms: 0,
+                delay_ms: 0,
                 last_error: String::new(),
                 policy_failures: 0,
             });

@@ -192,6 +192,10 @@ pub struct Retrying {
     pub attempt: u32,
     pub first_failure_ms: u64,
     pub next_attempt_ms: u64,
+    /// The wait the retry policy asked for (0 in records from before it
+    /// was kept): after a restart, the wait left is never longer.
+    #[serde(default, skip_serializing_if = "is_zero_u64")]
+    pub delay_ms: u64,
     pub last_error: String,
     /// Policy failures in a row (a guest that failed to decide, under
     /// `on_error = "fail"`); a few end in a give-up.
@@ -200,6 +204,10 @@ pub struct Retrying {
 }
 
 fn is_zero(n: &u32) -> bool {
+    *n == 0
+}
+
+fn is_zero_u64(n: &u64) -> bool {
     *n == 0
 }
 
