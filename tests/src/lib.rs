@@ -26,59 +26,76 @@ use tonic::transport::Channel;
 
 /// A binary built by this workspace (`berth`, `hostpath-plugin`).
 ///
-/// Tests live in `target/<profile>/deps/`; the binaries sit one level up.
-/// The first call in a test process runs `cargo build` for them (a quick
-/// no-op when they are current), so `cargo test` never starts a stale or
-/// missing binary; `BERTH_TEST_PREBUILT=1` skips that when the caller built
-/// them already.
+/// Tests live in `target/<profile>/deps/`; the binaries sit one level up,
+/// built before the tests run (`cargo xtask test` builds them; by hand,
+/// `cargo build --bins -p berth -p hostpath-plugin` in the tests' profile).
+/// A test never builds them itself: one missing, or older than the sources
+/// it is built from, stops the test with what to run.
+/// `BERTH_TEST_PREBUILT=1` skips that check when the caller just built them.
 pub fn bin(name: &str) -> PathBuf {
-    static BUILT: std::sync::OnceLock<Result<(), String>> = std::sync::OnceLock::new();
+    static CHECKED: std::sync::OnceLock<Result<(), String>> = std::sync::OnceLock::new();
     let exe = std::env::current_exe().expect("current test executable");
     let dir = exe.parent().and_then(Path::parent).expect("target directory");
-    if let Err(e) = BUILT.get_or_init(|| build_bins(dir)) {
+    if let Err(e) = CHECKED.get_or_init(|| check_bins(dir)) {
         panic!("{e}");
     }
-    let path = dir.join(name);
-    assert!(path.exists(), "{} is not built", path.display());
-    path
+    dir.join(name)
 }
 
-/// Builds the binaries the tests start into `dir` (`target/<profile>`).
-fn build_bins(dir: &Path) -> Result<(), String> {
+/// The newest modification time of a file below `path`.
+fn newest(path: &Path) -> Option<std::time::SystemTime> {
+    let meta = std::fs::metadata(path).ok()?;
+    if !meta.is_dir() {
+        return meta.modified().ok();
+    }
+    std::fs::read_dir(path)
+        .ok()?
+        .flatten()
+        .filter_map(|e| newest(&e.path()))
+        .max()
+}
+
+/// Whether the binaries in `dir` (`target/<profile>`) are there and newer
+/// than their sources.
+fn check_bins(dir: &Path) -> Result<(), String> {
     if std::env::var_os("BERTH_TEST_PREBUILT").is_some() {
         return Ok(());
     }
-    let target = dir.parent().ok_or("no target directory")?;
-    let mut cmd = Command::new(std::env::var_os("CARGO").unwrap_or_else(|| "cargo".into()));
-    cmd.current_dir(concat!(env!("CARGO_MANIFEST_DIR"), "/.."))
-        .args([
-            "build",
-            "--quiet",
-            "--bins",
-            "--package",
-            "berth",
-            "--package",
-            "hostpath-plugin",
-        ])
-        .env("CARGO_TARGET_DIR", target);
-    match dir.file_name().and_then(|n| n.to_str()) {
-        Some("debug") => {}
-        Some("release") => {
-            cmd.arg("--release");
-        }
-        Some(profile) => {
-            cmd.args(["--profile", profile]);
-        }
+    let root = Path::new(concat!(env!("CARGO_MANIFEST_DIR"), "/.."));
+    let profile = match dir.file_name().and_then(|n| n.to_str()) {
+        Some("debug") => String::new(),
+        Some("release") => " --release".into(),
+        Some(other) => format!(" --profile {other}"),
         None => return Err(format!("{} is not a profile directory", dir.display())),
+    };
+    let build = format!("cargo build --bins -p berth -p hostpath-plugin{profile}");
+    for (bin, sources) in [
+        (
+            "berth",
+            &["host/src", "host/templates", "proto", "wit", "Cargo.lock"][..],
+        ),
+        (
+            "hostpath-plugin",
+            &["examples/hostpath-plugin/src", "proto", "Cargo.lock"][..],
+        ),
+    ] {
+        let built = std::fs::metadata(dir.join(bin))
+            .and_then(|m| m.modified())
+            .map_err(|_| {
+                format!(
+                    "{bin} is not built in {}: run `{build}` (or `cargo xtask test`)",
+                    dir.display()
+                )
+            })?;
+        let source = sources.iter().filter_map(|s| newest(&root.join(s))).max();
+        if source.is_some_and(|s| s > built) {
+            return Err(format!(
+                "{bin} in {} is older than its sources: run `{build}` (or `cargo xtask test`)",
+                dir.display()
+            ));
+        }
     }
-    let status = cmd
-        .status()
-        .map_err(|e| format!("running cargo to build the binaries the tests start: {e}"))?;
-    if status.success() {
-        Ok(())
-    } else {
-        Err(format!("building berth and hostpath-plugin failed ({status})"))
-    }
+    Ok(())
 }
 
 /// The summary of volumes by state and outstanding work (cheap at any scale).

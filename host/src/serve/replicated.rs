@@ -116,6 +116,7 @@ pub(super) async fn run(
         // Its open connections are told to go away; new ones queue on the
         // socket until the term's server takes them.
         drop(following);
+        crate::metrics::readiness().set_failing("api", "elected: a term is starting".into());
         let warm = match mirror.take() {
             Some(m) => m.take(fence.create_revision, settings.lease_ttl).await,
             None => None,

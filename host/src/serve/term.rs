@@ -144,6 +144,8 @@ pub(super) async fn lead(
         election,
     } = term;
     metrics::set_leader(true);
+    // Not ready until the API answers (after the in-process nodes connect).
+    metrics::readiness().set_failing("api", "a term is starting".into());
     let policies = policies(&config)?;
     let controllers = controllers(&config).await;
     let _refresh = controllers.start();
@@ -210,12 +212,12 @@ pub(super) async fn lead(
     let _workers = manager.start();
     // The API answers once the in-process nodes are connected (or 30 s have
     // passed): a first `node list` shows them ready, their plugins known.
-    start_node_agents(manager.clone(), directory.clone(), deadline).await?;
     let in_process: Vec<String> = manager.config().nodes.iter().map(|n| n.name.clone()).collect();
     if !in_process.is_empty() {
         let weak = Arc::downgrade(&directory);
         metrics::readiness().set("nodes", Box::new(move || nodes_ready(&weak, &in_process)));
     }
+    start_node_agents(manager.clone(), directory.clone(), deadline).await?;
     let reloader = Arc::new(Reloader {
         path: config_path,
         policies: manager.policies().clone(),

@@ -1,0 +1,26 @@
+//! Berth's integration tests, one binary: real Berth, agent, plugin and etcd
+//! processes on real sockets (see each module for what it covers).
+
+mod agents;
+mod cluster_tls;
+mod csi_operations;
+mod etcd_servers;
+mod etcd_store;
+mod events;
+mod hardening;
+mod hostile_input;
+mod lifecycle;
+mod metrics;
+mod node_paths;
+mod operability;
+mod plugin_check;
+mod plugin_probe;
+mod policy_cli;
+mod policy_compat;
+mod policy_engine;
+mod policy_python;
+mod registry;
+mod reliability;
+mod sample_plugin;
+mod split_roles;
+mod store_compat;
