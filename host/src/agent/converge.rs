@@ -31,8 +31,11 @@ struct Volume {
     /// holds nothing yet.
     held: Option<Held>,
     /// The level the record says: at least `held`'s, higher while a raise
-    /// was asked of the plugin and not confirmed.
+    /// was asked of the plugin and not confirmed, or a lowering is under way.
     recorded: Level,
+    /// The most the plugin may hold, as far as this process knows: what
+    /// undoing starts from (the record's level, lowered by each call done).
+    bound: Level,
     wanted: Level,
     /// The server's parameters for raising, secrets included: in memory
     /// only, and only until the volume is where it is wanted.
@@ -78,8 +81,8 @@ impl Volume {
                 Step::Publish
             });
         }
-        // Lowering starts from what the record says the plugin may have done.
-        let top = self.recorded.max(level);
+        // Lowering starts from the most the plugin may have done.
+        let top = self.bound.max(level);
         if target >= top {
             return None;
         }
@@ -175,6 +178,7 @@ impl Converger {
                     id,
                     Volume {
                         recorded: h.level,
+                        bound: h.level,
                         held: Some(h),
                         wanted,
                         ..Volume::default()
@@ -360,7 +364,7 @@ impl Converger {
 
     async fn drive(self: Arc<Self>, id: String) {
         loop {
-            let (step, held, params, attempt) = {
+            let (step, target, held, params, attempt) = {
                 let mut volumes = self.lock();
                 let Some(v) = volumes.get_mut(&id) else { return };
                 let Some(step) = v.next().filter(|_| v.stalled != Some(v.attempt)) else {
@@ -375,6 +379,7 @@ impl Converger {
                 };
                 (
                     step,
+                    v.target(),
                     v.held.clone().unwrap_or_else(|| Held {
                         plugin: String::new(),
                         volume_id: String::new(),
@@ -393,15 +398,12 @@ impl Converger {
                 now.staged = p.staged;
                 now.volume_id = p.volume_id.clone();
             }
-            // A raise is recorded before the call: the record then names every
-            // path the plugin may have mounted.
+            // A raise is recorded before its first call, at the level it
+            // goes to: one write names every path the plugin may mount on
+            // the way (stage, then publish).
             let ahead = match raises {
                 true => {
-                    now.level = if matches!(step, Step::Stage) {
-                        Level::Staged
-                    } else {
-                        Level::Published
-                    };
+                    now.level = target;
                     self.write_ahead(&id, &now).await
                 }
                 false => Ok(()),
@@ -410,8 +412,10 @@ impl Converger {
                 Ok(()) => match self.call(step, &id, &held, params.as_deref()).await {
                     Ok(level) => {
                         now.level = level;
-                        // A lowering is recorded after the call.
-                        let written = match raises {
+                        // A lowering is recorded once it is where it goes: the
+                        // record above it meanwhile only makes a restart undo
+                        // from higher, which the mount table then corrects.
+                        let written = match raises || level > target {
                             true => Ok(()),
                             false => self.record.put(&id, &now).await.map_err(recording),
                         };
@@ -421,14 +425,17 @@ impl Converger {
                 },
                 Err(e) => Err(e),
             };
-            let (level, failure) = {
+            let (level, failure, arrived) = {
                 let mut volumes = self.lock();
                 let Some(v) = volumes.get_mut(&id) else { return };
                 match &result {
                     Ok(now) => {
                         v.held = Some(now.clone());
                         if !raises {
-                            v.recorded = now.level;
+                            v.bound = now.level;
+                            if now.level <= target {
+                                v.recorded = now.level;
+                            }
                         }
                     }
                     Err(_) => {
@@ -436,12 +443,15 @@ impl Converger {
                         v.running = false;
                     }
                 }
-                (v.level(), result.as_ref().err())
+                (v.level(), result.as_ref().err(), v.next().is_none())
             };
             if let Some(e) = failure {
                 tracing::warn!(id = %id, ?step, attempt, error = %e, "node step failed");
             }
-            self.report(&id, attempt, level, failure);
+            // Reported where the volume arrives, or where a call failed.
+            if failure.is_some() || arrived {
+                self.report(&id, attempt, level, failure);
+            }
             if failure.is_some() {
                 return;
             }
@@ -451,13 +461,17 @@ impl Converger {
     /// Records `now` (a raise about to be asked) unless the record already
     /// says as much.
     async fn write_ahead(&self, id: &str, now: &Held) -> Result<(), CsiError> {
-        let recorded = self.lock().get(id).map_or(Level::Absent, |v| v.recorded);
-        if recorded >= now.level {
+        if let Some(v) = self.lock().get_mut(id)
+            && v.recorded >= now.level
+        {
+            // Written already (an earlier raise, or a lowering that failed).
+            v.bound = v.bound.max(now.level);
             return Ok(());
         }
         self.record.put(id, now).await.map_err(recording)?;
         if let Some(v) = self.lock().get_mut(id) {
             v.recorded = v.recorded.max(now.level);
+            v.bound = v.bound.max(now.level);
         }
         Ok(())
     }
@@ -482,14 +496,27 @@ impl Converger {
             (Step::Publish, Some(p)) => calls::publish(&client, paths, id, p)
                 .await
                 .map(|()| Level::Published),
-            (Step::Unpublish, _) => calls::unpublish(&client, paths, id, &held.volume_id)
-                .await
-                .map(|()| if held.staged { Level::Staged } else { Level::Absent }),
-            (Step::Unstage, _) => calls::unstage(&client, paths, id, &held.volume_id)
-                .await
+            (Step::Unpublish, _) => {
+                let below = if held.staged { Level::Staged } else { Level::Absent };
+                gone_is_done(id, calls::unpublish(&client, paths, id, &held.volume_id).await).map(|()| below)
+            }
+            (Step::Unstage, _) => gone_is_done(id, calls::unstage(&client, paths, id, &held.volume_id).await)
                 .map(|()| Level::Absent),
             (_, None) => Ok(held.level),
         }
+    }
+}
+
+/// NOT_FOUND from an unpublish or unstage: the plugin holds nothing of the
+/// volume there, so that call is done and undoing goes on to the next (a
+/// staging path is never left mounted behind a target already gone).
+fn gone_is_done(id: &str, outcome: Result<(), CsiError>) -> Result<(), CsiError> {
+    match outcome {
+        Err(e) if e.failure.code() == tonic::Code::NotFound => {
+            tracing::info!(volume = %id, call = e.call, "the plugin has nothing of the volume here; taken as done");
+            Ok(())
+        }
+        other => other,
     }
 }
 

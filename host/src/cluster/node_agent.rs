@@ -92,12 +92,6 @@ impl NodeAgent for Directory {
             .unwrap_or_default()
     }
 
-    async fn stage(&self, node: &str, plugin: &str, v: NodeVolume) -> Result<(), CsiError> {
-        let op = forward(wire::OperationKind::Stage, plugin, v, true);
-        self.operate(node, "NodeStageVolume", op, Level::Staged, true)
-            .await
-    }
-
     async fn publish(&self, node: &str, plugin: &str, v: NodeVolume, staged: bool) -> Result<(), CsiError> {
         let op = forward(wire::OperationKind::Publish, plugin, v, staged);
         self.operate(node, "NodePublishVolume", op, Level::Published, true)
@@ -111,20 +105,9 @@ impl NodeAgent for Directory {
         volume_id: &str,
         berth_id: &str,
     ) -> Result<(), CsiError> {
-        let op = operation(wire::OperationKind::Unpublish, plugin, berth_id, volume_id);
-        self.operate(node, "NodeUnpublishVolume", op, Level::Staged, false)
-            .await
-    }
-
-    async fn unstage(
-        &self,
-        node: &str,
-        plugin: &str,
-        volume_id: &str,
-        berth_id: &str,
-    ) -> Result<(), CsiError> {
+        // Unstage on the wire: down to nothing, unpublishing first.
         let op = operation(wire::OperationKind::Unstage, plugin, berth_id, volume_id);
-        self.operate(node, "NodeUnstageVolume", op, Level::Absent, false)
+        self.operate(node, "NodeUnpublishVolume", op, Level::Absent, false)
             .await
     }
 

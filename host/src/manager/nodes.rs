@@ -1,5 +1,5 @@
-//! Nodes as the manager sees them: node-side operations (NodeStage,
-//! NodePublish and their reverse, expand, stats), each node's plugins, and
+//! Nodes as the manager sees them: node-side operations (up to published,
+//! down to nothing, expand, stats), each node's plugins, and
 //! whether its agent is there. The cluster directory (`crate::cluster`)
 //! implements it: every node, in-process or remote, is served by an agent.
 
@@ -98,16 +98,12 @@ pub trait NodeAgent: Send + Sync {
     fn forgotten(&self, node: &str) -> bool;
     fn staging_path(&self, node: &str, berth_id: &str) -> PathBuf;
     fn target_path(&self, node: &str, berth_id: &str) -> PathBuf;
-    async fn stage(&self, node: &str, plugin: &str, v: NodeVolume) -> Result<(), CsiError>;
+    /// Has the node stage (when `staged`) and publish the volume: answered
+    /// once it is published, or with the call that failed.
     async fn publish(&self, node: &str, plugin: &str, v: NodeVolume, staged: bool) -> Result<(), CsiError>;
+    /// Has the node unpublish and unstage the volume: answered once it holds
+    /// nothing of it, or with the call that failed.
     async fn unpublish(
-        &self,
-        node: &str,
-        plugin: &str,
-        volume_id: &str,
-        berth_id: &str,
-    ) -> Result<(), CsiError>;
-    async fn unstage(
         &self,
         node: &str,
         plugin: &str,

@@ -5,7 +5,7 @@
 use super::plan::Step;
 use crate::csi::CsiError;
 use crate::model::{FAILURE_MAX, PublishStep, Segments, VolumeRecord, cut};
-use crate::policy::{Code, PolicyError};
+use crate::policy::{Code, Operation, PolicyError};
 
 /// What a successful step changes in the record. Applied twice: to the
 /// worker's copy at once, and to the latest stored record when written.
@@ -33,8 +33,7 @@ pub(super) fn done_effect(step: &Step) -> Apply {
             r.backend = None;
             r.csi_name = None;
         }),
-        Step::NodeUnpublish(n) => set_step(n, PublishStep::Staged, None),
-        Step::NodeUnstage(n) => set_step(n, PublishStep::ControllerPublished, None),
+        Step::NodeUnpublish(n) => set_step(n, PublishStep::ControllerPublished, None),
         Step::ControllerUnpublish(n) => set_step(n, PublishStep::None, None),
         Step::DeleteSnapshot(name) | Step::DropSnapshot(name) => {
             let name = name.clone();
@@ -74,6 +73,22 @@ pub(super) struct StepError {
     pub sent: bool,
     /// Set when a policy failed to decide the step (naming, placement).
     pub policy: Option<PolicyFailure>,
+    /// The CSI call that failed, when it is not the step's own (a node step
+    /// is the node's calls in order: its stage may fail before its publish).
+    pub operation: Option<Operation>,
+}
+
+/// A node call by its CSI method name, as an agent reports it.
+fn node_operation(call: &str) -> Option<Operation> {
+    [
+        Operation::NodeStageVolume,
+        Operation::NodePublishVolume,
+        Operation::NodeUnpublishVolume,
+        Operation::NodeUnstageVolume,
+        Operation::NodeExpandVolume,
+    ]
+    .into_iter()
+    .find(|o| o.name() == call)
 }
 
 /// How a policy failed, for how long to keep asking it.
@@ -103,6 +118,7 @@ pub(super) fn policy_step_error(e: &PolicyError) -> StepError {
         message: cut(e.to_string(), FAILURE_MAX),
         sent: false,
         policy: Some(e.into()),
+        operation: None,
     }
 }
 
@@ -113,6 +129,7 @@ impl From<CsiError> for StepError {
             sent: matches!(e.failure, crate::csi::Failure::Status { .. }),
             message: cut(e.to_string(), FAILURE_MAX),
             policy: None,
+            operation: node_operation(e.call),
         }
     }
 }
@@ -123,6 +140,7 @@ pub(super) fn step_error(code: Code, message: impl Into<String>) -> StepError {
         message: cut(message.into(), FAILURE_MAX),
         sent: false,
         policy: None,
+        operation: None,
     }
 }
 

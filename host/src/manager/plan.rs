@@ -1,8 +1,13 @@
 //! The plan: from a record and what the plugins offer, the one next step.
 //! Pure: no I/O, no clock, no locks.
 //!
-//! create:  name → CreateVolume → per node: ControllerPublish → NodeStage → NodePublish
-//! undo:    per node: NodeUnpublish → NodeUnstage → ControllerUnpublish → DeleteVolume
+//! create:  name → CreateVolume → per node: ControllerPublish → node up
+//! undo:    per node: node down → ControllerUnpublish → DeleteVolume
+//!
+//! "Node up" and "node down" are one step each: the node's agent, which
+//! owns what its node holds, stages and publishes (or unpublishes and
+//! unstages) in order, with one durable write, and names the call that
+//! failed, which the retry policy decides on.
 //! once created: snapshots (CreateSnapshot, DeleteSnapshot) first, then
 //! growth (ControllerExpandVolume, and NodeExpandVolume per published node).
 //!
@@ -17,10 +22,10 @@ pub(super) enum Step {
     Name,
     Create,
     ControllerPublish(String),
-    NodeStage(String),
+    /// The node stages (when its plugin does) and publishes.
     NodePublish(String),
+    /// The node unpublishes and unstages.
     NodeUnpublish(String),
-    NodeUnstage(String),
     ControllerUnpublish(String),
     DropPublication(String),
     Delete,
@@ -37,11 +42,7 @@ impl Step {
     /// The node whose agent carries the step out, for node-side steps.
     pub fn on_node(&self) -> Option<&str> {
         match self {
-            Step::NodeStage(n)
-            | Step::NodePublish(n)
-            | Step::NodeUnpublish(n)
-            | Step::NodeUnstage(n)
-            | Step::NodeExpand(n) => Some(n),
+            Step::NodePublish(n) | Step::NodeUnpublish(n) | Step::NodeExpand(n) => Some(n),
             _ => None,
         }
     }
@@ -50,10 +51,8 @@ impl Step {
         Some(match self {
             Step::Create => Operation::CreateVolume,
             Step::ControllerPublish(_) => Operation::ControllerPublishVolume,
-            Step::NodeStage(_) => Operation::NodeStageVolume,
             Step::NodePublish(_) => Operation::NodePublishVolume,
             Step::NodeUnpublish(_) => Operation::NodeUnpublishVolume,
-            Step::NodeUnstage(_) => Operation::NodeUnstageVolume,
             Step::ControllerUnpublish(_) => Operation::ControllerUnpublishVolume,
             Step::Delete => Operation::DeleteVolume,
             Step::ControllerExpand => Operation::ControllerExpandVolume,
@@ -78,10 +77,8 @@ impl Step {
     pub fn label(&self) -> String {
         match self {
             Step::ControllerPublish(n)
-            | Step::NodeStage(n)
             | Step::NodePublish(n)
             | Step::NodeUnpublish(n)
-            | Step::NodeUnstage(n)
             | Step::ControllerUnpublish(n)
             | Step::NodeExpand(n)
             | Step::DropPublication(n) => format!("{} on {n}", self.operation().map_or("drop", |o| o.name())),
@@ -145,9 +142,6 @@ pub(super) fn next_step(r: &VolumeRecord, caps: impl Fn(&str) -> Caps) -> Option
             if p.step < PublishStep::ControllerPublished {
                 return Some(Step::ControllerPublish(node.clone()));
             }
-            if p.step < PublishStep::Staged && c.node_stage {
-                return Some(Step::NodeStage(node.clone()));
-            }
             if p.step < PublishStep::Published {
                 return Some(Step::NodePublish(node.clone()));
             }
@@ -159,11 +153,8 @@ pub(super) fn next_step(r: &VolumeRecord, caps: impl Fn(&str) -> Caps) -> Option
                 // No plugin has heard of it.
                 return Some(Step::DropPublication(node.clone()));
             }
-            if p.step >= PublishStep::Published {
+            if p.step >= PublishStep::Staged {
                 return Some(Step::NodeUnpublish(node.clone()));
-            }
-            if p.step >= PublishStep::Staged && c.node_stage {
-                return Some(Step::NodeUnstage(node.clone()));
             }
             if p.step >= PublishStep::ControllerPublished && c.controller_publish {
                 return Some(Step::ControllerUnpublish(node.clone()));
@@ -309,12 +300,16 @@ mod tests {
             Some(Step::ControllerPublish("n1".into()))
         );
         r.publications.get_mut("n1").unwrap().step = PublishStep::ControllerPublished;
+        // One step to the node, whether its plugin stages or not.
+        for stages in [true, false] {
+            assert_eq!(
+                next_step(&r, caps(true, stages)),
+                Some(Step::NodePublish("n1".into()))
+            );
+        }
+        r.publications.get_mut("n1").unwrap().step = PublishStep::Staged;
         assert_eq!(
             next_step(&r, caps(true, true)),
-            Some(Step::NodeStage("n1".into()))
-        );
-        assert_eq!(
-            next_step(&r, caps(true, false)),
             Some(Step::NodePublish("n1".into()))
         );
         r.publications.get_mut("n1").unwrap().step = PublishStep::Published;
@@ -334,7 +329,8 @@ mod tests {
         r.publications.get_mut("n1").unwrap().step = PublishStep::Staged;
         assert_eq!(
             next_step(&r, caps(true, true)),
-            Some(Step::NodeUnstage("n1".into()))
+            Some(Step::NodeUnpublish("n1".into())),
+            "one step down the node, from wherever it is"
         );
         r.publications.get_mut("n1").unwrap().step = PublishStep::ControllerPublished;
         assert_eq!(

@@ -242,11 +242,16 @@ impl VolumeManager {
             .retrying
             .as_ref()
             .map_or_else(now_ms, |r| r.first_failure_ms);
-        let label = step.label();
+        // A node step names the call that failed: that is what is decided on and shown.
+        let operation = e.operation.or(step.operation());
+        let label = match (e.operation, step.on_node()) {
+            (Some(op), Some(node)) => format!("{} on {node}", op.name()),
+            _ => step.label(),
+        };
         let name = record.spec.name.clone();
         // A failed policy is asked again after a pause; one that fails the
         // same way a few times in a row leaves the volume failed.
-        let (decision, policy_failed) = match (e.policy, step.operation()) {
+        let (decision, policy_failed) = match (e.policy, operation) {
             (Some(kind), _) => (
                 RetryDecision::RetryAfter(POLICY_RETRY_MS),
                 Some((e.message.clone(), kind)),
@@ -297,7 +302,7 @@ impl VolumeManager {
             (_, d) => d,
         };
         tracing::info!(volume = %name, id = %record.id, step = %label, attempt, error = %e.message, ?decision, "step failed");
-        let kind = step.kind();
+        let kind = operation.map_or(step.kind(), |o| o.name());
         let what = match &decision {
             RetryDecision::Done => "the retry policy counts it as done".to_string(),
             RetryDecision::RetryAfter(ms) => {
@@ -431,8 +436,7 @@ fn skipped_on_forgotten(step: &Step) -> Option<super::outcome::Apply> {
     use super::outcome::set_step;
     use crate::model::PublishStep;
     match step {
-        Step::NodeUnpublish(node) => Some(set_step(node, PublishStep::Staged, None)),
-        Step::NodeUnstage(node) => Some(set_step(node, PublishStep::ControllerPublished, None)),
+        Step::NodeUnpublish(node) => Some(set_step(node, PublishStep::ControllerPublished, None)),
         Step::NodeExpand(node) => {
             let node = node.clone();
             Some(Box::new(move |r: &mut VolumeRecord| {

@@ -60,12 +60,6 @@ impl VolumeManager {
                     set_step(node, PublishStep::ControllerPublished, Some(context)),
                 ))
             }
-            Step::NodeStage(node) => {
-                let v = self.node_volume(r, node)?;
-                self.announce(r, node, unwritten).await?;
-                self.nodes.stage(node, &spec.plugin, v).await?;
-                Ok(sent(node, set_step(node, PublishStep::Staged, None)))
-            }
             Step::NodePublish(node) => {
                 let v = self.node_volume(r, node)?;
                 let staged = self.caps(&spec.plugin, node).node_stage;
@@ -76,12 +70,6 @@ impl VolumeManager {
             Step::NodeUnpublish(node) => {
                 self.nodes
                     .unpublish(node, &spec.plugin, &backend(r).volume_id, &r.id)
-                    .await?;
-                Ok(set_step(node, PublishStep::Staged, None))
-            }
-            Step::NodeUnstage(node) => {
-                self.nodes
-                    .unstage(node, &spec.plugin, &backend(r).volume_id, &r.id)
                     .await?;
                 Ok(set_step(node, PublishStep::ControllerPublished, None))
             }
