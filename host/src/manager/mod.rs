@@ -68,7 +68,9 @@ pub enum RequestError {
     NotFound(String),
     #[error("{0}")]
     Conflict(String),
-    /// An incompatible repeat of what exists (CSI's ALREADY_EXISTS).
+    /// A name already taken by something else: a volume with another spec,
+    /// a snapshot of another volume, a backend volume already Berth's, a
+    /// publication with other access (CSI's ALREADY_EXISTS, every time).
     #[error("{0}")]
     AlreadyExists(String),
     /// A limit would be passed (a node's volume limit, ...).

@@ -54,7 +54,7 @@ impl VolumeManager {
         )?;
         if let Err(owner) = self.table.claim_snapshot_name(name, &id) {
             let of = self.table.by_id(&owner).map(|v| v.spec.name).unwrap_or_default();
-            return Err(RequestError::Conflict(format!(
+            return Err(RequestError::AlreadyExists(format!(
                 "a snapshot named {} already exists, of volume {}",
                 echo(name),
                 echo(&of)

@@ -274,7 +274,7 @@ impl VolumeTable {
                 if same(existing) && !existing.deleting {
                     return Ok(Inserted::Existing(existing.clone()));
                 }
-                return Err(RequestError::Conflict(format!(
+                return Err(RequestError::AlreadyExists(format!(
                     "a volume named {:?} already exists with a different spec{}",
                     record.spec.name,
                     if existing.deleting { " (being deleted)" } else { "" }

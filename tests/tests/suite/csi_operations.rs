@@ -173,6 +173,7 @@ fn snapshots_restores_and_clones_survive_crashes_without_duplicates() {
     // Names are unique across volumes.
     let (_, stderr) = texts(&c.berth(&["snapshot", "create", "s1", "--volume", "copy"]));
     assert!(stderr.contains("already exists, of volume \"src\""), "{stderr}");
+    assert!(stderr.contains("ALREADY_EXISTS"), "as for volumes: {stderr}");
 
     c.ok(&["snapshot", "delete", "s1", "--wait"]);
     assert_eq!(c.plugin_snapshots(), 0);

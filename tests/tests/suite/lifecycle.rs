@@ -349,7 +349,15 @@ fn bad_requests_name_the_field_at_fault() {
     let out = c.berth(&["volume", "publish", "x", "--node", "node-z"]);
     assert!(texts(&out).1.contains("node: there is no node named \"node-z\""));
     let out = c.berth(&["volume", "create", "x", "--plugin", "hostpath", "--size", "1GiB"]);
-    assert!(texts(&out).1.contains("already exists with a different spec"));
+    let stderr = texts(&out).1;
+    assert!(
+        stderr.contains("already exists with a different spec"),
+        "{stderr}"
+    );
+    assert!(
+        stderr.contains("ALREADY_EXISTS"),
+        "a name collision answers ALREADY_EXISTS: {stderr}"
+    );
     // The same request again is not an error.
     c.ok(&["volume", "create", "x", "--plugin", "hostpath"]);
     // A volume that gave up can still be deleted.
