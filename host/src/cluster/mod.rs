@@ -17,3 +17,6 @@ pub mod tokens;
 
 pub use crate::manager::nodes::NodeSync;
 pub use directory::Directory;
+
+#[cfg(test)]
+mod session_tests;
