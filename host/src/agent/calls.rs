@@ -10,12 +10,13 @@ use crate::csi::{CsiClient, CsiError, Failure};
 pub use crate::model::Paths;
 use crate::model::bounds::OutOfBounds;
 
-/// A volume id the agent will not make a path of, as a step's failure.
+/// A volume id the agent will not make a path of, as a step's failure:
+/// the agent's own refusal, made before any plugin is asked.
 pub fn refused_id(call: &'static str, e: OutOfBounds) -> CsiError {
     CsiError {
         plugin: "agent".into(),
         call,
-        failure: Failure::Status {
+        failure: Failure::Local {
             code: tonic::Code::InvalidArgument,
             message: format!("refused: {e}"),
         },
@@ -49,7 +50,7 @@ fn local_io(call: &'static str, what: &Path, e: std::io::Error) -> CsiError {
     CsiError {
         plugin: "agent".into(),
         call,
-        failure: Failure::Status {
+        failure: Failure::Local {
             code: tonic::Code::Internal,
             message: format!("preparing {}: {e}", what.display()),
         },

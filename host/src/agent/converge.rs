@@ -520,13 +520,14 @@ fn gone_is_done(id: &str, outcome: Result<(), CsiError>) -> Result<(), CsiError>
     }
 }
 
-/// The node record refused a write.
+/// The node record refused a write: the agent's own failure, which may
+/// pass (a full or failing disk), not the plugin's.
 fn recording(e: crate::store::StoreError) -> CsiError {
     CsiError {
         plugin: "agent".into(),
-        call: "recording",
-        failure: Failure::Status {
-            code: tonic::Code::Internal,
+        call: "recording the node's state",
+        failure: Failure::Local {
+            code: tonic::Code::Unavailable,
             message: e.to_string(),
         },
     }
@@ -556,7 +557,7 @@ fn unknown_volume_paths(
 
 pub fn failure_to_wire(e: &CsiError) -> wire::Failure {
     let message = match &e.failure {
-        Failure::Status { message, .. } => message.clone(),
+        Failure::Status { message, .. } | Failure::Local { message, .. } => message.clone(),
         Failure::Unreachable(why) | Failure::Invalid(why) => why.clone(),
         Failure::Deadline(_) => e.failure.to_string(),
     };
@@ -565,6 +566,7 @@ pub fn failure_to_wire(e: &CsiError) -> wire::Failure {
         code: e.failure.code() as i32,
         message,
         unreachable: matches!(e.failure, Failure::Unreachable(_)),
+        local: matches!(e.failure, Failure::Local { .. }),
     }
 }
 
@@ -581,6 +583,11 @@ pub fn failure_from_wire(plugin: String, f: wire::Failure) -> CsiError {
     let call = CALLS.into_iter().find(|c| *c == f.call).unwrap_or("node call");
     let failure = if f.unreachable {
         Failure::Unreachable(f.message)
+    } else if f.local {
+        Failure::Local {
+            code: tonic::Code::from_i32(f.code),
+            message: f.message,
+        }
     } else {
         Failure::Status {
             code: tonic::Code::from_i32(f.code),
@@ -591,5 +598,44 @@ pub fn failure_from_wire(plugin: String, f: wire::Failure) -> CsiError {
         plugin,
         call,
         failure,
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn the_agents_own_failure_crosses_the_wire_as_its_own_not_the_plugins() {
+        let e = recording(crate::store::StoreError::Open {
+            path: "/var/lib/berth/agent.redb".into(),
+            message: "No space left on device".into(),
+        });
+        let back = failure_from_wire("agent node-a".into(), failure_to_wire(&e));
+        assert!(
+            matches!(
+                back.failure,
+                Failure::Local {
+                    code: tonic::Code::Unavailable,
+                    ..
+                }
+            ),
+            "{back:?}"
+        );
+        let shown = back.to_string();
+        assert!(!shown.contains("CSI plugin"), "{shown}");
+        assert!(shown.starts_with("agent node-a: "), "{shown}");
+        // A plugin's failure stays the plugin's.
+        let plugin = CsiError {
+            plugin: "hostpath".into(),
+            call: "NodeStageVolume",
+            failure: Failure::Status {
+                code: tonic::Code::Internal,
+                message: "boom".into(),
+            },
+        };
+        let back = failure_from_wire("agent node-a".into(), failure_to_wire(&plugin));
+        assert!(matches!(back.failure, Failure::Status { .. }), "{back:?}");
+        assert_eq!(back.call, "NodeStageVolume");
     }
 }

@@ -277,7 +277,7 @@ impl Agent {
             let outside = |path: &str, call: &'static str| CsiError {
                 plugin: "agent".into(),
                 call,
-                failure: crate::csi::Failure::Status {
+                failure: crate::csi::Failure::Local {
                     code: tonic::Code::InvalidArgument,
                     message: format!("refused: {path:?} is not a volume path of this agent's"),
                 },

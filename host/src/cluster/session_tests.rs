@@ -55,7 +55,12 @@ struct AgentEnd {
 async fn attach(directory: &Arc<Directory>, node: &str) -> AgentEnd {
     let (up, up_rx) = mpsc::channel(16);
     let (to, down) = to_agent();
-    let session = tokio::spawn(serve_session(directory.clone(), ReceiverStream::new(up_rx), to, |_| Ok(())));
+    let session = tokio::spawn(serve_session(
+        directory.clone(),
+        ReceiverStream::new(up_rx),
+        to,
+        |_| Ok(()),
+    ));
     up.send(Ok(wire::AgentMessage {
         message: Some(Up::Register(wire::Register {
             node: node.into(),
@@ -148,7 +153,9 @@ async fn a_stream_that_never_registers_is_refused_after_ten_seconds() {
     let (d, _sync) = directory();
     let (_up, up_rx) = mpsc::channel::<Result<wire::AgentMessage, tonic::Status>>(1);
     let (to, mut down) = to_agent();
-    let session = tokio::spawn(serve_session(d.clone(), ReceiverStream::new(up_rx), to, |_| Ok(())));
+    let session = tokio::spawn(serve_session(d.clone(), ReceiverStream::new(up_rx), to, |_| {
+        Ok(())
+    }));
     tokio::time::sleep(Duration::from_secs(11)).await;
     session.await.unwrap();
     match down.recv().await.and_then(|m| m.message) {

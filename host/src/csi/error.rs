@@ -19,6 +19,9 @@ pub enum Failure {
     Unreachable(String),
     /// The plugin answered, but the answer breaks the CSI spec.
     Invalid(String),
+    /// Berth's own side of the call failed, not the plugin: a node agent
+    /// that could not record the step, or refused what it was sent.
+    Local { code: Code, message: String },
 }
 
 impl Failure {
@@ -29,6 +32,7 @@ impl Failure {
             Failure::Deadline(_) => Code::DeadlineExceeded,
             Failure::Unreachable(_) => Code::Unavailable,
             Failure::Invalid(_) => Code::Internal,
+            Failure::Local { code, .. } => *code,
         }
     }
 }
@@ -45,13 +49,13 @@ impl fmt::Display for Failure {
             ),
             Failure::Unreachable(why) => write!(f, "plugin unreachable: {why}"),
             Failure::Invalid(why) => write!(f, "invalid answer: {why}"),
+            Failure::Local { code: c, message } => write!(f, "{}: {message}", code::name(*c)),
         }
     }
 }
 
 /// A failed call to a CSI plugin.
-#[derive(Clone, Debug, PartialEq, Eq, thiserror::Error)]
-#[error("CSI plugin at {plugin}: {call}: {failure}")]
+#[derive(Clone, Debug, PartialEq, Eq)]
 pub struct CsiError {
     /// The plugin's endpoint, or its name once fingerprinted.
     pub plugin: String,
@@ -59,6 +63,22 @@ pub struct CsiError {
     pub call: &'static str,
     pub failure: Failure,
 }
+
+impl fmt::Display for CsiError {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match &self.failure {
+            // Not dressed as the plugin's: `plugin` names the agent then.
+            Failure::Local { .. } => write!(f, "{}: {}: {}", self.plugin, self.call, self.failure),
+            _ => write!(
+                f,
+                "CSI plugin at {}: {}: {}",
+                self.plugin, self.call, self.failure
+            ),
+        }
+    }
+}
+
+impl std::error::Error for CsiError {}
 
 impl CsiError {
     pub fn code(&self) -> Code {
