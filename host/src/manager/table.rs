@@ -476,7 +476,7 @@ mod tests {
             .unwrap();
         assert!(matches!(again, Inserted::Existing(r) if r.id == "id1"));
         let conflict = t.insert_new(record("id3", "data"), |_| false).await;
-        assert!(matches!(conflict, Err(RequestError::Conflict(_))));
+        assert!(matches!(conflict, Err(RequestError::AlreadyExists(_))));
         let (_, r) = t
             .modify("id1", |r| {
                 r.deleting = true;

@@ -130,16 +130,16 @@ fn a_frozen_agent_is_down_and_its_work_waits_until_it_is_back() {
     assert_eq!(calls(&c, 0, "published", v["volume_id"].as_str().unwrap()), 1);
 }
 
-#[test]
-fn a_socket_appearing_in_the_plugin_directory_is_registered_and_one_going_is_unregistered() {
-    let c = agents(vec![("node-a", "a")]);
+/// A `berth agent` for node-d with no configured plugin, watching a plugin
+/// directory of its own (returned), started and ready.
+fn plugin_dir_agent(c: &Cluster) -> (AgentProcess, std::path::PathBuf) {
     let plugins = c.dir.path().join("plugins-d");
     std::fs::create_dir_all(&plugins).unwrap();
     let mut agent = AgentProcess::with_config(
         c.dir.path(),
         "node-d",
         &format!(
-            "node = \"node-d\"\nserver = \"unix://{}\"\ndir = \"{}\"\nplugin_dir = \"{}\"\nheartbeat_interval = \"200ms\"\n",
+            "node = \"node-d\"\nserver = \"unix://{}\"\ndir = \"{}\"\nplugin_dir = \"{}\"\nheartbeat_interval = \"200ms\"\nfingerprint_interval = \"500ms\"\n",
             c.dir.path().join("state/cluster.sock").display(),
             c.volumes_dir.join("nodes/node-d").display(),
             plugins.display()
@@ -147,6 +147,13 @@ fn a_socket_appearing_in_the_plugin_directory_is_registered_and_one_going_is_unr
     );
     agent.start();
     c.wait_nodes(&["node-d"], "ready", Duration::from_secs(20));
+    (agent, plugins)
+}
+
+#[test]
+fn a_socket_appearing_in_the_plugin_directory_is_registered_and_one_going_is_unregistered() {
+    let c = agents(vec![("node-a", "a")]);
+    let (agent, plugins) = plugin_dir_agent(&c);
     let plugins_of = |c: &Cluster| -> Vec<(String, String)> {
         c.node_list()
             .into_iter()
@@ -502,22 +509,9 @@ fn a_plugin_socket_owned_by_another_user_is_not_taken() {
         return;
     }
     let c = agents(vec![("node-a", "a")]);
-    let plugins = c.dir.path().join("plugins-d");
+    let (agent, plugins) = plugin_dir_agent(&c);
     let elsewhere = c.dir.path().join("plugins-elsewhere");
-    std::fs::create_dir_all(&plugins).unwrap();
     std::fs::create_dir_all(&elsewhere).unwrap();
-    let mut agent = AgentProcess::with_config(
-        c.dir.path(),
-        "node-d",
-        &format!(
-            "node = \"node-d\"\nserver = \"unix://{}\"\ndir = \"{}\"\nplugin_dir = \"{}\"\nheartbeat_interval = \"200ms\"\nfingerprint_interval = \"200ms\"\n",
-            c.dir.path().join("state/cluster.sock").display(),
-            c.volumes_dir.join("nodes/node-d").display(),
-            plugins.display()
-        ),
-    );
-    agent.start();
-    c.wait_nodes(&["node-d"], "ready", Duration::from_secs(20));
     // Made elsewhere, given to nobody, then moved in: never seen as root's.
     let plugin = PluginBuilder::new(&elsewhere, "planted")
         .state_dir(&c.volumes_dir.join("hostpath"))

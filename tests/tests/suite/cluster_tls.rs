@@ -271,6 +271,45 @@ fn rss(pid: u32) -> u64 {
     kb * 1024
 }
 
+/// An agent made by hand with a real certificate: joins with `token` as
+/// `node` (its files in `dir`), registers with `plugins`; the queue of what
+/// it sends (`queue` deep) and the server's stream.
+async fn hand_made_agent(
+    (host, port): (&str, u16),
+    token: &str,
+    node: &str,
+    dir: &std::path::Path,
+    plugins: Vec<berth_proto::berth::v1::NodePluginReport>,
+    queue: usize,
+) -> (
+    tokio::sync::mpsc::Sender<berth_proto::berth::v1::AgentMessage>,
+    tonic::Streaming<berth_proto::berth::v1::ServerMessage>,
+) {
+    use berth_proto::berth::v1 as wire;
+    let creds = berth::agent::tls::join(host, port, token, node, dir)
+        .await
+        .unwrap();
+    let channel = berth::agent::tls::session_channel(host, port, &creds).unwrap();
+    let (up, up_rx) = tokio::sync::mpsc::channel(queue);
+    up.send(wire::AgentMessage {
+        message: Some(wire::agent_message::Message::Register(wire::Register {
+            node: node.into(),
+            plugins,
+            staging_dir: dir.join("staging").display().to_string(),
+            publish_dir: dir.join("publish").display().to_string(),
+            ..Default::default()
+        })),
+    })
+    .await
+    .unwrap();
+    let down = wire::cluster_client::ClusterClient::new(channel)
+        .attach(tokio_stream::wrappers::ReceiverStream::new(up_rx))
+        .await
+        .unwrap()
+        .into_inner();
+    (up, down)
+}
+
 /// Strangers hold thousands of idle connections to the TLS endpoint and an
 /// agent with a valid certificate floods heartbeats without reading its
 /// session: the API and the other agents go on, idle peers are dropped
@@ -313,25 +352,7 @@ fn idle_strangers_and_a_flooding_agent_cannot_knock_the_endpoint_over() {
     // never reads what comes back.
     let before = rss(pid);
     let sent = berth_tests::block_on(async {
-        let creds = berth::agent::tls::join(host, port, &token, "flooder", &dir)
-            .await
-            .unwrap();
-        let channel = berth::agent::tls::session_channel(host, port, &creds).unwrap();
-        let (up, up_rx) = tokio::sync::mpsc::channel(1024);
-        up.send(wire::AgentMessage {
-            message: Some(Up::Register(wire::Register {
-                node: "flooder".into(),
-                staging_dir: dir.join("staging").display().to_string(),
-                publish_dir: dir.join("publish").display().to_string(),
-                ..Default::default()
-            })),
-        })
-        .await
-        .unwrap();
-        let _unread = wire::cluster_client::ClusterClient::new(channel)
-            .attach(tokio_stream::wrappers::ReceiverStream::new(up_rx))
-            .await
-            .unwrap();
+        let (up, _unread) = hand_made_agent((host, port), &token, "flooder", &dir, vec![], 1024).await;
         let flood_until = std::time::Instant::now() + std::time::Duration::from_secs(5);
         let mut sent = 0u64;
         while std::time::Instant::now() < flood_until {
@@ -383,7 +404,6 @@ fn idle_strangers_and_a_flooding_agent_cannot_knock_the_endpoint_over() {
 #[test]
 fn an_agent_is_held_to_what_a_node_may_claim() {
     use berth_proto::berth::v1 as wire;
-    use wire::agent_message::Message as Up;
     use wire::server_message::Message as Down;
     let c = tls_cluster();
     let address = server(&c).trim_start_matches("https://").to_string();
@@ -405,27 +425,7 @@ fn an_agent_is_held_to_what_a_node_may_claim() {
     let register = |node: &str, plugins: Vec<wire::NodePluginReport>| {
         let dir = c.dir.path().join(node);
         berth_tests::block_on(async {
-            let creds = berth::agent::tls::join(host, port, &token, node, &dir)
-                .await
-                .unwrap();
-            let channel = berth::agent::tls::session_channel(host, port, &creds).unwrap();
-            let (up, up_rx) = tokio::sync::mpsc::channel(16);
-            up.send(wire::AgentMessage {
-                message: Some(Up::Register(wire::Register {
-                    node: node.into(),
-                    plugins,
-                    staging_dir: dir.join("staging").display().to_string(),
-                    publish_dir: dir.join("publish").display().to_string(),
-                    ..Default::default()
-                })),
-            })
-            .await
-            .unwrap();
-            let mut down = wire::cluster_client::ClusterClient::new(channel)
-                .attach(tokio_stream::wrappers::ReceiverStream::new(up_rx))
-                .await
-                .unwrap()
-                .into_inner();
+            let (up, mut down) = hand_made_agent((host, port), &token, node, &dir, plugins, 16).await;
             let first = down.message().await.unwrap().and_then(|m| m.message);
             (up, down, first)
         })
