@@ -393,7 +393,16 @@ fn a_restarted_server_knows_its_nodes_as_unknown_until_their_agents_are_back() {
     );
     // Accepted, and waits for the node.
     c.ok(&["volume", "publish", "u", "--node", "node-a"]);
-    std::thread::sleep(Duration::from_millis(300));
+    wait_for(
+        "the volume to say it waits for node-a",
+        Duration::from_secs(10),
+        || {
+            get(&c, "u")["waiting"]
+                .as_str()
+                .is_some_and(|w| w.contains("node-a"))
+        },
+        || get(&c, "u").to_string(),
+    );
     let u = get(&c, "u");
     assert_ne!(u["state"], "published");
     // The node's paths are remembered with it, so the volume shows where it will be.

@@ -77,8 +77,21 @@ fn a_volume_never_created_is_deleted_without_waiting_for_a_node_that_never_answe
     let c = unfingerprinted_nodes(Some("zone=a"));
     c.ok(&["volume", "create", "never", "--plugin", "hostpath"]);
     c.ok(&["volume", "publish", "never", "--node", "node-a"]);
-    std::thread::sleep(Duration::from_millis(1500));
-    let v: Value = serde_json::from_str(&c.ok(&["volume", "get", "never", "-o", "json"])).unwrap();
+    // Until CreateVolume has been tried (and refused) since the publish was asked for.
+    let get = || -> Value { serde_json::from_str(&c.ok(&["volume", "get", "never", "-o", "json"])).unwrap() };
+    let tried_since_publish = |v: &Value| {
+        let events = v["events"].as_array().cloned().unwrap_or_default();
+        let asked = events.iter().position(|e| {
+            e["step"] == "request" && e["message"].as_str().unwrap_or("").starts_with("publish")
+        });
+        asked.is_some_and(|i| events[i..].iter().any(|e| e["step"] == "CreateVolume"))
+    };
+    let started = Instant::now();
+    while !tried_since_publish(&get()) {
+        assert!(started.elapsed() < Duration::from_secs(20), "{}", get());
+        std::thread::sleep(Duration::from_millis(50));
+    }
+    let v = get();
     assert_eq!(v["volume_id"], "", "never created: {v}");
     // Deleting it contacts nothing: no node plugin, no CreateVolume.
     c.ok(&["volume", "delete", "never", "--wait", "--timeout", "20s"]);
