@@ -14,7 +14,7 @@ pub mod leadership;
 pub mod listener;
 pub mod manager;
 pub mod metrics;
-pub mod model;
+pub use berth_model as model;
 pub mod policy;
 pub mod secrets;
 pub mod serve;
