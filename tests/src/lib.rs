@@ -72,7 +72,14 @@ fn check_bins(dir: &Path) -> Result<(), String> {
     for (bin, sources) in [
         (
             "berth",
-            &["host/src", "host/model/src", "host/templates", "proto", "wit", "Cargo.lock"][..],
+            &[
+                "host/src",
+                "host/model/src",
+                "host/templates",
+                "proto",
+                "wit",
+                "Cargo.lock",
+            ][..],
         ),
         (
             "hostpath-plugin",

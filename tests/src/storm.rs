@@ -87,7 +87,10 @@ where
                 assert!(Instant::now() < deadline, "{what}: no answer for 300 s: {s}");
                 tokio::time::sleep(Duration::from_millis(50)).await;
             }
-            Err(s) => return s.code(),
+            Err(s) => {
+                eprintln!("{what}: answered {:?}: {}", s.code(), s.message());
+                return s.code();
+            }
         }
     }
     unreachable!("the attempts never run out")

@@ -210,14 +210,6 @@ pub(super) async fn lead(
         directory.expect(n);
     }
     let _workers = manager.start();
-    // The API answers once the in-process nodes are connected (or 30 s have
-    // passed): a first `node list` shows them ready, their plugins known.
-    let in_process: Vec<String> = manager.config().nodes.iter().map(|n| n.name.clone()).collect();
-    if !in_process.is_empty() {
-        let weak = Arc::downgrade(&directory);
-        metrics::readiness().set("nodes", Box::new(move || nodes_ready(&weak, &in_process)));
-    }
-    start_node_agents(manager.clone(), directory.clone(), deadline).await?;
     let reloader = Arc::new(Reloader {
         path: config_path,
         policies: manager.policies().clone(),
@@ -252,6 +244,16 @@ pub(super) async fn lead(
         "serving"
     );
 
+    // The API socket answers once the in-process nodes are connected (or
+    // 30 s have passed): a first `node list` shows them ready, their plugins
+    // known. The cluster endpoints (and a follower's calls passed on over
+    // TLS) are served already: a failover must not wait on this.
+    let in_process: Vec<String> = manager.config().nodes.iter().map(|n| n.name.clone()).collect();
+    if !in_process.is_empty() {
+        let weak = Arc::downgrade(&directory);
+        metrics::readiness().set("nodes", Box::new(move || nodes_ready(&weak, &in_process)));
+    }
+    start_node_agents(manager.clone(), directory.clone(), deadline).await?;
     metrics::readiness().set_ok("api", format!("serving on {}", api_path.display()));
     let serving = tonic::transport::Server::builder()
         .add_service(BerthServer::from_arc(api))
