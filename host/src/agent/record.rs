@@ -46,6 +46,19 @@ impl NodeRecord {
         if let Some(dir) = path.parent().filter(|p| !p.as_os_str().is_empty()) {
             private_dir(dir).map_err(|e| open_error(path, e))?;
         }
+        if !path.exists() {
+            // Made beside and renamed in: a kill meanwhile leaves no file
+            // here that is not a finished record.
+            crate::store::create_beside(path, |temporary| {
+                let db = redb::Builder::new()
+                    .create(temporary)
+                    .map_err(|e| e.to_string())?;
+                let txn = db.begin_write().map_err(|e| e.to_string())?;
+                txn.open_table(HELD).map_err(|e| e.to_string())?;
+                txn.commit().map_err(|e| e.to_string())
+            })
+            .map_err(|e| open_error(path, e))?;
+        }
         private_file(path).map_err(|e| open_error(path, e))?;
         let create = || redb::Builder::new().set_cache_size(CACHE_BYTES).create(path);
         let db = match create() {
@@ -118,6 +131,21 @@ fn load(db: &Database) -> Result<BTreeMap<String, Held>, StoreError> {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[tokio::test]
+    async fn a_record_killed_while_it_was_made_leaves_nothing_in_its_place() {
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("agent.redb");
+        // What a kill part-way through making the record leaves: a temporary
+        // beside it, larger than any header, that is not a database.
+        std::fs::write(dir.path().join("agent.redb.new"), vec![7u8; 64 << 10]).unwrap();
+        assert!(!path.exists());
+        let record = NodeRecord::open(&path).unwrap();
+        assert!(record.load().unwrap().is_empty());
+        drop(record);
+        assert!(!dir.path().join("agent.redb.new").exists());
+        NodeRecord::open(&path).expect("a finished record opens again");
+    }
 
     #[tokio::test]
     async fn what_is_held_survives_reopening_and_absent_is_forgotten() {

@@ -26,17 +26,20 @@ pub struct RedbStore {
     committer: Committer,
 }
 
-/// A new store: made under a temporary name, initialised, synced and
-/// renamed into place, so that a store file that exists is a finished one.
-fn create(path: &Path) -> Result<(), String> {
+/// A new redb file at `path`: made under a temporary name beside it,
+/// initialised by `init`, synced and renamed into place, so that a file
+/// that exists is a finished one (a kill while it was made leaves only the
+/// temporary, which the next attempt replaces).
+pub(crate) fn create_beside(
+    path: &Path,
+    init: impl FnOnce(&Path) -> Result<(), String>,
+) -> Result<(), String> {
     let mut temporary = path.as_os_str().to_owned();
     temporary.push(".new");
     let temporary = std::path::PathBuf::from(temporary);
     let _ = std::fs::remove_file(&temporary);
     private_file(&temporary).map_err(|e| e.to_string())?;
-    let db = open_db(&temporary).map_err(|e| format!("creating {}: {e}", temporary.display()))?;
-    prepare(&db, None).map_err(|e| format!("creating {}: {e}", temporary.display()))?;
-    drop(db);
+    init(&temporary).map_err(|e| format!("creating {}: {e}", temporary.display()))?;
     std::fs::rename(&temporary, path)
         .map_err(|e| format!("renaming {} into place: {e}", temporary.display()))?;
     if let Some(dir) = path.parent().filter(|p| !p.as_os_str().is_empty()) {
@@ -45,6 +48,14 @@ fn create(path: &Path) -> Result<(), String> {
             .map_err(|e| format!("syncing {}: {e}", dir.display()))?;
     }
     Ok(())
+}
+
+/// A new store, initialised with its tables and schema version.
+fn create(path: &Path) -> Result<(), String> {
+    create_beside(path, |temporary| {
+        let db = open_db(temporary).map_err(|e| e.to_string())?;
+        prepare(&db, None).map_err(|e| e.to_string())
+    })
 }
 
 fn failed(e: impl std::fmt::Display) -> StoreError {

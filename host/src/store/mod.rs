@@ -15,6 +15,7 @@ use crate::model::VolumeRecord;
 
 pub(crate) use committer::{Change, Committer};
 pub use embedded::RedbStore;
+pub(crate) use embedded::create_beside;
 pub(crate) use embedded::{private_dir, private_file};
 pub use etcd::{DEPOSED, EtcdSettings, EtcdStore, EtcdTls, Fence, Mirror, Warm};
 pub(crate) use etcd::{Members, range_all, unavailable};
