@@ -17,6 +17,7 @@ pub mod calls;
 pub mod config;
 pub mod converge;
 pub mod dial;
+pub mod failures;
 pub mod mounts;
 pub mod plugins;
 pub mod record;
@@ -35,7 +36,8 @@ use tokio_stream::{Stream, StreamExt};
 
 use crate::csi::{CsiError, Endpoint};
 use calls::Paths;
-use converge::{Converger, failure_to_wire};
+use converge::Converger;
+use failures::failure_to_wire;
 use plugins::NodePlugins;
 use record::NodeRecord;
 

@@ -52,10 +52,10 @@ impl NodeRecord {
             crate::store::create_beside(path, |temporary| {
                 let db = redb::Builder::new()
                     .create(temporary)
-                    .map_err(|e| e.to_string())?;
-                let txn = db.begin_write().map_err(|e| e.to_string())?;
-                txn.open_table(HELD).map_err(|e| e.to_string())?;
-                txn.commit().map_err(|e| e.to_string())
+                    .map_err(std::io::Error::other)?;
+                let txn = db.begin_write().map_err(std::io::Error::other)?;
+                txn.open_table(HELD).map_err(std::io::Error::other)?;
+                txn.commit().map_err(std::io::Error::other)
             })
             .map_err(|e| open_error(path, e))?;
         }

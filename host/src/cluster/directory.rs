@@ -13,8 +13,9 @@ use berth_proto::berth::v1 as wire;
 use berth_proto::berth::v1::server_message::Message as Down;
 use tokio::sync::{mpsc, oneshot};
 
+use super::node_ids::NodeIds;
 use super::session::ToAgent;
-use crate::agent::converge::failure_from_wire;
+use crate::agent::failures::failure_from_wire;
 use crate::agent::plugins::status_of;
 use crate::csi::fingerprint::{Fingerprint, NodeInfo};
 use crate::csi::registry::{Health, PluginStatus};
@@ -77,7 +78,7 @@ pub struct Directory {
     sessions: std::sync::atomic::AtomicU64,
     /// Which node each (driver, CSI node id) is: a node id is one node's,
     /// down or not, until that node is removed.
-    node_ids: Mutex<HashMap<(String, String), String>>,
+    node_ids: NodeIds,
 }
 
 /// Sends on the node's session if it has had its complete set. A session
@@ -180,16 +181,7 @@ impl Directory {
                     .map(|info| Arc::new(remembered_fingerprint(&record.name, plugin, info)));
             }
         }
-        let mut ids = self.node_ids.lock().unwrap_or_else(|p| p.into_inner());
-        for status in n.plugins.values() {
-            if let Some(f) = &status.fingerprint
-                && let Some(info) = f.node.as_ref().filter(|i| !i.node_id.is_empty())
-            {
-                ids.entry((f.name.clone(), info.node_id.clone()))
-                    .or_insert_with(|| record.name.clone());
-            }
-        }
-        drop(ids);
+        self.node_ids.remember(&record.name, n.plugins.values());
         n.draining |= record.draining;
         n.forgotten |= record.forgotten;
         n.cert = record.cert.clone().or(n.cert.take());
@@ -302,7 +294,7 @@ impl Directory {
             }
             fail_waiting(&mut n, node, "the node was removed");
             drop(n);
-            self.release_node_ids(node);
+            self.node_ids.release(node);
         }
     }
 
@@ -326,50 +318,24 @@ impl Directory {
     /// The node's plugins with the server's own judgement: the driver name
     /// must be the configured one, and a CSI node id no other node's.
     fn judged(&self, node: &str, reports: &[wire::NodePluginReport]) -> BTreeMap<String, PluginStatus> {
-        let mut ids = self.node_ids.lock().unwrap_or_else(|p| p.into_inner());
-        ids.retain(|_, owner| owner != node);
-        let mut judged = BTreeMap::new();
-        for report in reports {
-            let mut status = status_of(node, report);
-            if let Some(f) = &status.fingerprint {
-                let taken = f.node.as_ref().filter(|i| !i.node_id.is_empty()).and_then(|i| {
-                    match ids.entry((f.name.clone(), i.node_id.clone())) {
-                        std::collections::hash_map::Entry::Occupied(o) => Some(format!(
-                            "plugin reports node id {:?}, which is node {:?}'s",
-                            i.node_id,
-                            o.get()
-                        )),
-                        std::collections::hash_map::Entry::Vacant(v) => {
-                            v.insert(node.to_string());
-                            None
-                        }
-                    }
-                });
-                let wrong_driver = match self.drivers.get(&report.plugin) {
-                    Some(Some(expected)) if &f.name != expected => Some(format!(
-                        "plugin reports driver name {:?}, expected {expected:?}",
-                        f.name
-                    )),
-                    _ => None,
-                };
-                if let Some(reason) = wrong_driver.or(taken) {
-                    if reason.contains("node id") {
-                        tracing::warn!(%node, plugin = %report.plugin, %reason, "a node claims another node's CSI node id");
-                    }
-                    status.health = Health::Unhealthy { reason };
-                }
+        let mut judged: BTreeMap<String, PluginStatus> = reports
+            .iter()
+            .map(|r| (r.plugin.clone(), status_of(node, r)))
+            .collect();
+        let mut taken = self.node_ids.claim(node, &judged);
+        for (plugin, status) in judged.iter_mut() {
+            let wrong_driver = match (self.drivers.get(plugin), &status.fingerprint) {
+                (Some(Some(expected)), Some(f)) if &f.name != expected => Some(format!(
+                    "plugin reports driver name {:?}, expected {expected:?}",
+                    f.name
+                )),
+                _ => None,
+            };
+            if let Some(reason) = wrong_driver.or_else(|| taken.remove(plugin)) {
+                status.health = Health::Unhealthy { reason };
             }
-            judged.insert(report.plugin.clone(), status);
         }
         judged
-    }
-
-    /// A removed node's CSI node ids are free again.
-    fn release_node_ids(&self, node: &str) {
-        self.node_ids
-            .lock()
-            .unwrap_or_else(|p| p.into_inner())
-            .retain(|_, owner| owner != node);
     }
 
     /// Takes a registration: the node's session is now this one (an older

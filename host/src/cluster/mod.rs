@@ -10,6 +10,7 @@ mod claims;
 pub mod directory;
 pub mod kek;
 mod node_agent;
+mod node_ids;
 pub mod pki;
 pub mod service;
 pub mod session;

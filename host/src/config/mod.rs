@@ -458,7 +458,7 @@ impl Config {
                         .map_err(|e| invalid("cluster", e))
                 })
                 .transpose()?,
-            cluster_names: server_names(raw.cluster_address.as_deref(), raw.cluster_names)
+            cluster_names: server_names::server_names(raw.cluster_address.as_deref(), raw.cluster_names)
                 .map_err(|e| invalid("cluster_names", e))?,
             cluster_address: raw
                 .cluster_address
@@ -569,38 +569,7 @@ pub(crate) fn name_ok(key: &str, name: &str) -> Result<(), ConfigError> {
     })
 }
 
-/// The server certificate's names: those configured, else this machine's
-/// loopback names, the address's own IP (unless it is a wildcard) and host name.
-fn server_names(address: Option<&str>, names: Vec<String>) -> Result<Vec<String>, String> {
-    if let Some(bad) = names
-        .iter()
-        .find(|n| n.is_empty() || n.contains(char::is_whitespace))
-    {
-        return Err(format!("{bad:?} is not a host name or address"));
-    }
-    if !names.is_empty() || address.is_none() {
-        return Ok(names);
-    }
-    let mut out = vec![
-        "localhost".to_string(),
-        "127.0.0.1".to_string(),
-        "::1".to_string(),
-    ];
-    if let Some(ip) = address
-        .and_then(|a| a.parse::<std::net::SocketAddr>().ok())
-        .map(|a| a.ip())
-        .filter(|ip| !ip.is_unspecified() && !ip.is_loopback())
-    {
-        out.push(ip.to_string());
-    }
-    if let Ok(host) = std::fs::read_to_string("/proc/sys/kernel/hostname") {
-        let host = host.trim();
-        if !host.is_empty() {
-            out.push(host.to_string());
-        }
-    }
-    Ok(out)
-}
+mod server_names;
 
 #[cfg(test)]
 mod tests;

@@ -32,29 +32,34 @@ pub struct RedbStore {
 /// temporary, which the next attempt replaces).
 pub(crate) fn create_beside(
     path: &Path,
-    init: impl FnOnce(&Path) -> Result<(), String>,
-) -> Result<(), String> {
+    init: impl FnOnce(&Path) -> std::io::Result<()>,
+) -> std::io::Result<()> {
+    use std::io::Error;
     let mut temporary = path.as_os_str().to_owned();
     temporary.push(".new");
     let temporary = std::path::PathBuf::from(temporary);
     let _ = std::fs::remove_file(&temporary);
-    private_file(&temporary).map_err(|e| e.to_string())?;
-    init(&temporary).map_err(|e| format!("creating {}: {e}", temporary.display()))?;
-    std::fs::rename(&temporary, path)
-        .map_err(|e| format!("renaming {} into place: {e}", temporary.display()))?;
+    private_file(&temporary)?;
+    init(&temporary).map_err(|e| Error::new(e.kind(), format!("creating {}: {e}", temporary.display())))?;
+    std::fs::rename(&temporary, path).map_err(|e| {
+        Error::new(
+            e.kind(),
+            format!("renaming {} into place: {e}", temporary.display()),
+        )
+    })?;
     if let Some(dir) = path.parent().filter(|p| !p.as_os_str().is_empty()) {
         std::fs::File::open(dir)
             .and_then(|d| d.sync_all())
-            .map_err(|e| format!("syncing {}: {e}", dir.display()))?;
+            .map_err(|e| Error::new(e.kind(), format!("syncing {}: {e}", dir.display())))?;
     }
     Ok(())
 }
 
 /// A new store, initialised with its tables and schema version.
-fn create(path: &Path) -> Result<(), String> {
+fn create(path: &Path) -> std::io::Result<()> {
     create_beside(path, |temporary| {
-        let db = open_db(temporary).map_err(|e| e.to_string())?;
-        prepare(&db, None).map_err(|e| e.to_string())
+        let db = open_db(temporary).map_err(std::io::Error::other)?;
+        prepare(&db, None).map_err(std::io::Error::other)
     })
 }
 
@@ -116,7 +121,9 @@ impl RedbStore {
                 &meta,
                 "the store file is readable by other users; chmod 600 it",
             ),
-            Err(e) if e.kind() == std::io::ErrorKind::NotFound => create(path).map_err(open_error)?,
+            Err(e) if e.kind() == std::io::ErrorKind::NotFound => {
+                create(path).map_err(|e| open_error(e.to_string()))?
+            }
             Err(e) => return Err(open_error(e.to_string())),
         }
         // A store from a newer release is refused before anything could write
