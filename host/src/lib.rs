@@ -3,24 +3,18 @@
 //!
 //! See ARCHITECTURE.md at the repository root for the map of this crate.
 
-pub mod agent;
-pub mod allocator;
+pub use berth_agent as agent;
 pub mod api;
-pub mod cluster;
-pub mod config;
-pub mod credentials;
-pub mod csi;
+pub use berth_cluster as cluster;
+pub use berth_config as config;
+pub use berth_csi as csi;
 pub mod leadership;
-pub mod listener;
-pub mod manager;
-pub mod metrics;
+pub use berth_manager as manager;
+pub use berth_metrics as metrics;
 pub use berth_model as model;
-pub mod policy;
-pub mod secrets;
+pub use berth_policy as policy;
 pub mod serve;
-pub mod store;
-pub mod text;
-pub mod units;
+pub use berth_store as store;
 
 #[cfg(test)]
 mod tidy;

@@ -6,7 +6,7 @@ use std::process::ExitCode;
 
 use clap::Parser;
 
-// The hot path's small allocations: see `berth::allocator`.
+// The hot path's small allocations: see `berth::metrics::allocator`.
 #[global_allocator]
 static ALLOCATOR: mimalloc::MiMalloc = mimalloc::MiMalloc;
 
@@ -29,7 +29,10 @@ fn main() -> ExitCode {
             ExitCode::FAILURE
         }
         Err(e) => {
-            eprintln!("error: {}", berth::text::printable_lines(&format!("{e:#}")));
+            eprintln!(
+                "error: {}",
+                berth::model::text::printable_lines(&format!("{e:#}"))
+            );
             ExitCode::FAILURE
         }
     }

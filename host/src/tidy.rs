@@ -1,8 +1,10 @@
-//! Keeps the module graph what ARCHITECTURE.md says it is: every top-level
-//! module uses only the modules its line under "Module layers" names, and
-//! those lines have no cycle, so each layer builds on the ones before it.
-//! (A layer split into a crate of its own, as `model` is, has its boundary
-//! kept by the compiler as well.)
+//! Keeps the crate and module graph what ARCHITECTURE.md says it is: each
+//! name under "Layers" — a crate of the workspace (`host/<name>`, package
+//! `berth-<name>`) or a top-level module of this library — uses only the
+//! names its line lists, and those lines have no cycle. A crate's uses are
+//! its `berth-*` dependencies (the compiler then keeps the boundary); a
+//! module's are its `crate::<name>` paths (the crates are re-exported under
+//! their names, so `crate::manager` is the manager crate).
 
 use std::collections::{BTreeMap, BTreeSet};
 use std::path::{Path, PathBuf};
@@ -10,10 +12,13 @@ use std::path::{Path, PathBuf};
 const START: &str = "<!-- layers -->";
 const END: &str = "<!-- /layers -->";
 
-/// The layers block of ARCHITECTURE.md: module → what it may use.
+fn host() -> &'static Path {
+    Path::new(env!("CARGO_MANIFEST_DIR"))
+}
+
+/// The layers block of ARCHITECTURE.md: name → what it may use.
 fn declared() -> BTreeMap<String, BTreeSet<String>> {
-    let root = Path::new(env!("CARGO_MANIFEST_DIR")).join("../ARCHITECTURE.md");
-    let text = std::fs::read_to_string(&root).expect("ARCHITECTURE.md");
+    let text = std::fs::read_to_string(host().join("../ARCHITECTURE.md")).expect("ARCHITECTURE.md");
     let block = text
         .split_once(START)
         .and_then(|(_, rest)| rest.split_once(END))
@@ -25,10 +30,61 @@ fn declared() -> BTreeMap<String, BTreeSet<String>> {
         .filter(|l| !l.is_empty() && !l.starts_with("```"))
         .map(|l| {
             let mut words = l.split_whitespace();
-            let module = words.next().unwrap().trim_end_matches(':').to_string();
+            let name = words.next().unwrap().trim_end_matches(':').to_string();
             let uses = words.filter(|w| *w != "—").map(str::to_string).collect();
-            (module, uses)
+            (name, uses)
         })
+        .collect()
+}
+
+/// The `[dependencies]` section of a manifest: dependency names.
+fn dependencies(manifest: &Path) -> BTreeSet<String> {
+    let text = std::fs::read_to_string(manifest).unwrap();
+    let mut deps = BTreeSet::new();
+    let mut inside = false;
+    for line in text.lines().map(str::trim) {
+        if line.starts_with('[') {
+            inside = line == "[dependencies]";
+        } else if inside
+            && let Some((name, _)) = line.split_once(['.', ' ', '='])
+            && !name.is_empty()
+            && !name.starts_with('#')
+        {
+            deps.insert(name.to_string());
+        }
+    }
+    deps
+}
+
+/// The crates split out of the library: `host/<name>/Cargo.toml` → name.
+fn crates() -> BTreeMap<String, PathBuf> {
+    std::fs::read_dir(host())
+        .unwrap()
+        .flatten()
+        .map(|e| e.path().join("Cargo.toml"))
+        .filter(|m| m.is_file())
+        .map(|m| {
+            let name = m
+                .parent()
+                .unwrap()
+                .file_name()
+                .unwrap()
+                .to_string_lossy()
+                .to_string();
+            (name, m)
+        })
+        .collect()
+}
+
+/// This library's own top-level modules, from `lib.rs`.
+fn modules() -> BTreeSet<String> {
+    std::fs::read_to_string(host().join("src/lib.rs"))
+        .unwrap()
+        .lines()
+        .map(str::trim)
+        .filter_map(|l| l.strip_prefix("pub mod").or_else(|| l.strip_prefix("mod")))
+        .map(|rest| rest.trim().trim_end_matches(';').to_string())
+        .filter(|m| m != "tidy")
         .collect()
 }
 
@@ -43,13 +99,21 @@ fn rust_files(dir: &Path, out: &mut Vec<PathBuf>) {
     }
 }
 
-/// What each top-level module of the library uses of the others, from
-/// `crate::<module>` in its code (comments left out).
-fn actual(modules: &BTreeSet<String>) -> BTreeMap<String, BTreeSet<String>> {
-    let src = Path::new(env!("CARGO_MANIFEST_DIR")).join("src");
+/// What each name uses of the others.
+fn actual(names: &BTreeSet<String>) -> BTreeMap<String, BTreeSet<String>> {
+    let mut uses: BTreeMap<String, BTreeSet<String>> = BTreeMap::new();
+    for (name, manifest) in crates() {
+        let used = dependencies(&manifest)
+            .into_iter()
+            .filter_map(|d| d.strip_prefix("berth-").map(str::to_string))
+            .filter(|d| names.contains(d))
+            .collect();
+        uses.insert(name, used);
+    }
+    let src = host().join("src");
+    let modules = modules();
     let mut files = Vec::new();
     rust_files(&src, &mut files);
-    let mut uses: BTreeMap<String, BTreeSet<String>> = BTreeMap::new();
     for file in files {
         let rel = file.strip_prefix(&src).unwrap();
         let top = rel.iter().next().unwrap().to_string_lossy();
@@ -65,7 +129,7 @@ fn actual(modules: &BTreeSet<String>) -> BTreeMap<String, BTreeSet<String>> {
                     .chars()
                     .take_while(|c| c.is_ascii_alphanumeric() || *c == '_')
                     .collect();
-                if name != top && modules.contains(&name) {
+                if name != top && names.contains(&name) {
                     uses.entry(top.clone()).or_default().insert(name);
                 }
             }
@@ -74,41 +138,19 @@ fn actual(modules: &BTreeSet<String>) -> BTreeMap<String, BTreeSet<String>> {
     uses
 }
 
-/// The library's top-level modules, from `lib.rs`: its own, and the crates
-/// split out of it under their module names (`pub use berth_model as
-/// model;`), whose boundaries the compiler keeps.
-fn modules() -> BTreeSet<String> {
-    let lib = Path::new(env!("CARGO_MANIFEST_DIR")).join("src/lib.rs");
-    std::fs::read_to_string(lib)
-        .unwrap()
-        .lines()
-        .map(str::trim)
-        .filter_map(|l| {
-            l.strip_prefix("pub mod")
-                .or_else(|| l.strip_prefix("mod"))
-                .or_else(|| {
-                    l.strip_prefix("pub use berth_")
-                        .and_then(|r| r.split(" as ").nth(1))
-                })
-        })
-        .map(|rest| rest.trim().trim_end_matches(';').to_string())
-        .filter(|m| m != "tidy")
-        .collect()
-}
-
 #[test]
-fn every_module_uses_only_what_its_layer_allows() {
-    let modules = modules();
+fn every_crate_and_module_uses_only_what_its_layer_allows() {
+    let names: BTreeSet<String> = crates().into_keys().chain(modules()).collect();
     let declared = declared();
     let listed: BTreeSet<String> = declared.keys().cloned().collect();
     assert_eq!(
-        listed, modules,
-        "the layers block lists every module of lib.rs, and no other"
+        listed, names,
+        "the layers block lists every crate under host/ and every module of lib.rs, and no other"
     );
     let mut wrong = Vec::new();
-    for (module, uses) in actual(&modules) {
-        for used in uses.difference(&declared[&module]) {
-            wrong.push(format!("{module} uses {used}"));
+    for (name, uses) in actual(&names) {
+        for used in uses.difference(&declared[&name]) {
+            wrong.push(format!("{name} uses {used}"));
         }
     }
     assert!(
@@ -117,10 +159,34 @@ fn every_module_uses_only_what_its_layer_allows() {
     );
 }
 
+/// Everything `name` builds on, itself included.
+fn closure(declared: &BTreeMap<String, BTreeSet<String>>, name: &str) -> BTreeSet<String> {
+    let mut seen = BTreeSet::new();
+    let mut next = vec![name.to_string()];
+    while let Some(n) = next.pop() {
+        if seen.insert(n.clone()) {
+            next.extend(declared.get(&n).into_iter().flatten().cloned());
+        }
+    }
+    seen
+}
+
+#[test]
+fn only_the_policy_crate_links_wasmtime_and_the_agent_builds_without_it() {
+    let with_wasmtime: BTreeSet<String> = crates()
+        .into_iter()
+        .filter(|(_, m)| dependencies(m).iter().any(|d| d.starts_with("wasmtime")))
+        .map(|(name, _)| name)
+        .collect();
+    assert_eq!(with_wasmtime, BTreeSet::from(["policy".to_string()]));
+    let agent = closure(&declared(), "agent");
+    assert!(!agent.contains("policy"), "the agent builds on {agent:?}");
+}
+
 #[test]
 fn the_layers_have_no_cycle() {
     let declared = declared();
-    // Each module must come after everything it uses.
+    // Each name must come after everything it uses.
     let mut placed: Vec<String> = Vec::new();
     let mut left: BTreeMap<String, BTreeSet<String>> = declared.clone();
     while !left.is_empty() {
@@ -139,11 +205,11 @@ fn the_layers_have_no_cycle() {
             placed.push(m);
         }
     }
-    for (module, uses) in &declared {
+    for (name, uses) in &declared {
         for u in uses {
             assert!(
                 declared.contains_key(u),
-                "{module} names {u}, which is not a module"
+                "{name} names {u}, which is not a crate or module"
             );
         }
     }

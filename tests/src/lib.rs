@@ -70,17 +70,7 @@ fn check_bins(dir: &Path) -> Result<(), String> {
     };
     let build = format!("cargo build --bins -p berth -p hostpath-plugin{profile}");
     for (bin, sources) in [
-        (
-            "berth",
-            &[
-                "host/src",
-                "host/model/src",
-                "host/templates",
-                "proto",
-                "wit",
-                "Cargo.lock",
-            ][..],
-        ),
+        ("berth", &["host", "proto", "wit", "Cargo.lock"][..]),
         (
             "hostpath-plugin",
             &["examples/hostpath-plugin/src", "proto", "Cargo.lock"][..],

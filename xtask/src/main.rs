@@ -233,7 +233,7 @@ fn found_root() -> bool {
 fn bench(extra: &[String]) -> anyhow::Result<()> {
     guests()?;
     let mut cmd = cargo();
-    cmd.args(["bench", "--package", "berth", "--bench", "policy", "--"])
+    cmd.args(["bench", "--package", "berth-policy", "--bench", "policy", "--"])
         .args(extra);
     run(cmd)
 }

@@ -4,10 +4,14 @@
 
 pub mod bounds;
 pub mod clock;
+pub mod credentials;
 mod map;
 mod node;
+pub mod settings;
 mod spec;
 mod state;
+pub mod text;
+pub mod units;
 
 use serde::{Deserialize, Serialize};
 

@@ -136,10 +136,9 @@ impl api::berth_server::Berth for BerthApi {
 
     async fn get_volume(&self, req: Request<api::GetVolumeRequest>) -> Result<Response<api::Volume>, Status> {
         let name = req.into_inner().name;
-        let r = self
-            .manager
-            .get(&name)
-            .ok_or_else(|| Status::not_found(format!("no volume named {}", crate::text::echo(&name))))?;
+        let r = self.manager.get(&name).ok_or_else(|| {
+            Status::not_found(format!("no volume named {}", crate::model::text::echo(&name)))
+        })?;
         Ok(Response::new(volume_to_api(&self.manager, &r)))
     }
 
@@ -409,7 +408,7 @@ impl api::berth_server::Berth for BerthApi {
         let (token, record) = cluster.tokens.create(request).await?;
         tracing::warn!(
             token = %record.id,
-            node = record.node.as_deref().map(crate::text::echo).unwrap_or_else(|| "(any new node)".into()),
+            node = record.node.as_deref().map(crate::model::text::echo).unwrap_or_else(|| "(any new node)".into()),
             uses = record.uses_left,
             replace = record.replace,
             expires_unix = record.expires_ms / 1000,
@@ -459,10 +458,10 @@ impl api::berth_server::Berth for BerthApi {
         if !revoked {
             return Err(Status::not_found(format!(
                 "no live join token {} (`berth cluster token list`)",
-                crate::text::echo(&id)
+                crate::model::text::echo(&id)
             )));
         }
-        tracing::warn!(token = %crate::text::echo(&id), "join token revoked");
+        tracing::warn!(token = %crate::model::text::echo(&id), "join token revoked");
         Ok(Response::new(api::RevokeJoinTokenResponse {}))
     }
 

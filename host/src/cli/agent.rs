@@ -28,7 +28,7 @@ pub struct AgentArgs {
 
 pub async fn run(args: AgentArgs) -> anyhow::Result<ExitCode> {
     let c = AgentConfig::load(&args.config).map_err(anyhow::Error::msg)?;
-    berth::listener::raise_descriptor_limit();
+    berth::metrics::listener::raise_descriptor_limit();
     let readiness = metrics::readiness();
     let _http = match c.metrics {
         Some(address) => Some(

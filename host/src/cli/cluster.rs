@@ -79,7 +79,7 @@ pub async fn run(command: ClusterCommand, api: ApiArgs, output: Output) -> anyho
                 Output::Text => {
                     say!("{}", t.token);
                     let for_whom = match (&create.node, create.uses) {
-                        (Some(node), _) => format!("node {}", berth::text::printable(node)),
+                        (Some(node), _) => format!("node {}", berth::model::text::printable(node)),
                         (None, Some(n)) => format!("{n} new node(s)"),
                         (None, None) => "?".into(),
                     };

@@ -73,8 +73,8 @@ pub fn print(h: &Result<api::VolumeHealthResponse, String>) {
         let usage = match (n.used_bytes, n.total_bytes) {
             (Some(used), Some(total)) => format!(
                 ", {} used of {}",
-                berth::units::format_bytes(used.max(0) as usize),
-                berth::units::format_bytes(total.max(0) as usize)
+                berth::model::units::format_bytes(used.max(0) as usize),
+                berth::model::units::format_bytes(total.max(0) as usize)
             ),
             _ => String::new(),
         };

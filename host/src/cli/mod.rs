@@ -178,7 +178,7 @@ pub fn error_json(e: &anyhow::Error) -> String {
 /// requests) shown escaped; every text line the CLI prints goes through it.
 macro_rules! say {
     ($($arg:tt)*) => {
-        $crate::cli::out(&berth::text::printable(&format!($($arg)*)))
+        $crate::cli::out(&berth::model::text::printable(&format!($($arg)*)))
     };
 }
 pub(crate) use say;

@@ -127,7 +127,7 @@ async fn orphans(plugin: String, api: ApiArgs, output: Output) -> anyhow::Result
                 say!(
                     "untracked  {} ({}): on the plugin, not in Berth",
                     u.volume_id,
-                    berth::units::format_bytes(u.capacity_bytes.max(0) as usize)
+                    berth::model::units::format_bytes(u.capacity_bytes.max(0) as usize)
                 );
             }
             for m in &o.missing {

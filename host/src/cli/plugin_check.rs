@@ -5,8 +5,8 @@ use std::path::PathBuf;
 use std::process::ExitCode;
 use std::time::Duration;
 
-use berth::csi::check::{self, CheckOptions, Report, Verdict};
 use berth::csi::{ClientOptions, CsiClient, Endpoint};
+use berth_check::{self as check, CheckOptions, Report, Verdict};
 use clap::Args;
 
 use super::{Output, say};
@@ -36,7 +36,7 @@ pub struct CheckArgs {
     pub node_id: Option<String>,
 
     /// Capacity to ask for the check's volume (e.g. 1GiB).
-    #[arg(long, default_value = "1GiB", value_parser = berth::units::parse_bytes)]
+    #[arg(long, default_value = "1GiB", value_parser = berth::model::units::parse_bytes)]
     pub size: usize,
 
     /// A CreateVolume parameter, KEY=VALUE; repeatable.
@@ -128,7 +128,7 @@ fn read_secrets(path: &std::path::Path) -> anyhow::Result<HashMap<String, String
     } else {
         dir
     };
-    let map = berth::secrets::Secrets::new(Some(dir))
+    let map = berth::manager::secrets::Secrets::new(Some(dir))
         .get(name)
         .map_err(|e| anyhow::anyhow!(e))?;
     Ok(map.into_inner())

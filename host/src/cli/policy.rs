@@ -50,13 +50,13 @@ berth policy new site-policy --lang rust --dir ~/src/site-policy"
 #[derive(Debug, Args)]
 pub struct LimitArgs {
     /// Linear memory a decision may use (e.g. 32MiB).
-    #[arg(long, default_value = "32MiB", value_parser = berth::units::parse_bytes)]
+    #[arg(long, default_value = "32MiB", value_parser = berth::model::units::parse_bytes)]
     pub memory: usize,
     /// Time a decision may take, instantiation included (e.g. 100ms).
     #[arg(long, default_value = "100ms", value_parser = humantime::parse_duration)]
     pub deadline: Duration,
     /// Largest answer the host accepts (e.g. 1MiB).
-    #[arg(long, default_value = "1MiB", value_parser = berth::units::parse_bytes)]
+    #[arg(long, default_value = "1MiB", value_parser = berth::model::units::parse_bytes)]
     pub max_answer: usize,
 }
 
@@ -208,9 +208,9 @@ async fn check(args: CheckArgs, output: Output) -> anyhow::Result<ExitCode> {
             say!(
                 "{:<12}memory {}, deadline {} ms, answers up to {}",
                 "limits",
-                berth::units::format_bytes(report.memory_bytes),
+                berth::model::units::format_bytes(report.memory_bytes),
                 report.deadline_ms,
-                berth::units::format_bytes(report.max_answer_bytes)
+                berth::model::units::format_bytes(report.max_answer_bytes)
             );
             say!("{:<12}loaded in {} ms", "load", report.load_ms);
             if let Some(w) = &report.warning {

@@ -93,7 +93,7 @@ fn print(s: &api::Snapshot, output: Output) -> anyhow::Result<()> {
             row("csi name", &s.csi_name);
             row("snapshot id", &s.snapshot_id);
             if s.size_bytes > 0 {
-                row("size", &berth::units::format_bytes(s.size_bytes as usize));
+                row("size", &berth::model::units::format_bytes(s.size_bytes as usize));
             }
             row("retrying", &s.retrying);
             row("failed", &s.failure);

@@ -54,7 +54,7 @@ pub enum VolumeCommand {
     Expand {
         name: String,
         /// The new size (e.g. 2GiB); volumes only grow.
-        #[arg(long, value_parser = berth::units::parse_bytes)]
+        #[arg(long, value_parser = berth::model::units::parse_bytes)]
         size: usize,
         #[command(flatten)]
         wait: WaitArgs,
@@ -93,10 +93,10 @@ pub struct CreateArgs {
     #[arg(long)]
     pub plugin: String,
     /// Capacity it must have at least (e.g. 1GiB).
-    #[arg(long, value_parser = berth::units::parse_bytes)]
+    #[arg(long, value_parser = berth::model::units::parse_bytes)]
     pub size: Option<usize>,
     /// Capacity it may have at most.
-    #[arg(long, value_parser = berth::units::parse_bytes)]
+    #[arg(long, value_parser = berth::model::units::parse_bytes)]
     pub limit: Option<usize>,
     #[arg(long, default_value = "single-node-writer")]
     pub access_mode: String,

@@ -195,7 +195,10 @@ pub fn print_volume(v: &api::Volume, output: Output) -> anyhow::Result<()> {
                 row("expanding", "yes");
             }
             if w.capacity_bytes > 0 {
-                row("capacity", &berth::units::format_bytes(w.capacity_bytes as usize));
+                row(
+                    "capacity",
+                    &berth::model::units::format_bytes(w.capacity_bytes as usize),
+                );
             }
             for t in &w.accessible_topology {
                 row(

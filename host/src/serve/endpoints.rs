@@ -108,10 +108,10 @@ const TLS_HANDSHAKE: Duration = Duration::from_secs(10);
 /// Connections the TLS endpoint holds at once: half the descriptors this
 /// process may open (the rest are the store's, the plugins', the API's),
 /// and a quarter of that from one address (agents behind one NAT share one).
-fn tls_caps() -> crate::listener::Caps {
-    let descriptors = crate::listener::raise_descriptor_limit();
+fn tls_caps() -> crate::metrics::listener::Caps {
+    let descriptors = crate::metrics::listener::raise_descriptor_limit();
     let total = (descriptors / 2).clamp(16, 16_384) as usize;
-    crate::listener::Caps {
+    crate::metrics::listener::Caps {
         total,
         per_address: (total / 4).max(4),
     }
@@ -171,7 +171,7 @@ pub(super) fn serve_cluster_tls(
             Ok(c) => c,
             Err(e) => return tracing::error!(error = %e, "the TLS cluster endpoint cannot start"),
         };
-        let incoming = crate::listener::tls_incoming(
+        let incoming = crate::metrics::listener::tls_incoming(
             listener,
             tokio_rustls::TlsAcceptor::from(Arc::new(config)),
             tls_caps(),

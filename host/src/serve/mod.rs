@@ -83,7 +83,7 @@ pub async fn run(
     config_path: Option<PathBuf>,
     shutdown: impl Future<Output = ()> + Send + 'static,
 ) -> Result<(), String> {
-    crate::listener::raise_descriptor_limit();
+    crate::metrics::listener::raise_descriptor_limit();
     let http = match config.metrics {
         Some(address) => Some(metrics::http::serve(address, metrics::readiness().clone()).await?),
         None => None,

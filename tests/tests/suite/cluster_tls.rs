@@ -321,7 +321,7 @@ fn idle_strangers_and_a_flooding_agent_cannot_knock_the_endpoint_over() {
     use wire::agent_message::Message as Up;
     const IDLE: usize = 5000;
     // The test holds every idle connection itself.
-    berth::listener::raise_descriptor_limit();
+    berth::metrics::listener::raise_descriptor_limit();
     let c = tls_cluster();
     let address = server(&c).trim_start_matches("https://").to_string();
     let (host, port) = address.rsplit_once(':').unwrap();

@@ -1,0 +1,282 @@
+//! `agent.toml`: what `berth agent` runs. Parsed strictly (unknown keys are
+//! errors); every error names the key at fault. Relative paths are relative
+//! to the file's directory.
+//!
+//! ```toml
+//! node = "node-a"                        # this node's name in the cluster
+//! labels = { zone = "a", disk = "ssd" }  # for placement
+//! server = "https://berth.example:7443"  # the TLS endpoint; or unix:///run/berth/cluster.sock;
+//!                                        # or a list of every server's, tried in turn to find the leader
+//! token = "berth1...."                   # to join the first time (`berth cluster token`)
+//! dir = "/var/lib/berth/agent"           # the agent's record; staging/ and publish/ below
+//! plugin_dir = "/var/lib/berth/plugins"  # optional: sockets appearing here are registered
+//! fingerprint_interval = "30s"
+//! heartbeat_interval = "5s"
+//! deadline = "15s"                       # each node plugin call
+//! metrics = "127.0.0.1:9465"             # /metrics, /healthz, /readyz over HTTP; off by default
+//!
+//! [plugins]                              # the operator's plugin names, as in berth.toml
+//! hostpath = "unix:///run/csi/node.sock"
+//! ```
+
+use std::collections::BTreeMap;
+use std::path::{Path, PathBuf};
+use std::time::Duration;
+
+use serde::Deserialize;
+
+use berth_csi::Endpoint;
+use berth_model::settings::{ConfigError, duration, invalid, load_file, metrics_address, name_ok};
+
+#[derive(Debug, Deserialize)]
+#[serde(deny_unknown_fields)]
+struct Raw {
+    node: String,
+    #[serde(default)]
+    labels: BTreeMap<String, String>,
+    server: OneOrMany,
+    token: Option<String>,
+    dir: PathBuf,
+    plugin_dir: Option<PathBuf>,
+    fingerprint_interval: Option<String>,
+    heartbeat_interval: Option<String>,
+    deadline: Option<String>,
+    metrics: Option<String>,
+    #[serde(default)]
+    plugins: BTreeMap<String, String>,
+}
+
+/// `server`: one endpoint, or every server's.
+#[derive(Debug, Deserialize)]
+#[serde(untagged)]
+enum OneOrMany {
+    One(String),
+    Many(Vec<String>),
+}
+
+/// Where the server's cluster endpoint is.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub enum ServerAddress {
+    /// A unix socket on this machine (its mode guards it).
+    Unix(Endpoint),
+    /// The TLS endpoint: `https://host:port`.
+    Tls { host: String, port: u16 },
+}
+
+impl ServerAddress {
+    fn parse_tls(rest: &str) -> Result<ServerAddress, String> {
+        let rest = rest.trim_end_matches('/');
+        let (host, port) = rest
+            .rsplit_once(':')
+            .ok_or_else(|| format!("https://{rest} needs a port, like https://berth.example:7443"))?;
+        let port = port.parse().map_err(|_| format!("{port:?} is not a port"))?;
+        let host = host.trim_start_matches('[').trim_end_matches(']');
+        if host.is_empty() {
+            return Err("the server's host is empty".into());
+        }
+        Ok(ServerAddress::Tls {
+            host: host.to_string(),
+            port,
+        })
+    }
+}
+
+impl std::fmt::Display for ServerAddress {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match self {
+            ServerAddress::Unix(e) => write!(f, "{e}"),
+            ServerAddress::Tls { host, port } => write!(f, "https://{host}:{port}"),
+        }
+    }
+}
+
+#[derive(Clone, Debug)]
+pub struct AgentConfig {
+    pub node: String,
+    pub labels: BTreeMap<String, String>,
+    /// The servers' cluster endpoints: only the leader's answers, so they
+    /// are tried in turn.
+    pub servers: Vec<ServerAddress>,
+    /// The join token, needed until the agent has its certificate.
+    pub token: Option<String>,
+    pub dir: PathBuf,
+    pub plugin_dir: Option<PathBuf>,
+    pub fingerprint_interval: Duration,
+    pub heartbeat_interval: Duration,
+    pub deadline: Duration,
+    /// Where `/metrics`, `/healthz` and `/readyz` are served; none by default.
+    pub metrics: Option<std::net::SocketAddr>,
+    pub plugins: BTreeMap<String, Endpoint>,
+}
+
+impl AgentConfig {
+    pub fn load(path: &Path) -> Result<AgentConfig, ConfigError> {
+        load_file(path, AgentConfig::parse)
+    }
+
+    pub fn parse(text: &str, base: &Path) -> Result<AgentConfig, ConfigError> {
+        let raw: Raw = toml::from_str(text).map_err(|e| ConfigError::Syntax(e.to_string()))?;
+        let resolve = |p: &Path| {
+            if p.is_absolute() {
+                p.to_path_buf()
+            } else {
+                base.join(p)
+            }
+        };
+        name_ok("node", &raw.node)?;
+        let endpoint = |key: &str, text: &str| {
+            Endpoint::parse(text)
+                .and_then(|e| e.resolve(base))
+                .map_err(|e| invalid(key, e))
+        };
+        let mut plugins = BTreeMap::new();
+        for (name, ep) in &raw.plugins {
+            name_ok(&format!("plugins.{name}"), name)?;
+            plugins.insert(name.clone(), endpoint(&format!("plugins.{name}"), ep)?);
+        }
+        if plugins.len() > berth_model::bounds::NODE_PLUGINS_MAX {
+            return Err(invalid(
+                "plugins",
+                format!(
+                    "{} plugins; a node runs at most {}",
+                    plugins.len(),
+                    berth_model::bounds::NODE_PLUGINS_MAX
+                ),
+            ));
+        }
+        berth_model::bounds::labels(raw.labels.iter()).map_err(|e| invalid("labels", e))?;
+        if plugins.is_empty() && raw.plugin_dir.is_none() {
+            return Err(invalid(
+                "plugins",
+                "no node plugin: name sockets under [plugins], or set plugin_dir",
+            ));
+        }
+        let servers = match raw.server {
+            OneOrMany::One(one) => vec![one],
+            OneOrMany::Many(many) => many,
+        };
+        if servers.is_empty() {
+            return Err(invalid("server", "name at least one server's cluster endpoint"));
+        }
+        let servers = servers
+            .iter()
+            .map(|text| match text.strip_prefix("https://") {
+                Some(rest) => ServerAddress::parse_tls(rest).map_err(|e| invalid("server", e)),
+                None => Ok(ServerAddress::Unix(endpoint("server", text)?)),
+            })
+            .collect::<Result<Vec<_>, _>>()?;
+        let heartbeat_interval = duration("heartbeat_interval", raw.heartbeat_interval.as_deref(), "5s")?;
+        if heartbeat_interval < Duration::from_millis(10) {
+            return Err(invalid("heartbeat_interval", "must be at least 10ms"));
+        }
+        Ok(AgentConfig {
+            node: raw.node,
+            labels: raw.labels,
+            servers,
+            token: raw.token,
+            dir: resolve(&raw.dir),
+            plugin_dir: raw.plugin_dir.as_deref().map(resolve),
+            fingerprint_interval: duration(
+                "fingerprint_interval",
+                raw.fingerprint_interval.as_deref(),
+                "30s",
+            )?,
+            heartbeat_interval,
+            deadline: duration("deadline", raw.deadline.as_deref(), "15s")?,
+            metrics: metrics_address(raw.metrics.as_deref())?,
+            plugins,
+        })
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_full_config_parses_with_paths_from_its_directory() {
+        let c = AgentConfig::parse(
+            r#"
+            node = "node-a"
+            labels = { zone = "a" }
+            server = "unix:cluster.sock"
+            dir = "agent"
+            plugin_dir = "/var/lib/berth/plugins"
+            heartbeat_interval = "1s"
+            [plugins]
+            sample = "unix:///run/csi/node.sock"
+            "#,
+            Path::new("/etc/berth"),
+        )
+        .unwrap();
+        assert_eq!(c.node, "node-a");
+        assert_eq!(
+            c.servers,
+            [ServerAddress::Unix(
+                Endpoint::parse("/etc/berth/cluster.sock").unwrap()
+            )]
+        );
+        let tls = AgentConfig::parse(
+            "node = \"a\"\nserver = \"https://10.0.0.1:7443\"\ndir = \"d\"\n[plugins]\nx = \"/x.sock\"",
+            Path::new("/"),
+        )
+        .unwrap();
+        assert_eq!(
+            tls.servers,
+            [ServerAddress::Tls {
+                host: "10.0.0.1".into(),
+                port: 7443
+            }]
+        );
+        let several = AgentConfig::parse(
+            "node = \"a\"\nserver = [\"https://s1:7443\", \"https://s2:7443\"]\ndir = \"d\"\n[plugins]\nx = \"/x.sock\"",
+            Path::new("/"),
+        )
+        .unwrap();
+        assert_eq!(several.servers.len(), 2, "every server's endpoint, in order");
+        assert_eq!(several.servers[1].to_string(), "https://s2:7443");
+        assert_eq!(c.dir, Path::new("/etc/berth/agent"));
+        assert_eq!(c.heartbeat_interval, Duration::from_secs(1));
+        assert_eq!(c.fingerprint_interval, Duration::from_secs(30));
+        assert_eq!(c.plugins["sample"].path(), Path::new("/run/csi/node.sock"));
+    }
+
+    #[test]
+    fn errors_name_the_key() {
+        let base = Path::new("/etc/berth");
+        let key = |text: &str| {
+            AgentConfig::parse(text, base)
+                .unwrap_err()
+                .key()
+                .map(str::to_string)
+        };
+        let ok = "server = \"unix:///s.sock\"\ndir = \"d\"\n";
+        assert_eq!(
+            key(&format!("node = \"a b\"\n{ok}[plugins]\nx = \"/x.sock\"")).as_deref(),
+            Some("node")
+        );
+        assert_eq!(key(&format!("node = \"a\"\n{ok}")).as_deref(), Some("plugins"));
+        assert_eq!(
+            key(&format!(
+                "node = \"a\"\n{ok}heartbeat_interval = \"soon\"\n[plugins]\nx = \"/x.sock\""
+            ))
+            .as_deref(),
+            Some("heartbeat_interval")
+        );
+        assert!(matches!(
+            AgentConfig::parse(&format!("node = \"a\"\n{ok}colour = 1\n"), base),
+            Err(ConfigError::Syntax(_))
+        ));
+        assert_eq!(
+            key(&format!(
+                "node = \"a\"\n{ok}metrics = \"9465\"\n[plugins]\nx = \"/x.sock\""
+            ))
+            .as_deref(),
+            Some("metrics")
+        );
+        let with_metrics =
+            format!("node = \"a\"\n{ok}metrics = \"127.0.0.1:9465\"\n[plugins]\nx = \"/x.sock\"");
+        let c = AgentConfig::parse(&with_metrics, base).unwrap();
+        assert_eq!(c.metrics, Some("127.0.0.1:9465".parse().unwrap()));
+    }
+}

@@ -1,0 +1,557 @@
+//! Driving each volume on the node to the level the server wants, one step
+//! at a time, each step durable in the node record before it is reported.
+//!
+//! Stage and publish raise the wanted level; unpublish and unstage lower it.
+//! Lowering needs nothing from the server (the record has the volume id and
+//! the paths are the agent's), so teardown goes on while the server is away.
+//! A failure is reported and waits for the server's next attempt or a new
+//! desired set: whether and when to try again is the retry policy's to say,
+//! for node calls as for controller calls.
+//!
+//! The record is written before a step that raises a volume (so it names
+//! every path a plugin may have mounted, a crash between the call and the
+//! record included) and after a step that lowers it; what it holds is an
+//! upper bound, and undoing starts from it.
+
+use std::collections::HashMap;
+use std::sync::{Arc, Mutex};
+
+use berth_proto::berth::v1 as wire;
+use tokio::sync::mpsc;
+
+use crate::calls::{self, Params, Paths};
+use crate::failures::failure_to_wire;
+use crate::mounts::MountTable;
+use crate::plugins::NodePlugins;
+use crate::record::{Held, Level, NodeRecord};
+use berth_csi::{CsiError, Failure};
+
+#[derive(Default)]
+struct Volume {
+    /// What the node is known to hold; `Absent` with no plugin when it
+    /// holds nothing yet.
+    held: Option<Held>,
+    /// The level the record says: at least `held`'s, higher while a raise
+    /// was asked of the plugin and not confirmed, or a lowering is under way.
+    recorded: Level,
+    /// The most the plugin may hold, as far as this process knows: what
+    /// undoing starts from (the record's level, lowered by each call done).
+    bound: Level,
+    wanted: Level,
+    /// The server's parameters for raising, secrets included: in memory
+    /// only, and only until the volume is where it is wanted.
+    params: Option<Box<Params>>,
+    attempt: u64,
+    running: bool,
+    /// The attempt whose failure waits for the server.
+    stalled: Option<u64>,
+}
+
+impl Volume {
+    fn level(&self) -> Level {
+        self.held.as_ref().map_or(Level::Absent, |h| h.level)
+    }
+
+    fn stages(&self) -> bool {
+        match (&self.held, &self.params) {
+            (Some(h), _) if h.level > Level::Absent => h.staged,
+            (_, Some(p)) => p.staged,
+            (Some(h), None) => h.staged,
+            (None, None) => true,
+        }
+    }
+
+    /// The wanted level as this plugin has it: without staging, `Staged` is
+    /// no different from `Absent`.
+    fn target(&self) -> Level {
+        if self.wanted == Level::Staged && !self.stages() {
+            Level::Absent
+        } else {
+            self.wanted
+        }
+    }
+
+    fn next(&self) -> Option<Step> {
+        let (level, target) = (self.level(), self.target());
+        if target > level {
+            // Raising needs the server's parameters (and secrets), held in memory only.
+            self.params.as_ref()?;
+            return Some(if level == Level::Absent && self.stages() {
+                Step::Stage
+            } else {
+                Step::Publish
+            });
+        }
+        // Lowering starts from the most the plugin may have done.
+        let top = self.bound.max(level);
+        if target >= top {
+            return None;
+        }
+        Some(if top == Level::Published {
+            Step::Unpublish
+        } else {
+            Step::Unstage
+        })
+    }
+}
+
+#[derive(Clone, Copy, Debug)]
+enum Step {
+    Stage,
+    Publish,
+    Unpublish,
+    Unstage,
+}
+
+pub struct Converger {
+    volumes: Mutex<HashMap<String, Volume>>,
+    record: NodeRecord,
+    plugins: Arc<NodePlugins>,
+    paths: Paths,
+    link: Mutex<Option<crate::ToServer>>,
+}
+
+impl Converger {
+    /// Whether the node record takes writes.
+    pub fn record_health(&self) -> Result<(), String> {
+        self.record.health()
+    }
+
+    /// Loads the record and checks it against the mount table: a volume whose
+    /// target or staging path no longer shows it is recorded a level lower,
+    /// so the server's desired set has it done again. A volume path in use
+    /// that the record does not name is an error: the record was lost or
+    /// damaged, and taking the node as holding nothing would let the server
+    /// believe its mounts undone.
+    pub async fn open(
+        record: NodeRecord,
+        plugins: Arc<NodePlugins>,
+        paths: Paths,
+        record_path: &std::path::Path,
+    ) -> Result<Arc<Self>, String> {
+        let mut held = record.load().map_err(|e| e.to_string())?;
+        held.retain(|id, _| match berth_model::bounds::plain("volume id", id) {
+            Ok(()) => true,
+            Err(e) => {
+                tracing::error!(error = %e, "the node record holds a volume id that is not a plain name; it is left alone");
+                false
+            }
+        });
+        match MountTable::read() {
+            Ok(mounts) => {
+                let unknown = unknown_volume_paths(&paths, &held, &mounts);
+                if !unknown.is_empty() {
+                    let shown: Vec<String> =
+                        unknown.iter().take(5).map(|p| p.display().to_string()).collect();
+                    return Err(format!(
+                        "the node record {} does not name {} volume path(s) in use ({}{}): it was lost or damaged. \
+                         Restore it from a backup, or unpublish those paths by hand (umount, then remove them) and start again",
+                        record_path.display(),
+                        unknown.len(),
+                        shown.join(", "),
+                        if unknown.len() > shown.len() { ", ..." } else { "" },
+                    ));
+                }
+                for (id, h) in held.iter_mut() {
+                    let was = h.level;
+                    let shows =
+                        |path: Result<std::path::PathBuf, _>| path.is_ok_and(|p| mounts.shows_volume(&p));
+                    if h.level == Level::Published && !shows(paths.target(id)) {
+                        h.level = if h.staged { Level::Staged } else { Level::Absent };
+                    }
+                    if h.level == Level::Staged && !shows(paths.staging(id)) {
+                        h.level = Level::Absent;
+                    }
+                    if h.level != was {
+                        tracing::warn!(volume = %id, ?was, now = ?h.level, "the node does not show what the record says; recorded lower");
+                        record.put(id, h).await.map_err(|e| e.to_string())?;
+                    }
+                }
+            }
+            Err(e) => tracing::warn!(error = %e, "cannot read the mount table; the record is taken as it is"),
+        }
+        let volumes = held
+            .into_iter()
+            .filter(|(_, h)| h.level > Level::Absent)
+            .map(|(id, h)| {
+                let wanted = h.level;
+                (
+                    id,
+                    Volume {
+                        recorded: h.level,
+                        bound: h.level,
+                        held: Some(h),
+                        wanted,
+                        ..Volume::default()
+                    },
+                )
+            })
+            .collect();
+        Ok(Arc::new(Converger {
+            volumes: Mutex::new(volumes),
+            record,
+            plugins,
+            paths,
+            link: Mutex::new(None),
+        }))
+    }
+
+    pub fn paths(&self) -> &Paths {
+        &self.paths
+    }
+
+    fn lock(&self) -> std::sync::MutexGuard<'_, HashMap<String, Volume>> {
+        self.volumes.lock().unwrap_or_else(|p| p.into_inner())
+    }
+
+    /// Reports go to `link` from now on (or nowhere, with `None`).
+    pub fn set_link(&self, link: Option<crate::ToServer>) {
+        *self.link.lock().unwrap_or_else(|p| p.into_inner()) = link;
+    }
+
+    /// A report on the session. With its queue full (the server not reading)
+    /// the report is dropped: the session is about to be given up, and the
+    /// next one registers with what the node holds, which says the same.
+    fn send(&self, message: wire::agent_message::Message) {
+        if let Some(link) = &*self.link.lock().unwrap_or_else(|p| p.into_inner())
+            && let Err(mpsc::error::TrySendError::Full(_)) = link.try_send(wire::AgentMessage {
+                message: Some(message),
+            })
+        {
+            tracing::warn!("the server is not reading this session; a report waits for the next one");
+        }
+    }
+
+    /// What the node holds, for registering.
+    pub fn held(&self) -> Vec<wire::Held> {
+        self.lock()
+            .iter()
+            .filter_map(|(id, v)| {
+                let h = v.held.as_ref().filter(|h| h.level > Level::Absent)?;
+                Some(wire::Held {
+                    berth_id: id.clone(),
+                    plugin: h.plugin.clone(),
+                    volume_id: h.volume_id.clone(),
+                    level: h.level.to_wire(),
+                })
+            })
+            .collect()
+    }
+
+    /// A complete desired set: listed volumes go to their level, the rest are torn down.
+    pub fn apply_set(self: &Arc<Self>, set: wire::DesiredSet) {
+        let listed = set.volumes.len();
+        // Only what has something to do is driven (or dropped): a node that
+        // agrees with the set, the usual restart, costs no task per volume.
+        let ids: Vec<String> = {
+            let mut volumes = self.lock();
+            for v in volumes.values_mut() {
+                v.wanted = Level::Absent;
+                v.stalled = None;
+            }
+            for d in set.volumes {
+                if let Err(e) = berth_model::bounds::plain("volume id", &d.berth_id) {
+                    tracing::warn!(error = %e, "the desired set names a volume id that is not a plain name; left out");
+                    continue;
+                }
+                volumes.entry(d.berth_id).or_default().wanted = Level::from_wire(d.level);
+            }
+            volumes
+                .iter()
+                .filter(|(_, v)| v.next().is_some() || v.level() == Level::Absent)
+                .map(|(id, _)| id.clone())
+                .collect()
+        };
+        tracing::info!(version = set.version, volumes = listed, "desired set received");
+        for id in ids {
+            self.kick(&id);
+        }
+        if listed >= berth_metrics::allocator::TRIM_FROM {
+            berth_metrics::allocator::release_freed();
+        }
+    }
+
+    /// One operation: raises or lowers the volume's wanted level. Answered at
+    /// once when the node is already there.
+    pub fn apply_op(self: &Arc<Self>, op: wire::Operation) {
+        use wire::OperationKind as Kind;
+        let kind = Kind::try_from(op.kind).unwrap_or(Kind::Unspecified);
+        if let Err(e) = berth_model::bounds::plain("volume id", &op.berth_id) {
+            tracing::warn!(error = %e, "an operation names a volume id that is not a plain name; refused");
+            let call = match kind {
+                Kind::Stage => "NodeStageVolume",
+                Kind::Publish => "NodePublishVolume",
+                Kind::Unpublish => "NodeUnpublishVolume",
+                Kind::Unstage | Kind::Unspecified => "NodeUnstageVolume",
+            };
+            let failure = calls::refused_id(call, e);
+            self.report(&op.berth_id, op.attempt, Level::Absent, Some(&failure));
+            return;
+        }
+        {
+            let mut volumes = self.lock();
+            let v = volumes.entry(op.berth_id.clone()).or_default();
+            v.attempt = op.attempt;
+            v.stalled = None;
+            match kind {
+                Kind::Stage | Kind::Publish => {
+                    let level = if kind == Kind::Stage {
+                        Level::Staged
+                    } else {
+                        Level::Published
+                    };
+                    v.wanted = v.wanted.max(level);
+                    v.params = Some(Box::new(Params {
+                        volume_id: op.volume_id,
+                        staged: op.staged,
+                        capability: op.capability.unwrap_or_default(),
+                        publish_context: op.publish_context,
+                        volume_context: op.volume_context,
+                        secrets: op.secrets,
+                        readonly: op.readonly,
+                    }));
+                    if v.held.is_none() {
+                        v.held = Some(Held {
+                            plugin: op.plugin,
+                            volume_id: v.params.as_ref().map(|p| p.volume_id.clone()).unwrap_or_default(),
+                            level: Level::Absent,
+                            staged: op.staged,
+                        });
+                    }
+                }
+                Kind::Unpublish => v.wanted = v.wanted.min(Level::Staged),
+                Kind::Unstage => v.wanted = Level::Absent,
+                Kind::Unspecified => {}
+            }
+            if v.next().is_none() {
+                v.params = None;
+                let level = v.level();
+                let attempt = v.attempt;
+                drop(volumes);
+                self.report(&op.berth_id, attempt, level, None);
+                return;
+            }
+        }
+        self.kick(&op.berth_id);
+    }
+
+    fn report(&self, berth_id: &str, attempt: u64, level: Level, failure: Option<&CsiError>) {
+        self.send(wire::agent_message::Message::Report(wire::Report {
+            berth_id: berth_id.to_string(),
+            attempt,
+            level: level.to_wire(),
+            failure: failure.map(failure_to_wire),
+        }));
+    }
+
+    /// Starts driving the volume unless it is already being driven or has
+    /// nothing to do.
+    fn kick(self: &Arc<Self>, id: &str) {
+        {
+            let mut volumes = self.lock();
+            let Some(v) = volumes.get_mut(id) else { return };
+            if v.running || v.stalled.is_some_and(|a| a == v.attempt) || v.next().is_none() {
+                if v.level() == Level::Absent && v.wanted == Level::Absent && !v.running {
+                    volumes.remove(id);
+                }
+                return;
+            }
+            v.running = true;
+        }
+        let me = self.clone();
+        let id = id.to_string();
+        tokio::spawn(async move { me.drive(id).await });
+    }
+
+    async fn drive(self: Arc<Self>, id: String) {
+        loop {
+            let (step, target, held, params, attempt) = {
+                let mut volumes = self.lock();
+                let Some(v) = volumes.get_mut(&id) else { return };
+                let Some(step) = v.next().filter(|_| v.stalled != Some(v.attempt)) else {
+                    v.running = false;
+                    if v.next().is_none() {
+                        v.params = None;
+                    }
+                    if v.level() == Level::Absent && v.wanted == Level::Absent {
+                        volumes.remove(&id);
+                    }
+                    return;
+                };
+                (
+                    step,
+                    v.target(),
+                    v.held.clone().unwrap_or_else(|| Held {
+                        plugin: String::new(),
+                        volume_id: String::new(),
+                        level: Level::Absent,
+                        staged: true,
+                    }),
+                    v.params.clone(),
+                    v.attempt,
+                )
+            };
+            let raises = matches!(step, Step::Stage | Step::Publish);
+            let mut now = held.clone();
+            if let Some(p) = &params
+                && held.level == Level::Absent
+            {
+                now.staged = p.staged;
+                now.volume_id = p.volume_id.clone();
+            }
+            // A raise is recorded before its first call, at the level it
+            // goes to: one write names every path the plugin may mount on
+            // the way (stage, then publish).
+            let ahead = match raises {
+                true => {
+                    now.level = target;
+                    self.write_ahead(&id, &now).await
+                }
+                false => Ok(()),
+            };
+            let result = match ahead {
+                Ok(()) => match self.call(step, &id, &held, params.as_deref()).await {
+                    Ok(level) => {
+                        now.level = level;
+                        // A lowering is recorded once it is where it goes: the
+                        // record above it meanwhile only makes a restart undo
+                        // from higher, which the mount table then corrects.
+                        let written = match raises || level > target {
+                            true => Ok(()),
+                            false => self.record.put(&id, &now).await.map_err(recording),
+                        };
+                        written.map(|()| now)
+                    }
+                    Err(e) => Err(e),
+                },
+                Err(e) => Err(e),
+            };
+            let (level, failure, arrived) = {
+                let mut volumes = self.lock();
+                let Some(v) = volumes.get_mut(&id) else { return };
+                match &result {
+                    Ok(now) => {
+                        v.held = Some(now.clone());
+                        if !raises {
+                            v.bound = now.level;
+                            if now.level <= target {
+                                v.recorded = now.level;
+                            }
+                        }
+                    }
+                    Err(_) => {
+                        v.stalled = Some(attempt);
+                        v.running = false;
+                    }
+                }
+                (v.level(), result.as_ref().err(), v.next().is_none())
+            };
+            if let Some(e) = failure {
+                tracing::warn!(id = %id, ?step, attempt, error = %e, "node step failed");
+            }
+            // Reported where the volume arrives, or where a call failed.
+            if failure.is_some() || arrived {
+                self.report(&id, attempt, level, failure);
+            }
+            if failure.is_some() {
+                return;
+            }
+        }
+    }
+
+    /// Records `now` (a raise about to be asked) unless the record already
+    /// says as much.
+    async fn write_ahead(&self, id: &str, now: &Held) -> Result<(), CsiError> {
+        if let Some(v) = self.lock().get_mut(id)
+            && v.recorded >= now.level
+        {
+            // Written already (an earlier raise, or a lowering that failed).
+            v.bound = v.bound.max(now.level);
+            return Ok(());
+        }
+        self.record.put(id, now).await.map_err(recording)?;
+        if let Some(v) = self.lock().get_mut(id) {
+            v.recorded = v.recorded.max(now.level);
+            v.bound = v.bound.max(now.level);
+        }
+        Ok(())
+    }
+
+    /// Makes the step's call; the level it leaves the volume at.
+    async fn call(
+        &self,
+        step: Step,
+        id: &str,
+        held: &Held,
+        params: Option<&Params>,
+    ) -> Result<Level, CsiError> {
+        let plugin = &held.plugin;
+        let client = self.plugins.client(plugin).ok_or_else(|| CsiError {
+            plugin: plugin.clone(),
+            call: "node step",
+            failure: Failure::Unreachable(format!("the agent has no node plugin {plugin:?}")),
+        })?;
+        let paths = &self.paths;
+        match (step, params) {
+            (Step::Stage, Some(p)) => calls::stage(&client, paths, id, p).await.map(|()| Level::Staged),
+            (Step::Publish, Some(p)) => calls::publish(&client, paths, id, p)
+                .await
+                .map(|()| Level::Published),
+            (Step::Unpublish, _) => {
+                let below = if held.staged { Level::Staged } else { Level::Absent };
+                gone_is_done(id, calls::unpublish(&client, paths, id, &held.volume_id).await).map(|()| below)
+            }
+            (Step::Unstage, _) => gone_is_done(id, calls::unstage(&client, paths, id, &held.volume_id).await)
+                .map(|()| Level::Absent),
+            (_, None) => Ok(held.level),
+        }
+    }
+}
+
+/// NOT_FOUND from an unpublish or unstage: the plugin holds nothing of the
+/// volume there, so that call is done and undoing goes on to the next (a
+/// staging path is never left mounted behind a target already gone).
+fn gone_is_done(id: &str, outcome: Result<(), CsiError>) -> Result<(), CsiError> {
+    match outcome {
+        Err(e) if e.failure.code() == tonic::Code::NotFound => {
+            tracing::info!(volume = %id, call = e.call, "the plugin has nothing of the volume here; taken as done");
+            Ok(())
+        }
+        other => other,
+    }
+}
+
+/// The node record refused a write: the agent's own failure, which may
+/// pass (a full or failing disk), not the plugin's.
+pub(super) fn recording(e: berth_store::StoreError) -> CsiError {
+    CsiError {
+        plugin: "agent".into(),
+        call: "recording the node's state",
+        failure: Failure::Local {
+            code: tonic::Code::Unavailable,
+            message: e.to_string(),
+        },
+    }
+}
+
+/// Volume paths in use below the agent's directories that `held` does not name.
+fn unknown_volume_paths(
+    paths: &Paths,
+    held: &std::collections::BTreeMap<String, Held>,
+    mounts: &MountTable,
+) -> Vec<std::path::PathBuf> {
+    let mut unknown = Vec::new();
+    for dir in [&paths.staging_dir, &paths.publish_dir] {
+        let Ok(entries) = std::fs::read_dir(dir) else {
+            continue;
+        };
+        for e in entries.flatten() {
+            let known = e.file_name().to_str().is_some_and(|name| held.contains_key(name));
+            if !known && mounts.shows_volume(&e.path()) {
+                unknown.push(e.path());
+            }
+        }
+    }
+    unknown.sort();
+    unknown
+}

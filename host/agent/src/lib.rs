@@ -1,0 +1,356 @@
+//! The node side of Berth: `berth agent`, one per node, and the in-process
+//! agent that serves `[[node]]` in `berth.toml` through the same code.
+//!
+//! - `config` — `agent.toml`;
+//! - `plugins` — the node's CSI node plugins (configured and discovered), fingerprinted;
+//! - `record` — the durable record of what the node holds;
+//! - `converge` — driving each volume to the level the server wants;
+//! - `calls` — the node plugin calls, at the agent's paths;
+//! - `mounts` — the mount table, to check the record against on start.
+//!
+//! An agent keeps one session with the server at a time ([`Agent::session`]):
+//! it registers (plugins, what it holds), receives the complete desired set,
+//! then operations, and reports every outcome. When the session ends the
+//! agent keeps tearing down what it was told to and dials again.
+
+pub mod calls;
+pub mod config;
+pub mod converge;
+pub mod dial;
+pub mod failures;
+pub mod mounts;
+pub mod plugins;
+pub mod record;
+pub mod tls;
+
+use std::collections::BTreeMap;
+use std::path::PathBuf;
+use std::sync::Arc;
+use std::time::Duration;
+
+use berth_proto::berth::v1 as wire;
+use berth_proto::berth::v1::agent_message::Message as Up;
+use berth_proto::berth::v1::server_message::Message as Down;
+use tokio::sync::{mpsc, watch};
+use tokio_stream::{Stream, StreamExt};
+
+use berth_csi::{CsiError, Endpoint};
+use calls::Paths;
+use converge::Converger;
+use failures::failure_to_wire;
+use plugins::NodePlugins;
+use record::NodeRecord;
+
+/// What an agent is started with, from `agent.toml` or a `[[node]]`.
+#[derive(Clone, Debug)]
+pub struct AgentSpec {
+    pub node: String,
+    pub labels: BTreeMap<String, String>,
+    /// The record file; staging and publish paths are in `paths`.
+    pub record: PathBuf,
+    pub paths: Paths,
+    pub plugins: BTreeMap<String, Endpoint>,
+    pub plugin_dir: Option<PathBuf>,
+    pub fingerprint_interval: Duration,
+    pub heartbeat_interval: Duration,
+    pub deadline: Duration,
+    /// What the node holds if its record is new: written to the record, then
+    /// checked against the mount table like the rest.
+    pub seed: Vec<wire::Held>,
+}
+
+/// How a session ended.
+#[derive(Debug)]
+pub enum SessionEnd {
+    /// The stream closed or went quiet; dial again.
+    Lost(String),
+    /// The server refused this agent; dialing again will not help.
+    Refused(String),
+}
+
+pub struct Agent {
+    spec: AgentSpec,
+    plugins: Arc<NodePlugins>,
+    converger: Arc<Converger>,
+    /// Bumped whenever the plugins' reports change.
+    plugins_changed: watch::Sender<Vec<wire::NodePluginReport>>,
+    /// Whether a session with the server is open.
+    connected: std::sync::atomic::AtomicBool,
+}
+
+/// A server silent for this many heartbeats is taken as gone.
+const QUIET_HEARTBEATS: u32 = 3;
+/// Messages waiting for the server to read them. A server that lets this
+/// many pile up is not reading: the session is given up and dialed again
+/// (the complete set on the next one says what the node should hold).
+pub const UP_QUEUE: usize = 4096;
+
+/// The agent's half of a session's upstream.
+pub type ToServer = mpsc::Sender<wire::AgentMessage>;
+
+/// A queue for one session's messages to the server.
+pub fn to_server() -> (ToServer, mpsc::Receiver<wire::AgentMessage>) {
+    mpsc::channel(UP_QUEUE)
+}
+
+impl Agent {
+    /// Opens the record (checking it against the mount table), fingerprints
+    /// the plugins once, and keeps fingerprinting them in the background.
+    pub async fn open(spec: AgentSpec) -> Result<Arc<Agent>, String> {
+        let new = !spec.record.exists();
+        let record = NodeRecord::open(&spec.record).map_err(|e| e.to_string())?;
+        let plugins = NodePlugins::new(spec.plugins.clone(), spec.plugin_dir.clone(), spec.deadline);
+        plugins.scan().await;
+        plugins.refresh().await;
+        if new {
+            for h in &spec.seed {
+                let held = record::Held {
+                    plugin: h.plugin.clone(),
+                    volume_id: h.volume_id.clone(),
+                    level: record::Level::from_wire(h.level),
+                    staged: plugins.stages(&h.plugin),
+                };
+                record.put(&h.berth_id, &held).await.map_err(|e| e.to_string())?;
+            }
+            if !spec.seed.is_empty() {
+                tracing::info!(node = %spec.node, volumes = spec.seed.len(), "node record started from the store's publications");
+            }
+        }
+        let converger = Converger::open(record, plugins.clone(), spec.paths.clone(), &spec.record).await?;
+        let (plugins_changed, _) = watch::channel(plugins.reports());
+        let agent = Arc::new(Agent {
+            spec,
+            plugins,
+            converger,
+            plugins_changed,
+            connected: Default::default(),
+        });
+        let watcher = Arc::downgrade(&agent);
+        tokio::spawn(async move { watch_plugins(watcher).await });
+        Ok(agent)
+    }
+
+    pub fn name(&self) -> &str {
+        &self.spec.node
+    }
+
+    fn register(&self) -> wire::AgentMessage {
+        up(Up::Register(wire::Register {
+            node: self.spec.node.clone(),
+            labels: self.spec.labels.clone().into_iter().collect(),
+            plugins: self.plugins.reports(),
+            held: self.converger.held(),
+            staging_dir: self.spec.paths.staging_dir.display().to_string(),
+            publish_dir: self.spec.paths.publish_dir.display().to_string(),
+            version: env!("CARGO_PKG_VERSION").into(),
+        }))
+    }
+
+    /// One session: registers, then follows the server until the stream ends.
+    pub async fn session(
+        self: &Arc<Self>,
+        to_server: ToServer,
+        mut from_server: impl Stream<Item = Result<wire::ServerMessage, tonic::Status>> + Unpin,
+    ) -> SessionEnd {
+        if to_server.try_send(self.register()).is_err() {
+            return SessionEnd::Lost("the server closed the stream".into());
+        }
+        self.converger.set_link(Some(to_server.clone()));
+        self.set_connected(true);
+        let end = self.follow(&to_server, &mut from_server).await;
+        self.set_connected(false);
+        self.converger.set_link(None);
+        end
+    }
+
+    fn set_connected(&self, connected: bool) {
+        self.connected
+            .store(connected, std::sync::atomic::Ordering::Relaxed);
+        berth_metrics::agent_session(&self.spec.node, connected);
+    }
+
+    /// For `/readyz`: the node record takes writes (a full disk makes it fail
+    /// until space returns).
+    pub fn record_ready(&self) -> Result<String, String> {
+        self.converger
+            .record_health()
+            .map(|()| "open and writable".into())
+            .map_err(|e| format!("cannot write: {e}"))
+    }
+
+    /// For `/readyz`: a session with the server is open.
+    pub fn session_ready(&self) -> Result<String, String> {
+        match self.connected.load(std::sync::atomic::Ordering::Relaxed) {
+            true => Ok("a session with the server is open".into()),
+            false => Err("no session with a server".into()),
+        }
+    }
+
+    /// For `/readyz`: every node plugin's last fingerprints succeeded.
+    pub fn plugins_ready(&self) -> Result<String, String> {
+        let reports = self.plugins.reports();
+        let problems: Vec<String> = reports
+            .iter()
+            .filter(|r| r.health != "healthy")
+            .map(|r| match r.reason.is_empty() {
+                true => format!("{}: {}", r.plugin, r.health),
+                false => format!("{}: {}", r.plugin, r.reason),
+            })
+            .collect();
+        match problems.is_empty() {
+            true => Ok(format!("{} fingerprinted and healthy", reports.len())),
+            false => Err(problems.join("; ")),
+        }
+    }
+
+    async fn follow(
+        self: &Arc<Self>,
+        to_server: &ToServer,
+        from_server: &mut (impl Stream<Item = Result<wire::ServerMessage, tonic::Status>> + Unpin),
+    ) -> SessionEnd {
+        let beat = self.spec.heartbeat_interval;
+        let mut ticks = tokio::time::interval(beat);
+        ticks.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
+        let mut plugins = self.plugins_changed.subscribe();
+        let mut last_heard = tokio::time::Instant::now();
+        loop {
+            tokio::select! {
+                message = from_server.next() => {
+                    last_heard = tokio::time::Instant::now();
+                    match message {
+                        None => return SessionEnd::Lost("the server closed the stream".into()),
+                        Some(Err(status)) if status.code() == tonic::Code::PermissionDenied
+                            || status.code() == tonic::Code::Unauthenticated => {
+                            return SessionEnd::Refused(status.message().to_string());
+                        }
+                        Some(Err(status)) => return SessionEnd::Lost(status.message().to_string()),
+                        Some(Ok(m)) => match m.message {
+                            Some(Down::Desired(set)) => self.converger.apply_set(set),
+                            Some(Down::Operation(op)) => self.converger.apply_op(op),
+                            Some(Down::Call(call)) => self.answer(call, to_server.clone()),
+                            Some(Down::Refusal(r)) => return SessionEnd::Refused(r.reason),
+                            Some(Down::Heartbeat(_)) | None => {}
+                        },
+                    }
+                }
+                _ = ticks.tick() => {
+                    if last_heard.elapsed() > beat * QUIET_HEARTBEATS {
+                        return SessionEnd::Lost(format!(
+                            "nothing from the server for {}",
+                            humantime::format_duration(last_heard.elapsed())
+                        ));
+                    }
+                    let now = berth_model::clock::now_ms();
+                    match to_server.try_send(up(Up::Heartbeat(wire::Heartbeat { sent_unix_ms: now }))) {
+                        Ok(()) => {}
+                        Err(mpsc::error::TrySendError::Full(_)) => {
+                            return SessionEnd::Lost(format!(
+                                "the server is not reading this session ({UP_QUEUE} messages waiting)"
+                            ));
+                        }
+                        Err(mpsc::error::TrySendError::Closed(_)) => {
+                            return SessionEnd::Lost("the server closed the stream".into());
+                        }
+                    }
+                }
+                Ok(()) = plugins.changed() => {
+                    let reports = plugins.borrow_and_update().clone();
+                    let _ = to_server.try_send(up(Up::Plugins(wire::Plugins { plugins: reports })));
+                }
+            }
+        }
+    }
+
+    /// Expand and stats: asked once, answered once.
+    fn answer(&self, call: wire::Call, to_server: ToServer) {
+        let client = self.plugins.client(&call.plugin);
+        let paths = self.spec.paths.clone();
+        tokio::spawn(async move {
+            use wire::answer::Answer as A;
+            use wire::call::Call as C;
+            let missing = || CsiError {
+                plugin: call.plugin.clone(),
+                call: "node call",
+                failure: berth_csi::Failure::Unreachable(format!(
+                    "the agent has no node plugin {:?}",
+                    call.plugin
+                )),
+            };
+            let outside = |path: &str, call: &'static str| CsiError {
+                plugin: "agent".into(),
+                call,
+                failure: berth_csi::Failure::Local {
+                    code: tonic::Code::InvalidArgument,
+                    message: format!("refused: {path:?} is not a volume path of this agent's"),
+                },
+            };
+            let answer = match (client, call.call) {
+                (None, _) => A::Failure(failure_to_wire(&missing())),
+                (_, Some(C::Expand(req))) if !paths.holds(&req.volume_path) => {
+                    A::Failure(failure_to_wire(&outside(&req.volume_path, "NodeExpandVolume")))
+                }
+                (_, Some(C::Stats(req))) if !paths.holds(&req.volume_path) => {
+                    A::Failure(failure_to_wire(&outside(&req.volume_path, "NodeGetVolumeStats")))
+                }
+                (_, Some(C::Expand(req)))
+                    if !req.staging_target_path.is_empty() && !paths.holds(&req.staging_target_path) =>
+                {
+                    A::Failure(failure_to_wire(&outside(
+                        &req.staging_target_path,
+                        "NodeExpandVolume",
+                    )))
+                }
+                (_, Some(C::Stats(req)))
+                    if !req.staging_target_path.is_empty() && !paths.holds(&req.staging_target_path) =>
+                {
+                    A::Failure(failure_to_wire(&outside(
+                        &req.staging_target_path,
+                        "NodeGetVolumeStats",
+                    )))
+                }
+                (Some(c), Some(C::Expand(req))) => c
+                    .node_expand_volume(req)
+                    .await
+                    .map_or_else(|e| A::Failure(failure_to_wire(&e)), A::Expand),
+                (Some(c), Some(C::Stats(req))) => c
+                    .node_get_volume_stats(req)
+                    .await
+                    .map_or_else(|e| A::Failure(failure_to_wire(&e)), A::Stats),
+                (Some(_), None) => return,
+            };
+            let _ = to_server.try_send(up(Up::Answer(wire::Answer {
+                id: call.id,
+                answer: Some(answer),
+            })));
+        });
+    }
+}
+
+fn up(message: Up) -> wire::AgentMessage {
+    wire::AgentMessage {
+        message: Some(message),
+    }
+}
+
+/// Scans the plugin directory every second and fingerprints every interval;
+/// publishes the reports when they change. Ends with the agent.
+async fn watch_plugins(agent: std::sync::Weak<Agent>) {
+    let mut last_refresh = tokio::time::Instant::now();
+    loop {
+        tokio::time::sleep(Duration::from_secs(1)).await;
+        let Some(agent) = agent.upgrade() else { return };
+        agent.plugins.scan().await;
+        if last_refresh.elapsed() >= agent.spec.fingerprint_interval {
+            agent.plugins.refresh().await;
+            last_refresh = tokio::time::Instant::now();
+        }
+        let reports = agent.plugins.reports();
+        agent.plugins_changed.send_if_modified(|old| {
+            let changed = *old != reports;
+            if changed {
+                *old = reports;
+            }
+            changed
+        });
+    }
+}

@@ -1,0 +1,267 @@
+//! The agent's side of the TLS cluster endpoint. The first time, it joins
+//! with a token: the server's certificate must chain to the CA whose
+//! fingerprint the token carries (checked before anything is sent), and the
+//! agent sends a certificate request for a key that never leaves it. The
+//! certificate it gets back, with the CA, is kept in `<dir>/tls/` (owner
+//! only) and presented on every session after.
+
+use std::path::{Path, PathBuf};
+use std::sync::Arc;
+use std::time::Duration;
+
+use berth_proto::berth::v1 as wire;
+use berth_proto::berth::v1::cluster_client::ClusterClient;
+use hyper_util::rt::TokioIo;
+use rustls::client::danger::{HandshakeSignatureValid, ServerCertVerified, ServerCertVerifier};
+use rustls::pki_types::pem::PemObject;
+use rustls::pki_types::{CertificateDer, PrivateKeyDer, ServerName, UnixTime};
+use rustls::{ClientConfig, DigitallySignedStruct, RootCertStore, SignatureScheme};
+use tonic::transport::{Channel, Uri};
+
+use berth_model::credentials::{JoinToken, fingerprint};
+use berth_store::{private_dir, private_file};
+
+/// What the agent presents: its certificate and key, and the CA it trusts.
+pub struct Credentials {
+    pub ca: String,
+    pub cert: String,
+    pub key: String,
+}
+
+fn tls_dir(dir: &Path) -> PathBuf {
+    dir.join("tls")
+}
+
+impl Credentials {
+    /// The credentials kept under `dir`, if the agent has joined.
+    pub fn load(dir: &Path) -> Result<Option<Credentials>, String> {
+        let d = tls_dir(dir);
+        let read = |f: &str| {
+            std::fs::read_to_string(d.join(f)).map_err(|e| format!("reading {}: {e}", d.join(f).display()))
+        };
+        if !d.join("agent.pem").exists() {
+            return Ok(None);
+        }
+        Ok(Some(Credentials {
+            ca: read("ca.pem")?,
+            cert: read("agent.pem")?,
+            key: read("agent.key")?,
+        }))
+    }
+
+    fn save(&self, dir: &Path) -> Result<(), String> {
+        let d = tls_dir(dir);
+        private_dir(&d).map_err(|e| format!("creating {}: {e}", d.display()))?;
+        for (f, text) in [
+            ("agent.key", &self.key),
+            ("ca.pem", &self.ca),
+            ("agent.pem", &self.cert),
+        ] {
+            let path = d.join(f);
+            private_file(&path).map_err(|e| format!("creating {}: {e}", path.display()))?;
+            std::fs::write(&path, text).map_err(|e| format!("writing {}: {e}", path.display()))?;
+        }
+        Ok(())
+    }
+}
+
+fn provider() -> Arc<rustls::crypto::CryptoProvider> {
+    Arc::new(rustls::crypto::ring::default_provider())
+}
+
+/// Accepts the server only if its chain holds the CA with the pinned
+/// fingerprint and its certificate verifies against that CA.
+#[derive(Debug)]
+struct PinnedCa {
+    fingerprint: String,
+    provider: Arc<rustls::crypto::CryptoProvider>,
+}
+
+const NOT_THE_CLUSTER: &str = "the server's certificate is not from the cluster CA the join token names";
+
+impl ServerCertVerifier for PinnedCa {
+    fn verify_server_cert(
+        &self,
+        end_entity: &CertificateDer<'_>,
+        intermediates: &[CertificateDer<'_>],
+        server_name: &ServerName<'_>,
+        ocsp: &[u8],
+        now: UnixTime,
+    ) -> Result<ServerCertVerified, rustls::Error> {
+        let ca = intermediates
+            .iter()
+            .find(|c| fingerprint(c) == self.fingerprint)
+            .ok_or_else(|| rustls::Error::General(NOT_THE_CLUSTER.into()))?;
+        let mut roots = RootCertStore::empty();
+        roots
+            .add(ca.clone().into_owned())
+            .map_err(|_| rustls::Error::General(NOT_THE_CLUSTER.into()))?;
+        rustls::client::WebPkiServerVerifier::builder_with_provider(Arc::new(roots), self.provider.clone())
+            .build()
+            .map_err(|e| rustls::Error::General(e.to_string()))?
+            .verify_server_cert(end_entity, &[], server_name, ocsp, now)
+    }
+
+    fn verify_tls12_signature(
+        &self,
+        message: &[u8],
+        cert: &CertificateDer<'_>,
+        dss: &DigitallySignedStruct,
+    ) -> Result<HandshakeSignatureValid, rustls::Error> {
+        rustls::crypto::verify_tls12_signature(
+            message,
+            cert,
+            dss,
+            &self.provider.signature_verification_algorithms,
+        )
+    }
+
+    fn verify_tls13_signature(
+        &self,
+        message: &[u8],
+        cert: &CertificateDer<'_>,
+        dss: &DigitallySignedStruct,
+    ) -> Result<HandshakeSignatureValid, rustls::Error> {
+        rustls::crypto::verify_tls13_signature(
+            message,
+            cert,
+            dss,
+            &self.provider.signature_verification_algorithms,
+        )
+    }
+
+    fn supported_verify_schemes(&self) -> Vec<SignatureScheme> {
+        self.provider
+            .signature_verification_algorithms
+            .supported_schemes()
+    }
+}
+
+fn roots(ca_pem: &str) -> Result<RootCertStore, String> {
+    let mut roots = RootCertStore::empty();
+    for ca in CertificateDer::pem_slice_iter(ca_pem.as_bytes()) {
+        roots
+            .add(ca.map_err(|e| e.to_string())?)
+            .map_err(|e| e.to_string())?;
+    }
+    Ok(roots)
+}
+
+/// A channel to another server's TLS endpoint (`host:port`), trusting the
+/// cluster CA alone, presenting this server's own certificate (`identity`:
+/// chain and key, PEM) as the client's.
+pub fn server_channel(address: &str, ca_pem: &str, identity: (&str, &str)) -> Result<Channel, String> {
+    let (host, port) = address
+        .rsplit_once(':')
+        .ok_or_else(|| format!("{address:?} has no port"))?;
+    let port = port
+        .parse()
+        .map_err(|_| format!("{address:?}: the port is not a number"))?;
+    let host = host.trim_start_matches('[').trim_end_matches(']');
+    let config = ClientConfig::builder_with_provider(provider())
+        .with_safe_default_protocol_versions()
+        .map_err(|e| e.to_string())?
+        .with_root_certificates(roots(ca_pem).map_err(|e| format!("the cluster CA: {e}"))?)
+        .with_client_auth_cert(client_chain(identity.0)?, client_key(identity.1)?)
+        .map_err(|e| format!("this server's certificate: {e}"))?;
+    channel(host, port, config)
+}
+
+fn client_chain(pem: &str) -> Result<Vec<CertificateDer<'static>>, String> {
+    CertificateDer::pem_slice_iter(pem.as_bytes())
+        .collect::<Result<Vec<_>, _>>()
+        .map_err(|e| format!("a client certificate: {e}"))
+}
+
+fn client_key(pem: &str) -> Result<PrivateKeyDer<'static>, String> {
+    PrivateKeyDer::from_pem_slice(pem.as_bytes()).map_err(|e| format!("a client key: {e}"))
+}
+
+/// How often an idle TLS connection is checked, and how long an answer may take.
+const KEEPALIVE: Duration = Duration::from_secs(2);
+
+/// A lazily connecting gRPC channel to `host:port` over TLS with `config`.
+fn channel(host: &str, port: u16, mut config: ClientConfig) -> Result<Channel, String> {
+    config.alpn_protocols = vec![b"h2".to_vec()];
+    let connector = tokio_rustls::TlsConnector::from(Arc::new(config));
+    let name = ServerName::try_from(host.to_string()).map_err(|e| format!("server {host:?}: {e}"))?;
+    let address = format!("{host}:{port}");
+    let uri: Uri = format!("http://{address}")
+        .parse()
+        .map_err(|e| format!("server {address:?}: {e}"))?;
+    Ok(tonic::transport::Endpoint::from(uri)
+        // A server that stops answering (frozen, cut off) is left within
+        // seconds, so the agent finds the leader that replaced it.
+        .http2_keep_alive_interval(KEEPALIVE)
+        .keep_alive_timeout(KEEPALIVE)
+        .keep_alive_while_idle(true)
+        // TCP and the TLS handshake: a frozen server accepts, then never answers.
+        .connect_timeout(Duration::from_secs(5))
+        .connect_with_connector_lazy(tower::service_fn(move |_: Uri| {
+            let (connector, name, address) = (connector.clone(), name.clone(), address.clone());
+            async move {
+                let tcp = tokio::net::TcpStream::connect(&address).await?;
+                // Small messages both ways: Nagle's algorithm would hold each one back.
+                tcp.set_nodelay(true)?;
+                let tls = connector.connect(name, tcp).await?;
+                Ok::<_, std::io::Error>(TokioIo::new(tls))
+            }
+        })))
+}
+
+/// The channel an agent that has joined uses: the cluster CA as the only
+/// root, its own certificate as the client's.
+pub fn session_channel(host: &str, port: u16, creds: &Credentials) -> Result<Channel, String> {
+    let roots = roots(&creds.ca).map_err(|e| format!("the kept cluster CA: {e}"))?;
+    let certs = client_chain(&creds.cert).map_err(|e| format!("the agent's certificate: {e}"))?;
+    let key = client_key(&creds.key).map_err(|e| format!("the agent's key: {e}"))?;
+    let config = ClientConfig::builder_with_provider(provider())
+        .with_safe_default_protocol_versions()
+        .map_err(|e| e.to_string())?
+        .with_root_certificates(roots)
+        .with_client_auth_cert(certs, key)
+        .map_err(|e| format!("the agent's certificate: {e}"))?;
+    channel(host, port, config)
+}
+
+/// Joins the cluster with `token` as `node`; keeps and returns the credentials.
+pub async fn join(
+    host: &str,
+    port: u16,
+    token: &str,
+    node: &str,
+    dir: &Path,
+) -> Result<Credentials, tonic::Status> {
+    let fatal = tonic::Status::failed_precondition;
+    let pinned = JoinToken::parse(token).map_err(fatal)?;
+    let config = ClientConfig::builder_with_provider(provider())
+        .with_safe_default_protocol_versions()
+        .map_err(|e| fatal(e.to_string()))?
+        .dangerous()
+        .with_custom_certificate_verifier(Arc::new(PinnedCa {
+            fingerprint: pinned.ca_fingerprint,
+            provider: provider(),
+        }))
+        .with_no_client_auth();
+    let key = rcgen::KeyPair::generate().map_err(|e| fatal(e.to_string()))?;
+    let request = rcgen::CertificateParams::new(Vec::<String>::new())
+        .and_then(|p| p.serialize_request(&key))
+        .and_then(|r| r.pem())
+        .map_err(|e| fatal(e.to_string()))?;
+    let mut client = ClusterClient::new(channel(host, port, config).map_err(fatal)?);
+    let answer = client
+        .join(wire::JoinRequest {
+            token: token.trim().to_string(),
+            node: node.to_string(),
+            certificate_request: request,
+        })
+        .await?
+        .into_inner();
+    let creds = Credentials {
+        ca: answer.ca,
+        cert: answer.certificate,
+        key: key.serialize_pem(),
+    };
+    creds.save(dir).map_err(fatal)?;
+    Ok(creds)
+}

@@ -1,0 +1,615 @@
+//! Every node the server knows, with its agent's session: the plugins it
+//! reported, its paths, when it was last heard from, and the operations
+//! waiting for an outcome. Implements the manager's [`NodeAgent`]: each
+//! node operation is sent down the node's session and answered by the
+//! agent's report.
+
+use std::collections::{BTreeMap, HashMap};
+use std::path::PathBuf;
+use std::sync::{Arc, Mutex, OnceLock, RwLock, Weak};
+use std::time::{Duration, SystemTime};
+
+use berth_proto::berth::v1 as wire;
+use berth_proto::berth::v1::server_message::Message as Down;
+use tokio::sync::{mpsc, oneshot};
+
+use crate::node_ids::NodeIds;
+use crate::session::ToAgent;
+use berth_agent::failures::failure_from_wire;
+use berth_agent::plugins::status_of;
+use berth_csi::fingerprint::{Fingerprint, NodeInfo};
+use berth_csi::registry::{Health, PluginStatus};
+use berth_csi::{CsiError, Failure};
+use berth_manager::nodes::{NodeState, NodeSummary, NodeSync};
+use berth_model::NodeLevel as Level;
+use berth_model::Paths;
+use berth_store::NodeRecord;
+
+struct Waiter {
+    attempt: u64,
+    level: Level,
+    /// Waiting for the level to rise to `level` (or fall to it).
+    raise: bool,
+    reply: oneshot::Sender<Result<(), CsiError>>,
+}
+
+pub(super) struct Link {
+    id: u64,
+    to_agent: ToAgent,
+    /// Told when the directory lets go of the session (a newer one, the
+    /// node removed or forgotten), so its task ends.
+    closed: Arc<tokio::sync::Notify>,
+    /// The complete set has been sent: operations may follow.
+    pub(super) synced: bool,
+}
+
+#[derive(Default)]
+pub(super) struct Node {
+    labels: BTreeMap<String, String>,
+    pub(super) plugins: BTreeMap<String, PluginStatus>,
+    paths: Option<Paths>,
+    pub(super) link: Option<Link>,
+    /// When the agent was last heard from: shown (wall clock), and judged
+    /// by the monotonic clock, so a step of the wall clock changes no
+    /// node's freshness.
+    last_seen: Option<SystemTime>,
+    last_heard: Option<tokio::time::Instant>,
+    version: u64,
+    attempt: u64,
+    waiters: HashMap<String, Vec<Waiter>>,
+    calls: HashMap<u64, oneshot::Sender<wire::answer::Answer>>,
+    next_call: u64,
+    draining: bool,
+    forgotten: bool,
+    cert: Option<String>,
+    /// As last written to the store.
+    remembered: Option<NodeRecord>,
+}
+
+pub struct Directory {
+    pub(super) nodes: RwLock<BTreeMap<String, Arc<Mutex<Node>>>>,
+    sync: OnceLock<Weak<dyn NodeSync>>,
+    /// A node silent this long is down.
+    pub(super) heartbeat_timeout: Duration,
+    /// How long an operation waits for the agent's outcome.
+    operation_timeout: Duration,
+    /// The driver name each plugin must report, when configured.
+    drivers: BTreeMap<String, Option<String>>,
+    sessions: std::sync::atomic::AtomicU64,
+    /// Which node each (driver, CSI node id) is: a node id is one node's,
+    /// down or not, until that node is removed.
+    node_ids: NodeIds,
+}
+
+/// Sends on the node's session if it has had its complete set. A session
+/// whose agent lets its queue fill is dropped here (its task ends at its
+/// next heartbeat), and what waited on it fails.
+fn send_synced(n: &mut Node, node: &str, message: wire::ServerMessage) -> bool {
+    let Some(link) = n.link.as_ref().filter(|l| l.synced) else {
+        return false;
+    };
+    match link.to_agent.try_send(message) {
+        Ok(()) => true,
+        Err(mpsc::error::TrySendError::Closed(_)) => false,
+        Err(mpsc::error::TrySendError::Full(_)) => {
+            tracing::warn!(%node, queued = crate::session::DOWN_QUEUE, "agent is not reading its session; session closed");
+            if let Some(link) = n.link.take() {
+                link.closed.notify_one();
+            }
+            fail_waiting(n, node, "the agent is not reading its session");
+            false
+        }
+    }
+}
+
+/// Lets go of a session: its agent is told why (and logs it), its task ends.
+fn close(link: Link, reason: String) {
+    let _ = link
+        .to_agent
+        .try_send(down(Down::Refusal(wire::Refusal { reason })));
+    link.closed.notify_one();
+}
+
+fn no_such_node(node: &str, plugin: &str, call: &'static str) -> CsiError {
+    unreachable(node, plugin, call, format!("no node named {node:?}"))
+}
+
+fn not_connected(node: &str, plugin: &str, call: &'static str) -> CsiError {
+    unreachable(
+        node,
+        plugin,
+        call,
+        format!("node {node:?}'s agent is not connected"),
+    )
+}
+
+pub(super) fn lock(node: &Mutex<Node>) -> std::sync::MutexGuard<'_, Node> {
+    node.lock().unwrap_or_else(|p| p.into_inner())
+}
+
+fn unreachable(node: &str, plugin: &str, call: &'static str, why: String) -> CsiError {
+    CsiError {
+        plugin: format!("{plugin}@{node}"),
+        call,
+        failure: Failure::Unreachable(why),
+    }
+}
+
+impl Directory {
+    pub fn new(
+        heartbeat_timeout: Duration,
+        operation_timeout: Duration,
+        drivers: BTreeMap<String, Option<String>>,
+    ) -> Arc<Self> {
+        Arc::new(Directory {
+            nodes: RwLock::new(BTreeMap::new()),
+            sync: OnceLock::new(),
+            heartbeat_timeout,
+            operation_timeout,
+            drivers,
+            sessions: Default::default(),
+            node_ids: Default::default(),
+        })
+    }
+
+    /// Who is told when nodes register; set once, after the manager exists.
+    pub fn set_sync(&self, sync: Weak<dyn NodeSync>) {
+        let _ = self.sync.set(sync);
+    }
+
+    pub(super) fn syncer(&self) -> Option<Arc<dyn NodeSync>> {
+        self.sync.get().and_then(Weak::upgrade)
+    }
+
+    /// A node known before its agent registers (remembered in the store,
+    /// or a `[[node]]`), shown as unknown with what was last known of its
+    /// plugins (their health unknown).
+    pub fn expect(&self, record: NodeRecord) {
+        let mut nodes = self.nodes.write().unwrap_or_else(|p| p.into_inner());
+        let mut n = lock(nodes.entry(record.name.clone()).or_default());
+        n.labels = record.labels.clone();
+        for (plugin, info) in &record.plugins {
+            let status = n.plugins.entry(plugin.clone()).or_insert_with(|| PluginStatus {
+                health: Health::Unknown,
+                fingerprint: None,
+                last_checked: None,
+                transitions: 0,
+            });
+            if status.fingerprint.is_none() {
+                status.fingerprint = info
+                    .clone()
+                    .map(|info| Arc::new(remembered_fingerprint(&record.name, plugin, info)));
+            }
+        }
+        self.node_ids.remember(&record.name, n.plugins.values());
+        n.draining |= record.draining;
+        n.forgotten |= record.forgotten;
+        n.cert = record.cert.clone().or(n.cert.take());
+        // A configured node's own paths come first; the store's are as the agent last registered.
+        n.paths = n.paths.take().or(record.paths.clone());
+        n.remembered = Some(record);
+    }
+
+    /// The node as the store keeps it.
+    fn record(name: &str, n: &Node) -> NodeRecord {
+        NodeRecord {
+            name: name.to_string(),
+            labels: n.labels.clone(),
+            plugins: n
+                .plugins
+                .iter()
+                .map(|(p, s)| (p.clone(), s.fingerprint.as_ref().and_then(|f| f.node.clone())))
+                .collect(),
+            draining: n.draining,
+            forgotten: n.forgotten,
+            cert: n.cert.clone(),
+            paths: n.paths.clone(),
+        }
+    }
+
+    /// The node whose agent joined with the certificate of fingerprint `cert`.
+    pub fn node_for_cert(&self, cert: &str) -> Option<String> {
+        let nodes = self.nodes.read().unwrap_or_else(|p| p.into_inner());
+        nodes
+            .iter()
+            .find(|(_, n)| lock(n).cert.as_deref() == Some(cert))
+            .map(|(name, _)| name.clone())
+    }
+
+    /// Whether `node` has an identity a join would take over: a
+    /// certificate, or a session now.
+    pub fn holds_identity(&self, node: &str) -> bool {
+        self.get(node).is_some_and(|n| {
+            let n = lock(&n);
+            n.cert.is_some() || n.link.is_some()
+        })
+    }
+
+    /// Records the certificate `node` joined with (replacing an earlier one,
+    /// which is refused from now on, its session ended); the node as it is
+    /// to be remembered.
+    pub fn joined(&self, node: &str, cert: String) -> Result<NodeRecord, String> {
+        let entry = {
+            let mut nodes = self.nodes.write().unwrap_or_else(|p| p.into_inner());
+            nodes.entry(node.to_string()).or_default().clone()
+        };
+        let mut n = lock(&entry);
+        if n.forgotten {
+            return Err(format!(
+                "node {node:?} was forgotten (`berth node forget`); `berth node remove {node}` lets it join again"
+            ));
+        }
+        if n.cert.is_some()
+            && let Some(link) = n.link.take()
+        {
+            close(
+                link,
+                format!(
+                    "node {node:?} joined again with a replacing token: this agent's certificate is revoked"
+                ),
+            );
+            fail_waiting(&mut n, node, "the node joined again");
+        }
+        n.cert = Some(cert);
+        let record = Self::record(node, &n);
+        n.remembered = Some(record.clone());
+        Ok(record)
+    }
+
+    /// Marks a node draining (or not), or forgotten; the node as it is now
+    /// to be remembered. `None` when there is no such node.
+    pub fn mark(&self, node: &str, draining: Option<bool>, forgotten: bool) -> Option<NodeRecord> {
+        let entry = self.get(node)?;
+        let mut n = lock(&entry);
+        if let Some(d) = draining {
+            n.draining = d;
+        }
+        if forgotten {
+            n.forgotten = true;
+            if let Some(link) = n.link.take() {
+                close(
+                    link,
+                    format!(
+                        "node {node:?} was forgotten (`berth node forget`); `berth node remove {node}` lets it join again"
+                    ),
+                );
+            }
+            fail_waiting(&mut n, node, "the node was forgotten");
+        }
+        let record = Self::record(node, &n);
+        n.remembered = Some(record.clone());
+        Some(record)
+    }
+
+    /// Drops a node from the directory; its agent's session ends.
+    pub fn remove(&self, node: &str) {
+        let removed = self.nodes.write().unwrap_or_else(|p| p.into_inner()).remove(node);
+        if let Some(entry) = removed {
+            let mut n = lock(&entry);
+            if let Some(link) = n.link.take() {
+                close(
+                    link,
+                    format!("node {node:?} was removed (`berth node remove`): its certificate is revoked"),
+                );
+            }
+            fail_waiting(&mut n, node, "the node was removed");
+            drop(n);
+            self.node_ids.release(node);
+        }
+    }
+
+    /// The node as the store keeps it, when it is known.
+    pub fn node_record(&self, node: &str) -> Option<NodeRecord> {
+        self.get(node).map(|n| Self::record(node, &lock(&n)))
+    }
+
+    pub fn forgotten(&self, node: &str) -> bool {
+        self.get(node).is_some_and(|n| lock(&n).forgotten)
+    }
+
+    pub(super) fn get(&self, name: &str) -> Option<Arc<Mutex<Node>>> {
+        self.nodes
+            .read()
+            .unwrap_or_else(|p| p.into_inner())
+            .get(name)
+            .cloned()
+    }
+
+    /// The node's plugins with the server's own judgement: the driver name
+    /// must be the configured one, and a CSI node id no other node's.
+    fn judged(&self, node: &str, reports: &[wire::NodePluginReport]) -> BTreeMap<String, PluginStatus> {
+        let mut judged: BTreeMap<String, PluginStatus> = reports
+            .iter()
+            .map(|r| (r.plugin.clone(), status_of(node, r)))
+            .collect();
+        let mut taken = self.node_ids.claim(node, &judged);
+        for (plugin, status) in judged.iter_mut() {
+            let wrong_driver = match (self.drivers.get(plugin), &status.fingerprint) {
+                (Some(Some(expected)), Some(f)) if &f.name != expected => Some(format!(
+                    "plugin reports driver name {:?}, expected {expected:?}",
+                    f.name
+                )),
+                _ => None,
+            };
+            if let Some(reason) = wrong_driver.or_else(|| taken.remove(plugin)) {
+                status.health = Health::Unhealthy { reason };
+            }
+        }
+        judged
+    }
+
+    /// Takes a registration: the node's session is now this one (an older
+    /// one is closed with a refusal its agent logs). Returns the session's
+    /// id, what tells it that it was closed, and the node as it is to be
+    /// remembered when that changed.
+    #[allow(clippy::type_complexity)]
+    pub(super) fn attach(
+        &self,
+        r: &wire::Register,
+        to_agent: ToAgent,
+    ) -> Result<(u64, Arc<tokio::sync::Notify>, Option<NodeRecord>), String> {
+        let id = self.sessions.fetch_add(1, std::sync::atomic::Ordering::Relaxed) + 1;
+        let node = {
+            let mut nodes = self.nodes.write().unwrap_or_else(|p| p.into_inner());
+            nodes.entry(r.node.clone()).or_default().clone()
+        };
+        let mut n = lock(&node);
+        if n.forgotten {
+            return Err(format!(
+                "node {:?} was forgotten (`berth node forget`); `berth node remove {}` lets it join again",
+                r.node, r.node
+            ));
+        }
+        n.labels = r.labels.clone().into_iter().collect();
+        n.plugins = self.judged(&r.node, &r.plugins);
+        n.paths = Some(Paths {
+            staging_dir: PathBuf::from(&r.staging_dir),
+            publish_dir: PathBuf::from(&r.publish_dir),
+        });
+        n.last_seen = Some(SystemTime::now());
+        n.last_heard = Some(tokio::time::Instant::now());
+        fail_waiting(&mut n, &r.node, "the agent registered again");
+        if let Some(older) = n.link.take() {
+            tracing::warn!(node = %r.node, "a newer session of the node replaces an open one; the older is closed");
+            close(
+                older,
+                format!("a newer session of node {:?} replaced this one", r.node),
+            );
+        }
+        let closed = Arc::new(tokio::sync::Notify::new());
+        n.link = Some(Link {
+            id,
+            to_agent,
+            closed: closed.clone(),
+            synced: false,
+        });
+        let record = Self::record(&r.node, &n);
+        let changed = n.remembered.as_ref() != Some(&record);
+        if changed {
+            n.remembered = Some(record.clone());
+        }
+        Ok((id, closed, changed.then_some(record)))
+    }
+
+    /// Sends the complete set; operations may follow it.
+    pub(super) fn send_set(&self, node: &str, session: u64, volumes: Vec<wire::Desired>) -> bool {
+        let Some(entry) = self.get(node) else { return false };
+        let mut n = lock(&entry);
+        n.version += 1;
+        let version = n.version;
+        let Some(link) = n.link.as_mut().filter(|l| l.id == session) else {
+            return false;
+        };
+        link.synced = link
+            .to_agent
+            .try_send(down(Down::Desired(wire::DesiredSet { version, volumes })))
+            .is_ok();
+        link.synced
+    }
+
+    /// The session ended: what waited on it fails, the node is no longer connected.
+    pub(super) fn detach(&self, node: &str, session: u64) {
+        let Some(entry) = self.get(node) else { return };
+        let mut n = lock(&entry);
+        if n.link.as_ref().is_some_and(|l| l.id == session) {
+            n.link = None;
+            fail_waiting(&mut n, node, "the agent's session ended");
+        }
+    }
+
+    pub(super) fn heard(&self, node: &str) {
+        if let Some(entry) = self.get(node) {
+            let mut n = lock(&entry);
+            n.last_seen = Some(SystemTime::now());
+            n.last_heard = Some(tokio::time::Instant::now());
+        }
+    }
+
+    pub(super) fn set_plugins(&self, node: &str, reports: &[wire::NodePluginReport]) {
+        if let Some(entry) = self.get(node) {
+            let mut n = lock(&entry);
+            n.plugins = self.judged(node, reports);
+        }
+    }
+
+    /// An outcome: answers every waiter it settles.
+    pub(super) fn report(&self, node: &str, r: wire::Report) {
+        let Some(entry) = self.get(node) else { return };
+        let mut n = lock(&entry);
+        let Some(waiters) = n.waiters.remove(&r.berth_id) else {
+            return;
+        };
+        let level = Level::from_wire(r.level);
+        let mut left = Vec::new();
+        for w in waiters {
+            let settled = if w.raise {
+                level >= w.level
+            } else {
+                level <= w.level
+            };
+            if settled {
+                let _ = w.reply.send(Ok(()));
+            } else if let Some(f) = r.failure.clone().filter(|_| r.attempt >= w.attempt) {
+                let _ = w.reply.send(Err(failure_from_wire(format!("agent {node}"), f)));
+            } else {
+                left.push(w);
+            }
+        }
+        if !left.is_empty() {
+            n.waiters.insert(r.berth_id, left);
+        }
+    }
+
+    pub(super) fn answer(&self, node: &str, a: wire::Answer) {
+        if let Some(entry) = self.get(node)
+            && let Some(reply) = lock(&entry).calls.remove(&a.id)
+            && let Some(answer) = a.answer
+        {
+            let _ = reply.send(answer);
+        }
+    }
+
+    pub(super) fn paths(&self, node: &str) -> Option<Paths> {
+        self.get(node).and_then(|e| lock(&e).paths.clone())
+    }
+
+    /// Sends one operation and waits for the outcome that settles it.
+    pub(super) async fn operate(
+        &self,
+        node: &str,
+        call: &'static str,
+        mut op: wire::Operation,
+        level: Level,
+        raise: bool,
+    ) -> Result<(), CsiError> {
+        let plugin = op.plugin.clone();
+        let rx = {
+            let entry = self.get(node).ok_or_else(|| no_such_node(node, &plugin, call))?;
+            let mut n = lock(&entry);
+            n.attempt += 1;
+            n.version += 1;
+            (op.attempt, op.version) = (n.attempt, n.version);
+            let berth_id = op.berth_id.clone();
+            if !send_synced(&mut n, node, down(Down::Operation(op))) {
+                return Err(not_connected(node, &plugin, call));
+            }
+            let (reply, rx) = oneshot::channel();
+            let attempt = n.attempt;
+            n.waiters.entry(berth_id).or_default().push(Waiter {
+                attempt,
+                level,
+                raise,
+                reply,
+            });
+            rx
+        };
+        self.answered(rx, node, &plugin, call).await?
+    }
+
+    pub(super) async fn ask(
+        &self,
+        node: &str,
+        plugin: &str,
+        call: &'static str,
+        c: wire::call::Call,
+    ) -> Result<wire::answer::Answer, CsiError> {
+        let rx = {
+            let entry = self.get(node).ok_or_else(|| no_such_node(node, plugin, call))?;
+            let mut n = lock(&entry);
+            n.next_call += 1;
+            let id = n.next_call;
+            let message = down(Down::Call(wire::Call {
+                id,
+                plugin: plugin.to_string(),
+                call: Some(c),
+            }));
+            if !send_synced(&mut n, node, message) {
+                return Err(not_connected(node, plugin, call));
+            }
+            let (reply, rx) = oneshot::channel();
+            n.calls.insert(id, reply);
+            rx
+        };
+        match self.answered(rx, node, plugin, call).await? {
+            wire::answer::Answer::Failure(f) => Err(failure_from_wire(format!("agent {node}"), f)),
+            answer => Ok(answer),
+        }
+    }
+
+    /// The agent's answer, or why there is none: its session ended, or
+    /// the operation timeout passed.
+    async fn answered<T>(
+        &self,
+        rx: oneshot::Receiver<T>,
+        node: &str,
+        plugin: &str,
+        call: &'static str,
+    ) -> Result<T, CsiError> {
+        match tokio::time::timeout(self.operation_timeout, rx).await {
+            Ok(Ok(answer)) => Ok(answer),
+            Ok(Err(_)) => Err(unreachable(
+                node,
+                plugin,
+                call,
+                "the agent's session ended".into(),
+            )),
+            Err(_) => Err(CsiError {
+                plugin: format!("{plugin}@{node}"),
+                call,
+                failure: Failure::Deadline(self.operation_timeout),
+            }),
+        }
+    }
+
+    pub(super) fn summary(&self, name: &str, n: &Node) -> NodeSummary {
+        let fresh = n
+            .last_heard
+            .is_some_and(|t| t.elapsed() <= self.heartbeat_timeout);
+        let state = match (&n.link, n.last_seen) {
+            _ if n.forgotten => NodeState::Forgotten,
+            (Some(l), _) if l.synced && fresh => NodeState::Ready,
+            (_, None) => NodeState::Unknown,
+            _ => NodeState::Down,
+        };
+        NodeSummary {
+            name: name.to_string(),
+            labels: n.labels.clone(),
+            state,
+            last_seen: n.last_seen,
+            plugins: n.plugins.clone(),
+            draining: n.draining,
+        }
+    }
+}
+
+fn fail_waiting(n: &mut Node, node: &str, why: &str) {
+    for (_, waiters) in n.waiters.drain() {
+        for w in waiters {
+            let _ = w
+                .reply
+                .send(Err(unreachable(node, "agent", "node step", why.to_string())));
+        }
+    }
+    n.calls.clear();
+}
+
+/// A fingerprint standing for what a node's plugin last reported, until its agent is back.
+fn remembered_fingerprint(node: &str, plugin: &str, info: NodeInfo) -> Fingerprint {
+    Fingerprint {
+        endpoint: format!("agent {node} (remembered)"),
+        name: plugin.to_string(),
+        vendor_version: String::new(),
+        manifest: BTreeMap::new(),
+        ready: false,
+        plugin_capabilities: Vec::new(),
+        controller: None,
+        node: Some(info),
+        unserved: Vec::new(),
+    }
+}
+
+fn down(message: Down) -> wire::ServerMessage {
+    wire::ServerMessage {
+        message: Some(message),
+    }
+}

@@ -1,0 +1,23 @@
+//! The server's side of the cluster: every node's agent, whether it runs in
+//! this process (a `[[node]]` in `berth.toml`) or on its node (`berth agent`).
+//!
+//! - `directory` — the nodes, their sessions, and node operations sent to them;
+//! - `session` — one agent's session, from registration to its end;
+//! - `service` — the `Cluster` gRPC service agents dial, and the in-process link;
+//! - `tokens` — join tokens: stored hashed, bound to a node or counted, revocable.
+
+mod claims;
+pub mod directory;
+pub mod kek;
+mod node_agent;
+mod node_ids;
+pub mod pki;
+pub mod service;
+pub mod session;
+pub mod tokens;
+
+pub use berth_manager::nodes::NodeSync;
+pub use directory::Directory;
+
+#[cfg(test)]
+mod session_tests;

@@ -1,0 +1,132 @@
+//! The server's side of one agent session: the registration, the complete
+//! desired set, then reports, answers and heartbeats until the stream ends
+//! or the agent is silent past the heartbeat timeout.
+
+use std::sync::Arc;
+use std::time::Duration;
+
+use berth_proto::berth::v1 as wire;
+use berth_proto::berth::v1::agent_message::Message as Up;
+use berth_proto::berth::v1::server_message::Message as Down;
+use tokio::sync::mpsc;
+use tokio_stream::{Stream, StreamExt};
+
+use crate::claims;
+use crate::directory::Directory;
+
+/// How long a new stream has to register.
+const REGISTER_WITHIN: Duration = Duration::from_secs(10);
+/// Messages waiting for an agent to read them. An agent that lets this
+/// many pile up is not reading its session: the session is closed rather
+/// than the server's memory growing with what it does not read.
+pub const DOWN_QUEUE: usize = 4096;
+
+/// The server's half of a session's downstream.
+pub type ToAgent = mpsc::Sender<wire::ServerMessage>;
+
+/// A queue for one session's messages to its agent.
+pub fn to_agent() -> (ToAgent, mpsc::Receiver<wire::ServerMessage>) {
+    mpsc::channel(DOWN_QUEUE)
+}
+
+fn refuse(to_agent: &ToAgent, reason: String) {
+    tracing::warn!(%reason, "agent refused");
+    let _ = to_agent.try_send(wire::ServerMessage {
+        message: Some(Down::Refusal(wire::Refusal { reason })),
+    });
+}
+
+/// Runs one session to its end. `allowed` checks the node name the agent
+/// registers under (against its certificate, on the network).
+pub async fn serve_session(
+    directory: Arc<Directory>,
+    mut from_agent: impl Stream<Item = Result<wire::AgentMessage, tonic::Status>> + Unpin,
+    to_agent: ToAgent,
+    allowed: impl Fn(&str) -> Result<(), String>,
+) {
+    let mut register = match tokio::time::timeout(REGISTER_WITHIN, from_agent.next()).await {
+        Ok(Some(Ok(wire::AgentMessage {
+            message: Some(Up::Register(r)),
+        }))) => r,
+        Ok(Some(Ok(_))) => return refuse(&to_agent, "the first message must register the node".into()),
+        Ok(_) => return,
+        Err(_) => return refuse(&to_agent, "no registration within 10s".into()),
+    };
+    let node = register.node.clone();
+    if let Err(why) = berth_model::bounds::name(&node)
+        .map_err(|e| format!("node {e}"))
+        .and_then(|()| allowed(&node))
+        .and_then(|()| claims::register(&register).map_err(|e| format!("node {node:?} claims too much: {e}")))
+    {
+        return refuse(&to_agent, why);
+    }
+    claims::cut_reasons(&mut register.plugins);
+    let (session, replaced, remember) = match directory.attach(&register, to_agent.clone()) {
+        Ok(attached) => attached,
+        Err(why) => return refuse(&to_agent, why),
+    };
+    tracing::info!(%node, plugins = register.plugins.len(), held = register.held.len(), "agent registered");
+    let Some(sync) = directory.syncer() else {
+        directory.detach(&node, session);
+        return;
+    };
+    if let Some(record) = remember {
+        sync.remember(record).await;
+    }
+    let set = sync.desired_set(&node, &register.held).await;
+    if directory.send_set(&node, session, set) {
+        sync.node_ready(&node);
+    }
+    let timeout = directory.heartbeat_timeout;
+    loop {
+        let next = tokio::select! {
+            next = tokio::time::timeout(timeout, from_agent.next()) => next,
+            () = replaced.notified() => {
+                // The directory has sent the refusal and let go of this session.
+                tracing::info!(%node, "a newer session of the node replaced this one");
+                return;
+            }
+        };
+        let message = match next {
+            Err(_) => {
+                tracing::warn!(%node, timeout = %humantime::format_duration(timeout), "agent silent past the heartbeat timeout; session closed");
+                break;
+            }
+            Ok(None) => break,
+            Ok(Some(Err(status))) => {
+                tracing::info!(%node, error = %status.message(), "agent stream failed");
+                break;
+            }
+            Ok(Some(Ok(m))) => m,
+        };
+        directory.heard(&node);
+        match message.message {
+            Some(Up::Heartbeat(h)) => {
+                let echo = wire::ServerMessage {
+                    message: Some(Down::Heartbeat(h)),
+                };
+                if to_agent.try_send(echo).is_err() {
+                    tracing::warn!(%node, queued = DOWN_QUEUE, "agent is not reading its session; session closed");
+                    break;
+                }
+            }
+            Some(Up::Report(mut r)) => {
+                claims::cut_report(&mut r);
+                directory.report(&node, r);
+            }
+            Some(Up::Answer(a)) => directory.answer(&node, a),
+            Some(Up::Plugins(mut p)) => {
+                if let Err(e) = claims::plugins(&p.plugins) {
+                    refuse(&to_agent, format!("node {node:?} claims too much: {e}"));
+                    break;
+                }
+                claims::cut_reasons(&mut p.plugins);
+                directory.set_plugins(&node, &p.plugins);
+                sync.node_ready(&node);
+            }
+            Some(Up::Register(_)) | None => {}
+        }
+    }
+    directory.detach(&node, session);
+    tracing::info!(%node, "agent session ended");
+}

@@ -1,0 +1,484 @@
+//! `berth.toml`: what `berth serve` runs. Parsed strictly (unknown keys are
+//! errors) and validated into [`Config`]; every error names the key at fault.
+//! Relative paths are relative to the config file's directory.
+//!
+//! ```toml
+//! state = "state/berth.redb"            # the embedded store (one file)
+//! api = "unix:///run/berth/berth.sock"  # default: berth.sock beside the state file
+//! socket_mode = "0600"
+//! workers = 256
+//! fingerprint_interval = "30s"
+//! secrets_dir = "secrets"               # one file per secret, KEY=VALUE lines, mode 0600
+//! cluster = "unix:///run/berth/cluster.sock"  # where `berth agent`s on this machine dial; none by default
+//! cluster_address = "0.0.0.0:7443"     # the TLS endpoint agents on other machines dial; none by default
+//! cluster_names = ["berth.example"]     # names and addresses in the server's certificate
+//! heartbeat_timeout = "15s"             # an agent silent this long is down
+//! join_token_max_ttl = "24h"            # the longest a join token may live
+//! metrics = "127.0.0.1:9464"            # /metrics, /healthz, /readyz over HTTP; off by default
+//! events_per_volume = 10                # each volume keeps its latest events (0: none)
+//!
+//! [store]                               # default: the embedded store in `state`
+//! etcd = ["http://10.0.0.1:2379", "http://10.0.0.2:2379"]  # the members' client URLs
+//! prefix = "/berth"                     # every key Berth writes is below it
+//! name = "server-a"                     # unique among the servers sharing the prefix (default: host name)
+//! lease_ttl = "5s"                      # a dead leader is replaced after about this long
+//! ca = "etcd-ca.pem"                    # with https:// members: the CA their certificates chain to
+//! cert = "etcd-client.pem"              # this server's client certificate and key, for
+//! key = "etcd-client.key"               #   etcd's --client-cert-auth
+//!
+//! [[plugin]]
+//! name = "hostpath"                     # the operator's name for it
+//! driver = "hostpath.csi.k8s.io"        # the driver name it must report
+//! controller = "unix:///run/csi/controller.sock"
+//! deadline = "15s"
+//!
+//! [[node]]
+//! name = "node-a"
+//! labels = { disk = "ssd" }
+//! dir = "nodes/node-a"                  # staging and publish paths live here
+//! plugins = { hostpath = "unix:///run/csi/node-a.sock" }
+//!
+//! [[policy]]
+//! module = "naming.wasm"
+//! decisions = ["naming"]                # default: all it exports
+//! on_error = "builtin"                  # or "fail" (default)
+//! memory = "32MiB"
+//! deadline = "100ms"
+//! max_answer = "1MiB"
+//! settings = { prefix = "team-a" }
+//! ```
+
+use std::collections::BTreeMap;
+use std::path::{Path, PathBuf};
+use std::time::Duration;
+
+use serde::Deserialize;
+
+use berth_csi::Endpoint;
+pub use berth_model::settings::{ConfigError, duration, invalid, load_file, metrics_address, name_ok};
+use berth_model::units::parse_bytes;
+use berth_policy::{Decision, Limits, ModuleConfig, OnError};
+
+#[derive(Debug, Deserialize)]
+#[serde(deny_unknown_fields)]
+struct Raw {
+    state: Option<PathBuf>,
+    api: Option<String>,
+    socket_mode: Option<String>,
+    workers: Option<usize>,
+    fingerprint_interval: Option<String>,
+    secrets_dir: Option<PathBuf>,
+    cluster: Option<String>,
+    cluster_address: Option<String>,
+    #[serde(default)]
+    cluster_names: Vec<String>,
+    heartbeat_timeout: Option<String>,
+    join_token_max_ttl: Option<String>,
+    metrics: Option<String>,
+    events_per_volume: Option<usize>,
+    store: Option<RawStore>,
+    #[serde(default, rename = "plugin")]
+    plugins: Vec<RawPlugin>,
+    #[serde(default, rename = "node")]
+    nodes: Vec<RawNode>,
+    #[serde(default, rename = "policy")]
+    policies: Vec<RawPolicy>,
+}
+
+#[derive(Debug, Deserialize)]
+#[serde(deny_unknown_fields)]
+struct RawStore {
+    #[serde(default)]
+    etcd: Vec<String>,
+    prefix: Option<String>,
+    name: Option<String>,
+    lease_ttl: Option<String>,
+    ca: Option<PathBuf>,
+    cert: Option<PathBuf>,
+    key: Option<PathBuf>,
+}
+
+#[derive(Debug, Deserialize)]
+#[serde(deny_unknown_fields)]
+struct RawPlugin {
+    name: String,
+    driver: Option<String>,
+    controller: Option<String>,
+    deadline: Option<String>,
+}
+
+#[derive(Debug, Deserialize)]
+#[serde(deny_unknown_fields)]
+struct RawNode {
+    name: String,
+    #[serde(default)]
+    labels: BTreeMap<String, String>,
+    dir: PathBuf,
+    #[serde(default)]
+    plugins: BTreeMap<String, String>,
+}
+
+#[derive(Debug, Deserialize)]
+#[serde(deny_unknown_fields)]
+struct RawPolicy {
+    module: PathBuf,
+    name: Option<String>,
+    #[serde(default)]
+    decisions: Vec<String>,
+    on_error: Option<OnError>,
+    memory: Option<String>,
+    deadline: Option<String>,
+    max_answer: Option<String>,
+    #[serde(default)]
+    settings: BTreeMap<String, String>,
+}
+
+/// A validated configuration.
+#[derive(Clone, Debug)]
+pub struct Config {
+    /// The embedded store's file; beside it, the API socket and the cluster CA by default.
+    pub state: PathBuf,
+    /// The volumes and nodes in etcd instead of `state` (`[store] etcd`).
+    pub etcd: Option<berth_store::EtcdSettings>,
+    pub api: Endpoint,
+    pub socket_mode: u32,
+    pub workers: usize,
+    pub fingerprint_interval: Duration,
+    pub secrets_dir: Option<PathBuf>,
+    /// Where agents dial (a unix socket, with `socket_mode`).
+    pub cluster: Option<Endpoint>,
+    /// The TLS endpoint (host:port) agents on other machines dial.
+    pub cluster_address: Option<std::net::SocketAddr>,
+    /// Names and addresses the server's certificate is valid for.
+    pub cluster_names: Vec<String>,
+    pub heartbeat_timeout: Duration,
+    /// The longest lifetime `berth cluster token` may give a token.
+    pub join_token_max_ttl: Duration,
+    /// Where `/metrics`, `/healthz` and `/readyz` are served; none by default.
+    pub metrics: Option<std::net::SocketAddr>,
+    /// How many of its latest events each volume keeps.
+    pub events_per_volume: usize,
+    pub plugins: Vec<PluginConfig>,
+    pub nodes: Vec<NodeConfig>,
+    pub policies: Vec<PolicyConfig>,
+}
+
+#[derive(Clone, Debug)]
+pub struct PluginConfig {
+    pub name: String,
+    pub driver: Option<String>,
+    pub controller: Option<Endpoint>,
+    pub deadline: Duration,
+}
+
+#[derive(Clone, Debug)]
+pub struct NodeConfig {
+    pub name: String,
+    pub labels: BTreeMap<String, String>,
+    pub dir: PathBuf,
+    /// Plugin name → the node plugin's socket on this node.
+    pub plugins: BTreeMap<String, Endpoint>,
+}
+
+#[derive(Clone, Debug)]
+pub struct PolicyConfig {
+    pub module: ModuleConfig,
+    pub decisions: Vec<Decision>,
+}
+
+/// `[store]`: checked by the etcd store itself, with the key at fault;
+/// the TLS files read here, relative to the config file's directory.
+fn etcd_settings(raw: RawStore, base: &Path) -> Result<berth_store::EtcdSettings, ConfigError> {
+    let ttl = match raw.lease_ttl.as_deref() {
+        Some(text) => Some(duration("store.lease_ttl", Some(text), "5s")?),
+        None => None,
+    };
+    let read = |key: &str, path: &Path| {
+        let path = base.join(path);
+        std::fs::read_to_string(&path).map_err(|e| invalid(key, format!("reading {}: {e}", path.display())))
+    };
+    let identity = match (&raw.cert, &raw.key) {
+        (Some(cert), Some(key)) => Some((read("store.cert", cert)?, read("store.key", key)?)),
+        (None, None) => None,
+        _ => return Err(invalid("store.cert", "cert and key go together")),
+    };
+    let tls = match &raw.ca {
+        Some(ca) => Some(berth_store::EtcdTls {
+            ca: read("store.ca", ca)?,
+            identity,
+        }),
+        None if identity.is_some() => {
+            return Err(invalid(
+                "store.ca",
+                "a client certificate needs the members' CA too",
+            ));
+        }
+        None => None,
+    };
+    berth_store::EtcdSettings::new(raw.etcd, raw.prefix)
+        .and_then(|s| s.server(raw.name, ttl))
+        .and_then(|s| s.tls(tls))
+        .map_err(|(key, message)| invalid(key, message))
+}
+
+/// Workers are cheap tasks that mostly wait on plugins: enough for hundreds of volumes in flight.
+pub const DEFAULT_WORKERS: usize = 256;
+
+/// Enough to tell a volume's last lifecycle and a few failures, at about
+/// 100 bytes each in the record.
+pub const DEFAULT_EVENTS_PER_VOLUME: usize = 10;
+/// No operator may let a join token live longer than this.
+const MAX_JOIN_TOKEN_TTL: Duration = Duration::from_secs(30 * 24 * 3600);
+
+impl Config {
+    /// Reads and validates a config file.
+    pub fn load(path: &Path) -> Result<Config, ConfigError> {
+        load_file(path, Config::parse)
+    }
+
+    /// Parses config text; relative paths are taken from `base`.
+    pub fn parse(text: &str, base: &Path) -> Result<Config, ConfigError> {
+        let raw: Raw = toml::from_str(text).map_err(|e| ConfigError::Syntax(e.to_string()))?;
+        let resolve = |p: &Path| {
+            if p.is_absolute() {
+                p.to_path_buf()
+            } else {
+                base.join(p)
+            }
+        };
+        let state = resolve(
+            raw.state
+                .as_deref()
+                .unwrap_or(Path::new("berth-state/state.redb")),
+        );
+        let api = match raw.api {
+            Some(a) => Endpoint::parse(&a)
+                .and_then(|e| e.resolve(base))
+                .map_err(|e| invalid("api", e))?,
+            None => {
+                let sock = state.with_file_name("berth.sock");
+                Endpoint::parse(&sock.display().to_string())
+                    .map_err(|e| invalid("api", format!("(default {}) {e}", sock.display())))?
+            }
+        };
+        let socket_mode = match raw.socket_mode.as_deref() {
+            None => 0o600,
+            Some(m) => u32::from_str_radix(m.trim_start_matches("0o"), 8)
+                .ok()
+                .filter(|m| *m <= 0o777)
+                .ok_or_else(|| {
+                    invalid(
+                        "socket_mode",
+                        format!("{m:?} is not an octal file mode like \"0600\""),
+                    )
+                })?,
+        };
+        let workers = raw.workers.unwrap_or(DEFAULT_WORKERS);
+        if workers == 0 || workers > 4096 {
+            return Err(invalid("workers", format!("{workers} is not between 1 and 4096")));
+        }
+        let fingerprint_interval =
+            duration("fingerprint_interval", raw.fingerprint_interval.as_deref(), "30s")?;
+        let etcd = raw.store.map(|s| etcd_settings(s, base)).transpose()?;
+
+        if raw.plugins.is_empty() {
+            return Err(invalid(
+                "plugin",
+                "no [[plugin]]: configure at least one CSI plugin",
+            ));
+        }
+        let mut plugins = Vec::new();
+        for (i, p) in raw.plugins.into_iter().enumerate() {
+            let at = format!("plugin[{i}]");
+            name_ok(&format!("{at}.name"), &p.name)?;
+            if plugins.iter().any(|q: &PluginConfig| q.name == p.name) {
+                return Err(invalid(
+                    format!("{at}.name"),
+                    format!("{:?} is used by another [[plugin]]", p.name),
+                ));
+            }
+            if let Some(d) = &p.driver {
+                berth_csi::fingerprint::validate_plugin_name(d)
+                    .map_err(|e| invalid(format!("{at}.driver"), e))?;
+            }
+            let controller = p
+                .controller
+                .as_deref()
+                .map(|c| {
+                    Endpoint::parse(c)
+                        .and_then(|e| e.resolve(base))
+                        .map_err(|e| invalid(format!("{at}.controller"), e))
+                })
+                .transpose()?;
+            plugins.push(PluginConfig {
+                deadline: duration(&format!("{at}.deadline"), p.deadline.as_deref(), "15s")?,
+                name: p.name,
+                driver: p.driver,
+                controller,
+            });
+        }
+
+        let mut nodes: Vec<NodeConfig> = Vec::new();
+        for (i, n) in raw.nodes.into_iter().enumerate() {
+            let at = format!("node[{i}]");
+            name_ok(&format!("{at}.name"), &n.name)?;
+            if nodes.iter().any(|m| m.name == n.name) {
+                return Err(invalid(
+                    format!("{at}.name"),
+                    format!("{:?} is used by another [[node]]", n.name),
+                ));
+            }
+            let mut endpoints = BTreeMap::new();
+            for (plugin, ep) in n.plugins {
+                if !plugins.iter().any(|p| p.name == plugin) {
+                    return Err(invalid(
+                        format!("{at}.plugins.{plugin}"),
+                        format!("there is no [[plugin]] named {plugin:?}"),
+                    ));
+                }
+                let ep = Endpoint::parse(&ep)
+                    .and_then(|e| e.resolve(base))
+                    .map_err(|e| invalid(format!("{at}.plugins.{plugin}"), e))?;
+                endpoints.insert(plugin, ep);
+            }
+            berth_model::bounds::labels(n.labels.iter()).map_err(|e| invalid(format!("{at}.labels"), e))?;
+            nodes.push(NodeConfig {
+                name: n.name,
+                labels: n.labels,
+                dir: resolve(&n.dir),
+                plugins: endpoints,
+            });
+        }
+
+        let mut policies = Vec::new();
+        for (i, p) in raw.policies.into_iter().enumerate() {
+            let at = format!("policy[{i}]");
+            let decisions = p
+                .decisions
+                .iter()
+                .map(|d| {
+                    d.parse::<Decision>()
+                        .map_err(|e| invalid(format!("{at}.decisions"), e))
+                })
+                .collect::<Result<Vec<_>, _>>()?;
+            let defaults = Limits::default();
+            let mut module = ModuleConfig::from_path(&resolve(&p.module));
+            if let Some(name) = p.name {
+                module.name = name;
+            }
+            module.settings = p.settings;
+            module.on_error = p.on_error.unwrap_or_default();
+            module.limits = Limits {
+                memory_bytes: size(
+                    &format!("{at}.memory"),
+                    p.memory.as_deref(),
+                    defaults.memory_bytes,
+                )?,
+                deadline: match p.deadline.as_deref() {
+                    None => defaults.deadline,
+                    Some(d) => duration(&format!("{at}.deadline"), Some(d), "0")?,
+                },
+                max_answer_bytes: size(
+                    &format!("{at}.max_answer"),
+                    p.max_answer.as_deref(),
+                    defaults.max_answer_bytes,
+                )?,
+            };
+            if module.limits.deadline.is_zero() {
+                return Err(invalid(format!("{at}.deadline"), "must be more than zero"));
+            }
+            for d in &decisions {
+                if let Some((j, other)) = policies
+                    .iter()
+                    .enumerate()
+                    .find(|(_, q): &(usize, &PolicyConfig)| q.decisions.contains(d))
+                {
+                    return Err(invalid(
+                        format!("{at}.decisions"),
+                        format!(
+                            "{d} is served by policy[{j}] ({}) already; give each decision one module",
+                            other.module.path.display()
+                        ),
+                    ));
+                }
+            }
+            policies.push(PolicyConfig { module, decisions });
+        }
+
+        Ok(Config {
+            state,
+            etcd,
+            api,
+            socket_mode,
+            workers,
+            fingerprint_interval,
+            secrets_dir: raw.secrets_dir.as_deref().map(resolve),
+            cluster: raw
+                .cluster
+                .as_deref()
+                .map(|c| {
+                    Endpoint::parse(c)
+                        .and_then(|e| e.resolve(base))
+                        .map_err(|e| invalid("cluster", e))
+                })
+                .transpose()?,
+            cluster_names: server_names::server_names(raw.cluster_address.as_deref(), raw.cluster_names)
+                .map_err(|e| invalid("cluster_names", e))?,
+            cluster_address: raw
+                .cluster_address
+                .as_deref()
+                .map(|a| {
+                    a.parse().map_err(|_| {
+                        invalid(
+                            "cluster_address",
+                            format!("{a:?} is not an address like \"0.0.0.0:7443\""),
+                        )
+                    })
+                })
+                .transpose()?,
+            heartbeat_timeout: duration("heartbeat_timeout", raw.heartbeat_timeout.as_deref(), "15s")?,
+            join_token_max_ttl: match duration(
+                "join_token_max_ttl",
+                raw.join_token_max_ttl.as_deref(),
+                "24h",
+            )? {
+                ttl if ttl > MAX_JOIN_TOKEN_TTL => {
+                    return Err(invalid("join_token_max_ttl", "is more than 30 days"));
+                }
+                ttl if ttl < Duration::from_secs(1) => {
+                    return Err(invalid("join_token_max_ttl", "is less than a second"));
+                }
+                ttl => ttl,
+            },
+            metrics: metrics_address(raw.metrics.as_deref())?,
+            events_per_volume: match raw.events_per_volume {
+                None => DEFAULT_EVENTS_PER_VOLUME,
+                Some(n) if n <= 1000 => n,
+                Some(n) => return Err(invalid("events_per_volume", format!("{n} is more than 1000"))),
+            },
+            plugins,
+            nodes,
+            policies,
+        })
+    }
+
+    pub fn plugin(&self, name: &str) -> Option<&PluginConfig> {
+        self.plugins.iter().find(|p| p.name == name)
+    }
+
+    pub fn node(&self, name: &str) -> Option<&NodeConfig> {
+        self.nodes.iter().find(|n| n.name == name)
+    }
+}
+
+fn size(key: &str, value: Option<&str>, default: usize) -> Result<usize, ConfigError> {
+    match value {
+        None => Ok(default),
+        Some(v) => parse_bytes(v).map_err(|e| invalid(key, e)),
+    }
+}
+
+mod server_names;
+
+#[cfg(test)]
+mod tests;

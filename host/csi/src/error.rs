@@ -1,0 +1,148 @@
+//! Errors from CSI calls. They keep the plugin's gRPC code and message and say
+//! which plugin and which call failed, because the retry policy decides on the
+//! code and the operator needs the message.
+
+use std::fmt;
+use std::time::Duration;
+
+use berth_proto::code;
+use tonic::Code;
+
+/// What went wrong in one CSI call.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub enum Failure {
+    /// The plugin answered with a gRPC error status.
+    Status { code: Code, message: String },
+    /// No answer within the per-RPC deadline.
+    Deadline(Duration),
+    /// The plugin's socket could not be reached.
+    Unreachable(String),
+    /// The plugin answered, but the answer breaks the CSI spec.
+    Invalid(String),
+    /// Berth's own side of the call failed, not the plugin: a node agent
+    /// that could not record the step, or refused what it was sent.
+    Local { code: Code, message: String },
+}
+
+impl Failure {
+    /// The gRPC code this failure is classified under.
+    pub fn code(&self) -> Code {
+        match self {
+            Failure::Status { code, .. } => *code,
+            Failure::Deadline(_) => Code::DeadlineExceeded,
+            Failure::Unreachable(_) => Code::Unavailable,
+            Failure::Invalid(_) => Code::Internal,
+            Failure::Local { code, .. } => *code,
+        }
+    }
+}
+
+impl fmt::Display for Failure {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match self {
+            Failure::Status { code: c, message } if message.is_empty() => f.write_str(code::name(*c)),
+            Failure::Status { code: c, message } => write!(f, "{}: {message}", code::name(*c)),
+            Failure::Deadline(d) => write!(
+                f,
+                "DEADLINE_EXCEEDED: no answer within {}",
+                humantime::format_duration(*d)
+            ),
+            Failure::Unreachable(why) => write!(f, "plugin unreachable: {why}"),
+            Failure::Invalid(why) => write!(f, "invalid answer: {why}"),
+            Failure::Local { code: c, message } => write!(f, "{}: {message}", code::name(*c)),
+        }
+    }
+}
+
+/// A failed call to a CSI plugin.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct CsiError {
+    /// The plugin's endpoint, or its name once fingerprinted.
+    pub plugin: String,
+    /// The CSI method, e.g. `NodeGetInfo`.
+    pub call: &'static str,
+    pub failure: Failure,
+}
+
+impl fmt::Display for CsiError {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match &self.failure {
+            // Not dressed as the plugin's: `plugin` names the agent then.
+            Failure::Local { .. } => write!(f, "{}: {}: {}", self.plugin, self.call, self.failure),
+            _ => write!(
+                f,
+                "CSI plugin at {}: {}: {}",
+                self.plugin, self.call, self.failure
+            ),
+        }
+    }
+}
+
+impl std::error::Error for CsiError {}
+
+impl CsiError {
+    pub fn code(&self) -> Code {
+        self.failure.code()
+    }
+
+    pub fn from_status(plugin: &str, call: &'static str, status: tonic::Status) -> Self {
+        // A status tonic made from a transport error carries that error as its
+        // source; one the plugin sent does not. A connection refused or lost
+        // mid-call (which tonic may report as UNKNOWN) is the plugin being
+        // unreachable, whatever code tonic chose: retryable, not a plugin bug.
+        let failure = match std::error::Error::source(&status) {
+            Some(source) => Failure::Unreachable(error_chain(source)),
+            _ => Failure::Status {
+                code: status.code(),
+                message: status.message().to_string(),
+            },
+        };
+        CsiError {
+            plugin: plugin.to_string(),
+            call,
+            failure,
+        }
+    }
+
+    pub fn invalid(plugin: &str, call: &'static str, why: impl Into<String>) -> Self {
+        CsiError {
+            plugin: plugin.to_string(),
+            call,
+            failure: Failure::Invalid(why.into()),
+        }
+    }
+}
+
+/// Joins an error and its sources: `a: b: c`, skipping repeats.
+pub fn error_chain(err: &(dyn std::error::Error + 'static)) -> String {
+    let mut parts: Vec<String> = vec![err.to_string()];
+    let mut cur = err.source();
+    while let Some(e) = cur {
+        let s = e.to_string();
+        if !parts.iter().any(|p| p.contains(&s)) {
+            parts.push(s);
+        }
+        cur = e.source();
+    }
+    parts.join(": ")
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_lost_connection_is_unreachable_whatever_code_tonic_gives_it() {
+        let lost = std::io::Error::new(std::io::ErrorKind::ConnectionReset, "connection reset by peer");
+        let status = tonic::Status::from_error(Box::new(lost));
+        assert_eq!(status.code(), Code::Unknown, "tonic's own choice");
+        let e = CsiError::from_status("hp", "CreateVolume", status);
+        assert!(
+            matches!(&e.failure, Failure::Unreachable(why) if why.contains("reset")),
+            "{e}"
+        );
+        assert_eq!(e.code(), Code::Unavailable);
+        let sent = CsiError::from_status("hp", "CreateVolume", tonic::Status::unknown("plugin bug"));
+        assert_eq!(sent.code(), Code::Unknown, "a code the plugin sent is kept");
+    }
+}

@@ -1,0 +1,154 @@
+//! Adopting and releasing volumes: import takes over a volume that exists
+//! on a plugin already; forget drops one from Berth and leaves the plugin
+//! alone.
+
+use crate::table::{Inserted, RemoveError};
+use crate::{RequestError, VolumeManager};
+use berth_csi::proto;
+use berth_csi::proto::controller_service_capability::rpc::Type as ControllerCap;
+use berth_model::text::echo;
+use berth_model::{Backend, VolumeRecord, VolumeSpec, new_id};
+
+impl VolumeManager {
+    /// Takes over backend volume `volume_id` of `spec.plugin` under
+    /// `spec.name`. The plugin is asked for the volume first (GET_VOLUME,
+    /// else LIST_VOLUMES); one it does not know is refused.
+    pub async fn import(&self, spec: VolumeSpec, volume_id: &str) -> Result<VolumeRecord, RequestError> {
+        crate::validate_spec(&spec, &self.config)?;
+        if spec.source.is_some() {
+            return Err(RequestError::Invalid(
+                "from_snapshot/from_volume: an imported volume exists already".into(),
+            ));
+        }
+        if volume_id.is_empty() || volume_id.len() > 128 {
+            return Err(RequestError::Invalid(format!(
+                "volume_id: {} must be 1 to 128 bytes",
+                echo(volume_id)
+            )));
+        }
+        if let Some(other) = self.table.list().into_iter().find(|r| {
+            r.spec.plugin == spec.plugin && r.backend.as_ref().is_some_and(|b| b.volume_id == volume_id)
+        }) {
+            return Err(RequestError::AlreadyExists(format!(
+                "volume {} of plugin {:?} is Berth's volume {} already",
+                echo(volume_id),
+                spec.plugin,
+                echo(&other.spec.name)
+            )));
+        }
+        let found = self.look_up(&spec.plugin, volume_id).await?;
+        let mut record = VolumeRecord::new(new_id(), spec);
+        record.backend = Some(found);
+        match self.table.insert_new(record, |_| false).await? {
+            Inserted::New(r) => {
+                self.queue.push(&r.id);
+                Ok(r)
+            }
+            Inserted::Existing(r) => Ok(r),
+        }
+    }
+
+    /// The plugin's view of one of its volumes.
+    async fn look_up(&self, plugin: &str, volume_id: &str) -> Result<Backend, RequestError> {
+        let controller = self
+            .registry
+            .get(plugin)
+            .ok_or_else(|| RequestError::Invalid(format!("plugin {plugin:?} has no controller")))?;
+        let unavailable = |e: berth_csi::CsiError| {
+            if e.code() == tonic::Code::NotFound {
+                RequestError::NotFound(format!("plugin {plugin:?} has no volume {}", echo(volume_id)))
+            } else {
+                RequestError::Unavailable(e.to_string())
+            }
+        };
+        let volume = match (
+            self.offers(plugin, ControllerCap::GetVolume),
+            self.offers(plugin, ControllerCap::ListVolumes),
+        ) {
+            (None, _) => {
+                return Err(RequestError::Unavailable(format!(
+                    "plugin {plugin:?} is not fingerprinted yet: try again shortly"
+                )));
+            }
+            (Some(true), _) => {
+                controller
+                    .client()
+                    .controller_get_volume(proto::ControllerGetVolumeRequest {
+                        volume_id: volume_id.to_string(),
+                    })
+                    .await
+                    .map_err(unavailable)?
+                    .volume
+            }
+            (_, Some(true)) => self
+                .backend_volumes(plugin)
+                .await?
+                .into_iter()
+                .find(|v| v.volume_id == volume_id),
+            _ => {
+                return Err(RequestError::Invalid(format!(
+                    "plugin {plugin:?} offers neither GET_VOLUME nor LIST_VOLUMES: Berth cannot check that the volume exists"
+                )));
+            }
+        };
+        let v = volume.filter(|v| v.volume_id == volume_id).ok_or_else(|| {
+            RequestError::NotFound(format!("plugin {plugin:?} has no volume {}", echo(volume_id)))
+        })?;
+        Ok(crate::steps::backend_of(v))
+    }
+
+    /// Every volume the plugin lists, page by page.
+    pub(super) async fn backend_volumes(&self, plugin: &str) -> Result<Vec<proto::Volume>, RequestError> {
+        let controller = self
+            .registry
+            .get(plugin)
+            .ok_or_else(|| RequestError::Invalid(format!("plugin {plugin:?} has no controller")))?;
+        controller
+            .client()
+            .list_all_volumes()
+            .await
+            .map_err(|e| RequestError::Unavailable(e.to_string()))
+    }
+
+    /// Drops a volume from Berth without a call to any plugin; returns it
+    /// as it was. A volume still published, with snapshots, or perhaps
+    /// being created right now is refused: forgetting it would lose track
+    /// of something on the plugin.
+    pub async fn forget(&self, name: &str) -> Result<VolumeRecord, RequestError> {
+        let id = self.id_of(name)?;
+        let mut forgotten = None;
+        self.table
+            .remove_if(&id, |r| {
+                let refuse =
+                    |why: String| Err(RequestError::Conflict(format!("volume {}: {why}", echo(name))));
+                if let Some(node) = r.publications.keys().next() {
+                    return refuse(format!(
+                        "it is published on {node:?} (or being undone there): unpublish it first"
+                    ));
+                }
+                if let Some(snap) = r.snapshots.keys().next() {
+                    return refuse(format!(
+                        "it has snapshot {}: delete its snapshots first",
+                        echo(snap)
+                    ));
+                }
+                if r.backend.is_none() && r.create_sent {
+                    return refuse(
+                        "it may be being created on the plugin: wait until it is, or delete it".into(),
+                    );
+                }
+                forgotten = Some(r.clone());
+                Ok(())
+            })
+            .await
+            .map_err(|e| match e {
+                RemoveError::Refused(e) => e,
+                RemoveError::Store(e) => {
+                    RequestError::Unavailable(format!("the store refused the change: {e}"))
+                }
+            })?;
+        let r = forgotten.ok_or_else(|| RequestError::NotFound(format!("no volume named {}", echo(name))))?;
+        tracing::info!(volume = %r.spec.name, volume_id = r.backend.as_ref().map(|b| b.volume_id.as_str()), "forgotten");
+        Ok(r)
+    }
+}

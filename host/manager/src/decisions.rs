@@ -1,0 +1,256 @@
+//! Guest decisions for the lifecycle: naming, placement for CreateVolume's
+//! accessibility requirements and for publishes that name no node. Guests and
+//! built-in policies alike run on the caller's task.
+
+use tracing::Instrument;
+
+use crate::outcome::{Apply, StepError, policy_step_error, step_error};
+use crate::{RequestError, VolumeManager};
+use berth_csi::proto;
+use berth_csi::proto::plugin_capability::service::Type as ServiceCap;
+use berth_csi::registry::Health as PluginHealth;
+use berth_model::{self as model, AccessType, Segments, VolumeRecord};
+use berth_policy::{
+    self as policy, AccessMode, CapacityRange, Code, Decision, Health, NamingOutcome, PlacementNode,
+    Policies, Purpose,
+};
+
+impl VolumeManager {
+    /// Runs a policy decision on this task. A guest yields to the runtime at
+    /// every epoch tick it runs past, so even one that takes its whole time
+    /// limit does not stall the reconciler.
+    ///
+    /// A guest's decision runs in a span naming the volume, so every warning
+    /// a policy logs says which volume it was deciding for.
+    pub(super) async fn decide<R>(
+        &self,
+        volume: &str,
+        decisions: &[Decision],
+        f: impl AsyncFnOnce(&Policies) -> R,
+    ) -> R {
+        if decisions.iter().all(|d| self.policies.module(*d).is_none()) {
+            return f(&self.policies).await;
+        }
+        let span = tracing::info_span!("decide", volume = %volume);
+        f(&self.policies).instrument(span).await
+    }
+
+    /// Names the volume; also places it when CreateVolume will need that.
+    pub(super) async fn name_volume(
+        &self,
+        r: &VolumeRecord,
+        placed_ahead: &mut Option<proto::TopologyRequirement>,
+    ) -> Result<Apply, StepError> {
+        let volume = policy_volume(r);
+        let nodes = self
+            .constrained(&r.spec.plugin)
+            .unwrap_or(false)
+            .then(|| self.placement_nodes(&r.spec.plugin));
+        let (outcome, placed) = self
+            .decide(
+                &r.spec.name,
+                &[Decision::Naming, Decision::Placement],
+                async |p| {
+                    let placed = match nodes {
+                        Some(nodes) => {
+                            let candidates = policy::candidates(&nodes);
+                            let verdicts = p
+                                .place(volume.clone(), Purpose::Create, vec![], &candidates)
+                                .await;
+                            Some((nodes, verdicts))
+                        }
+                        None => None,
+                    };
+                    (p.volume_name(volume).await, placed)
+                },
+            )
+            .await;
+        // A placement that failed is asked again by CreateVolume, which reports it.
+        if let Some((nodes, Ok(mut verdicts))) = placed {
+            self.fit(r, &nodes, &mut verdicts).await;
+            *placed_ahead = requirements(&nodes, &verdicts).ok();
+        }
+        let outcome = outcome.map_err(|e| policy_step_error(&e))?;
+        match outcome {
+            NamingOutcome::Named(name) => {
+                if !self.table.claim_csi_name(&name, &r.id) {
+                    return Ok(Box::new(move |r: &mut VolumeRecord| {
+                        r.give_up(format!(
+                            "naming: the name {} is already used by another volume",
+                            berth_model::text::echo(&name)
+                        ));
+                    }));
+                }
+                Ok(Box::new(move |r: &mut VolumeRecord| {
+                    r.csi_name = Some(name.clone())
+                }))
+            }
+            NamingOutcome::Refused(reason) => Ok(Box::new(move |r: &mut VolumeRecord| {
+                r.give_up(format!("naming refused the volume: {reason}"));
+            })),
+        }
+    }
+
+    /// CreateVolume's accessibility requirements, from the placement decision.
+    pub(super) async fn accessibility(
+        &self,
+        r: &VolumeRecord,
+    ) -> Result<proto::TopologyRequirement, StepError> {
+        let (nodes, mut verdicts) = self
+            .place(r, Purpose::Create, vec![])
+            .await
+            .map_err(|e| policy_step_error(&e))?;
+        self.fit(r, &nodes, &mut verdicts).await;
+        requirements(&nodes, &verdicts)
+    }
+
+    /// Whether the plugin's controller takes accessibility requirements;
+    /// `None` until it has been fingerprinted.
+    pub(super) fn constrained(&self, plugin: &str) -> Option<bool> {
+        self.registry
+            .get(plugin)
+            .and_then(|c| c.status().fingerprint)
+            .map(|f| f.has_plugin_capability(ServiceCap::VolumeAccessibilityConstraints))
+    }
+
+    /// The nodes serving the volume's plugin, and placement's verdict on each.
+    async fn place(
+        &self,
+        r: &VolumeRecord,
+        purpose: Purpose,
+        accessible_topology: Vec<policy::Pairs>,
+    ) -> Result<(Vec<PlacementNode>, policy::Verdicts), policy::PolicyError> {
+        let nodes = self.placement_nodes(&r.spec.plugin);
+        let volume = policy_volume(r);
+        self.decide(&r.spec.name, &[Decision::Placement], async |p| {
+            let candidates = policy::candidates(&nodes);
+            let verdicts = p.place(volume, purpose, accessible_topology, &candidates).await?;
+            Ok((nodes, verdicts))
+        })
+        .await
+    }
+
+    /// The nodes that serve `plugin`, as placement sees them.
+    fn placement_nodes(&self, plugin: &str) -> Vec<PlacementNode> {
+        self.node_views(Some(plugin))
+            .into_iter()
+            .map(|v| PlacementNode {
+                name: v.node,
+                topology: v
+                    .info
+                    .as_ref()
+                    .map(|i| i.accessible_topology.clone().into_iter().collect())
+                    .unwrap_or_default(),
+                labels: v.labels.into_iter().collect(),
+                max_volumes: v.info.as_ref().and_then(|i| i.max_volumes_per_node),
+                published_volumes: v.published_volumes,
+                health: match v.health {
+                    PluginHealth::Healthy => Health::Healthy,
+                    PluginHealth::Unhealthy { .. } => Health::Unhealthy,
+                    PluginHealth::Unknown => Health::Unknown,
+                },
+            })
+            .collect()
+    }
+
+    /// The best eligible node for a publish that names none.
+    pub(super) async fn choose_node(&self, r: &VolumeRecord) -> Result<String, RequestError> {
+        if r.backend.is_none() {
+            return Err(RequestError::Conflict(format!(
+                "volume {:?} is still {}: name a node, or publish once it is available",
+                r.spec.name,
+                r.state()
+            )));
+        }
+        // Where the plugin said it is reachable, or else where the operator
+        // required it to be: a requirement is never dropped.
+        let accessible = crate::requests::allowed_topology(r).iter().map(pairs).collect();
+        let (nodes, verdicts) = self
+            .place(r, Purpose::Publish, accessible)
+            .await
+            .map_err(|e| RequestError::Unavailable(e.to_string()))?;
+        policy::ranked(&verdicts)
+            .into_iter()
+            .map(|i| &nodes[i])
+            .find(|n| !r.publications.get(&n.name).is_some_and(|p| p.wanted))
+            .map(|n| n.name.clone())
+            .ok_or_else(|| {
+                RequestError::Unavailable(format!(
+                    "no eligible node for {:?} ({})",
+                    r.spec.name,
+                    policy::refusals(&nodes, &verdicts)
+                ))
+            })
+    }
+}
+
+/// CreateVolume's accessibility requirements from placement's verdicts:
+/// the eligible nodes' topologies, best score first.
+fn requirements(
+    nodes: &[PlacementNode],
+    verdicts: &policy::Verdicts,
+) -> Result<proto::TopologyRequirement, StepError> {
+    let ranked = policy::ranked(verdicts);
+    if ranked.is_empty() {
+        return Err(step_error(
+            Code::ResourceExhausted,
+            format!(
+                "placement found no eligible node ({})",
+                policy::refusals(nodes, verdicts)
+            ),
+        ));
+    }
+    let mut topologies: Vec<proto::Topology> = Vec::new();
+    for i in ranked {
+        let t = proto::Topology {
+            segments: nodes[i].topology.iter().cloned().collect(),
+        };
+        if !topologies.contains(&t) {
+            topologies.push(t);
+        }
+    }
+    Ok(proto::TopologyRequirement {
+        requisite: topologies.clone(),
+        preferred: topologies,
+    })
+}
+
+fn pairs(map: &Segments) -> Vec<(String, String)> {
+    map.iter().map(|(k, v)| (k.clone(), v.clone())).collect()
+}
+
+fn access_mode(m: model::AccessMode) -> AccessMode {
+    use model::AccessMode as M;
+    match m {
+        M::SingleNodeWriter => AccessMode::SingleNodeWriter,
+        M::SingleNodeReaderOnly => AccessMode::SingleNodeReaderOnly,
+        M::MultiNodeReaderOnly => AccessMode::MultiNodeReaderOnly,
+        M::MultiNodeSingleWriter => AccessMode::MultiNodeSingleWriter,
+        M::MultiNodeMultiWriter => AccessMode::MultiNodeMultiWriter,
+        M::SingleNodeSingleWriter => AccessMode::SingleNodeSingleWriter,
+        M::SingleNodeMultiWriter => AccessMode::SingleNodeMultiWriter,
+    }
+}
+
+/// The volume as policies see it: no secrets, no paths.
+fn policy_volume(r: &VolumeRecord) -> policy::Volume {
+    let s = &r.spec;
+    policy::Volume {
+        id: r.id.clone(),
+        name: s.name.clone(),
+        driver: s.plugin.clone(),
+        capacity: CapacityRange {
+            required_bytes: s.required_bytes.max(0) as u64,
+            limit_bytes: s.limit_bytes.max(0) as u64,
+        },
+        access_mode: access_mode(s.access_mode),
+        access_type: match s.access_type {
+            AccessType::Mount => policy::AccessType::Mount,
+            AccessType::Block => policy::AccessType::Block,
+        },
+        parameters: pairs(&s.parameters),
+        labels: pairs(&s.labels),
+        requisite_topology: s.requisite_topology.iter().map(pairs).collect(),
+        preferred_topology: s.preferred_topology.iter().map(pairs).collect(),
+    }
+}

@@ -1,0 +1,128 @@
+//! The volume table's indexes, kept in step with its records: names, CSI
+//! names and snapshot names to ids, publications per node, and counts by
+//! state, so no request or decision scans all volumes.
+
+use std::collections::{BTreeMap, HashMap};
+
+use berth_model::{VolumeRecord, VolumeState};
+
+/// Records and their indexes.
+#[derive(Default)]
+pub(super) struct Indexed {
+    pub(super) volumes: HashMap<String, VolumeRecord>,
+    /// Operator name → id, for live volumes.
+    pub(super) names: HashMap<String, String>,
+    /// CSI name → id: a name given to one volume is never given to another.
+    pub(super) csi_names: HashMap<String, String>,
+    /// Snapshot name → the id of the volume it is of.
+    pub(super) snapshots: HashMap<String, String>,
+    /// Plugin → node → publications there, wanted or still being undone.
+    pub(super) published: BTreeMap<String, BTreeMap<String, u64>>,
+    /// Volumes by [`VolumeState::index`].
+    pub(super) states: [u64; VolumeState::ALL.len()],
+    /// Volumes waiting to retry a failed call.
+    pub(super) retrying: u64,
+}
+
+/// Adds one to `key`'s count, or takes one away (dropping counts of zero);
+/// allocates only for a key not counted yet.
+fn count(counts: &mut BTreeMap<String, u64>, key: &str, add: bool) {
+    match counts.get_mut(key) {
+        Some(n) if add => *n += 1,
+        Some(n) => {
+            *n -= 1;
+            if *n == 0 {
+                counts.remove(key);
+            }
+        }
+        None if add => {
+            counts.insert(key.to_owned(), 1);
+        }
+        None => {}
+    }
+}
+
+impl Indexed {
+    /// Stores a new or changed record. A record's spec (and so its operator
+    /// name) never changes; its CSI name is set once and cleared on delete.
+    pub(super) fn insert(&mut self, r: VolumeRecord) {
+        self.tally(&r, true);
+        let Some(slot) = self.volumes.get_mut(&r.id) else {
+            self.names.insert(r.spec.name.clone(), r.id.clone());
+            if let Some(c) = &r.csi_name {
+                self.csi_names.insert(c.clone(), r.id.clone());
+            }
+            for name in r.snapshots.keys() {
+                self.snapshots.insert(name.clone(), r.id.clone());
+            }
+            self.volumes.insert(r.id.clone(), r);
+            return;
+        };
+        let old = std::mem::replace(slot, r);
+        self.tally(&old, false);
+        let new = &self.volumes[&old.id];
+        if !(old.snapshots.is_empty() && new.snapshots.is_empty()) {
+            for name in old.snapshots.keys().filter(|n| !new.snapshots.contains_key(n)) {
+                if self.snapshots.get(name) == Some(&old.id) {
+                    self.snapshots.remove(name);
+                }
+            }
+            for name in new.snapshots.keys() {
+                self.snapshots.insert(name.clone(), old.id.clone());
+            }
+        }
+        if new.csi_name != old.csi_name {
+            if let Some(c) = &old.csi_name
+                && self.csi_names.get(c) == Some(&old.id)
+            {
+                self.csi_names.remove(c);
+            }
+            if let Some(c) = &new.csi_name {
+                self.csi_names.insert(c.clone(), old.id.clone());
+            }
+        }
+    }
+
+    pub(super) fn remove(&mut self, id: &str) -> Option<VolumeRecord> {
+        let old = self.volumes.remove(id)?;
+        self.tally(&old, false);
+        if self.names.get(&old.spec.name) == Some(&old.id) {
+            self.names.remove(&old.spec.name);
+        }
+        if let Some(c) = &old.csi_name
+            && self.csi_names.get(c) == Some(&old.id)
+        {
+            self.csi_names.remove(c);
+        }
+        for name in old.snapshots.keys() {
+            if self.snapshots.get(name) == Some(&old.id) {
+                self.snapshots.remove(name);
+            }
+        }
+        Some(old)
+    }
+
+    /// Counts a record in (or out of) the publications per node, the states
+    /// and the retries.
+    fn tally(&mut self, r: &VolumeRecord, add: bool) {
+        if !r.publications.is_empty() {
+            if add && !self.published.contains_key(&r.spec.plugin) {
+                self.published.insert(r.spec.plugin.clone(), BTreeMap::new());
+            }
+            if let Some(nodes) = self.published.get_mut(&r.spec.plugin) {
+                for node in r.publications.keys() {
+                    count(nodes, node, add);
+                }
+            }
+        }
+        let state = &mut self.states[r.state().index()];
+        let retrying = u64::from(r.retrying.is_some());
+        if add {
+            *state += 1;
+            self.retrying += retrying;
+        } else {
+            *state -= 1;
+            self.retrying -= retrying;
+        }
+    }
+}

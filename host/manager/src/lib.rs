@@ -1,0 +1,253 @@
+//! The volume manager: desired and observed state of every volume, and the
+//! reconciler that drives CSI plugins until they match.
+//!
+//! - `table` — the records and their durable changes; `indexes` — kept in step with them;
+//! - `requests` — the operators' requests;
+//! - `plan` — the next step for a record (pure);
+//! - `outcome` — what a step changes in a record, and how a step fails;
+//! - `reconcile` — the loop, write batching, failures and retries;
+//! - `steps` — the CSI call of each step;
+//! - `decisions` — guest decisions: naming and placement;
+//! - `snapshots` — snapshot requests; `adoption` — import and forget;
+//! - `inquiries` — health and orphans, asked of the plugins on request;
+//! - `capacity` — GET_CAPACITY in placement;
+//! - `node_view` — nodes as placement and the API see them;
+//! - `nodes` — node-side operations; `queue` — the work queue;
+//! - `node_sync` — what a (re)registering node is told, and records it lost.
+//!
+//! On start, the manager loads the store and queues every volume, so
+//! unfinished work resumes.
+
+mod adoption;
+mod capacity;
+mod deadlines;
+mod decisions;
+mod gauges;
+mod indexes;
+mod inquiries;
+mod node_admin;
+mod node_sync;
+mod node_view;
+pub mod nodes;
+mod outcome;
+mod plan;
+mod queue;
+mod reconcile;
+mod requests;
+pub mod secrets;
+mod snapshots;
+mod steps;
+mod table;
+
+pub use inquiries::{Health, NodeHealth, Orphans};
+pub use node_sync::as_sync;
+pub use node_view::NodePluginView;
+pub use requests::validate_spec;
+pub use snapshots::SnapshotView;
+pub use table::{Counts, Waiting};
+
+use std::sync::Arc;
+use std::time::Duration;
+
+use tokio::sync::watch;
+
+use crate::secrets::Secrets;
+use berth_config::Config;
+use berth_csi::registry::Registry;
+use berth_model::{VolumeRecord, VolumeState};
+use berth_policy::Policies;
+use berth_store::{Store, StoreError};
+use queue::Queue;
+use table::VolumeTable;
+
+/// Why an operator's request was refused. The API maps these to gRPC codes.
+#[derive(Debug, thiserror::Error)]
+pub enum RequestError {
+    #[error("{0}")]
+    Invalid(String),
+    #[error("{0}")]
+    NotFound(String),
+    #[error("{0}")]
+    Conflict(String),
+    /// A name already taken by something else: a volume with another spec,
+    /// a snapshot of another volume, a backend volume already Berth's, a
+    /// publication with other access (CSI's ALREADY_EXISTS, every time).
+    #[error("{0}")]
+    AlreadyExists(String),
+    /// A limit would be passed (a node's volume limit, ...).
+    #[error("{0}")]
+    Exhausted(String),
+    #[error("{0}")]
+    Unavailable(String),
+}
+
+/// Counts for operators and monitoring, without listing every volume.
+#[derive(Clone, Debug, Default)]
+pub struct Summary {
+    pub volumes: u64,
+    pub states: Vec<(VolumeState, u64)>,
+    /// Volumes with work queued or running.
+    pub busy: u64,
+    /// Volumes waiting to retry a failed call.
+    pub retrying: u64,
+    /// Volumes that cannot progress until something else happens.
+    pub waiting: u64,
+}
+
+pub struct VolumeManager {
+    config: Config,
+    table: VolumeTable,
+    registry: Arc<Registry>,
+    policies: Arc<Policies>,
+    secrets: Secrets,
+    /// Every node, through its agent.
+    nodes: Arc<dyn nodes::NodeAgent>,
+    queue: Queue,
+    /// When each retrying volume is due, by the monotonic clock.
+    deadlines: deadlines::Deadlines,
+    capacity: capacity::CapacityCache,
+    /// With several servers: whether this one may still act as the leader.
+    tenure: std::sync::OnceLock<Tenure>,
+}
+
+/// Asked before every call to a plugin; false once the lease it leads by
+/// may have run out.
+pub type Tenure = Box<dyn Fn() -> bool + Send + Sync>;
+
+pub use berth_model::clock::now_ms;
+
+impl VolumeManager {
+    /// Loads every volume from the store; call [`VolumeManager::start`] to reconcile.
+    pub fn new(
+        config: Config,
+        store: Arc<dyn Store>,
+        registry: Arc<Registry>,
+        policies: Arc<Policies>,
+        nodes: Arc<dyn nodes::NodeAgent>,
+    ) -> Result<Arc<Self>, StoreError> {
+        Ok(Arc::new(VolumeManager {
+            table: VolumeTable::load(store)?,
+            secrets: Secrets::new(config.secrets_dir.clone()),
+            config,
+            registry,
+            policies,
+            nodes,
+            queue: Queue::default(),
+            deadlines: Default::default(),
+            capacity: Default::default(),
+            tenure: std::sync::OnceLock::new(),
+        }))
+    }
+
+    /// Makes every plugin call wait on `tenure` (set once, before `start`):
+    /// a leader that cannot vouch for its lease calls nothing, and its term
+    /// is ended around the waiting step.
+    pub fn act_only_while(&self, tenure: Tenure) {
+        let _ = self.tenure.set(tenure);
+    }
+
+    /// Whether this server may act (always, with one server).
+    pub fn may_act(&self) -> bool {
+        self.tenure.get().is_none_or(|t| t())
+    }
+
+    /// Starts the workers and queues every stored volume.
+    pub fn start(self: &Arc<Self>) -> tokio::task::JoinSet<()> {
+        let mut workers = tokio::task::JoinSet::new();
+        for _ in 0..self.config.workers {
+            let m = self.clone();
+            workers.spawn(async move {
+                loop {
+                    let id = m.queue.take().await;
+                    m.reconcile(&id).await;
+                    m.queue.done(&id);
+                }
+            });
+        }
+        let ids = self.table.ids();
+        tracing::info!(
+            volumes = ids.len(),
+            workers = self.config.workers,
+            "reconciler started"
+        );
+        for id in ids {
+            self.queue.push(&id);
+        }
+        workers
+    }
+
+    pub fn config(&self) -> &Config {
+        &self.config
+    }
+
+    pub fn policies(&self) -> &Arc<Policies> {
+        &self.policies
+    }
+
+    pub fn registry(&self) -> &Arc<Registry> {
+        &self.registry
+    }
+
+    /// Every node known, with its agent's state.
+    pub fn node_summaries(&self) -> Vec<nodes::NodeSummary> {
+        self.nodes.nodes()
+    }
+
+    /// Where a volume is (or would be) published on a node.
+    pub fn target_path(&self, node: &str, berth_id: &str) -> std::path::PathBuf {
+        self.nodes.target_path(node, berth_id)
+    }
+
+    /// Bumped on every change of any volume.
+    pub fn subscribe(&self) -> watch::Receiver<u64> {
+        self.table.subscribe()
+    }
+
+    /// Why the volume cannot progress, while it cannot.
+    pub fn waiting(&self, id: &str) -> Option<table::Waiting> {
+        self.table.waiting(id)
+    }
+
+    pub fn get(&self, name: &str) -> Option<VolumeRecord> {
+        self.table.by_name(name)
+    }
+
+    /// Every volume, by name.
+    pub fn list(&self) -> Vec<VolumeRecord> {
+        self.table.list()
+    }
+
+    pub fn summary(&self) -> Summary {
+        let Counts {
+            volumes,
+            states,
+            retrying,
+            waiting,
+        } = self.table.counts();
+        Summary {
+            volumes,
+            states,
+            busy: self.queue.len() as u64,
+            retrying,
+            waiting,
+        }
+    }
+
+    /// Removes a volume for good (after DeleteVolume, or if it never existed on a plugin).
+    async fn remove_record(&self, id: &str) -> Result<(), StoreError> {
+        self.deadlines.clear(id);
+        self.table.remove(id).await
+    }
+
+    /// Queues a volume again after `delay`.
+    fn wake_after(self: &Arc<Self>, id: &str, delay: Duration) {
+        let m = Arc::downgrade(self);
+        let id = id.to_string();
+        tokio::spawn(async move {
+            tokio::time::sleep(delay).await;
+            if let Some(m) = m.upgrade() {
+                m.queue.push(&id);
+            }
+        });
+    }
+}

@@ -1,0 +1,192 @@
+//! What steps leave behind: the change a successful step makes to a record
+//! ([`Apply`]), the changes made but not yet written ([`Unwritten`]), and a
+//! failed step ([`StepError`]).
+
+use crate::plan::Step;
+use berth_csi::CsiError;
+use berth_model::{FAILURE_MAX, PublishStep, Segments, VolumeRecord, cut};
+use berth_policy::{Code, Operation, PolicyError};
+
+/// What a successful step changes in the record. Applied twice: to the
+/// worker's copy at once, and to the latest stored record when written.
+pub(super) type Apply = Box<dyn Fn(&mut VolumeRecord) + Send + Sync>;
+
+pub(super) fn set_step(node: &str, step: PublishStep, context: Option<Segments>) -> Apply {
+    let node = node.to_string();
+    Box::new(move |r: &mut VolumeRecord| {
+        if let Some(p) = r.publications.get_mut(&node) {
+            p.step = step;
+            if let Some(c) = &context {
+                p.publish_context = c.clone();
+            }
+            if step == PublishStep::None {
+                p.publish_context.clear();
+            }
+        }
+    })
+}
+
+/// The effect of a step whose work turned out to be done already.
+pub(super) fn done_effect(step: &Step) -> Apply {
+    match step {
+        Step::Delete => Box::new(|r: &mut VolumeRecord| {
+            r.backend = None;
+            r.csi_name = None;
+        }),
+        Step::NodeUnpublish(n) => set_step(n, PublishStep::ControllerPublished, None),
+        Step::ControllerUnpublish(n) => set_step(n, PublishStep::None, None),
+        Step::DeleteSnapshot(name) | Step::DropSnapshot(name) => {
+            let name = name.clone();
+            Box::new(move |r: &mut VolumeRecord| {
+                r.snapshots.remove(&name);
+            })
+        }
+        _ => Box::new(|_| {}),
+    }
+}
+
+/// Outcomes of CSI calls made but not yet written. They are written together
+/// when the volume needs nothing more, before a call that must be preceded
+/// by a durable intent (CreateVolume), when a step fails, or when an
+/// operator changed the volume meanwhile. Losing them in a crash is safe:
+/// every call is idempotent and is made again, and undoing a publication
+/// starts from the top (see [`berth_model::Publication::step`]).
+#[derive(Default)]
+pub(super) struct Unwritten {
+    pub effects: Vec<Apply>,
+    /// The generation this worker last wrote: a record at that generation
+    /// changed only by the worker itself, not by an operator.
+    pub written: Option<u64>,
+}
+
+impl Unwritten {
+    pub fn push(&mut self, effect: Apply) {
+        self.effects.push(effect);
+    }
+}
+
+/// A failed step: the code and message the retry policy decides on.
+pub(super) struct StepError {
+    pub code: Code,
+    pub message: String,
+    /// Whether the plugin answered (as opposed to a check before any call).
+    pub sent: bool,
+    /// Set when a policy failed to decide the step (naming, placement).
+    pub policy: Option<PolicyFailure>,
+    /// The CSI call that failed, when it is not the step's own (a node step
+    /// is the node's calls in order: its stage may fail before its publish).
+    pub operation: Option<Operation>,
+}
+
+/// A node call by its CSI method name, as an agent reports it.
+fn node_operation(call: &str) -> Option<Operation> {
+    [
+        Operation::NodeStageVolume,
+        Operation::NodePublishVolume,
+        Operation::NodeUnpublishVolume,
+        Operation::NodeUnstageVolume,
+        Operation::NodeExpandVolume,
+    ]
+    .into_iter()
+    .find(|o| o.name() == call)
+}
+
+/// How a policy failed, for how long to keep asking it.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(super) enum PolicyFailure {
+    /// May pass (a deadline on a busy machine): asked again as long as it takes.
+    Transient,
+    /// Repeats for the same input (a trap, a broken contract): a few in a
+    /// row leave the volume failed.
+    Repeatable,
+}
+
+impl From<&PolicyError> for PolicyFailure {
+    fn from(e: &PolicyError) -> Self {
+        if e.failure.is_transient() {
+            PolicyFailure::Transient
+        } else {
+            PolicyFailure::Repeatable
+        }
+    }
+}
+
+/// A step that failed because a policy did.
+pub(super) fn policy_step_error(e: &PolicyError) -> StepError {
+    StepError {
+        code: Code::Unavailable,
+        message: cut(e.to_string(), FAILURE_MAX),
+        sent: false,
+        policy: Some(e.into()),
+        operation: None,
+    }
+}
+
+impl From<CsiError> for StepError {
+    fn from(e: CsiError) -> Self {
+        StepError {
+            code: Code::from_grpc(e.code()).unwrap_or(Code::Unknown),
+            sent: matches!(e.failure, berth_csi::Failure::Status { .. }),
+            message: cut(e.to_string(), FAILURE_MAX),
+            policy: None,
+            operation: node_operation(e.call),
+        }
+    }
+}
+
+pub(super) fn step_error(code: Code, message: impl Into<String>) -> StepError {
+    StepError {
+        code,
+        message: cut(message.into(), FAILURE_MAX),
+        sent: false,
+        policy: None,
+        operation: None,
+    }
+}
+
+/// Codes with which a plugin refuses a CreateVolume without doing anything;
+/// after the others (timeouts, unavailable, internal errors) it may have.
+pub(super) fn refused_outright(code: Code) -> bool {
+    matches!(
+        code,
+        Code::InvalidArgument
+            | Code::AlreadyExists
+            | Code::FailedPrecondition
+            | Code::OutOfRange
+            | Code::Unimplemented
+            | Code::PermissionDenied
+            | Code::Unauthenticated
+            | Code::ResourceExhausted
+            | Code::NotFound
+    )
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::plan::{Caps, next_step};
+    use berth_model::{Backend, VolumeSpec};
+
+    #[test]
+    fn a_delete_found_done_leaves_nothing_to_delete() {
+        let mut r = VolumeRecord::new("id".into(), VolumeSpec::default());
+        r.csi_name = Some("n".into());
+        r.create_sent = true;
+        r.deleting = true;
+        r.backend = Some(Backend {
+            volume_id: "v".into(),
+            capacity_bytes: 1,
+            context: Default::default(),
+            accessible_topology: vec![],
+            node_expansion_required: false,
+        });
+        let caps = |_: &str| Caps {
+            controller_publish: true,
+            node_stage: true,
+            node_expand: true,
+        };
+        assert_eq!(next_step(&r, caps), Some(Step::Delete));
+        done_effect(&Step::Delete)(&mut r);
+        assert_eq!(next_step(&r, caps), Some(Step::Forget));
+    }
+}

@@ -1,0 +1,368 @@
+//! The plan: from a record and what the plugins offer, the one next step.
+//! Pure: no I/O, no clock, no locks.
+//!
+//! create:  name → CreateVolume → per node: ControllerPublish → node up
+//! undo:    per node: node down → ControllerUnpublish → DeleteVolume
+//!
+//! "Node up" and "node down" are one step each: the node's agent, which
+//! owns what its node holds, stages and publishes (or unpublishes and
+//! unstages) in order, with one durable write, and names the call that
+//! failed, which the retry policy decides on.
+//! once created: snapshots (CreateSnapshot, DeleteSnapshot) first, then
+//! growth (ControllerExpandVolume, and NodeExpandVolume per published node).
+//!
+//! Steps a plugin does not offer (PUBLISH_UNPUBLISH, STAGE_UNSTAGE, the
+//! node's EXPAND_VOLUME) are passed without a call.
+
+use berth_model::{PublishStep, VolumeRecord};
+use berth_policy::Operation;
+
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub(super) enum Step {
+    Name,
+    Create,
+    ControllerPublish(String),
+    /// The node stages (when its plugin does) and publishes.
+    NodePublish(String),
+    /// The node unpublishes and unstages.
+    NodeUnpublish(String),
+    ControllerUnpublish(String),
+    DropPublication(String),
+    Delete,
+    Forget,
+    ControllerExpand,
+    NodeExpand(String),
+    /// By the snapshot's Berth name.
+    CreateSnapshot(String),
+    DeleteSnapshot(String),
+    DropSnapshot(String),
+}
+
+impl Step {
+    /// The node whose agent carries the step out, for node-side steps.
+    pub fn on_node(&self) -> Option<&str> {
+        match self {
+            Step::NodePublish(n) | Step::NodeUnpublish(n) | Step::NodeExpand(n) => Some(n),
+            _ => None,
+        }
+    }
+
+    pub fn operation(&self) -> Option<Operation> {
+        Some(match self {
+            Step::Create => Operation::CreateVolume,
+            Step::ControllerPublish(_) => Operation::ControllerPublishVolume,
+            Step::NodePublish(_) => Operation::NodePublishVolume,
+            Step::NodeUnpublish(_) => Operation::NodeUnpublishVolume,
+            Step::ControllerUnpublish(_) => Operation::ControllerUnpublishVolume,
+            Step::Delete => Operation::DeleteVolume,
+            Step::ControllerExpand => Operation::ControllerExpandVolume,
+            Step::NodeExpand(_) => Operation::NodeExpandVolume,
+            Step::CreateSnapshot(_) => Operation::CreateSnapshot,
+            Step::DeleteSnapshot(_) => Operation::DeleteSnapshot,
+            Step::Name | Step::DropPublication(_) | Step::Forget | Step::DropSnapshot(_) => return None,
+        })
+    }
+
+    /// The kind of step, without the node or snapshot it is for (a metric's label).
+    pub fn kind(&self) -> &'static str {
+        match self {
+            Step::Name => "Name",
+            Step::DropPublication(_) => "DropPublication",
+            Step::DropSnapshot(_) => "DropSnapshot",
+            Step::Forget => "Forget",
+            other => other.operation().map_or("Other", |o| o.name()),
+        }
+    }
+
+    pub fn label(&self) -> String {
+        match self {
+            Step::ControllerPublish(n)
+            | Step::NodePublish(n)
+            | Step::NodeUnpublish(n)
+            | Step::ControllerUnpublish(n)
+            | Step::NodeExpand(n)
+            | Step::DropPublication(n) => format!("{} on {n}", self.operation().map_or("drop", |o| o.name())),
+            Step::CreateSnapshot(s) | Step::DeleteSnapshot(s) | Step::DropSnapshot(s) => {
+                format!("{} {s}", self.operation().map_or("drop snapshot", |o| o.name()))
+            }
+            other => other
+                .operation()
+                .map_or_else(|| format!("{other:?}"), |o| o.name().to_string()),
+        }
+    }
+}
+
+/// What the plugins offer, as far as the lifecycle cares.
+pub(super) struct Caps {
+    pub controller_publish: bool,
+    pub node_stage: bool,
+    pub node_expand: bool,
+}
+
+/// The next snapshot step, if any.
+fn snapshot_step(r: &VolumeRecord) -> Option<Step> {
+    r.snapshots.iter().find_map(|(name, s)| {
+        let name = name.clone();
+        match (&s.backend, s.deleting) {
+            (Some(_), true) => Some(Step::DeleteSnapshot(name)),
+            // Its id is learnt from CreateSnapshot, which may have made it.
+            (None, true) if s.create_sent => Some(Step::CreateSnapshot(name)),
+            (None, true) => Some(Step::DropSnapshot(name)),
+            (None, false) => Some(Step::CreateSnapshot(name)),
+            (Some(b), false) if !b.ready => Some(Step::CreateSnapshot(name)),
+            (Some(_), false) => None,
+        }
+    })
+}
+
+/// The next step for a record, or none when it is where it should be.
+pub(super) fn next_step(r: &VolumeRecord, caps: impl Fn(&str) -> Caps) -> Option<Step> {
+    // An imported volume has a backend and no CSI name of Berth's.
+    if r.csi_name.is_none() && r.backend.is_none() {
+        return Some(if r.deleting { Step::Forget } else { Step::Name });
+    }
+    let Some(backend) = &r.backend else {
+        // When deleting, only if an earlier CreateVolume may have created it.
+        return Some(if r.deleting && !r.create_sent {
+            Step::Forget
+        } else {
+            Step::Create
+        });
+    };
+    if let Some(step) = snapshot_step(r) {
+        return Some(step);
+    }
+    if !r.deleting && backend.capacity_bytes < r.spec.required_bytes {
+        return Some(Step::ControllerExpand);
+    }
+    for (node, p) in &r.publications {
+        let c = caps(node);
+        let wanted = p.wanted && !r.deleting;
+        if wanted {
+            if p.step < PublishStep::ControllerPublished {
+                return Some(Step::ControllerPublish(node.clone()));
+            }
+            if p.step < PublishStep::Published {
+                return Some(Step::NodePublish(node.clone()));
+            }
+            if p.expand_pending || backend.node_expansion_required {
+                return Some(Step::NodeExpand(node.clone()));
+            }
+        } else {
+            if !p.sent {
+                // No plugin has heard of it.
+                return Some(Step::DropPublication(node.clone()));
+            }
+            if p.step >= PublishStep::Staged {
+                return Some(Step::NodeUnpublish(node.clone()));
+            }
+            if p.step >= PublishStep::ControllerPublished && c.controller_publish {
+                return Some(Step::ControllerUnpublish(node.clone()));
+            }
+            return Some(Step::DropPublication(node.clone()));
+        }
+    }
+    r.deleting.then_some(Step::Delete)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use berth_model::{Backend, Publication, VolumeSpec};
+
+    fn caps(cp: bool, st: bool) -> impl Fn(&str) -> Caps {
+        move |_| Caps {
+            controller_publish: cp,
+            node_stage: st,
+            node_expand: true,
+        }
+    }
+
+    fn record() -> VolumeRecord {
+        let mut r = VolumeRecord::new("id".into(), VolumeSpec::default());
+        r.csi_name = Some("n".into());
+        r.backend = Some(Backend {
+            volume_id: "v".into(),
+            capacity_bytes: 1,
+            context: Default::default(),
+            accessible_topology: vec![],
+            node_expansion_required: false,
+        });
+        r
+    }
+
+    fn publication(step: PublishStep, wanted: bool) -> Publication {
+        Publication {
+            wanted,
+            readonly: false,
+            step,
+            publish_context: Default::default(),
+            sent: true,
+            expand_pending: false,
+        }
+    }
+
+    #[test]
+    fn snapshots_come_first_and_growth_reaches_published_nodes() {
+        use berth_model::{Snapshot, SnapshotBackend};
+        let mut r = record();
+        r.publications
+            .insert("n1".into(), publication(PublishStep::Published, true));
+        let snap = Snapshot {
+            csi_name: "s".into(),
+            create_sent: false,
+            backend: None,
+            deleting: false,
+            requested_ms: 0,
+        };
+        r.snapshots.insert("s1".into(), snap);
+        assert_eq!(
+            next_step(&r, caps(true, true)),
+            Some(Step::CreateSnapshot("s1".into()))
+        );
+        r.snapshots.get_mut("s1").unwrap().backend = Some(SnapshotBackend {
+            snapshot_id: "id".into(),
+            size_bytes: 1,
+            created_ms: 0,
+            ready: true,
+        });
+        assert_eq!(next_step(&r, caps(true, true)), None);
+        r.spec.required_bytes = 2;
+        assert_eq!(next_step(&r, caps(true, true)), Some(Step::ControllerExpand));
+        r.backend.as_mut().unwrap().capacity_bytes = 2;
+        r.publications.get_mut("n1").unwrap().expand_pending = true;
+        assert_eq!(
+            next_step(&r, caps(true, true)),
+            Some(Step::NodeExpand("n1".into()))
+        );
+        r.publications.get_mut("n1").unwrap().expand_pending = false;
+        // Deleting: the snapshot goes; one never sent is dropped without a call.
+        r.snapshots.get_mut("s1").unwrap().deleting = true;
+        assert_eq!(
+            next_step(&r, caps(true, true)),
+            Some(Step::DeleteSnapshot("s1".into()))
+        );
+        let s = r.snapshots.get_mut("s1").unwrap();
+        s.backend = None;
+        assert_eq!(
+            next_step(&r, caps(true, true)),
+            Some(Step::DropSnapshot("s1".into()))
+        );
+        r.snapshots.get_mut("s1").unwrap().create_sent = true;
+        assert_eq!(
+            next_step(&r, caps(true, true)),
+            Some(Step::CreateSnapshot("s1".into()))
+        );
+    }
+
+    #[test]
+    fn an_imported_volume_needs_no_create() {
+        let mut r = record();
+        r.csi_name = None;
+        assert_eq!(next_step(&r, caps(true, true)), None);
+        r.deleting = true;
+        assert_eq!(next_step(&r, caps(true, true)), Some(Step::Delete));
+    }
+
+    #[test]
+    fn a_new_volume_is_named_then_created() {
+        let mut r = VolumeRecord::new("id".into(), VolumeSpec::default());
+        assert_eq!(next_step(&r, caps(true, true)), Some(Step::Name));
+        r.csi_name = Some("n".into());
+        assert_eq!(next_step(&r, caps(true, true)), Some(Step::Create));
+        r.deleting = true;
+        assert_eq!(
+            next_step(&r, caps(true, true)),
+            Some(Step::Forget),
+            "no CreateVolume was ever sent"
+        );
+        r.create_sent = true;
+        assert_eq!(
+            next_step(&r, caps(true, true)),
+            Some(Step::Create),
+            "a create may have happened"
+        );
+        r.csi_name = None;
+        assert_eq!(
+            next_step(&r, caps(true, true)),
+            Some(Step::Forget),
+            "never named: nothing to delete"
+        );
+    }
+
+    #[test]
+    fn publish_goes_forward_and_skips_what_the_plugin_lacks() {
+        let mut r = record();
+        r.publications
+            .insert("n1".into(), publication(PublishStep::None, true));
+        assert_eq!(
+            next_step(&r, caps(true, true)),
+            Some(Step::ControllerPublish("n1".into()))
+        );
+        r.publications.get_mut("n1").unwrap().step = PublishStep::ControllerPublished;
+        // One step to the node, whether its plugin stages or not.
+        for stages in [true, false] {
+            assert_eq!(
+                next_step(&r, caps(true, stages)),
+                Some(Step::NodePublish("n1".into()))
+            );
+        }
+        r.publications.get_mut("n1").unwrap().step = PublishStep::Staged;
+        assert_eq!(
+            next_step(&r, caps(true, true)),
+            Some(Step::NodePublish("n1".into()))
+        );
+        r.publications.get_mut("n1").unwrap().step = PublishStep::Published;
+        assert_eq!(next_step(&r, caps(true, true)), None);
+    }
+
+    #[test]
+    fn unpublish_and_delete_go_backward() {
+        let mut r = record();
+        r.publications
+            .insert("n1".into(), publication(PublishStep::Published, true));
+        r.deleting = true;
+        assert_eq!(
+            next_step(&r, caps(true, true)),
+            Some(Step::NodeUnpublish("n1".into()))
+        );
+        r.publications.get_mut("n1").unwrap().step = PublishStep::Staged;
+        assert_eq!(
+            next_step(&r, caps(true, true)),
+            Some(Step::NodeUnpublish("n1".into())),
+            "one step down the node, from wherever it is"
+        );
+        r.publications.get_mut("n1").unwrap().step = PublishStep::ControllerPublished;
+        assert_eq!(
+            next_step(&r, caps(false, true)),
+            Some(Step::DropPublication("n1".into()))
+        );
+        assert_eq!(
+            next_step(&r, caps(true, true)),
+            Some(Step::ControllerUnpublish("n1".into()))
+        );
+        r.publications.clear();
+        assert_eq!(next_step(&r, caps(true, true)), Some(Step::Delete));
+    }
+
+    #[test]
+    fn a_publication_never_sent_is_dropped_without_a_call() {
+        let mut r = record();
+        let mut p = Publication::new(false);
+        p.unwant();
+        r.publications.insert("n1".into(), p);
+        assert_eq!(
+            next_step(&r, caps(true, true)),
+            Some(Step::DropPublication("n1".into()))
+        );
+        // Once sent, undoing starts from the top, whatever was recorded.
+        let p = r.publications.get_mut("n1").unwrap();
+        p.want(false);
+        p.sent = true;
+        p.unwant();
+        assert_eq!(
+            next_step(&r, caps(true, true)),
+            Some(Step::NodeUnpublish("n1".into()))
+        );
+    }
+}

@@ -1,0 +1,491 @@
+//! The operators' requests: declare, delete, publish, unpublish, retry.
+//! Each is checked, then made durable; the reconciler acts on it after.
+
+use std::collections::BTreeMap;
+
+use crate::nodes::NodeState;
+use crate::table::Inserted;
+use crate::{RequestError, VolumeManager};
+use berth_config::Config;
+use berth_csi::proto::controller_service_capability::rpc::Type as ControllerCap;
+use berth_model::text::echo;
+use berth_model::{
+    AccessType, Publication, Segments, SourceKind, VolumeRecord, VolumeSource, VolumeSpec, new_id,
+};
+
+impl VolumeManager {
+    pub async fn create(&self, mut spec: VolumeSpec) -> Result<VolumeRecord, RequestError> {
+        validate_spec(&spec, &self.config)?;
+        self.check_requisite(&spec)?;
+        if let Some(source) = &mut spec.source {
+            self.resolve_source(&spec.plugin, source)?;
+        }
+        let mut record = VolumeRecord::new(new_id(), spec);
+        let what = format!("create on plugin {}", record.spec.plugin);
+        self.event("request".into(), "OK", what)(&mut record);
+        let spec = record.spec.clone();
+        // Creating the same volume again is not an error.
+        match self
+            .table
+            .insert_new(record, |existing| existing.spec == spec)
+            .await?
+        {
+            Inserted::New(r) => {
+                self.queue.push(&r.id);
+                Ok(r)
+            }
+            Inserted::Existing(r) => Ok(r),
+        }
+    }
+
+    pub(super) fn id_of(&self, name: &str) -> Result<String, RequestError> {
+        self.table
+            .id_of(name)
+            .ok_or_else(|| RequestError::NotFound(format!("no volume named {}", echo(name))))
+    }
+
+    /// Finds a content source's id on the plugin: it must exist there
+    /// already (a snapshot ready to use, a volume created), on the same plugin.
+    fn resolve_source(&self, plugin: &str, source: &mut VolumeSource) -> Result<(), RequestError> {
+        let what = source.kind.as_str();
+        let (owner, id) = match source.kind {
+            SourceKind::Snapshot => {
+                self.require(
+                    plugin,
+                    ControllerCap::CreateDeleteSnapshot,
+                    "restoring a snapshot",
+                )?;
+                let view = self.get_snapshot(&source.name)?;
+                let id = match &view.snapshot.backend {
+                    Some(b) if b.ready && !view.snapshot.deleting => b.snapshot_id.clone(),
+                    _ => {
+                        return Err(RequestError::Conflict(format!(
+                            "snapshot {} is {}, not ready to restore",
+                            echo(&source.name),
+                            view.snapshot.state()
+                        )));
+                    }
+                };
+                (view.volume, id)
+            }
+            SourceKind::Volume => {
+                self.require(plugin, ControllerCap::CloneVolume, "cloning a volume")?;
+                let v = self.table.by_name(&source.name).ok_or_else(|| {
+                    RequestError::NotFound(format!("no volume named {}", echo(&source.name)))
+                })?;
+                let id = match &v.backend {
+                    Some(b) if !v.deleting => b.volume_id.clone(),
+                    _ => {
+                        return Err(RequestError::Conflict(format!(
+                            "volume {} is {}, not a volume to clone",
+                            echo(&source.name),
+                            v.state()
+                        )));
+                    }
+                };
+                (v, id)
+            }
+        };
+        if owner.spec.plugin != plugin {
+            return Err(RequestError::Invalid(format!(
+                "from_{what}: {} is on plugin {:?}, not {plugin:?}",
+                echo(&source.name),
+                owner.spec.plugin
+            )));
+        }
+        source.id = id;
+        Ok(())
+    }
+
+    /// Grows a volume to `required_bytes`; volumes only grow.
+    pub async fn expand(&self, name: &str, required_bytes: i64) -> Result<VolumeRecord, RequestError> {
+        let id = self.id_of(name)?;
+        let current = self
+            .table
+            .by_id(&id)
+            .ok_or_else(|| RequestError::NotFound(format!("no volume named {}", echo(name))))?;
+        self.require(&current.spec.plugin, ControllerCap::ExpandVolume, "expansion")?;
+        self.modify(&id, format!("expand to {required_bytes} bytes"), |r| {
+            if r.deleting {
+                return Err(RequestError::Conflict(format!(
+                    "volume {} is being deleted",
+                    echo(name)
+                )));
+            }
+            let now = r.backend.as_ref().map_or(r.spec.required_bytes, |b| {
+                b.capacity_bytes.max(r.spec.required_bytes)
+            });
+            if required_bytes <= now {
+                return Err(RequestError::Invalid(format!(
+                    "size: {required_bytes} bytes is not more than the volume's {now}; volumes only grow"
+                )));
+            }
+            r.spec.required_bytes = required_bytes;
+            if r.spec.limit_bytes > 0 && r.spec.limit_bytes < required_bytes {
+                // The operator asked for this size: the old ceiling gives way.
+                r.spec.limit_bytes = required_bytes;
+            }
+            r.failure = None;
+            r.retrying = None;
+            Ok(())
+        })
+        .await
+    }
+
+    pub async fn delete(&self, name: &str) -> Result<VolumeRecord, RequestError> {
+        let id = self.id_of(name)?;
+        self.modify(&id, "delete".into(), |r| {
+            if let Some((snap, _)) = r.snapshots.iter().find(|(_, s)| !s.deleting) {
+                return Err(RequestError::Conflict(format!(
+                    "volume {} has snapshot {}: delete its snapshots first",
+                    echo(name),
+                    echo(snap)
+                )));
+            }
+            r.deleting = true;
+            // Deleting is the operator's answer to a give-up too.
+            r.failure = None;
+            r.retrying = None;
+            for p in r.publications.values_mut() {
+                p.unwant();
+            }
+            Ok(())
+        })
+        .await
+    }
+
+    pub async fn publish(
+        &self,
+        name: &str,
+        node: Option<&str>,
+        readonly: bool,
+    ) -> Result<VolumeRecord, RequestError> {
+        let id = self.id_of(name)?;
+        let current = self
+            .table
+            .by_id(&id)
+            .ok_or_else(|| RequestError::NotFound(format!("no volume named {}", echo(name))))?;
+        let node = match node {
+            Some(n) => {
+                self.check_node(&current, n)?;
+                n.to_string()
+            }
+            None => self.choose_node(&current).await?,
+        };
+        self.modify(&id, format!("publish on {node}, {}", access(readonly)), |r| {
+            if r.deleting {
+                return Err(RequestError::Conflict(format!(
+                    "volume {name:?} is being deleted"
+                )));
+            }
+            let mode = r.spec.access_mode;
+            if mode.is_single_node() && r.publications.iter().any(|(n, p)| p.wanted && n != &node) {
+                return Err(RequestError::Conflict(format!(
+                    "volume {name:?} is {mode} and already published to another node"
+                )));
+            }
+            if let Some(p) = r.publications.get(&node).filter(|p| p.wanted)
+                && p.readonly != readonly
+            {
+                // CSI's rule for a repeated publish that differs: the node
+                // keeps what it has, so the record must not claim otherwise.
+                return Err(RequestError::AlreadyExists(format!(
+                    "volume {name:?} is already published {} on {node:?}; unpublish it first to publish it {}",
+                    access(p.readonly),
+                    access(readonly)
+                )));
+            }
+            let p = r.publications.get_or_insert_with(&node, || Publication::new(readonly));
+            p.want(readonly);
+            Ok(())
+        })
+        .await
+    }
+
+    /// Refuses a required topology that neither the plugin (it takes no
+    /// accessibility requirements) nor placement (no node is there) can
+    /// honour. While the plugins are not fingerprinted yet it cannot be told;
+    /// publishing enforces it then.
+    fn check_requisite(&self, spec: &VolumeSpec) -> Result<(), RequestError> {
+        if spec.requisite_topology.is_empty() || self.constrained(&spec.plugin) != Some(false) {
+            return Ok(());
+        }
+        let views = self.node_views(Some(&spec.plugin));
+        let mut unknown = false;
+        for v in &views {
+            match &v.info {
+                Some(info)
+                    if spec
+                        .requisite_topology
+                        .iter()
+                        .any(|t| reaches(&info.accessible_topology, t)) =>
+                {
+                    return Ok(());
+                }
+                Some(_) => {}
+                None => unknown = true,
+            }
+        }
+        if unknown {
+            return Ok(());
+        }
+        Err(RequestError::Invalid(format!(
+            "requisite_topology: {} cannot be honoured: plugin {:?} takes no accessibility requirements (it does not offer VOLUME_ACCESSIBILITY_CONSTRAINTS), and none of its nodes is there",
+            spec.requisite_topology
+                .iter()
+                .map(|t| show(t.iter()))
+                .collect::<Vec<_>>()
+                .join(" or "),
+            spec.plugin
+        )))
+    }
+
+    /// Whether the volume may be published on `node`, named by the operator:
+    /// the node serves its plugin, has room under its volume limit, and is
+    /// inside the volume's topology.
+    fn check_node(&self, r: &VolumeRecord, node: &str) -> Result<(), RequestError> {
+        let plugin = &r.spec.plugin;
+        let Some(view) = self.node_views(Some(plugin)).into_iter().find(|v| v.node == node) else {
+            return Err(RequestError::Invalid(match self.nodes.node(node) {
+                None => format!("node: there is no node named {}", echo(node)),
+                Some(_) => format!("node: {node:?} has no node plugin for {plugin:?}"),
+            }));
+        };
+        let already = r.publications.get(node).is_some_and(|p| p.wanted);
+        if let Some(n) = self
+            .nodes
+            .node(node)
+            .filter(|n| !already && (n.draining || n.state == NodeState::Forgotten))
+        {
+            return Err(RequestError::Invalid(format!(
+                "node: {node:?} is {}; publish elsewhere{}",
+                if n.draining { "draining" } else { "forgotten" },
+                if n.draining {
+                    format!(", or `berth node drain {node} --undo` first")
+                } else {
+                    String::new()
+                }
+            )));
+        }
+        if let Some(max) = view.info.as_ref().and_then(|i| i.max_volumes_per_node)
+            && !already
+            && view.published_volumes >= max
+        {
+            return Err(RequestError::Exhausted(format!(
+                "node {node:?} already has {} volumes of {plugin:?} published, its plugin's limit is {max}",
+                view.published_volumes
+            )));
+        }
+        let allowed = allowed_topology(r);
+        if allowed.is_empty() {
+            return Ok(());
+        }
+        let Some(info) = &view.info else {
+            return Err(RequestError::Unavailable(format!(
+                "the node plugin of {plugin:?} on {node:?} has not reported its topology yet, so Berth cannot tell whether it reaches {name:?}; try again shortly",
+                name = r.spec.name
+            )));
+        };
+        if allowed.iter().any(|t| reaches(&info.accessible_topology, t)) {
+            return Ok(());
+        }
+        Err(RequestError::Invalid(format!(
+            "node: {node:?} ({}) is outside the topology volume {:?} is {} ({})",
+            show(info.accessible_topology.iter()),
+            r.spec.name,
+            if r.backend
+                .as_ref()
+                .is_some_and(|b| !b.accessible_topology.is_empty())
+            {
+                "accessible from"
+            } else {
+                "required in"
+            },
+            allowed
+                .iter()
+                .map(|t| show(t.iter()))
+                .collect::<Vec<_>>()
+                .join(" or ")
+        )))
+    }
+
+    /// Unpublishes from `node`; a volume not published there is already
+    /// where the operator wants it (as CSI's unpublish calls answer).
+    pub async fn unpublish(&self, name: &str, node: &str) -> Result<VolumeRecord, RequestError> {
+        let id = self.id_of(name)?;
+        if self.nodes.node(node).is_none() {
+            return Err(RequestError::Invalid(format!(
+                "node: there is no node named {}",
+                echo(node)
+            )));
+        }
+        let current = self
+            .table
+            .by_id(&id)
+            .ok_or_else(|| RequestError::NotFound(format!("no volume named {}", echo(name))))?;
+        if !current.publications.get(node).is_some_and(|p| p.wanted) {
+            return Ok(current);
+        }
+        self.modify(&id, format!("unpublish from {node}"), |r| {
+            if let Some(p) = r.publications.get_mut(node) {
+                p.unwant();
+            }
+            Ok(())
+        })
+        .await
+    }
+
+    pub async fn retry(&self, name: &str) -> Result<VolumeRecord, RequestError> {
+        let id = self.id_of(name)?;
+        self.modify(&id, "retry".into(), |r| {
+            r.failure = None;
+            r.retrying = None;
+            Ok(())
+        })
+        .await
+    }
+
+    /// An operator's change: durable with its event, then queued for the reconciler.
+    pub(super) async fn modify(
+        &self,
+        id: &str,
+        request: String,
+        change: impl FnOnce(&mut VolumeRecord) -> Result<(), RequestError>,
+    ) -> Result<VolumeRecord, RequestError> {
+        let event = self.event("request".into(), "OK", request);
+        let ((), r) = self
+            .table
+            .modify(id, |r| {
+                change(r)?;
+                event(r);
+                Ok(())
+            })
+            .await?;
+        self.queue.push(id);
+        Ok(r)
+    }
+}
+
+fn access(readonly: bool) -> &'static str {
+    if readonly { "read-only" } else { "read-write" }
+}
+
+/// Where a volume may be published: what the plugin said it is accessible
+/// from, or else what the operator required (empty: anywhere).
+pub(super) fn allowed_topology(r: &VolumeRecord) -> &[Segments] {
+    match &r.backend {
+        Some(b) if !b.accessible_topology.is_empty() => &b.accessible_topology,
+        _ => &r.spec.requisite_topology,
+    }
+}
+
+/// Whether a node with `topology` has every segment of `required`.
+pub(super) fn reaches(topology: &BTreeMap<String, String>, required: &Segments) -> bool {
+    required.iter().all(|(k, v)| topology.get(k) == Some(v))
+}
+
+fn show<'a>(segments: impl Iterator<Item = (&'a String, &'a String)>) -> String {
+    segments
+        .map(|(k, v)| format!("{k}={v}"))
+        .collect::<Vec<_>>()
+        .join(",")
+}
+
+/// CSI's size limits (spec, "Size Limits"): a string field at most 128
+/// bytes, a map at most 4 KiB. Berth applies them to what it forwards.
+const MAX_STRING_BYTES: usize = 128;
+const MAX_MAP_BYTES: usize = 4096;
+/// Operator names are Berth's own: a DNS subdomain's length.
+const MAX_NAME_BYTES: usize = 253;
+/// Topologies an operator may list, per kind.
+const MAX_TOPOLOGIES: usize = 64;
+
+fn map_bytes(m: &Segments) -> usize {
+    m.iter().map(|(k, v)| k.len() + v.len()).sum()
+}
+
+/// Checks an operator's spec, naming the field at fault. Every field is
+/// bounded, and a message echoes at most the start of what it was given.
+pub fn validate_spec(spec: &VolumeSpec, config: &Config) -> Result<(), RequestError> {
+    let bad = |m: String| Err(RequestError::Invalid(m));
+    if spec.name.is_empty() || spec.name.len() > MAX_NAME_BYTES || spec.name.chars().any(char::is_control) {
+        return bad(format!(
+            "name: {} must be 1 to {MAX_NAME_BYTES} bytes without control characters",
+            echo(&spec.name)
+        ));
+    }
+    if config.plugin(&spec.plugin).is_none() {
+        let known: Vec<&str> = config.plugins.iter().map(|p| p.name.as_str()).collect();
+        return bad(format!(
+            "plugin: no plugin named {} (configured: {known:?})",
+            echo(&spec.plugin)
+        ));
+    }
+    if spec.required_bytes < 0 || spec.limit_bytes < 0 {
+        return bad("required_bytes/limit_bytes: must not be negative".into());
+    }
+    if spec.limit_bytes > 0 && spec.required_bytes > spec.limit_bytes {
+        return bad(format!(
+            "required_bytes: {} is more than limit_bytes {}",
+            spec.required_bytes, spec.limit_bytes
+        ));
+    }
+    if spec.access_type == AccessType::Block && (!spec.fs_type.is_empty() || !spec.mount_flags.is_empty()) {
+        return bad("fs_type/mount_flags: a block volume has no file system".into());
+    }
+    if spec.fs_type.len() > MAX_STRING_BYTES || spec.fs_type.chars().any(char::is_control) {
+        return bad(format!(
+            "fs_type: {} must be at most {MAX_STRING_BYTES} bytes without control characters",
+            echo(&spec.fs_type)
+        ));
+    }
+    if spec.mount_flags.iter().any(|f| f.len() > MAX_STRING_BYTES)
+        || spec.mount_flags.iter().map(String::len).sum::<usize>() > MAX_MAP_BYTES
+    {
+        return bad(format!(
+            "mount_flags: each flag at most {MAX_STRING_BYTES} bytes, {MAX_MAP_BYTES} bytes in all"
+        ));
+    }
+    if let Some(s) = &spec.secret
+        && (s.is_empty()
+            || s.len() > MAX_NAME_BYTES
+            || s.contains('/')
+            || s.starts_with('.')
+            || s.chars().any(char::is_control))
+    {
+        return bad(format!("secret: {} must be a plain secret name", echo(s)));
+    }
+    for (field, map) in [("parameters", &spec.parameters), ("labels", &spec.labels)] {
+        if map_bytes(map) > MAX_MAP_BYTES {
+            return bad(format!(
+                "{field}: {} bytes of keys and values; CSI allows at most {MAX_MAP_BYTES}",
+                map_bytes(map)
+            ));
+        }
+        if let Some(k) = map
+            .keys()
+            .find(|k| k.is_empty() || k.chars().any(char::is_control))
+        {
+            return bad(format!(
+                "{field}: key {} must be non-empty without control characters",
+                echo(k)
+            ));
+        }
+    }
+    let topologies = spec.requisite_topology.iter().chain(&spec.preferred_topology);
+    let empty_segment = |t: &Segments| t.is_empty() || t.keys().any(String::is_empty);
+    if spec.requisite_topology.len() > MAX_TOPOLOGIES
+        || spec.preferred_topology.len() > MAX_TOPOLOGIES
+        || topologies.clone().any(|t| map_bytes(t) > MAX_MAP_BYTES)
+    {
+        return bad(format!(
+            "requisite_topology/preferred_topology: at most {MAX_TOPOLOGIES} topologies of at most {MAX_MAP_BYTES} bytes each"
+        ));
+    }
+    if topologies.clone().any(empty_segment) {
+        return bad(
+            "requisite_topology/preferred_topology: every topology needs at least one KEY=VALUE".into(),
+        );
+    }
+    Ok(())
+}

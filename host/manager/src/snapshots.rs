@@ -1,0 +1,162 @@
+//! Snapshot requests: take, delete, look up. A snapshot lives in the record
+//! of the volume it is of, so it is driven, retried and made durable with
+//! that volume; its name is unique across volumes.
+
+use crate::{RequestError, VolumeManager, now_ms};
+use berth_csi::proto::controller_service_capability::rpc::Type as ControllerCap;
+use berth_model::text::echo;
+use berth_model::{Snapshot, VolumeRecord, new_id};
+
+/// A snapshot with the volume it is of.
+pub struct SnapshotView {
+    pub name: String,
+    pub snapshot: Snapshot,
+    pub volume: VolumeRecord,
+}
+
+impl VolumeManager {
+    /// Whether the volume's plugin offers a controller capability: `None`
+    /// while it is not fingerprinted yet.
+    pub(super) fn offers(&self, plugin: &str, cap: ControllerCap) -> Option<bool> {
+        self.registry
+            .get(plugin)
+            .and_then(|p| p.status().fingerprint)
+            .map(|f| f.has_controller_capability(cap))
+    }
+
+    /// A clear refusal when the plugin is known not to offer `cap`.
+    pub(super) fn require(&self, plugin: &str, cap: ControllerCap, what: &str) -> Result<(), RequestError> {
+        if self.offers(plugin, cap) == Some(false) {
+            return Err(RequestError::Invalid(format!(
+                "plugin {plugin:?} does not offer {} ({what})",
+                cap.as_str_name()
+            )));
+        }
+        Ok(())
+    }
+
+    pub async fn create_snapshot(&self, name: &str, volume: &str) -> Result<SnapshotView, RequestError> {
+        if name.is_empty() || name.len() > 253 || name.chars().any(char::is_control) {
+            return Err(RequestError::Invalid(format!(
+                "name: {} must be 1 to 253 bytes without control characters",
+                echo(name)
+            )));
+        }
+        let id = self.id_of(volume)?;
+        let current = self
+            .table
+            .by_id(&id)
+            .ok_or_else(|| RequestError::NotFound(format!("no volume named {}", echo(volume))))?;
+        self.require(
+            &current.spec.plugin,
+            ControllerCap::CreateDeleteSnapshot,
+            "snapshots",
+        )?;
+        if let Err(owner) = self.table.claim_snapshot_name(name, &id) {
+            let of = self.table.by_id(&owner).map(|v| v.spec.name).unwrap_or_default();
+            return Err(RequestError::AlreadyExists(format!(
+                "a snapshot named {} already exists, of volume {}",
+                echo(name),
+                echo(&of)
+            )));
+        }
+        let result = self
+            .modify(&id, format!("snapshot {name}"), |r| {
+                if r.deleting {
+                    return Err(RequestError::Conflict(format!(
+                        "volume {} is being deleted",
+                        echo(volume)
+                    )));
+                }
+                if r.snapshots.get(name).is_some_and(|s| s.deleting) {
+                    return Err(RequestError::Conflict(format!(
+                        "snapshot {} is being deleted",
+                        echo(name)
+                    )));
+                }
+                r.snapshots.get_or_insert_with(name, || Snapshot {
+                    csi_name: format!("snapshot-{}", new_id()),
+                    create_sent: false,
+                    backend: None,
+                    deleting: false,
+                    requested_ms: now_ms(),
+                });
+                Ok(())
+            })
+            .await;
+        if result.is_err() {
+            self.table.release_snapshot_name(name, &id);
+        }
+        self.snapshot_view(name, result?)
+    }
+
+    pub async fn delete_snapshot(&self, name: &str) -> Result<SnapshotView, RequestError> {
+        let id = self.snapshot_owner(name)?;
+        let r = self
+            .modify(&id, format!("delete snapshot {name}"), |r| {
+                if let Some(s) = r.snapshots.get_mut(name) {
+                    s.deleting = true;
+                }
+                // Deleting is the operator's answer to a give-up too.
+                r.failure = None;
+                r.retrying = None;
+                Ok(())
+            })
+            .await?;
+        self.snapshot_view(name, r)
+    }
+
+    pub fn get_snapshot(&self, name: &str) -> Result<SnapshotView, RequestError> {
+        let id = self.snapshot_owner(name)?;
+        let r = self.table.by_id(&id).ok_or_else(|| not_found(name))?;
+        self.snapshot_view(name, r)
+    }
+
+    /// Every snapshot (of one volume, if named), by name.
+    pub fn list_snapshots(&self, volume: Option<&str>) -> Result<Vec<SnapshotView>, RequestError> {
+        let records = match volume {
+            Some(v) => vec![
+                self.table
+                    .by_name(v)
+                    .ok_or_else(|| RequestError::NotFound(format!("no volume named {}", echo(v))))?,
+            ],
+            None => self.table.list(),
+        };
+        let mut out: Vec<SnapshotView> = records
+            .into_iter()
+            .flat_map(|r| {
+                r.snapshots
+                    .iter()
+                    .map(|(name, s)| SnapshotView {
+                        name: name.clone(),
+                        snapshot: s.clone(),
+                        volume: r.clone(),
+                    })
+                    .collect::<Vec<_>>()
+            })
+            .collect();
+        out.sort_by(|a, b| a.name.cmp(&b.name));
+        Ok(out)
+    }
+
+    fn snapshot_owner(&self, name: &str) -> Result<String, RequestError> {
+        self.table.snapshot_owner(name).ok_or_else(|| not_found(name))
+    }
+
+    fn snapshot_view(&self, name: &str, volume: VolumeRecord) -> Result<SnapshotView, RequestError> {
+        let snapshot = volume
+            .snapshots
+            .get(name)
+            .cloned()
+            .ok_or_else(|| not_found(name))?;
+        Ok(SnapshotView {
+            name: name.to_string(),
+            snapshot,
+            volume,
+        })
+    }
+}
+
+fn not_found(name: &str) -> RequestError {
+    RequestError::NotFound(format!("no snapshot named {}", echo(name)))
+}

@@ -1,0 +1,481 @@
+//! Carrying out one step: the CSI call it needs, with what the call needs
+//! (node ids, secrets, capabilities, paths), and what it changes in the record.
+
+use std::collections::HashMap;
+use std::sync::Arc;
+
+use crate::VolumeManager;
+use crate::nodes::NodeVolume;
+use crate::outcome::{Apply, StepError, Unwritten, done_effect, set_step, step_error};
+use crate::plan::Step;
+use berth_csi::proto;
+use berth_csi::proto::controller_service_capability::rpc::Type as ControllerCap;
+use berth_csi::registry::Plugin;
+use berth_model::{
+    AccessMode, AccessType, Backend, PublishStep, SnapshotBackend, SourceKind, VolumeRecord, VolumeSource,
+    VolumeSpec,
+};
+use berth_policy::Code;
+
+impl VolumeManager {
+    /// Makes the call `step` needs; returns what it changes in the record.
+    pub(super) async fn execute(
+        self: &Arc<Self>,
+        r: &VolumeRecord,
+        step: &Step,
+        unwritten: &mut Unwritten,
+        placed_ahead: &mut Option<proto::TopologyRequirement>,
+    ) -> Result<Apply, StepError> {
+        if !self.may_act() {
+            // Deposed or about to be: the term ends around this step.
+            std::future::pending::<()>().await;
+        }
+        let spec = &r.spec;
+        match step {
+            Step::Name => self.name_volume(r, placed_ahead).await,
+            Step::Create => self.create_volume(r, unwritten, placed_ahead.take()).await,
+            Step::ControllerPublish(node) => {
+                let p = &r.publications[node];
+                if !self.caps(&spec.plugin, node).controller_publish {
+                    return Ok(set_step(node, PublishStep::ControllerPublished, None));
+                }
+                let node_id = self.node_id(&spec.plugin, node)?;
+                self.announce(r, node, unwritten).await?;
+                let b = backend(r);
+                let resp = self
+                    .controller(&spec.plugin)?
+                    .client()
+                    .controller_publish_volume(proto::ControllerPublishVolumeRequest {
+                        volume_id: b.volume_id.clone(),
+                        node_id,
+                        volume_capability: Some(capability(spec)),
+                        readonly: p.readonly,
+                        secrets: self.secrets_for(spec)?,
+                        volume_context: b.context.clone().into_iter().collect(),
+                    })
+                    .await?;
+                let context = resp.publish_context.into_iter().collect();
+                Ok(sent(
+                    node,
+                    set_step(node, PublishStep::ControllerPublished, Some(context)),
+                ))
+            }
+            Step::NodePublish(node) => {
+                let v = self.node_volume(r, node)?;
+                let staged = self.caps(&spec.plugin, node).node_stage;
+                self.announce(r, node, unwritten).await?;
+                self.nodes.publish(node, &spec.plugin, v, staged).await?;
+                Ok(sent(node, set_step(node, PublishStep::Published, None)))
+            }
+            Step::NodeUnpublish(node) => {
+                self.nodes
+                    .unpublish(node, &spec.plugin, &backend(r).volume_id, &r.id)
+                    .await?;
+                Ok(set_step(node, PublishStep::ControllerPublished, None))
+            }
+            Step::ControllerUnpublish(node) => {
+                let node_id = self.node_id(&spec.plugin, node)?;
+                self.controller(&spec.plugin)?
+                    .client()
+                    .controller_unpublish_volume(proto::ControllerUnpublishVolumeRequest {
+                        volume_id: backend(r).volume_id.clone(),
+                        node_id,
+                        secrets: self.secrets_for(spec)?,
+                    })
+                    .await?;
+                Ok(set_step(node, PublishStep::None, None))
+            }
+            Step::DropPublication(node) => {
+                let node = node.clone();
+                Ok(Box::new(move |r: &mut VolumeRecord| {
+                    r.publications.remove(&node);
+                }))
+            }
+            Step::Delete => {
+                self.controller(&spec.plugin)?
+                    .client()
+                    .delete_volume(proto::DeleteVolumeRequest {
+                        volume_id: backend(r).volume_id.clone(),
+                        secrets: self.secrets_for(spec)?,
+                    })
+                    .await?;
+                Ok(done_effect(step))
+            }
+            Step::Forget => Ok(Box::new(|_| {})),
+            Step::ControllerExpand => self.controller_expand(r).await,
+            Step::NodeExpand(node) => {
+                let done = {
+                    let node = node.clone();
+                    move |r: &mut VolumeRecord| {
+                        if let Some(p) = r.publications.get_mut(&node) {
+                            p.expand_pending = false;
+                        }
+                        if let Some(b) = &mut r.backend {
+                            b.node_expansion_required = false;
+                        }
+                    }
+                };
+                if self.caps(&spec.plugin, node).node_expand {
+                    let v = self.node_volume(r, node)?;
+                    let staged = self.caps(&spec.plugin, node).node_stage;
+                    self.nodes
+                        .expand(node, &spec.plugin, v, staged, capacity_range(spec))
+                        .await?;
+                }
+                Ok(Box::new(done))
+            }
+            Step::CreateSnapshot(name) => self.cut_snapshot(r, name, unwritten).await,
+            Step::DeleteSnapshot(name) => {
+                let snapshot_id = r.snapshots[name]
+                    .backend
+                    .as_ref()
+                    .map(|b| b.snapshot_id.clone())
+                    .unwrap_or_default();
+                self.controller(&spec.plugin)?
+                    .client()
+                    .delete_snapshot(proto::DeleteSnapshotRequest {
+                        snapshot_id,
+                        secrets: self.secrets_for(spec)?,
+                    })
+                    .await?;
+                Ok(done_effect(step))
+            }
+            Step::DropSnapshot(_) => Ok(done_effect(step)),
+        }
+    }
+
+    async fn controller_expand(&self, r: &VolumeRecord) -> Result<Apply, StepError> {
+        let spec = &r.spec;
+        let controller = self.controller(&spec.plugin)?;
+        if !controller
+            .status()
+            .fingerprint
+            .is_some_and(|f| f.has_controller_capability(ControllerCap::ExpandVolume))
+        {
+            return Err(step_error(
+                Code::FailedPrecondition,
+                format!("plugin {:?} does not offer EXPAND_VOLUME", spec.plugin),
+            ));
+        }
+        let resp = controller
+            .client()
+            .controller_expand_volume(proto::ControllerExpandVolumeRequest {
+                volume_id: backend(r).volume_id.clone(),
+                capacity_range: Some(capacity_range(spec)),
+                secrets: self.secrets_for(spec)?,
+                volume_capability: Some(capability(spec)),
+            })
+            .await?;
+        if resp.capacity_bytes < spec.required_bytes {
+            return Err(step_error(
+                Code::OutOfRange,
+                format!(
+                    "ControllerExpandVolume answered {} bytes, less than the {} asked for",
+                    resp.capacity_bytes, spec.required_bytes
+                ),
+            ));
+        }
+        Ok(Box::new(move |r: &mut VolumeRecord| {
+            let mut any = false;
+            if resp.node_expansion_required {
+                for p in r.publications.values_mut().filter(|p| p.sent) {
+                    p.expand_pending = true;
+                    any = true;
+                }
+            }
+            if let Some(b) = &mut r.backend {
+                b.capacity_bytes = resp.capacity_bytes;
+                // Nowhere to do it now: the next publication does.
+                b.node_expansion_required = resp.node_expansion_required && !any;
+            }
+        }))
+    }
+
+    async fn cut_snapshot(
+        &self,
+        r: &VolumeRecord,
+        name: &str,
+        unwritten: &mut Unwritten,
+    ) -> Result<Apply, StepError> {
+        let spec = &r.spec;
+        let controller = self.controller(&spec.plugin)?;
+        let snapshot = &r.snapshots[name];
+        if !snapshot.create_sent {
+            // As for volumes: the intent first, so a delete after a crash asks the plugin.
+            let key = name.to_string();
+            unwritten.push(Box::new(move |r: &mut VolumeRecord| {
+                if let Some(s) = r.snapshots.get_mut(&key) {
+                    s.create_sent = true;
+                }
+            }));
+            self.sync(&r.id, unwritten)
+                .await
+                .map_err(|e| step_error(Code::Unavailable, e.to_string()))?;
+        }
+        let resp = controller
+            .client()
+            .create_snapshot(proto::CreateSnapshotRequest {
+                source_volume_id: backend(r).volume_id.clone(),
+                name: snapshot.csi_name.clone(),
+                secrets: self.secrets_for(spec)?,
+                parameters: Default::default(),
+            })
+            .await?;
+        let s = resp
+            .snapshot
+            .filter(|s| !s.snapshot_id.is_empty())
+            .ok_or_else(|| step_error(Code::Internal, "CreateSnapshot answered without a snapshot id"))?;
+        let found = SnapshotBackend {
+            snapshot_id: s.snapshot_id,
+            size_bytes: s.size_bytes,
+            created_ms: s.creation_time.map_or(0, |t| {
+                (t.seconds.max(0) as u64) * 1000 + (t.nanos.max(0) as u64) / 1_000_000
+            }),
+            ready: s.ready_to_use,
+        };
+        let ready = found.ready;
+        let key = name.to_string();
+        let effect: Apply = Box::new(move |r: &mut VolumeRecord| {
+            if let Some(s) = r.snapshots.get_mut(&key) {
+                s.backend = Some(found.clone());
+            }
+        });
+        if !ready {
+            // Asked again (CreateSnapshot is how readiness is polled) after
+            // the retry policy's pause, with the id kept meanwhile.
+            unwritten.push(effect);
+            return Err(step_error(
+                Code::Unavailable,
+                "the snapshot is not ready to use yet",
+            ));
+        }
+        Ok(effect)
+    }
+
+    async fn create_volume(
+        &self,
+        r: &VolumeRecord,
+        unwritten: &mut Unwritten,
+        placed_ahead: Option<proto::TopologyRequirement>,
+    ) -> Result<Apply, StepError> {
+        let spec = &r.spec;
+        let controller = self.controller(&spec.plugin)?;
+        let requirements = if self.constrained(&spec.plugin) == Some(true) && !r.deleting {
+            match placed_ahead {
+                Some(placed) => Some(placed),
+                None => Some(self.accessibility(r).await?),
+            }
+        } else {
+            None
+        };
+        let secrets = self.secrets_for(spec)?;
+        let name = r.csi_name.clone().unwrap_or_default();
+        if !r.create_sent {
+            // The intent (and the name) first: after a crash, a delete must ask the plugin.
+            // Publications already asked for are about to be sent: saying so
+            // now saves each its own write before its first call.
+            unwritten.push(Box::new(|r: &mut VolumeRecord| {
+                r.create_sent = true;
+                mark_wanted_sent(r);
+            }));
+            if let Err(e) = self.sync(&r.id, unwritten).await {
+                self.table.release_csi_name(&name, &r.id);
+                return Err(step_error(Code::Unavailable, e.to_string()));
+            }
+        }
+        let resp = controller
+            .client()
+            .create_volume(proto::CreateVolumeRequest {
+                name,
+                capacity_range: (spec.required_bytes > 0 || spec.limit_bytes > 0).then_some(
+                    proto::CapacityRange {
+                        required_bytes: spec.required_bytes,
+                        limit_bytes: spec.limit_bytes,
+                    },
+                ),
+                volume_capabilities: vec![capability(spec)],
+                parameters: spec.parameters.clone().into_iter().collect(),
+                secrets,
+                volume_content_source: spec.source.as_ref().map(content_source),
+                accessibility_requirements: requirements,
+                mutable_parameters: Default::default(),
+            })
+            .await?;
+        let v = resp
+            .volume
+            .filter(|v| !v.volume_id.is_empty())
+            .ok_or_else(|| step_error(Code::Internal, "CreateVolume answered without a volume id"))?;
+        let backend = backend_of(v);
+        Ok(Box::new(move |r: &mut VolumeRecord| {
+            r.backend = Some(backend.clone());
+            mark_wanted_sent(r);
+        }))
+    }
+
+    /// Makes it durable that a publication is being sent, before its first
+    /// call: from then on, undoing it asks the plugins.
+    async fn announce(
+        &self,
+        r: &VolumeRecord,
+        node: &str,
+        unwritten: &mut Unwritten,
+    ) -> Result<(), StepError> {
+        // The durable record decides, not this worker's copy: outcomes applied
+        // to the copy (CreateVolume's marks publications sent) may not be
+        // written yet, and a call must never go out before its `sent` is.
+        if r.publications.get(node).is_none() || self.table.publication_sent(&r.id, node) {
+            return Ok(());
+        }
+        // Marked sent only if still wanted: an operator who withdrew it
+        // meanwhile (unwant saw it unsent, so it kept no step to undo) must
+        // not have a call go out that nothing would undo.
+        let mut withdrawn = false;
+        self.write_unwritten(&r.id, unwritten, |latest| {
+            let deleting = latest.deleting;
+            match latest.publications.get_mut(node) {
+                Some(p) if p.wanted && !deleting => p.sent = true,
+                _ => withdrawn = true,
+            }
+        })
+        .await
+        .map_err(|e| step_error(Code::Unavailable, e.to_string()))?;
+        if withdrawn {
+            return Err(step_error(
+                Code::Aborted,
+                "the publication was withdrawn before its first call; planning again",
+            ));
+        }
+        Ok(())
+    }
+
+    fn secrets_for(&self, spec: &VolumeSpec) -> Result<HashMap<String, String>, StepError> {
+        match &spec.secret {
+            None => Ok(HashMap::new()),
+            Some(name) => self
+                .secrets
+                .get(name)
+                .map(|s| s.into_inner())
+                .map_err(|e| step_error(Code::FailedPrecondition, e)),
+        }
+    }
+
+    fn controller(&self, plugin: &str) -> Result<Arc<Plugin>, StepError> {
+        self.registry.get(plugin).ok_or_else(|| {
+            step_error(
+                Code::FailedPrecondition,
+                format!("plugin {plugin:?} has no controller"),
+            )
+        })
+    }
+
+    fn node_id(&self, plugin: &str, node: &str) -> Result<String, StepError> {
+        self.nodes
+            .plugin_status(node, plugin)
+            .and_then(|s| s.fingerprint)
+            .and_then(|f| f.node.as_ref().map(|n| n.node_id.clone()))
+            .ok_or_else(|| {
+                step_error(
+                    Code::Unavailable,
+                    format!("the node plugin of {plugin:?} on {node:?} has not reported its node id yet"),
+                )
+            })
+    }
+
+    fn node_volume(&self, r: &VolumeRecord, node: &str) -> Result<NodeVolume, StepError> {
+        let b = backend(r);
+        let p = &r.publications[node];
+        Ok(NodeVolume {
+            volume_id: b.volume_id.clone(),
+            berth_id: r.id.clone(),
+            capability: capability(&r.spec),
+            publish_context: p.publish_context.clone().into_iter().collect(),
+            volume_context: b.context.clone().into_iter().collect(),
+            secrets: self.secrets_for(&r.spec)?,
+            readonly: p.readonly,
+        })
+    }
+}
+
+/// What Berth keeps of the plugin's answer about a volume.
+pub(super) fn backend_of(v: proto::Volume) -> Backend {
+    Backend {
+        volume_id: v.volume_id,
+        capacity_bytes: v.capacity_bytes,
+        context: v.volume_context.into_iter().collect(),
+        accessible_topology: v
+            .accessible_topology
+            .into_iter()
+            .map(|t| t.segments.into_iter().collect())
+            .collect(),
+        node_expansion_required: false,
+    }
+}
+
+fn capacity_range(spec: &VolumeSpec) -> proto::CapacityRange {
+    proto::CapacityRange {
+        required_bytes: spec.required_bytes,
+        limit_bytes: spec.limit_bytes,
+    }
+}
+
+fn content_source(source: &VolumeSource) -> proto::VolumeContentSource {
+    use proto::volume_content_source::{SnapshotSource, Type, VolumeSource as FromVolume};
+    proto::VolumeContentSource {
+        r#type: Some(match source.kind {
+            SourceKind::Snapshot => Type::Snapshot(SnapshotSource {
+                snapshot_id: source.id.clone(),
+            }),
+            SourceKind::Volume => Type::Volume(FromVolume {
+                volume_id: source.id.clone(),
+            }),
+        }),
+    }
+}
+
+/// `effect`, and the publication on `node` marked sent.
+fn sent(node: &str, effect: Apply) -> Apply {
+    let node = node.to_string();
+    Box::new(move |r: &mut VolumeRecord| {
+        effect(r);
+        if let Some(p) = r.publications.get_mut(&node) {
+            p.sent = true;
+        }
+    })
+}
+
+/// Conservative: a publication marked sent but never sent only costs its
+/// node a call that finds nothing to undo.
+fn mark_wanted_sent(r: &mut VolumeRecord) {
+    for p in r.publications.values_mut().filter(|p| p.wanted) {
+        p.sent = true;
+    }
+}
+
+fn backend(r: &VolumeRecord) -> &Backend {
+    r.backend.as_ref().expect("steps past Create have a backend")
+}
+
+/// The spec's access mode and type as CSI's volume capability.
+pub(super) fn capability(spec: &VolumeSpec) -> proto::VolumeCapability {
+    use proto::volume_capability::{AccessType as Csi, BlockVolume, MountVolume, access_mode::Mode};
+    let mode = match spec.access_mode {
+        AccessMode::SingleNodeWriter => Mode::SingleNodeWriter,
+        AccessMode::SingleNodeReaderOnly => Mode::SingleNodeReaderOnly,
+        AccessMode::MultiNodeReaderOnly => Mode::MultiNodeReaderOnly,
+        AccessMode::MultiNodeSingleWriter => Mode::MultiNodeSingleWriter,
+        AccessMode::MultiNodeMultiWriter => Mode::MultiNodeMultiWriter,
+        AccessMode::SingleNodeSingleWriter => Mode::SingleNodeSingleWriter,
+        AccessMode::SingleNodeMultiWriter => Mode::SingleNodeMultiWriter,
+    };
+    proto::VolumeCapability {
+        access_type: Some(match spec.access_type {
+            AccessType::Block => Csi::Block(BlockVolume {}),
+            AccessType::Mount => Csi::Mount(MountVolume {
+                fs_type: spec.fs_type.clone(),
+                mount_flags: spec.mount_flags.clone(),
+                volume_mount_group: String::new(),
+            }),
+        }),
+        access_mode: Some(proto::volume_capability::AccessMode { mode: mode as i32 }),
+    }
+}

@@ -1,0 +1,497 @@
+//! The volume table: every record in memory, mirrored durably by the store,
+//! with indexes kept in step on every change so no request or decision scans
+//! all volumes.
+//!
+//! Every change goes through [`VolumeTable::modify`] (or `insert_new`,
+//! `remove`): serialized per volume, written to the store, and only then
+//! visible.
+
+use std::collections::HashMap;
+use std::sync::atomic::{AtomicUsize, Ordering};
+use std::sync::{Arc, Mutex};
+
+use tokio::sync::watch;
+
+use crate::RequestError;
+use crate::indexes::Indexed;
+use berth_model::{VolumeRecord, VolumeState};
+use berth_store::{Store, StoreError};
+
+/// Counts of the table, without listing every volume.
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+pub struct Counts {
+    pub volumes: u64,
+    /// Volumes in each state that has any.
+    pub states: Vec<(VolumeState, u64)>,
+    /// Volumes waiting to retry a failed call.
+    pub retrying: u64,
+    /// Volumes that cannot progress until something else happens.
+    pub waiting: u64,
+}
+
+/// Why [`VolumeTable::remove_if`] did not remove.
+pub enum RemoveError {
+    Refused(RequestError),
+    Store(StoreError),
+}
+
+/// What [`VolumeTable::insert_new`] did.
+pub enum Inserted {
+    New(VolumeRecord),
+    /// A live volume with this name and the same spec was there already.
+    Existing(VolumeRecord),
+}
+
+/// Why a volume cannot progress, and since when (ms since the epoch).
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct Waiting {
+    pub reason: String,
+    pub since_ms: u64,
+}
+
+pub struct VolumeTable {
+    store: Arc<dyn Store>,
+    indexed: Mutex<Indexed>,
+    /// Volumes that cannot progress, by id. Derived from the plugins' state
+    /// as the reconciler finds it, so kept in memory only.
+    waiting: Mutex<HashMap<String, Waiting>>,
+    /// How many volumes wait: the common case, none, needs no lock.
+    waiting_count: AtomicUsize,
+    locks: Mutex<HashMap<String, Arc<tokio::sync::Mutex<()>>>>,
+    /// Bumped on every change, for watchers.
+    changes: watch::Sender<u64>,
+}
+
+fn unavailable(what: &str, e: StoreError) -> RequestError {
+    RequestError::Unavailable(format!("the store refused {what}: {e}"))
+}
+
+impl VolumeTable {
+    /// Whether the durable record has the publication on `node` marked sent.
+    pub fn publication_sent(&self, id: &str, node: &str) -> bool {
+        self.lock()
+            .volumes
+            .get(id)
+            .and_then(|r| r.publications.get(node))
+            .is_some_and(|p| p.sent)
+    }
+
+    pub fn store(&self) -> &Arc<dyn Store> {
+        &self.store
+    }
+
+    /// Loads every record from `store`.
+    pub fn load(store: Arc<dyn Store>) -> Result<VolumeTable, StoreError> {
+        let mut indexed = Indexed::default();
+        for r in store.load()? {
+            indexed.insert(r);
+        }
+        Ok(VolumeTable {
+            store,
+            indexed: Mutex::new(indexed),
+            waiting: Mutex::new(HashMap::new()),
+            waiting_count: AtomicUsize::new(0),
+            locks: Mutex::new(HashMap::new()),
+            changes: watch::channel(0).0,
+        })
+    }
+
+    fn lock(&self) -> std::sync::MutexGuard<'_, Indexed> {
+        self.indexed.lock().unwrap_or_else(|p| p.into_inner())
+    }
+
+    pub fn subscribe(&self) -> watch::Receiver<u64> {
+        self.changes.subscribe()
+    }
+
+    fn changed(&self) {
+        self.changes.send_modify(|g| *g += 1);
+    }
+
+    pub fn ids(&self) -> Vec<String> {
+        self.lock().volumes.keys().cloned().collect()
+    }
+
+    pub fn by_id(&self, id: &str) -> Option<VolumeRecord> {
+        self.lock().volumes.get(id).cloned()
+    }
+
+    pub fn by_name(&self, name: &str) -> Option<VolumeRecord> {
+        let s = self.lock();
+        s.names.get(name).and_then(|id| s.volumes.get(id)).cloned()
+    }
+
+    pub fn id_of(&self, name: &str) -> Option<String> {
+        self.lock().names.get(name).cloned()
+    }
+
+    pub fn generation(&self, id: &str) -> Option<u64> {
+        self.lock().volumes.get(id).map(|v| v.generation)
+    }
+
+    /// Every volume, by name.
+    pub fn list(&self) -> Vec<VolumeRecord> {
+        let mut v: Vec<VolumeRecord> = self.lock().volumes.values().cloned().collect();
+        v.sort_by(|a, b| a.spec.name.cmp(&b.spec.name));
+        v
+    }
+
+    /// Picks from every record without copying the records: `pick` runs
+    /// under the table's lock, so it must be quick.
+    pub fn collect<T>(&self, mut pick: impl FnMut(&VolumeRecord, &mut Vec<T>)) -> Vec<T> {
+        let mut out = Vec::new();
+        for r in self.lock().volumes.values() {
+            pick(r, &mut out);
+        }
+        out
+    }
+
+    /// Volumes of `plugin` published (or being published, or being undone) on `node`.
+    pub fn published_on(&self, plugin: &str, node: &str) -> u64 {
+        self.lock()
+            .published
+            .get(plugin)
+            .and_then(|nodes| nodes.get(node))
+            .copied()
+            .unwrap_or(0)
+    }
+
+    /// Records why a volume cannot progress; `since` stays while the reason does.
+    pub fn set_waiting(&self, id: &str, reason: String, now_ms: u64) {
+        let mut w = self.waiting.lock().unwrap_or_else(|p| p.into_inner());
+        match w.get_mut(id) {
+            Some(old) if old.reason == reason => {}
+            _ => {
+                let new = Waiting {
+                    reason,
+                    since_ms: now_ms,
+                };
+                if w.insert(id.to_string(), new).is_none() {
+                    self.waiting_count.fetch_add(1, Ordering::Relaxed);
+                }
+            }
+        }
+    }
+
+    /// The volume progresses (or is gone): it waits for nothing.
+    pub fn clear_waiting(&self, id: &str) {
+        if self.waiting_count.load(Ordering::Relaxed) == 0 {
+            return;
+        }
+        let mut w = self.waiting.lock().unwrap_or_else(|p| p.into_inner());
+        if w.remove(id).is_some() {
+            self.waiting_count.fetch_sub(1, Ordering::Relaxed);
+        }
+    }
+
+    pub fn waiting(&self, id: &str) -> Option<Waiting> {
+        if self.waiting_count.load(Ordering::Relaxed) == 0 {
+            return None;
+        }
+        self.waiting
+            .lock()
+            .unwrap_or_else(|p| p.into_inner())
+            .get(id)
+            .cloned()
+    }
+
+    pub fn counts(&self) -> Counts {
+        let s = self.lock();
+        let waiting = self.waiting_count.load(Ordering::Relaxed) as u64;
+        Counts {
+            waiting,
+            volumes: s.volumes.len() as u64,
+            states: VolumeState::ALL
+                .into_iter()
+                .map(|st| (st, s.states[st.index()]))
+                .filter(|(_, n)| *n > 0)
+                .collect(),
+            retrying: s.retrying,
+        }
+    }
+
+    /// Claims a CSI name for volume `id`; false when another volume has it.
+    /// The claim is undone by [`VolumeTable::release_csi_name`] if the name
+    /// is not recorded after all.
+    pub fn claim_csi_name(&self, name: &str, id: &str) -> bool {
+        let mut s = self.lock();
+        match s.csi_names.get(name) {
+            Some(owner) => owner == id,
+            None => {
+                s.csi_names.insert(name.to_string(), id.to_string());
+                true
+            }
+        }
+    }
+
+    pub fn release_csi_name(&self, name: &str, id: &str) {
+        let mut s = self.lock();
+        let recorded = s.volumes.get(id).and_then(|v| v.csi_name.as_deref()) == Some(name);
+        if !recorded && s.csi_names.get(name).is_some_and(|owner| owner == id) {
+            s.csi_names.remove(name);
+        }
+    }
+
+    /// The id of the volume a snapshot is of.
+    pub fn snapshot_owner(&self, name: &str) -> Option<String> {
+        self.lock().snapshots.get(name).cloned()
+    }
+
+    /// Claims a snapshot name for volume `id`; the owner's id when another
+    /// volume has it. Undone by [`VolumeTable::release_snapshot_name`] if
+    /// the snapshot is not recorded after all.
+    pub fn claim_snapshot_name(&self, name: &str, id: &str) -> Result<(), String> {
+        let mut s = self.lock();
+        match s.snapshots.get(name) {
+            Some(owner) if owner != id => Err(owner.clone()),
+            Some(_) => Ok(()),
+            None => {
+                s.snapshots.insert(name.to_string(), id.to_string());
+                Ok(())
+            }
+        }
+    }
+
+    pub fn release_snapshot_name(&self, name: &str, id: &str) {
+        let mut s = self.lock();
+        let recorded = s.volumes.get(id).is_some_and(|v| v.snapshots.contains_key(name));
+        if !recorded && s.snapshots.get(name).is_some_and(|owner| owner == id) {
+            s.snapshots.remove(name);
+        }
+    }
+
+    /// Adds a new volume under its operator name, durably. `same` says
+    /// whether a live volume already holding the name is the same request
+    /// (then it is returned instead); otherwise the name is a conflict.
+    pub async fn insert_new(
+        &self,
+        record: VolumeRecord,
+        same: impl FnOnce(&VolumeRecord) -> bool,
+    ) -> Result<Inserted, RequestError> {
+        {
+            let mut s = self.lock();
+            if let Some(existing) = s.names.get(&record.spec.name).and_then(|i| s.volumes.get(i)) {
+                if same(existing) && !existing.deleting {
+                    return Ok(Inserted::Existing(existing.clone()));
+                }
+                return Err(RequestError::AlreadyExists(format!(
+                    "a volume named {:?} already exists with a different spec{}",
+                    record.spec.name,
+                    if existing.deleting { " (being deleted)" } else { "" }
+                )));
+            }
+            // Reserve the name before the write, so two requests cannot both take it.
+            s.insert(record.clone());
+        }
+        if let Err(e) = self.store.put(&record).await {
+            self.lock().remove(&record.id);
+            return Err(unavailable("the volume", e));
+        }
+        self.changed();
+        Ok(Inserted::New(record))
+    }
+
+    fn volume_lock(&self, id: &str) -> Arc<tokio::sync::Mutex<()>> {
+        self.locks
+            .lock()
+            .unwrap_or_else(|p| p.into_inner())
+            .entry(id.to_string())
+            .or_default()
+            .clone()
+    }
+
+    /// Applies `change` to the latest record and makes it durable before
+    /// anyone sees it. Returns what `change` returned and the new record.
+    pub async fn modify<T>(
+        &self,
+        id: &str,
+        change: impl FnOnce(&mut VolumeRecord) -> Result<T, RequestError>,
+    ) -> Result<(T, VolumeRecord), RequestError> {
+        let lock = self.volume_lock(id);
+        let _held = lock.lock().await;
+        let mut record = self
+            .by_id(id)
+            .ok_or_else(|| RequestError::NotFound(format!("volume {id} no longer exists")))?;
+        let out = change(&mut record)?;
+        record.generation += 1;
+        self.store
+            .put(&record)
+            .await
+            .map_err(|e| unavailable("the change", e))?;
+        self.lock().insert(record.clone());
+        self.changed();
+        Ok((out, record))
+    }
+
+    /// Removes a volume for good.
+    pub async fn remove(&self, id: &str) -> Result<(), StoreError> {
+        self.remove_if(id, |_| Ok(())).await.map_err(|e| match e {
+            RemoveError::Store(e) => e,
+            RemoveError::Refused(_) => unreachable!("nothing refuses"),
+        })
+    }
+
+    /// Removes a volume for good if `check` passes on its latest record.
+    pub async fn remove_if(
+        &self,
+        id: &str,
+        check: impl FnOnce(&VolumeRecord) -> Result<(), RequestError>,
+    ) -> Result<(), RemoveError> {
+        let lock = self.volume_lock(id);
+        let _held = lock.lock().await;
+        if let Some(r) = self.by_id(id) {
+            check(&r).map_err(RemoveError::Refused)?;
+        }
+        self.store.remove(id).await.map_err(RemoveError::Store)?;
+        self.lock().remove(id);
+        self.clear_waiting(id);
+        self.locks.lock().unwrap_or_else(|p| p.into_inner()).remove(id);
+        self.changed();
+        Ok(())
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use berth_model::{Publication, PublishStep, Retrying, VolumeSpec};
+    use berth_store::RedbStore;
+
+    fn publication() -> Publication {
+        Publication {
+            wanted: true,
+            readonly: false,
+            step: PublishStep::None,
+            publish_context: Default::default(),
+            sent: false,
+            expand_pending: false,
+        }
+    }
+
+    fn record(id: &str, name: &str) -> VolumeRecord {
+        VolumeRecord::new(
+            id.into(),
+            VolumeSpec {
+                name: name.into(),
+                plugin: "hp".into(),
+                ..Default::default()
+            },
+        )
+    }
+
+    fn state_count(c: &Counts, st: VolumeState) -> u64 {
+        c.states.iter().find(|(s, _)| *s == st).map_or(0, |(_, n)| *n)
+    }
+
+    fn table(dir: &tempfile::TempDir) -> VolumeTable {
+        let store = RedbStore::open(&dir.path().join("s.redb")).unwrap();
+        VolumeTable::load(Arc::new(store)).unwrap()
+    }
+
+    #[tokio::test]
+    async fn indexes_follow_every_change_and_empty_out() {
+        let dir = tempfile::tempdir().unwrap();
+        let t = table(&dir);
+        assert!(matches!(
+            t.insert_new(record("id1", "data"), |_| true).await,
+            Ok(Inserted::New(_))
+        ));
+        assert_eq!(t.id_of("data").as_deref(), Some("id1"));
+        assert_eq!(state_count(&t.counts(), VolumeState::Pending), 1);
+        t.modify("id1", |r| {
+            r.csi_name = Some("pv-data".into());
+            r.publications.insert("n1".into(), publication());
+            r.retrying = Some(Retrying {
+                operation: "CreateVolume".into(),
+                attempt: 1,
+                first_failure_ms: 0,
+                next_attempt_ms: 0,
+                delay_ms: 0,
+                last_error: String::new(),
+                policy_failures: 0,
+            });
+            Ok(())
+        })
+        .await
+        .unwrap();
+        assert!(!t.claim_csi_name("pv-data", "id2"), "the name is taken");
+        assert!(t.claim_csi_name("pv-data", "id1"));
+        assert_eq!(t.published_on("hp", "n1"), 1);
+        let c = t.counts();
+        assert_eq!(
+            (
+                state_count(&c, VolumeState::Pending),
+                state_count(&c, VolumeState::Creating)
+            ),
+            (0, 1)
+        );
+        assert_eq!(c.retrying, 1);
+        t.modify("id1", |r| {
+            r.csi_name = None;
+            r.publications.clear();
+            r.retrying = None;
+            Ok(())
+        })
+        .await
+        .unwrap();
+        assert!(
+            t.claim_csi_name("pv-data", "id2"),
+            "a cleared CSI name is free again"
+        );
+        t.release_csi_name("pv-data", "id2");
+        assert_eq!(t.published_on("hp", "n1"), 0);
+        t.remove("id1").await.unwrap();
+        assert_eq!(t.counts(), Counts::default());
+        assert!(t.by_name("data").is_none());
+    }
+
+    #[tokio::test]
+    async fn waits_are_counted_and_cleared() {
+        let dir = tempfile::tempdir().unwrap();
+        let t = table(&dir);
+        t.set_waiting("a", "for x".into(), 1);
+        t.set_waiting("a", "for x".into(), 5);
+        t.set_waiting("b", "for y".into(), 2);
+        assert_eq!(
+            t.waiting("a").map(|w| w.since_ms),
+            Some(1),
+            "the same reason keeps its start"
+        );
+        assert_eq!(t.counts().waiting, 2);
+        t.clear_waiting("a");
+        t.clear_waiting("a");
+        assert_eq!((t.counts().waiting, t.waiting("a")), (1, None));
+        t.clear_waiting("b");
+        assert_eq!(t.counts().waiting, 0);
+    }
+
+    #[tokio::test]
+    async fn a_name_is_taken_once_and_every_change_is_durable_first() {
+        let dir = tempfile::tempdir().unwrap();
+        let t = table(&dir);
+        t.insert_new(record("id1", "data"), |_| true).await.unwrap();
+        let again = t
+            .insert_new(record("id2", "data"), |r| r.id == "id1")
+            .await
+            .unwrap();
+        assert!(matches!(again, Inserted::Existing(r) if r.id == "id1"));
+        let conflict = t.insert_new(record("id3", "data"), |_| false).await;
+        assert!(matches!(conflict, Err(RequestError::AlreadyExists(_))));
+        let (_, r) = t
+            .modify("id1", |r| {
+                r.deleting = true;
+                Ok(())
+            })
+            .await
+            .unwrap();
+        assert_eq!(r.generation, 1);
+        let refused: Result<((), _), _> = t.modify("id1", |_| Err(RequestError::Invalid("no".into()))).await;
+        assert!(refused.is_err());
+        assert_eq!(t.generation("id1"), Some(1), "a refused change changes nothing");
+        drop(t);
+        let t = table(&dir);
+        let r = t.by_name("data").unwrap();
+        assert!(r.deleting && r.generation == 1, "reloaded as written");
+        assert_eq!(t.ids(), vec!["id1".to_string()]);
+    }
+}

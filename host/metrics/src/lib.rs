@@ -1,0 +1,276 @@
+//! Prometheus metrics, in OpenMetrics text from `prometheus-client`, served
+//! with `/healthz` and `/readyz` by [`http`] when `metrics = "host:port"` is
+//! configured. Off by default: until [`install`] is called every recording
+//! function returns at its first load, so an unscraped Berth pays nothing.
+//!
+//! The registry is process-wide, not per term: counters keep counting
+//! across leadership changes, as Prometheus expects of a process.
+
+pub mod allocator;
+pub mod http;
+mod labels;
+pub mod listener;
+pub mod live;
+pub mod readiness;
+
+use std::sync::{LazyLock, OnceLock};
+use std::time::Duration;
+
+use prometheus_client::metrics::counter::Counter;
+use prometheus_client::metrics::family::Family;
+use prometheus_client::metrics::gauge::Gauge;
+use prometheus_client::metrics::histogram::{Histogram, exponential_buckets};
+use prometheus_client::registry::Registry;
+
+pub use labels::{Text, code_name};
+use live::Live;
+use readiness::Readiness;
+
+/// The Kubernetes CSI sidecars' buckets for `csi_sidecar_operations_seconds`
+/// (kubernetes-csi/csi-lib-utils), so their dashboards read Berth's histogram.
+pub const CSI_BUCKETS: [f64; 13] = [
+    0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0, 15.0, 25.0, 50.0, 120.0, 300.0, 600.0,
+];
+
+type Labels<const N: usize> = [(&'static str, Text); N];
+type Histograms<const N: usize> = Family<Labels<N>, Histogram, fn() -> Histogram>;
+
+/// Every metric Berth records. Gauges that describe current state (volumes
+/// by state, queue depth, plugin and node health) are read at scrape time
+/// from whatever registered with [`Metrics::live`].
+pub struct Metrics {
+    registry: Registry,
+    csi_operations: Histograms<3>,
+    policy_seconds: Histograms<2>,
+    policy_decisions: Family<Labels<3>, Counter>,
+    policy_traps: Family<Labels<2>, Counter>,
+    retries: Family<Labels<1>, Counter>,
+    give_ups: Family<Labels<1>, Counter>,
+    store_commit_seconds: Histogram,
+    store_commit_batch: Histogram,
+    leader: Gauge,
+    agent_connected: Family<Labels<1>, Gauge>,
+    agent_sessions: Family<Labels<1>, Counter>,
+    live: std::sync::Arc<Live>,
+}
+
+static METRICS: OnceLock<Metrics> = OnceLock::new();
+static READINESS: LazyLock<Readiness> = LazyLock::new(Readiness::default);
+
+/// This process's readiness checks, answered on `/readyz`.
+pub fn readiness() -> &'static Readiness {
+    &READINESS
+}
+
+/// The metrics, once [`install`]ed.
+pub fn get() -> Option<&'static Metrics> {
+    METRICS.get()
+}
+
+/// Turns recording on for the rest of the process.
+pub fn install() -> &'static Metrics {
+    METRICS.get_or_init(Metrics::new)
+}
+
+fn csi_histogram() -> Histogram {
+    Histogram::new(CSI_BUCKETS)
+}
+
+fn policy_histogram() -> Histogram {
+    // 5 µs to ~1.3 s: a Rust guest decides in microseconds, a Python one in
+    // about a millisecond, a deadline is near a second.
+    Histogram::new(exponential_buckets(5e-6, 2.0, 19))
+}
+
+fn store_histogram() -> Histogram {
+    Histogram::new(exponential_buckets(1e-4, 2.0, 16))
+}
+
+impl Metrics {
+    fn new() -> Self {
+        let m = Metrics {
+            registry: Registry::default(),
+            csi_operations: Family::new_with_constructor(csi_histogram),
+            policy_seconds: Family::new_with_constructor(policy_histogram),
+            policy_decisions: Family::default(),
+            policy_traps: Family::default(),
+            retries: Family::default(),
+            give_ups: Family::default(),
+            store_commit_seconds: store_histogram(),
+            store_commit_batch: Histogram::new(exponential_buckets(1.0, 2.0, 12)),
+            leader: Gauge::default(),
+            agent_connected: Family::default(),
+            agent_sessions: Family::default(),
+            live: Default::default(),
+        };
+        // Families are shared handles: the registry encodes what `m` records.
+        let mut r = Registry::default();
+        r.register(
+            "berth_csi_operations_seconds",
+            "CSI calls made by Berth, by driver, method and gRPC status (the CSI sidecars' histogram)",
+            m.csi_operations.clone(),
+        );
+        r.register(
+            "berth_policy_decision_seconds",
+            "Time to decide, by policy module (or builtin) and decision",
+            m.policy_seconds.clone(),
+        );
+        r.register(
+            "berth_policy_decisions",
+            "Policy decisions by module, decision and outcome (ok, guest_error, fallback)",
+            m.policy_decisions.clone(),
+        );
+        r.register(
+            "berth_policy_traps",
+            "Guests that trapped (including deadlines and memory limits), by module and decision",
+            m.policy_traps.clone(),
+        );
+        r.register(
+            "berth_retries",
+            "Failed CSI steps scheduled for another attempt, by operation",
+            m.retries.clone(),
+        );
+        r.register(
+            "berth_give_ups",
+            "Failed CSI steps given up on (the volume waits for an operator), by operation",
+            m.give_ups.clone(),
+        );
+        r.register(
+            "berth_store_commit_seconds",
+            "Time for one durable store commit",
+            m.store_commit_seconds.clone(),
+        );
+        r.register(
+            "berth_store_commit_batch_size",
+            "Record changes written together in one store commit",
+            m.store_commit_batch.clone(),
+        );
+        r.register(
+            "berth_leader",
+            "1 while this server leads (always, with the embedded store)",
+            m.leader.clone(),
+        );
+        r.register(
+            "berth_agent_connected",
+            "1 while a node's agent has a session with the leading server",
+            m.agent_connected.clone(),
+        );
+        r.register(
+            "berth_agent_sessions",
+            "Sessions a node's agent opened with a server",
+            m.agent_sessions.clone(),
+        );
+        r.register_collector(Box::new(m.live.clone()));
+        Metrics { registry: r, ..m }
+    }
+
+    /// The OpenMetrics text of every metric.
+    pub fn encode(&self) -> String {
+        let mut out = String::with_capacity(16 * 1024);
+        // Writing to a String cannot fail.
+        let _ = prometheus_client::encoding::text::encode(&mut out, &self.registry);
+        out
+    }
+
+    /// Where current-state gauges come from.
+    pub fn live(&self) -> &Live {
+        &self.live
+    }
+}
+
+/// One CSI call: `method` as the sidecars name it (`/csi.v1.Controller/CreateVolume`).
+pub fn csi_call(driver: &Text, method: &'static str, code: tonic::Code, took: Duration) {
+    if let Some(m) = get() {
+        let labels = [
+            ("driver_name", driver.clone()),
+            ("method_name", Text::from_static(method)),
+            ("grpc_status_code", Text::from_static(code_name(code))),
+        ];
+        m.csi_operations
+            .get_or_create(&labels)
+            .observe(took.as_secs_f64());
+    }
+}
+
+/// How a policy decision ended.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Outcome {
+    Ok,
+    /// The guest failed and the decision failed with it (`on_error = "fail"`).
+    GuestError,
+    /// The guest failed and the built-in policy decided (`on_error = "builtin"`).
+    Fallback,
+}
+
+impl Outcome {
+    fn as_str(self) -> &'static str {
+        match self {
+            Outcome::Ok => "ok",
+            Outcome::GuestError => "guest_error",
+            Outcome::Fallback => "fallback",
+        }
+    }
+}
+
+/// One policy decision by `module` ("builtin" for the built-in policies).
+pub fn decision(module: &Text, decision: &'static str, outcome: Outcome, trapped: bool, took: Duration) {
+    let Some(m) = get() else { return };
+    let labels = [
+        ("module", module.clone()),
+        ("decision", Text::from_static(decision)),
+    ];
+    m.policy_seconds
+        .get_or_create(&labels)
+        .observe(took.as_secs_f64());
+    if trapped {
+        m.policy_traps.get_or_create(&labels).inc();
+    }
+    let [module, decision] = labels;
+    m.policy_decisions
+        .get_or_create(&[module, decision, ("outcome", Text::from_static(outcome.as_str()))])
+        .inc();
+}
+
+/// A failed step that will be tried again.
+pub fn retry(operation: &str) {
+    if let Some(m) = get() {
+        m.retries
+            .get_or_create(&[("operation", Text::from(operation))])
+            .inc();
+    }
+}
+
+/// A failed step given up on.
+pub fn give_up(operation: &str) {
+    if let Some(m) = get() {
+        m.give_ups
+            .get_or_create(&[("operation", Text::from(operation))])
+            .inc();
+    }
+}
+
+/// One store commit of `records` changes.
+pub fn store_commit(records: usize, took: Duration) {
+    if let Some(m) = get() {
+        m.store_commit_seconds.observe(took.as_secs_f64());
+        m.store_commit_batch.observe(records as f64);
+    }
+}
+
+/// Whether this server leads.
+pub fn set_leader(leads: bool) {
+    if let Some(m) = get() {
+        m.leader.set(i64::from(leads));
+    }
+}
+
+/// A node's agent opened (true) or ended (false) its session with the server.
+pub fn agent_session(node: &str, connected: bool) {
+    if let Some(m) = get() {
+        let labels = [("node", Text::from(node))];
+        m.agent_connected.get_or_create(&labels).set(i64::from(connected));
+        if connected {
+            m.agent_sessions.get_or_create(&labels).inc();
+        }
+    }
+}

@@ -1,0 +1,248 @@
+//! Policy decisions: each sample WebAssembly guest against the built-in native
+//! policy on the same inputs, in the same run. Every WASM decision runs in a
+//! fresh instance, as in production.
+//!
+//! Run with `cargo xtask bench` (builds the guests first). Prints a table of
+//! medians and 99th percentiles and the WASM/native ratios. `--quick` runs
+//! briefly; `--only TEXT` runs the rows whose name contains TEXT.
+
+use std::hint::black_box;
+use std::path::PathBuf;
+use std::time::{Duration, Instant};
+
+use berth_policy::builtin::Builtins;
+use berth_policy::samples::{failure, node, pairs, volume};
+use berth_policy::{
+    Candidates, Code, EngineOptions, Health, ModuleConfig, NamingRequest, Operation, PlacementRequest,
+    PolicyEngine, PolicyModule, Purpose, candidates,
+};
+
+struct Stats {
+    median: Duration,
+    p99: Duration,
+}
+
+/// Times `wasm` and `native` alternately for about `budget`, after a warm-up,
+/// so both see the same machine conditions and their ratio is fair.
+fn measure(budget: Duration, mut wasm: impl FnMut(), mut native: impl FnMut()) -> (Stats, Stats) {
+    let warm = Instant::now();
+    while warm.elapsed() < budget / 10 {
+        wasm();
+        native();
+    }
+    let (mut a, mut b) = (Vec::new(), Vec::new());
+    let start = Instant::now();
+    while start.elapsed() < budget || a.len() < 20 {
+        let t = Instant::now();
+        wasm();
+        a.push(t.elapsed());
+        let t = Instant::now();
+        native();
+        b.push(t.elapsed());
+    }
+    (stats(a), stats(b))
+}
+
+fn stats(mut samples: Vec<Duration>) -> Stats {
+    samples.sort();
+    Stats {
+        median: samples[samples.len() / 2],
+        p99: samples[samples.len() * 99 / 100],
+    }
+}
+
+fn show(d: Duration) -> String {
+    let ns = d.as_nanos() as f64;
+    if ns < 1_000.0 {
+        format!("{ns:.0} ns")
+    } else if ns < 1_000_000.0 {
+        format!("{:.1} µs", ns / 1e3)
+    } else {
+        format!("{:.2} ms", ns / 1e6)
+    }
+}
+
+fn row(name: &str, wasm: &Stats, native: &Stats) {
+    println!(
+        "| {name:<24} | {:>10} | {:>10} | {:>10} | {:>10} | {:>7.1}× |",
+        show(wasm.median),
+        show(wasm.p99),
+        show(native.median),
+        show(native.p99),
+        wasm.median.as_secs_f64() / native.median.as_secs_f64()
+    );
+}
+
+fn guests_dir() -> PathBuf {
+    std::env::var_os("BERTH_GUESTS_DIR")
+        .map(PathBuf::from)
+        .unwrap_or_else(|| {
+            PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("../../target/guests/wasm32-wasip2/guest")
+        })
+}
+
+fn python_guests_dir() -> PathBuf {
+    PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("../../target/guests/python")
+}
+
+fn load(engine: &PolicyEngine, file: &str) -> PolicyModule {
+    load_from(engine, &guests_dir().join(file))
+}
+
+fn load_from(engine: &PolicyEngine, path: &std::path::Path) -> PolicyModule {
+    PolicyModule::load(engine, ModuleConfig::from_path(path))
+        .unwrap_or_else(|e| panic!("{e} (build the guests with `cargo xtask guests`)"))
+}
+
+/// A cluster of `n` nodes over three zones and 40 racks (so 120 distinct
+/// topologies), with mixed load, labels and health. `BERTH_BENCH_RACKS`
+/// changes the racks, e.g. to 1 to see the cost of the nodes alone.
+fn cluster(n: usize) -> Candidates {
+    let racks: usize = std::env::var("BERTH_BENCH_RACKS")
+        .ok()
+        .and_then(|r| r.parse().ok())
+        .filter(|r| *r > 0)
+        .unwrap_or(40);
+    let nodes: Vec<_> = (0..n)
+        .map(|i| {
+            let zone = ["zone-a", "zone-b", "zone-c"][i % 3];
+            let rack = format!("rack-{}", i % racks);
+            let mut node = node(&format!("node-{i:05}"), &[("zone", zone), ("rack", &rack)]);
+            node.max_volumes = Some(64);
+            node.published_volumes = (i as u64 * 7) % 70;
+            node.labels = pairs(&[("disk", if i % 2 == 0 { "ssd" } else { "hdd" })]);
+            if i % 50 == 0 {
+                node.health = Health::Unhealthy;
+            }
+            node
+        })
+        .collect();
+    candidates(&nodes)
+}
+
+/// Placement for creating `volume`, with no settings.
+fn create(volume: berth_policy::Volume) -> PlacementRequest {
+    PlacementRequest {
+        volume,
+        purpose: Purpose::Create,
+        accessible_topology: vec![],
+        settings: vec![],
+    }
+}
+
+fn main() {
+    // `cargo bench` passes --bench; a quick run for CI passes --quick.
+    let args: Vec<String> = std::env::args().collect();
+    let quick = args.iter().any(|a| a == "--quick");
+    // `--only TEXT` runs the rows whose name contains TEXT.
+    let only = args
+        .iter()
+        .position(|a| a == "--only")
+        .and_then(|i| args.get(i + 1))
+        .cloned();
+    let wanted = |name: &str| only.as_deref().is_none_or(|o| name.contains(o));
+    let budget = if quick {
+        Duration::from_millis(200)
+    } else {
+        Duration::from_secs(2)
+    };
+    let engine = PolicyEngine::new(EngineOptions::default()).expect("policy engine");
+    // Decisions run as Berth runs them: awaited on the async runtime.
+    let rt = tokio::runtime::Builder::new_current_thread()
+        .enable_all()
+        .build()
+        .expect("tokio runtime");
+    let builtins = Builtins::default();
+    let naming = load(&engine, "berth_naming_guest.wasm");
+    // BERTH_BENCH_PLACEMENT=<file> swaps the placement guest, e.g. to measure
+    // the sandbox's own cost with a guest that does no work.
+    let placement_file =
+        std::env::var("BERTH_BENCH_PLACEMENT").unwrap_or("berth_placement_guest.wasm".into());
+    let placement = load(&engine, &placement_file);
+    let retry = load(&engine, "berth_retry_guest.wasm");
+
+    println!("| decision                 | WASM p50   | WASM p99   | native p50 | native p99 | ratio    |");
+    println!("|--------------------------|-----------:|-----------:|-----------:|-----------:|---------:|");
+
+    let request = NamingRequest {
+        volume: volume("postgres-data"),
+        settings: vec![],
+    };
+    // The Python component is loaded only when its row runs: it carries an
+    // interpreter's worth of memory and core instances, reset every decision.
+    let python_naming = || load_from(&engine, &python_guests_dir().join("berth_naming_py.wasm"));
+    for (name, module) in [("naming", None), ("naming, Python", Some(&python_naming))] {
+        if !wanted(name) {
+            continue;
+        }
+        let module = module.map(|load| load());
+        let module = module.as_ref().unwrap_or(&naming);
+        let (wasm, native) = measure(
+            budget,
+            || {
+                let _ = black_box(rt.block_on(module.volume_name(&engine, &request)).unwrap());
+            },
+            || {
+                black_box(builtins.naming.volume_name(&request.volume));
+            },
+        );
+        row(name, &wasm, &native);
+    }
+
+    for n in [10, 100, 1_000, 10_000] {
+        let name = format!("placement, {n} nodes");
+        if !wanted(&name) {
+            continue;
+        }
+        let nodes = cluster(n);
+        let mut v = volume("data");
+        v.requisite_topology = vec![pairs(&[("zone", "zone-a")]), pairs(&[("zone", "zone-b")])];
+        v.preferred_topology = vec![pairs(&[("zone", "zone-b")])];
+        let request = create(v);
+        let (wasm, native) = measure(
+            budget,
+            || {
+                black_box(rt.block_on(placement.place(&engine, &request, &nodes)).unwrap());
+            },
+            || {
+                black_box(builtins.placement.place(&request, &nodes));
+            },
+        );
+        row(&name, &wasm, &native);
+    }
+
+    // What a new volume asks on one node: naming, then placement, one after
+    // the other on the same thread, as the reconciler asks them.
+    if wanted("a volume's decisions") {
+        let one = cluster(1);
+        let request_p = create(volume("data"));
+        let (wasm, native) = measure(
+            budget,
+            || {
+                rt.block_on(async {
+                    let _ = black_box(naming.volume_name(&engine, &request).await.unwrap());
+                    black_box(placement.place(&engine, &request_p, &one).await.unwrap());
+                });
+            },
+            || {
+                black_box(builtins.naming.volume_name(&request.volume));
+                black_box(builtins.placement.place(&request_p, &one));
+            },
+        );
+        row("a volume's decisions", &wasm, &native);
+    }
+
+    if wanted("retry") {
+        let f = failure(Operation::CreateVolume, Code::Unavailable, 3);
+        let (wasm, native) = measure(
+            budget,
+            || {
+                black_box(rt.block_on(retry.classify(&engine, &f)).unwrap());
+            },
+            || {
+                black_box(builtins.retry.classify(&f));
+            },
+        );
+        row("retry", &wasm, &native);
+    }
+}

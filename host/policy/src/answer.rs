@@ -1,0 +1,141 @@
+//! The contract a guest's answer must meet, checked before Berth uses it.
+
+use crate::{RetryDecision, Verdicts};
+
+/// The CSI spec's limit for names (CreateVolumeRequest.name).
+pub const MAX_NAME_BYTES: usize = 128;
+/// A verdict's reason is for humans: a line, not a document.
+pub const MAX_REASON_BYTES: usize = 256;
+/// A retry delay of more than a day is a bug, not a policy.
+pub const MAX_RETRY_DELAY_MS: u64 = 24 * 60 * 60 * 1000;
+
+/// Whether `name` may be sent as `CreateVolumeRequest.name`: non-empty, at
+/// most 128 bytes, and none of the control characters the CSI spec bans.
+pub fn validate_volume_name(name: &str) -> Result<(), String> {
+    if name.is_empty() {
+        return Err("the volume name is empty".into());
+    }
+    if name.len() > MAX_NAME_BYTES {
+        return Err(format!(
+            "the volume name is {} bytes; CSI allows at most {MAX_NAME_BYTES}",
+            name.len()
+        ));
+    }
+    let banned = |c: char| matches!(c, '\u{0}'..='\u{8}' | '\u{b}' | '\u{c}' | '\u{e}'..='\u{1f}' | '\u{7f}'..='\u{9f}');
+    if let Some(c) = name.chars().find(|&c| banned(c)) {
+        return Err(format!(
+            "the volume name contains the control character U+{:04X}, which CSI bans",
+            c as u32
+        ));
+    }
+    Ok(())
+}
+
+pub fn validate_verdicts(verdicts: &Verdicts, candidates: usize) -> Result<(), String> {
+    let (refusals, scores) = (verdicts.refusals.len(), verdicts.scores.len());
+    if refusals != candidates || scores != candidates {
+        return Err(format!(
+            "{refusals} refusals and {scores} scores for {candidates} candidates; there must be one of each per candidate"
+        ));
+    }
+    let reasons = verdicts.reasons.len();
+    // `max` first: one vectorised pass in the common case.
+    let highest = verdicts.refusals.iter().copied().max().unwrap_or(0);
+    if highest as usize > reasons
+        && let Some(i) = verdicts.refusals.iter().position(|r| *r as usize > reasons)
+    {
+        return Err(format!(
+            "candidate {i} is refused for reason {}, and there are {reasons} reasons",
+            verdicts.refusals[i]
+        ));
+    }
+    for (i, r) in verdicts.reasons.iter().enumerate() {
+        validate_reason(r).map_err(|e| format!("reason {i} {e}"))?;
+    }
+    Ok(())
+}
+
+/// A reason is one line for an operator's terminal: bounded, and without
+/// control characters (which could clear a screen or fake a line).
+fn validate_reason(reason: &str) -> Result<(), String> {
+    if reason.len() > MAX_REASON_BYTES {
+        return Err(format!("is {} bytes; at most {MAX_REASON_BYTES}", reason.len()));
+    }
+    // Printable ASCII, the common case, needs no decoding.
+    if reason.bytes().all(|b| (0x20..0x7f).contains(&b)) {
+        return Ok(());
+    }
+    if let Some(c) = reason.chars().find(|c| c.is_control()) {
+        return Err(format!(
+            "contains the control character U+{:04X}; a reason is one line of text",
+            c as u32
+        ));
+    }
+    Ok(())
+}
+
+pub fn validate_retry(decision: &RetryDecision) -> Result<(), String> {
+    match decision {
+        RetryDecision::RetryAfter(ms) if *ms > MAX_RETRY_DELAY_MS => Err(format!(
+            "retry after {ms} ms is more than a day ({MAX_RETRY_DELAY_MS} ms)"
+        )),
+        RetryDecision::GiveUp(reason) if reason.trim().is_empty() => {
+            Err("give-up needs a reason for the operator".into())
+        }
+        _ => Ok(()),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn names_follow_the_csi_rules() {
+        assert!(validate_volume_name("pv-data-1a2b").is_ok());
+        assert!(
+            validate_volume_name("with space and ünïcödé\ttab").is_ok(),
+            "tab and newline are allowed"
+        );
+        assert!(validate_volume_name(&"a".repeat(128)).is_ok());
+        assert!(validate_volume_name("").unwrap_err().contains("empty"));
+        assert!(
+            validate_volume_name(&"a".repeat(129))
+                .unwrap_err()
+                .contains("129 bytes")
+        );
+        assert!(validate_volume_name("bad\u{7}").unwrap_err().contains("U+0007"));
+        assert!(validate_volume_name("c1\u{85}").unwrap_err().contains("U+0085"));
+    }
+
+    #[test]
+    fn verdicts_and_retries() {
+        let v = |reason: &str| Verdicts {
+            refusals: vec![1],
+            scores: vec![0],
+            reasons: vec![reason.into()],
+        };
+        assert!(validate_verdicts(&v("full"), 1).is_ok());
+        assert!(
+            validate_verdicts(&v("ok"), 2)
+                .unwrap_err()
+                .contains("for 2 candidates")
+        );
+        let mut past = v("full");
+        past.refusals[0] = 2;
+        assert!(validate_verdicts(&past, 1).unwrap_err().contains("reason 2"));
+        let mut short = v("full");
+        short.scores.clear();
+        assert!(validate_verdicts(&short, 1).unwrap_err().contains("0 scores"));
+        assert!(validate_verdicts(&v(&"r".repeat(300)), 1).is_err());
+        for bad in ["\x1b[2Jgone", "nul\0", "two\nlines"] {
+            let e = validate_verdicts(&v(bad), 1).unwrap_err();
+            assert!(e.contains("control character"), "{e}");
+        }
+        // A give-up's reason is shown escaped; 0.1.0 modules may write any.
+        assert!(validate_retry(&RetryDecision::GiveUp("a\x1bb".into())).is_ok());
+        assert!(validate_retry(&RetryDecision::RetryAfter(1000)).is_ok());
+        assert!(validate_retry(&RetryDecision::RetryAfter(u64::MAX)).is_err());
+        assert!(validate_retry(&RetryDecision::GiveUp(" ".into())).is_err());
+    }
+}

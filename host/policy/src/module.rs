@@ -1,0 +1,545 @@
+//! One policy module: compiled once, checked at load, pre-instantiated, and
+//! run in a fresh instance for every decision.
+
+use std::collections::BTreeMap;
+use std::path::{Path, PathBuf};
+use std::sync::atomic::AtomicU64;
+use std::time::Duration;
+
+use serde::{Deserialize, Serialize};
+use wasmtime::component::{
+    ComponentExportIndex, ComponentNamedList, Instance, InstancePre, Lift, Lower, TypedFunc,
+};
+use wasmtime::{Store, Trap};
+
+use crate::answer::{validate_retry, validate_verdicts, validate_volume_name};
+use crate::bindings::{Contract, PACKAGE, v0_1};
+use crate::component::{block_on, check_imports, find_exports, footprint};
+use crate::memory::initial_memory;
+
+/// An initial memory past this is more than a policy's stack and data need.
+const LARGE_INITIAL_MEMORY: u64 = 1 << 20;
+
+fn bytes_shown(n: u64) -> String {
+    berth_model::units::format_bytes(usize::try_from(n).unwrap_or(usize::MAX))
+}
+use crate::engine::{Footprint, GuestState, MemoryLimitExceeded, PolicyEngine, Sandbox};
+use crate::error::{GuestFailure, PolicyError, bytes};
+use crate::{
+    CandidateColumns, Candidates, Decision, Failure, NamingRequest, PlacementRequest, RetryDecision, Verdicts,
+};
+
+/// What to do when a module fails to decide.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "kebab-case")]
+pub enum OnError {
+    /// The decision fails; the operation waits and is retried later.
+    #[default]
+    Fail,
+    /// Berth decides with its built-in policy instead.
+    Builtin,
+}
+
+/// Hard limits on one module's decisions.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct Limits {
+    /// Linear memory a decision may use.
+    pub memory_bytes: usize,
+    /// Wall-clock time a decision may take, instantiation included.
+    pub deadline: Duration,
+    /// Size of an answer (strings and lists, in bytes).
+    pub max_answer_bytes: usize,
+}
+
+impl Default for Limits {
+    fn default() -> Self {
+        Limits {
+            memory_bytes: 32 << 20,
+            deadline: Duration::from_millis(100),
+            max_answer_bytes: 1 << 20,
+        }
+    }
+}
+
+/// Everything the operator configures for one module.
+#[derive(Clone, Debug, Default)]
+pub struct ModuleConfig {
+    /// The operator's name for the module (logs, errors, metrics).
+    pub name: String,
+    pub path: PathBuf,
+    /// Settings passed to the guest with every decision.
+    pub settings: BTreeMap<String, String>,
+    pub limits: Limits,
+    pub on_error: OnError,
+}
+
+impl ModuleConfig {
+    /// A module with default limits, named after its file.
+    pub fn from_path(path: &Path) -> Self {
+        ModuleConfig {
+            name: path
+                .file_stem()
+                .map(|s| s.to_string_lossy().into_owned())
+                .unwrap_or_else(|| "module".into()),
+            path: path.to_path_buf(),
+            ..Default::default()
+        }
+    }
+}
+
+/// Counters for one module, for status output and tests.
+#[derive(Debug, Default)]
+pub struct Counters {
+    pub decisions: AtomicU64,
+    pub failures: AtomicU64,
+    pub fallbacks: AtomicU64,
+}
+
+/// A loaded, validated, pre-instantiated policy module.
+pub struct PolicyModule {
+    config: ModuleConfig,
+    imports: Vec<String>,
+    settings: Vec<(String, String)>,
+    pre: InstancePre<GuestState>,
+    naming: Option<ComponentExportIndex>,
+    placement: Option<ComponentExportIndex>,
+    retry: Option<ComponentExportIndex>,
+    /// The package release the module was built against.
+    contract: Contract,
+    pub counters: Counters,
+    /// The largest initial memory its core modules declare.
+    initial_memory: Option<u64>,
+    /// What one decision takes from the engine's pools.
+    footprint: Footprint,
+}
+
+#[derive(Debug, thiserror::Error)]
+#[error("answer too large")]
+struct TooLarge {
+    bytes: usize,
+}
+
+impl PolicyModule {
+    /// Reads, compiles and validates a module, then instantiates it once under
+    /// its limits to prove every exported decision has the right signature.
+    pub fn load(engine: &PolicyEngine, config: ModuleConfig) -> Result<Self, PolicyError> {
+        let fail = |failure: GuestFailure| PolicyError {
+            module: config.name.clone(),
+            decision: Decision::Naming,
+            failure,
+        };
+        if config.limits.memory_bytes > engine.options().max_module_memory {
+            return Err(fail(GuestFailure::Load(format!(
+                "memory limit {} is above the engine's maximum of {}",
+                bytes(config.limits.memory_bytes),
+                bytes(engine.options().max_module_memory)
+            ))));
+        }
+        let wasm = std::fs::read(&config.path).map_err(|e| {
+            fail(GuestFailure::Load(format!(
+                "reading {}: {e}",
+                config.path.display()
+            )))
+        })?;
+        // The engine also reads the text format (tests write guests in it);
+        // anything else is refused before a parser says something obscure.
+        let text = wasm.iter().find(|b| !b.is_ascii_whitespace()) == Some(&b'(');
+        if !wasm.starts_with(b"\0asm") && !text {
+            return Err(fail(GuestFailure::Load(format!(
+                "{} is not a WebAssembly component (it does not start with the \\0asm header)",
+                config.path.display()
+            ))));
+        }
+        let initial_memory = initial_memory(&wasm);
+        let component = engine.compile(&wasm).map_err(|e| {
+            let hint = if wasm.starts_with(b"\0asm\x01\0\0\0") {
+                " (this is a core module; build a component, e.g. with --target wasm32-wasip2)"
+            } else {
+                ""
+            };
+            fail(GuestFailure::Load(format!("not a valid component{hint}: {e:#}")))
+        })?;
+        check_imports(engine, &component).map_err(|e| fail(GuestFailure::Load(e)))?;
+        let footprint = footprint(&component, &wasm);
+        engine.fits(&footprint).map_err(|e| fail(GuestFailure::Load(e)))?;
+        let (exports, contract) =
+            find_exports(engine, &component).map_err(|e| fail(GuestFailure::Load(e)))?;
+        let pre = engine
+            .linker()
+            .instantiate_pre(&component)
+            .map_err(|e| fail(GuestFailure::Load(format!("{e:#}"))))?;
+        let imports = component
+            .component_type()
+            .imports(engine.engine())
+            .map(|(name, _)| name.to_string())
+            .collect();
+        let module = PolicyModule {
+            imports,
+            settings: config
+                .settings
+                .iter()
+                .map(|(k, v)| (k.clone(), v.clone()))
+                .collect(),
+            config,
+            pre,
+            naming: exports[0],
+            placement: exports[1],
+            retry: exports[2],
+            contract,
+            counters: Counters::default(),
+            initial_memory,
+            footprint,
+        };
+        block_on(module.check_signatures(engine))?;
+        Ok(module)
+    }
+
+    pub fn name(&self) -> &str {
+        &self.config.name
+    }
+
+    /// Something about the module worth fixing, though it loads: today, an
+    /// initial memory larger than a policy needs (each decision resets it).
+    pub fn warning(&self) -> Option<String> {
+        let bytes = self.initial_memory.filter(|b| *b > LARGE_INITIAL_MEMORY)?;
+        Some(format!(
+            "{} starts with {} of linear memory, which every decision resets; a Rust guest built \
+             without the SDK's stack setting (-zstack-size=131072, see guests/README.md) reserves a 1 MiB stack \
+             (a Python guest carries its interpreter's heap, about 12 MiB)",
+            self.config.name,
+            bytes_shown(bytes)
+        ))
+    }
+
+    pub fn config(&self) -> &ModuleConfig {
+        &self.config
+    }
+
+    /// What one of its decisions takes from the engine's instance pools.
+    pub fn footprint(&self) -> Footprint {
+        self.footprint
+    }
+
+    /// The package release the module was built against.
+    pub fn contract(&self) -> Contract {
+        self.contract
+    }
+
+    /// The interfaces the module imports (all WASI, or the shared types).
+    pub fn imports(&self) -> &[String] {
+        &self.imports
+    }
+
+    pub fn settings(&self) -> &[(String, String)] {
+        &self.settings
+    }
+
+    /// The decisions this module exports.
+    pub fn decisions(&self) -> Vec<Decision> {
+        Decision::ALL
+            .into_iter()
+            .filter(|d| self.export(*d).is_some())
+            .collect()
+    }
+
+    pub fn serves(&self, decision: Decision) -> bool {
+        self.export(decision).is_some()
+    }
+
+    fn export(&self, decision: Decision) -> Option<&ComponentExportIndex> {
+        match decision {
+            Decision::Naming => self.naming.as_ref(),
+            Decision::Placement => self.placement.as_ref(),
+            Decision::Retry => self.retry.as_ref(),
+        }
+    }
+
+    /// Instantiates the module once and types each exported decision against
+    /// the signature of the release it was built for.
+    async fn check_signatures(&self, engine: &PolicyEngine) -> Result<(), PolicyError> {
+        for decision in self.decisions() {
+            let (mut sandbox, instance, index) = self.instantiate(engine, decision).await?;
+            let store = &mut sandbox.store;
+            let v0_1 = self.contract == Contract::V0_1;
+            let result = match decision {
+                Decision::Naming => instance
+                    .get_typed_func::<(&NamingRequest,), (Result<String, String>,)>(store, index)
+                    .map(drop),
+                Decision::Placement if v0_1 => instance
+                    .get_typed_func::<(&PlacementRequest, &v0_1::Candidates), (Vec<v0_1::Verdict>,)>(
+                        store, index,
+                    )
+                    .map(drop),
+                Decision::Placement => instance
+                    .get_typed_func::<(&PlacementRequest, &CandidateColumns), (Verdicts,)>(store, index)
+                    .map(drop),
+                Decision::Retry if v0_1 => instance
+                    .get_typed_func::<(&v0_1::Failure,), (RetryDecision,)>(store, index)
+                    .map(drop),
+                Decision::Retry => instance
+                    .get_typed_func::<(&Failure,), (RetryDecision,)>(store, index)
+                    .map(drop),
+            };
+            result.map_err(|e| {
+                self.error(
+                    decision,
+                    GuestFailure::Load(format!(
+                        "{PACKAGE}/{}.{} does not have the signature of {}: {e:#}",
+                        decision.interface(),
+                        decision.function(),
+                        self.contract
+                    )),
+                )
+            })?;
+        }
+        Ok(())
+    }
+
+    fn error(&self, decision: Decision, failure: GuestFailure) -> PolicyError {
+        PolicyError {
+            module: self.config.name.clone(),
+            decision,
+            failure,
+        }
+    }
+
+    /// A fresh instance of the module in its own sandbox, and the decision's
+    /// exported function in it.
+    async fn instantiate<'e>(
+        &self,
+        engine: &'e PolicyEngine,
+        decision: Decision,
+    ) -> Result<(Sandbox<'e>, Instance, &ComponentExportIndex), PolicyError> {
+        let index = self
+            .export(decision)
+            .ok_or_else(|| self.error(decision, GuestFailure::NotServed))?;
+        let limits = self.config.limits;
+        let mut sandbox = engine
+            .store(&self.footprint, limits.memory_bytes, limits.deadline)
+            .await;
+        match self.pre.instantiate_async(&mut sandbox.store).await {
+            Ok(instance) => Ok((sandbox, instance, index)),
+            Err(e) => Err(self.error(
+                decision,
+                match classify(&e, &sandbox.store, &limits) {
+                    GuestFailure::Trap(why) => GuestFailure::Instantiate(why),
+                    other => other,
+                },
+            )),
+        }
+    }
+
+    /// A fresh instance's function for `decision`, typed as `P -> R`.
+    async fn prepare<'e, P, R>(
+        &self,
+        engine: &'e PolicyEngine,
+        decision: Decision,
+    ) -> Result<(Sandbox<'e>, TypedFunc<P, R>), PolicyError>
+    where
+        P: ComponentNamedList + Lower,
+        R: ComponentNamedList + Lift,
+    {
+        let (mut sandbox, instance, index) = self.instantiate(engine, decision).await?;
+        let func = instance
+            .get_func(&mut sandbox.store, index)
+            .ok_or_else(|| self.error(decision, GuestFailure::Trap("exported function missing".into())))?;
+        // SAFETY: `check_signatures` type-checked this export of this component
+        // against the parameter and result types of the module's release when
+        // it loaded, every caller passes those types for that release, and
+        // every instance comes from the same `InstancePre`.
+        Ok((sandbox, unsafe { TypedFunc::new_unchecked(func) }))
+    }
+
+    /// The typed error for a decision's call that failed.
+    fn failed(&self, decision: Decision, e: &wasmtime::Error, sandbox: &Sandbox<'_>) -> PolicyError {
+        self.error(decision, classify(e, &sandbox.store, &self.config.limits))
+    }
+
+    /// `naming.volume-name`: the guest's name, or its refusal (`Err`).
+    pub async fn volume_name(
+        &self,
+        engine: &PolicyEngine,
+        request: &NamingRequest,
+    ) -> Result<Result<String, String>, PolicyError> {
+        let max = self.config.limits.max_answer_bytes;
+        let (mut sandbox, func) = self
+            .prepare::<(&NamingRequest,), (Result<String, String>,)>(engine, Decision::Naming)
+            .await?;
+        let answer = async {
+            let (answer,) = func.call_async(&mut sandbox.store, (request,)).await?;
+            let (Ok(text) | Err(text)) = &answer;
+            within(text.len(), max)?;
+            Ok(answer)
+        }
+        .await
+        .map_err(|e| self.failed(Decision::Naming, &e, &sandbox))?;
+        if let Ok(name) = &answer {
+            validate_volume_name(name).map_err(|why| self.invalid(Decision::Naming, why))?;
+        }
+        Ok(answer)
+    }
+
+    /// `placement.place`: a verdict on every candidate.
+    pub async fn place(
+        &self,
+        engine: &PolicyEngine,
+        request: &PlacementRequest,
+        candidates: &Candidates,
+    ) -> Result<Verdicts, PolicyError> {
+        let decision = Decision::Placement;
+        candidates
+            .check()
+            .map_err(|why| self.invalid(decision, format!("bad request: {why}")))?;
+        let max = self.config.limits.max_answer_bytes;
+        let verdicts = match self.contract {
+            Contract::V0_1 => {
+                let old = v0_1::candidates(candidates);
+                let (mut sandbox, func) = self
+                    .prepare::<(&PlacementRequest, &v0_1::Candidates), (Vec<v0_1::Verdict>,)>(
+                        engine, decision,
+                    )
+                    .await?;
+                let verdicts = async {
+                    let (verdicts,) = func.call_async(&mut sandbox.store, (request, &old)).await?;
+                    let reasons: usize = verdicts.iter().map(|v| v.reason.len()).sum();
+                    within(
+                        verdicts.len() * std::mem::size_of::<v0_1::Verdict>() + reasons,
+                        max,
+                    )?;
+                    Ok(verdicts)
+                }
+                .await
+                .map_err(|e| self.failed(decision, &e, &sandbox))?;
+                if verdicts.len() != candidates.len() {
+                    return Err(self.invalid(
+                        decision,
+                        format!(
+                            "{} verdicts for {} candidates; there must be one per candidate",
+                            verdicts.len(),
+                            candidates.len()
+                        ),
+                    ));
+                }
+                v0_1::verdicts(&verdicts)
+            }
+            Contract::V0_2 => {
+                let (mut sandbox, func) = self
+                    .prepare::<(&PlacementRequest, &CandidateColumns), (Verdicts,)>(engine, decision)
+                    .await?;
+                async {
+                    let (verdicts,) = func
+                        .call_async(&mut sandbox.store, (request, &candidates.columns))
+                        .await?;
+                    let reasons: usize = verdicts.reasons.iter().map(|r| r.len() + 16).sum();
+                    within(
+                        verdicts.refusals.len() * 4 + verdicts.scores.len() * 4 + reasons,
+                        max,
+                    )?;
+                    Ok(verdicts)
+                }
+                .await
+                .map_err(|e| self.failed(decision, &e, &sandbox))?
+            }
+        };
+        validate_verdicts(&verdicts, candidates.len()).map_err(|why| self.invalid(decision, why))?;
+        Ok(verdicts)
+    }
+
+    /// `retry.classify`: what to do after a failed CSI call.
+    pub async fn classify(
+        &self,
+        engine: &PolicyEngine,
+        failure: &Failure,
+    ) -> Result<RetryDecision, PolicyError> {
+        let decision = Decision::Retry;
+        let max = self.config.limits.max_answer_bytes;
+        let answer = match self.contract {
+            Contract::V0_1 => {
+                let old =
+                    v0_1::failure(failure).ok_or_else(|| self.error(decision, GuestFailure::NotServed))?;
+                let (mut sandbox, func) = self
+                    .prepare::<(&v0_1::Failure,), (RetryDecision,)>(engine, decision)
+                    .await?;
+                let answer = func.call_async(&mut sandbox.store, (&old,)).await;
+                answer.map_err(|e| self.failed(decision, &e, &sandbox))?.0
+            }
+            Contract::V0_2 => {
+                let (mut sandbox, func) = self
+                    .prepare::<(&Failure,), (RetryDecision,)>(engine, decision)
+                    .await?;
+                let answer = func.call_async(&mut sandbox.store, (failure,)).await;
+                answer.map_err(|e| self.failed(decision, &e, &sandbox))?.0
+            }
+        };
+        if let RetryDecision::GiveUp(reason) = &answer
+            && reason.len() > max
+        {
+            return Err(self.error(
+                decision,
+                GuestFailure::AnswerTooLarge {
+                    bytes: reason.len(),
+                    limit: max,
+                },
+            ));
+        }
+        validate_retry(&answer).map_err(|why| self.invalid(decision, why))?;
+        Ok(answer)
+    }
+
+    fn invalid(&self, decision: Decision, why: String) -> PolicyError {
+        PolicyError {
+            module: self.config.name.clone(),
+            decision,
+            failure: GuestFailure::InvalidAnswer(why),
+        }
+    }
+}
+
+/// Checks an answer's size against the module's bound. The copy out of the
+/// guest has already happened by then (wasmtime frees the guest's answer as
+/// the call returns), so the copy itself is bounded by the memory limit.
+fn within(bytes: usize, max: usize) -> wasmtime::Result<()> {
+    if bytes > max {
+        return Err(wasmtime::Error::new(TooLarge { bytes }));
+    }
+    Ok(())
+}
+
+fn classify(e: &wasmtime::Error, store: &Store<GuestState>, limits: &Limits) -> GuestFailure {
+    if let Some(t) = e.downcast_ref::<TooLarge>() {
+        return GuestFailure::AnswerTooLarge {
+            bytes: t.bytes,
+            limit: limits.max_answer_bytes,
+        };
+    }
+    if e.chain()
+        .any(|c| c.downcast_ref::<MemoryLimitExceeded>().is_some())
+    {
+        return GuestFailure::MemoryLimit {
+            limit: limits.memory_bytes,
+        };
+    }
+    match e.downcast_ref::<Trap>() {
+        Some(Trap::Interrupt) => GuestFailure::Deadline(limits.deadline),
+        Some(trap) => {
+            // Guests keep their stack at the start of linear memory (the
+            // SDK's layout, and wasm-ld's with a stack size set): one that
+            // overflows wraps below zero, and the access after traps as out
+            // of bounds. Safe code has no other way to get there.
+            let what = if *trap == Trap::MemoryOutOfBounds {
+                format!(
+                    "{trap}: a stack overflow (deep recursion, or large locals for the guest's stack), or a stray pointer"
+                )
+            } else {
+                trap.to_string()
+            };
+            let stderr = store.data().stderr_text();
+            if stderr.is_empty() {
+                GuestFailure::Trap(what)
+            } else {
+                GuestFailure::Trap(format!("{what}; the guest said: {stderr}"))
+            }
+        }
+        None => GuestFailure::Trap(format!("{e:#}")),
+    }
+}

@@ -1,0 +1,302 @@
+//! The decisions as the rest of Berth asks for them: each served by its
+//! configured module, or by the built-in policy when none is configured (or,
+//! with `on_error = "builtin"`, when the module fails).
+
+use std::sync::atomic::Ordering;
+use std::sync::{Arc, RwLock};
+use std::time::Instant;
+
+use serde::Serialize;
+
+use crate::builtin::Builtins;
+use crate::module::{ModuleConfig, OnError, PolicyModule};
+use crate::{
+    Candidates, Decision, Failure, NamingRequest, Pairs, PlacementRequest, PolicyEngine, PolicyError,
+    Purpose, RetryDecision, Verdicts, Volume,
+};
+use berth_metrics::{self as metrics, Outcome, Text};
+
+/// What naming decided for a volume.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub enum NamingOutcome {
+    /// The name to send as `CreateVolumeRequest.name` (already validated).
+    Named(String),
+    /// The policy refused to name the volume, with its reason.
+    Refused(String),
+}
+
+/// One module's counters, for status output.
+#[derive(Clone, Debug, Serialize)]
+pub struct PolicyStats {
+    pub module: String,
+    pub decisions: Vec<Decision>,
+    pub on_error: OnError,
+    pub calls: u64,
+    pub failures: u64,
+    pub fallbacks: u64,
+}
+
+pub struct Policies {
+    engine: Arc<PolicyEngine>,
+    slots: [RwLock<Option<Arc<PolicyModule>>>; 3],
+    builtins: Builtins,
+}
+
+impl Policies {
+    pub fn new(engine: Arc<PolicyEngine>, builtins: Builtins) -> Self {
+        Policies {
+            engine,
+            slots: Default::default(),
+            builtins,
+        }
+    }
+
+    pub fn engine(&self) -> &Arc<PolicyEngine> {
+        &self.engine
+    }
+
+    pub fn builtins(&self) -> &Builtins {
+        &self.builtins
+    }
+
+    fn slot(&self, decision: Decision) -> &RwLock<Option<Arc<PolicyModule>>> {
+        &self.slots[decision as usize]
+    }
+
+    /// The module serving `decision`, if any.
+    pub fn module(&self, decision: Decision) -> Option<Arc<PolicyModule>> {
+        self.slot(decision)
+            .read()
+            .unwrap_or_else(|p| p.into_inner())
+            .clone()
+    }
+
+    /// Loads a module and makes it serve `decisions` (every decision it
+    /// exports, when empty). Atomic: if loading fails, or the module does not
+    /// serve a decision asked of it, the modules in place stay.
+    pub fn load(
+        &self,
+        config: ModuleConfig,
+        decisions: &[Decision],
+    ) -> Result<Arc<PolicyModule>, PolicyError> {
+        let module = Arc::new(PolicyModule::load(&self.engine, config)?);
+        let wanted = if decisions.is_empty() {
+            module.decisions()
+        } else {
+            decisions.to_vec()
+        };
+        if let Some(missing) = wanted.iter().find(|d| !module.serves(**d)) {
+            return Err(PolicyError {
+                module: module.name().to_string(),
+                decision: *missing,
+                failure: crate::GuestFailure::NotServed,
+            });
+        }
+        for decision in wanted {
+            let old = self
+                .slot(decision)
+                .write()
+                .unwrap_or_else(|p| p.into_inner())
+                .replace(module.clone());
+            tracing::info!(
+                module = module.name(),
+                %decision,
+                replaced = old.as_ref().map(|m| m.name()),
+                "policy module installed"
+            );
+        }
+        Ok(module)
+    }
+
+    /// Makes `modules` (each with the decisions it is to serve; every one it
+    /// exports when empty) the whole set in service, at once. Each is loaded
+    /// and checked first; if one fails to load, does not serve what is asked
+    /// of it, or two would serve the same decision, nothing changes. Decisions
+    /// no module serves go back to the built-in policies.
+    pub fn replace_all(&self, modules: &[(ModuleConfig, Vec<Decision>)]) -> Result<(), String> {
+        let mut serving: [Option<(usize, Arc<PolicyModule>)>; 3] = Default::default();
+        for (i, (config, decisions)) in modules.iter().enumerate() {
+            let module = Arc::new(
+                PolicyModule::load(&self.engine, config.clone()).map_err(|e| format!("policy[{i}]: {e}"))?,
+            );
+            if let Some(w) = module.warning() {
+                tracing::warn!(module = module.name(), "{w}");
+            }
+            let wanted = if decisions.is_empty() {
+                module.decisions()
+            } else {
+                decisions.clone()
+            };
+            for d in wanted {
+                if !module.serves(d) {
+                    return Err(format!(
+                        "policy[{i}]: {} does not export {d}",
+                        config.path.display()
+                    ));
+                }
+                if let Some((j, _)) = &serving[d as usize] {
+                    return Err(format!(
+                        "policy[{i}]: {} serves {d}, and so does policy[{j}] ({}); give each decision one module (decisions = [...])",
+                        config.path.display(),
+                        modules[*j].0.path.display()
+                    ));
+                }
+                serving[d as usize] = Some((i, module.clone()));
+            }
+        }
+        for (d, new) in Decision::ALL.into_iter().zip(serving) {
+            let new = new.map(|(_, m)| m);
+            tracing::info!(module = new.as_ref().map(|m| m.name()), decision = %d, "policy in service");
+            *self.slot(d).write().unwrap_or_else(|p| p.into_inner()) = new;
+        }
+        Ok(())
+    }
+
+    /// Goes back to the built-in policy for `decision`.
+    pub fn remove(&self, decision: Decision) {
+        self.slot(decision)
+            .write()
+            .unwrap_or_else(|p| p.into_inner())
+            .take();
+    }
+
+    /// Runs `wasm` on the decision's module, applying its `on_error`, or the
+    /// built-in policy when no module serves the decision.
+    async fn decide<T>(
+        &self,
+        decision: Decision,
+        wasm: impl AsyncFnOnce(&PolicyModule) -> Result<T, PolicyError>,
+        builtin: impl FnOnce() -> T,
+    ) -> Result<T, PolicyError> {
+        let started = metrics::get().map(|_| Instant::now());
+        let observe = |module: Text, outcome, trapped| {
+            if let Some(started) = started {
+                metrics::decision(&module, decision.interface(), outcome, trapped, started.elapsed());
+            }
+        };
+        let Some(module) = self.module(decision) else {
+            let answer = builtin();
+            observe(Text::from_static("builtin"), Outcome::Ok, false);
+            return Ok(answer);
+        };
+        let counters = &module.counters;
+        counters.decisions.fetch_add(1, Ordering::Relaxed);
+        let answer = wasm(&module).await;
+        let name = || Text::from(module.name());
+        match answer {
+            Ok(answer) => {
+                observe(name(), Outcome::Ok, false);
+                Ok(answer)
+            }
+            Err(error) => {
+                counters.failures.fetch_add(1, Ordering::Relaxed);
+                let trapped = error.failure.is_trap();
+                match module.config().on_error {
+                    OnError::Fail => {
+                        observe(name(), Outcome::GuestError, trapped);
+                        tracing::warn!(%error, "policy decision failed");
+                        Err(error)
+                    }
+                    OnError::Builtin => {
+                        counters.fallbacks.fetch_add(1, Ordering::Relaxed);
+                        tracing::warn!(%error, "policy decision failed; used the built-in policy");
+                        let answer = builtin();
+                        observe(name(), Outcome::Fallback, trapped);
+                        Ok(answer)
+                    }
+                }
+            }
+        }
+    }
+
+    /// The backend name for a volume.
+    pub async fn volume_name(&self, volume: Volume) -> Result<NamingOutcome, PolicyError> {
+        let module = self.module(Decision::Naming);
+        let request = NamingRequest {
+            volume,
+            settings: settings_of(module.as_deref()),
+        };
+        self.decide(
+            Decision::Naming,
+            async |m| {
+                Ok(match m.volume_name(&self.engine, &request).await? {
+                    Ok(name) => NamingOutcome::Named(name),
+                    Err(reason) => NamingOutcome::Refused(reason),
+                })
+            },
+            || NamingOutcome::Named(self.builtins.naming.volume_name(&request.volume)),
+        )
+        .await
+    }
+
+    /// A verdict on every candidate node (build the set with [`crate::candidates`]).
+    pub async fn place(
+        &self,
+        volume: Volume,
+        purpose: Purpose,
+        accessible_topology: Vec<Pairs>,
+        candidates: &Candidates,
+    ) -> Result<Verdicts, PolicyError> {
+        let module = self.module(Decision::Placement);
+        let request = PlacementRequest {
+            volume,
+            purpose,
+            accessible_topology,
+            settings: settings_of(module.as_deref()),
+        };
+        self.decide(
+            Decision::Placement,
+            async |m| m.place(&self.engine, &request, candidates).await,
+            || self.builtins.placement.place(&request, candidates),
+        )
+        .await
+    }
+
+    /// What to do after a failed CSI call. `failure.settings` is filled in here.
+    pub async fn classify(&self, mut failure: Failure) -> Result<RetryDecision, PolicyError> {
+        let module = self.module(Decision::Retry);
+        if module
+            .as_ref()
+            .is_some_and(|m| !m.contract().knows(failure.operation))
+        {
+            // Built for a release without this operation: not its question.
+            return Ok(self.builtins.retry.classify(&failure));
+        }
+        failure.settings = settings_of(module.as_deref());
+        self.decide(
+            Decision::Retry,
+            async |m| m.classify(&self.engine, &failure).await,
+            || self.builtins.retry.classify(&failure),
+        )
+        .await
+    }
+
+    /// Counters of every installed module.
+    pub fn stats(&self) -> Vec<PolicyStats> {
+        let mut seen: Vec<Arc<PolicyModule>> = Vec::new();
+        for d in Decision::ALL {
+            if let Some(m) = self.module(d)
+                && !seen.iter().any(|s| Arc::ptr_eq(s, &m))
+            {
+                seen.push(m);
+            }
+        }
+        seen.iter()
+            .map(|m| PolicyStats {
+                module: m.name().to_string(),
+                decisions: Decision::ALL
+                    .into_iter()
+                    .filter(|d| self.module(*d).is_some_and(|x| Arc::ptr_eq(&x, m)))
+                    .collect(),
+                on_error: m.config().on_error,
+                calls: m.counters.decisions.load(Ordering::Relaxed),
+                failures: m.counters.failures.load(Ordering::Relaxed),
+                fallbacks: m.counters.fallbacks.load(Ordering::Relaxed),
+            })
+            .collect()
+    }
+}
+
+fn settings_of(module: Option<&PolicyModule>) -> Vec<(String, String)> {
+    module.map(|m| m.settings().to_vec()).unwrap_or_default()
+}

@@ -1,0 +1,474 @@
+//! The embedded store: one redb file, crash-safe. Writes go through a
+//! [`Committer`], so under load many changes share one fsync.
+
+use std::path::Path;
+
+use redb::{Database, ReadOnlyDatabase, ReadableDatabase, ReadableTable, TableDefinition};
+
+use crate::committer::{Change, Committer, Table};
+use crate::{NodeRecord, SCHEMA_VERSION, Store, StoreError, TokenRecord, decode, encode};
+use berth_model::VolumeRecord;
+
+const VOLUMES: TableDefinition<&str, &[u8]> = TableDefinition::new("volumes");
+/// Registered nodes by name (JSON); added without a schema change: a store
+/// without the table has no nodes, and older releases never open it.
+const NODES: TableDefinition<&str, &[u8]> = TableDefinition::new("nodes");
+/// Join tokens by id (JSON, the secret only as its hash); added without a
+/// schema change, as nodes were.
+const TOKENS: TableDefinition<&str, &[u8]> = TableDefinition::new("tokens");
+/// Facts about the store itself; added with schema version 1's recording.
+const META: TableDefinition<&str, u64> = TableDefinition::new("meta");
+const SCHEMA_KEY: &str = "schema_version";
+/// The store's page cache.
+const CACHE_BYTES: usize = 16 << 20;
+
+pub struct RedbStore {
+    committer: Committer,
+}
+
+/// A new redb file at `path`: made under a temporary name beside it,
+/// initialised by `init`, synced and renamed into place, so that a file
+/// that exists is a finished one (a kill while it was made leaves only the
+/// temporary, which the next attempt replaces).
+pub fn create_beside(path: &Path, init: impl FnOnce(&Path) -> std::io::Result<()>) -> std::io::Result<()> {
+    use std::io::Error;
+    let mut temporary = path.as_os_str().to_owned();
+    temporary.push(".new");
+    let temporary = std::path::PathBuf::from(temporary);
+    let _ = std::fs::remove_file(&temporary);
+    private_file(&temporary)?;
+    init(&temporary).map_err(|e| Error::new(e.kind(), format!("creating {}: {e}", temporary.display())))?;
+    std::fs::rename(&temporary, path).map_err(|e| {
+        Error::new(
+            e.kind(),
+            format!("renaming {} into place: {e}", temporary.display()),
+        )
+    })?;
+    if let Some(dir) = path.parent().filter(|p| !p.as_os_str().is_empty()) {
+        std::fs::File::open(dir)
+            .and_then(|d| d.sync_all())
+            .map_err(|e| Error::new(e.kind(), format!("syncing {}: {e}", dir.display())))?;
+    }
+    Ok(())
+}
+
+/// A new store, initialised with its tables and schema version.
+fn create(path: &Path) -> std::io::Result<()> {
+    create_beside(path, |temporary| {
+        let db = open_db(temporary).map_err(std::io::Error::other)?;
+        prepare(&db, None).map_err(std::io::Error::other)
+    })
+}
+
+fn failed(e: impl std::fmt::Display) -> StoreError {
+    StoreError::Failed(e.to_string())
+}
+
+/// A store file shorter than this cannot hold redb's header.
+const HEADER_BYTES: u64 = 512;
+
+fn open_db(path: &Path) -> Result<Database, redb::DatabaseError> {
+    // Every volume is held in memory by the manager; the store's own page
+    // cache only needs to serve writes and the load at start.
+    redb::Builder::new().set_cache_size(CACHE_BYTES).create(path)
+}
+
+/// Runs `open` and turns a panic inside redb (a damaged file can make it
+/// panic) into an error naming the file.
+fn guarded<T>(path: &Path, open: impl FnOnce() -> Result<T, StoreError>) -> Result<T, StoreError> {
+    std::panic::catch_unwind(std::panic::AssertUnwindSafe(open)).unwrap_or_else(|panic| {
+        let why = panic
+            .downcast_ref::<String>()
+            .cloned()
+            .or_else(|| panic.downcast_ref::<&str>().map(|s| s.to_string()))
+            .unwrap_or_default();
+        Err(StoreError::Open {
+            path: path.to_path_buf(),
+            message: format!("the file is damaged ({why}): restore it from a backup; it was not changed"),
+        })
+    })
+}
+
+impl RedbStore {
+    /// Opens the store file, checks its schema version, and starts its
+    /// committer. A missing file is made (beside its place, then renamed in,
+    /// so a file that is there was finished); one that is there but empty or
+    /// cut short is refused, never taken for a new store.
+    pub fn open(path: &Path) -> Result<RedbStore, StoreError> {
+        guarded(path, || RedbStore::open_unguarded(path))
+    }
+
+    fn open_unguarded(path: &Path) -> Result<RedbStore, StoreError> {
+        let open_error = |message: String| StoreError::Open {
+            path: path.to_path_buf(),
+            message,
+        };
+        if let Some(dir) = path.parent().filter(|p| !p.as_os_str().is_empty()) {
+            private_dir(dir).map_err(|e| open_error(format!("creating {}: {e}", dir.display())))?;
+        }
+        match std::fs::metadata(path) {
+            Ok(meta) if meta.len() < HEADER_BYTES => {
+                return Err(open_error(format!(
+                    "the file is there but holds {} bytes, too few for a store: it was cut short or emptied. Restore it from a backup; to start a new, empty store instead, remove it (every volume Berth tracked would be forgotten)",
+                    meta.len()
+                )));
+            }
+            Ok(meta) => warn_if_shared(
+                path,
+                &meta,
+                "the store file is readable by other users; chmod 600 it",
+            ),
+            Err(e) if e.kind() == std::io::ErrorKind::NotFound => {
+                create(path).map_err(|e| open_error(e.to_string()))?
+            }
+            Err(e) => return Err(open_error(e.to_string())),
+        }
+        // A store from a newer release is refused before anything could write
+        // to it: redb updates the file when it opens it for writing. (A file
+        // that needs crash recovery cannot be opened read-only; it is checked
+        // below, after recovery, before Berth writes anything.)
+        if let Ok(db) = ReadOnlyDatabase::open(path) {
+            let found = schema_version(&db).map_err(|e| open_error(e.to_string()))?;
+            refuse_newer(path, found)?;
+        }
+        let db = open_db(path).map_err(|e| open_error(e.to_string()))?;
+        let found = schema_version(&db).map_err(|e| open_error(e.to_string()))?;
+        refuse_newer(path, found)?;
+        prepare(&db, found).map_err(|e| open_error(e.to_string()))?;
+        let reopen_path = path.to_path_buf();
+        let committer = Committer::start(db, Box::new(move || open_db(&reopen_path)), "berth-store")
+            .map_err(|e| open_error(e.to_string()))?;
+        Ok(RedbStore { committer })
+    }
+
+    /// Whether the store can write now (for `/readyz`).
+    pub fn health(&self) -> Result<(), String> {
+        self.committer.health()
+    }
+
+    /// The schema version recorded in the file at `path`, without changing it.
+    pub fn recorded_schema(path: &Path) -> Result<Option<u64>, StoreError> {
+        let db = ReadOnlyDatabase::open(path).map_err(|e| StoreError::Open {
+            path: path.to_path_buf(),
+            message: e.to_string(),
+        })?;
+        schema_version(&db).map_err(failed)
+    }
+
+    async fn put_json(
+        &self,
+        table: Table,
+        key: &str,
+        value: &impl serde::Serialize,
+    ) -> Result<(), StoreError> {
+        let bytes = crate::encode_json(key, value)?;
+        self.committer
+            .write(Change::Put(table, key.to_string(), bytes))
+            .await
+    }
+
+    async fn remove_key(&self, table: Table, key: &str) -> Result<(), StoreError> {
+        self.committer.write(Change::Remove(table, key.to_string())).await
+    }
+
+    /// Every JSON value of `table` (none when the table was never made).
+    fn load_all<T: serde::de::DeserializeOwned + Send + 'static>(
+        &self,
+        table: Table,
+        what: &'static str,
+    ) -> Result<Vec<T>, StoreError> {
+        self.committer.read(move |db| read_all(db, table, what))
+    }
+
+    #[cfg(test)]
+    fn set_schema_version(&self, version: u64) {
+        self.committer
+            .read(move |db| {
+                let txn = db.begin_write().unwrap();
+                txn.open_table(META).unwrap().insert(SCHEMA_KEY, version).unwrap();
+                txn.commit().unwrap();
+                Ok(())
+            })
+            .unwrap();
+    }
+}
+
+/// Every JSON value of `table` (none when the table was never made); a
+/// value that does not decode is an error naming it.
+fn read_all<T: serde::de::DeserializeOwned>(
+    db: &Database,
+    table: Table,
+    what: &str,
+) -> Result<Vec<T>, StoreError> {
+    let txn = db.begin_read().map_err(failed)?;
+    let table = match txn.open_table(table) {
+        Ok(t) => t,
+        Err(redb::TableError::TableDoesNotExist(_)) => return Ok(Vec::new()),
+        Err(e) => return Err(failed(e)),
+    };
+    let mut out = Vec::new();
+    for entry in table.iter().map_err(failed)? {
+        let (key, value) = entry.map_err(failed)?;
+        out.push(
+            serde_json::from_slice(value.value()).map_err(|e| StoreError::Unreadable {
+                id: format!("{what} {}", key.value()),
+                message: e.to_string(),
+            })?,
+        );
+    }
+    Ok(out)
+}
+
+/// Creates `dir` (and missing parents) for the owner only; warns when an
+/// existing one lets others in. Records hold names, labels, parameters and
+/// contexts: other local users must not read them.
+pub fn private_dir(dir: &Path) -> std::io::Result<()> {
+    use std::os::unix::fs::DirBuilderExt;
+    match std::fs::metadata(dir) {
+        Ok(meta) => {
+            warn_if_shared(
+                dir,
+                &meta,
+                "the state directory is open to other users; chmod 700 it",
+            );
+            Ok(())
+        }
+        Err(_) => std::fs::DirBuilder::new().recursive(true).mode(0o700).create(dir),
+    }
+}
+
+/// Creates the store file for the owner only (before redb writes anything
+/// into it); warns when an existing one lets others read it.
+pub fn private_file(path: &Path) -> std::io::Result<()> {
+    use std::os::unix::fs::OpenOptionsExt;
+    match std::fs::metadata(path) {
+        Ok(meta) => {
+            warn_if_shared(
+                path,
+                &meta,
+                "the store file is readable by other users; chmod 600 it",
+            );
+            Ok(())
+        }
+        Err(_) => std::fs::OpenOptions::new()
+            .write(true)
+            .create_new(true)
+            .mode(0o600)
+            .open(path)
+            .map(drop)
+            .map_err(|e| std::io::Error::new(e.kind(), format!("creating {}: {e}", path.display()))),
+    }
+}
+
+fn warn_if_shared(path: &Path, meta: &std::fs::Metadata, advice: &str) {
+    use std::os::unix::fs::PermissionsExt;
+    let mode = meta.permissions().mode() & 0o777;
+    if mode & 0o077 != 0 {
+        tracing::warn!(path = %path.display(), mode = format!("{mode:04o}"), "{advice}");
+    }
+}
+
+fn refuse_newer(path: &Path, found: Option<u64>) -> Result<(), StoreError> {
+    match found {
+        Some(found) if found > SCHEMA_VERSION => Err(StoreError::NewerSchema {
+            path: path.to_path_buf(),
+            found,
+            supported: SCHEMA_VERSION,
+        }),
+        _ => Ok(()),
+    }
+}
+
+/// The recorded version; a file with volumes but no version is version 1
+/// (written before versions were recorded); `None` for a new file.
+fn schema_version(db: &impl ReadableDatabase) -> Result<Option<u64>, redb::Error> {
+    let txn = db.begin_read()?;
+    match txn.open_table(META) {
+        Ok(meta) => {
+            if let Some(v) = meta.get(SCHEMA_KEY)? {
+                return Ok(Some(v.value()));
+            }
+        }
+        Err(redb::TableError::TableDoesNotExist(_)) => {}
+        Err(e) => return Err(e.into()),
+    }
+    match txn.open_table(VOLUMES) {
+        Ok(_) => Ok(Some(1)),
+        Err(redb::TableError::TableDoesNotExist(_)) => Ok(None),
+        Err(e) => Err(e.into()),
+    }
+}
+
+/// Creates the tables and records the version where it is missing.
+fn prepare(db: &Database, found: Option<u64>) -> Result<(), redb::Error> {
+    let txn = db.begin_write()?;
+    txn.open_table(VOLUMES)?;
+    {
+        let mut meta = txn.open_table(META)?;
+        if meta.get(SCHEMA_KEY)?.is_none() {
+            meta.insert(SCHEMA_KEY, found.unwrap_or(SCHEMA_VERSION))?;
+        }
+    }
+    txn.commit()?;
+    Ok(())
+}
+
+#[tonic::async_trait]
+impl Store for RedbStore {
+    fn load(&self) -> Result<Vec<VolumeRecord>, StoreError> {
+        self.committer.read(|db| {
+            let txn = db.begin_read().map_err(failed)?;
+            let table = txn.open_table(VOLUMES).map_err(failed)?;
+            let mut out = Vec::new();
+            for entry in table.iter().map_err(failed)? {
+                let (key, value) = entry.map_err(failed)?;
+                out.push(decode(key.value(), value.value())?);
+            }
+            Ok(out)
+        })
+    }
+
+    async fn put(&self, record: &VolumeRecord) -> Result<(), StoreError> {
+        let bytes = encode(record)?;
+        self.committer
+            .write(Change::Put(VOLUMES, record.id.clone(), bytes))
+            .await
+    }
+
+    async fn remove(&self, id: &str) -> Result<(), StoreError> {
+        self.committer
+            .write(Change::Remove(VOLUMES, id.to_string()))
+            .await
+    }
+
+    fn load_nodes(&self) -> Result<Vec<NodeRecord>, StoreError> {
+        self.load_all(NODES, "node")
+    }
+
+    async fn put_node(&self, node: &NodeRecord) -> Result<(), StoreError> {
+        self.put_json(NODES, &node.name, node).await
+    }
+
+    async fn remove_node(&self, name: &str) -> Result<(), StoreError> {
+        self.remove_key(NODES, name).await
+    }
+
+    fn load_tokens(&self) -> Result<Vec<TokenRecord>, StoreError> {
+        self.load_all(TOKENS, "join token")
+    }
+
+    async fn put_token(&self, token: &TokenRecord) -> Result<(), StoreError> {
+        self.put_json(TOKENS, &token.id, token).await
+    }
+
+    async fn remove_token(&self, id: &str) -> Result<(), StoreError> {
+        self.remove_key(TOKENS, id).await
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use std::sync::Arc;
+
+    use super::*;
+    use berth_model::{VolumeSpec, new_id};
+
+    #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+    async fn records_survive_reopening_and_batches_commit_together() {
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("state.redb");
+        let ids: Vec<String> = (0..50).map(|_| new_id()).collect();
+        {
+            let store = Arc::new(RedbStore::open(&path).unwrap());
+            let writes = ids.iter().map(|id| {
+                let store = store.clone();
+                let mut r = VolumeRecord::new(id.clone(), VolumeSpec::default());
+                r.csi_name = Some(format!("name-{id}"));
+                tokio::spawn(async move { store.put(&r).await })
+            });
+            for w in writes {
+                w.await.unwrap().unwrap();
+            }
+            store.remove(&ids[0]).await.unwrap();
+        }
+        let store = RedbStore::open(&path).unwrap();
+        let loaded = store.load().unwrap();
+        assert_eq!(loaded.len(), 49);
+        assert!(
+            loaded
+                .iter()
+                .all(|r| r.csi_name.as_deref() == Some(&format!("name-{}", r.id)))
+        );
+        drop(store);
+        assert_eq!(RedbStore::recorded_schema(&path).unwrap(), Some(SCHEMA_VERSION));
+    }
+
+    #[tokio::test]
+    async fn nodes_are_remembered_and_removed_and_a_store_without_them_has_none() {
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("state.redb");
+        let store = RedbStore::open(&path).unwrap();
+        assert!(store.load_nodes().unwrap().is_empty(), "no nodes table yet");
+        let node = NodeRecord {
+            name: "node-a".into(),
+            labels: [("zone".to_string(), "a".to_string())].into(),
+            plugins: [("hostpath".to_string(), None)].into(),
+            draining: true,
+            forgotten: false,
+            cert: None,
+            paths: Some(berth_model::Paths::under(Path::new("/var/lib/berth/node"))),
+        };
+        store.put_node(&node).await.unwrap();
+        drop(store);
+        let store = RedbStore::open(&path).unwrap();
+        assert_eq!(store.load_nodes().unwrap(), vec![node]);
+        store.remove_node("node-a").await.unwrap();
+        store.remove_node("node-a").await.unwrap();
+        assert!(store.load_nodes().unwrap().is_empty());
+        // The first form written, with only a name, still reads.
+        let old: NodeRecord = serde_json::from_str(r#"{"name":"n"}"#).unwrap();
+        assert!(!old.draining && !old.forgotten && old.plugins.is_empty());
+        // As written before nodes kept their paths: none until the agent registers.
+        let old: NodeRecord = serde_json::from_str(
+            r#"{"name":"n","labels":{},"plugins":{"hostpath":null},"draining":false,"forgotten":false,"cert":"ab"}"#,
+        )
+        .unwrap();
+        assert_eq!((old.paths, old.cert.as_deref()), (None, Some("ab")));
+    }
+
+    #[test]
+    fn a_new_store_is_for_its_owner_only() {
+        use std::os::unix::fs::PermissionsExt;
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("state/deeper/state.redb");
+        drop(RedbStore::open(&path).unwrap());
+        let mode = |p: &Path| std::fs::metadata(p).unwrap().permissions().mode() & 0o777;
+        assert_eq!(mode(&path), 0o600);
+        assert_eq!(mode(path.parent().unwrap()), 0o700);
+        assert_eq!(mode(&dir.path().join("state")), 0o700);
+    }
+
+    #[test]
+    fn a_store_from_a_newer_release_is_refused_and_left_alone() {
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("state.redb");
+        RedbStore::open(&path)
+            .unwrap()
+            .set_schema_version(SCHEMA_VERSION + 1);
+        let before = std::fs::read(&path).unwrap();
+        let err = RedbStore::open(&path).err().expect("a newer schema is refused");
+        let text = err.to_string();
+        assert!(
+            matches!(err, StoreError::NewerSchema { found, .. } if found == SCHEMA_VERSION + 1),
+            "{text}"
+        );
+        assert!(
+            text.contains("newer release") && text.contains("not changed"),
+            "{text}"
+        );
+        assert!(
+            std::fs::read(&path).unwrap() == before,
+            "the file is not rewritten"
+        );
+    }
+}

@@ -1,0 +1,351 @@
+//! The etcd store: volumes and nodes as keys below a prefix of an existing
+//! etcd cluster, so several `berth serve` can share one durable state and
+//! none of them is the only copy.
+//!
+//! Keys: `<prefix>/schema`, `<prefix>/volumes/<id>`, `<prefix>/nodes/<name>`;
+//! values are the same JSON the embedded store keeps. Writes are grouped as
+//! in the embedded store: everything waiting goes into one etcd transaction
+//! (within etcd's default limits on operations and bytes), one transaction in
+//! flight at a time so a later change to a key never lands before an earlier
+//! one. A writer is answered once etcd has committed its change.
+
+use std::collections::HashMap;
+use std::sync::Mutex;
+
+use berth_proto::etcd::etcdserverpb as pb;
+use tokio::sync::{mpsc, oneshot};
+
+use crate::{NodeRecord, SCHEMA_VERSION, Store, StoreError, TokenRecord, decode, encode, encode_json};
+use berth_model::VolumeRecord;
+
+mod members;
+mod mirror;
+mod settings;
+
+pub use members::{Members, range_all, unavailable};
+pub use mirror::{Mirror, Warm};
+pub use settings::{DEPOSED, EtcdSettings, EtcdTls, Fence};
+
+/// etcd's default `--max-txn-ops`.
+const MAX_TXN_OPS: usize = 128;
+/// Below etcd's default `--max-request-bytes` (1.5 MiB).
+const MAX_TXN_BYTES: usize = 1 << 20;
+type Reply = oneshot::Sender<Result<(), String>>;
+/// Writes waiting for a transaction; a writer past this waits its turn.
+const WRITE_QUEUE: usize = 4 * MAX_TXN_OPS;
+
+/// One key's change: a value to put, or `None` to delete.
+struct Write {
+    key: Vec<u8>,
+    value: Option<Vec<u8>>,
+}
+
+pub struct EtcdStore {
+    settings: EtcdSettings,
+    writes: mpsc::Sender<(Write, Reply)>,
+    /// What was read at connect, for the one `load` and `load_nodes` at start.
+    volumes: Mutex<Option<Vec<VolumeRecord>>>,
+    nodes: Mutex<Option<Vec<NodeRecord>>>,
+    tokens: Mutex<Option<Vec<TokenRecord>>>,
+}
+
+impl EtcdStore {
+    /// Connects, checks the schema (recording it on a new prefix) and reads
+    /// every volume and node. With a fence, every write is the leader's.
+    pub async fn connect(settings: EtcdSettings, fence: Option<Fence>) -> Result<EtcdStore, StoreError> {
+        EtcdStore::connect_warm(settings, fence, None).await
+    }
+
+    /// [`EtcdStore::connect`], starting from a follower's warm copy (every
+    /// change up to the term's start in it) instead of reading the prefix.
+    pub async fn connect_warm(
+        settings: EtcdSettings,
+        fence: Option<Fence>,
+        warm: Option<Warm>,
+    ) -> Result<EtcdStore, StoreError> {
+        let kv = Members::new(&settings)?;
+        let schema_key = format!("{}/schema", settings.prefix).into_bytes();
+        let read = pb::RangeRequest {
+            key: schema_key.clone(),
+            ..Default::default()
+        };
+        let schema = kv
+            .call(|mut c| {
+                let read = read.clone();
+                async move { c.range(read).await }
+            })
+            .await
+            .map_err(|e| unavailable(&settings, e))?;
+        match schema.kvs.first() {
+            Some(found) => {
+                let found: u64 = std::str::from_utf8(&found.value)
+                    .ok()
+                    .and_then(|v| v.parse().ok())
+                    .ok_or_else(|| unavailable(&settings, "the schema key is not a number"))?;
+                if found > SCHEMA_VERSION {
+                    return Err(StoreError::NewerSchema {
+                        path: format!("etcd {}", settings.prefix).into(),
+                        found,
+                        supported: SCHEMA_VERSION,
+                    });
+                }
+            }
+            None => {
+                let put = pb::PutRequest {
+                    key: schema_key,
+                    value: SCHEMA_VERSION.to_string().into_bytes(),
+                    ..Default::default()
+                };
+                kv.call(|mut c| {
+                    let put = put.clone();
+                    async move { c.put(put).await }
+                })
+                .await
+                .map_err(|e| unavailable(&settings, e))?;
+            }
+        }
+        let (volumes, nodes, tokens) = match warm {
+            Some(warm) => (
+                warm.volumes.into_values().collect(),
+                warm.nodes.into_values().collect(),
+                warm.tokens.into_values().collect(),
+            ),
+            None => {
+                let volumes = range_all(&kv, format!("{}/volumes/", settings.prefix).as_bytes())
+                    .await
+                    .map_err(|e| unavailable(&settings, e))?
+                    .into_iter()
+                    .map(|(key, value)| {
+                        let id = String::from_utf8_lossy(&key)
+                            .rsplit('/')
+                            .next()
+                            .unwrap_or_default()
+                            .to_string();
+                        decode(&id, &value)
+                    })
+                    .collect::<Result<Vec<_>, _>>()?;
+                let nodes = load_json(&kv, &settings, "nodes").await?;
+                let tokens = load_json(&kv, &settings, "tokens").await?;
+                (volumes, nodes, tokens)
+            }
+        };
+        let (writes, rx) = mpsc::channel(WRITE_QUEUE);
+        tokio::spawn(commit_loop(kv, rx, fence));
+        Ok(EtcdStore {
+            settings,
+            writes,
+            volumes: Mutex::new(Some(volumes)),
+            nodes: Mutex::new(Some(nodes)),
+            tokens: Mutex::new(Some(tokens)),
+        })
+    }
+
+    fn key(&self, kind: &str, name: &str) -> Vec<u8> {
+        format!("{}/{kind}/{name}", self.settings.prefix).into_bytes()
+    }
+
+    async fn write(&self, key: Vec<u8>, value: Option<Vec<u8>>) -> Result<(), StoreError> {
+        let (tx, rx) = oneshot::channel();
+        self.writes
+            .send((Write { key, value }, tx))
+            .await
+            .map_err(|_| StoreError::Closed)?;
+        rx.await
+            .map_err(|_| StoreError::Closed)?
+            .map_err(|e| unavailable(&self.settings, e))
+    }
+
+    /// Read once at connect: a second load is a new connect's work.
+    fn take<T>(&self, loaded: &Mutex<Option<Vec<T>>>, what: &str) -> Result<Vec<T>, StoreError> {
+        loaded
+            .lock()
+            .unwrap_or_else(|p| p.into_inner())
+            .take()
+            .ok_or_else(|| {
+                unavailable(
+                    &self.settings,
+                    format!("the {what} were loaded already; connect again"),
+                )
+            })
+    }
+}
+
+/// Every JSON value below `<prefix>/<kind>/`.
+async fn load_json<T: serde::de::DeserializeOwned>(
+    kv: &Members,
+    settings: &EtcdSettings,
+    kind: &str,
+) -> Result<Vec<T>, StoreError> {
+    range_all(kv, format!("{}/{kind}/", settings.prefix).as_bytes())
+        .await
+        .map_err(|e| unavailable(settings, e))?
+        .into_iter()
+        .map(|(key, value)| {
+            serde_json::from_slice(&value).map_err(|e| StoreError::Unreadable {
+                id: String::from_utf8_lossy(&key).into_owned(),
+                message: e.to_string(),
+            })
+        })
+        .collect()
+}
+
+/// Changes waiting for one transaction; a key changed twice keeps its last
+/// change (etcd refuses a transaction that names a key twice).
+#[derive(Default)]
+struct Batch {
+    writes: Vec<Write>,
+    at: HashMap<Vec<u8>, usize>,
+    replies: Vec<Reply>,
+    bytes: usize,
+}
+
+impl Batch {
+    fn add(&mut self, (write, reply): (Write, Reply)) {
+        self.bytes += write.key.len() + write.value.as_ref().map_or(0, Vec::len);
+        self.replies.push(reply);
+        match self.at.get(&write.key) {
+            Some(&i) => self.writes[i] = write,
+            None => {
+                self.at.insert(write.key.clone(), self.writes.len());
+                self.writes.push(write);
+            }
+        }
+    }
+
+    fn full(&self) -> bool {
+        self.writes.len() >= MAX_TXN_OPS || self.bytes >= MAX_TXN_BYTES
+    }
+
+    fn request(&mut self, fence: Option<&Fence>) -> pb::TxnRequest {
+        use pb::request_op::Request;
+        let success = self
+            .writes
+            .drain(..)
+            .map(|w| pb::RequestOp {
+                request: Some(match w.value {
+                    Some(value) => Request::RequestPut(pb::PutRequest {
+                        key: w.key,
+                        value,
+                        ..Default::default()
+                    }),
+                    None => Request::RequestDeleteRange(pb::DeleteRangeRequest {
+                        key: w.key,
+                        ..Default::default()
+                    }),
+                }),
+            })
+            .collect();
+        pb::TxnRequest {
+            compare: fence.map(Fence::compare).into_iter().collect(),
+            success,
+            failure: Vec::new(),
+        }
+    }
+}
+
+async fn commit_loop(kv: Members, mut rx: mpsc::Receiver<(Write, Reply)>, fence: Option<Fence>) {
+    while let Some(first) = rx.recv().await {
+        let mut batch = Batch::default();
+        batch.add(first);
+        while !batch.full() {
+            match rx.try_recv() {
+                Ok(next) => batch.add(next),
+                Err(_) => break,
+            }
+        }
+        let changes = batch.replies.len();
+        let txn = batch.request(fence.as_ref());
+        let started = std::time::Instant::now();
+        let result = kv
+            .call(|mut c| {
+                let txn = txn.clone();
+                async move { c.txn(txn).await }
+            })
+            .await
+            .and_then(|r| r.succeeded.then_some(()).ok_or_else(|| DEPOSED.to_string()));
+        berth_metrics::store_commit(changes, started.elapsed());
+        if let Err(e) = &result {
+            tracing::error!(error = %e, changes, "etcd commit failed");
+        }
+        for reply in batch.replies {
+            let _ = reply.send(result.clone());
+        }
+    }
+}
+
+#[tonic::async_trait]
+impl Store for EtcdStore {
+    fn load(&self) -> Result<Vec<VolumeRecord>, StoreError> {
+        self.take(&self.volumes, "volumes")
+    }
+
+    async fn put(&self, record: &VolumeRecord) -> Result<(), StoreError> {
+        self.write(self.key("volumes", &record.id), Some(encode(record)?))
+            .await
+    }
+
+    async fn remove(&self, id: &str) -> Result<(), StoreError> {
+        self.write(self.key("volumes", id), None).await
+    }
+
+    fn load_nodes(&self) -> Result<Vec<NodeRecord>, StoreError> {
+        self.take(&self.nodes, "nodes")
+    }
+
+    async fn put_node(&self, node: &NodeRecord) -> Result<(), StoreError> {
+        let value = encode_json(&node.name, node)?;
+        self.write(self.key("nodes", &node.name), Some(value)).await
+    }
+
+    async fn remove_node(&self, name: &str) -> Result<(), StoreError> {
+        self.write(self.key("nodes", name), None).await
+    }
+
+    fn load_tokens(&self) -> Result<Vec<TokenRecord>, StoreError> {
+        self.take(&self.tokens, "join tokens")
+    }
+
+    async fn put_token(&self, token: &TokenRecord) -> Result<(), StoreError> {
+        let value = encode_json(&token.id, token)?;
+        self.write(self.key("tokens", &token.id), Some(value)).await
+    }
+
+    async fn remove_token(&self, id: &str) -> Result<(), StoreError> {
+        self.write(self.key("tokens", id), None).await
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_key_changed_twice_in_a_batch_keeps_its_last_change_and_both_answers() {
+        let mut batch = Batch::default();
+        let write = |key: &str, value: Option<&str>| {
+            let (tx, _rx) = oneshot::channel();
+            (
+                Write {
+                    key: key.into(),
+                    value: value.map(Into::into),
+                },
+                tx,
+            )
+        };
+        batch.add(write("k1", Some("a")));
+        batch.add(write("k2", Some("b")));
+        batch.add(write("k1", None));
+        assert_eq!(batch.replies.len(), 3);
+        let fence = Fence {
+            key: b"/berth/leader".to_vec(),
+            create_revision: 42,
+        };
+        let txn = batch.request(Some(&fence));
+        assert_eq!(txn.compare, vec![fence.compare()], "every write is fenced");
+        assert_eq!(txn.success.len(), 2);
+        assert!(matches!(
+            &txn.success[0].request,
+            Some(pb::request_op::Request::RequestDeleteRange(d)) if d.key == b"k1"
+        ));
+    }
+}

@@ -1,0 +1,227 @@
+//! Durable state behind one trait, so the manager does not know which engine
+//! keeps it. [`RedbStore`] (one file on this machine) is the default.
+//!
+//! A store records the schema version its records are written in. A store
+//! written before versions were recorded is version 1; a store from a newer
+//! release (a higher version) is refused at open, never rewritten.
+
+mod committer;
+mod embedded;
+mod etcd;
+
+use std::path::PathBuf;
+
+use berth_model::VolumeRecord;
+
+pub use committer::{Change, Committer};
+pub use embedded::RedbStore;
+pub use embedded::create_beside;
+pub use embedded::{private_dir, private_file};
+pub use etcd::{DEPOSED, EtcdSettings, EtcdStore, EtcdTls, Fence, Mirror, Warm};
+pub use etcd::{Members, range_all, unavailable};
+
+/// The record format this release reads and writes.
+pub const SCHEMA_VERSION: u64 = 1;
+
+#[derive(Debug, thiserror::Error)]
+pub enum StoreError {
+    #[error("opening the store {path}: {message}")]
+    Open { path: PathBuf, message: String },
+    #[error(
+        "the store {path} was written by a newer release of Berth (schema version {found}; this release reads up to {supported}): run that release, or restore a backup made by this one; the store was not changed"
+    )]
+    NewerSchema {
+        path: PathBuf,
+        found: u64,
+        supported: u64,
+    },
+    #[error("volume {id} in the store is unreadable: {message}")]
+    Unreadable { id: String, message: String },
+    #[error("encoding volume {id}: {message}")]
+    Encode { id: String, message: String },
+    #[error("etcd ({endpoints}): {message}")]
+    Etcd { endpoints: String, message: String },
+    #[error("the store is closed")]
+    Closed,
+    #[error("the store failed: {0}")]
+    Failed(String),
+}
+
+/// A node that has registered, kept so a restarted server still knows it
+/// (shown as unknown until its agent is back).
+#[derive(Clone, Debug, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
+pub struct NodeRecord {
+    pub name: String,
+    #[serde(default)]
+    pub labels: std::collections::BTreeMap<String, String>,
+    /// The node plugins it reported, by the operator's plugin name, with
+    /// what NodeGetInfo said (kept so ControllerUnpublish has the node id
+    /// while the agent is away).
+    #[serde(default)]
+    pub plugins: std::collections::BTreeMap<String, Option<berth_csi::fingerprint::NodeInfo>>,
+    /// Left out of placement, its publications undone (`berth node drain`).
+    #[serde(default)]
+    pub draining: bool,
+    /// Declared dead (`berth node forget --force`): node-side steps are
+    /// skipped, and its agent is refused until the node is removed.
+    #[serde(default)]
+    pub forgotten: bool,
+    /// The SHA-256 fingerprint of the certificate the node joined with; the
+    /// only one its agent is let in with.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub cert: Option<String>,
+    /// Where the node's agent stages and publishes, as it last registered:
+    /// volumes show their paths while the agent is away.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub paths: Option<berth_model::Paths>,
+}
+
+/// A join token as the store keeps it: never the secret, only its SHA-256,
+/// so a reader of the store cannot join with it.
+#[derive(Clone, Debug, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
+pub struct TokenRecord {
+    /// The token's public part, also how it is listed and revoked.
+    pub id: String,
+    /// Hex SHA-256 of the token's secret part.
+    pub secret_sha256: String,
+    /// The one node it lets join; `None` for a token of several uses.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub node: Option<String>,
+    /// Joins it still allows.
+    pub uses_left: u32,
+    /// Unix milliseconds after which it is refused (the server's clock).
+    pub expires_ms: u64,
+    pub created_ms: u64,
+    /// It may take over the name of a node that holds a certificate.
+    #[serde(default)]
+    pub replace: bool,
+}
+
+/// Where volume records live. Writes return once durable; concurrent writes
+/// may share one commit.
+#[tonic::async_trait]
+pub trait Store: Send + Sync {
+    /// Every stored volume (at start).
+    fn load(&self) -> Result<Vec<VolumeRecord>, StoreError>;
+    /// Stores a record, replacing the one with its id.
+    async fn put(&self, record: &VolumeRecord) -> Result<(), StoreError>;
+    /// Removes a record; removing one that is not there is not an error.
+    async fn remove(&self, id: &str) -> Result<(), StoreError>;
+    /// Every registered node (at start).
+    fn load_nodes(&self) -> Result<Vec<NodeRecord>, StoreError>;
+    /// Stores a node, replacing the one with its name.
+    async fn put_node(&self, node: &NodeRecord) -> Result<(), StoreError>;
+    /// Forgets a node; removing one that is not there is not an error.
+    async fn remove_node(&self, name: &str) -> Result<(), StoreError>;
+    /// Every join token not yet removed (at start).
+    fn load_tokens(&self) -> Result<Vec<TokenRecord>, StoreError>;
+    /// Stores a token, replacing the one with its id.
+    async fn put_token(&self, token: &TokenRecord) -> Result<(), StoreError>;
+    /// Removes a token; removing one that is not there is not an error.
+    async fn remove_token(&self, id: &str) -> Result<(), StoreError>;
+}
+
+/// The most a stored record may take: below etcd's default request limit
+/// (1.5 MiB) with room for the key and the transaction around it.
+pub const MAX_RECORD_BYTES: usize = 1 << 20;
+
+/// A record's stored form, within [`MAX_RECORD_BYTES`]: when its events
+/// would take it past that, the oldest of them make room (the record in
+/// memory keeps them until its next change).
+pub fn encode(record: &VolumeRecord) -> Result<Vec<u8>, StoreError> {
+    let encoded = |r: &VolumeRecord| {
+        serde_json::to_vec(r).map_err(|e| StoreError::Encode {
+            id: record.id.clone(),
+            message: e.to_string(),
+        })
+    };
+    let mut bytes = encoded(record)?;
+    if bytes.len() <= MAX_RECORD_BYTES {
+        return Ok(bytes);
+    }
+    let mut smaller = record.clone();
+    while bytes.len() > MAX_RECORD_BYTES && !smaller.events.is_empty() {
+        let drop = smaller.events.len().div_ceil(4);
+        smaller.events.drain(..drop);
+        bytes = encoded(&smaller)?;
+    }
+    if bytes.len() > MAX_RECORD_BYTES {
+        return Err(StoreError::Encode {
+            id: record.id.clone(),
+            message: format!(
+                "the record takes {} bytes, more than the {MAX_RECORD_BYTES} a record may",
+                bytes.len()
+            ),
+        });
+    }
+    Ok(bytes)
+}
+
+/// A node's or a token's stored form.
+pub fn encode_json(id: &str, value: &impl serde::Serialize) -> Result<Vec<u8>, StoreError> {
+    serde_json::to_vec(value).map_err(|e| StoreError::Encode {
+        id: id.to_string(),
+        message: e.to_string(),
+    })
+}
+
+pub fn decode(id: &str, bytes: &[u8]) -> Result<VolumeRecord, StoreError> {
+    let unreadable = |message: String| StoreError::Unreadable {
+        id: id.to_string(),
+        message,
+    };
+    let record: VolumeRecord = serde_json::from_slice(bytes).map_err(|e| unreadable(e.to_string()))?;
+    // A volume's id names its paths on nodes: whoever could write the store
+    // must not be able to point them elsewhere.
+    berth_model::bounds::plain("volume id", &record.id).map_err(|e| unreadable(e.to_string()))?;
+    Ok(record)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use berth_model::{EVENT_MESSAGE_MAX, EVENT_STEP_MAX, FAILURE_MAX, VolumeSpec, new_id};
+
+    #[test]
+    fn a_record_whose_id_is_not_a_plain_name_does_not_decode() {
+        for id in ["../x", "a/b", "..", ""] {
+            let r = VolumeRecord::new(id.into(), VolumeSpec::default());
+            let bytes = serde_json::to_vec(&r).unwrap();
+            assert!(decode("key", &bytes).is_err(), "{id:?}");
+        }
+        let r = VolumeRecord::new(new_id(), VolumeSpec::default());
+        assert!(decode("key", &serde_json::to_vec(&r).unwrap()).is_ok());
+    }
+
+    #[test]
+    fn a_record_at_every_bound_is_stored_within_the_limit_its_oldest_events_making_room() {
+        let mut r = VolumeRecord::new(new_id(), VolumeSpec::default());
+        // What a request may carry (4 KiB of parameters and of labels)...
+        r.spec.parameters.insert("p".into(), "x".repeat(4 << 10));
+        r.spec.labels.insert("l".into(), "y".repeat(4 << 10));
+        // ...and what plugins and guests may say, at the most kept.
+        for i in 0..1000u64 {
+            r.note(
+                1000,
+                i,
+                "s".repeat(10 * EVENT_STEP_MAX),
+                "UNAVAILABLE",
+                "m".repeat(10 * EVENT_MESSAGE_MAX),
+            );
+        }
+        r.give_up("r".repeat(1 << 20));
+        assert!(r.failure.as_ref().unwrap().len() <= FAILURE_MAX);
+        assert!(
+            r.failure
+                .as_ref()
+                .unwrap()
+                .contains("[cut; 1048576 bytes in all]")
+        );
+        assert!(r.events.iter().all(|e| e.message.len() <= EVENT_MESSAGE_MAX));
+        let bytes = encode(&r).unwrap();
+        assert!(bytes.len() <= MAX_RECORD_BYTES, "{}", bytes.len());
+        let back = decode(&r.id, &bytes).unwrap();
+        assert!(!back.events.is_empty() && back.events.len() < 1000);
+        assert_eq!(back.events.last(), r.events.last(), "the latest events are kept");
+    }
+}
