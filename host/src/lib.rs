@@ -17,4 +17,6 @@ pub mod serve;
 pub use berth_store as store;
 
 #[cfg(test)]
+mod paused;
+#[cfg(test)]
 mod tidy;

@@ -21,7 +21,7 @@ use crate::model::Paths;
 /// The in-process agents of the `[[node]]`s: each keeps its record beside
 /// its node's paths and has a session like any agent. Returns once every
 /// one has had its first session (or 30 s have passed); the sessions go on.
-pub(super) async fn start_node_agents(
+pub(crate) async fn start_node_agents(
     manager: Arc<VolumeManager>,
     directory: Arc<Directory>,
     deadline: Duration,

@@ -4,9 +4,9 @@
 //! etcd, several servers share the store and only the elected one leads
 //! ([`replicated`]); what a leader runs is a [`term`] either way.
 
-mod endpoints;
+pub(crate) mod endpoints;
 mod replicated;
-mod term;
+pub(crate) mod term;
 
 use std::future::Future;
 use std::path::PathBuf;

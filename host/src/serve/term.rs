@@ -18,7 +18,7 @@ use crate::cluster::tokens::JoinTokens;
 use crate::config::Config;
 use crate::csi::ClientOptions;
 use crate::csi::fingerprint::Role;
-use crate::csi::registry::{Health, PluginSpec, Registry};
+use crate::csi::registry::{Health, PluginSpec, Registry, RefreshTasks};
 use crate::leadership::Election;
 use crate::manager::{VolumeManager, as_sync};
 use crate::metrics::{self, live::Observed};
@@ -130,28 +130,21 @@ fn nodes_ready(directory: &Weak<Directory>, nodes: &[String]) -> Result<String, 
     }
 }
 
-/// Runs the term until `shutdown` completes (or an in-process agent cannot start).
-pub(super) async fn lead(
-    term: Term,
-    shutdown: impl Future<Output = ()> + Send + 'static,
-) -> Result<(), String> {
-    let Term {
-        config,
-        config_path,
-        store,
-        api: listener,
-        ca,
-        election,
-    } = term;
-    metrics::set_leader(true);
-    // Not ready until the API answers (after the in-process nodes connect).
-    metrics::readiness().set_failing("api", "a term is starting".into());
-    let policies = policies(&config)?;
-    let controllers = controllers(&config).await;
-    let _refresh = controllers.start();
-    let registry = Arc::downgrade(&controllers);
-    metrics::readiness().set("plugins", Box::new(move || plugins_ready(&registry)));
+/// What a term runs on, short of its endpoints: the controller plugins
+/// fingerprinted and refreshed, the directory of configured and remembered
+/// nodes, and the manager it answers to (not started). The paused-time
+/// tests of the core build the same.
+pub(crate) struct Core {
+    pub manager: Arc<VolumeManager>,
+    pub directory: Arc<Directory>,
+    /// The longest plugin deadline: what a node operation may take on its node.
+    pub deadline: Duration,
+    pub refresh: RefreshTasks,
+}
 
+pub(crate) async fn core(config: Config, store: Arc<dyn Store>, policies: Arc<Policies>) -> Result<Core, String> {
+    let controllers = controllers(&config).await;
+    let refresh = controllers.start();
     let deadline = config
         .plugins
         .iter()
@@ -179,6 +172,37 @@ pub(super) async fn lead(
             paths: Some(Paths::under(&n.dir)),
         });
     }
+    let manager = VolumeManager::new(config, store, controllers, policies, directory.clone())
+        .map_err(|e| e.to_string())?;
+    directory.set_sync(as_sync(&manager));
+    for n in manager.remembered_nodes().map_err(|e| e.to_string())? {
+        directory.expect(n);
+    }
+    Ok(Core {
+        manager,
+        directory,
+        deadline,
+        refresh,
+    })
+}
+
+/// Runs the term until `shutdown` completes (or an in-process agent cannot start).
+pub(super) async fn lead(
+    term: Term,
+    shutdown: impl Future<Output = ()> + Send + 'static,
+) -> Result<(), String> {
+    let Term {
+        config,
+        config_path,
+        store,
+        api: listener,
+        ca,
+        election,
+    } = term;
+    metrics::set_leader(true);
+    // Not ready until the API answers (after the in-process nodes connect).
+    metrics::readiness().set_failing("api", "a term is starting".into());
+    let policies = policies(&config)?;
     let api_path = config.api.path().to_path_buf();
     let cluster = match &config.cluster {
         Some(endpoint) => Some((
@@ -195,19 +219,21 @@ pub(super) async fn lead(
         }
         _ => None,
     };
-    let manager = VolumeManager::new(config, store, controllers, policies, directory.clone())
-        .map_err(|e| e.to_string())?;
+    let Core {
+        manager,
+        directory,
+        deadline,
+        refresh: _refresh,
+    } = core(config, store, policies).await?;
+    let registry = Arc::downgrade(manager.registry());
+    metrics::readiness().set("plugins", Box::new(move || plugins_ready(&registry)));
     if let Some(election) = &election {
         let election = election.clone();
         manager.act_only_while(Box::new(move || election.vouches()));
     }
-    directory.set_sync(as_sync(&manager));
     if let Some(m) = metrics::get() {
         let observed: Weak<dyn Observed> = Arc::downgrade(&manager) as Weak<VolumeManager>;
         m.live().set("manager", observed);
-    }
-    for n in manager.remembered_nodes().map_err(|e| e.to_string())? {
-        directory.expect(n);
     }
     let _workers = manager.start();
     let reloader = Arc::new(Reloader {

@@ -1,0 +1,174 @@
+//! Reconcile, retry, give-up and node convergence, in paused time.
+
+use std::sync::Arc;
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::time::Duration;
+
+use tonic::Code;
+
+use super::{retry, start};
+use crate::model::VolumeState;
+
+const SECOND: Duration = Duration::from_secs(1);
+const HOUR: Duration = Duration::from_secs(3600);
+
+/// The waits between consecutive calls.
+fn gaps(calls: &[tokio::time::Instant]) -> Vec<Duration> {
+    calls.windows(2).map(|w| w[1] - w[0]).collect()
+}
+
+#[tokio::test(start_paused = true)]
+async fn a_failed_call_is_made_again_when_the_retry_policy_says_and_not_before() {
+    let core = start(retry(SECOND, 5), false, None).await;
+    core.plugin.fail("CreateVolume", Code::Unavailable, 3);
+    core.create("v1").await;
+    core.until("the volume is created", |c| c.volume("v1").state() == VolumeState::Available)
+        .await;
+    let calls = core.plugin.calls("CreateVolume");
+    assert_eq!(calls.len(), 4, "three failures, then the call that succeeded");
+    // The policy asked for 1 s, 2 s and 4 s (no jitter): each call came
+    // when it said, give or take the reconciler's own few steps.
+    for (gap, asked) in gaps(&calls).into_iter().zip([1, 2, 4]) {
+        let asked = asked * SECOND;
+        assert!(
+            gap >= asked && gap < asked + Duration::from_millis(50),
+            "waited {gap:?} where the policy asked for {asked:?}"
+        );
+    }
+    assert!(core.volume("v1").retrying.is_none(), "done retrying");
+}
+
+#[tokio::test(start_paused = true)]
+async fn a_give_up_stops_every_call_until_an_operator_retries() {
+    let core = start(retry(SECOND, 3), false, None).await;
+    core.plugin.fail("CreateVolume", Code::Internal, usize::MAX);
+    core.create("v1").await;
+    core.until("the volume is given up", |c| c.volume("v1").failure.is_some())
+        .await;
+    assert_eq!(core.plugin.calls("CreateVolume").len(), 3, "INTERNAL given up at the third attempt");
+    tokio::time::sleep(HOUR).await;
+    assert_eq!(
+        core.plugin.calls("CreateVolume").len(),
+        3,
+        "nothing is called for a given-up volume, however long it waits"
+    );
+    assert_eq!(core.volume("v1").state(), VolumeState::Failed);
+
+    core.manager.retry("v1").await.unwrap();
+    core.until("given up again", |c| {
+        c.volume("v1").failure.is_some() && c.plugin.calls("CreateVolume").len() == 6
+    })
+    .await;
+    core.plugin.heal("CreateVolume");
+    core.manager.retry("v1").await.unwrap();
+    core.until("created at last", |c| c.volume("v1").state() == VolumeState::Available)
+        .await;
+    assert_eq!(core.plugin.calls("CreateVolume").len(), 7);
+    assert_eq!(core.plugin.volumes(), 1, "one backend volume for one Berth volume");
+}
+
+#[tokio::test(start_paused = true)]
+async fn a_failed_node_call_is_retried_by_the_policy_alone_and_stops_at_its_give_up() {
+    let core = start(retry(SECOND, 3), true, None).await;
+    core.create("v1").await;
+    core.until("created", |c| c.volume("v1").state() == VolumeState::Available)
+        .await;
+    core.plugin.fail("NodeStageVolume", Code::Internal, usize::MAX);
+    core.manager.publish("v1", Some("n1"), false).await.unwrap();
+    core.until("given up", |c| c.volume("v1").failure.is_some())
+        .await;
+    let stages = core.plugin.calls("NodeStageVolume");
+    assert_eq!(stages.len(), 3, "the node calls what the policy allows, no more");
+    for (gap, asked) in gaps(&stages).into_iter().zip([1, 2]) {
+        let asked = asked * SECOND;
+        assert!(
+            gap >= asked && gap < asked + Duration::from_millis(50),
+            "the node called again after {gap:?} where the policy asked for {asked:?}"
+        );
+    }
+    tokio::time::sleep(HOUR).await;
+    assert_eq!(core.plugin.calls("NodeStageVolume").len(), 3, "none after the give-up");
+    assert!(core.plugin.calls("NodePublishVolume").is_empty());
+
+    core.plugin.heal("NodeStageVolume");
+    core.manager.retry("v1").await.unwrap();
+    core.until("published", |c| c.volume("v1").state() == VolumeState::Published)
+        .await;
+    assert_eq!(core.plugin.calls("NodeStageVolume").len(), 4);
+    assert_eq!(core.plugin.calls("NodePublishVolume").len(), 1);
+    assert_eq!(
+        core.plugin.calls("ControllerPublishVolume").len(),
+        1,
+        "the controller's side, done once, is not done again for the node's failures"
+    );
+}
+
+#[tokio::test(start_paused = true)]
+async fn a_publication_converges_through_the_agent_in_the_spec_order_both_ways() {
+    let core = start(retry(SECOND, 3), true, None).await;
+    core.create("v1").await;
+    core.manager.publish("v1", Some("n1"), false).await.unwrap();
+    core.until("published", |c| c.volume("v1").state() == VolumeState::Published)
+        .await;
+    core.manager.unpublish("v1", "n1").await.unwrap();
+    core.until("unpublished", |c| c.volume("v1").publications.is_empty())
+        .await;
+    core.manager.delete("v1").await.unwrap();
+    core.until("deleted", |c| c.manager.get("v1").is_none()).await;
+    assert_eq!(
+        core.plugin.log(),
+        [
+            "CreateVolume",
+            "ControllerPublishVolume",
+            "NodeStageVolume",
+            "NodePublishVolume",
+            "NodeUnpublishVolume",
+            "NodeUnstageVolume",
+            "ControllerUnpublishVolume",
+            "DeleteVolume",
+        ],
+        "each call once, in the spec's order"
+    );
+    assert_eq!(core.plugin.volumes(), 0);
+}
+
+#[tokio::test(start_paused = true)]
+async fn a_server_that_cannot_vouch_for_its_lease_calls_no_plugin() {
+    let vouches = Arc::new(AtomicBool::new(false));
+    let tenure = {
+        let vouches = vouches.clone();
+        Box::new(move || vouches.load(Ordering::SeqCst))
+    };
+    let core = start(retry(SECOND, 3), false, Some(tenure)).await;
+    core.create("v1").await;
+    tokio::time::sleep(HOUR).await;
+    assert!(
+        core.plugin.calls("CreateVolume").is_empty(),
+        "a deposed leader's workers wait for their term to end"
+    );
+    assert_eq!(core.volume("v1").state(), VolumeState::Pending);
+}
+
+#[tokio::test(start_paused = true)]
+async fn a_restart_waits_out_the_retry_left_and_creates_nothing_twice() {
+    let core = start(retry(60 * SECOND, 3), false, None).await;
+    core.plugin.fail("CreateVolume", Code::Unavailable, 1);
+    core.create("v1").await;
+    core.until("the first call failed", |c| c.volume("v1").retrying.is_some())
+        .await;
+    tokio::time::sleep(10 * SECOND).await;
+    let core = core.restart().await;
+    let restarted = tokio::time::Instant::now();
+    core.until("created after the restart", |c| {
+        c.volume("v1").state() == VolumeState::Available
+    })
+    .await;
+    let calls = core.plugin.calls("CreateVolume");
+    assert_eq!(calls.len(), 2);
+    let waited = calls[1] - restarted;
+    assert!(
+        waited <= 60 * SECOND + Duration::from_millis(50),
+        "a restart never waits longer than the policy asked ({waited:?})"
+    );
+    assert_eq!(core.plugin.volumes(), 1, "the stored CSI name was used again");
+}

@@ -1,0 +1,156 @@
+//! The core in paused time: the same manager, node directory and in-process
+//! agents a term runs (`serve::term::core`, `start_node_agents`), on a store
+//! in memory and a CSI plugin in the test's own runtime. Nothing waits
+//! outside the runtime but an agent's record, so tokio's paused clock moves
+//! only to Berth's own timers: a retry an hour away is tested in no time,
+//! and when each call came is exact. What crosses processes stays in the
+//! integration suite.
+
+mod lifecycle;
+mod plugin;
+mod store;
+
+use std::sync::Arc;
+use std::time::Duration;
+
+use tokio::time::Instant;
+
+use crate::config::Config;
+use crate::manager::VolumeManager;
+use crate::model::{VolumeRecord, VolumeSpec};
+use crate::policy::builtin::{BuiltinRetry, Builtins};
+use crate::policy::{EngineOptions, Policies, PolicyEngine};
+use plugin::{DRIVER, MemoryPlugin};
+use store::MemoryStore;
+
+pub struct Core {
+    pub plugin: MemoryPlugin,
+    store: Arc<MemoryStore>,
+    pub manager: Arc<VolumeManager>,
+    retry: BuiltinRetry,
+    _refresh: crate::csi::registry::RefreshTasks,
+    _workers: tokio::task::JoinSet<()>,
+    _dir: tempfile::TempDir,
+}
+
+/// A retry policy without jitter: `base` doubling, INTERNAL given up at
+/// its `internal`th attempt.
+pub fn retry(base: Duration, internal: u32) -> BuiltinRetry {
+    BuiltinRetry {
+        base,
+        max: Duration::from_secs(3600),
+        max_internal_attempts: internal,
+        jitter: 0.0,
+    }
+}
+
+/// Starts the core with the plugin `mem`, and a node `n1` served by an
+/// in-process agent when `node`. Liveness timers are an hour: a test's
+/// only timers are the retries it is about.
+pub async fn start(retry: BuiltinRetry, node: bool, tenure: Option<crate::manager::Tenure>) -> Core {
+    let dir = tempfile::tempdir().unwrap();
+    let plugin = MemoryPlugin::default();
+    plugin.serve(&dir.path().join("csi.sock"));
+    let store = Arc::new(MemoryStore::default());
+    start_on(dir, plugin, store, retry, node, tenure).await
+}
+
+/// The core on a store and plugin that may have served one before.
+async fn start_on(
+    dir: tempfile::TempDir,
+    plugin: MemoryPlugin,
+    store: Arc<MemoryStore>,
+    retry: BuiltinRetry,
+    node: bool,
+    tenure: Option<crate::manager::Tenure>,
+) -> Core {
+    let socket = dir.path().join("csi.sock");
+    let socket = socket.display();
+    let mut text = format!(
+        r#"
+state = "state.redb"
+workers = 4
+fingerprint_interval = "1h"
+heartbeat_timeout = "1h"
+
+[[plugin]]
+name = "mem"
+driver = "{DRIVER}"
+controller = "unix://{socket}"
+"#
+    );
+    if node {
+        text += &format!("\n[[node]]\nname = \"n1\"\ndir = \"n1\"\nplugins = {{ mem = \"unix://{socket}\" }}\n");
+    }
+    let config = Config::parse(&text, dir.path()).unwrap();
+    let engine = PolicyEngine::new(EngineOptions::default()).unwrap();
+    let builtins = Builtins {
+        retry: retry.clone(),
+        ..Builtins::default()
+    };
+    let policies = Arc::new(Policies::new(Arc::new(engine), builtins));
+    let core = crate::serve::term::core(config, store.clone(), policies)
+        .await
+        .unwrap();
+    if let Some(tenure) = tenure {
+        core.manager.act_only_while(tenure);
+    }
+    let workers = core.manager.start();
+    crate::serve::endpoints::start_node_agents(core.manager.clone(), core.directory.clone(), core.deadline)
+        .await
+        .unwrap();
+    Core {
+        plugin,
+        store,
+        manager: core.manager,
+        retry,
+        _refresh: core.refresh,
+        _workers: workers,
+        _dir: dir,
+    }
+}
+
+impl Core {
+    /// A crash and a start: the workers and the manager gone, a new core
+    /// on the same store and plugin (controller-only cores).
+    pub async fn restart(self) -> Core {
+        let Core {
+            plugin,
+            store,
+            manager,
+            retry,
+            _refresh,
+            _workers,
+            _dir,
+        } = self;
+        drop((_workers, _refresh, manager));
+        start_on(_dir, plugin, store, retry, false, None).await
+    }
+
+    pub async fn create(&self, name: &str) -> VolumeRecord {
+        let spec = VolumeSpec {
+            name: name.into(),
+            plugin: "mem".into(),
+            required_bytes: 1 << 20,
+            ..VolumeSpec::default()
+        };
+        self.manager.create(spec).await.unwrap()
+    }
+
+    pub fn volume(&self, name: &str) -> VolumeRecord {
+        self.manager.get(name).expect("the volume is known")
+    }
+
+    /// Waits (in paused time: at once) until `done`, for at most two hours.
+    pub async fn until(&self, what: &str, mut done: impl FnMut(&Core) -> bool) {
+        let started = Instant::now();
+        while !done(self) {
+            assert!(
+                started.elapsed() < Duration::from_secs(7200),
+                "{what}: not after two hours; calls: {:?}",
+                self.plugin.log()
+            );
+            tokio::time::sleep(Duration::from_millis(10)).await;
+        }
+    }
+}

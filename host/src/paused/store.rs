@@ -1,0 +1,53 @@
+//! A store in memory: the `Store` contract (a write is visible to `load`
+//! once it returns) with nothing that waits outside the runtime, so paused
+//! time is not advanced under a write in flight.
+
+use std::collections::BTreeMap;
+use std::sync::Mutex;
+
+use crate::model::VolumeRecord;
+use crate::store::{NodeRecord, Store, StoreError, TokenRecord};
+
+#[derive(Default)]
+pub struct MemoryStore {
+    volumes: Mutex<BTreeMap<String, VolumeRecord>>,
+    nodes: Mutex<BTreeMap<String, NodeRecord>>,
+    tokens: Mutex<BTreeMap<String, TokenRecord>>,
+}
+
+#[tonic::async_trait]
+impl Store for MemoryStore {
+    fn load(&self) -> Result<Vec<VolumeRecord>, StoreError> {
+        Ok(self.volumes.lock().unwrap().values().cloned().collect())
+    }
+    async fn put(&self, record: &VolumeRecord) -> Result<(), StoreError> {
+        self.volumes.lock().unwrap().insert(record.id.clone(), record.clone());
+        Ok(())
+    }
+    async fn remove(&self, id: &str) -> Result<(), StoreError> {
+        self.volumes.lock().unwrap().remove(id);
+        Ok(())
+    }
+    fn load_nodes(&self) -> Result<Vec<NodeRecord>, StoreError> {
+        Ok(self.nodes.lock().unwrap().values().cloned().collect())
+    }
+    async fn put_node(&self, node: &NodeRecord) -> Result<(), StoreError> {
+        self.nodes.lock().unwrap().insert(node.name.clone(), node.clone());
+        Ok(())
+    }
+    async fn remove_node(&self, name: &str) -> Result<(), StoreError> {
+        self.nodes.lock().unwrap().remove(name);
+        Ok(())
+    }
+    fn load_tokens(&self) -> Result<Vec<TokenRecord>, StoreError> {
+        Ok(self.tokens.lock().unwrap().values().cloned().collect())
+    }
+    async fn put_token(&self, token: &TokenRecord) -> Result<(), StoreError> {
+        self.tokens.lock().unwrap().insert(token.id.clone(), token.clone());
+        Ok(())
+    }
+    async fn remove_token(&self, id: &str) -> Result<(), StoreError> {
+        self.tokens.lock().unwrap().remove(id);
+        Ok(())
+    }
+}
