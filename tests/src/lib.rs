@@ -100,6 +100,20 @@ pub async fn summary(client: &mut BerthClient<Channel>) -> Result<api::SummaryRe
     Ok(client.summary(api::SummaryRequest {}).await?.into_inner())
 }
 
+/// Waits until `done`, checking every 50 ms; fails after `within` with
+/// `context` (what the test was looking at).
+pub fn wait_for(what: &str, within: Duration, mut done: impl FnMut() -> bool, context: impl Fn() -> String) {
+    let started = std::time::Instant::now();
+    while !done() {
+        assert!(
+            started.elapsed() < within,
+            "{what}: not within {within:?}\n{}",
+            context()
+        );
+        std::thread::sleep(Duration::from_millis(50));
+    }
+}
+
 /// A TCP port free on loopback now (the tests' servers bind it next).
 pub fn free_port() -> u16 {
     std::net::TcpListener::bind("127.0.0.1:0")

@@ -262,7 +262,7 @@ impl Converger {
                 .map(|(id, _)| id.clone())
                 .collect()
         };
-        tracing::info!(version = set.version, volumes = listed, "desired set received");
+        tracing::info!(version = set.version, volumes = listed, driving = ids.len(), "desired set received");
         for id in ids {
             self.kick(&id);
         }

@@ -172,3 +172,21 @@ async fn a_restart_waits_out_the_retry_left_and_creates_nothing_twice() {
     );
     assert_eq!(core.plugin.volumes(), 1, "the stored CSI name was used again");
 }
+
+#[tokio::test(start_paused = true)]
+async fn a_retry_policy_answering_zero_is_held_to_the_host_floor() {
+    let core = start(retry(Duration::ZERO, 3), false, None).await;
+    core.plugin.fail("CreateVolume", Code::Unavailable, usize::MAX);
+    core.create("storm").await;
+    core.until("eight attempts", |c| c.plugin.calls("CreateVolume").len() >= 8)
+        .await;
+    // 10 ms doubling, whatever the policy said.
+    for (i, gap) in gaps(&core.plugin.calls("CreateVolume")).into_iter().enumerate() {
+        let floor = Duration::from_millis(10 << i);
+        assert!(
+            gap >= floor && gap < floor + Duration::from_millis(5),
+            "attempt {} came {gap:?} after the one before; the floor is {floor:?}",
+            i + 2
+        );
+    }
+}

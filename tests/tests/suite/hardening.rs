@@ -9,7 +9,7 @@
 use std::os::unix::fs::PermissionsExt;
 use std::time::{Duration, Instant};
 
-use berth_tests::{Cluster, ClusterSpec, guest, texts};
+use berth_tests::{Cluster, ClusterSpec, guest, texts, wait_for};
 use serde_json::Value;
 
 fn get(c: &Cluster, name: &str) -> Value {
@@ -138,11 +138,19 @@ fn a_retry_policy_answering_zero_cannot_make_a_storm() {
         plugin_args: vec!["--fault", "UNAVAILABLE=1.0", "--fault-calls", "CreateVolume"],
         ..ClusterSpec::default()
     });
+    let asked = Instant::now();
     c.ok(&["volume", "create", "storm", "--plugin", "hostpath"]);
-    std::thread::sleep(Duration::from_secs(3));
-    let n = attempt(&get(&c, "storm"));
-    // The host's floor (10 ms doubling) allows about 9 attempts in 3 s.
-    assert!((2..=12).contains(&n), "{n} CreateVolume attempts in 3 s");
+    wait_for(
+        "the sixth attempt",
+        Duration::from_secs(30),
+        || attempt(&get(&c, "storm")) >= 6,
+        || get(&c, "storm").to_string(),
+    );
+    // The host's floor (10 ms doubling) holds five waits before it:
+    // 10 + 20 + 40 + 80 + 160 ms at the least, however fast the machine.
+    // (The exact waits are tested in paused time, `paused::lifecycle`.)
+    let took = asked.elapsed();
+    assert!(took >= Duration::from_millis(310), "six attempts in {took:?}");
 }
 
 /// A cluster whose naming (or retry) is the hostile guest in `behaviour`.
