@@ -262,7 +262,12 @@ impl Converger {
                 .map(|(id, _)| id.clone())
                 .collect()
         };
-        tracing::info!(version = set.version, volumes = listed, driving = ids.len(), "desired set received");
+        tracing::info!(
+            version = set.version,
+            volumes = listed,
+            driving = ids.len(),
+            "desired set received"
+        );
         for id in ids {
             self.kick(&id);
         }

@@ -22,8 +22,10 @@ async fn a_failed_call_is_made_again_when_the_retry_policy_says_and_not_before()
     let core = start(retry(SECOND, 5), false, None).await;
     core.plugin.fail("CreateVolume", Code::Unavailable, 3);
     core.create("v1").await;
-    core.until("the volume is created", |c| c.volume("v1").state() == VolumeState::Available)
-        .await;
+    core.until("the volume is created", |c| {
+        c.volume("v1").state() == VolumeState::Available
+    })
+    .await;
     let calls = core.plugin.calls("CreateVolume");
     assert_eq!(calls.len(), 4, "three failures, then the call that succeeded");
     // The policy asked for 1 s, 2 s and 4 s (no jitter): each call came
@@ -45,7 +47,11 @@ async fn a_give_up_stops_every_call_until_an_operator_retries() {
     core.create("v1").await;
     core.until("the volume is given up", |c| c.volume("v1").failure.is_some())
         .await;
-    assert_eq!(core.plugin.calls("CreateVolume").len(), 3, "INTERNAL given up at the third attempt");
+    assert_eq!(
+        core.plugin.calls("CreateVolume").len(),
+        3,
+        "INTERNAL given up at the third attempt"
+    );
     tokio::time::sleep(HOUR).await;
     assert_eq!(
         core.plugin.calls("CreateVolume").len(),
@@ -61,10 +67,16 @@ async fn a_give_up_stops_every_call_until_an_operator_retries() {
     .await;
     core.plugin.heal("CreateVolume");
     core.manager.retry("v1").await.unwrap();
-    core.until("created at last", |c| c.volume("v1").state() == VolumeState::Available)
-        .await;
+    core.until("created at last", |c| {
+        c.volume("v1").state() == VolumeState::Available
+    })
+    .await;
     assert_eq!(core.plugin.calls("CreateVolume").len(), 7);
-    assert_eq!(core.plugin.volumes(), 1, "one backend volume for one Berth volume");
+    assert_eq!(
+        core.plugin.volumes(),
+        1,
+        "one backend volume for one Berth volume"
+    );
 }
 
 #[tokio::test(start_paused = true)]
@@ -75,8 +87,7 @@ async fn a_failed_node_call_is_retried_by_the_policy_alone_and_stops_at_its_give
         .await;
     core.plugin.fail("NodeStageVolume", Code::Internal, usize::MAX);
     core.manager.publish("v1", Some("n1"), false).await.unwrap();
-    core.until("given up", |c| c.volume("v1").failure.is_some())
-        .await;
+    core.until("given up", |c| c.volume("v1").failure.is_some()).await;
     let stages = core.plugin.calls("NodeStageVolume");
     assert_eq!(stages.len(), 3, "the node calls what the policy allows, no more");
     for (gap, asked) in gaps(&stages).into_iter().zip([1, 2]) {
@@ -87,7 +98,11 @@ async fn a_failed_node_call_is_retried_by_the_policy_alone_and_stops_at_its_give
         );
     }
     tokio::time::sleep(HOUR).await;
-    assert_eq!(core.plugin.calls("NodeStageVolume").len(), 3, "none after the give-up");
+    assert_eq!(
+        core.plugin.calls("NodeStageVolume").len(),
+        3,
+        "none after the give-up"
+    );
     assert!(core.plugin.calls("NodePublishVolume").is_empty());
 
     core.plugin.heal("NodeStageVolume");

@@ -80,7 +80,8 @@ controller = "unix://{socket}"
 "#
     );
     if node {
-        text += &format!("\n[[node]]\nname = \"n1\"\ndir = \"n1\"\nplugins = {{ mem = \"unix://{socket}\" }}\n");
+        text +=
+            &format!("\n[[node]]\nname = \"n1\"\ndir = \"n1\"\nplugins = {{ mem = \"unix://{socket}\" }}\n");
     }
     let config = Config::parse(&text, dir.path()).unwrap();
     let engine = PolicyEngine::new(EngineOptions::default()).unwrap();

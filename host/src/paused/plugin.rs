@@ -58,7 +58,11 @@ impl MemoryPlugin {
     /// When each call of `call` came.
     pub fn calls(&self, call: &str) -> Vec<Instant> {
         let s = self.state.lock().unwrap();
-        s.calls.iter().filter(|(c, _)| *c == call).map(|(_, at)| *at).collect()
+        s.calls
+            .iter()
+            .filter(|(c, _)| *c == call)
+            .map(|(_, at)| *at)
+            .collect()
     }
 
     /// The names of every call, in order.
@@ -94,7 +98,10 @@ fn unimplemented<T>() -> Answer<T> {
 
 #[tonic::async_trait]
 impl Identity for MemoryPlugin {
-    async fn get_plugin_info(&self, _: Request<csi::GetPluginInfoRequest>) -> Answer<csi::GetPluginInfoResponse> {
+    async fn get_plugin_info(
+        &self,
+        _: Request<csi::GetPluginInfoRequest>,
+    ) -> Answer<csi::GetPluginInfoResponse> {
         Ok(Response::new(csi::GetPluginInfoResponse {
             name: DRIVER.into(),
             vendor_version: "1.0.0".into(),
@@ -129,7 +136,11 @@ impl Controller for MemoryPlugin {
         let r = r.into_inner();
         let capacity = r.capacity_range.map_or(0, |c| c.required_bytes);
         let mut s = self.state.lock().unwrap();
-        let id = s.volumes.entry(r.name.clone()).or_insert_with(|| format!("mem-{}", r.name)).clone();
+        let id = s
+            .volumes
+            .entry(r.name.clone())
+            .or_insert_with(|| format!("mem-{}", r.name))
+            .clone();
         Ok(Response::new(csi::CreateVolumeResponse {
             volume: Some(csi::Volume {
                 volume_id: id,
@@ -173,7 +184,9 @@ impl Controller for MemoryPlugin {
                 r#type: Some(Type::Rpc(Rpc { r#type: t as i32 })),
             })
             .collect();
-        Ok(Response::new(csi::ControllerGetCapabilitiesResponse { capabilities }))
+        Ok(Response::new(csi::ControllerGetCapabilitiesResponse {
+            capabilities,
+        }))
     }
 
     async fn validate_volume_capabilities(
@@ -188,13 +201,22 @@ impl Controller for MemoryPlugin {
     async fn get_capacity(&self, _: Request<csi::GetCapacityRequest>) -> Answer<csi::GetCapacityResponse> {
         unimplemented()
     }
-    async fn create_snapshot(&self, _: Request<csi::CreateSnapshotRequest>) -> Answer<csi::CreateSnapshotResponse> {
+    async fn create_snapshot(
+        &self,
+        _: Request<csi::CreateSnapshotRequest>,
+    ) -> Answer<csi::CreateSnapshotResponse> {
         unimplemented()
     }
-    async fn delete_snapshot(&self, _: Request<csi::DeleteSnapshotRequest>) -> Answer<csi::DeleteSnapshotResponse> {
+    async fn delete_snapshot(
+        &self,
+        _: Request<csi::DeleteSnapshotRequest>,
+    ) -> Answer<csi::DeleteSnapshotResponse> {
         unimplemented()
     }
-    async fn list_snapshots(&self, _: Request<csi::ListSnapshotsRequest>) -> Answer<csi::ListSnapshotsResponse> {
+    async fn list_snapshots(
+        &self,
+        _: Request<csi::ListSnapshotsRequest>,
+    ) -> Answer<csi::ListSnapshotsResponse> {
         unimplemented()
     }
     async fn controller_expand_volume(
@@ -219,7 +241,10 @@ impl Controller for MemoryPlugin {
 
 #[tonic::async_trait]
 impl Node for MemoryPlugin {
-    async fn node_stage_volume(&self, _: Request<csi::NodeStageVolumeRequest>) -> Answer<csi::NodeStageVolumeResponse> {
+    async fn node_stage_volume(
+        &self,
+        _: Request<csi::NodeStageVolumeRequest>,
+    ) -> Answer<csi::NodeStageVolumeResponse> {
         self.called("NodeStageVolume")?;
         Ok(Response::new(csi::NodeStageVolumeResponse {}))
     }
@@ -275,7 +300,10 @@ impl Node for MemoryPlugin {
     ) -> Answer<csi::NodeGetVolumeStatsResponse> {
         unimplemented()
     }
-    async fn node_expand_volume(&self, _: Request<csi::NodeExpandVolumeRequest>) -> Answer<csi::NodeExpandVolumeResponse> {
+    async fn node_expand_volume(
+        &self,
+        _: Request<csi::NodeExpandVolumeRequest>,
+    ) -> Answer<csi::NodeExpandVolumeResponse> {
         unimplemented()
     }
 }

@@ -21,7 +21,10 @@ impl Store for MemoryStore {
         Ok(self.volumes.lock().unwrap().values().cloned().collect())
     }
     async fn put(&self, record: &VolumeRecord) -> Result<(), StoreError> {
-        self.volumes.lock().unwrap().insert(record.id.clone(), record.clone());
+        self.volumes
+            .lock()
+            .unwrap()
+            .insert(record.id.clone(), record.clone());
         Ok(())
     }
     async fn remove(&self, id: &str) -> Result<(), StoreError> {
@@ -43,7 +46,10 @@ impl Store for MemoryStore {
         Ok(self.tokens.lock().unwrap().values().cloned().collect())
     }
     async fn put_token(&self, token: &TokenRecord) -> Result<(), StoreError> {
-        self.tokens.lock().unwrap().insert(token.id.clone(), token.clone());
+        self.tokens
+            .lock()
+            .unwrap()
+            .insert(token.id.clone(), token.clone());
         Ok(())
     }
     async fn remove_token(&self, id: &str) -> Result<(), StoreError> {

@@ -18,7 +18,7 @@ use crate::cluster::tokens::JoinTokens;
 use crate::config::Config;
 use crate::csi::ClientOptions;
 use crate::csi::fingerprint::Role;
-use crate::csi::registry::{Health, PluginSpec, Registry, RefreshTasks};
+use crate::csi::registry::{Health, PluginSpec, RefreshTasks, Registry};
 use crate::leadership::Election;
 use crate::manager::{VolumeManager, as_sync};
 use crate::metrics::{self, live::Observed};
@@ -142,7 +142,11 @@ pub(crate) struct Core {
     pub refresh: RefreshTasks,
 }
 
-pub(crate) async fn core(config: Config, store: Arc<dyn Store>, policies: Arc<Policies>) -> Result<Core, String> {
+pub(crate) async fn core(
+    config: Config,
+    store: Arc<dyn Store>,
+    policies: Arc<Policies>,
+) -> Result<Core, String> {
     let controllers = controllers(&config).await;
     let refresh = controllers.start();
     let deadline = config

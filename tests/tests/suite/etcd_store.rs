@@ -4,7 +4,7 @@
 
 use std::time::{Duration, Instant};
 
-use berth_tests::{Cluster, ClusterSpec, EtcdCluster, texts};
+use berth_tests::{Cluster, ClusterSpec, EtcdCluster, texts, wait_for};
 use serde_json::Value;
 
 fn on_etcd(etcd: &EtcdCluster) -> Cluster {
@@ -32,14 +32,6 @@ fn published(c: &Cluster) -> Vec<String> {
         .collect();
     names.sort();
     names
-}
-
-fn wait_for(what: &str, within: Duration, mut done: impl FnMut() -> bool) {
-    let deadline = Instant::now() + within;
-    while !done() {
-        assert!(Instant::now() < deadline, "{what}: not within {within:?}");
-        std::thread::sleep(Duration::from_millis(50));
-    }
 }
 
 fn create_and_publish(c: &Cluster, name: &str) {
@@ -109,19 +101,24 @@ fn etcd_away_is_unavailable_and_work_resumes_when_it_returns() {
         etcd.restart(i);
     }
     etcd.wait_healthy(Duration::from_secs(30));
-    wait_for("a create once etcd is back", Duration::from_secs(30), || {
-        c.berth(&[
-            "volume",
-            "create",
-            "after",
-            "--plugin",
-            "hostpath",
-            "--requisite",
-            "zone=a",
-        ])
-        .status
-        .success()
-    });
+    wait_for(
+        "a create once etcd is back",
+        Duration::from_secs(30),
+        || {
+            c.berth(&[
+                "volume",
+                "create",
+                "after",
+                "--plugin",
+                "hostpath",
+                "--requisite",
+                "zone=a",
+            ])
+            .status
+            .success()
+        },
+        String::new,
+    );
     c.ok(&["volume", "publish", "after", "--node", "node-a", "--wait"]);
     assert_eq!(published(&c), vec!["after".to_string(), "before".to_string()]);
     assert!(
@@ -236,13 +233,30 @@ fn a_warm_copy_resumes_on_another_member_and_reads_again_after_a_compaction() {
         store.put(&v2).await.unwrap();
         Mirror::start(settings.clone()).unwrap()
     });
-    std::thread::sleep(Duration::from_secs(1));
+    // The copy has read the prefix (v1 and v2) before its member goes.
+    wait_for(
+        "the copy's first read",
+        Duration::from_secs(20),
+        || mirror.revision() > 0,
+        String::new,
+    );
     // The member the copy watches (the first) goes away; the others change
     // the prefix and compact etcd's history past the copy's revision.
     etcd.kill(0);
     let others = EtcdSettings::new(etcd.endpoints()[1..].to_vec(), Some("/berth-mirror".into())).unwrap();
     let revision = berth_tests::block_on(async {
-        let store = EtcdStore::connect(others, None).await.unwrap();
+        // The two left may be electing a leader among themselves first.
+        let started = Instant::now();
+        let store = loop {
+            match EtcdStore::connect(others.clone(), None).await {
+                Ok(store) => break store,
+                Err(e) if started.elapsed() < Duration::from_secs(20) => {
+                    tracing::debug!(error = %e, "the members left are not answering yet");
+                    tokio::time::sleep(Duration::from_millis(100)).await;
+                }
+                Err(e) => panic!("the members left never answered: {e}"),
+            }
+        };
         store.put(&v3).await.unwrap();
         store.remove(&v1.id).await.unwrap();
         let mut kv = pb::kv_client::KvClient::connect(etcd.endpoints()[1].clone())

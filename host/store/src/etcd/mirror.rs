@@ -108,6 +108,12 @@ impl Mirror {
         })
     }
 
+    /// The revision the copy holds everything up to (0 until it has read
+    /// the prefix).
+    pub fn revision(&self) -> i64 {
+        *self.applied.borrow()
+    }
+
     /// The copy, once it holds every change up to `revision` (which must be
     /// a change under the prefix, as the leader key's creation is: its event
     /// is the barrier), within `within`. Its counts are then checked against etcd's at the
