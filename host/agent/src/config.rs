@@ -64,15 +64,20 @@ pub enum ServerAddress {
 }
 
 impl ServerAddress {
-    fn parse_tls(rest: &str) -> Result<ServerAddress, String> {
+    fn parse_tls(rest: &str) -> Result<ServerAddress, ConfigError> {
         let rest = rest.trim_end_matches('/');
-        let (host, port) = rest
-            .rsplit_once(':')
-            .ok_or_else(|| format!("https://{rest} needs a port, like https://berth.example:7443"))?;
-        let port = port.parse().map_err(|_| format!("{port:?} is not a port"))?;
+        let (host, port) = rest.rsplit_once(':').ok_or_else(|| {
+            invalid(
+                "server",
+                format!("https://{rest} needs a port, like https://berth.example:7443"),
+            )
+        })?;
+        let port = port
+            .parse()
+            .map_err(|_| invalid("server", format!("{port:?} is not a port")))?;
         let host = host.trim_start_matches('[').trim_end_matches(']');
         if host.is_empty() {
-            return Err("the server's host is empty".into());
+            return Err(invalid("server", "the server's host is empty"));
         }
         Ok(ServerAddress::Tls {
             host: host.to_string(),
@@ -161,7 +166,7 @@ impl AgentConfig {
         let servers = servers
             .iter()
             .map(|text| match text.strip_prefix("https://") {
-                Some(rest) => ServerAddress::parse_tls(rest).map_err(|e| invalid("server", e)),
+                Some(rest) => ServerAddress::parse_tls(rest),
                 None => Ok(ServerAddress::Unix(endpoint("server", text)?)),
             })
             .collect::<Result<Vec<_>, _>>()?;

@@ -19,6 +19,7 @@ use std::sync::{Arc, Mutex};
 use berth_proto::berth::v1 as wire;
 use tokio::sync::mpsc;
 
+use crate::OpenError;
 use crate::calls::{self, Params, Paths};
 use crate::failures::failure_to_wire;
 use crate::mounts::MountTable;
@@ -113,7 +114,7 @@ pub struct Converger {
 
 impl Converger {
     /// Whether the node record takes writes.
-    pub fn record_health(&self) -> Result<(), String> {
+    pub fn record_health(&self) -> Result<(), berth_store::CommitError> {
         self.record.health()
     }
 
@@ -128,8 +129,8 @@ impl Converger {
         plugins: Arc<NodePlugins>,
         paths: Paths,
         record_path: &std::path::Path,
-    ) -> Result<Arc<Self>, String> {
-        let mut held = record.load().map_err(|e| e.to_string())?;
+    ) -> Result<Arc<Self>, OpenError> {
+        let mut held = record.load()?;
         held.retain(|id, _| match berth_model::bounds::plain("volume id", id) {
             Ok(()) => true,
             Err(e) => {
@@ -143,14 +144,15 @@ impl Converger {
                 if !unknown.is_empty() {
                     let shown: Vec<String> =
                         unknown.iter().take(5).map(|p| p.display().to_string()).collect();
-                    return Err(format!(
-                        "the node record {} does not name {} volume path(s) in use ({}{}): it was lost or damaged. \
-                         Restore it from a backup, or unpublish those paths by hand (umount, then remove them) and start again",
-                        record_path.display(),
-                        unknown.len(),
-                        shown.join(", "),
-                        if unknown.len() > shown.len() { ", ..." } else { "" },
-                    ));
+                    return Err(OpenError::UnknownMounts {
+                        record: record_path.to_path_buf(),
+                        count: unknown.len(),
+                        shown: format!(
+                            "{}{}",
+                            shown.join(", "),
+                            if unknown.len() > shown.len() { ", ..." } else { "" }
+                        ),
+                    });
                 }
                 for (id, h) in held.iter_mut() {
                     let was = h.level;
@@ -164,7 +166,7 @@ impl Converger {
                     }
                     if h.level != was {
                         tracing::warn!(volume = %id, ?was, now = ?h.level, "the node does not show what the record says; recorded lower");
-                        record.put(id, h).await.map_err(|e| e.to_string())?;
+                        record.put(id, h).await?;
                     }
                 }
             }

@@ -30,7 +30,9 @@ async fn channel(
     match server {
         ServerAddress::Unix(e) => Ok(berth_csi::unix_channel(e.path())),
         ServerAddress::Tls { host, port } => {
-            let creds = match Credentials::load(dir).map_err(tonic::Status::failed_precondition)? {
+            let creds = match Credentials::load(dir)
+                .map_err(|e| tonic::Status::failed_precondition(e.to_string()))?
+            {
                 Some(c) => c,
                 None => {
                     let token = token.ok_or_else(|| {
@@ -43,7 +45,8 @@ async fn channel(
                     creds
                 }
             };
-            tls::session_channel(host, *port, &creds).map_err(tonic::Status::failed_precondition)
+            tls::session_channel(host, *port, &creds)
+                .map_err(|e| tonic::Status::failed_precondition(e.to_string()))
         }
     }
 }

@@ -59,6 +59,22 @@ pub struct AgentSpec {
     pub seed: Vec<wire::Held>,
 }
 
+/// Why an agent could not start on its node.
+#[derive(Debug, thiserror::Error)]
+pub enum OpenError {
+    #[error(transparent)]
+    Record(#[from] berth_store::StoreError),
+    #[error(
+        "the node record {} does not name {count} volume path(s) in use ({shown}): it was lost or damaged. Restore it from a backup, or unpublish those paths by hand (umount, then remove them) and start again",
+        .record.display()
+    )]
+    UnknownMounts {
+        record: PathBuf,
+        count: usize,
+        shown: String,
+    },
+}
+
 /// How a session ended.
 #[derive(Debug)]
 pub enum SessionEnd {
@@ -96,9 +112,9 @@ pub fn to_server() -> (ToServer, mpsc::Receiver<wire::AgentMessage>) {
 impl Agent {
     /// Opens the record (checking it against the mount table), fingerprints
     /// the plugins once, and keeps fingerprinting them in the background.
-    pub async fn open(spec: AgentSpec) -> Result<Arc<Agent>, String> {
+    pub async fn open(spec: AgentSpec) -> Result<Arc<Agent>, OpenError> {
         let new = !spec.record.exists();
-        let record = NodeRecord::open(&spec.record).map_err(|e| e.to_string())?;
+        let record = NodeRecord::open(&spec.record)?;
         let plugins = NodePlugins::new(spec.plugins.clone(), spec.plugin_dir.clone(), spec.deadline);
         plugins.scan().await;
         plugins.refresh().await;
@@ -110,7 +126,7 @@ impl Agent {
                     level: record::Level::from_wire(h.level),
                     staged: plugins.stages(&h.plugin),
                 };
-                record.put(&h.berth_id, &held).await.map_err(|e| e.to_string())?;
+                record.put(&h.berth_id, &held).await?;
             }
             if !spec.seed.is_empty() {
                 tracing::info!(node = %spec.node, volumes = spec.seed.len(), "node record started from the store's publications");

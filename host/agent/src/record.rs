@@ -87,7 +87,7 @@ impl NodeRecord {
     }
 
     /// Whether the record can write now (for `/readyz`).
-    pub fn health(&self) -> Result<(), String> {
+    pub fn health(&self) -> Result<(), berth_store::CommitError> {
         self.committer.health()
     }
 

@@ -28,17 +28,68 @@ pub struct Credentials {
     pub key: String,
 }
 
+/// Why the agent's TLS credentials or a channel could not be made.
+#[derive(Debug, thiserror::Error)]
+pub enum TlsError {
+    #[error("{doing} {}: {source}", .path.display())]
+    File {
+        doing: &'static str,
+        path: PathBuf,
+        #[source]
+        source: std::io::Error,
+    },
+    #[error("{what}: {source}")]
+    Pem {
+        what: &'static str,
+        #[source]
+        source: rustls::pki_types::pem::Error,
+    },
+    #[error("{what}: {source}")]
+    Rustls {
+        what: &'static str,
+        #[source]
+        source: rustls::Error,
+    },
+    #[error("{0:?} has no port")]
+    NoPort(String),
+    #[error("{0:?}: the port is not a number")]
+    Port(String),
+    #[error("server {host:?}: {source}")]
+    Name {
+        host: String,
+        #[source]
+        source: rustls::pki_types::InvalidDnsNameError,
+    },
+    #[error("server {address:?}: {source}")]
+    Address {
+        address: String,
+        #[source]
+        source: tonic::codegen::http::uri::InvalidUri,
+    },
+}
+
+fn file(doing: &'static str, path: &Path) -> impl FnOnce(std::io::Error) -> TlsError {
+    let path = path.to_path_buf();
+    move |source| TlsError::File { doing, path, source }
+}
+
+fn pem(what: &'static str) -> impl FnOnce(rustls::pki_types::pem::Error) -> TlsError {
+    move |source| TlsError::Pem { what, source }
+}
+
+fn rustls_error(what: &'static str) -> impl FnOnce(rustls::Error) -> TlsError {
+    move |source| TlsError::Rustls { what, source }
+}
+
 fn tls_dir(dir: &Path) -> PathBuf {
     dir.join("tls")
 }
 
 impl Credentials {
     /// The credentials kept under `dir`, if the agent has joined.
-    pub fn load(dir: &Path) -> Result<Option<Credentials>, String> {
+    pub fn load(dir: &Path) -> Result<Option<Credentials>, TlsError> {
         let d = tls_dir(dir);
-        let read = |f: &str| {
-            std::fs::read_to_string(d.join(f)).map_err(|e| format!("reading {}: {e}", d.join(f).display()))
-        };
+        let read = |f: &str| std::fs::read_to_string(d.join(f)).map_err(file("reading", &d.join(f)));
         if !d.join("agent.pem").exists() {
             return Ok(None);
         }
@@ -49,17 +100,17 @@ impl Credentials {
         }))
     }
 
-    fn save(&self, dir: &Path) -> Result<(), String> {
+    fn save(&self, dir: &Path) -> Result<(), TlsError> {
         let d = tls_dir(dir);
-        private_dir(&d).map_err(|e| format!("creating {}: {e}", d.display()))?;
+        private_dir(&d).map_err(file("creating", &d))?;
         for (f, text) in [
             ("agent.key", &self.key),
             ("ca.pem", &self.ca),
             ("agent.pem", &self.cert),
         ] {
             let path = d.join(f);
-            private_file(&path).map_err(|e| format!("creating {}: {e}", path.display()))?;
-            std::fs::write(&path, text).map_err(|e| format!("writing {}: {e}", path.display()))?;
+            private_file(&path).map_err(file("creating", &path))?;
+            std::fs::write(&path, text).map_err(file("writing", &path))?;
         }
         Ok(())
     }
@@ -137,12 +188,10 @@ impl ServerCertVerifier for PinnedCa {
     }
 }
 
-fn roots(ca_pem: &str) -> Result<RootCertStore, String> {
+fn roots(ca_pem: &str, what: &'static str) -> Result<RootCertStore, TlsError> {
     let mut roots = RootCertStore::empty();
     for ca in CertificateDer::pem_slice_iter(ca_pem.as_bytes()) {
-        roots
-            .add(ca.map_err(|e| e.to_string())?)
-            .map_err(|e| e.to_string())?;
+        roots.add(ca.map_err(pem(what))?).map_err(rustls_error(what))?;
     }
     Ok(roots)
 }
@@ -150,45 +199,52 @@ fn roots(ca_pem: &str) -> Result<RootCertStore, String> {
 /// A channel to another server's TLS endpoint (`host:port`), trusting the
 /// cluster CA alone, presenting this server's own certificate (`identity`:
 /// chain and key, PEM) as the client's.
-pub fn server_channel(address: &str, ca_pem: &str, identity: (&str, &str)) -> Result<Channel, String> {
+pub fn server_channel(address: &str, ca_pem: &str, identity: (&str, &str)) -> Result<Channel, TlsError> {
     let (host, port) = address
         .rsplit_once(':')
-        .ok_or_else(|| format!("{address:?} has no port"))?;
-    let port = port
-        .parse()
-        .map_err(|_| format!("{address:?}: the port is not a number"))?;
+        .ok_or_else(|| TlsError::NoPort(address.into()))?;
+    let port = port.parse().map_err(|_| TlsError::Port(address.into()))?;
     let host = host.trim_start_matches('[').trim_end_matches(']');
     let config = ClientConfig::builder_with_provider(provider())
         .with_safe_default_protocol_versions()
-        .map_err(|e| e.to_string())?
-        .with_root_certificates(roots(ca_pem).map_err(|e| format!("the cluster CA: {e}"))?)
-        .with_client_auth_cert(client_chain(identity.0)?, client_key(identity.1)?)
-        .map_err(|e| format!("this server's certificate: {e}"))?;
+        .map_err(rustls_error("TLS versions"))?
+        .with_root_certificates(roots(ca_pem, "the cluster CA")?)
+        .with_client_auth_cert(
+            client_chain(identity.0, "this server's certificate")?,
+            client_key(identity.1, "this server's key")?,
+        )
+        .map_err(rustls_error("this server's certificate"))?;
     channel(host, port, config)
 }
 
-fn client_chain(pem: &str) -> Result<Vec<CertificateDer<'static>>, String> {
-    CertificateDer::pem_slice_iter(pem.as_bytes())
+fn client_chain(text: &str, what: &'static str) -> Result<Vec<CertificateDer<'static>>, TlsError> {
+    CertificateDer::pem_slice_iter(text.as_bytes())
         .collect::<Result<Vec<_>, _>>()
-        .map_err(|e| format!("a client certificate: {e}"))
+        .map_err(pem(what))
 }
 
-fn client_key(pem: &str) -> Result<PrivateKeyDer<'static>, String> {
-    PrivateKeyDer::from_pem_slice(pem.as_bytes()).map_err(|e| format!("a client key: {e}"))
+fn client_key(text: &str, what: &'static str) -> Result<PrivateKeyDer<'static>, TlsError> {
+    PrivateKeyDer::from_pem_slice(text.as_bytes()).map_err(pem(what))
 }
 
 /// How often an idle TLS connection is checked, and how long an answer may take.
 const KEEPALIVE: Duration = Duration::from_secs(2);
 
 /// A lazily connecting gRPC channel to `host:port` over TLS with `config`.
-fn channel(host: &str, port: u16, mut config: ClientConfig) -> Result<Channel, String> {
+fn channel(host: &str, port: u16, mut config: ClientConfig) -> Result<Channel, TlsError> {
     config.alpn_protocols = vec![b"h2".to_vec()];
     let connector = tokio_rustls::TlsConnector::from(Arc::new(config));
-    let name = ServerName::try_from(host.to_string()).map_err(|e| format!("server {host:?}: {e}"))?;
+    let name = ServerName::try_from(host.to_string()).map_err(|source| TlsError::Name {
+        host: host.into(),
+        source,
+    })?;
     let address = format!("{host}:{port}");
     let uri: Uri = format!("http://{address}")
         .parse()
-        .map_err(|e| format!("server {address:?}: {e}"))?;
+        .map_err(|source| TlsError::Address {
+            address: address.clone(),
+            source,
+        })?;
     Ok(tonic::transport::Endpoint::from(uri)
         // A server that stops answering (frozen, cut off) is left within
         // seconds, so the agent finds the leader that replaced it.
@@ -211,16 +267,16 @@ fn channel(host: &str, port: u16, mut config: ClientConfig) -> Result<Channel, S
 
 /// The channel an agent that has joined uses: the cluster CA as the only
 /// root, its own certificate as the client's.
-pub fn session_channel(host: &str, port: u16, creds: &Credentials) -> Result<Channel, String> {
-    let roots = roots(&creds.ca).map_err(|e| format!("the kept cluster CA: {e}"))?;
-    let certs = client_chain(&creds.cert).map_err(|e| format!("the agent's certificate: {e}"))?;
-    let key = client_key(&creds.key).map_err(|e| format!("the agent's key: {e}"))?;
+pub fn session_channel(host: &str, port: u16, creds: &Credentials) -> Result<Channel, TlsError> {
+    let roots = roots(&creds.ca, "the kept cluster CA")?;
+    let certs = client_chain(&creds.cert, "the agent's certificate")?;
+    let key = client_key(&creds.key, "the agent's key")?;
     let config = ClientConfig::builder_with_provider(provider())
         .with_safe_default_protocol_versions()
-        .map_err(|e| e.to_string())?
+        .map_err(rustls_error("TLS versions"))?
         .with_root_certificates(roots)
         .with_client_auth_cert(certs, key)
-        .map_err(|e| format!("the agent's certificate: {e}"))?;
+        .map_err(rustls_error("the agent's certificate"))?;
     channel(host, port, config)
 }
 
@@ -233,7 +289,7 @@ pub async fn join(
     dir: &Path,
 ) -> Result<Credentials, tonic::Status> {
     let fatal = tonic::Status::failed_precondition;
-    let pinned = JoinToken::parse(token).map_err(fatal)?;
+    let pinned = JoinToken::parse(token).map_err(|e| fatal(e.to_string()))?;
     let config = ClientConfig::builder_with_provider(provider())
         .with_safe_default_protocol_versions()
         .map_err(|e| fatal(e.to_string()))?
@@ -248,7 +304,7 @@ pub async fn join(
         .and_then(|p| p.serialize_request(&key))
         .and_then(|r| r.pem())
         .map_err(|e| fatal(e.to_string()))?;
-    let mut client = ClusterClient::new(channel(host, port, config).map_err(fatal)?);
+    let mut client = ClusterClient::new(channel(host, port, config).map_err(|e| fatal(e.to_string()))?);
     let answer = client
         .join(wire::JoinRequest {
             token: token.trim().to_string(),
@@ -262,6 +318,6 @@ pub async fn join(
         cert: answer.certificate,
         key: key.serialize_pem(),
     };
-    creds.save(dir).map_err(fatal)?;
+    creds.save(dir).map_err(|e| fatal(e.to_string()))?;
     Ok(creds)
 }

@@ -16,6 +16,33 @@ use berth_store::{private_dir, private_file};
 
 const KEY_LEN: usize = 32;
 
+/// Why a key could not be kept, or a value not sealed or opened.
+#[derive(Debug, thiserror::Error)]
+pub enum KekError {
+    #[error("{doing} {}: {source}", path.display())]
+    File {
+        doing: &'static str,
+        path: PathBuf,
+        #[source]
+        source: std::io::Error,
+    },
+    #[error("{} is not a key-encryption key (64 hex digits)", .0.display())]
+    NotAKey(PathBuf),
+    #[error("no randomness for {0}")]
+    NoRandomness(&'static str),
+    #[error("sealing failed")]
+    Seal,
+    #[error("not a sealed value")]
+    NotSealed,
+    #[error("it does not open with this key (another key sealed it, or it was altered)")]
+    WrongKey,
+}
+
+fn file(doing: &'static str, path: &Path) -> impl FnOnce(std::io::Error) -> KekError {
+    let path = path.to_path_buf();
+    move |source| KekError::File { doing, path, source }
+}
+
 pub struct Kek {
     key: [u8; KEY_LEN],
     path: PathBuf,
@@ -39,30 +66,29 @@ impl Kek {
     }
 
     /// The key kept in `cluster_dir`, if there is one.
-    pub fn load(cluster_dir: &Path) -> Result<Option<Kek>, String> {
+    pub fn load(cluster_dir: &Path) -> Result<Option<Kek>, KekError> {
         let path = Kek::path(cluster_dir);
         let text = match std::fs::read_to_string(&path) {
             Ok(t) => t,
             Err(e) if e.kind() == std::io::ErrorKind::NotFound => return Ok(None),
-            Err(e) => return Err(format!("reading {}: {e}", path.display())),
+            Err(e) => return Err(file("reading", &path)(e)),
         };
         let key: [u8; KEY_LEN] = unhex(&text)
             .and_then(|b| b.try_into().ok())
-            .ok_or_else(|| format!("{} is not a key-encryption key (64 hex digits)", path.display()))?;
+            .ok_or_else(|| KekError::NotAKey(path.clone()))?;
         Ok(Some(Kek { key, path }))
     }
 
     /// A new key, written to `cluster_dir` (owner-only).
-    pub fn create(cluster_dir: &Path) -> Result<Kek, String> {
-        private_dir(cluster_dir).map_err(|e| format!("creating {}: {e}", cluster_dir.display()))?;
+    pub fn create(cluster_dir: &Path) -> Result<Kek, KekError> {
+        private_dir(cluster_dir).map_err(file("creating", cluster_dir))?;
         let mut key = [0u8; KEY_LEN];
         SystemRandom::new()
             .fill(&mut key)
-            .map_err(|_| "no randomness for a key-encryption key".to_string())?;
+            .map_err(|_| KekError::NoRandomness("a key-encryption key"))?;
         let path = Kek::path(cluster_dir);
-        private_file(&path).map_err(|e| format!("creating {}: {e}", path.display()))?;
-        std::fs::write(&path, format!("{}\n", hex(&key)))
-            .map_err(|e| format!("writing {}: {e}", path.display()))?;
+        private_file(&path).map_err(file("creating", &path))?;
+        std::fs::write(&path, format!("{}\n", hex(&key))).map_err(file("writing", &path))?;
         Ok(Kek { key, path })
     }
 
@@ -80,11 +106,11 @@ impl Kek {
     }
 
     /// `plaintext` sealed, bound to `context`: hex of the nonce and the ciphertext.
-    pub fn seal(&self, plaintext: &[u8], context: &str) -> Result<String, String> {
+    pub fn seal(&self, plaintext: &[u8], context: &str) -> Result<String, KekError> {
         let mut nonce = [0u8; NONCE_LEN];
         SystemRandom::new()
             .fill(&mut nonce)
-            .map_err(|_| "no randomness for a nonce".to_string())?;
+            .map_err(|_| KekError::NoRandomness("a nonce"))?;
         let mut sealed = plaintext.to_vec();
         self.sealing_key()
             .seal_in_place_append_tag(
@@ -92,22 +118,22 @@ impl Kek {
                 Aad::from(context.as_bytes()),
                 &mut sealed,
             )
-            .map_err(|_| "sealing failed".to_string())?;
+            .map_err(|_| KekError::Seal)?;
         Ok(format!("{}{}", hex(&nonce), hex(&sealed)))
     }
 
     /// What [`Kek::seal`] sealed with this key and `context`.
-    pub fn open(&self, sealed: &str, context: &str) -> Result<Vec<u8>, String> {
+    pub fn open(&self, sealed: &str, context: &str) -> Result<Vec<u8>, KekError> {
         let bytes = unhex(sealed)
             .filter(|b| b.len() > NONCE_LEN)
-            .ok_or("not a sealed value")?;
+            .ok_or(KekError::NotSealed)?;
         let (nonce, rest) = bytes.split_at(NONCE_LEN);
         let mut rest = rest.to_vec();
-        let nonce = Nonce::try_assume_unique_for_key(nonce).map_err(|_| "not a sealed value")?;
+        let nonce = Nonce::try_assume_unique_for_key(nonce).map_err(|_| KekError::NotSealed)?;
         let plain = self
             .sealing_key()
             .open_in_place(nonce, Aad::from(context.as_bytes()), &mut rest)
-            .map_err(|_| "it does not open with this key (another key sealed it, or it was altered)")?;
+            .map_err(|_| KekError::WrongKey)?;
         Ok(plain.to_vec())
     }
 }

@@ -48,32 +48,65 @@ pub struct ClusterCa {
     key: KeyPair,
 }
 
-fn write_private(path: &Path, text: &str) -> Result<(), String> {
-    private_file(path).map_err(|e| format!("creating {}: {e}", path.display()))?;
-    std::fs::write(path, text).map_err(|e| format!("writing {}: {e}", path.display()))
+/// Why the cluster CA could not be read, made or used.
+#[derive(Debug, thiserror::Error)]
+pub enum PkiError {
+    #[error("{doing} {}: {source}", path.display())]
+    File {
+        doing: &'static str,
+        path: PathBuf,
+        #[source]
+        source: std::io::Error,
+    },
+    #[error("a certificate is not valid PEM: {0}")]
+    Pem(#[from] rustls::pki_types::pem::Error),
+    /// Making, reading or signing a certificate or key: what was being done.
+    #[error("{doing}: {source}")]
+    Certificate {
+        doing: String,
+        #[source]
+        source: rcgen::Error,
+    },
+    #[error("{}: {error}", dir.display())]
+    In { dir: PathBuf, error: Box<PkiError> },
 }
 
-fn read(path: &Path) -> Result<String, String> {
-    std::fs::read_to_string(path).map_err(|e| format!("reading {}: {e}", path.display()))
+fn file(doing: &'static str, path: &Path) -> impl FnOnce(std::io::Error) -> PkiError {
+    let path = path.to_path_buf();
+    move |source| PkiError::File { doing, path, source }
+}
+
+fn certificate(doing: impl Into<String>) -> impl FnOnce(rcgen::Error) -> PkiError {
+    let doing = doing.into();
+    move |source| PkiError::Certificate { doing, source }
+}
+
+fn write_private(path: &Path, text: &str) -> Result<(), PkiError> {
+    private_file(path).map_err(file("creating", path))?;
+    std::fs::write(path, text).map_err(file("writing", path))
+}
+
+fn read(path: &Path) -> Result<String, PkiError> {
+    std::fs::read_to_string(path).map_err(file("reading", path))
 }
 
 /// The DER form of the first certificate in `pem`.
-pub fn pem_to_der(pem: &str) -> Result<Vec<u8>, String> {
+pub fn pem_to_der(pem: &str) -> Result<Vec<u8>, PkiError> {
     use rustls::pki_types::CertificateDer;
     use rustls::pki_types::pem::PemObject;
-    CertificateDer::from_pem_slice(pem.as_bytes())
-        .map(|c| c.to_vec())
-        .map_err(|e| format!("a certificate is not valid PEM: {e}"))
+    Ok(CertificateDer::from_pem_slice(pem.as_bytes()).map(|c| c.to_vec())?)
 }
 
 impl ClusterCa {
     /// The CA in `dir` (`ca.pem`, `ca.key`), made there first if it is not.
-    pub fn load_or_create(dir: &Path) -> Result<ClusterCa, String> {
-        private_dir(dir).map_err(|e| format!("creating {}: {e}", dir.display()))?;
+    pub fn load_or_create(dir: &Path) -> Result<ClusterCa, PkiError> {
+        private_dir(dir).map_err(file("creating", dir))?;
         let (cert_path, key_path) = (dir.join("ca.pem"), dir.join("ca.key"));
         if cert_path.exists() && key_path.exists() {
-            return ClusterCa::from_pem(&read(&cert_path)?, &read(&key_path)?)
-                .map_err(|e| format!("{}: {e}", dir.display()));
+            return ClusterCa::from_pem(&read(&cert_path)?, &read(&key_path)?).map_err(|e| PkiError::In {
+                dir: dir.to_path_buf(),
+                error: Box::new(e),
+            });
         }
         let ca = ClusterCa::generate()?;
         write_private(&key_path, &ca.key_pem())?;
@@ -83,8 +116,8 @@ impl ClusterCa {
     }
 
     /// A CA from its certificate and private key.
-    pub fn from_pem(cert_pem: &str, key_pem: &str) -> Result<ClusterCa, String> {
-        let key = KeyPair::from_pem(key_pem).map_err(|e| format!("the CA's key: {e}"))?;
+    pub fn from_pem(cert_pem: &str, key_pem: &str) -> Result<ClusterCa, PkiError> {
+        let key = KeyPair::from_pem(key_pem).map_err(certificate("the CA's key"))?;
         let cert_der = pem_to_der(cert_pem)?;
         Ok(ClusterCa {
             cert_pem: cert_pem.to_string(),
@@ -94,9 +127,10 @@ impl ClusterCa {
     }
 
     /// A new CA, valid until 2100.
-    pub fn generate() -> Result<ClusterCa, String> {
-        let key = KeyPair::generate().map_err(|e| format!("making the cluster CA's key: {e}"))?;
-        let mut params = CertificateParams::new(Vec::<String>::new()).map_err(|e| e.to_string())?;
+    pub fn generate() -> Result<ClusterCa, PkiError> {
+        let key = KeyPair::generate().map_err(certificate("making the cluster CA's key"))?;
+        let mut params =
+            CertificateParams::new(Vec::<String>::new()).map_err(certificate("making the cluster CA"))?;
         params
             .distinguished_name
             .push(DnType::CommonName, "Berth cluster CA");
@@ -105,7 +139,7 @@ impl ClusterCa {
         params.not_after = rcgen::date_time_ymd(2100, 1, 1);
         let cert = params
             .self_signed(&key)
-            .map_err(|e| format!("making the cluster CA: {e}"))?;
+            .map_err(certificate("making the cluster CA"))?;
         Ok(ClusterCa {
             cert_pem: cert.pem(),
             cert_der: cert.der().to_vec(),
@@ -125,17 +159,16 @@ impl ClusterCa {
         &self.cert_pem
     }
 
-    fn issuer(&self) -> Result<Issuer<'_, &KeyPair>, String> {
-        Issuer::from_ca_cert_pem(&self.cert_pem, &self.key)
-            .map_err(|e| format!("reading the cluster CA: {e}"))
+    fn issuer(&self) -> Result<Issuer<'_, &KeyPair>, PkiError> {
+        Issuer::from_ca_cert_pem(&self.cert_pem, &self.key).map_err(certificate("reading the cluster CA"))
     }
 
     /// The server's certificate chain (its own, then the CA's) and key, for
     /// `names`: what its TLS endpoint presents, and what it presents as a
     /// client when it passes an API call on to the leader.
-    pub fn server_identity(&self, names: &[String]) -> Result<(String, String), String> {
-        let key = KeyPair::generate().map_err(|e| e.to_string())?;
-        let mut params = CertificateParams::new(names.to_vec()).map_err(|e| format!("cluster_names: {e}"))?;
+    pub fn server_identity(&self, names: &[String]) -> Result<(String, String), PkiError> {
+        let key = KeyPair::generate().map_err(certificate("making the server's key"))?;
+        let mut params = CertificateParams::new(names.to_vec()).map_err(certificate("cluster_names"))?;
         params.distinguished_name.push(DnType::CommonName, SERVER_NAME);
         params.extended_key_usages = vec![
             ExtendedKeyUsagePurpose::ServerAuth,
@@ -144,16 +177,17 @@ impl ClusterCa {
         params.not_after = rcgen::date_time_ymd(2100, 1, 1);
         let cert = params
             .signed_by(&key, &self.issuer()?)
-            .map_err(|e| format!("issuing the server's certificate: {e}"))?;
+            .map_err(certificate("issuing the server's certificate"))?;
         Ok((format!("{}{}", cert.pem(), self.cert_pem), key.serialize_pem()))
     }
 
     /// An agent's certificate from its request, for `node` whatever it
     /// asked: a client certificate, never a CA. Returns it and its fingerprint.
-    pub fn sign_agent(&self, node: &str, csr_pem: &str) -> Result<(String, String), String> {
+    pub fn sign_agent(&self, node: &str, csr_pem: &str) -> Result<(String, String), PkiError> {
         let mut csr = CertificateSigningRequestParams::from_pem(csr_pem)
-            .map_err(|e| format!("the certificate request is not valid: {e}"))?;
-        let mut params = CertificateParams::new(Vec::<String>::new()).map_err(|e| e.to_string())?;
+            .map_err(certificate("the certificate request is not valid"))?;
+        let mut params = CertificateParams::new(Vec::<String>::new())
+            .map_err(certificate(format!("issuing node {node:?}'s certificate")))?;
         params.distinguished_name.push(DnType::CommonName, node);
         params.extended_key_usages = vec![ExtendedKeyUsagePurpose::ClientAuth];
         params.key_usages = vec![KeyUsagePurpose::DigitalSignature];
@@ -161,7 +195,7 @@ impl ClusterCa {
         csr.params = params;
         let cert = csr
             .signed_by(&self.issuer()?)
-            .map_err(|e| format!("issuing node {node:?}'s certificate: {e}"))?;
+            .map_err(certificate(format!("issuing node {node:?}'s certificate")))?;
         Ok((cert.pem(), fingerprint(cert.der())))
     }
 }

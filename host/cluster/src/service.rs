@@ -102,7 +102,7 @@ impl Cluster for ClusterService {
         let (certificate, fp) = tls
             .ca
             .sign_agent(&r.node, &r.certificate_request)
-            .map_err(|e| refuse(TokenError::Invalid(e)))?;
+            .map_err(|e| refuse(TokenError::Certificate(e)))?;
         let taken = self.directory.holds_identity(&r.node);
         let token = tls
             .tokens

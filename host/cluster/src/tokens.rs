@@ -55,6 +55,11 @@ pub enum TokenError {
     Invalid(String),
     #[error("{0}")]
     Refused(String),
+    #[error(transparent)]
+    Unreadable(#[from] berth_model::credentials::TokenError),
+    /// The agent's certificate request could not be signed.
+    #[error(transparent)]
+    Certificate(#[from] crate::pki::PkiError),
     #[error("too many joins from {0} in the last minute; try again later")]
     TooMany(String),
     #[error(transparent)]
@@ -65,8 +70,8 @@ impl From<TokenError> for tonic::Status {
     fn from(e: TokenError) -> tonic::Status {
         let message = e.to_string();
         match e {
-            TokenError::Invalid(_) => tonic::Status::invalid_argument(message),
-            TokenError::Refused(_) => tonic::Status::permission_denied(message),
+            TokenError::Invalid(_) | TokenError::Certificate(_) => tonic::Status::invalid_argument(message),
+            TokenError::Refused(_) | TokenError::Unreadable(_) => tonic::Status::permission_denied(message),
             TokenError::TooMany(_) => tonic::Status::resource_exhausted(message),
             TokenError::Store(_) => tonic::Status::unavailable(message),
         }
@@ -242,7 +247,7 @@ impl JoinTokens {
     /// certificate, or a live session), which only a replacing token may take.
     pub async fn redeem(&self, text: &str, node: &str, taken: bool) -> Result<TokenRecord, TokenError> {
         let refused = |m: String| Err(TokenError::Refused(m));
-        let token = JoinToken::parse(text).map_err(TokenError::Refused)?;
+        let token = JoinToken::parse(text)?;
         if token.ca_fingerprint != self.ca_fingerprint {
             return refused(
                 "the join token is for another cluster (its CA fingerprint is not this one's)".into(),
@@ -420,9 +425,8 @@ mod tests {
                 .contains("altered")
         );
         assert!(
-            JoinToken::parse("berth1.aa.bb.cc")
-                .unwrap_err()
-                .contains("earlier release")
+            JoinToken::parse("berth1.aa.bb.cc").unwrap_err()
+                == berth_model::credentials::TokenError::OldRelease
         );
     }
 

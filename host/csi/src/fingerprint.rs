@@ -87,7 +87,7 @@ pub enum Role {
 /// the first call that errors or answers against the spec, naming the call.
 pub async fn fingerprint(client: &CsiClient, role: Role) -> Result<Fingerprint, CsiError> {
     let info = client.get_plugin_info(proto::GetPluginInfoRequest {}).await?;
-    validate_plugin_name(&info.name).map_err(|why| client.invalid("GetPluginInfo", why))?;
+    validate_plugin_name(&info.name).map_err(|why| client.invalid("GetPluginInfo", why.to_string()))?;
     if info.vendor_version.trim().is_empty() {
         return Err(client.invalid("GetPluginInfo", "vendor_version is empty; the spec requires it"));
     }
@@ -263,28 +263,40 @@ fn enum_name(value: i32, known: impl Fn(i32) -> Option<&'static str>) -> String 
     known(value).map_or_else(|| format!("UNKNOWN({value})"), str::to_string)
 }
 
+/// How a plugin name breaks the spec's rule.
+#[derive(Clone, Debug, PartialEq, Eq, thiserror::Error)]
+pub enum PluginNameError {
+    #[error("plugin name is empty; the spec requires one")]
+    Empty,
+    #[error("plugin name {name:?} is {len} characters; the spec allows at most 63")]
+    TooLong { name: String, len: usize },
+    #[error("plugin name {0:?} must begin and end with a letter or digit")]
+    Ends(String),
+    #[error("plugin name {name:?} contains {bad:?}; only letters, digits, '-' and '.' are allowed")]
+    Character { name: String, bad: char },
+}
+
 /// The spec's rule for plugin names: domain-name form, at most 63 characters,
 /// alphanumeric at both ends, only alphanumerics, `-` and `.` between.
-pub fn validate_plugin_name(name: &str) -> Result<(), String> {
+pub fn validate_plugin_name(name: &str) -> Result<(), PluginNameError> {
     if name.is_empty() {
-        return Err("plugin name is empty; the spec requires one".into());
+        return Err(PluginNameError::Empty);
     }
     if name.len() > 63 {
-        return Err(format!(
-            "plugin name {name:?} is {} characters; the spec allows at most 63",
-            name.len()
-        ));
+        return Err(PluginNameError::TooLong {
+            name: name.into(),
+            len: name.len(),
+        });
     }
     let alnum = |c: char| c.is_ascii_alphanumeric();
     if !name.starts_with(alnum) || !name.ends_with(alnum) {
-        return Err(format!(
-            "plugin name {name:?} must begin and end with a letter or digit"
-        ));
+        return Err(PluginNameError::Ends(name.into()));
     }
     if let Some(bad) = name.chars().find(|&c| !(alnum(c) || c == '-' || c == '.')) {
-        return Err(format!(
-            "plugin name {name:?} contains {bad:?}; only letters, digits, '-' and '.' are allowed"
-        ));
+        return Err(PluginNameError::Character {
+            name: name.into(),
+            bad,
+        });
     }
     Ok(())
 }
@@ -314,7 +326,7 @@ mod tests {
             ("a b", "contains ' '"),
         ];
         for (bad, needle) in cases {
-            let err = validate_plugin_name(bad).unwrap_err();
+            let err = validate_plugin_name(bad).unwrap_err().to_string();
             assert!(err.contains(needle), "{bad:?}: {err}");
         }
     }

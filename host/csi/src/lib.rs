@@ -9,7 +9,7 @@ pub mod registry;
 
 pub use berth_proto::csi::v1 as proto;
 pub use client::{ClientOptions, CsiClient, unix_channel};
-pub use endpoint::Endpoint;
+pub use endpoint::{Endpoint, EndpointError};
 pub use error::error_chain;
 pub use error::{CsiError, Failure};
 pub use fingerprint::Fingerprint;

@@ -30,11 +30,23 @@ const CONNECTION_LIFETIME: std::time::Duration = std::time::Duration::from_secs(
 
 /// Binds `address` and serves until the process ends. Binding is done
 /// before returning, so a taken port is an error at start, not a log line.
-pub async fn serve(address: SocketAddr, readiness: Readiness) -> Result<tokio::task::JoinHandle<()>, String> {
+/// The metrics address could not be listened on.
+#[derive(Debug, thiserror::Error)]
+#[error("metrics = {address:?}: cannot listen there: {source}")]
+pub struct ListenError {
+    pub address: SocketAddr,
+    #[source]
+    pub source: std::io::Error,
+}
+
+pub async fn serve(
+    address: SocketAddr,
+    readiness: Readiness,
+) -> Result<tokio::task::JoinHandle<()>, ListenError> {
     let metrics = super::install();
     let listener = TcpListener::bind(address)
         .await
-        .map_err(|e| format!("metrics = {address:?}: cannot listen there: {e}"))?;
+        .map_err(|source| ListenError { address, source })?;
     let bound = listener.local_addr().unwrap_or(address);
     let details = bound.ip().is_loopback();
     if details {

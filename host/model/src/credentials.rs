@@ -18,6 +18,19 @@ pub fn hex(bytes: &[u8]) -> String {
     bytes.iter().map(|b| format!("{b:02x}")).collect()
 }
 
+/// Why a token's text was refused.
+#[derive(Clone, Debug, PartialEq, Eq, thiserror::Error)]
+pub enum TokenError {
+    #[error(
+        "this join token was made by an earlier release of Berth and is no longer accepted: make one for this node with `berth cluster token --node NAME`"
+    )]
+    OldRelease,
+    #[error(
+        "this is not a Berth join token (berth2.<CA fingerprint>.<id>.<secret>; `berth cluster token --node NAME` prints one)"
+    )]
+    NotAToken,
+}
+
 /// What a token's text says, before the server looks it up.
 #[derive(Debug, PartialEq, Eq)]
 pub struct JoinToken {
@@ -32,7 +45,7 @@ impl JoinToken {
         &self.secret
     }
 
-    pub fn parse(text: &str) -> Result<JoinToken, String> {
+    pub fn parse(text: &str) -> Result<JoinToken, TokenError> {
         let parts: Vec<&str> = text.trim().split('.').collect();
         let is_hex = |s: &str, len: usize| s.len() == len && s.bytes().all(|b| b.is_ascii_hexdigit());
         match parts[..] {
@@ -43,12 +56,8 @@ impl JoinToken {
                     secret: secret.to_ascii_lowercase(),
                 })
             }
-            [OLD_PREFIX, ..] => Err(
-                "this join token was made by an earlier release of Berth and is no longer accepted: make one for this node with `berth cluster token --node NAME`".into(),
-            ),
-            _ => Err(
-                "this is not a Berth join token (berth2.<CA fingerprint>.<id>.<secret>; `berth cluster token --node NAME` prints one)".into(),
-            ),
+            [OLD_PREFIX, ..] => Err(TokenError::OldRelease),
+            _ => Err(TokenError::NotAToken),
         }
     }
 }

@@ -9,34 +9,68 @@ pub const MAX_REASON_BYTES: usize = 256;
 /// A retry delay of more than a day is a bug, not a policy.
 pub const MAX_RETRY_DELAY_MS: u64 = 24 * 60 * 60 * 1000;
 
+/// How an answer broke the contract.
+#[derive(Clone, Debug, PartialEq, Eq, thiserror::Error)]
+pub enum AnswerError {
+    #[error("the volume name is empty")]
+    EmptyName,
+    #[error("the volume name is {0} bytes; CSI allows at most {MAX_NAME_BYTES}")]
+    LongName(usize),
+    #[error("the volume name contains the control character U+{:04X}, which CSI bans", *.0 as u32)]
+    NameControl(char),
+    #[error(
+        "{refusals} refusals and {scores} scores for {candidates} candidates; there must be one of each per candidate"
+    )]
+    Verdicts {
+        refusals: usize,
+        scores: usize,
+        candidates: usize,
+    },
+    #[error("candidate {candidate} is refused for reason {reason}, and there are {reasons} reasons")]
+    NoSuchReason {
+        candidate: usize,
+        reason: u32,
+        reasons: usize,
+    },
+    #[error("reason {0} is {1} bytes; at most {MAX_REASON_BYTES}")]
+    LongReason(usize, usize),
+    #[error("reason {index} contains the control character U+{:04X}; a reason is one line of text", *.character as u32)]
+    ReasonControl { index: usize, character: char },
+    #[error("{verdicts} verdicts for {candidates} candidates; there must be one per candidate")]
+    VerdictCount { verdicts: usize, candidates: usize },
+    /// The request itself was malformed (the host's bug, not the guest's).
+    #[error("bad request: {0}")]
+    Request(#[from] crate::candidates::ColumnsError),
+    #[error("retry after {0} ms is more than a day ({MAX_RETRY_DELAY_MS} ms)")]
+    LongDelay(u64),
+    #[error("give-up needs a reason for the operator")]
+    NoGiveUpReason,
+}
+
 /// Whether `name` may be sent as `CreateVolumeRequest.name`: non-empty, at
 /// most 128 bytes, and none of the control characters the CSI spec bans.
-pub fn validate_volume_name(name: &str) -> Result<(), String> {
+pub fn validate_volume_name(name: &str) -> Result<(), AnswerError> {
     if name.is_empty() {
-        return Err("the volume name is empty".into());
+        return Err(AnswerError::EmptyName);
     }
     if name.len() > MAX_NAME_BYTES {
-        return Err(format!(
-            "the volume name is {} bytes; CSI allows at most {MAX_NAME_BYTES}",
-            name.len()
-        ));
+        return Err(AnswerError::LongName(name.len()));
     }
     let banned = |c: char| matches!(c, '\u{0}'..='\u{8}' | '\u{b}' | '\u{c}' | '\u{e}'..='\u{1f}' | '\u{7f}'..='\u{9f}');
     if let Some(c) = name.chars().find(|&c| banned(c)) {
-        return Err(format!(
-            "the volume name contains the control character U+{:04X}, which CSI bans",
-            c as u32
-        ));
+        return Err(AnswerError::NameControl(c));
     }
     Ok(())
 }
 
-pub fn validate_verdicts(verdicts: &Verdicts, candidates: usize) -> Result<(), String> {
+pub fn validate_verdicts(verdicts: &Verdicts, candidates: usize) -> Result<(), AnswerError> {
     let (refusals, scores) = (verdicts.refusals.len(), verdicts.scores.len());
     if refusals != candidates || scores != candidates {
-        return Err(format!(
-            "{refusals} refusals and {scores} scores for {candidates} candidates; there must be one of each per candidate"
-        ));
+        return Err(AnswerError::Verdicts {
+            refusals,
+            scores,
+            candidates,
+        });
     }
     let reasons = verdicts.reasons.len();
     // `max` first: one vectorised pass in the common case.
@@ -44,44 +78,41 @@ pub fn validate_verdicts(verdicts: &Verdicts, candidates: usize) -> Result<(), S
     if highest as usize > reasons
         && let Some(i) = verdicts.refusals.iter().position(|r| *r as usize > reasons)
     {
-        return Err(format!(
-            "candidate {i} is refused for reason {}, and there are {reasons} reasons",
-            verdicts.refusals[i]
-        ));
+        return Err(AnswerError::NoSuchReason {
+            candidate: i,
+            reason: verdicts.refusals[i],
+            reasons,
+        });
     }
     for (i, r) in verdicts.reasons.iter().enumerate() {
-        validate_reason(r).map_err(|e| format!("reason {i} {e}"))?;
+        validate_reason(i, r)?;
     }
     Ok(())
 }
 
 /// A reason is one line for an operator's terminal: bounded, and without
 /// control characters (which could clear a screen or fake a line).
-fn validate_reason(reason: &str) -> Result<(), String> {
+fn validate_reason(i: usize, reason: &str) -> Result<(), AnswerError> {
     if reason.len() > MAX_REASON_BYTES {
-        return Err(format!("is {} bytes; at most {MAX_REASON_BYTES}", reason.len()));
+        return Err(AnswerError::LongReason(i, reason.len()));
     }
     // Printable ASCII, the common case, needs no decoding.
     if reason.bytes().all(|b| (0x20..0x7f).contains(&b)) {
         return Ok(());
     }
     if let Some(c) = reason.chars().find(|c| c.is_control()) {
-        return Err(format!(
-            "contains the control character U+{:04X}; a reason is one line of text",
-            c as u32
-        ));
+        return Err(AnswerError::ReasonControl {
+            index: i,
+            character: c,
+        });
     }
     Ok(())
 }
 
-pub fn validate_retry(decision: &RetryDecision) -> Result<(), String> {
+pub fn validate_retry(decision: &RetryDecision) -> Result<(), AnswerError> {
     match decision {
-        RetryDecision::RetryAfter(ms) if *ms > MAX_RETRY_DELAY_MS => Err(format!(
-            "retry after {ms} ms is more than a day ({MAX_RETRY_DELAY_MS} ms)"
-        )),
-        RetryDecision::GiveUp(reason) if reason.trim().is_empty() => {
-            Err("give-up needs a reason for the operator".into())
-        }
+        RetryDecision::RetryAfter(ms) if *ms > MAX_RETRY_DELAY_MS => Err(AnswerError::LongDelay(*ms)),
+        RetryDecision::GiveUp(reason) if reason.trim().is_empty() => Err(AnswerError::NoGiveUpReason),
         _ => Ok(()),
     }
 }
@@ -98,14 +129,11 @@ mod tests {
             "tab and newline are allowed"
         );
         assert!(validate_volume_name(&"a".repeat(128)).is_ok());
-        assert!(validate_volume_name("").unwrap_err().contains("empty"));
-        assert!(
-            validate_volume_name(&"a".repeat(129))
-                .unwrap_err()
-                .contains("129 bytes")
-        );
-        assert!(validate_volume_name("bad\u{7}").unwrap_err().contains("U+0007"));
-        assert!(validate_volume_name("c1\u{85}").unwrap_err().contains("U+0085"));
+        let refused = |name: &str| validate_volume_name(name).unwrap_err().to_string();
+        assert!(refused("").contains("empty"));
+        assert!(refused(&"a".repeat(129)).contains("129 bytes"));
+        assert!(refused("bad\u{7}").contains("U+0007"));
+        assert!(refused("c1\u{85}").contains("U+0085"));
     }
 
     #[test]
@@ -116,20 +144,17 @@ mod tests {
             reasons: vec![reason.into()],
         };
         assert!(validate_verdicts(&v("full"), 1).is_ok());
-        assert!(
-            validate_verdicts(&v("ok"), 2)
-                .unwrap_err()
-                .contains("for 2 candidates")
-        );
+        let refused = |verdicts: &Verdicts, n: usize| validate_verdicts(verdicts, n).unwrap_err().to_string();
+        assert!(refused(&v("ok"), 2).contains("for 2 candidates"));
         let mut past = v("full");
         past.refusals[0] = 2;
-        assert!(validate_verdicts(&past, 1).unwrap_err().contains("reason 2"));
+        assert!(refused(&past, 1).contains("reason 2"));
         let mut short = v("full");
         short.scores.clear();
-        assert!(validate_verdicts(&short, 1).unwrap_err().contains("0 scores"));
+        assert!(refused(&short, 1).contains("0 scores"));
         assert!(validate_verdicts(&v(&"r".repeat(300)), 1).is_err());
         for bad in ["\x1b[2Jgone", "nul\0", "two\nlines"] {
-            let e = validate_verdicts(&v(bad), 1).unwrap_err();
+            let e = refused(&v(bad), 1);
             assert!(e.contains("control character"), "{e}");
         }
         // A give-up's reason is shown escaped; 0.1.0 modules may write any.

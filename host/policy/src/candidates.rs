@@ -73,7 +73,7 @@ impl Candidates {
 
     /// Whether every column has one entry per node and every index and range
     /// points into its table: the columns' accessors rely on it.
-    pub fn check(&self) -> Result<(), String> {
+    pub fn check(&self) -> Result<(), ColumnsError> {
         let c = &self.columns;
         let n = self.names.len();
         let lengths = [
@@ -84,22 +84,20 @@ impl Candidates {
             c.health.len(),
         ];
         if lengths.iter().any(|l| *l != n) {
-            return Err(format!(
-                "the candidate columns have lengths {lengths:?} for {n} nodes"
-            ));
+            return Err(ColumnsError::Lengths { lengths, nodes: n });
         }
         let pairs = c.pair_keys.len();
         if c.pair_values.len() != pairs {
-            return Err(format!(
-                "{pairs} pair keys but {} pair values",
-                c.pair_values.len()
-            ));
+            return Err(ColumnsError::Pairs {
+                keys: pairs,
+                values: c.pair_values.len(),
+            });
         }
         // `max` first: one vectorised pass per column in the common case.
         let below = |col: &[u32], len: usize| col.iter().copied().max().is_none_or(|m| (m as usize) < len);
         let strings = c.strings.len();
         if !below(&c.pair_keys, strings) || !below(&c.pair_values, strings) {
-            return Err("a pair refers past the strings".into());
+            return Err(ColumnsError::PastStrings);
         }
         let ranges_ok = |offsets: &[u32]| {
             !offsets.is_empty()
@@ -107,27 +105,42 @@ impl Candidates {
                 && offsets.last().is_some_and(|end| *end as usize <= pairs)
         };
         if !ranges_ok(&c.topologies) || !ranges_ok(&c.label_sets) {
-            return Err("the topology or label set ranges are not ascending within the pairs".into());
+            return Err(ColumnsError::Ranges);
         }
         if !below(&c.topology, c.topology_count()) || !below(&c.labels, c.label_set_count()) {
             let past = |col: &[u32], len: usize| col.iter().position(|i| *i as usize >= len);
             let i = past(&c.topology, c.topology_count())
                 .or(past(&c.labels, c.label_set_count()))
                 .unwrap_or_default();
-            return Err(format!(
-                "candidate {:?} refers past the topology or label tables",
-                self.names[i]
-            ));
+            return Err(ColumnsError::PastTables(self.names[i].clone()));
         }
         if c.health.iter().copied().max().is_some_and(|h| h > 2) {
             let i = c.health.iter().position(|h| *h > 2).unwrap_or_default();
-            return Err(format!(
-                "candidate {:?} has health {}",
-                self.names[i], c.health[i]
-            ));
+            return Err(ColumnsError::Health {
+                candidate: self.names[i].clone(),
+                health: c.health[i],
+            });
         }
         Ok(())
     }
+}
+
+/// How a candidate set's columns do not fit together (the host's own bug,
+/// caught before a guest reads them).
+#[derive(Clone, Debug, PartialEq, Eq, thiserror::Error)]
+pub enum ColumnsError {
+    #[error("the candidate columns have lengths {lengths:?} for {nodes} nodes")]
+    Lengths { lengths: [usize; 5], nodes: usize },
+    #[error("{keys} pair keys but {values} pair values")]
+    Pairs { keys: usize, values: usize },
+    #[error("a pair refers past the strings")]
+    PastStrings,
+    #[error("the topology or label set ranges are not ascending within the pairs")]
+    Ranges,
+    #[error("candidate {0:?} refers past the topology or label tables")]
+    PastTables(String),
+    #[error("candidate {candidate:?} has health {health}")]
+    Health { candidate: String, health: u8 },
 }
 
 /// Key/value pairs of the candidates' tables: one topology or label set.
@@ -484,19 +497,19 @@ mod tests {
     fn a_short_column_or_an_index_past_its_table_is_caught() {
         let mut c = candidates(&[node("a", &[]), node("b", &[])]);
         c.columns.health.pop();
-        assert!(c.check().unwrap_err().contains("lengths"));
+        assert!(c.check().unwrap_err().to_string().contains("lengths"));
         let mut c = candidates(&[node("a", &[]), node("b", &[])]);
         c.columns.labels[1] = 7;
-        assert!(c.check().unwrap_err().contains("\"b\""));
+        assert!(c.check().unwrap_err().to_string().contains("\"b\""));
         let mut c = candidates(&[node("a", &[("zone", "z1")])]);
         c.columns.pair_values[0] = 9;
-        assert!(c.check().unwrap_err().contains("strings"));
+        assert!(c.check().unwrap_err().to_string().contains("strings"));
         let mut c = candidates(&[node("a", &[("zone", "z1")])]);
         c.columns.topologies = vec![1, 0];
-        assert!(c.check().unwrap_err().contains("ascending"));
+        assert!(c.check().unwrap_err().to_string().contains("ascending"));
         let mut c = candidates(&[node("a", &[])]);
         c.columns.health[0] = 3;
-        assert!(c.check().unwrap_err().contains("health 3"));
+        assert!(c.check().unwrap_err().to_string().contains("health 3"));
     }
 
     #[test]

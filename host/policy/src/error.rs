@@ -23,7 +23,7 @@ pub enum GuestFailure {
     /// The answer was larger than the module's bound.
     AnswerTooLarge { bytes: usize, limit: usize },
     /// The answer had the right type but broke the contract.
-    InvalidAnswer(String),
+    InvalidAnswer(crate::answer::AnswerError),
 }
 
 impl GuestFailure {

@@ -21,13 +21,13 @@ mod module;
 mod policies;
 pub mod samples;
 
-pub use answer::{MAX_NAME_BYTES, MAX_REASON_BYTES, MAX_RETRY_DELAY_MS, validate_volume_name};
+pub use answer::{AnswerError, MAX_NAME_BYTES, MAX_REASON_BYTES, MAX_RETRY_DELAY_MS, validate_volume_name};
 pub use bindings::*;
 pub use candidates::{Candidates, PlacementNode, Segments, VerdictsBuilder, candidates, ranked, refusals};
 pub use engine::{EngineOptions, Footprint, PolicyEngine};
 pub use error::{GuestFailure, PolicyError};
 pub use module::{Limits, ModuleConfig, OnError, PolicyModule};
-pub use policies::{NamingOutcome, Policies, PolicyStats};
+pub use policies::{NamingOutcome, Policies, PolicyStats, SetError};
 
 use std::fmt;
 

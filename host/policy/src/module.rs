@@ -389,7 +389,7 @@ impl PolicyModule {
         let decision = Decision::Placement;
         candidates
             .check()
-            .map_err(|why| self.invalid(decision, format!("bad request: {why}")))?;
+            .map_err(|why| self.invalid(decision, why.into()))?;
         let max = self.config.limits.max_answer_bytes;
         let verdicts = match self.contract {
             Contract::V0_1 => {
@@ -413,11 +413,10 @@ impl PolicyModule {
                 if verdicts.len() != candidates.len() {
                     return Err(self.invalid(
                         decision,
-                        format!(
-                            "{} verdicts for {} candidates; there must be one per candidate",
-                            verdicts.len(),
-                            candidates.len()
-                        ),
+                        crate::AnswerError::VerdictCount {
+                            verdicts: verdicts.len(),
+                            candidates: candidates.len(),
+                        },
                     ));
                 }
                 v0_1::verdicts(&verdicts)
@@ -486,7 +485,7 @@ impl PolicyModule {
         Ok(answer)
     }
 
-    fn invalid(&self, decision: Decision, why: String) -> PolicyError {
+    fn invalid(&self, decision: Decision, why: crate::answer::AnswerError) -> PolicyError {
         PolicyError {
             module: self.config.name.clone(),
             decision,

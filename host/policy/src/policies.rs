@@ -42,6 +42,31 @@ pub struct Policies {
     builtins: Builtins,
 }
 
+/// Why a set of modules was not put in service (the set before stays).
+#[derive(Debug, thiserror::Error)]
+pub enum SetError {
+    #[error("policy[{index}]: {error}")]
+    Load { index: usize, error: PolicyError },
+    #[error("policy[{index}]: {} does not export {decision}", .path.display())]
+    NotExported {
+        index: usize,
+        path: std::path::PathBuf,
+        decision: Decision,
+    },
+    #[error(
+        "policy[{index}]: {} serves {decision}, and so does policy[{other}] ({}); give each decision one module (decisions = [...])",
+        .path.display(),
+        .other_path.display()
+    )]
+    Twice {
+        index: usize,
+        path: std::path::PathBuf,
+        decision: Decision,
+        other: usize,
+        other_path: std::path::PathBuf,
+    },
+}
+
 impl Policies {
     pub fn new(engine: Arc<PolicyEngine>, builtins: Builtins) -> Self {
         Policies {
@@ -113,11 +138,12 @@ impl Policies {
     /// and checked first; if one fails to load, does not serve what is asked
     /// of it, or two would serve the same decision, nothing changes. Decisions
     /// no module serves go back to the built-in policies.
-    pub fn replace_all(&self, modules: &[(ModuleConfig, Vec<Decision>)]) -> Result<(), String> {
+    pub fn replace_all(&self, modules: &[(ModuleConfig, Vec<Decision>)]) -> Result<(), SetError> {
         let mut serving: [Option<(usize, Arc<PolicyModule>)>; 3] = Default::default();
         for (i, (config, decisions)) in modules.iter().enumerate() {
             let module = Arc::new(
-                PolicyModule::load(&self.engine, config.clone()).map_err(|e| format!("policy[{i}]: {e}"))?,
+                PolicyModule::load(&self.engine, config.clone())
+                    .map_err(|error| SetError::Load { index: i, error })?,
             );
             if let Some(w) = module.warning() {
                 tracing::warn!(module = module.name(), "{w}");
@@ -129,17 +155,20 @@ impl Policies {
             };
             for d in wanted {
                 if !module.serves(d) {
-                    return Err(format!(
-                        "policy[{i}]: {} does not export {d}",
-                        config.path.display()
-                    ));
+                    return Err(SetError::NotExported {
+                        index: i,
+                        path: config.path.clone(),
+                        decision: d,
+                    });
                 }
                 if let Some((j, _)) = &serving[d as usize] {
-                    return Err(format!(
-                        "policy[{i}]: {} serves {d}, and so does policy[{j}] ({}); give each decision one module (decisions = [...])",
-                        config.path.display(),
-                        modules[*j].0.path.display()
-                    ));
+                    return Err(SetError::Twice {
+                        index: i,
+                        path: config.path.clone(),
+                        decision: d,
+                        other: *j,
+                        other_path: modules[*j].0.path.clone(),
+                    });
                 }
                 serving[d as usize] = Some((i, module.clone()));
             }

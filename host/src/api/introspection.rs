@@ -20,7 +20,8 @@ pub async fn health() -> HealthServer<impl Health> {
 
 /// Reflection over the descriptors the build compiled: the API, health and
 /// reflection itself are listed (not the CSI or etcd services Berth calls).
-pub fn reflection() -> Result<ServerReflectionServer<impl ServerReflection>, String> {
+pub fn reflection() -> Result<ServerReflectionServer<impl ServerReflection>, tonic_reflection::server::Error>
+{
     tonic_reflection::server::Builder::configure()
         .register_encoded_file_descriptor_set(berth_proto::DESCRIPTORS)
         .register_encoded_file_descriptor_set(tonic_health::pb::FILE_DESCRIPTOR_SET)
@@ -28,5 +29,4 @@ pub fn reflection() -> Result<ServerReflectionServer<impl ServerReflection>, Str
         .with_service_name("grpc.health.v1.Health")
         .with_service_name("grpc.reflection.v1.ServerReflection")
         .build_v1()
-        .map_err(|e| format!("the reflection service: {e}"))
 }

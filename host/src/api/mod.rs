@@ -13,7 +13,7 @@ mod socket;
 
 use convert::volume_summary;
 pub use convert::{spec_from_api, volume_to_api};
-pub use socket::bind;
+pub use socket::{SocketError, bind};
 
 use crate::csi::registry::Health;
 use crate::manager::{RequestError, VolumeManager};
@@ -23,7 +23,20 @@ use crate::policy::{OnError, PolicyStats};
 /// (`berth serve` implements it; the API only asks).
 #[tonic::async_trait]
 pub trait PolicyReload: Send + Sync {
-    async fn reload(&self) -> Result<Vec<PolicyStats>, String>;
+    async fn reload(&self) -> Result<Vec<PolicyStats>, ReloadError>;
+}
+
+/// Why a reload put nothing in service (the modules in service stay).
+#[derive(Debug, thiserror::Error)]
+pub enum ReloadError {
+    #[error("berth serve was started without a config file to reload from")]
+    NoConfig,
+    #[error(transparent)]
+    Config(#[from] crate::config::ConfigError),
+    #[error(transparent)]
+    Policies(#[from] crate::policy::SetError),
+    #[error("the reload stopped: {0}")]
+    Stopped(tokio::task::JoinError),
 }
 
 pub struct BerthApi {
@@ -489,7 +502,7 @@ impl api::berth_server::Berth for BerthApi {
             .reloader
             .reload()
             .await
-            .map_err(Status::failed_precondition)?;
+            .map_err(|e| Status::failed_precondition(e.to_string()))?;
         Ok(Response::new(api::ReloadPoliciesResponse {
             policies: counters(stats),
         }))

@@ -111,7 +111,8 @@ impl Forward {
         }
         let channel = match target {
             Target::Me => {
-                let api = crate::csi::Endpoint::parse(&at).map_err(tonic::Status::internal)?;
+                let api =
+                    crate::csi::Endpoint::parse(&at).map_err(|e| tonic::Status::internal(e.to_string()))?;
                 crate::csi::unix_channel(api.path())
             }
             Target::Leader(leader) => {

@@ -13,7 +13,7 @@
 pub mod forward;
 mod shared_ca;
 
-pub use shared_ca::shared_ca;
+pub use shared_ca::{SharedCaError, shared_ca};
 
 use std::sync::Mutex;
 use std::sync::atomic::{AtomicU64, Ordering};
@@ -24,7 +24,7 @@ use tokio::sync::{mpsc, watch};
 use tokio::time::Instant;
 use tokio_stream::wrappers::ReceiverStream;
 
-use crate::store::{EtcdSettings, Fence, Members, StoreError, range_all, unavailable};
+use crate::store::{EtcdError, EtcdSettings, Fence, Members, StoreError, range_all, unavailable};
 
 /// How a server is reached, as it announces itself in etcd.
 #[derive(Clone, Debug, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
@@ -114,7 +114,7 @@ impl Election {
     }
 
     /// The servers taking part now (their keys live on their leases).
-    pub async fn members(&self) -> Result<Vec<ServerInfo>, String> {
+    pub async fn members(&self) -> Result<Vec<ServerInfo>, EtcdError> {
         let found = range_all(&self.kv, &self.settings.key("servers/")).await?;
         Ok(found
             .into_iter()
@@ -182,7 +182,7 @@ impl Election {
     }
 
     /// A new lease, with this server's key on it.
-    async fn grant(&self) -> Result<Held, String> {
+    async fn grant(&self) -> Result<Held, ElectionError> {
         let ttl = self.ttl().as_secs() as i64;
         let sent = Instant::now();
         let granted = self
@@ -190,11 +190,11 @@ impl Election {
             .lease(|mut c| async move { c.lease_grant(pb::LeaseGrantRequest { ttl, id: 0 }).await })
             .await?;
         if !granted.error.is_empty() {
-            return Err(format!("granting a lease: {}", granted.error));
+            return Err(ElectionError::Lease(granted.error));
         }
         let put = pb::PutRequest {
             key: self.settings.key(&format!("servers/{}", self.me.name)),
-            value: serde_json::to_vec(&self.me).map_err(|e| e.to_string())?,
+            value: serde_json::to_vec(&self.me)?,
             lease: granted.id,
             ..Default::default()
         };
@@ -259,9 +259,9 @@ impl Election {
 
     /// Creates the leader key on `lease` unless it exists; either way,
     /// what this server is now.
-    async fn campaign_once(&self, lease: i64) -> Result<Role, String> {
+    async fn campaign_once(&self, lease: i64) -> Result<Role, ElectionError> {
         let key = self.settings.key("leader");
-        let me = serde_json::to_vec(&self.me).map_err(|e| e.to_string())?;
+        let me = serde_json::to_vec(&self.me)?;
         Ok(match create_or_read(&self.kv, &key, me, lease).await? {
             Created(create_revision) => Role::Leader {
                 fence: Fence { key, create_revision },
@@ -306,7 +306,7 @@ use Made::{Created, Found, Vanished};
 
 /// One transaction: `key` set to `value` (on `lease`, unless 0) if it does
 /// not exist, else read.
-async fn create_or_read(kv: &Members, key: &[u8], value: Vec<u8>, lease: i64) -> Result<Made, String> {
+async fn create_or_read(kv: &Members, key: &[u8], value: Vec<u8>, lease: i64) -> Result<Made, EtcdError> {
     use pb::compare::{CompareResult, CompareTarget, TargetUnion};
     use pb::request_op::Request;
     let txn = pb::TxnRequest {
@@ -346,6 +346,18 @@ async fn create_or_read(kv: &Members, key: &[u8], value: Vec<u8>, lease: i64) ->
         _ => None,
     });
     Ok(found.map_or(Vanished, Found))
+}
+
+/// Why a round of the election failed; the next round tries again.
+#[derive(Debug, thiserror::Error)]
+enum ElectionError {
+    #[error(transparent)]
+    Etcd(#[from] EtcdError),
+    /// etcd's own reason in a LeaseGrant answer.
+    #[error("granting a lease: {0}")]
+    Lease(String),
+    #[error("encoding this server's key: {0}")]
+    Encode(#[from] serde_json::Error),
 }
 
 enum KeepAliveError {

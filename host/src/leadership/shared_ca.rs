@@ -13,9 +13,60 @@ use std::path::Path;
 use berth_proto::etcd::etcdserverpb as pb;
 
 use super::{Created, Found, Vanished, create_or_read};
-use crate::cluster::kek::Kek;
-use crate::cluster::pki::ClusterCa;
-use crate::store::{EtcdSettings, Members, NodeRecord, range_all};
+use crate::cluster::kek::{Kek, KekError};
+use crate::cluster::pki::{ClusterCa, PkiError};
+use crate::store::{EtcdError, EtcdSettings, Members, NodeRecord, StoreError, range_all};
+
+/// Why this server has no cluster CA to serve with; each says what to do.
+#[derive(Debug, thiserror::Error)]
+pub enum SharedCaError {
+    #[error(transparent)]
+    Store(#[from] StoreError),
+    #[error(transparent)]
+    Etcd(#[from] EtcdError),
+    #[error(transparent)]
+    Kek(#[from] KekError),
+    #[error(transparent)]
+    Pki(#[from] PkiError),
+    #[error(
+        "the cluster CA is missing from etcd ({key}) while {certified} node(s) hold certificates from it; a new CA would lock every agent out, so none is made: {how}"
+    )]
+    Missing {
+        key: String,
+        certified: usize,
+        how: String,
+    },
+    #[error("the cluster CA in etcd vanished while it was read")]
+    Vanished,
+    #[error("the cluster CA in etcd is unreadable: {0}")]
+    Unreadable(serde_json::Error),
+    #[error(
+        "the cluster CA's key in etcd is sealed under a key-encryption key this server does not have: copy {} from a server of this cluster (the first one made it) to {}",
+        Kek::path(Path::new("<its state directory>/cluster")).display(),
+        .0.display()
+    )]
+    NoKek(std::path::PathBuf),
+    #[error(
+        "the cluster CA's key in etcd is sealed under key-encryption key {sealed_by}, and {} is {ours}: copy the right file from another server",
+        .file.display()
+    )]
+    OtherKek {
+        sealed_by: String,
+        file: std::path::PathBuf,
+        ours: String,
+    },
+    #[error("the cluster CA's key in etcd: {0}")]
+    Key(String),
+    #[error("the cluster CA in etcd has no key")]
+    NoKey,
+    #[error("{doing} {}: {source}", .path.display())]
+    File {
+        doing: &'static str,
+        path: std::path::PathBuf,
+        #[source]
+        source: std::io::Error,
+    },
+}
 
 #[derive(serde::Serialize, serde::Deserialize)]
 struct Kept {
@@ -30,20 +81,20 @@ struct Kept {
     kek: Option<String>,
 }
 
-fn sealed(ca: &ClusterCa, kek: &Kek) -> Result<Vec<u8>, String> {
-    serde_json::to_vec(&Kept {
+fn sealed(ca: &ClusterCa, kek: &Kek) -> Result<Vec<u8>, SharedCaError> {
+    let kept = Kept {
         cert: ca.cert_pem().to_string(),
         key: None,
         sealed_key: Some(kek.seal(ca.key_pem().as_bytes(), &ca.fingerprint())?),
         kek: Some(kek.id()),
-    })
-    .map_err(|e| e.to_string())
+    };
+    Ok(serde_json::to_vec(&kept).expect("strings encode"))
 }
 
 /// The cluster CA, with this server's key-encryption key from `dir` (the
 /// cluster directory in its state directory).
-pub async fn shared_ca(settings: &EtcdSettings, dir: &Path) -> Result<ClusterCa, String> {
-    let kv = Members::new(settings).map_err(|e| e.to_string())?;
+pub async fn shared_ca(settings: &EtcdSettings, dir: &Path) -> Result<ClusterCa, SharedCaError> {
+    let kv = Members::new(settings)?;
     let key = settings.key("cluster/ca");
     let backup = dir.join("ca.json");
     let read = pb::RangeRequest {
@@ -72,10 +123,11 @@ pub async fn shared_ca(settings: &EtcdSettings, dir: &Path) -> Result<ClusterCa,
                     ),
                     false => "restore it from a backup of etcd, or put back a copy kept by another server (cluster/ca.json in its state directory) with etcdctl put".into(),
                 };
-                return Err(format!(
-                    "the cluster CA is missing from etcd ({}) while {certified} node(s) hold certificates from it; a new CA would lock every agent out, so none is made: {how}",
-                    String::from_utf8_lossy(&key)
-                ));
+                return Err(SharedCaError::Missing {
+                    key: String::from_utf8_lossy(&key).into_owned(),
+                    certified,
+                    how,
+                });
             }
             let kek = match Kek::load(dir)? {
                 Some(k) => k,
@@ -94,44 +146,32 @@ pub async fn shared_ca(settings: &EtcdSettings, dir: &Path) -> Result<ClusterCa,
                     return Ok(made);
                 }
                 Found(kept) => kept,
-                Vanished => return Err("the cluster CA in etcd vanished while it was read".into()),
+                Vanished => return Err(SharedCaError::Vanished),
             }
         }
     };
-    let kept: Kept = serde_json::from_slice(&found.value)
-        .map_err(|e| format!("the cluster CA in etcd is unreadable: {e}"))?;
+    let kept: Kept = serde_json::from_slice(&found.value).map_err(SharedCaError::Unreadable)?;
     match (&kept.sealed_key, &kept.key) {
         (Some(sealed_key), _) => {
-            let kek = Kek::load(dir)?.ok_or_else(|| {
-                format!(
-                    "the cluster CA's key in etcd is sealed under a key-encryption key this server does not have: copy {} from a server of this cluster (the first one made it) to {}",
-                    Kek::path(Path::new("<its state directory>/cluster")).display(),
-                    Kek::path(dir).display()
-                )
-            })?;
+            let kek = Kek::load(dir)?.ok_or_else(|| SharedCaError::NoKek(Kek::path(dir)))?;
             if kept.kek.as_deref() != Some(kek.id().as_str()) {
-                return Err(format!(
-                    "the cluster CA's key in etcd is sealed under key-encryption key {}, and {} is {}: copy the right file from another server",
-                    kept.kek.as_deref().unwrap_or("?"),
-                    kek.file().display(),
-                    kek.id()
-                ));
+                return Err(SharedCaError::OtherKek {
+                    sealed_by: kept.kek.as_deref().unwrap_or("?").to_string(),
+                    file: kek.file().to_path_buf(),
+                    ours: kek.id(),
+                });
             }
             let fingerprint = crate::cluster::pki::fingerprint(&crate::cluster::pki::pem_to_der(&kept.cert)?);
-            let key_pem = kek
-                .open(sealed_key, &fingerprint)
-                .map_err(|e| format!("the cluster CA's key in etcd: {e}"))?;
-            let key_pem = String::from_utf8(key_pem).map_err(|e| e.to_string())?;
-            let ca = ClusterCa::from_pem(&kept.cert, &key_pem)
-                .map_err(|e| format!("the cluster CA in etcd: {e}"))?;
+            let key_pem = kek.open(sealed_key, &fingerprint)?;
+            let key_pem = String::from_utf8(key_pem).map_err(|e| SharedCaError::Key(e.to_string()))?;
+            let ca = ClusterCa::from_pem(&kept.cert, &key_pem)?;
             keep_copy(&backup, &found.value)?;
             Ok(ca)
         }
         (None, Some(plain)) => {
             // Written by a release that kept the key in plain text: sealed now,
             // in place, if nothing changed it meanwhile.
-            let ca =
-                ClusterCa::from_pem(&kept.cert, plain).map_err(|e| format!("the cluster CA in etcd: {e}"))?;
+            let ca = ClusterCa::from_pem(&kept.cert, plain)?;
             let kek = match Kek::load(dir)? {
                 Some(k) => k,
                 None => Kek::create(dir)?,
@@ -146,21 +186,25 @@ pub async fn shared_ca(settings: &EtcdSettings, dir: &Path) -> Result<ClusterCa,
             }
             Ok(ca)
         }
-        (None, None) => Err("the cluster CA in etcd has no key".into()),
+        (None, None) => Err(SharedCaError::NoKey),
     }
 }
 
 /// Keeps what etcd holds of the CA beside the key-encryption key.
-fn keep_copy(path: &Path, value: &[u8]) -> Result<(), String> {
+fn keep_copy(path: &Path, value: &[u8]) -> Result<(), SharedCaError> {
+    let file = |doing, path: &Path| {
+        let path = path.to_path_buf();
+        move |source| SharedCaError::File { doing, path, source }
+    };
     if let Some(dir) = path.parent() {
-        crate::store::private_dir(dir).map_err(|e| format!("creating {}: {e}", dir.display()))?;
+        crate::store::private_dir(dir).map_err(file("creating", dir))?;
     }
-    crate::store::private_file(path).map_err(|e| format!("creating {}: {e}", path.display()))?;
-    std::fs::write(path, value).map_err(|e| format!("writing {}: {e}", path.display()))
+    crate::store::private_file(path).map_err(file("creating", path))?;
+    std::fs::write(path, value).map_err(file("writing", path))
 }
 
 /// Nodes registered below the prefix that joined with a certificate.
-async fn nodes_with_certificates(kv: &Members, settings: &EtcdSettings) -> Result<usize, String> {
+async fn nodes_with_certificates(kv: &Members, settings: &EtcdSettings) -> Result<usize, EtcdError> {
     let nodes = range_all(kv, settings.key("nodes/").as_slice()).await?;
     Ok(nodes
         .iter()
@@ -169,7 +213,7 @@ async fn nodes_with_certificates(kv: &Members, settings: &EtcdSettings) -> Resul
 }
 
 /// `key` set to `value` if it was last changed at `revision`.
-async fn replace(kv: &Members, key: &[u8], revision: i64, value: Vec<u8>) -> Result<bool, String> {
+async fn replace(kv: &Members, key: &[u8], revision: i64, value: Vec<u8>) -> Result<bool, EtcdError> {
     use pb::compare::{CompareResult, CompareTarget, TargetUnion};
     use pb::request_op::Request;
     let txn = pb::TxnRequest {

@@ -8,6 +8,7 @@ use berth_proto::berth::v1::berth_server::BerthServer;
 use berth_proto::berth::v1::cluster_server::ClusterServer;
 use tokio_stream::wrappers::UnixListenerStream;
 
+use super::ServeError;
 use crate::agent::{Agent, AgentSpec};
 use crate::api::BerthApi;
 use crate::cluster::Directory;
@@ -25,7 +26,7 @@ pub(crate) async fn start_node_agents(
     manager: Arc<VolumeManager>,
     directory: Arc<Directory>,
     deadline: Duration,
-) -> Result<(), String> {
+) -> Result<(), ServeError> {
     let config = manager.config();
     for n in &config.nodes {
         let record = n.dir.join("agent.redb");
@@ -47,7 +48,10 @@ pub(crate) async fn start_node_agents(
             seed,
         })
         .await
-        .map_err(|e| format!("node {}: {e}", n.name))?;
+        .map_err(|error| ServeError::Agent {
+            node: n.name.clone(),
+            error,
+        })?;
         // Detached: the link serves until the process ends.
         drop(link_in_process(directory.clone(), agent));
     }
@@ -88,10 +92,10 @@ pub(super) async fn bind_tls(
     ca: ClusterCa,
     tokens: JoinTokens,
     address: std::net::SocketAddr,
-) -> Result<(Arc<ClusterTls>, tokio::net::TcpListener), String> {
+) -> Result<(Arc<ClusterTls>, tokio::net::TcpListener), ServeError> {
     let listener = tokio::net::TcpListener::bind(address)
         .await
-        .map_err(|e| format!("cluster_address: binding {address}: {e}"))?;
+        .map_err(|source| ServeError::Bind { address, source })?;
     Ok((
         Arc::new(ClusterTls {
             ca,
@@ -120,7 +124,7 @@ fn tls_caps() -> crate::metrics::listener::Caps {
 /// The TLS endpoint's server configuration: the server's chain for
 /// `names`, and client certificates checked against the cluster CA when a
 /// peer presents one (a joining agent has none yet).
-fn tls_config(ca: &ClusterCa, names: &[String]) -> Result<rustls::ServerConfig, String> {
+fn tls_config(ca: &ClusterCa, names: &[String]) -> Result<rustls::ServerConfig, ServeError> {
     use rustls::pki_types::pem::PemObject;
     use rustls::pki_types::{CertificateDer, PrivateKeyDer};
     let (chain, key) = ca.server_identity(names)?;
@@ -128,24 +132,24 @@ fn tls_config(ca: &ClusterCa, names: &[String]) -> Result<rustls::ServerConfig, 
     let mut roots = rustls::RootCertStore::empty();
     for cert in CertificateDer::pem_slice_iter(ca.cert_pem().as_bytes()) {
         roots
-            .add(cert.map_err(|e| e.to_string())?)
-            .map_err(|e| e.to_string())?;
+            .add(cert.map_err(ServeError::tls)?)
+            .map_err(ServeError::tls)?;
     }
     let verifier =
         rustls::server::WebPkiClientVerifier::builder_with_provider(Arc::new(roots), provider.clone())
             .allow_unauthenticated()
             .build()
-            .map_err(|e| e.to_string())?;
+            .map_err(ServeError::tls)?;
     let certs = CertificateDer::pem_slice_iter(chain.as_bytes())
         .collect::<Result<Vec<_>, _>>()
-        .map_err(|e| e.to_string())?;
-    let key = PrivateKeyDer::from_pem_slice(key.as_bytes()).map_err(|e| e.to_string())?;
+        .map_err(ServeError::tls)?;
+    let key = PrivateKeyDer::from_pem_slice(key.as_bytes()).map_err(ServeError::tls)?;
     let mut config = rustls::ServerConfig::builder_with_provider(provider)
         .with_safe_default_protocol_versions()
-        .map_err(|e| e.to_string())?
+        .map_err(ServeError::tls)?
         .with_client_cert_verifier(verifier)
         .with_single_cert(certs, key)
-        .map_err(|e| e.to_string())?;
+        .map_err(ServeError::tls)?;
     config.alpn_protocols = vec![b"h2".to_vec()];
     Ok(config)
 }

@@ -5,6 +5,7 @@
 //! ([`replicated`]); what a leader runs is a [`term`] either way.
 
 pub(crate) mod endpoints;
+mod error;
 mod replicated;
 pub(crate) mod term;
 
@@ -12,12 +13,13 @@ use std::future::Future;
 use std::path::PathBuf;
 use std::sync::Arc;
 
-use crate::api;
+use crate::api::{self, ReloadError};
 use crate::cluster::pki::{ClusterCa, ca_dir};
 use crate::config::Config;
 use crate::metrics;
 use crate::policy::{Decision, ModuleConfig, Policies, PolicyStats};
 use crate::store::RedbStore;
+pub use error::ServeError;
 
 /// The modules a config names, with the decisions each is to serve.
 pub(super) fn modules(config: &Config) -> Vec<(ModuleConfig, Vec<Decision>)> {
@@ -37,7 +39,7 @@ pub struct Reloader {
 
 #[tonic::async_trait]
 impl crate::api::PolicyReload for Arc<Reloader> {
-    async fn reload(&self) -> Result<Vec<PolicyStats>, String> {
+    async fn reload(&self) -> Result<Vec<PolicyStats>, ReloadError> {
         Reloader::reload(self).await
     }
 }
@@ -45,18 +47,18 @@ impl crate::api::PolicyReload for Arc<Reloader> {
 impl Reloader {
     /// Reads the file again and swaps its modules in, all or none. A module
     /// needing more memory than the engine was started with needs a restart.
-    pub async fn reload(self: &Arc<Self>) -> Result<Vec<PolicyStats>, String> {
+    pub async fn reload(self: &Arc<Self>) -> Result<Vec<PolicyStats>, ReloadError> {
         let Some(path) = self.path.clone() else {
-            return Err("berth serve was started without a config file to reload from".into());
+            return Err(ReloadError::NoConfig);
         };
         let me = self.clone();
         let outcome = tokio::task::spawn_blocking(move || {
-            let config = Config::load(&path).map_err(|e| e.to_string())?;
+            let config = Config::load(&path)?;
             me.policies.replace_all(&modules(&config))?;
             Ok(me.policies.stats())
         })
         .await
-        .map_err(|e| format!("the reload stopped: {e}"))?;
+        .map_err(ReloadError::Stopped)?;
         match &outcome {
             Ok(stats) => tracing::info!(modules = stats.len(), "policy modules reloaded"),
             Err(e) => tracing::error!(error = %e, "policy reload failed; the modules in service stay"),
@@ -65,9 +67,9 @@ impl Reloader {
     }
 
     /// Reloads on every SIGHUP, for as long as the server runs.
-    pub(super) fn on_sighup(self: Arc<Self>) -> Result<tokio::task::JoinHandle<()>, String> {
+    pub(super) fn on_sighup(self: Arc<Self>) -> Result<tokio::task::JoinHandle<()>, ServeError> {
         use tokio::signal::unix::{SignalKind, signal};
-        let mut hup = signal(SignalKind::hangup()).map_err(|e| format!("listening for SIGHUP: {e}"))?;
+        let mut hup = signal(SignalKind::hangup()).map_err(ServeError::io("listening for SIGHUP"))?;
         Ok(tokio::spawn(async move {
             while hup.recv().await.is_some() {
                 let _ = self.reload().await;
@@ -82,7 +84,7 @@ pub async fn run(
     config: Config,
     config_path: Option<PathBuf>,
     shutdown: impl Future<Output = ()> + Send + 'static,
-) -> Result<(), String> {
+) -> Result<(), ServeError> {
     crate::metrics::listener::raise_descriptor_limit();
     let http = match config.metrics {
         Some(address) => Some(metrics::http::serve(address, metrics::readiness().clone()).await?),
@@ -103,8 +105,8 @@ async fn embedded(
     config: Config,
     config_path: Option<PathBuf>,
     shutdown: impl Future<Output = ()> + Send + 'static,
-) -> Result<(), String> {
-    let store = Arc::new(RedbStore::open(&config.state).map_err(|e| e.to_string())?);
+) -> Result<(), ServeError> {
+    let store = Arc::new(RedbStore::open(&config.state)?);
     let (weak, path) = (Arc::downgrade(&store), config.state.display().to_string());
     metrics::readiness().set(
         "store",

@@ -12,6 +12,7 @@ use std::time::Duration;
 use tokio::sync::watch;
 use tokio_stream::wrappers::UnixListenerStream;
 
+use super::ServeError;
 use super::term::{Term, lead};
 use crate::api;
 use crate::cluster::pki::ClusterCa;
@@ -48,7 +49,7 @@ pub(super) async fn run(
     config_path: Option<PathBuf>,
     settings: EtcdSettings,
     shutdown: impl Future<Output = ()> + Send + 'static,
-) -> Result<(), String> {
+) -> Result<(), ServeError> {
     let me = ServerInfo {
         name: settings.name.clone(),
         api: config.api.to_string(),
@@ -58,17 +59,18 @@ pub(super) async fn run(
         Some(_) => Some(Arc::new(
             shared_ca(&settings, &crate::cluster::pki::ca_dir(&config.state))
                 .await
-                .map_err(|e| format!("the cluster CA in etcd ({}): {e}", settings.endpoints.join(",")))?,
+                .map_err(|error| ServeError::SharedCa {
+                    endpoints: settings.endpoints.join(","),
+                    error,
+                })?,
         )),
         None => None,
     };
     let api_path = config.api.path().to_path_buf();
     let listener = api::bind(&api_path, config.socket_mode)?
         .into_std()
-        .map_err(|e| format!("the API socket: {e}"))?;
-    let election = Election::join(settings.clone(), me.clone())
-        .await
-        .map_err(|e| e.to_string())?;
+        .map_err(ServeError::io("the API socket"))?;
+    let election = Election::join(settings.clone(), me.clone()).await?;
     tracing::info!(server = %me.name, endpoints = ?settings.endpoints, prefix = %settings.prefix, lease_ttl = ?settings.lease_ttl, "taking part in the election");
     let forward = Forward::new(
         election.role(),
@@ -198,10 +200,10 @@ fn follow(
     listener: &StdUnixListener,
     forward: Forward,
     mut role: watch::Receiver<Role>,
-) -> Result<tokio::task::JoinHandle<()>, String> {
+) -> Result<tokio::task::JoinHandle<()>, ServeError> {
     let listener =
-        tokio::net::UnixListener::from_std(listener.try_clone().map_err(|e| format!("the API socket: {e}"))?)
-            .map_err(|e| format!("the API socket: {e}"))?;
+        tokio::net::UnixListener::from_std(listener.try_clone().map_err(ServeError::io("the API socket"))?)
+            .map_err(ServeError::io("the API socket"))?;
     let leading = async move {
         let _ = role.wait_for(|r| matches!(r, Role::Leader { .. })).await;
     };
@@ -223,7 +225,7 @@ fn follow(
 enum Ended {
     Shutdown,
     Deposed,
-    Failed(String),
+    Failed(ServeError),
 }
 
 /// One term: its own runtime, the store connected with the term's fence,
@@ -247,16 +249,16 @@ async fn term(
         .build()
     {
         Ok(r) => r,
-        Err(e) => return Ended::Failed(format!("starting the term's runtime: {e}")),
+        Err(e) => return Ended::Failed(ServeError::io("starting the term's runtime")(e)),
     };
     let listener = match listener.try_clone() {
         Ok(l) => l,
-        Err(e) => return Ended::Failed(format!("the API socket: {e}")),
+        Err(e) => return Ended::Failed(ServeError::io("the API socket")(e)),
     };
     let ca = match ca {
         Some(ca) => match ClusterCa::from_pem(ca.cert_pem(), &ca.key_pem()) {
             Ok(ca) => Some(ca),
-            Err(e) => return Ended::Failed(e),
+            Err(e) => return Ended::Failed(e.into()),
         },
         None => None,
     };
@@ -271,11 +273,9 @@ async fn term(
     runtime.spawn(async move {
         let result = async {
             // Read after winning: everything the last leader committed is there.
-            let store = EtcdStore::connect_warm(settings, Some(fenced), warm)
-                .await
-                .map_err(|e| e.to_string())?;
+            let store = EtcdStore::connect_warm(settings, Some(fenced), warm).await?;
             let api =
-                tokio::net::UnixListener::from_std(listener).map_err(|e| format!("the API socket: {e}"))?;
+                tokio::net::UnixListener::from_std(listener).map_err(ServeError::io("the API socket"))?;
             lead(
                 Term {
                     config,
@@ -297,7 +297,7 @@ async fn term(
         _ = deposed(role, &fence) => Ended::Deposed,
         result = outcome => match result {
             Ok(Err(e)) => Ended::Failed(e),
-            Ok(Ok(())) | Err(_) => Ended::Failed("the term stopped by itself".into()),
+            Ok(Ok(())) | Err(_) => Ended::Failed(ServeError::TermStopped),
         },
     };
     // Every task of the term stops at its next await; nothing it does

@@ -10,7 +10,7 @@ use berth_proto::berth::v1::berth_server::BerthServer;
 use tokio_stream::wrappers::UnixListenerStream;
 
 use super::endpoints::{Forwarded, bind_tls, serve_cluster, serve_cluster_tls, start_node_agents};
-use super::{Reloader, modules};
+use super::{Reloader, ServeError, modules};
 use crate::api::{self, BerthApi};
 use crate::cluster::Directory;
 use crate::cluster::pki::ClusterCa;
@@ -41,7 +41,7 @@ pub(super) struct Term {
 }
 
 /// The policy modules of `config`, on an engine sized for the largest.
-fn policies(config: &Config) -> Result<Arc<Policies>, String> {
+fn policies(config: &Config) -> Result<Arc<Policies>, ServeError> {
     let max_memory = config
         .policies
         .iter()
@@ -52,7 +52,7 @@ fn policies(config: &Config) -> Result<Arc<Policies>, String> {
         max_module_memory: max_memory.max(EngineOptions::default().max_module_memory),
         ..EngineOptions::default()
     })
-    .map_err(|e| format!("starting the WebAssembly engine: {e:#}"))?;
+    .map_err(ServeError::Engine)?;
     let policies = Arc::new(Policies::new(Arc::new(engine), Builtins::default()));
     policies.replace_all(&modules(config))?;
     for s in policies.stats() {
@@ -146,7 +146,7 @@ pub(crate) async fn core(
     config: Config,
     store: Arc<dyn Store>,
     policies: Arc<Policies>,
-) -> Result<Core, String> {
+) -> Result<Core, ServeError> {
     let controllers = controllers(&config).await;
     let refresh = controllers.start();
     let deadline = config
@@ -176,10 +176,9 @@ pub(crate) async fn core(
             paths: Some(Paths::under(&n.dir)),
         });
     }
-    let manager = VolumeManager::new(config, store, controllers, policies, directory.clone())
-        .map_err(|e| e.to_string())?;
+    let manager = VolumeManager::new(config, store, controllers, policies, directory.clone())?;
     directory.set_sync(as_sync(&manager));
-    for n in manager.remembered_nodes().map_err(|e| e.to_string())? {
+    for n in manager.remembered_nodes()? {
         directory.expect(n);
     }
     Ok(Core {
@@ -194,7 +193,7 @@ pub(crate) async fn core(
 pub(super) async fn lead(
     term: Term,
     shutdown: impl Future<Output = ()> + Send + 'static,
-) -> Result<(), String> {
+) -> Result<(), ServeError> {
     let Term {
         config,
         config_path,
@@ -218,7 +217,7 @@ pub(super) async fn lead(
     let tls = match (config.cluster_address, ca) {
         (Some(address), Some(ca)) => {
             let tokens = JoinTokens::load(store.clone(), ca.fingerprint(), config.join_token_max_ttl)
-                .map_err(|e| format!("reading the join tokens: {e}"))?;
+                .map_err(ServeError::Tokens)?;
             Some(bind_tls(ca, tokens, address).await?)
         }
         _ => None,
@@ -290,7 +289,7 @@ pub(super) async fn lead(
         .add_service(api::introspection::health().await)
         .add_service(api::introspection::reflection()?)
         .serve_with_incoming_shutdown(UnixListenerStream::new(listener), shutdown);
-    let result = serving.await.map_err(|e| format!("serving the API: {e}"));
+    let result = serving.await.map_err(ServeError::Serving);
     sighup.abort();
     result
 }

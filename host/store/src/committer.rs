@@ -27,8 +27,18 @@ pub enum Change {
     Remove(Table, String),
 }
 
-type Reply = oneshot::Sender<Result<(), String>>;
-type Read = Box<dyn FnOnce(Result<&Database, String>) + Send>;
+/// Why a commit failed; kept, and answered to every writer of the batch,
+/// while writes fail.
+#[derive(Clone, Debug, thiserror::Error)]
+pub enum CommitError {
+    #[error("opening the store again after a failed write: {0}")]
+    Reopen(Arc<redb::DatabaseError>),
+    #[error("{0}")]
+    Commit(Arc<redb::Error>),
+}
+
+type Reply = oneshot::Sender<Result<(), CommitError>>;
+type Read = Box<dyn FnOnce(Result<&Database, CommitError>) + Send>;
 /// Opens the database again, as it was first opened.
 pub type Opener = Box<dyn Fn() -> Result<Database, redb::DatabaseError> + Send>;
 
@@ -43,7 +53,7 @@ pub struct Committer {
     jobs: Option<mpsc::Sender<Job>>,
     thread: Option<std::thread::JoinHandle<()>>,
     /// Why the last commit failed; `None` once one succeeds.
-    failing: Arc<Mutex<Option<String>>>,
+    failing: Arc<Mutex<Option<CommitError>>>,
 }
 
 impl Drop for Committer {
@@ -89,7 +99,7 @@ impl Committer {
         self.send(Job::Write(change, tx))?;
         rx.await
             .map_err(|_| StoreError::Closed)?
-            .map_err(StoreError::Failed)
+            .map_err(StoreError::Commit)
     }
 
     /// Runs `read` on the database, in turn with the writes (blocking).
@@ -99,7 +109,7 @@ impl Committer {
     ) -> Result<T, StoreError> {
         let (tx, rx) = mpsc::sync_channel(1);
         self.send(Job::Read(Box::new(move |db| {
-            let _ = tx.send(db.map_err(StoreError::Failed).and_then(read));
+            let _ = tx.send(db.map_err(StoreError::Commit).and_then(read));
         })))?;
         rx.recv().map_err(|_| StoreError::Closed)?
     }
@@ -107,7 +117,7 @@ impl Committer {
     /// Whether writes succeed: the last commit's error while it failed. A
     /// failing store is probed with an empty commit, so health follows the
     /// disk even while nothing else is written.
-    pub fn health(&self) -> Result<(), String> {
+    pub fn health(&self) -> Result<(), CommitError> {
         let failing = self.failing.lock().unwrap_or_else(|p| p.into_inner()).clone();
         match failing {
             None => Ok(()),
@@ -123,7 +133,7 @@ impl Committer {
 struct Owner {
     db: Option<Database>,
     reopen: Opener,
-    failing: Arc<Mutex<Option<String>>>,
+    failing: Arc<Mutex<Option<CommitError>>>,
 }
 
 impl Owner {
@@ -153,14 +163,14 @@ impl Owner {
     }
 
     /// The database, opened again first when a failure closed it.
-    fn open(&mut self) -> Result<&Database, String> {
+    fn open(&mut self) -> Result<&Database, CommitError> {
         if self.db.is_none() {
             match (self.reopen)() {
                 Ok(db) => {
                     tracing::warn!("the store was opened again after a failed write");
                     self.db = Some(db);
                 }
-                Err(e) => return Err(format!("opening the store again after a failed write: {e}")),
+                Err(e) => return Err(CommitError::Reopen(Arc::new(e))),
             }
         }
         Ok(self.db.as_ref().expect("opened above"))
@@ -173,7 +183,7 @@ impl Owner {
         let started = std::time::Instant::now();
         let result = self
             .open()
-            .and_then(|db| commit(db, writes).map_err(|e| e.to_string()));
+            .and_then(|db| commit(db, writes).map_err(|e| CommitError::Commit(Arc::new(e))));
         berth_metrics::store_commit(writes.len(), started.elapsed());
         let mut failing = self.failing.lock().unwrap_or_else(|p| p.into_inner());
         match &result {

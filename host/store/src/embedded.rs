@@ -5,7 +5,7 @@ use std::path::Path;
 
 use redb::{Database, ReadOnlyDatabase, ReadableDatabase, ReadableTable, TableDefinition};
 
-use crate::committer::{Change, Committer, Table};
+use crate::committer::{Change, CommitError, Committer, Table};
 use crate::{NodeRecord, SCHEMA_VERSION, Store, StoreError, TokenRecord, decode, encode};
 use berth_model::VolumeRecord;
 
@@ -142,7 +142,7 @@ impl RedbStore {
     }
 
     /// Whether the store can write now (for `/readyz`).
-    pub fn health(&self) -> Result<(), String> {
+    pub fn health(&self) -> Result<(), CommitError> {
         self.committer.health()
     }
 

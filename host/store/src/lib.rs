@@ -13,12 +13,12 @@ use std::path::PathBuf;
 
 use berth_model::VolumeRecord;
 
-pub use committer::{Change, Committer};
+pub use committer::{Change, CommitError, Committer};
 pub use embedded::RedbStore;
 pub use embedded::create_beside;
 pub use embedded::{private_dir, private_file};
 pub use etcd::{DEPOSED, EtcdSettings, EtcdStore, EtcdTls, Fence, Mirror, Warm};
-pub use etcd::{Members, range_all, unavailable};
+pub use etcd::{EtcdError, Members, range_all, unavailable};
 
 /// The record format this release reads and writes.
 pub const SCHEMA_VERSION: u64 = 1;
@@ -43,6 +43,8 @@ pub enum StoreError {
     Etcd { endpoints: String, message: String },
     #[error("the store is closed")]
     Closed,
+    #[error("the store failed: {0}")]
+    Commit(#[from] committer::CommitError),
     #[error("the store failed: {0}")]
     Failed(String),
 }

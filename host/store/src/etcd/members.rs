@@ -88,7 +88,7 @@ impl Members {
     }
 
     /// A KV request, passed on to the next member while one is away.
-    pub async fn call<T, F, Fut>(&self, call: F) -> Result<T, String>
+    pub async fn call<T, F, Fut>(&self, call: F) -> Result<T, EtcdError>
     where
         F: Fn(KvClient<Channel>) -> Fut,
         Fut: Future<Output = Result<tonic::Response<T>, tonic::Status>>,
@@ -98,7 +98,7 @@ impl Members {
     }
 
     /// A Lease request, likewise.
-    pub async fn lease<T, F, Fut>(&self, call: F) -> Result<T, String>
+    pub async fn lease<T, F, Fut>(&self, call: F) -> Result<T, EtcdError>
     where
         F: Fn(LeaseClient<Channel>) -> Fut,
         Fut: Future<Output = Result<tonic::Response<T>, tonic::Status>>,
@@ -116,7 +116,7 @@ impl Members {
         self.current.fetch_add(1, Ordering::Relaxed);
     }
 
-    async fn on_member<T, F, Fut>(&self, call: F) -> Result<T, String>
+    async fn on_member<T, F, Fut>(&self, call: F) -> Result<T, EtcdError>
     where
         F: Fn(Channel) -> Fut,
         Fut: Future<Output = Result<tonic::Response<T>, tonic::Status>>,
@@ -138,30 +138,44 @@ impl Members {
                     );
                     // The transport's own cause (a refused handshake, a
                     // certificate etcd wants) is kept, not just "transport error".
-                    let message = format!("{:?}: {}", status.code(), berth_csi::error_chain(&status));
+                    let refused = EtcdError::Refused {
+                        code: status.code(),
+                        message: berth_csi::error_chain(&status),
+                    };
                     if !elsewhere {
-                        return Err(message);
+                        return Err(refused);
                     }
-                    message
+                    refused.to_string()
                 }
                 Err(_) => format!("no answer within {}s", CALL_TIMEOUT.as_secs()),
             };
             failures.push(format!("member {}: {failure}", i + 1));
         }
-        Err(format!(
-            "Unavailable: no member answered ({})",
-            failures.join("; ")
-        ))
+        Err(EtcdError::NoMember(failures.join("; ")))
     }
 }
 
+/// Why a request to etcd failed.
+#[derive(Clone, Debug, thiserror::Error)]
+pub enum EtcdError {
+    /// A member answered with an error that another member would answer too.
+    #[error("{code:?}: {message}")]
+    Refused { code: tonic::Code, message: String },
+    /// Every member was away: what each said.
+    #[error("Unavailable: no member answered ({0})")]
+    NoMember(String),
+    /// A leader's transaction failed its fence: another server leads.
+    #[error("{}", super::DEPOSED)]
+    Deposed,
+}
+
 /// Every key and value below `prefix`, read page by page at one revision.
-pub async fn range_all(kv: &Members, prefix: &[u8]) -> Result<Vec<(Vec<u8>, Vec<u8>)>, String> {
+pub async fn range_all(kv: &Members, prefix: &[u8]) -> Result<Vec<(Vec<u8>, Vec<u8>)>, EtcdError> {
     range_all_at(kv, prefix).await.map(|(read, _)| read)
 }
 
 /// [`range_all`], with the revision it was read at.
-pub async fn range_all_at(kv: &Members, prefix: &[u8]) -> Result<(Vec<(Vec<u8>, Vec<u8>)>, i64), String> {
+pub async fn range_all_at(kv: &Members, prefix: &[u8]) -> Result<(Vec<(Vec<u8>, Vec<u8>)>, i64), EtcdError> {
     let range_end = prefix_end(prefix);
     let mut key = prefix.to_vec();
     let mut revision = 0;

@@ -25,9 +25,9 @@ use pb::watch_client::WatchClient;
 use tokio::sync::{mpsc, watch};
 use tokio_stream::StreamExt;
 
-use super::members::{MAX_ANSWER, prefix_end, range_all_at};
+use super::members::{EtcdError, MAX_ANSWER, prefix_end, range_all_at};
 use super::{EtcdSettings, Members};
-use crate::{NodeRecord, TokenRecord, decode};
+use crate::{NodeRecord, StoreError, TokenRecord, decode};
 use berth_model::VolumeRecord;
 
 /// What a new leader takes over.
@@ -94,8 +94,8 @@ impl Drop for Mirror {
 
 impl Mirror {
     /// Starts keeping the copy, in the background.
-    pub fn start(settings: EtcdSettings) -> Result<Mirror, String> {
-        let kv = Members::new(&settings).map_err(|e| e.to_string())?;
+    pub fn start(settings: EtcdSettings) -> Result<Mirror, StoreError> {
+        let kv = Members::new(&settings)?;
         let copy = Arc::new(Mutex::new(None));
         let (moved, applied) = watch::channel(0);
         let task = tokio::spawn(keep(settings.clone(), kv.clone(), copy.clone(), moved));
@@ -143,7 +143,7 @@ impl Mirror {
     }
 
     /// How many volumes, nodes and tokens etcd held at `revision`.
-    async fn counted(&self, revision: i64) -> Result<[usize; 3], String> {
+    async fn counted(&self, revision: i64) -> Result<[usize; 3], EtcdError> {
         let count = |kind: &str| {
             let key = self.settings.key(&format!("{kind}/"));
             let request = pb::RangeRequest {

@@ -22,7 +22,7 @@ mod members;
 mod mirror;
 mod settings;
 
-pub use members::{Members, range_all, unavailable};
+pub use members::{EtcdError, Members, range_all, unavailable};
 pub use mirror::{Mirror, Warm};
 pub use settings::{DEPOSED, EtcdSettings, EtcdTls, Fence};
 
@@ -30,7 +30,7 @@ pub use settings::{DEPOSED, EtcdSettings, EtcdTls, Fence};
 const MAX_TXN_OPS: usize = 128;
 /// Below etcd's default `--max-request-bytes` (1.5 MiB).
 const MAX_TXN_BYTES: usize = 1 << 20;
-type Reply = oneshot::Sender<Result<(), String>>;
+type Reply = oneshot::Sender<Result<(), EtcdError>>;
 /// Writes waiting for a transaction; a writer past this waits its turn.
 const WRITE_QUEUE: usize = 4 * MAX_TXN_OPS;
 
@@ -262,7 +262,7 @@ async fn commit_loop(kv: Members, mut rx: mpsc::Receiver<(Write, Reply)>, fence:
                 async move { c.txn(txn).await }
             })
             .await
-            .and_then(|r| r.succeeded.then_some(()).ok_or_else(|| DEPOSED.to_string()));
+            .and_then(|r| r.succeeded.then_some(()).ok_or(EtcdError::Deposed));
         berth_metrics::store_commit(changes, started.elapsed());
         if let Err(e) = &result {
             tracing::error!(error = %e, changes, "etcd commit failed");
