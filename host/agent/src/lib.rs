@@ -35,6 +35,7 @@ use tokio::sync::{mpsc, watch};
 use tokio_stream::{Stream, StreamExt};
 
 use berth_csi::{CsiError, Endpoint};
+use berth_metrics::readiness::NotReady;
 use calls::Paths;
 use converge::Converger;
 use failures::failure_to_wire;
@@ -187,15 +188,15 @@ impl Agent {
 
     /// For `/readyz`: the node record takes writes (a full disk makes it fail
     /// until space returns).
-    pub fn record_ready(&self) -> Result<String, String> {
+    pub fn record_ready(&self) -> Result<String, NotReady> {
         self.converger
             .record_health()
             .map(|()| "open and writable".into())
-            .map_err(|e| format!("cannot write: {e}"))
+            .map_err(|e| format!("cannot write: {e}").into())
     }
 
     /// For `/readyz`: a session with the server is open.
-    pub fn session_ready(&self) -> Result<String, String> {
+    pub fn session_ready(&self) -> Result<String, NotReady> {
         match self.connected.load(std::sync::atomic::Ordering::Relaxed) {
             true => Ok("a session with the server is open".into()),
             false => Err("no session with a server".into()),
@@ -203,7 +204,7 @@ impl Agent {
     }
 
     /// For `/readyz`: every node plugin's last fingerprints succeeded.
-    pub fn plugins_ready(&self) -> Result<String, String> {
+    pub fn plugins_ready(&self) -> Result<String, NotReady> {
         let reports = self.plugins.reports();
         let problems: Vec<String> = reports
             .iter()
@@ -215,7 +216,7 @@ impl Agent {
             .collect();
         match problems.is_empty() {
             true => Ok(format!("{} fingerprinted and healthy", reports.len())),
-            false => Err(problems.join("; ")),
+            false => Err(problems.join("; ").into()),
         }
     }
 

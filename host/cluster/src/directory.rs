@@ -66,6 +66,23 @@ pub(super) struct Node {
     remembered: Option<NodeRecord>,
 }
 
+/// Why a node may not join or register; its agent is told.
+#[derive(Debug, thiserror::Error)]
+pub enum NodeRefused {
+    #[error("node {0:?} was forgotten (`berth node forget`); `berth node remove {0}` lets it join again")]
+    Forgotten(String),
+    #[error("this agent's certificate is for node {certified:?}, not {node:?}")]
+    OtherNode { certified: String, node: String },
+    #[error("node {0}")]
+    Name(#[source] berth_model::bounds::OutOfBounds),
+    #[error("node {node:?} claims too much: {why}")]
+    Claims {
+        node: String,
+        #[source]
+        why: berth_model::bounds::OutOfBounds,
+    },
+}
+
 pub struct Directory {
     pub(super) nodes: RwLock<BTreeMap<String, Arc<Mutex<Node>>>>,
     sync: OnceLock<Weak<dyn NodeSync>>,
@@ -228,16 +245,14 @@ impl Directory {
     /// Records the certificate `node` joined with (replacing an earlier one,
     /// which is refused from now on, its session ended); the node as it is
     /// to be remembered.
-    pub fn joined(&self, node: &str, cert: String) -> Result<NodeRecord, String> {
+    pub fn joined(&self, node: &str, cert: String) -> Result<NodeRecord, NodeRefused> {
         let entry = {
             let mut nodes = self.nodes.write().unwrap_or_else(|p| p.into_inner());
             nodes.entry(node.to_string()).or_default().clone()
         };
         let mut n = lock(&entry);
         if n.forgotten {
-            return Err(format!(
-                "node {node:?} was forgotten (`berth node forget`); `berth node remove {node}` lets it join again"
-            ));
+            return Err(NodeRefused::Forgotten(node.to_string()));
         }
         if n.cert.is_some()
             && let Some(link) = n.link.take()
@@ -347,7 +362,7 @@ impl Directory {
         &self,
         r: &wire::Register,
         to_agent: ToAgent,
-    ) -> Result<(u64, Arc<tokio::sync::Notify>, Option<NodeRecord>), String> {
+    ) -> Result<(u64, Arc<tokio::sync::Notify>, Option<NodeRecord>), NodeRefused> {
         let id = self.sessions.fetch_add(1, std::sync::atomic::Ordering::Relaxed) + 1;
         let node = {
             let mut nodes = self.nodes.write().unwrap_or_else(|p| p.into_inner());
@@ -355,10 +370,7 @@ impl Directory {
         };
         let mut n = lock(&node);
         if n.forgotten {
-            return Err(format!(
-                "node {:?} was forgotten (`berth node forget`); `berth node remove {}` lets it join again",
-                r.node, r.node
-            ));
+            return Err(NodeRefused::Forgotten(r.node.clone()));
         }
         n.labels = r.labels.clone().into_iter().collect();
         n.plugins = self.judged(&r.node, &r.plugins);

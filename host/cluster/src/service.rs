@@ -10,7 +10,7 @@ use berth_proto::berth::v1::cluster_server::Cluster;
 use tokio_stream::wrappers::ReceiverStream;
 use tokio_stream::{Stream, StreamExt};
 
-use crate::directory::Directory;
+use crate::directory::{Directory, NodeRefused};
 use crate::pki::{ClusterTls, fingerprint};
 use crate::session::serve_session;
 use crate::tokens::TokenError;
@@ -70,9 +70,10 @@ impl Cluster for ClusterService {
             from_agent,
             to_agent,
             move |node| match &certified {
-                Some(name) if name != node => Err(format!(
-                    "this agent's certificate is for node {name:?}, not {node:?}"
-                )),
+                Some(name) if name != node => Err(NodeRefused::OtherNode {
+                    certified: name.clone(),
+                    node: node.to_string(),
+                }),
                 _ => Ok(()),
             },
         ));
@@ -112,7 +113,7 @@ impl Cluster for ClusterService {
         let record = self
             .directory
             .joined(&r.node, fp)
-            .map_err(|e| refuse(TokenError::Refused(e)))?;
+            .map_err(|e| refuse(TokenError::Refused(e.to_string())))?;
         if let Some(sync) = self.directory.syncer() {
             sync.remember(record).await;
         }

@@ -12,7 +12,7 @@ use tokio::sync::mpsc;
 use tokio_stream::{Stream, StreamExt};
 
 use crate::claims;
-use crate::directory::Directory;
+use crate::directory::{Directory, NodeRefused};
 
 /// How long a new stream has to register.
 const REGISTER_WITHIN: Duration = Duration::from_secs(10);
@@ -42,7 +42,7 @@ pub async fn serve_session(
     directory: Arc<Directory>,
     mut from_agent: impl Stream<Item = Result<wire::AgentMessage, tonic::Status>> + Unpin,
     to_agent: ToAgent,
-    allowed: impl Fn(&str) -> Result<(), String>,
+    allowed: impl Fn(&str) -> Result<(), NodeRefused>,
 ) {
     let mut register = match tokio::time::timeout(REGISTER_WITHIN, from_agent.next()).await {
         Ok(Some(Ok(wire::AgentMessage {
@@ -54,16 +54,21 @@ pub async fn serve_session(
     };
     let node = register.node.clone();
     if let Err(why) = berth_model::bounds::name(&node)
-        .map_err(|e| format!("node {e}"))
+        .map_err(NodeRefused::Name)
         .and_then(|()| allowed(&node))
-        .and_then(|()| claims::register(&register).map_err(|e| format!("node {node:?} claims too much: {e}")))
+        .and_then(|()| {
+            claims::register(&register).map_err(|why| NodeRefused::Claims {
+                node: node.clone(),
+                why,
+            })
+        })
     {
-        return refuse(&to_agent, why);
+        return refuse(&to_agent, why.to_string());
     }
     claims::cut_reasons(&mut register.plugins);
     let (session, replaced, remember) = match directory.attach(&register, to_agent.clone()) {
         Ok(attached) => attached,
-        Err(why) => return refuse(&to_agent, why),
+        Err(why) => return refuse(&to_agent, why.to_string()),
     };
     tracing::info!(%node, plugins = register.plugins.len(), held = register.held.len(), "agent registered");
     let Some(sync) = directory.syncer() else {

@@ -422,8 +422,7 @@ impl Config {
                         .map_err(|e| invalid("cluster", e))
                 })
                 .transpose()?,
-            cluster_names: server_names::server_names(raw.cluster_address.as_deref(), raw.cluster_names)
-                .map_err(|e| invalid("cluster_names", e))?,
+            cluster_names: server_names::server_names(raw.cluster_address.as_deref(), raw.cluster_names)?,
             cluster_address: raw
                 .cluster_address
                 .as_deref()

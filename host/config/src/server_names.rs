@@ -1,13 +1,18 @@
 //! The names the cluster's server certificate is for.
 
+use crate::{ConfigError, invalid};
+
 /// The server certificate's names: those configured, else this machine's
 /// loopback names, the address's own IP (unless it is a wildcard) and host name.
-pub(super) fn server_names(address: Option<&str>, names: Vec<String>) -> Result<Vec<String>, String> {
+pub(super) fn server_names(address: Option<&str>, names: Vec<String>) -> Result<Vec<String>, ConfigError> {
     if let Some(bad) = names
         .iter()
         .find(|n| n.is_empty() || n.contains(char::is_whitespace))
     {
-        return Err(format!("{bad:?} is not a host name or address"));
+        return Err(invalid(
+            "cluster_names",
+            format!("{bad:?} is not a host name or address"),
+        ));
     }
     if !names.is_empty() || address.is_none() {
         return Ok(names);

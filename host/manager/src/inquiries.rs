@@ -12,7 +12,7 @@ use berth_model::text::echo;
 #[derive(Debug)]
 pub struct Health {
     /// From ControllerGetVolume, or why there is none.
-    pub controller: Result<Option<proto::VolumeCondition>, String>,
+    pub controller: Result<Option<proto::VolumeCondition>, Unasked>,
     pub nodes: Vec<NodeHealth>,
 }
 
@@ -20,7 +20,22 @@ pub struct Health {
 pub struct NodeHealth {
     pub node: String,
     /// From NodeGetVolumeStats, or why there is none.
-    pub stats: Result<proto::NodeGetVolumeStatsResponse, String>,
+    pub stats: Result<proto::NodeGetVolumeStatsResponse, Unasked>,
+}
+
+/// Why a part of a volume's health is not known.
+#[derive(Debug, thiserror::Error)]
+pub enum Unasked {
+    #[error(transparent)]
+    Failed(#[from] berth_csi::CsiError),
+    #[error("no controller")]
+    NoController,
+    #[error("the {0} plugin is not fingerprinted yet")]
+    NotFingerprinted(&'static str),
+    #[error("plugin {0:?} does not offer GET_VOLUME with VOLUME_CONDITION")]
+    NoCondition(String),
+    #[error("the node plugin does not offer GET_VOLUME_STATS")]
+    NoStats,
 }
 
 /// Both sides of what Berth and a plugin each think exist.
@@ -68,13 +83,11 @@ impl VolumeManager {
                     })
                     .await
                     .map(|resp| resp.status.and_then(|s| s.volume_condition))
-                    .map_err(|e| e.to_string()),
-                None => Err("no controller".into()),
+                    .map_err(Unasked::from),
+                None => Err(Unasked::NoController),
             },
-            (None, _) => Err("the controller is not fingerprinted yet".into()),
-            _ => Err(format!(
-                "plugin {plugin:?} does not offer GET_VOLUME with VOLUME_CONDITION"
-            )),
+            (None, _) => Err(Unasked::NotFingerprinted("controller")),
+            _ => Err(Unasked::NoCondition(plugin.clone())),
         };
         let mut nodes = Vec::new();
         let published = r
@@ -84,10 +97,8 @@ impl VolumeManager {
         for (node, _) in published {
             let fingerprint = self.nodes.plugin_status(node, plugin).and_then(|s| s.fingerprint);
             let stats = match fingerprint {
-                None => Err("the node plugin is not fingerprinted yet".to_string()),
-                Some(f) if !f.has_node_capability(NodeCap::GetVolumeStats) => {
-                    Err("the node plugin does not offer GET_VOLUME_STATS".to_string())
-                }
+                None => Err(Unasked::NotFingerprinted("node")),
+                Some(f) if !f.has_node_capability(NodeCap::GetVolumeStats) => Err(Unasked::NoStats),
                 Some(f) => self
                     .nodes
                     .stats(
@@ -98,7 +109,7 @@ impl VolumeManager {
                         f.has_node_capability(NodeCap::StageUnstageVolume),
                     )
                     .await
-                    .map_err(|e| e.to_string()),
+                    .map_err(Unasked::from),
             };
             nodes.push(NodeHealth {
                 node: node.clone(),

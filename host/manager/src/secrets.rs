@@ -30,6 +30,27 @@ pub struct Secrets {
     dir: Option<PathBuf>,
 }
 
+/// Why a secret could not be read; never says what is in it.
+#[derive(Debug, thiserror::Error)]
+pub enum SecretError {
+    #[error("secret {0:?} is referenced, but no secrets_dir is configured")]
+    NoDir(String),
+    #[error("secret name {0:?} must be a plain file name")]
+    NotPlain(String),
+    #[error("secret {name:?} ({}): {source}", .path.display())]
+    Read {
+        name: String,
+        path: PathBuf,
+        #[source]
+        source: std::io::Error,
+    },
+    #[error("secret {name:?} ({}) has mode {mode:o}; it must not be readable by group or others (chmod 600)", .path.display())]
+    Open { name: String, path: PathBuf, mode: u32 },
+    /// The line itself may be secret: only its number is kept.
+    #[error("secret {name:?}, line {line}: expected KEY=VALUE")]
+    Line { name: String, line: usize },
+}
+
 impl Secrets {
     pub fn new(dir: Option<PathBuf>) -> Self {
         Secrets { dir }
@@ -37,25 +58,26 @@ impl Secrets {
 
     /// Reads the secret `name`. Refuses names that are not plain file names and
     /// files that group or others could read.
-    pub fn get(&self, name: &str) -> Result<SecretMap, String> {
-        let dir = self
-            .dir
-            .as_ref()
-            .ok_or_else(|| format!("secret {name:?} is referenced, but no secrets_dir is configured"))?;
+    pub fn get(&self, name: &str) -> Result<SecretMap, SecretError> {
+        let dir = self.dir.as_ref().ok_or_else(|| SecretError::NoDir(name.into()))?;
         if name.is_empty() || name.contains('/') || name.starts_with('.') {
-            return Err(format!("secret name {name:?} must be a plain file name"));
+            return Err(SecretError::NotPlain(name.into()));
         }
         let path = dir.join(name);
-        let meta =
-            std::fs::metadata(&path).map_err(|e| format!("secret {name:?} ({}): {e}", path.display()))?;
+        let read = |source| SecretError::Read {
+            name: name.into(),
+            path: path.clone(),
+            source,
+        };
+        let meta = std::fs::metadata(&path).map_err(read)?;
         if meta.permissions().mode() & 0o077 != 0 {
-            return Err(format!(
-                "secret {name:?} ({}) has mode {:o}; it must not be readable by group or others (chmod 600)",
-                path.display(),
-                meta.permissions().mode() & 0o777
-            ));
+            return Err(SecretError::Open {
+                name: name.into(),
+                path,
+                mode: meta.permissions().mode() & 0o777,
+            });
         }
-        let text = std::fs::read_to_string(&path).map_err(|e| format!("secret {name:?}: {e}"))?;
+        let text = std::fs::read_to_string(&path).map_err(read)?;
         let mut map = HashMap::new();
         for (i, line) in text.lines().enumerate() {
             let line = line.trim();
@@ -63,9 +85,10 @@ impl Secrets {
                 continue;
             }
             // The line itself may be secret: the error names the line number only.
-            let (k, v) = line
-                .split_once('=')
-                .ok_or_else(|| format!("secret {name:?}, line {}: expected KEY=VALUE", i + 1))?;
+            let (k, v) = line.split_once('=').ok_or_else(|| SecretError::Line {
+                name: name.into(),
+                line: i + 1,
+            })?;
             map.insert(k.trim().to_string(), v.trim().to_string());
         }
         Ok(SecretMap(map))
@@ -89,16 +112,20 @@ mod tests {
         assert_eq!(map.into_inner()["token"], "s3cr3t");
 
         std::fs::set_permissions(&path, std::fs::Permissions::from_mode(0o644)).unwrap();
-        assert!(secrets.get("backend").unwrap_err().contains("chmod 600"));
         assert!(
             secrets
-                .get("../etc/passwd")
+                .get("backend")
                 .unwrap_err()
-                .contains("plain file name")
+                .to_string()
+                .contains("chmod 600")
         );
+        assert!(matches!(
+            secrets.get("../etc/passwd"),
+            Err(SecretError::NotPlain(_))
+        ));
         std::fs::write(dir.path().join("bad"), "oops-no-equals").unwrap();
         std::fs::set_permissions(dir.path().join("bad"), std::fs::Permissions::from_mode(0o600)).unwrap();
-        let err = secrets.get("bad").unwrap_err();
+        let err = secrets.get("bad").unwrap_err().to_string();
         assert!(err.contains("line 1") && !err.contains("oops"), "{err}");
     }
 }

@@ -52,7 +52,7 @@ impl VolumeManager {
             ControllerCap::CreateDeleteSnapshot,
             "snapshots",
         )?;
-        if let Err(owner) = self.table.claim_snapshot_name(name, &id) {
+        if let Err(crate::table::TakenBy(owner)) = self.table.claim_snapshot_name(name, &id) {
             let of = self.table.by_id(&owner).map(|v| v.spec.name).unwrap_or_default();
             return Err(RequestError::AlreadyExists(format!(
                 "a snapshot named {} already exists, of volume {}",

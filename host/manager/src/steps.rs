@@ -355,7 +355,7 @@ impl VolumeManager {
                 .secrets
                 .get(name)
                 .map(|s| s.into_inner())
-                .map_err(|e| step_error(Code::FailedPrecondition, e)),
+                .map_err(|e| step_error(Code::FailedPrecondition, e.to_string())),
         }
     }
 

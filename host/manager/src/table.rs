@@ -49,6 +49,10 @@ pub struct Waiting {
     pub since_ms: u64,
 }
 
+/// A name another volume already has: that volume's id.
+#[derive(Debug, PartialEq, Eq)]
+pub struct TakenBy(pub String);
+
 pub struct VolumeTable {
     store: Arc<dyn Store>,
     indexed: Mutex<Indexed>,
@@ -240,10 +244,10 @@ impl VolumeTable {
     /// Claims a snapshot name for volume `id`; the owner's id when another
     /// volume has it. Undone by [`VolumeTable::release_snapshot_name`] if
     /// the snapshot is not recorded after all.
-    pub fn claim_snapshot_name(&self, name: &str, id: &str) -> Result<(), String> {
+    pub fn claim_snapshot_name(&self, name: &str, id: &str) -> Result<(), TakenBy> {
         let mut s = self.lock();
         match s.snapshots.get(name) {
-            Some(owner) if owner != id => Err(owner.clone()),
+            Some(owner) if owner != id => Err(TakenBy(owner.clone())),
             Some(_) => Ok(()),
             None => {
                 s.snapshots.insert(name.to_string(), id.to_string());

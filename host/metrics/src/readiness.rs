@@ -3,8 +3,25 @@
 
 use std::sync::{Arc, Mutex};
 
+/// Why a check fails: one line for `/readyz`.
+#[derive(Clone, Debug, PartialEq, Eq, thiserror::Error)]
+#[error("{0}")]
+pub struct NotReady(pub String);
+
+impl From<String> for NotReady {
+    fn from(why: String) -> Self {
+        NotReady(why)
+    }
+}
+
+impl From<&str> for NotReady {
+    fn from(why: &str) -> Self {
+        NotReady(why.to_string())
+    }
+}
+
 /// One check: `Ok` with a short note, or why it is not ready.
-pub type Check = Box<dyn Fn() -> Result<String, String> + Send + Sync>;
+pub type Check = Box<dyn Fn() -> Result<String, NotReady> + Send + Sync>;
 
 /// The checks of one process. A check set again under its name replaces
 /// the old one (a new term's store check replaces the last term's).
@@ -36,7 +53,7 @@ impl Readiness {
 
     /// A check that fails with `why` until set again.
     pub fn set_failing(&self, name: &'static str, why: String) {
-        self.set(name, Box::new(move || Err(why.clone())));
+        self.set(name, Box::new(move || Err(NotReady(why.clone()))));
     }
 
     pub fn report(&self) -> Report {

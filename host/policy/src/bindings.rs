@@ -183,6 +183,15 @@ fn v0_1_code(code: Code) -> v0_1::Code {
 }
 
 /// Kebab-case names of a WIT enum, as written in the WIT and in case files.
+/// A name that is not one of a WIT enum's (or of the gRPC codes).
+#[derive(Clone, Debug, PartialEq, Eq, thiserror::Error)]
+#[error("{what} {name:?} is not one of {known:?}")]
+pub struct UnknownName {
+    pub what: &'static str,
+    pub name: String,
+    pub known: Vec<&'static str>,
+}
+
 macro_rules! wit_names {
     ($t:ident, $what:literal, [$(($name:literal, $v:ident)),+ $(,)?]) => {
         impl $t {
@@ -195,10 +204,11 @@ macro_rules! wit_names {
             }
 
             /// The value of a WIT name, or an error listing the names there are.
-            pub fn from_wit_name(name: &str) -> Result<$t, String> {
-                Self::NAMES.iter().find(|(n, _)| *n == name).map(|(_, v)| *v).ok_or_else(|| {
-                    let all: Vec<&str> = Self::NAMES.iter().map(|(n, _)| *n).collect();
-                    format!("{} {name:?} is not one of {all:?}", $what)
+            pub fn from_wit_name(name: &str) -> Result<$t, UnknownName> {
+                Self::NAMES.iter().find(|(n, _)| *n == name).map(|(_, v)| *v).ok_or_else(|| UnknownName {
+                    what: $what,
+                    name: name.to_string(),
+                    known: Self::NAMES.iter().map(|(n, _)| *n).collect(),
                 })
             }
         }
@@ -274,10 +284,14 @@ impl Code {
     }
 
     /// gRPC names (`UNAVAILABLE`, any case) or numbers; OK is not a failure.
-    pub fn from_name(name: &str) -> Result<Code, String> {
+    pub fn from_name(name: &str) -> Result<Code, UnknownName> {
         berth_proto::code::from_name(name)
             .and_then(Code::from_grpc)
-            .ok_or_else(|| format!("{name:?} is not a gRPC error code (e.g. UNAVAILABLE, NOT_FOUND)"))
+            .ok_or_else(|| UnknownName {
+                what: "gRPC error code",
+                name: name.to_string(),
+                known: vec!["UNAVAILABLE", "NOT_FOUND", "..."],
+            })
     }
 
     /// The canonical gRPC name, e.g. `UNAVAILABLE`.

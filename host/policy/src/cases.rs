@@ -305,7 +305,8 @@ async fn run_one(
         }
         Decision::Placement => {
             let nodes = case.nodes.iter().map(node).collect::<Result<Vec<_>, _>>()?;
-            let purpose = Purpose::from_wit_name(case.purpose.as_deref().unwrap_or("create"))?;
+            let purpose = Purpose::from_wit_name(case.purpose.as_deref().unwrap_or("create"))
+                .map_err(|e| e.to_string())?;
             let request = PlacementRequest {
                 volume,
                 purpose,
@@ -324,8 +325,8 @@ async fn run_one(
                 .as_ref()
                 .ok_or("a retry case needs `failure = { operation = ..., code = ... }`")?;
             let mut failure = samples::failure(
-                Operation::from_wit_name(&input.operation)?,
-                Code::from_name(&input.code)?,
+                Operation::from_wit_name(&input.operation).map_err(|e| e.to_string())?,
+                Code::from_name(&input.code).map_err(|e| e.to_string())?,
                 input.attempt,
             );
             failure.elapsed_ms = input.elapsed_ms;
@@ -497,10 +498,10 @@ fn volume(input: Option<&VolumeInput>) -> Result<Volume, String> {
         v.capacity.limit_bytes = b;
     }
     if let Some(m) = &i.access_mode {
-        v.access_mode = AccessMode::from_wit_name(m)?;
+        v.access_mode = AccessMode::from_wit_name(m).map_err(|e| e.to_string())?;
     }
     if let Some(t) = &i.access_type {
-        v.access_type = AccessType::from_wit_name(t)?;
+        v.access_type = AccessType::from_wit_name(t).map_err(|e| e.to_string())?;
     }
     v.parameters = to_pairs(&i.parameters);
     v.labels = to_pairs(&i.labels);
@@ -515,6 +516,6 @@ fn node(i: &NodeInput) -> Result<PlacementNode, String> {
     n.max_volumes = i.max_volumes;
     n.published_volumes = i.published;
     n.labels = to_pairs(&i.labels);
-    n.health = Health::from_wit_name(i.health.as_deref().unwrap_or("healthy"))?;
+    n.health = Health::from_wit_name(i.health.as_deref().unwrap_or("healthy")).map_err(|e| e.to_string())?;
     Ok(n)
 }

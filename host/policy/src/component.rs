@@ -26,23 +26,47 @@ pub(super) fn footprint(component: &Component, wasm: &[u8]) -> Footprint {
     }
 }
 
-pub(super) fn check_imports(engine: &PolicyEngine, component: &Component) -> Result<(), String> {
+/// What a component offers or asks for that Berth cannot take.
+#[derive(Clone, Debug, PartialEq, Eq, thiserror::Error)]
+pub enum ShapeError {
+    #[error("it imports {name}, and {why}")]
+    Forbidden { name: String, why: &'static str },
+    #[error(
+        "it imports {0}, which Berth does not provide (policy modules may import only WASI and {PACKAGE}/types)"
+    )]
+    Unknown(String),
+    #[error("it exports {0} and {1}: one module implements one release of {PACKAGE}")]
+    Mixed(String, String),
+    #[error("cannot look up export {0}")]
+    Lookup(String),
+    #[error("{export} does not export the function {function}")]
+    NoFunction { export: String, function: &'static str },
+    #[error(
+        "it exports no policy decision ({PACKAGE}/naming, placement or retry @{PACKAGE_VERSION}); it exports {0}"
+    )]
+    NoDecision(String),
+    #[error("it exports {exports}, which this host cannot use: it implements {known}")]
+    Release { exports: String, known: String },
+}
+
+pub(super) fn check_imports(engine: &PolicyEngine, component: &Component) -> Result<(), ShapeError> {
     let ty = component.component_type();
     for (name, _) in ty.imports(engine.engine()) {
         if let Some((_, why)) = FORBIDDEN_IMPORTS
             .iter()
             .find(|(prefix, _)| name.starts_with(prefix))
         {
-            return Err(format!("it imports {name}, and {why}"));
+            return Err(ShapeError::Forbidden {
+                name: name.to_string(),
+                why,
+            });
         }
         let types = name
             .strip_prefix(PACKAGE)
             .and_then(|rest| rest.strip_prefix("/types@"))
             .and_then(Contract::of_version);
         if !name.starts_with("wasi:") && types.is_none() {
-            return Err(format!(
-                "it imports {name}, which Berth does not provide (policy modules may import only WASI and {PACKAGE}/types)"
-            ));
+            return Err(ShapeError::Unknown(name.to_string()));
         }
     }
     Ok(())
@@ -54,7 +78,7 @@ pub(super) fn check_imports(engine: &PolicyEngine, component: &Component) -> Res
 pub(super) fn find_exports(
     engine: &PolicyEngine,
     component: &Component,
-) -> Result<([Option<ComponentExportIndex>; 3], Contract), String> {
+) -> Result<([Option<ComponentExportIndex>; 3], Contract), ShapeError> {
     let ty = component.component_type();
     let names: Vec<String> = ty.exports(engine.engine()).map(|(n, _)| n.to_string()).collect();
     let mut served: Vec<(usize, Decision, &str, Contract)> = Vec::new();
@@ -72,18 +96,19 @@ pub(super) fn find_exports(
     if let [(_, _, first, contract), rest @ ..] = served.as_slice()
         && let Some((_, _, other, _)) = rest.iter().find(|s| s.3 != *contract)
     {
-        return Err(format!(
-            "it exports {first} and {other}: one module implements one release of {PACKAGE}"
-        ));
+        return Err(ShapeError::Mixed(first.to_string(), other.to_string()));
     }
     let mut found = [None, None, None];
     for (slot, decision, name, _) in &served {
         let iface = component
             .get_export_index(None, name)
-            .ok_or_else(|| format!("cannot look up export {name}"))?;
+            .ok_or_else(|| ShapeError::Lookup(name.to_string()))?;
         let func = component
             .get_export_index(Some(&iface), decision.function())
-            .ok_or_else(|| format!("{name} does not export the function {}", decision.function()))?;
+            .ok_or_else(|| ShapeError::NoFunction {
+                export: name.to_string(),
+                function: decision.function(),
+            })?;
         found[*slot] = Some(func);
     }
     if found.iter().all(Option::is_none) {
@@ -94,15 +119,12 @@ pub(super) fn find_exports(
         };
         let known: Vec<String> = Contract::ALL.iter().map(ToString::to_string).collect();
         return Err(if incompatible.is_empty() {
-            format!(
-                "it exports no policy decision ({PACKAGE}/naming, placement or retry @{PACKAGE_VERSION}); it exports {exported}"
-            )
+            ShapeError::NoDecision(exported)
         } else {
-            format!(
-                "it exports {}, which this host cannot use: it implements {}",
-                incompatible.join(", "),
-                known.join(" and ")
-            )
+            ShapeError::Release {
+                exports: incompatible.join(", "),
+                known: known.join(" and "),
+            }
         });
     }
     Ok((found, served[0].3))

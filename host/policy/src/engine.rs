@@ -57,6 +57,17 @@ pub struct Footprint {
     pub tables: u32,
 }
 
+/// A module needs more of a pool for one decision than the engine has.
+#[derive(Clone, Debug, PartialEq, Eq, thiserror::Error)]
+#[error(
+    "one decision needs {need} {what} and the engine pools {have} in all; raise the engine's concurrency"
+)]
+pub struct PoolsTooSmall {
+    pub what: &'static str,
+    pub need: u32,
+    pub have: u32,
+}
+
 /// One wasmtime engine and linker for every module. Cheap to share.
 pub struct PolicyEngine {
     engine: Engine,
@@ -153,7 +164,7 @@ impl PolicyEngine {
 
     /// Whether a module with this footprint can run at all here; the error
     /// says which pool is too small and how to grow it.
-    pub fn fits(&self, need: &Footprint) -> Result<(), String> {
+    pub fn fits(&self, need: &Footprint) -> Result<(), PoolsTooSmall> {
         let have = &self.pools.totals;
         let short = [
             ("core instances", need.core_instances, have.core_instances),
@@ -163,9 +174,7 @@ impl PolicyEngine {
         .into_iter()
         .find(|(_, need, have)| need > have);
         match short {
-            Some((what, need, have)) => Err(format!(
-                "one decision needs {need} {what} and the engine pools {have} in all; raise the engine's concurrency"
-            )),
+            Some((what, need, have)) => Err(PoolsTooSmall { what, need, have }),
             None => Ok(()),
         }
     }

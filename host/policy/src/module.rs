@@ -159,11 +159,13 @@ impl PolicyModule {
             };
             fail(GuestFailure::Load(format!("not a valid component{hint}: {e:#}")))
         })?;
-        check_imports(engine, &component).map_err(|e| fail(GuestFailure::Load(e)))?;
+        check_imports(engine, &component).map_err(|e| fail(GuestFailure::Load(e.to_string())))?;
         let footprint = footprint(&component, &wasm);
-        engine.fits(&footprint).map_err(|e| fail(GuestFailure::Load(e)))?;
+        engine
+            .fits(&footprint)
+            .map_err(|e| fail(GuestFailure::Load(e.to_string())))?;
         let (exports, contract) =
-            find_exports(engine, &component).map_err(|e| fail(GuestFailure::Load(e)))?;
+            find_exports(engine, &component).map_err(|e| fail(GuestFailure::Load(e.to_string())))?;
         let pre = engine
             .linker()
             .instantiate_pre(&component)

@@ -40,7 +40,7 @@ fn condition(c: proto::VolumeCondition) -> api::VolumeCondition {
 pub fn health_to_api(h: Health) -> api::VolumeHealthResponse {
     let (controller, controller_error) = match h.controller {
         Ok(c) => (c.map(condition), String::new()),
-        Err(e) => (None, e),
+        Err(e) => (None, e.to_string()),
     };
     api::VolumeHealthResponse {
         controller,
@@ -73,7 +73,7 @@ pub fn health_to_api(h: Health) -> api::VolumeHealthResponse {
                     node: n.node,
                     condition: None,
                     usage: vec![],
-                    error,
+                    error: error.to_string(),
                 },
             })
             .collect(),

@@ -32,7 +32,7 @@ pub enum ReloadError {
     #[error("berth serve was started without a config file to reload from")]
     NoConfig,
     #[error(transparent)]
-    Config(#[from] crate::config::ConfigError),
+    Config(#[from] crate::model::settings::ConfigError),
     #[error(transparent)]
     Policies(#[from] crate::policy::SetError),
     #[error("the reload stopped: {0}")]

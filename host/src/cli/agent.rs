@@ -55,10 +55,11 @@ pub async fn run(args: AgentArgs) -> anyhow::Result<ExitCode> {
     })
     .await
     .map_err(anyhow::Error::msg)?;
-    let asks = |check: fn(&Agent) -> Result<String, String>| -> metrics::readiness::Check {
-        let weak = Arc::downgrade(&agent);
-        Box::new(move || weak.upgrade().map_or(Err("stopping".into()), |a| check(&a)))
-    };
+    let asks =
+        |check: fn(&Agent) -> Result<String, metrics::readiness::NotReady>| -> metrics::readiness::Check {
+            let weak = Arc::downgrade(&agent);
+            Box::new(move || weak.upgrade().map_or(Err("stopping".into()), |a| check(&a)))
+        };
     readiness.set("record", asks(Agent::record_ready));
     readiness.set("server", asks(Agent::session_ready));
     readiness.set("plugins", asks(Agent::plugins_ready));

@@ -128,9 +128,7 @@ fn read_secrets(path: &std::path::Path) -> anyhow::Result<HashMap<String, String
     } else {
         dir
     };
-    let map = berth::manager::secrets::Secrets::new(Some(dir))
-        .get(name)
-        .map_err(|e| anyhow::anyhow!(e))?;
+    let map = berth::manager::secrets::Secrets::new(Some(dir)).get(name)?;
     Ok(map.into_inner())
 }
 

@@ -112,7 +112,7 @@ async fn embedded(
         "store",
         Box::new(move || match weak.upgrade().map(|s| s.health()) {
             Some(Ok(())) => Ok(format!("embedded, {path}")),
-            Some(Err(e)) => Err(format!("embedded, {path}: cannot write: {e}")),
+            Some(Err(e)) => Err(format!("embedded, {path}: cannot write: {e}").into()),
             None => Err("closed".into()),
         }),
     );

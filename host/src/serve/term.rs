@@ -21,6 +21,7 @@ use crate::csi::fingerprint::Role;
 use crate::csi::registry::{Health, PluginSpec, RefreshTasks, Registry};
 use crate::leadership::Election;
 use crate::manager::{VolumeManager, as_sync};
+use crate::metrics::readiness::NotReady;
 use crate::metrics::{self, live::Observed};
 use crate::model::Paths;
 use crate::policy::builtin::Builtins;
@@ -91,7 +92,7 @@ async fn controllers(config: &Config) -> Arc<Registry> {
 }
 
 /// Ready while every controller plugin's last fingerprints succeeded.
-fn plugins_ready(registry: &Weak<Registry>) -> Result<String, String> {
+fn plugins_ready(registry: &Weak<Registry>) -> Result<String, NotReady> {
     let Some(registry) = registry.upgrade() else {
         return Ok("this server does not lead now; the leader fingerprints them".into());
     };
@@ -109,12 +110,12 @@ fn plugins_ready(registry: &Weak<Registry>) -> Result<String, String> {
     }
     match problems.is_empty() {
         true => Ok(format!("{} fingerprinted and healthy", plugins.len())),
-        false => Err(problems.join("; ")),
+        false => Err(problems.join("; ").into()),
     }
 }
 
 /// Ready while every in-process node's agent is connected.
-fn nodes_ready(directory: &Weak<Directory>, nodes: &[String]) -> Result<String, String> {
+fn nodes_ready(directory: &Weak<Directory>, nodes: &[String]) -> Result<String, NotReady> {
     use crate::manager::nodes::NodeAgent;
     let Some(directory) = directory.upgrade() else {
         return Ok("this server does not lead now".into());
@@ -126,7 +127,7 @@ fn nodes_ready(directory: &Weak<Directory>, nodes: &[String]) -> Result<String, 
         .collect();
     match away.is_empty() {
         true => Ok(format!("{} in-process node(s) connected", nodes.len())),
-        false => Err(format!("not connected: {}", away.join(", "))),
+        false => Err(format!("not connected: {}", away.join(", ")).into()),
     }
 }
 
