@@ -6,6 +6,7 @@ use std::sync::Arc;
 use berth_proto::berth::v1 as api;
 use tonic::{Request, Response, Status};
 
+mod codes;
 mod convert;
 mod inquiries;
 pub mod introspection;
@@ -18,6 +19,7 @@ pub use socket::{SocketError, bind};
 use crate::csi::registry::Health;
 use crate::manager::{RequestError, VolumeManager};
 use crate::policy::{OnError, PolicyStats};
+use codes::{Refusal, status};
 
 /// What reloads the policy modules from the config file, all or none
 /// (`berth serve` implements it; the API only asks).
@@ -66,11 +68,7 @@ impl BerthApi {
 
     /// The TLS cluster endpoint, which join tokens are for.
     fn cluster(&self) -> Result<&crate::cluster::pki::ClusterTls, Status> {
-        self.cluster.as_deref().ok_or_else(|| {
-            Status::failed_precondition(
-                "this server has no TLS cluster endpoint: set cluster_address in berth.toml",
-            )
-        })
+        self.cluster.as_deref().ok_or_else(|| status(Refusal::NoCluster))
     }
 
     /// The servers sharing the etcd store, this one (the leader) first.
@@ -113,17 +111,6 @@ fn counters(stats: Vec<PolicyStats>) -> Vec<api::PolicyCounters> {
         .collect()
 }
 
-fn status(e: RequestError) -> Status {
-    match e {
-        RequestError::Invalid(m) => Status::invalid_argument(m),
-        RequestError::NotFound(m) => Status::not_found(m),
-        RequestError::Conflict(m) => Status::failed_precondition(m),
-        RequestError::AlreadyExists(m) => Status::already_exists(m),
-        RequestError::Exhausted(m) => Status::resource_exhausted(m),
-        RequestError::Unavailable(m) => Status::unavailable(m),
-    }
-}
-
 fn health(h: &Health) -> (&'static str, String) {
     match h {
         Health::Unknown => ("unknown", String::new()),
@@ -141,7 +128,7 @@ impl api::berth_server::Berth for BerthApi {
         let spec = req
             .into_inner()
             .spec
-            .ok_or_else(|| Status::invalid_argument("spec: required"))?;
+            .ok_or_else(|| status(Refusal::Missing("spec")))?;
         let spec = spec_from_api(spec).map_err(status)?;
         let r = self.manager.create(spec).await.map_err(status)?;
         Ok(Response::new(volume_to_api(&self.manager, &r)))
@@ -150,7 +137,10 @@ impl api::berth_server::Berth for BerthApi {
     async fn get_volume(&self, req: Request<api::GetVolumeRequest>) -> Result<Response<api::Volume>, Status> {
         let name = req.into_inner().name;
         let r = self.manager.get(&name).ok_or_else(|| {
-            Status::not_found(format!("no volume named {}", crate::model::text::echo(&name)))
+            status(RequestError::NotFound(format!(
+                "no volume named {}",
+                crate::model::text::echo(&name)
+            )))
         })?;
         Ok(Response::new(volume_to_api(&self.manager, &r)))
     }
@@ -200,7 +190,7 @@ impl api::berth_server::Berth for BerthApi {
     ) -> Result<Response<api::Volume>, Status> {
         let req = req.into_inner();
         if req.node.is_empty() {
-            return Err(Status::invalid_argument("node: required"));
+            return Err(status(Refusal::Missing("node")));
         }
         let r = self
             .manager
@@ -228,9 +218,7 @@ impl api::berth_server::Berth for BerthApi {
         req: Request<api::ImportVolumeRequest>,
     ) -> Result<Response<api::Volume>, Status> {
         let req = req.into_inner();
-        let spec = req
-            .spec
-            .ok_or_else(|| Status::invalid_argument("spec: required"))?;
+        let spec = req.spec.ok_or_else(|| status(Refusal::Missing("spec")))?;
         let spec = spec_from_api(spec).map_err(status)?;
         let r = self.manager.import(spec, &req.volume_id).await.map_err(status)?;
         Ok(Response::new(volume_to_api(&self.manager, &r)))
@@ -462,17 +450,12 @@ impl api::berth_server::Berth for BerthApi {
         req: Request<api::RevokeJoinTokenRequest>,
     ) -> Result<Response<api::RevokeJoinTokenResponse>, Status> {
         let id = req.into_inner().id;
-        let revoked = self
-            .cluster()?
-            .tokens
-            .revoke(&id)
-            .await
-            .map_err(|e| Status::unavailable(e.to_string()))?;
+        let revoked = self.cluster()?.tokens.revoke(&id).await.map_err(status)?;
         if !revoked {
-            return Err(Status::not_found(format!(
+            return Err(status(RequestError::NotFound(format!(
                 "no live join token {} (`berth cluster token list`)",
                 crate::model::text::echo(&id)
-            )));
+            ))));
         }
         tracing::warn!(token = %crate::model::text::echo(&id), "join token revoked");
         Ok(Response::new(api::RevokeJoinTokenResponse {}))
@@ -498,11 +481,7 @@ impl api::berth_server::Berth for BerthApi {
         &self,
         _: Request<api::ReloadPoliciesRequest>,
     ) -> Result<Response<api::ReloadPoliciesResponse>, Status> {
-        let stats = self
-            .reloader
-            .reload()
-            .await
-            .map_err(|e| Status::failed_precondition(e.to_string()))?;
+        let stats = self.reloader.reload().await.map_err(status)?;
         Ok(Response::new(api::ReloadPoliciesResponse {
             policies: counters(stats),
         }))

@@ -1,0 +1,62 @@
+//! The one table from what went wrong to the gRPC code the API answers
+//! with. Every refusal a handler returns passes through [`status`].
+
+use tonic::{Code, Status};
+
+use super::ReloadError;
+use crate::manager::RequestError;
+use crate::store::StoreError;
+
+/// Whatever a handler refuses a call with.
+#[derive(Debug, thiserror::Error)]
+pub(super) enum Refusal {
+    #[error(transparent)]
+    Request(#[from] RequestError),
+    #[error(transparent)]
+    Reload(#[from] ReloadError),
+    #[error(transparent)]
+    Store(#[from] StoreError),
+    /// A field the call must carry.
+    #[error("{0}: required")]
+    Missing(&'static str),
+    #[error("this server has no TLS cluster endpoint: set cluster_address in berth.toml")]
+    NoCluster,
+}
+
+pub(super) fn code(refusal: &Refusal) -> Code {
+    match refusal {
+        Refusal::Request(e) => match e {
+            RequestError::Invalid(_) => Code::InvalidArgument,
+            RequestError::NotFound(_) => Code::NotFound,
+            RequestError::Conflict(_) => Code::FailedPrecondition,
+            RequestError::AlreadyExists(_) => Code::AlreadyExists,
+            RequestError::Exhausted(_) => Code::ResourceExhausted,
+            RequestError::Unavailable(_) => Code::Unavailable,
+        },
+        Refusal::Reload(ReloadError::Stopped(_)) => Code::Internal,
+        Refusal::Reload(_) | Refusal::NoCluster => Code::FailedPrecondition,
+        Refusal::Store(_) => Code::Unavailable,
+        Refusal::Missing(_) => Code::InvalidArgument,
+    }
+}
+
+/// The answer for a refusal: its code from the table, its message whole.
+pub(super) fn status(refusal: impl Into<Refusal>) -> Status {
+    let refusal = refusal.into();
+    Status::new(code(&refusal), refusal.to_string())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn each_refusal_keeps_its_message_under_its_code() {
+        let s = status(RequestError::AlreadyExists("taken".into()));
+        assert_eq!((s.code(), s.message()), (Code::AlreadyExists, "taken"));
+        let s = status(Refusal::Missing("spec"));
+        assert_eq!((s.code(), s.message()), (Code::InvalidArgument, "spec: required"));
+        assert_eq!(status(ReloadError::NoConfig).code(), Code::FailedPrecondition);
+        assert_eq!(status(StoreError::Closed).code(), Code::Unavailable);
+    }
+}
