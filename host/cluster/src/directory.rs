@@ -11,34 +11,24 @@ use std::time::{Duration, SystemTime};
 
 use berth_proto::berth::v1 as wire;
 use berth_proto::berth::v1::server_message::Message as Down;
-use tokio::sync::{mpsc, oneshot};
+use tokio::sync::oneshot;
 
 use crate::node_ids::NodeIds;
+use crate::operations::{Waiter, fail_waiting};
 use crate::session::ToAgent;
-use berth_agent::failures::failure_from_wire;
 use berth_agent::plugins::status_of;
 use berth_csi::fingerprint::{Fingerprint, NodeInfo};
 use berth_csi::registry::{Health, PluginStatus};
-use berth_csi::{CsiError, Failure};
 use berth_manager::nodes::{NodeState, NodeSummary, NodeSync};
-use berth_model::NodeLevel as Level;
 use berth_model::Paths;
 use berth_store::NodeRecord;
 
-struct Waiter {
-    attempt: u64,
-    level: Level,
-    /// Waiting for the level to rise to `level` (or fall to it).
-    raise: bool,
-    reply: oneshot::Sender<Result<(), CsiError>>,
-}
-
 pub(super) struct Link {
     id: u64,
-    to_agent: ToAgent,
+    pub(super) to_agent: ToAgent,
     /// Told when the directory lets go of the session (a newer one, the
     /// node removed or forgotten), so its task ends.
-    closed: Arc<tokio::sync::Notify>,
+    pub(super) closed: Arc<tokio::sync::Notify>,
     /// The complete set has been sent: operations may follow.
     pub(super) synced: bool,
 }
@@ -54,11 +44,11 @@ pub(super) struct Node {
     /// node's freshness.
     last_seen: Option<SystemTime>,
     last_heard: Option<tokio::time::Instant>,
-    version: u64,
-    attempt: u64,
-    waiters: HashMap<String, Vec<Waiter>>,
-    calls: HashMap<u64, oneshot::Sender<wire::answer::Answer>>,
-    next_call: u64,
+    pub(super) version: u64,
+    pub(super) attempt: u64,
+    pub(super) waiters: HashMap<String, Vec<Waiter>>,
+    pub(super) calls: HashMap<u64, oneshot::Sender<wire::answer::Answer>>,
+    pub(super) next_call: u64,
     draining: bool,
     forgotten: bool,
     cert: Option<String>,
@@ -89,34 +79,13 @@ pub struct Directory {
     /// A node silent this long is down.
     pub(super) heartbeat_timeout: Duration,
     /// How long an operation waits for the agent's outcome.
-    operation_timeout: Duration,
+    pub(super) operation_timeout: Duration,
     /// The driver name each plugin must report, when configured.
     drivers: BTreeMap<String, Option<String>>,
     sessions: std::sync::atomic::AtomicU64,
     /// Which node each (driver, CSI node id) is: a node id is one node's,
     /// down or not, until that node is removed.
     node_ids: NodeIds,
-}
-
-/// Sends on the node's session if it has had its complete set. A session
-/// whose agent lets its queue fill is dropped here (its task ends at its
-/// next heartbeat), and what waited on it fails.
-fn send_synced(n: &mut Node, node: &str, message: wire::ServerMessage) -> bool {
-    let Some(link) = n.link.as_ref().filter(|l| l.synced) else {
-        return false;
-    };
-    match link.to_agent.try_send(message) {
-        Ok(()) => true,
-        Err(mpsc::error::TrySendError::Closed(_)) => false,
-        Err(mpsc::error::TrySendError::Full(_)) => {
-            tracing::warn!(%node, queued = crate::session::DOWN_QUEUE, "agent is not reading its session; session closed");
-            if let Some(link) = n.link.take() {
-                link.closed.notify_one();
-            }
-            fail_waiting(n, node, "the agent is not reading its session");
-            false
-        }
-    }
 }
 
 /// Lets go of a session: its agent is told why (and logs it), its task ends.
@@ -127,29 +96,8 @@ fn close(link: Link, reason: String) {
     link.closed.notify_one();
 }
 
-fn no_such_node(node: &str, plugin: &str, call: &'static str) -> CsiError {
-    unreachable(node, plugin, call, format!("no node named {node:?}"))
-}
-
-fn not_connected(node: &str, plugin: &str, call: &'static str) -> CsiError {
-    unreachable(
-        node,
-        plugin,
-        call,
-        format!("node {node:?}'s agent is not connected"),
-    )
-}
-
 pub(super) fn lock(node: &Mutex<Node>) -> std::sync::MutexGuard<'_, Node> {
     node.lock().unwrap_or_else(|p| p.into_inner())
-}
-
-fn unreachable(node: &str, plugin: &str, call: &'static str, why: String) -> CsiError {
-    CsiError {
-        plugin: format!("{plugin}@{node}"),
-        call,
-        failure: Failure::Unreachable(why),
-    }
 }
 
 impl Directory {
@@ -444,133 +392,8 @@ impl Directory {
         }
     }
 
-    /// An outcome: answers every waiter it settles.
-    pub(super) fn report(&self, node: &str, r: wire::Report) {
-        let Some(entry) = self.get(node) else { return };
-        let mut n = lock(&entry);
-        let Some(waiters) = n.waiters.remove(&r.berth_id) else {
-            return;
-        };
-        let level = Level::from_wire(r.level);
-        let mut left = Vec::new();
-        for w in waiters {
-            let settled = if w.raise {
-                level >= w.level
-            } else {
-                level <= w.level
-            };
-            if settled {
-                let _ = w.reply.send(Ok(()));
-            } else if let Some(f) = r.failure.clone().filter(|_| r.attempt >= w.attempt) {
-                let _ = w.reply.send(Err(failure_from_wire(format!("agent {node}"), f)));
-            } else {
-                left.push(w);
-            }
-        }
-        if !left.is_empty() {
-            n.waiters.insert(r.berth_id, left);
-        }
-    }
-
-    pub(super) fn answer(&self, node: &str, a: wire::Answer) {
-        if let Some(entry) = self.get(node)
-            && let Some(reply) = lock(&entry).calls.remove(&a.id)
-            && let Some(answer) = a.answer
-        {
-            let _ = reply.send(answer);
-        }
-    }
-
     pub(super) fn paths(&self, node: &str) -> Option<Paths> {
         self.get(node).and_then(|e| lock(&e).paths.clone())
-    }
-
-    /// Sends one operation and waits for the outcome that settles it.
-    pub(super) async fn operate(
-        &self,
-        node: &str,
-        call: &'static str,
-        mut op: wire::Operation,
-        level: Level,
-        raise: bool,
-    ) -> Result<(), CsiError> {
-        let plugin = op.plugin.clone();
-        let rx = {
-            let entry = self.get(node).ok_or_else(|| no_such_node(node, &plugin, call))?;
-            let mut n = lock(&entry);
-            n.attempt += 1;
-            n.version += 1;
-            (op.attempt, op.version) = (n.attempt, n.version);
-            let berth_id = op.berth_id.clone();
-            if !send_synced(&mut n, node, down(Down::Operation(op))) {
-                return Err(not_connected(node, &plugin, call));
-            }
-            let (reply, rx) = oneshot::channel();
-            let attempt = n.attempt;
-            n.waiters.entry(berth_id).or_default().push(Waiter {
-                attempt,
-                level,
-                raise,
-                reply,
-            });
-            rx
-        };
-        self.answered(rx, node, &plugin, call).await?
-    }
-
-    pub(super) async fn ask(
-        &self,
-        node: &str,
-        plugin: &str,
-        call: &'static str,
-        c: wire::call::Call,
-    ) -> Result<wire::answer::Answer, CsiError> {
-        let rx = {
-            let entry = self.get(node).ok_or_else(|| no_such_node(node, plugin, call))?;
-            let mut n = lock(&entry);
-            n.next_call += 1;
-            let id = n.next_call;
-            let message = down(Down::Call(wire::Call {
-                id,
-                plugin: plugin.to_string(),
-                call: Some(c),
-            }));
-            if !send_synced(&mut n, node, message) {
-                return Err(not_connected(node, plugin, call));
-            }
-            let (reply, rx) = oneshot::channel();
-            n.calls.insert(id, reply);
-            rx
-        };
-        match self.answered(rx, node, plugin, call).await? {
-            wire::answer::Answer::Failure(f) => Err(failure_from_wire(format!("agent {node}"), f)),
-            answer => Ok(answer),
-        }
-    }
-
-    /// The agent's answer, or why there is none: its session ended, or
-    /// the operation timeout passed.
-    async fn answered<T>(
-        &self,
-        rx: oneshot::Receiver<T>,
-        node: &str,
-        plugin: &str,
-        call: &'static str,
-    ) -> Result<T, CsiError> {
-        match tokio::time::timeout(self.operation_timeout, rx).await {
-            Ok(Ok(answer)) => Ok(answer),
-            Ok(Err(_)) => Err(unreachable(
-                node,
-                plugin,
-                call,
-                "the agent's session ended".into(),
-            )),
-            Err(_) => Err(CsiError {
-                plugin: format!("{plugin}@{node}"),
-                call,
-                failure: Failure::Deadline(self.operation_timeout),
-            }),
-        }
     }
 
     pub(super) fn summary(&self, name: &str, n: &Node) -> NodeSummary {
@@ -594,17 +417,6 @@ impl Directory {
     }
 }
 
-fn fail_waiting(n: &mut Node, node: &str, why: &str) {
-    for (_, waiters) in n.waiters.drain() {
-        for w in waiters {
-            let _ = w
-                .reply
-                .send(Err(unreachable(node, "agent", "node step", why.to_string())));
-        }
-    }
-    n.calls.clear();
-}
-
 /// A fingerprint standing for what a node's plugin last reported, until its agent is back.
 fn remembered_fingerprint(node: &str, plugin: &str, info: NodeInfo) -> Fingerprint {
     Fingerprint {
@@ -620,7 +432,7 @@ fn remembered_fingerprint(node: &str, plugin: &str, info: NodeInfo) -> Fingerpri
     }
 }
 
-fn down(message: Down) -> wire::ServerMessage {
+pub(super) fn down(message: Down) -> wire::ServerMessage {
     wire::ServerMessage {
         message: Some(message),
     }

@@ -1,7 +1,8 @@
 //! The server's side of the cluster: every node's agent, whether it runs in
 //! this process (a `[[node]]` in `berth.toml`) or on its node (`berth agent`).
 //!
-//! - `directory` — the nodes, their sessions, and node operations sent to them;
+//! - `directory` — the nodes and their sessions;
+//! - `operations` — node operations and calls sent down a session, settled by the agent;
 //! - `session` — one agent's session, from registration to its end;
 //! - `service` — the `Cluster` gRPC service agents dial, and the in-process link;
 //! - `tokens` — join tokens: stored hashed, bound to a node or counted, revocable.
@@ -11,6 +12,7 @@ pub mod directory;
 pub mod kek;
 mod node_agent;
 mod node_ids;
+mod operations;
 pub mod pki;
 pub mod service;
 pub mod session;
