@@ -12,7 +12,7 @@ use std::time::{Duration, Instant};
 use berth::leadership::{Election, Role, ServerInfo};
 use berth::store::{DEPOSED, EtcdSettings, EtcdStore, Store};
 use berth_tests::storm::{Rng, check_agreement, expected, scripts_on, storm, tail, wait_converged};
-use berth_tests::{Cluster, ClusterSpec, EtcdCluster};
+use berth_tests::{Cluster, ClusterSpec, EtcdCluster, wait_for};
 
 const NODES: [(&str, &str); 2] = [("node-a", "a"), ("node-b", "b")];
 const LEASE_TTL: Duration = Duration::from_secs(2);
@@ -164,7 +164,12 @@ fn a_leader_frozen_past_its_lease_steps_down_when_thawed() {
         16,
         Duration::from_secs(4),
     );
-    std::thread::sleep(Duration::from_millis(500));
+    wait_for(
+        "work in flight on the leader",
+        Duration::from_secs(20),
+        || c.summary().is_some_and(|s| s.volumes >= 5),
+        || tail(&c.log()),
+    );
     c.freeze_server(l, true);
     let next = c.wait_leader(&others, Duration::from_secs(30));
     assert_ne!(next, l);
