@@ -1,8 +1,8 @@
 //! Keeps the crate and module graph what ARCHITECTURE.md says it is: each
 //! name under "Layers" — a crate of the workspace (`host/<name>`, package
-//! `berth-<name>`) or a top-level module of this library — uses only the
-//! names its line lists, and those lines have no cycle. A crate's uses are
-//! its `berth-*` dependencies (the compiler then keeps the boundary); a
+//! `berth-<name>`) or a top-level module of this server crate — uses only
+//! the names its line lists, and those lines have no cycle. A crate's uses
+//! are its `berth-*` dependencies (the compiler then keeps the boundary); a
 //! module's are its `crate::<name>` paths (the crates are re-exported under
 //! their names, so `crate::manager` is the manager crate).
 
@@ -12,8 +12,13 @@ use std::path::{Path, PathBuf};
 const START: &str = "<!-- layers -->";
 const END: &str = "<!-- /layers -->";
 
-fn host() -> &'static Path {
+/// This crate's directory, `host/server`.
+fn here() -> &'static Path {
     Path::new(env!("CARGO_MANIFEST_DIR"))
+}
+
+fn host() -> &'static Path {
+    here().parent().expect("host/server lies in host/")
 }
 
 /// The layers block of ARCHITECTURE.md: name → what it may use.
@@ -78,7 +83,7 @@ fn crates() -> BTreeMap<String, PathBuf> {
 
 /// This library's own top-level modules, from `lib.rs` (tests' own left out).
 fn modules() -> BTreeSet<String> {
-    let text = std::fs::read_to_string(host().join("src/lib.rs")).unwrap();
+    let text = std::fs::read_to_string(here().join("src/lib.rs")).unwrap();
     let lines: Vec<&str> = text.lines().map(str::trim).collect();
     lines
         .iter()
@@ -111,7 +116,7 @@ fn actual(names: &BTreeSet<String>) -> BTreeMap<String, BTreeSet<String>> {
             .collect();
         uses.insert(name, used);
     }
-    let src = host().join("src");
+    let src = here().join("src");
     let modules = modules();
     let mut files = Vec::new();
     rust_files(&src, &mut files);
