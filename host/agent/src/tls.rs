@@ -19,6 +19,7 @@ use rustls::{ClientConfig, DigitallySignedStruct, RootCertStore, SignatureScheme
 use tonic::transport::{Channel, Uri};
 
 use berth_model::credentials::{JoinToken, fingerprint};
+use berth_model::files::FileError;
 use berth_store::{private_dir, private_file};
 
 /// What the agent presents: its certificate and key, and the CA it trusts.
@@ -31,13 +32,8 @@ pub struct Credentials {
 /// Why the agent's TLS credentials or a channel could not be made.
 #[derive(Debug, thiserror::Error)]
 pub enum TlsError {
-    #[error("{doing} {}: {source}", .path.display())]
-    File {
-        doing: &'static str,
-        path: PathBuf,
-        #[source]
-        source: std::io::Error,
-    },
+    #[error(transparent)]
+    File(#[from] FileError),
     #[error("{what}: {source}")]
     Pem {
         what: &'static str,
@@ -68,11 +64,6 @@ pub enum TlsError {
     },
 }
 
-fn file(doing: &'static str, path: &Path) -> impl FnOnce(std::io::Error) -> TlsError {
-    let path = path.to_path_buf();
-    move |source| TlsError::File { doing, path, source }
-}
-
 fn pem(what: &'static str) -> impl FnOnce(rustls::pki_types::pem::Error) -> TlsError {
     move |source| TlsError::Pem { what, source }
 }
@@ -89,7 +80,7 @@ impl Credentials {
     /// The credentials kept under `dir`, if the agent has joined.
     pub fn load(dir: &Path) -> Result<Option<Credentials>, TlsError> {
         let d = tls_dir(dir);
-        let read = |f: &str| std::fs::read_to_string(d.join(f)).map_err(file("reading", &d.join(f)));
+        let read = |f: &str| std::fs::read_to_string(d.join(f)).map_err(FileError::at("reading", &d.join(f)));
         if !d.join("agent.pem").exists() {
             return Ok(None);
         }
@@ -102,15 +93,15 @@ impl Credentials {
 
     fn save(&self, dir: &Path) -> Result<(), TlsError> {
         let d = tls_dir(dir);
-        private_dir(&d).map_err(file("creating", &d))?;
+        private_dir(&d).map_err(FileError::at("creating", &d))?;
         for (f, text) in [
             ("agent.key", &self.key),
             ("ca.pem", &self.ca),
             ("agent.pem", &self.cert),
         ] {
             let path = d.join(f);
-            private_file(&path).map_err(file("creating", &path))?;
-            std::fs::write(&path, text).map_err(file("writing", &path))?;
+            private_file(&path).map_err(FileError::at("creating", &path))?;
+            std::fs::write(&path, text).map_err(FileError::at("writing", &path))?;
         }
         Ok(())
     }

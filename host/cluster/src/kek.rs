@@ -12,6 +12,7 @@ use ring::rand::{SecureRandom, SystemRandom};
 use sha2::{Digest, Sha256};
 
 use berth_model::credentials::hex;
+use berth_model::files::FileError;
 use berth_store::{private_dir, private_file};
 
 const KEY_LEN: usize = 32;
@@ -19,13 +20,8 @@ const KEY_LEN: usize = 32;
 /// Why a key could not be kept, or a value not sealed or opened.
 #[derive(Debug, thiserror::Error)]
 pub enum KekError {
-    #[error("{doing} {}: {source}", path.display())]
-    File {
-        doing: &'static str,
-        path: PathBuf,
-        #[source]
-        source: std::io::Error,
-    },
+    #[error(transparent)]
+    File(#[from] FileError),
     #[error("{} is not a key-encryption key (64 hex digits)", .0.display())]
     NotAKey(PathBuf),
     #[error("no randomness for {0}")]
@@ -36,11 +32,6 @@ pub enum KekError {
     NotSealed,
     #[error("it does not open with this key (another key sealed it, or it was altered)")]
     WrongKey,
-}
-
-fn file(doing: &'static str, path: &Path) -> impl FnOnce(std::io::Error) -> KekError {
-    let path = path.to_path_buf();
-    move |source| KekError::File { doing, path, source }
 }
 
 pub struct Kek {
@@ -71,7 +62,7 @@ impl Kek {
         let text = match std::fs::read_to_string(&path) {
             Ok(t) => t,
             Err(e) if e.kind() == std::io::ErrorKind::NotFound => return Ok(None),
-            Err(e) => return Err(file("reading", &path)(e)),
+            Err(e) => return Err(FileError::at("reading", &path)(e).into()),
         };
         let key: [u8; KEY_LEN] = unhex(&text)
             .and_then(|b| b.try_into().ok())
@@ -81,14 +72,14 @@ impl Kek {
 
     /// A new key, written to `cluster_dir` (owner-only).
     pub fn create(cluster_dir: &Path) -> Result<Kek, KekError> {
-        private_dir(cluster_dir).map_err(file("creating", cluster_dir))?;
+        private_dir(cluster_dir).map_err(FileError::at("creating", cluster_dir))?;
         let mut key = [0u8; KEY_LEN];
         SystemRandom::new()
             .fill(&mut key)
             .map_err(|_| KekError::NoRandomness("a key-encryption key"))?;
         let path = Kek::path(cluster_dir);
-        private_file(&path).map_err(file("creating", &path))?;
-        std::fs::write(&path, format!("{}\n", hex(&key))).map_err(file("writing", &path))?;
+        private_file(&path).map_err(FileError::at("creating", &path))?;
+        std::fs::write(&path, format!("{}\n", hex(&key))).map_err(FileError::at("writing", &path))?;
         Ok(Kek { key, path })
     }
 

@@ -41,6 +41,7 @@ pub fn is_server_certificate(der: &[u8]) -> bool {
 }
 
 pub use berth_model::credentials::fingerprint;
+use berth_model::files::FileError;
 
 pub struct ClusterCa {
     cert_pem: String,
@@ -51,13 +52,8 @@ pub struct ClusterCa {
 /// Why the cluster CA could not be read, made or used.
 #[derive(Debug, thiserror::Error)]
 pub enum PkiError {
-    #[error("{doing} {}: {source}", path.display())]
-    File {
-        doing: &'static str,
-        path: PathBuf,
-        #[source]
-        source: std::io::Error,
-    },
+    #[error(transparent)]
+    File(#[from] FileError),
     #[error("a certificate is not valid PEM: {0}")]
     Pem(#[from] rustls::pki_types::pem::Error),
     /// Making, reading or signing a certificate or key: what was being done.
@@ -71,23 +67,18 @@ pub enum PkiError {
     In { dir: PathBuf, error: Box<PkiError> },
 }
 
-fn file(doing: &'static str, path: &Path) -> impl FnOnce(std::io::Error) -> PkiError {
-    let path = path.to_path_buf();
-    move |source| PkiError::File { doing, path, source }
-}
-
 fn certificate(doing: impl Into<String>) -> impl FnOnce(rcgen::Error) -> PkiError {
     let doing = doing.into();
     move |source| PkiError::Certificate { doing, source }
 }
 
 fn write_private(path: &Path, text: &str) -> Result<(), PkiError> {
-    private_file(path).map_err(file("creating", path))?;
-    std::fs::write(path, text).map_err(file("writing", path))
+    private_file(path).map_err(FileError::at("creating", path))?;
+    Ok(std::fs::write(path, text).map_err(FileError::at("writing", path))?)
 }
 
 fn read(path: &Path) -> Result<String, PkiError> {
-    std::fs::read_to_string(path).map_err(file("reading", path))
+    Ok(std::fs::read_to_string(path).map_err(FileError::at("reading", path))?)
 }
 
 /// The DER form of the first certificate in `pem`.
@@ -100,7 +91,7 @@ pub fn pem_to_der(pem: &str) -> Result<Vec<u8>, PkiError> {
 impl ClusterCa {
     /// The CA in `dir` (`ca.pem`, `ca.key`), made there first if it is not.
     pub fn load_or_create(dir: &Path) -> Result<ClusterCa, PkiError> {
-        private_dir(dir).map_err(file("creating", dir))?;
+        private_dir(dir).map_err(FileError::at("creating", dir))?;
         let (cert_path, key_path) = (dir.join("ca.pem"), dir.join("ca.key"));
         if cert_path.exists() && key_path.exists() {
             return ClusterCa::from_pem(&read(&cert_path)?, &read(&key_path)?).map_err(|e| PkiError::In {

@@ -5,6 +5,7 @@
 pub mod bounds;
 pub mod clock;
 pub mod credentials;
+pub mod files;
 mod map;
 mod node;
 pub mod settings;

@@ -3,6 +3,8 @@
 use std::os::unix::fs::PermissionsExt;
 use std::path::{Path, PathBuf};
 
+use crate::model::files::FileError;
+
 /// Why a socket could not be bound; each names the path.
 #[derive(Debug, thiserror::Error)]
 pub enum SocketError {
@@ -10,18 +12,8 @@ pub enum SocketError {
     NotASocket(PathBuf),
     #[error("{} is in use: is another berth serving there?", .0.display())]
     InUse(PathBuf),
-    #[error("{doing} {}: {source}", .path.display())]
-    Io {
-        doing: &'static str,
-        path: PathBuf,
-        #[source]
-        source: std::io::Error,
-    },
-}
-
-fn io(doing: &'static str, path: &Path) -> impl FnOnce(std::io::Error) -> SocketError {
-    let path = path.to_path_buf();
-    move |source| SocketError::Io { doing, path, source }
+    #[error(transparent)]
+    File(#[from] FileError),
 }
 
 /// Binds the API socket with `mode` before anyone can connect, replacing a
@@ -35,18 +27,18 @@ pub fn bind(path: &Path, mode: u32) -> Result<tokio::net::UnixListener, SocketEr
         if std::os::unix::net::UnixStream::connect(path).is_ok() {
             return Err(SocketError::InUse(path.to_path_buf()));
         }
-        std::fs::remove_file(path).map_err(io("removing stale socket", path))?;
+        std::fs::remove_file(path).map_err(FileError::at("removing stale socket", path))?;
     }
     if let Some(dir) = path.parent().filter(|p| !p.as_os_str().is_empty()) {
-        std::fs::create_dir_all(dir).map_err(io("creating", dir))?;
+        std::fs::create_dir_all(dir).map_err(FileError::at("creating", dir))?;
     }
     // SAFETY: umask only affects this process's file creation mode; the
     // socket must never exist, even briefly, with looser permissions.
     let old = unsafe { libc::umask(0o777 & !mode as libc::mode_t) };
     let listener = tokio::net::UnixListener::bind(path);
     unsafe { libc::umask(old) };
-    let listener = listener.map_err(io("binding", path))?;
+    let listener = listener.map_err(FileError::at("binding", path))?;
     std::fs::set_permissions(path, std::fs::Permissions::from_mode(mode))
-        .map_err(io("setting the mode of", path))?;
+        .map_err(FileError::at("setting the mode of", path))?;
     Ok(listener)
 }

@@ -59,13 +59,8 @@ pub enum SharedCaError {
     Key(String),
     #[error("the cluster CA in etcd has no key")]
     NoKey,
-    #[error("{doing} {}: {source}", .path.display())]
-    File {
-        doing: &'static str,
-        path: std::path::PathBuf,
-        #[source]
-        source: std::io::Error,
-    },
+    #[error(transparent)]
+    File(#[from] crate::model::files::FileError),
 }
 
 #[derive(serde::Serialize, serde::Deserialize)]
@@ -192,15 +187,13 @@ pub async fn shared_ca(settings: &EtcdSettings, dir: &Path) -> Result<ClusterCa,
 
 /// Keeps what etcd holds of the CA beside the key-encryption key.
 fn keep_copy(path: &Path, value: &[u8]) -> Result<(), SharedCaError> {
-    let file = |doing, path: &Path| {
-        let path = path.to_path_buf();
-        move |source| SharedCaError::File { doing, path, source }
-    };
+    use crate::model::files::FileError;
     if let Some(dir) = path.parent() {
-        crate::store::private_dir(dir).map_err(file("creating", dir))?;
+        crate::store::private_dir(dir).map_err(FileError::at("creating", dir))?;
     }
-    crate::store::private_file(path).map_err(file("creating", path))?;
-    std::fs::write(path, value).map_err(file("writing", path))
+    crate::store::private_file(path).map_err(FileError::at("creating", path))?;
+    std::fs::write(path, value).map_err(FileError::at("writing", path))?;
+    Ok(())
 }
 
 /// Nodes registered below the prefix that joined with a certificate.
