@@ -4,6 +4,7 @@
 
 use tonic::Code;
 
+use crate::Why;
 use crate::expect::{answers, refuses_missing, succeeds};
 use crate::{Rule, Run};
 use berth_csi::{CsiClient, proto};
@@ -39,7 +40,7 @@ impl Run<'_> {
         says("VOLUME_EXPANSION_ONLINE") && !says("VOLUME_EXPANSION_OFFLINE")
     }
 
-    fn expander(&self) -> Result<(CsiClient, String), String> {
+    fn expander(&self) -> Result<(CsiClient, String), Why> {
         Ok((
             self.controller_with(ControllerCap::ExpandVolume)?,
             self.volume_id()?,
@@ -85,10 +86,10 @@ impl Run<'_> {
             )
             .and_then(|resp| {
                 if resp.capacity_bytes < size {
-                    return Err(format!(
+                    return Err(Why::from(format!(
                         "asked for {size} bytes, ControllerExpandVolume answered {}",
                         resp.capacity_bytes
-                    ));
+                    )));
                 }
                 Ok(resp.node_expansion_required)
             });
@@ -98,7 +99,7 @@ impl Run<'_> {
         let expanded = self.expander().and_then(|e| {
             node_expansion
                 .map(|_| e)
-                .ok_or_else(|| "needs the first ControllerExpandVolume to have worked".to_string())
+                .ok_or_else(|| Why::from("needs the first ControllerExpandVolume to have worked"))
         });
         if let Some((ctl, volume_id)) = self.needs(EXPAND_AGAIN, expanded) {
             let r = succeeds(
@@ -145,10 +146,10 @@ impl Run<'_> {
             };
             let r = succeeds(node.node_expand_volume(req).await).and_then(|resp| {
                 if resp.capacity_bytes != 0 && resp.capacity_bytes < size {
-                    Err(format!(
+                    Err(Why::from(format!(
                         "asked for {size} bytes, NodeExpandVolume answered {}",
                         resp.capacity_bytes
-                    ))
+                    )))
                 } else {
                     Ok(())
                 }
@@ -157,11 +158,11 @@ impl Run<'_> {
         }
     }
 
-    fn node_expander(&self, required: Option<bool>) -> Result<(CsiClient, String, String), String> {
+    fn node_expander(&self, required: Option<bool>) -> Result<(CsiClient, String, String), Why> {
         match required {
             Some(true) => {}
-            Some(false) => return Err("ControllerExpandVolume did not ask for it".into()),
-            None => return Err("needs ControllerExpandVolume to have worked".into()),
+            Some(false) => return Err(Why::from("ControllerExpandVolume did not ask for it")),
+            None => return Err(Why::from("needs ControllerExpandVolume to have worked")),
         }
         let node = self.node_with(Some(NodeCap::ExpandVolume))?;
         let path = self

@@ -4,31 +4,32 @@ use std::future::Future;
 
 use tonic::Code;
 
+use crate::Why;
 use berth_csi::{CsiError, Failure};
 
 /// What a failed call answered, without the endpoint (the report names it once).
-pub(super) fn describe(e: &CsiError) -> String {
-    match &e.failure {
+pub(super) fn describe(e: &CsiError) -> Why {
+    Why(match &e.failure {
         Failure::Invalid(why) => format!("{}'s answer breaks the spec: {why}", e.call),
         Failure::Unreachable(why) => format!("{}: plugin unreachable: {why}", e.call),
         failure => format!("{} answered {failure}", e.call),
-    }
+    })
 }
 
 /// A call that must succeed.
-pub(super) fn succeeds<T>(r: Result<T, CsiError>) -> Result<T, String> {
+pub(super) fn succeeds<T>(r: Result<T, CsiError>) -> Result<T, Why> {
     r.map_err(|e| describe(&e))
 }
 
 /// A call that must answer the gRPC code `want`.
-pub(super) fn answers<T>(call: &str, r: Result<T, CsiError>, want: Code) -> Result<(), String> {
+pub(super) fn answers<T>(call: &str, r: Result<T, CsiError>, want: Code) -> Result<(), Why> {
     match r {
         Err(CsiError {
             failure: Failure::Status { code, .. },
             ..
         }) if code == want => Ok(()),
         Err(e) => Err(describe(&e)),
-        Ok(_) => Err(format!("{call} answered OK")),
+        Ok(_) => Err(Why::from(format!("{call} answered OK"))),
     }
 }
 
@@ -42,7 +43,7 @@ pub(super) async fn refuses_missing<Req, Resp, Fut>(
     base: &Req,
     fields: &[Omission<Req>],
     send: impl Fn(Req) -> Fut,
-) -> Result<(), String>
+) -> Result<(), Why>
 where
     Req: Clone,
     Fut: Future<Output = Result<Resp, CsiError>>,

@@ -134,13 +134,35 @@ struct Made {
     dirs: Vec<PathBuf>,
 }
 
+/// Why a case failed or was skipped: one line of the report.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct Why(pub String);
+
+impl std::fmt::Display for Why {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str(&self.0)
+    }
+}
+
+impl From<String> for Why {
+    fn from(why: String) -> Self {
+        Why(why)
+    }
+}
+
+impl From<&str> for Why {
+    fn from(why: &str) -> Self {
+        Why(why.to_string())
+    }
+}
+
 /// The first of two calls that must both succeed worked: the second may run.
-pub(crate) fn after_first<T>(first: bool, need: Result<T, String>, call: &str) -> Result<T, String> {
+pub(crate) fn after_first<T>(first: bool, need: Result<T, Why>, call: &str) -> Result<T, Why> {
     need.and_then(|t| {
         if first {
             Ok(t)
         } else {
-            Err(format!("needs the first {call} to have worked"))
+            Err(Why::from(format!("needs the first {call} to have worked")))
         }
     })
 }
@@ -168,10 +190,10 @@ pub(crate) struct Run<'a> {
 }
 
 impl Run<'_> {
-    fn record(&mut self, (name, rule): Rule, outcome: Result<(), String>) {
+    fn record(&mut self, (name, rule): Rule, outcome: Result<(), Why>) {
         let (verdict, reason) = match outcome {
             Ok(()) => (Verdict::Passed, String::new()),
-            Err(why) => (Verdict::Failed, why),
+            Err(why) => (Verdict::Failed, why.0),
         };
         self.cases.push(Case {
             name,
@@ -192,11 +214,11 @@ impl Run<'_> {
 
     /// Runs a case that needs something (a client, a capability, the volume):
     /// skipped with the reason when that is missing.
-    fn needs<T>(&mut self, rule: Rule, need: Result<T, String>) -> Option<T> {
+    fn needs<T>(&mut self, rule: Rule, need: Result<T, Why>) -> Option<T> {
         match need {
             Ok(t) => Some(t),
             Err(why) => {
-                self.skip(rule, why);
+                self.skip(rule, why.0);
                 None
             }
         }
@@ -224,7 +246,10 @@ impl Run<'_> {
             Some(client) => match fingerprint::fingerprint(client, Role::Node).await {
                 Ok(n) => Some(n),
                 Err(e) => {
-                    self.record(IDENTITY, Err(format!("node endpoint: {}", expect::describe(&e))));
+                    self.record(
+                        IDENTITY,
+                        Err(Why::from(format!("node endpoint: {}", expect::describe(&e)))),
+                    );
                     return false;
                 }
             },
@@ -239,10 +264,10 @@ impl Run<'_> {
         if !not_ready.is_empty() {
             self.record(
                 IDENTITY,
-                Err(format!(
+                Err(Why::from(format!(
                     "Probe says not ready at {}; try again once it is",
                     not_ready.join(", ")
-                )),
+                ))),
             );
             return false;
         }
@@ -256,7 +281,10 @@ impl Run<'_> {
                 if n.name == fp.name {
                     Ok(())
                 } else {
-                    Err(format!("the controller is {:?}, the node {:?}", fp.name, n.name))
+                    Err(Why::from(format!(
+                        "the controller is {:?}, the node {:?}",
+                        fp.name, n.name
+                    )))
                 },
             );
         }
@@ -286,7 +314,7 @@ impl Run<'_> {
     }
 
     /// The controller client when it serves the Controller service and offers `cap`.
-    fn controller_with(&self, cap: ControllerCap) -> Result<CsiClient, String> {
+    fn controller_with(&self, cap: ControllerCap) -> Result<CsiClient, Why> {
         let client = self
             .controller
             .clone()
@@ -294,20 +322,24 @@ impl Run<'_> {
         if self.fp().has_controller_capability(cap) {
             Ok(client)
         } else {
-            Err(format!("the plugin does not offer {}", cap.as_str_name()))
+            Err(Why::from(format!(
+                "the plugin does not offer {}",
+                cap.as_str_name()
+            )))
         }
     }
 
     /// The node client, and whether it offers `cap` (None: no capability needed).
-    fn node_with(&self, cap: Option<NodeCap>) -> Result<CsiClient, String> {
+    fn node_with(&self, cap: Option<NodeCap>) -> Result<CsiClient, Why> {
         let client = self
             .node
             .clone()
             .ok_or("no endpoint serves the Node service; name one with --node-endpoint")?;
         match cap {
-            Some(cap) if !self.node_has(cap) => {
-                Err(format!("the node plugin does not offer {}", cap.as_str_name()))
-            }
+            Some(cap) if !self.node_has(cap) => Err(Why::from(format!(
+                "the node plugin does not offer {}",
+                cap.as_str_name()
+            ))),
             _ => Ok(client),
         }
     }
@@ -317,11 +349,11 @@ impl Run<'_> {
             .is_some_and(|n| n.capabilities.iter().any(|c| c == cap.as_str_name()))
     }
 
-    fn volume_id(&self) -> Result<String, String> {
+    fn volume_id(&self) -> Result<String, Why> {
         self.volume
             .as_ref()
             .map(|v| v.volume_id.clone())
-            .ok_or_else(|| "needs the volume CreateVolume was to make".to_string())
+            .ok_or_else(|| Why::from("needs the volume CreateVolume was to make"))
     }
 
     fn capability(&self) -> proto::VolumeCapability {
@@ -437,7 +469,7 @@ impl Run<'_> {
         let outcome = if left.is_empty() {
             Ok(())
         } else {
-            Err(format!("left behind: {}", left.join("; ")))
+            Err(Why::from(format!("left behind: {}", left.join("; "))))
         };
         self.record(CLEAN_UP, outcome);
     }

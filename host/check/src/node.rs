@@ -3,6 +3,7 @@
 
 use tonic::Code;
 
+use crate::Why;
 use crate::expect::{answers, refuses_missing, succeeds};
 use crate::{Rule, Run, after_first, forget};
 use berth_csi::{CsiClient, proto};
@@ -57,14 +58,14 @@ const UNPUBLISH_MISSING: Rule = (
 
 impl Run<'_> {
     /// The node to publish to: the node plugin's id, else `--node-id`.
-    fn node_id(&self) -> Result<String, String> {
+    fn node_id(&self) -> Result<String, Why> {
         self.node_fp()
             .map(|n| n.node_id.clone())
             .or_else(|| self.opts.node_id.clone())
-            .ok_or_else(|| "no node to publish to: give --node-endpoint or --node-id".to_string())
+            .ok_or_else(|| Why::from("no node to publish to: give --node-endpoint or --node-id"))
     }
 
-    fn publisher(&self) -> Result<(CsiClient, String, String), String> {
+    fn publisher(&self) -> Result<(CsiClient, String, String), Why> {
         let ctl = self.controller_with(ControllerCap::PublishUnpublishVolume)?;
         Ok((ctl, self.volume_id()?, self.node_id()?))
     }
@@ -144,7 +145,7 @@ impl Run<'_> {
         }
     }
 
-    fn stager(&self) -> Result<(CsiClient, String), String> {
+    fn stager(&self) -> Result<(CsiClient, String), Why> {
         Ok((
             self.node_with(Some(NodeCap::StageUnstageVolume))?,
             self.volume_id()?,
@@ -162,9 +163,9 @@ impl Run<'_> {
         }
     }
 
-    fn node_publisher(&self) -> Result<(CsiClient, String), String> {
+    fn node_publisher(&self) -> Result<(CsiClient, String), Why> {
         if self.node_has(NodeCap::StageUnstageVolume) && self.staged_at.is_none() {
-            return Err("needs the volume staged (NodeStageVolume)".into());
+            return Err(Why::from("needs the volume staged (NodeStageVolume)"));
         }
         Ok((self.node_with(None)?, self.volume_id()?))
     }
@@ -203,7 +204,7 @@ impl Run<'_> {
                         Code::NotFound,
                     )
                 }
-                Err(e) => Err(format!("making the staging directory: {e}")),
+                Err(e) => Err(Why::from(format!("making the staging directory: {e}"))),
             };
             self.record(STAGE_UNKNOWN, r);
         }
@@ -226,7 +227,7 @@ impl Run<'_> {
         self.stats_cases().await;
     }
 
-    async fn stage(&mut self, node: &CsiClient, volume_id: String) -> Result<(), String> {
+    async fn stage(&mut self, node: &CsiClient, volume_id: String) -> Result<(), Why> {
         let path = self
             .path("staging", true)
             .map_err(|e| format!("making the staging directory: {e}"))?;
@@ -266,7 +267,7 @@ impl Run<'_> {
                         Code::NotFound,
                     )
                 }
-                Err(e) => Err(format!("making the target's parent directory: {e}")),
+                Err(e) => Err(Why::from(format!("making the target's parent directory: {e}"))),
             };
             self.record(NODE_PUBLISH_UNKNOWN, r);
         }
@@ -286,13 +287,13 @@ impl Run<'_> {
                     )
                     .await
                 }
-                Err(e) => Err(format!("making the target's parent directory: {e}")),
+                Err(e) => Err(Why::from(format!("making the target's parent directory: {e}"))),
             };
             self.record(NODE_PUBLISH_MISSING, r);
         }
     }
 
-    async fn node_publish(&mut self, node: &CsiClient, volume_id: String) -> Result<(), String> {
+    async fn node_publish(&mut self, node: &CsiClient, volume_id: String) -> Result<(), Why> {
         let target = self
             .path("target", false)
             .map_err(|e| format!("making the target's parent directory: {e}"))?;
@@ -302,9 +303,9 @@ impl Run<'_> {
                 .await,
         )?;
         if std::fs::symlink_metadata(&target).is_err() {
-            return Err(format!(
+            return Err(Why::from(format!(
                 "NodePublishVolume answered OK but {target} does not exist"
-            ));
+            )));
         }
         self.published_at = Some(target);
         Ok(())
@@ -327,7 +328,7 @@ impl Run<'_> {
             };
             let r = succeeds(node.node_get_volume_stats(req).await).and_then(|resp| {
                 if resp.usage.is_empty() {
-                    Err("NodeGetVolumeStats answered no usage".to_string())
+                    Err(Why::from("NodeGetVolumeStats answered no usage".to_string()))
                 } else {
                     Ok(())
                 }
@@ -372,9 +373,9 @@ impl Run<'_> {
             let r = succeeds(node.node_unpublish_volume(request(volume_id.clone(), target.clone())).await)
                 .and_then(|_| match std::fs::symlink_metadata(&target) {
                     Err(e) if e.kind() == std::io::ErrorKind::NotFound => Ok(()),
-                    _ => Err(format!(
+                    _ => Err(Why::from(format!(
                         "NodeUnpublishVolume answered OK but left {target} behind (the spec: the plugin removes it)"
-                    )),
+                    ))),
                 });
             if r.is_ok() {
                 forget(&mut self.made.node_published, &(volume_id, target));

@@ -3,6 +3,7 @@
 
 use tonic::Code;
 
+use crate::Why;
 use crate::expect::{answers, refuses_missing, succeeds};
 use crate::{Rule, Run, after_first, forget};
 use berth_csi::{CsiClient, proto};
@@ -36,7 +37,7 @@ const DELETE_UNKNOWN: Rule = ("DeleteSnapshot, unknown snapshot", "succeeds (not
 const DELETE_MISSING: Rule = ("DeleteSnapshot without snapshot_id", "answers INVALID_ARGUMENT");
 
 impl Run<'_> {
-    fn snapshotter(&self) -> Result<(CsiClient, String), String> {
+    fn snapshotter(&self) -> Result<(CsiClient, String), Why> {
         Ok((
             self.controller_with(ControllerCap::CreateDeleteSnapshot)?,
             self.volume_id()?,
@@ -64,14 +65,16 @@ impl Run<'_> {
                     .snapshot
                     .ok_or("CreateSnapshot answered OK without a snapshot")?;
                 if s.snapshot_id.is_empty() {
-                    return Err("CreateSnapshot answered a snapshot without a snapshot_id".into());
+                    return Err(Why::from(
+                        "CreateSnapshot answered a snapshot without a snapshot_id",
+                    ));
                 }
                 self.made.snapshots.push(s.snapshot_id.clone());
                 if s.source_volume_id != volume_id {
-                    return Err(format!(
+                    return Err(Why::from(format!(
                         "the snapshot's source_volume_id is {:?}, not {volume_id}",
                         s.source_volume_id
-                    ));
+                    )));
                 }
                 Ok(s)
             });
@@ -90,12 +93,12 @@ impl Run<'_> {
                     Some(id) if id == first.snapshot_id => Ok(()),
                     Some(id) => {
                         self.made.snapshots.push(id.clone());
-                        Err(format!(
+                        Err(Why::from(format!(
                             "the first call took {}, the second {id}",
                             first.snapshot_id
-                        ))
+                        )))
                     }
-                    None => Err("CreateSnapshot answered OK without a snapshot".into()),
+                    None => Err(Why::from("CreateSnapshot answered OK without a snapshot")),
                 }
             });
             self.record(SNAPSHOT_AGAIN, r);
@@ -133,8 +136,10 @@ impl Run<'_> {
                     snapshot_id: s.snapshot_id.clone(),
                 }),
             )),
-            Some(_) => Err("the snapshot is not ready to use yet".to_string()),
-            None => Err("needs the snapshot CreateSnapshot was to take".to_string()),
+            Some(_) => Err(Why::from("the snapshot is not ready to use yet".to_string())),
+            None => Err(Why::from(
+                "needs the snapshot CreateSnapshot was to take".to_string(),
+            )),
         });
         if let Some((ctl, source)) = self.needs(RESTORE, restorable) {
             let r = self.create_from(&ctl, "restored", source).await;
@@ -154,17 +159,17 @@ impl Run<'_> {
         }
     }
 
-    async fn create_from(&mut self, ctl: &CsiClient, suffix: &str, source: Source) -> Result<(), String> {
+    async fn create_from(&mut self, ctl: &CsiClient, suffix: &str, source: Source) -> Result<(), Why> {
         let mut req = self.create_request(format!("{}-{suffix}", self.base), self.opts.size_bytes);
         req.volume_content_source = Some(proto::VolumeContentSource { r#type: Some(source) });
         let resp = succeeds(ctl.create_volume(req).await)?;
         let v = resp.volume.ok_or("CreateVolume answered OK without a volume")?;
         self.made.volumes.push(v.volume_id.clone());
         if v.content_source.is_none() {
-            return Err(format!(
+            return Err(Why::from(format!(
                 "volume {} does not say what it was made from (content_source is empty)",
                 v.volume_id
-            ));
+            )));
         }
         let req = proto::DeleteVolumeRequest {
             volume_id: v.volume_id.clone(),
@@ -212,7 +217,7 @@ impl Run<'_> {
     }
 }
 
-async fn list_finds(ctl: &CsiClient, snapshot_id: &str, volume_id: &str) -> Result<(), String> {
+async fn list_finds(ctl: &CsiClient, snapshot_id: &str, volume_id: &str) -> Result<(), Why> {
     let by_id = proto::ListSnapshotsRequest {
         snapshot_id: snapshot_id.to_string(),
         ..Default::default()
@@ -229,7 +234,7 @@ async fn list_finds(ctl: &CsiClient, snapshot_id: &str, volume_id: &str) -> Resu
             .filter_map(|e| e.snapshot.as_ref())
             .any(|s| s.snapshot_id == snapshot_id);
         if !found {
-            return Err(format!("listing {how} does not show {snapshot_id}"));
+            return Err(Why::from(format!("listing {how} does not show {snapshot_id}")));
         }
     }
     Ok(())

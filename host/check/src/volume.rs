@@ -3,6 +3,7 @@
 
 use tonic::Code;
 
+use crate::Why;
 use crate::expect::{answers, refuses_missing, succeeds};
 use crate::{Rule, Run, after_first, forget};
 use berth_csi::{CsiClient, proto};
@@ -114,7 +115,7 @@ impl Run<'_> {
         Some(v)
     }
 
-    async fn create(&mut self, ctl: &CsiClient) -> Result<(), String> {
+    async fn create(&mut self, ctl: &CsiClient) -> Result<(), Why> {
         let required = self.opts.size_bytes;
         let req = self.create_request(format!("{}-volume", self.base), required);
         let resp = succeeds(ctl.create_volume(req).await)?;
@@ -122,33 +123,33 @@ impl Run<'_> {
             .created(&resp)
             .ok_or("CreateVolume answered OK without a volume")?;
         if v.volume_id.is_empty() {
-            return Err("CreateVolume answered a volume without a volume_id".into());
+            return Err(Why::from("CreateVolume answered a volume without a volume_id"));
         }
         if v.capacity_bytes != 0 && v.capacity_bytes < required {
-            return Err(format!(
+            return Err(Why::from(format!(
                 "asked for at least {required} bytes, CreateVolume made {}",
                 v.capacity_bytes
-            ));
+            )));
         }
         self.volume = Some(v);
         Ok(())
     }
 
-    async fn create_again(&mut self, ctl: &CsiClient) -> Result<(), String> {
+    async fn create_again(&mut self, ctl: &CsiClient) -> Result<(), Why> {
         let first = self.volume_id()?;
         let req = self.create_request(format!("{}-volume", self.base), self.opts.size_bytes);
         let resp = succeeds(ctl.create_volume(req).await)?;
         match self.created(&resp) {
             Some(v) if v.volume_id == first => Ok(()),
-            Some(v) => Err(format!(
+            Some(v) => Err(Why::from(format!(
                 "the first call made {first}, the second {}: a retried CreateVolume would leak volumes",
                 v.volume_id
-            )),
-            None => Err("CreateVolume answered OK without a volume".into()),
+            ))),
+            None => Err(Why::from("CreateVolume answered OK without a volume")),
         }
     }
 
-    async fn create_conflict(&mut self, ctl: &CsiClient) -> Result<(), String> {
+    async fn create_conflict(&mut self, ctl: &CsiClient) -> Result<(), Why> {
         let have = self
             .volume
             .as_ref()
@@ -162,25 +163,23 @@ impl Run<'_> {
         match ctl.create_volume(req).await {
             Ok(resp) => {
                 let v = self.created(&resp).unwrap_or_default();
-                Err(format!(
+                Err(Why::from(format!(
                     "CreateVolume answered OK with volume {:?} of {} bytes; the name already has a volume of {have}",
                     v.volume_id, v.capacity_bytes
-                ))
+                )))
             }
             r => answers("CreateVolume", r, Code::AlreadyExists),
         }
     }
 
     /// A CreateVolume that must answer INVALID_ARGUMENT; a volume it makes anyway is removed later.
-    async fn create_refused(
-        &mut self,
-        ctl: &CsiClient,
-        req: proto::CreateVolumeRequest,
-    ) -> Result<(), String> {
+    async fn create_refused(&mut self, ctl: &CsiClient, req: proto::CreateVolumeRequest) -> Result<(), Why> {
         match ctl.create_volume(req).await {
             Ok(resp) => {
                 let id = self.created(&resp).map(|v| v.volume_id).unwrap_or_default();
-                Err(format!("CreateVolume answered OK and made volume {id:?}"))
+                Err(Why::from(format!(
+                    "CreateVolume answered OK and made volume {id:?}"
+                )))
             }
             r => answers("CreateVolume", r, Code::InvalidArgument),
         }
@@ -190,7 +189,7 @@ impl Run<'_> {
         let ctl = self
             .controller
             .clone()
-            .ok_or_else(|| "no endpoint serves the Controller service".to_string());
+            .ok_or_else(|| Why::from("no endpoint serves the Controller service"));
         let with_volume = ctl.clone().and_then(|c| self.volume_id().map(|id| (c, id)));
         if let Some((ctl, volume_id)) = self.needs(VALIDATE, with_volume.clone()) {
             let r = ctl
@@ -198,7 +197,7 @@ impl Run<'_> {
                 .await;
             let r = succeeds(r).and_then(|resp| match resp.confirmed {
                 Some(_) => Ok(()),
-                None => Err(format!("not confirmed: {:?}", resp.message)),
+                None => Err(Why::from(format!("not confirmed: {:?}", resp.message))),
             });
             self.record(VALIDATE, r);
         }
@@ -258,7 +257,7 @@ impl Run<'_> {
             let r = succeeds(ctl.controller_get_volume(req).await).and_then(|resp| {
                 match resp.volume.map(|v| v.volume_id) {
                     Some(id) if id == volume_id => Ok(()),
-                    other => Err(format!("asked for {volume_id}, got {other:?}")),
+                    other => Err(Why::from(format!("asked for {volume_id}, got {other:?}"))),
                 }
             });
             self.record(GET, r);
@@ -280,7 +279,10 @@ impl Run<'_> {
         {
             let r = match ctl.list_all_volumes().await {
                 Ok(all) if all.iter().any(|v| v.volume_id == volume_id) => Ok(()),
-                Ok(all) => Err(format!("{volume_id} is not among the {} listed", all.len())),
+                Ok(all) => Err(Why::from(format!(
+                    "{volume_id} is not among the {} listed",
+                    all.len()
+                ))),
                 Err(e) => Err(crate::expect::describe(&e)),
             };
             self.record(LIST, r);

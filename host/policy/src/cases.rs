@@ -156,11 +156,37 @@ pub struct CaseResult {
     pub micros: u64,
 }
 
+/// Why a case file was refused.
+#[derive(Debug, thiserror::Error)]
+pub enum CaseFileError {
+    /// Not TOML, or fields a case file does not have (the message names the line).
+    #[error("{0}")]
+    Syntax(#[from] toml::de::Error),
+    #[error("the file has no [[case]] entries")]
+    Empty,
+}
+
+/// Why a case failed: it could not run, or the answer was not the one expected.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct Failed(pub String);
+
+impl From<String> for Failed {
+    fn from(why: String) -> Self {
+        Failed(why)
+    }
+}
+
+impl From<&str> for Failed {
+    fn from(why: &str) -> Self {
+        Failed(why.to_string())
+    }
+}
+
 /// Parses a case file; errors name the line and the field.
-pub fn parse(text: &str) -> Result<CaseFile, String> {
-    let file: CaseFile = toml::from_str(text).map_err(|e| e.to_string())?;
+pub fn parse(text: &str) -> Result<CaseFile, CaseFileError> {
+    let file: CaseFile = toml::from_str(text)?;
     if file.cases.is_empty() {
-        return Err("the file has no [[case]] entries".into());
+        return Err(CaseFileError::Empty);
     }
     Ok(file)
 }
@@ -176,7 +202,7 @@ pub async fn run(engine: &PolicyEngine, module: &PolicyModule, file: &CaseFile) 
         };
         let (passed, detail) = match outcome {
             Ok(answer) => (true, answer),
-            Err(why) => (false, why),
+            Err(why) => (false, why.0),
         };
         results.push(CaseResult {
             name: case.name.clone(),
@@ -189,23 +215,23 @@ pub async fn run(engine: &PolicyEngine, module: &PolicyModule, file: &CaseFile) 
     results
 }
 
-fn pick_decision(module: &PolicyModule, case: &Case) -> Result<Decision, String> {
+fn pick_decision(module: &PolicyModule, case: &Case) -> Result<Decision, Failed> {
     if let Some(d) = case.decision {
         return if module.serves(d) {
             Ok(d)
         } else {
-            Err(format!("the module does not serve {d}"))
+            Err(Failed::from(format!("the module does not serve {d}")))
         };
     }
     match module.decisions().as_slice() {
         [only] => Ok(*only),
-        many => Err(format!(
+        many => Err(Failed::from(format!(
             "the module serves {}; say which with `decision = \"...\"`",
             many.iter()
                 .map(Decision::to_string)
                 .collect::<Vec<_>>()
                 .join(", ")
-        )),
+        ))),
     }
 }
 
@@ -247,36 +273,46 @@ impl Expect {
 
     /// Refuses expectations of another decision, and expectations no answer
     /// could meet (a name and a refusal, a give-up and a retry...).
-    fn check(&self, decision: Decision) -> Result<(), String> {
+    fn check(&self, decision: Decision) -> Result<(), Failed> {
         for (d, keys) in self.keys() {
             if d != decision && !keys.is_empty() {
-                return Err(format!(
+                return Err(Failed::from(format!(
                     "expect.{} is for {d} cases; this case is a {decision} case",
                     keys.join(", expect.")
-                ));
+                )));
             }
         }
         let named = self.name.is_some() || self.name_prefix.is_some() || self.max_length.is_some();
         let refused = self.refused == Some(true) || self.refusal_contains.is_some();
         if named && refused {
-            return Err("expect asks for a name and for a refusal; an answer is one or the other".into());
+            return Err(Failed::from(
+                "expect asks for a name and for a refusal; an answer is one or the other",
+            ));
         }
         if self.refused == Some(false) && self.refusal_contains.is_some() {
-            return Err("expect.refused = false contradicts expect.refusal_contains".into());
+            return Err(Failed::from(
+                "expect.refused = false contradicts expect.refusal_contains",
+            ));
         }
         let gives_up = self.give_up == Some(true) || self.give_up_contains.is_some();
         let retries = self.retry_after_ms.is_some();
         let done = self.done == Some(true);
         if [gives_up, retries, done].iter().filter(|x| **x).count() > 1 {
-            return Err("expect asks for more than one of retry_after_ms, give_up and done; a decision is one of them".into());
+            return Err(Failed::from(
+                "expect asks for more than one of retry_after_ms, give_up and done; a decision is one of them",
+            ));
         }
         if self.give_up == Some(false) && self.give_up_contains.is_some() {
-            return Err("expect.give_up = false contradicts expect.give_up_contains".into());
+            return Err(Failed::from(
+                "expect.give_up = false contradicts expect.give_up_contains",
+            ));
         }
         if let Some(Range::Between { min, max }) = &self.retry_after_ms
             && min > max
         {
-            return Err(format!("expect.retry_after_ms: min {min} is more than max {max}"));
+            return Err(Failed::from(format!(
+                "expect.retry_after_ms: min {min} is more than max {max}"
+            )));
         }
         Ok(())
     }
@@ -288,7 +324,7 @@ async fn run_one(
     file: &CaseFile,
     case: &Case,
     decision: Decision,
-) -> Result<String, String> {
+) -> Result<String, Failed> {
     let mut settings = file.settings.clone();
     settings.extend(case.settings.clone());
     let settings = to_pairs(&settings);
@@ -346,29 +382,31 @@ async fn run_one(
     }
 }
 
-fn check_naming(e: &Expect, answer: Result<String, String>) -> Result<String, String> {
+fn check_naming(e: &Expect, answer: Result<String, String>) -> Result<String, Failed> {
     match answer {
         Ok(name) => {
             if e.refused == Some(true) || e.refusal_contains.is_some() {
-                return Err(format!("expected a refusal, got the name {name:?}"));
+                return Err(Failed::from(format!("expected a refusal, got the name {name:?}")));
             }
             if let Some(want) = &e.name
                 && &name != want
             {
-                return Err(format!("expected the name {want:?}, got {name:?}"));
+                return Err(Failed::from(format!("expected the name {want:?}, got {name:?}")));
             }
             if let Some(prefix) = &e.name_prefix
                 && !name.starts_with(prefix.as_str())
             {
-                return Err(format!("expected a name starting {prefix:?}, got {name:?}"));
+                return Err(Failed::from(format!(
+                    "expected a name starting {prefix:?}, got {name:?}"
+                )));
             }
             if let Some(max) = e.max_length
                 && name.len() > max
             {
-                return Err(format!(
+                return Err(Failed::from(format!(
                     "expected at most {max} bytes, got {} ({name:?})",
                     name.len()
-                ));
+                )));
             }
             Ok(format!("named {name:?}"))
         }
@@ -377,11 +415,13 @@ fn check_naming(e: &Expect, answer: Result<String, String>) -> Result<String, St
                 if let Some(part) = &e.refusal_contains
                     && !reason.contains(part.as_str())
                 {
-                    return Err(format!("expected a refusal containing {part:?}, got {reason:?}"));
+                    return Err(Failed::from(format!(
+                        "expected a refusal containing {part:?}, got {reason:?}"
+                    )));
                 }
                 return Ok(format!("refused: {reason}"));
             }
-            Err(format!("expected a name, got a refusal: {reason}"))
+            Err(Failed::from(format!("expected a name, got a refusal: {reason}")))
         }
     }
 }
@@ -390,7 +430,7 @@ fn check_placement(
     e: &Expect,
     nodes: &[PlacementNode],
     verdicts: &crate::Verdicts,
-) -> Result<String, String> {
+) -> Result<String, Failed> {
     let eligible: Vec<&str> = nodes
         .iter()
         .enumerate()
@@ -403,7 +443,7 @@ fn check_placement(
         let mut want: Vec<&str> = want.iter().map(String::as_str).collect();
         want.sort_unstable();
         if got != want {
-            return Err(format!("expected eligible {want:?}, got {got:?}"));
+            return Err(Failed::from(format!("expected eligible {want:?}, got {got:?}")));
         }
     }
     let best = crate::ranked(verdicts).first().map(|&i| nodes[i].name.as_str());
@@ -411,7 +451,9 @@ fn check_placement(
         && best != Some(want.as_str())
     {
         let got = best.map_or("no eligible node".into(), |b| format!("{b:?}"));
-        return Err(format!("expected {want:?} to score best, got {got}"));
+        return Err(Failed::from(format!(
+            "expected {want:?} to score best, got {got}"
+        )));
     }
     for (name, part) in &e.reasons {
         let i = nodes
@@ -421,14 +463,14 @@ fn check_placement(
         match verdicts.reason(i) {
             Some(reason) if reason.contains(part.as_str()) => {}
             Some(reason) => {
-                return Err(format!(
+                return Err(Failed::from(format!(
                     "expected the reason for {name} to contain {part:?}, got {reason:?}"
-                ));
+                )));
             }
             None => {
-                return Err(format!(
+                return Err(Failed::from(format!(
                     "expected {name} refused for a reason containing {part:?}; it is eligible"
-                ));
+                )));
             }
         }
     }
@@ -438,17 +480,17 @@ fn check_placement(
     }
 }
 
-fn check_retry(e: &Expect, failure: &Failure, decision: RetryDecision) -> Result<String, String> {
+fn check_retry(e: &Expect, failure: &Failure, decision: RetryDecision) -> Result<String, Failed> {
     let shown = match &decision {
         RetryDecision::RetryAfter(ms) => format!("retry after {ms} ms"),
         RetryDecision::GiveUp(r) => format!("give up: {r}"),
         RetryDecision::Done => "done".to_string(),
     };
     let wrong = |want: &str| {
-        Err(format!(
+        Err(Failed::from(format!(
             "expected {want} for attempt {}, got {shown}",
             failure.attempt
-        ))
+        )))
     };
     match (&decision, &e.retry_after_ms) {
         (RetryDecision::RetryAfter(ms), Some(Range::Exact(want))) if ms != want => {
@@ -481,7 +523,7 @@ fn to_pairs(map: &Map) -> Pairs {
     map.iter().map(|(k, v)| (k.clone(), v.clone())).collect()
 }
 
-fn volume(input: Option<&VolumeInput>) -> Result<Volume, String> {
+fn volume(input: Option<&VolumeInput>) -> Result<Volume, Failed> {
     let default = VolumeInput::default();
     let i = input.unwrap_or(&default);
     let mut v = samples::volume(i.name.as_deref().unwrap_or("example"));
@@ -510,7 +552,7 @@ fn volume(input: Option<&VolumeInput>) -> Result<Volume, String> {
     Ok(v)
 }
 
-fn node(i: &NodeInput) -> Result<PlacementNode, String> {
+fn node(i: &NodeInput) -> Result<PlacementNode, Failed> {
     let mut n = samples::node(&i.name, &[]);
     n.topology = to_pairs(&i.topology);
     n.max_volumes = i.max_volumes;
