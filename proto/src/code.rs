@@ -32,6 +32,11 @@ pub fn name(code: Code) -> &'static str {
         .unwrap_or("UNKNOWN")
 }
 
+/// Every code's name but OK's: the codes a call can fail with.
+pub fn failure_names() -> impl Iterator<Item = &'static str> {
+    NAMES.iter().filter(|(c, _)| *c != Code::Ok).map(|(_, n)| *n)
+}
+
 /// Reads a code from its canonical name (case-insensitive) or its number.
 pub fn from_name(text: &str) -> Option<Code> {
     let t = text.trim();

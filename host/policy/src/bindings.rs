@@ -290,7 +290,7 @@ impl Code {
             .ok_or_else(|| UnknownName {
                 what: "gRPC error code",
                 name: name.to_string(),
-                known: vec!["UNAVAILABLE", "NOT_FOUND", "..."],
+                known: berth_proto::code::failure_names().collect(),
             })
     }
 
