@@ -15,7 +15,7 @@
 use std::time::{Duration, Instant};
 
 use berth::agent::record::{Held, Level, NodeRecord};
-use berth::model::{Backend, Publication, PublishStep, VecMap, VolumeRecord, VolumeSpec};
+use berth::model::{Backend, NodeLevel, Publication, VecMap, VolumeRecord, VolumeSpec};
 use berth::store::{RedbStore, Store};
 use berth_tests::{Cluster, ClusterSpec, summary};
 
@@ -48,7 +48,8 @@ fn record(i: usize) -> VolumeRecord {
         Publication {
             wanted: true,
             readonly: false,
-            step: PublishStep::Published,
+            controller_published: true,
+            node: NodeLevel::Published,
             publish_context: VecMap::from([("hostpath.csi.berth.dev/node".into(), "node-a".into())]),
             sent: true,
             expand_pending: false,

@@ -93,7 +93,7 @@ impl VolumeManager {
         let published = r
             .publications
             .iter()
-            .filter(|(_, p)| p.wanted && p.step >= berth_model::PublishStep::Published);
+            .filter(|(_, p)| p.wanted && p.node == berth_model::NodeLevel::Published);
         for (node, _) in published {
             let fingerprint = self.nodes.plugin_status(node, plugin).and_then(|s| s.fingerprint);
             let stats = match fingerprint {

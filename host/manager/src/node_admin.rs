@@ -3,7 +3,7 @@
 //! steps are skipped so its volumes can be published elsewhere), remove.
 
 use crate::{RequestError, VolumeManager};
-use berth_model::PublishStep;
+use berth_model::NodeLevel;
 use berth_model::text::echo;
 use berth_store::NodeRecord;
 
@@ -63,7 +63,7 @@ impl VolumeManager {
                 .modify(id, |r| {
                     if let Some(p) = r.publications.get_mut(node) {
                         p.wanted = false;
-                        p.step = p.step.min(PublishStep::ControllerPublished);
+                        p.node = NodeLevel::Absent;
                     }
                     Ok(())
                 })

@@ -19,43 +19,24 @@ use berth_proto::berth::v1 as wire;
 use crate::VolumeManager;
 use crate::nodes::NodeSync;
 use berth_model::NodeLevel as Level;
-use berth_model::PublishStep;
 use berth_store::{NodeRecord, StoreError};
-
-/// The node level a publish step stands for.
-fn level_of(step: PublishStep) -> Level {
-    match step {
-        PublishStep::None | PublishStep::ControllerPublished => Level::Absent,
-        PublishStep::Staged => Level::Staged,
-        PublishStep::Published => Level::Published,
-    }
-}
-
-/// The step a record goes back to when its node holds only `level`.
-fn step_of(level: Level) -> PublishStep {
-    match level {
-        Level::Absent => PublishStep::ControllerPublished,
-        Level::Staged => PublishStep::Staged,
-        Level::Published => PublishStep::Published,
-    }
-}
 
 /// A publication on the registering node, as the record has it.
 struct OnNode {
     id: String,
-    step: PublishStep,
+    level: Level,
     forward: bool,
 }
 
 impl VolumeManager {
-    async fn lower(&self, node: &str, p: &OnNode, now: PublishStep) {
+    async fn lower(&self, node: &str, p: &OnNode, now: Level) {
         let changed = self
             .table
             .modify(&p.id, |r| {
                 let deleting = r.deleting;
                 Ok(match r.publications.get_mut(node) {
-                    Some(q) if q.wanted && !deleting && q.step == p.step => {
-                        q.step = now;
+                    Some(q) if q.wanted && !deleting && q.node == p.level => {
+                        q.node = now;
                         true
                     }
                     _ => false,
@@ -66,7 +47,7 @@ impl VolumeManager {
             Ok((true, r)) => tracing::warn!(
                 volume = %r.spec.name,
                 %node,
-                was = ?p.step,
+                was = ?p.level,
                 now = ?now,
                 "the node no longer holds the volume as recorded; the step is done again"
             ),
@@ -99,13 +80,13 @@ impl VolumeManager {
         self.table.collect(|r, out| {
             if let (Some(p), Some(b)) = (r.publications.get(node), &r.backend)
                 && p.sent
-                && p.step >= PublishStep::Staged
+                && p.node > Level::Absent
             {
                 out.push(wire::Held {
                     berth_id: r.id.clone(),
                     plugin: r.spec.plugin.clone(),
                     volume_id: b.volume_id.clone(),
-                    level: level_of(p.step).to_wire(),
+                    level: p.node.to_wire(),
                 });
             }
         })
@@ -123,7 +104,7 @@ impl NodeSync for VolumeManager {
             if let Some(p) = r.publications.get(node) {
                 out.push(OnNode {
                     id: r.id.clone(),
-                    step: p.step,
+                    level: p.node,
                     forward: p.wanted && !r.deleting,
                 });
             }
@@ -132,8 +113,8 @@ impl NodeSync for VolumeManager {
         for p in &on_node {
             let holds = holds.remove(p.id.as_str()).unwrap_or(Level::Absent);
             let level = if p.forward {
-                if holds < level_of(p.step) {
-                    self.lower(node, p, step_of(holds)).await;
+                if holds < p.level {
+                    self.lower(node, p, holds).await;
                 }
                 holds
             } else {

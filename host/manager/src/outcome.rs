@@ -4,24 +4,30 @@
 
 use crate::plan::Step;
 use berth_csi::CsiError;
-use berth_model::{FAILURE_MAX, PublishStep, Segments, VolumeRecord, cut};
+use berth_model::{FAILURE_MAX, NodeLevel, Segments, VolumeRecord, cut};
 use berth_policy::{Code, Operation, PolicyError};
 
 /// What a successful step changes in the record. Applied twice: to the
 /// worker's copy at once, and to the latest stored record when written.
 pub(super) type Apply = Box<dyn Fn(&mut VolumeRecord) + Send + Sync>;
 
-pub(super) fn set_step(node: &str, step: PublishStep, context: Option<Segments>) -> Apply {
+/// The controller's side of a publication done: published (with the
+/// plugin's publish context, if it gave one) or unpublished.
+pub(super) fn controller_done(node: &str, published: bool, context: Option<Segments>) -> Apply {
     let node = node.to_string();
     Box::new(move |r: &mut VolumeRecord| {
         if let Some(p) = r.publications.get_mut(&node) {
-            p.step = step;
-            if let Some(c) = &context {
-                p.publish_context = c.clone();
-            }
-            if step == PublishStep::None {
-                p.publish_context.clear();
-            }
+            p.controller_done(published, context.clone());
+        }
+    })
+}
+
+/// The node's level as its agent answered.
+pub(super) fn node_at(node: &str, level: NodeLevel) -> Apply {
+    let node = node.to_string();
+    Box::new(move |r: &mut VolumeRecord| {
+        if let Some(p) = r.publications.get_mut(&node) {
+            p.node = level;
         }
     })
 }
@@ -33,8 +39,8 @@ pub(super) fn done_effect(step: &Step) -> Apply {
             r.backend = None;
             r.csi_name = None;
         }),
-        Step::NodeUnpublish(n) => set_step(n, PublishStep::ControllerPublished, None),
-        Step::ControllerUnpublish(n) => set_step(n, PublishStep::None, None),
+        Step::NodeUnpublish(n) => node_at(n, NodeLevel::Absent),
+        Step::ControllerUnpublish(n) => controller_done(n, false, None),
         Step::DeleteSnapshot(name) | Step::DropSnapshot(name) => {
             let name = name.clone();
             Box::new(move |r: &mut VolumeRecord| {

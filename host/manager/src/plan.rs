@@ -14,7 +14,7 @@
 //! Steps a plugin does not offer (PUBLISH_UNPUBLISH, STAGE_UNSTAGE, the
 //! node's EXPAND_VOLUME) are passed without a call.
 
-use berth_model::{PublishStep, VolumeRecord};
+use berth_model::{NodeLevel, VolumeRecord};
 use berth_policy::Operation;
 
 #[derive(Clone, Debug, PartialEq, Eq)]
@@ -139,10 +139,10 @@ pub(super) fn next_step(r: &VolumeRecord, caps: impl Fn(&str) -> Caps) -> Option
         let c = caps(node);
         let wanted = p.wanted && !r.deleting;
         if wanted {
-            if p.step < PublishStep::ControllerPublished {
+            if !p.controller_published {
                 return Some(Step::ControllerPublish(node.clone()));
             }
-            if p.step < PublishStep::Published {
+            if p.node < NodeLevel::Published {
                 return Some(Step::NodePublish(node.clone()));
             }
             if p.expand_pending || backend.node_expansion_required {
@@ -153,10 +153,10 @@ pub(super) fn next_step(r: &VolumeRecord, caps: impl Fn(&str) -> Caps) -> Option
                 // No plugin has heard of it.
                 return Some(Step::DropPublication(node.clone()));
             }
-            if p.step >= PublishStep::Staged {
+            if p.node > NodeLevel::Absent {
                 return Some(Step::NodeUnpublish(node.clone()));
             }
-            if p.step >= PublishStep::ControllerPublished && c.controller_publish {
+            if p.controller_published && c.controller_publish {
                 return Some(Step::ControllerUnpublish(node.clone()));
             }
             return Some(Step::DropPublication(node.clone()));
@@ -191,15 +191,16 @@ mod tests {
         r
     }
 
-    fn publication(step: PublishStep, wanted: bool) -> Publication {
-        Publication {
-            wanted,
-            readonly: false,
-            step,
-            publish_context: Default::default(),
-            sent: true,
-            expand_pending: false,
-        }
+    /// A publication that has been sent, at `node` with the controller's side done or not.
+    fn publication(controller: bool, node: NodeLevel, wanted: bool) -> Publication {
+        let mut p = Publication::new(false);
+        (p.wanted, p.sent, p.controller_published, p.node) = (wanted, true, controller, node);
+        p
+    }
+
+    fn at(r: &mut VolumeRecord, controller: bool, node: NodeLevel) {
+        let p = r.publications.get_mut("n1").unwrap();
+        (p.controller_published, p.node) = (controller, node);
     }
 
     #[test]
@@ -207,7 +208,7 @@ mod tests {
         use berth_model::{Snapshot, SnapshotBackend};
         let mut r = record();
         r.publications
-            .insert("n1".into(), publication(PublishStep::Published, true));
+            .insert("n1".into(), publication(true, NodeLevel::Published, true));
         let snap = Snapshot {
             csi_name: "s".into(),
             create_sent: false,
@@ -294,12 +295,12 @@ mod tests {
     fn publish_goes_forward_and_skips_what_the_plugin_lacks() {
         let mut r = record();
         r.publications
-            .insert("n1".into(), publication(PublishStep::None, true));
+            .insert("n1".into(), publication(false, NodeLevel::Absent, true));
         assert_eq!(
             next_step(&r, caps(true, true)),
             Some(Step::ControllerPublish("n1".into()))
         );
-        r.publications.get_mut("n1").unwrap().step = PublishStep::ControllerPublished;
+        at(&mut r, true, NodeLevel::Absent);
         // One step to the node, whether its plugin stages or not.
         for stages in [true, false] {
             assert_eq!(
@@ -307,12 +308,12 @@ mod tests {
                 Some(Step::NodePublish("n1".into()))
             );
         }
-        r.publications.get_mut("n1").unwrap().step = PublishStep::Staged;
+        at(&mut r, true, NodeLevel::Staged);
         assert_eq!(
             next_step(&r, caps(true, true)),
             Some(Step::NodePublish("n1".into()))
         );
-        r.publications.get_mut("n1").unwrap().step = PublishStep::Published;
+        at(&mut r, true, NodeLevel::Published);
         assert_eq!(next_step(&r, caps(true, true)), None);
     }
 
@@ -320,19 +321,19 @@ mod tests {
     fn unpublish_and_delete_go_backward() {
         let mut r = record();
         r.publications
-            .insert("n1".into(), publication(PublishStep::Published, true));
+            .insert("n1".into(), publication(true, NodeLevel::Published, true));
         r.deleting = true;
         assert_eq!(
             next_step(&r, caps(true, true)),
             Some(Step::NodeUnpublish("n1".into()))
         );
-        r.publications.get_mut("n1").unwrap().step = PublishStep::Staged;
+        at(&mut r, true, NodeLevel::Staged);
         assert_eq!(
             next_step(&r, caps(true, true)),
             Some(Step::NodeUnpublish("n1".into())),
             "one step down the node, from wherever it is"
         );
-        r.publications.get_mut("n1").unwrap().step = PublishStep::ControllerPublished;
+        at(&mut r, true, NodeLevel::Absent);
         assert_eq!(
             next_step(&r, caps(false, true)),
             Some(Step::DropPublication("n1".into()))

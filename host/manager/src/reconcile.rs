@@ -433,10 +433,8 @@ impl VolumeManager {
 /// What a node-side step on a forgotten node leaves the record at, without a call:
 /// undoing goes on as if the node had done it; nothing goes forward there.
 fn skipped_on_forgotten(step: &Step) -> Option<crate::outcome::Apply> {
-    use crate::outcome::set_step;
-    use berth_model::PublishStep;
     match step {
-        Step::NodeUnpublish(node) => Some(set_step(node, PublishStep::ControllerPublished, None)),
+        Step::NodeUnpublish(node) => Some(crate::outcome::node_at(node, berth_model::NodeLevel::Absent)),
         Step::NodeExpand(node) => {
             let node = node.clone();
             Some(Box::new(move |r: &mut VolumeRecord| {

@@ -6,13 +6,13 @@ use std::sync::Arc;
 
 use crate::VolumeManager;
 use crate::nodes::NodeVolume;
-use crate::outcome::{Apply, StepError, Unwritten, done_effect, set_step, step_error};
+use crate::outcome::{Apply, StepError, Unwritten, controller_done, done_effect, node_at, step_error};
 use crate::plan::Step;
 use berth_csi::proto;
 use berth_csi::proto::controller_service_capability::rpc::Type as ControllerCap;
 use berth_csi::registry::Plugin;
 use berth_model::{
-    AccessMode, AccessType, Backend, PublishStep, SnapshotBackend, SourceKind, VolumeRecord, VolumeSource,
+    AccessMode, AccessType, Backend, NodeLevel, SnapshotBackend, SourceKind, VolumeRecord, VolumeSource,
     VolumeSpec,
 };
 use berth_policy::Code;
@@ -37,7 +37,7 @@ impl VolumeManager {
             Step::ControllerPublish(node) => {
                 let p = &r.publications[node];
                 if !self.caps(&spec.plugin, node).controller_publish {
-                    return Ok(set_step(node, PublishStep::ControllerPublished, None));
+                    return Ok(controller_done(node, true, None));
                 }
                 let node_id = self.node_id(&spec.plugin, node)?;
                 self.announce(r, node, unwritten).await?;
@@ -55,23 +55,20 @@ impl VolumeManager {
                     })
                     .await?;
                 let context = resp.publish_context.into_iter().collect();
-                Ok(sent(
-                    node,
-                    set_step(node, PublishStep::ControllerPublished, Some(context)),
-                ))
+                Ok(sent(node, controller_done(node, true, Some(context))))
             }
             Step::NodePublish(node) => {
                 let v = self.node_volume(r, node)?;
                 let staged = self.caps(&spec.plugin, node).node_stage;
                 self.announce(r, node, unwritten).await?;
                 self.nodes.publish(node, &spec.plugin, v, staged).await?;
-                Ok(sent(node, set_step(node, PublishStep::Published, None)))
+                Ok(sent(node, node_at(node, NodeLevel::Published)))
             }
             Step::NodeUnpublish(node) => {
                 self.nodes
                     .unpublish(node, &spec.plugin, &backend(r).volume_id, &r.id)
                     .await?;
-                Ok(set_step(node, PublishStep::ControllerPublished, None))
+                Ok(node_at(node, NodeLevel::Absent))
             }
             Step::ControllerUnpublish(node) => {
                 let node_id = self.node_id(&spec.plugin, node)?;
@@ -83,7 +80,7 @@ impl VolumeManager {
                         secrets: self.secrets_for(spec)?,
                     })
                     .await?;
-                Ok(set_step(node, PublishStep::None, None))
+                Ok(controller_done(node, false, None))
             }
             Step::DropPublication(node) => {
                 let node = node.clone();

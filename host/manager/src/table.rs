@@ -358,18 +358,11 @@ impl VolumeTable {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use berth_model::{Publication, PublishStep, Retrying, VolumeSpec};
+    use berth_model::{Publication, Retrying, VolumeSpec};
     use berth_store::RedbStore;
 
     fn publication() -> Publication {
-        Publication {
-            wanted: true,
-            readonly: false,
-            step: PublishStep::None,
-            publish_context: Default::default(),
-            sent: false,
-            expand_pending: false,
-        }
+        Publication::new(false)
     }
 
     fn record(id: &str, name: &str) -> VolumeRecord {

@@ -8,6 +8,7 @@ pub mod credentials;
 pub mod files;
 mod map;
 mod node;
+mod publication;
 pub mod settings;
 mod spec;
 mod state;
@@ -18,6 +19,7 @@ use serde::{Deserialize, Serialize};
 
 pub use map::VecMap;
 pub use node::{NodeLevel, Paths};
+pub use publication::Publication;
 pub use spec::{AccessMode, AccessType, SourceKind, VolumeSource, VolumeSpec};
 pub use state::{PublicationState, VolumeState};
 
@@ -63,92 +65,6 @@ pub struct Backend {
 
 fn is_false(b: &bool) -> bool {
     !*b
-}
-
-/// How far a publication has got, in lifecycle order.
-#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, PartialOrd, Ord, Serialize, Deserialize)]
-#[serde(rename_all = "kebab-case")]
-pub enum PublishStep {
-    #[default]
-    None,
-    ControllerPublished,
-    Staged,
-    Published,
-}
-
-/// A volume on one node, keyed by the node's name in [`VolumeRecord::publications`].
-#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
-pub struct Publication {
-    /// True to drive toward published, false to drive back and remove.
-    pub wanted: bool,
-    pub readonly: bool,
-    /// While wanted: how far publishing is known to have got. While being
-    /// undone: how far it may have got, so undoing starts there. Outcomes of
-    /// calls are written in batches, so after a crash the plugins may be
-    /// further along than recorded; every CSI call being idempotent, going
-    /// forward again from here is safe, and undoing starts from the top.
-    pub step: PublishStep,
-    pub publish_context: Segments,
-    /// Set (durably) before the first call for the publication: while unset,
-    /// no plugin has heard of it, so undoing it needs no call. Records from
-    /// before this field read as sent, the safe assumption.
-    #[serde(default = "yes", skip_serializing_if = "is_true")]
-    pub sent: bool,
-    /// The volume grew and this node's side of it (its file system) has
-    /// not yet: NodeExpandVolume is due once it is published.
-    #[serde(default, skip_serializing_if = "is_false")]
-    pub expand_pending: bool,
-}
-
-fn yes() -> bool {
-    true
-}
-
-fn is_true(b: &bool) -> bool {
-    *b
-}
-
-impl Publication {
-    pub fn state(&self) -> PublicationState {
-        match (self.wanted, self.step) {
-            (false, _) => PublicationState::Unpublishing,
-            (true, PublishStep::None) => PublicationState::Pending,
-            (true, PublishStep::ControllerPublished) => PublicationState::ControllerPublished,
-            (true, PublishStep::Staged) => PublicationState::Staged,
-            (true, PublishStep::Published) => PublicationState::Published,
-        }
-    }
-
-    /// Asks for the publication; going forward again from a point known
-    /// for sure if it was being undone.
-    pub fn want(&mut self, readonly: bool) {
-        if !self.wanted {
-            self.step = PublishStep::None;
-        }
-        self.wanted = true;
-        self.readonly = readonly;
-    }
-
-    /// Asks for the publication to be undone, from the top: calls made
-    /// since the last write may have got further than `step` says.
-    pub fn unwant(&mut self) {
-        if self.wanted && self.sent {
-            self.step = PublishStep::Published;
-        }
-        self.wanted = false;
-    }
-
-    /// A new publication, not yet sent to any plugin.
-    pub fn new(readonly: bool) -> Self {
-        Publication {
-            wanted: true,
-            readonly,
-            step: PublishStep::None,
-            publish_context: Segments::new(),
-            sent: false,
-            expand_pending: false,
-        }
-    }
 }
 
 /// A snapshot of a volume, kept in the volume's record by the snapshot's name.
