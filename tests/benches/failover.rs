@@ -83,6 +83,7 @@ fn realistic(i: usize) -> berth::model::VolumeRecord {
     r.backend = Some(Backend {
         volume_id: format!("hp-{i:032x}"),
         capacity_bytes: 1 << 30,
+        sized_for: None,
         context: VecMap::new(),
         accessible_topology: vec![VecMap::from([("zone".into(), "a".into())])],
         node_expansion_required: false,

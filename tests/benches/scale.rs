@@ -39,6 +39,7 @@ fn record(i: usize) -> VolumeRecord {
     r.backend = Some(Backend {
         volume_id: format!("hp-{:032x}", i),
         capacity_bytes: 1 << 30,
+        sized_for: None,
         context: VecMap::from([("hostpath.csi.berth.dev/path".into(), format!("data/hp-{i:032x}"))]),
         accessible_topology: vec![VecMap::from([("zone".into(), "a".into())])],
         node_expansion_required: false,

@@ -120,7 +120,7 @@ pub struct Config {
     #[arg(long, value_enum)]
     pub misbehave: Option<Misbehaviour>,
 
-    /// Do not offer a capability, by its CSI name (EXPAND_VOLUME,
+    /// Do not offer a capability, by its CSI name (SINGLE_NODE_MULTI_WRITER, EXPAND_VOLUME,
     /// CREATE_DELETE_SNAPSHOT, LIST_SNAPSHOTS, CLONE_VOLUME, GET_CAPACITY,
     /// LIST_VOLUMES, GET_VOLUME, GET_VOLUME_STATS, VOLUME_CONDITION); repeatable.
     /// The calls it names answer UNIMPLEMENTED.
@@ -133,6 +133,23 @@ pub struct Config {
     #[arg(long = "capacity-in", value_parser = parse_segment_capacity)]
     pub segment_capacity: Vec<(String, String, i64)>,
 
+    /// Leave an OPTIONAL field of the CSI spec unset in every answer, as
+    /// drivers in the wild do; repeatable, `all` for every one.
+    #[arg(long = "omit", value_enum)]
+    pub omitted: Vec<Omit>,
+
+    /// A snapshot answers ready_to_use=false until this long after it was
+    /// cut (as a driver that uploads its snapshots does), and cannot be
+    /// restored until then.
+    #[arg(long, value_parser = humantime::parse_duration)]
+    pub snapshot_ready_after: Option<Duration>,
+
+    /// The CSI version the plugin speaks (1.0 to 1.12): capabilities that came
+    /// later are not offered, and access modes that came later are refused as
+    /// unknown (SINGLE_NODE_SINGLE_WRITER and SINGLE_NODE_MULTI_WRITER before 1.5).
+    #[arg(long, value_parser = parse_csi_version, default_value = "1.12")]
+    pub csi_version: u32,
+
     /// Append a line per answered call to FILE: the full method name and the
     /// gRPC code's number (`/csi.v1.Controller/CreateVolume 0`).
     #[arg(long)]
@@ -141,6 +158,7 @@ pub struct Config {
 
 /// Capabilities `--disable` can take away.
 pub const OPTIONAL_CAPABILITIES: &[&str] = &[
+    "SINGLE_NODE_MULTI_WRITER",
     "EXPAND_VOLUME",
     "CREATE_DELETE_SNAPSHOT",
     "LIST_SNAPSHOTS",
@@ -151,6 +169,22 @@ pub const OPTIONAL_CAPABILITIES: &[&str] = &[
     "GET_VOLUME_STATS",
     "VOLUME_CONDITION",
 ];
+
+/// The CSI minor version each optional capability came with.
+const CAPABILITY_SINCE: &[(&str, u32)] = &[
+    ("EXPAND_VOLUME", 1),
+    ("GET_VOLUME_STATS", 1),
+    ("GET_VOLUME", 3),
+    ("VOLUME_CONDITION", 3),
+    ("SINGLE_NODE_MULTI_WRITER", 5),
+];
+
+fn parse_csi_version(text: &str) -> Result<u32, String> {
+    match text.strip_prefix("1.").map(str::parse::<u32>) {
+        Some(Ok(minor)) if minor <= 12 => Ok(minor),
+        _ => Err(format!("{text:?} is not a CSI version from 1.0 to 1.12")),
+    }
+}
 
 fn parse_capability(text: &str) -> Result<String, String> {
     let name = text.to_ascii_uppercase();
@@ -175,6 +209,26 @@ pub enum MountMode {
     Auto,
     Bind,
     Symlink,
+}
+
+/// OPTIONAL answer fields `--omit` leaves unset.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, ValueEnum)]
+pub enum Omit {
+    /// Volume.capacity_bytes (0: the capacity is unknown).
+    Capacity,
+    /// Volume.accessible_topology, while offering VOLUME_ACCESSIBILITY_CONSTRAINTS.
+    VolumeTopology,
+    /// Volume.volume_context.
+    VolumeContext,
+    /// ControllerPublishVolumeResponse.publish_context.
+    PublishContext,
+    /// ProbeResponse.ready (unset: ready).
+    ProbeReady,
+    /// Snapshot.size_bytes (0: the size is unknown).
+    SnapshotSize,
+    /// GetCapacityResponse's maximum and minimum volume sizes.
+    VolumeSizeBounds,
+    All,
 }
 
 #[derive(Clone, Copy, Debug, PartialEq, Eq, ValueEnum)]
@@ -217,9 +271,19 @@ impl Config {
         self.node && self.mode != Mode::Controller
     }
 
-    /// Whether the plugin offers an optional capability (see `--disable`).
+    /// Whether the plugin offers an optional capability (see `--disable`
+    /// and `--csi-version`).
     pub fn offers(&self, capability: &str) -> bool {
-        !self.disabled.iter().any(|d| d == capability)
+        let since = CAPABILITY_SINCE
+            .iter()
+            .find(|(c, _)| *c == capability)
+            .map_or(0, |(_, minor)| *minor);
+        since <= self.csi_version && !self.disabled.iter().any(|d| d == capability)
+    }
+
+    /// Whether answers leave `field` unset (see `--omit`).
+    pub fn omits(&self, field: Omit) -> bool {
+        self.omitted.iter().any(|o| *o == field || *o == Omit::All)
     }
 
     pub fn topology_map(&self) -> BTreeMap<String, String> {

@@ -7,13 +7,11 @@ use berth_proto::csi::v1 as csi;
 use csi::controller_service_capability::rpc::Type as Cap;
 use tonic::{Request, Response, Status};
 
-use crate::config::{Config, Misbehaviour};
+use crate::answers::{self, check_capability};
+use crate::config::{Config, Misbehaviour, Omit};
 use crate::faults::Faults;
 use crate::snapshots::{SnapshotRecord, Snapshots};
-use crate::volumes::{NewVolume, Segments, Source, VolumeRecord, Volumes, reachable};
-
-/// The publish_context key naming the node a volume was published to.
-pub const PUBLISHED_NODE_KEY: &str = "hostpath.csi.berth.dev/node";
+use crate::volumes::{NewVolume, Segments, Source, Volumes, reachable};
 
 pub struct Controller {
     config: Arc<Config>,
@@ -56,6 +54,12 @@ impl Controller {
                     .snapshots
                     .get(&s.snapshot_id)
                     .ok_or_else(|| Status::not_found(format!("snapshot {} does not exist", s.snapshot_id)))?;
+                if !answers::snapshot_ready(&self.config, &snap) {
+                    return Err(Status::failed_precondition(format!(
+                        "snapshot {} is not ready to use yet",
+                        snap.id
+                    )));
+                }
                 Ok((
                     Source::Snapshot(snap.id.clone()),
                     self.snapshots.data_path(&snap.id),
@@ -103,24 +107,6 @@ pub fn check_secrets(
     }
 }
 
-/// Directory volumes support the mount access type in every access mode.
-pub fn check_capability(cap: &csi::VolumeCapability) -> Result<(), Status> {
-    use csi::volume_capability::AccessType;
-    match &cap.access_type {
-        Some(AccessType::Mount(_)) => {}
-        Some(AccessType::Block(_)) => {
-            return Err(Status::invalid_argument(
-                "block access is not supported by directory volumes",
-            ));
-        }
-        None => return Err(Status::invalid_argument("volume capability has no access type")),
-    }
-    match cap.access_mode.as_ref().map(|m| m.mode) {
-        Some(m) if m != 0 => Ok(()),
-        _ => Err(Status::invalid_argument("volume capability has no access mode")),
-    }
-}
-
 fn require(field: &str, value: &str) -> Result<(), Status> {
     if value.is_empty() {
         Err(Status::invalid_argument(format!("{field} is required")))
@@ -139,20 +125,6 @@ pub fn condition(data: &std::path::Path) -> csi::VolumeCondition {
         Err(_) => (false, "ok".to_string()),
     };
     csi::VolumeCondition { abnormal, message }
-}
-
-fn snapshot_to_csi(rec: &SnapshotRecord) -> csi::Snapshot {
-    csi::Snapshot {
-        size_bytes: rec.size_bytes,
-        snapshot_id: rec.id.clone(),
-        source_volume_id: rec.source_volume_id.clone(),
-        creation_time: Some(prost_types::Timestamp {
-            seconds: (rec.created_ms / 1000) as i64,
-            nanos: ((rec.created_ms % 1000) * 1_000_000) as i32,
-        }),
-        ready_to_use: true,
-        group_snapshot_id: String::new(),
-    }
 }
 
 /// A page of `all` from `starting_token` (an index), as List* calls answer.
@@ -182,32 +154,6 @@ fn page<T>(all: Vec<T>, starting_token: &str, max_entries: i32) -> Result<(Vec<T
             String::new()
         },
     ))
-}
-
-pub fn to_csi(rec: &VolumeRecord) -> csi::Volume {
-    use csi::volume_content_source::{SnapshotSource, Type, VolumeSource};
-    csi::Volume {
-        capacity_bytes: rec.capacity_bytes,
-        volume_id: rec.id.clone(),
-        volume_context: [("name".to_string(), rec.name.clone())].into(),
-        content_source: rec.source.as_ref().map(|s| csi::VolumeContentSource {
-            r#type: Some(match s {
-                Source::Snapshot(id) => Type::Snapshot(SnapshotSource {
-                    snapshot_id: id.clone(),
-                }),
-                Source::Volume(id) => Type::Volume(VolumeSource {
-                    volume_id: id.clone(),
-                }),
-            }),
-        }),
-        accessible_topology: rec
-            .accessible_topology
-            .iter()
-            .map(|s| csi::Topology {
-                segments: s.clone().into_iter().collect(),
-            })
-            .collect(),
-    }
 }
 
 fn segments(t: &csi::Topology) -> Segments {
@@ -242,8 +188,17 @@ impl csi::controller_server::Controller for Controller {
         if req.volume_capabilities.is_empty() {
             return Err(Status::invalid_argument("volume_capabilities is required"));
         }
-        req.volume_capabilities.iter().try_for_each(check_capability)?;
+        req.volume_capabilities
+            .iter()
+            .try_for_each(|c| check_capability(&self.config, c))?;
         self.check_secrets(&req.secrets)?;
+        let modes: Vec<&str> = req
+            .volume_capabilities
+            .iter()
+            .filter_map(|c| c.access_mode.as_ref())
+            .filter_map(|m| csi::volume_capability::access_mode::Mode::try_from(m.mode).ok())
+            .map(|m| m.as_str_name())
+            .collect();
         let source = req
             .volume_content_source
             .as_ref()
@@ -280,10 +235,10 @@ impl csi::controller_server::Controller for Controller {
             },
             self.config.misbehave != Some(Misbehaviour::IgnoresSizeConflict),
         )?;
-        tracing::info!(name = %rec.name, id = %rec.id, "volume created");
+        tracing::info!(name = %rec.name, id = %rec.id, ?modes, "volume created");
         self.faults.reply("CreateVolume").await;
         Ok(Response::new(csi::CreateVolumeResponse {
-            volume: Some(to_csi(&rec)),
+            volume: Some(answers::volume(&self.config, &rec)),
         }))
     }
 
@@ -322,7 +277,7 @@ impl csi::controller_server::Controller for Controller {
             .volume_capability
             .as_ref()
             .ok_or_else(|| Status::invalid_argument("volume_capability is required"))?;
-        check_capability(cap)?;
+        check_capability(&self.config, cap)?;
         self.check_secrets(&req.secrets)?;
         let node = self
             .volumes
@@ -362,7 +317,7 @@ impl csi::controller_server::Controller for Controller {
             )));
         }
         Ok(Response::new(csi::ControllerPublishVolumeResponse {
-            publish_context: [(PUBLISHED_NODE_KEY.to_string(), req.node_id)].into(),
+            publish_context: answers::publish_context(&self.config, req.node_id),
         }))
     }
 
@@ -405,7 +360,11 @@ impl csi::controller_server::Controller for Controller {
                 req.volume_id
             )));
         }
-        let resp = match req.volume_capabilities.iter().try_for_each(check_capability) {
+        let resp = match req
+            .volume_capabilities
+            .iter()
+            .try_for_each(|c| check_capability(&self.config, c))
+        {
             Ok(()) => csi::ValidateVolumeCapabilitiesResponse {
                 confirmed: Some(csi::validate_volume_capabilities_response::Confirmed {
                     volume_context: req.volume_context,
@@ -438,7 +397,7 @@ impl csi::controller_server::Controller for Controller {
                     published_node_ids: rec.published_nodes.iter().cloned().collect(),
                     volume_condition: self.condition(&rec.id),
                 }),
-                volume: Some(to_csi(&rec)),
+                volume: Some(answers::volume(&self.config, &rec)),
             })
             .collect();
         Ok(Response::new(csi::ListVolumesResponse { entries, next_token }))
@@ -462,7 +421,8 @@ impl csi::controller_server::Controller for Controller {
         }
         Ok(Response::new(csi::GetCapacityResponse {
             available_capacity: free.max(0),
-            maximum_volume_size: Some(self.volumes.total_bytes()),
+            maximum_volume_size: (!self.config.omits(Omit::VolumeSizeBounds))
+                .then(|| self.volumes.total_bytes()),
             minimum_volume_size: None,
         }))
     }
@@ -477,6 +437,7 @@ impl csi::controller_server::Controller for Controller {
             caps.push(Cap::PublishUnpublishVolume);
         }
         for (name, cap) in [
+            ("SINGLE_NODE_MULTI_WRITER", Cap::SingleNodeMultiWriter),
             ("LIST_VOLUMES", Cap::ListVolumes),
             ("GET_CAPACITY", Cap::GetCapacity),
             ("GET_VOLUME", Cap::GetVolume),
@@ -517,7 +478,7 @@ impl csi::controller_server::Controller for Controller {
             .ok_or_else(|| Status::not_found(format!("volume {} does not exist", req.volume_id)))?;
         self.faults.reply("ControllerGetVolume").await;
         Ok(Response::new(csi::ControllerGetVolumeResponse {
-            volume: Some(to_csi(&rec)),
+            volume: Some(answers::volume(&self.config, &rec)),
             status: Some(csi::controller_get_volume_response::VolumeStatus {
                 published_node_ids: rec.published_nodes.iter().cloned().collect(),
                 volume_condition: self.condition(&rec.id),
@@ -548,7 +509,7 @@ impl csi::controller_server::Controller for Controller {
         tracing::info!(name = %snap.name, id = %snap.id, volume = %vol.id, "snapshot created");
         self.faults.reply("CreateSnapshot").await;
         Ok(Response::new(csi::CreateSnapshotResponse {
-            snapshot: Some(snapshot_to_csi(&snap)),
+            snapshot: Some(answers::snapshot(&self.config, &snap)),
         }))
     }
 
@@ -584,7 +545,7 @@ impl csi::controller_server::Controller for Controller {
             entries: page
                 .iter()
                 .map(|s| csi::list_snapshots_response::Entry {
-                    snapshot: Some(snapshot_to_csi(s)),
+                    snapshot: Some(answers::snapshot(&self.config, s)),
                 })
                 .collect(),
             next_token,

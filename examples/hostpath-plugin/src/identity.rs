@@ -90,7 +90,11 @@ impl csi::identity_server::Identity for Identity {
     async fn probe(&self, _: Request<csi::ProbeRequest>) -> Result<Response<csi::ProbeResponse>, Status> {
         self.faults.inject("Probe").await?;
         Ok(Response::new(csi::ProbeResponse {
-            ready: Some(self.faults.ready()),
+            // Unset means ready; a plugin that omits it has nothing else to say.
+            ready: match self.faults.ready() {
+                true if self.config.omits(crate::config::Omit::ProbeReady) => None,
+                ready => Some(ready),
+            },
         }))
     }
 }

@@ -1,5 +1,6 @@
 //! hostpath-plugin: a sample CSI plugin whose volumes are directories.
 
+mod answers;
 mod call_log;
 mod config;
 mod controller;

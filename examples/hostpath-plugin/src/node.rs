@@ -7,8 +7,9 @@ use berth_proto::csi::v1 as csi;
 use csi::node_service_capability::rpc::Type as Cap;
 use tonic::{Request, Response, Status};
 
-use crate::config::{Config, Misbehaviour};
-use crate::controller::{PUBLISHED_NODE_KEY, check_capability, check_secrets};
+use crate::answers::{PUBLISHED_NODE_KEY, check_capability};
+use crate::config::{Config, Misbehaviour, Omit};
+use crate::controller::check_secrets;
 use crate::faults::Faults;
 use crate::mounts::Mounter;
 use crate::volumes::{NodeRecord, VolumeRecord, Volumes, reachable};
@@ -56,9 +57,13 @@ impl Node {
                 self.config.node_id
             )));
         }
-        if self.config.publish_unpublish
-            && publish_context.get(PUBLISHED_NODE_KEY) != Some(&self.config.node_id)
-        {
+        // Without a publish context, the shared state says where it is published.
+        let published_here = if self.config.omits(Omit::PublishContext) {
+            rec.published_nodes.contains(&self.config.node_id)
+        } else {
+            publish_context.get(PUBLISHED_NODE_KEY) == Some(&self.config.node_id)
+        };
+        if self.config.publish_unpublish && !published_here {
             return Err(Status::failed_precondition(format!(
                 "volume {id} was not controller-published to node {}",
                 self.config.node_id
@@ -77,6 +82,7 @@ impl Node {
     ) -> Result<VolumeRecord, Status> {
         require_volume_id(volume_id)?;
         check_capability(
+            &self.config,
             capability.ok_or_else(|| Status::invalid_argument("volume_capability is required"))?,
         )?;
         check_secrets(&self.config, secrets)?;
@@ -269,6 +275,7 @@ impl csi::node_server::Node for Node {
     ) -> Result<Response<csi::NodeGetCapabilitiesResponse>, Status> {
         self.faults.inject("NodeGetCapabilities").await?;
         let optional = [
+            ("SINGLE_NODE_MULTI_WRITER", Cap::SingleNodeMultiWriter),
             ("EXPAND_VOLUME", Cap::ExpandVolume),
             ("GET_VOLUME_STATS", Cap::GetVolumeStats),
             ("VOLUME_CONDITION", Cap::VolumeCondition),

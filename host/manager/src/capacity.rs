@@ -69,7 +69,7 @@ impl VolumeManager {
         let resp = controller
             .client()
             .get_capacity(proto::GetCapacityRequest {
-                volume_capabilities: vec![crate::steps::capability(&r.spec)],
+                volume_capabilities: vec![self.controller_capability(&r.spec)],
                 parameters: r.spec.parameters.clone().into_iter().collect(),
                 accessible_topology: (!topology.is_empty()).then(|| proto::Topology {
                     segments: topology.iter().cloned().collect(),

@@ -82,6 +82,9 @@ pub(super) struct StepError {
     /// The CSI call that failed, when it is not the step's own (a node step
     /// is the node's calls in order: its stage may fail before its publish).
     pub operation: Option<Operation>,
+    /// Not a failure: the plugin is still at it (a snapshot not ready to
+    /// use yet). Looked at again after this long; the retry policy is not asked.
+    pub not_yet: Option<std::time::Duration>,
 }
 
 /// A node call by its CSI method name, as an agent reports it.
@@ -125,6 +128,7 @@ pub(super) fn policy_step_error(e: &PolicyError) -> StepError {
         sent: false,
         policy: Some(e.into()),
         operation: None,
+        not_yet: None,
     }
 }
 
@@ -136,6 +140,7 @@ impl From<CsiError> for StepError {
             message: cut(e.to_string(), FAILURE_MAX),
             policy: None,
             operation: node_operation(e.call),
+            not_yet: None,
         }
     }
 }
@@ -147,7 +152,15 @@ pub(super) fn step_error(code: Code, message: impl Into<String>) -> StepError {
         sent: false,
         policy: None,
         operation: None,
+        not_yet: None,
     }
+}
+
+/// How long to wait before looking again at work the plugin has not
+/// finished, `age_ms` after it was asked for: often at first, then less
+/// (a quarter of the time it has taken so far, 0.5 s to 30 s).
+pub(super) fn look_again(age_ms: u64) -> std::time::Duration {
+    std::time::Duration::from_millis((age_ms / 4).clamp(500, 30_000))
 }
 
 /// Codes with which a plugin refuses a CreateVolume without doing anything;
@@ -182,6 +195,7 @@ mod tests {
         r.backend = Some(Backend {
             volume_id: "v".into(),
             capacity_bytes: 1,
+            sized_for: None,
             context: Default::default(),
             accessible_topology: vec![],
             node_expansion_required: false,

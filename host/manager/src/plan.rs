@@ -132,7 +132,7 @@ pub(super) fn next_step(r: &VolumeRecord, caps: impl Fn(&str) -> Caps) -> Option
     if let Some(step) = snapshot_step(r) {
         return Some(step);
     }
-    if !r.deleting && backend.capacity_bytes < r.spec.required_bytes {
+    if !r.deleting && backend.short_of(r.spec.required_bytes) {
         return Some(Step::ControllerExpand);
     }
     for (node, p) in &r.publications {
@@ -184,6 +184,7 @@ mod tests {
         r.backend = Some(Backend {
             volume_id: "v".into(),
             capacity_bytes: 1,
+            sized_for: None,
             context: Default::default(),
             accessible_topology: vec![],
             node_expansion_required: false,

@@ -132,6 +132,15 @@ impl VolumeManager {
                         unwritten.push(event);
                     }
                 }
+                Err(StepError {
+                    not_yet: Some(after),
+                    message,
+                    ..
+                }) => {
+                    self.table.set_waiting(id, message, now_ms());
+                    self.wake_after(id, after);
+                    return self.finish(id, &record, &mut unwritten).await;
+                }
                 Err(e) => match self.failed(&record, &step, e, &mut unwritten).await {
                     Ok(Some(latest)) => record = latest,
                     Ok(None) => return,

@@ -120,6 +120,11 @@ impl VolumeManager {
                     "size: {required_bytes} bytes is not more than the volume's {now}; volumes only grow"
                 )));
             }
+            // A capacity never said is measured against the size asked before.
+            let asked = r.spec.required_bytes;
+            if let Some(b) = r.backend.as_mut().filter(|b| b.capacity_bytes == 0) {
+                b.sized_for.get_or_insert(asked);
+            }
             r.spec.required_bytes = required_bytes;
             if r.spec.limit_bytes > 0 && r.spec.limit_bytes < required_bytes {
                 // The operator asked for this size: the old ceiling gives way.

@@ -6,10 +6,13 @@ use std::sync::Arc;
 
 use crate::VolumeManager;
 use crate::nodes::NodeVolume;
-use crate::outcome::{Apply, StepError, Unwritten, controller_done, done_effect, node_at, step_error};
+use crate::outcome::{
+    Apply, StepError, Unwritten, controller_done, done_effect, look_again, node_at, step_error,
+};
 use crate::plan::Step;
 use berth_csi::proto;
 use berth_csi::proto::controller_service_capability::rpc::Type as ControllerCap;
+use berth_csi::proto::node_service_capability::rpc::Type as NodeCap;
 use berth_csi::registry::Plugin;
 use berth_model::{
     AccessMode, AccessType, Backend, NodeLevel, SnapshotBackend, SourceKind, VolumeRecord, VolumeSource,
@@ -48,7 +51,7 @@ impl VolumeManager {
                     .controller_publish_volume(proto::ControllerPublishVolumeRequest {
                         volume_id: b.volume_id.clone(),
                         node_id,
-                        volume_capability: Some(capability(spec)),
+                        volume_capability: Some(self.controller_capability(spec)),
                         readonly: p.readonly,
                         secrets: self.secrets_for(spec)?,
                         volume_context: b.context.clone().into_iter().collect(),
@@ -160,10 +163,12 @@ impl VolumeManager {
                 volume_id: backend(r).volume_id.clone(),
                 capacity_range: Some(capacity_range(spec)),
                 secrets: self.secrets_for(spec)?,
-                volume_capability: Some(capability(spec)),
+                volume_capability: Some(self.controller_capability(spec)),
             })
             .await?;
-        if resp.capacity_bytes < spec.required_bytes {
+        // 0 breaks the spec (the field is REQUIRED here) but says no less
+        // than CreateVolume's 0 does: unknown.
+        if resp.capacity_bytes != 0 && resp.capacity_bytes < spec.required_bytes {
             return Err(step_error(
                 Code::OutOfRange,
                 format!(
@@ -172,6 +177,7 @@ impl VolumeManager {
                 ),
             ));
         }
+        let asked = spec.required_bytes;
         Ok(Box::new(move |r: &mut VolumeRecord| {
             let mut any = false;
             if resp.node_expansion_required {
@@ -181,7 +187,7 @@ impl VolumeManager {
                 }
             }
             if let Some(b) = &mut r.backend {
-                b.capacity_bytes = resp.capacity_bytes;
+                b.sized(resp.capacity_bytes, asked);
                 // Nowhere to do it now: the next publication does.
                 b.node_expansion_required = resp.node_expansion_required && !any;
             }
@@ -238,13 +244,18 @@ impl VolumeManager {
             }
         });
         if !ready {
-            // Asked again (CreateSnapshot is how readiness is polled) after
-            // the retry policy's pause, with the id kept meanwhile.
+            // Not a failure: the plugin is still cutting (or uploading) it.
+            // CreateSnapshot, idempotent, is asked again to follow it, on
+            // Berth's own schedule, with the id kept meanwhile.
             unwritten.push(effect);
-            return Err(step_error(
-                Code::Unavailable,
-                "the snapshot is not ready to use yet",
-            ));
+            let age_ms = crate::now_ms().saturating_sub(snapshot.requested_ms);
+            return Err(StepError {
+                not_yet: Some(look_again(age_ms)),
+                ..step_error(
+                    Code::Unavailable,
+                    format!("waiting for snapshot {name:?} to be ready to use"),
+                )
+            });
         }
         Ok(effect)
     }
@@ -290,7 +301,7 @@ impl VolumeManager {
                         limit_bytes: spec.limit_bytes,
                     },
                 ),
-                volume_capabilities: vec![capability(spec)],
+                volume_capabilities: vec![self.controller_capability(spec)],
                 parameters: spec.parameters.clone().into_iter().collect(),
                 secrets,
                 volume_content_source: spec.source.as_ref().map(content_source),
@@ -302,7 +313,8 @@ impl VolumeManager {
             .volume
             .filter(|v| !v.volume_id.is_empty())
             .ok_or_else(|| step_error(Code::Internal, "CreateVolume answered without a volume id"))?;
-        let backend = backend_of(v);
+        let mut backend = backend_of(v);
+        backend.sized(backend.capacity_bytes, spec.required_bytes);
         Ok(Box::new(move |r: &mut VolumeRecord| {
             r.backend = Some(backend.clone());
             mark_wanted_sent(r);
@@ -356,6 +368,26 @@ impl VolumeManager {
         }
     }
 
+    /// The volume capability for the plugin's controller calls.
+    pub(super) fn controller_capability(&self, spec: &VolumeSpec) -> proto::VolumeCapability {
+        let newer = self
+            .registry
+            .get(&spec.plugin)
+            .and_then(|p| p.status().fingerprint)
+            .is_some_and(|f| f.has_controller_capability(ControllerCap::SingleNodeMultiWriter));
+        capability(spec, newer)
+    }
+
+    /// The volume capability for the node plugin's calls on `node`.
+    fn node_capability(&self, spec: &VolumeSpec, node: &str) -> proto::VolumeCapability {
+        let newer = self
+            .nodes
+            .plugin_status(node, &spec.plugin)
+            .and_then(|s| s.fingerprint)
+            .is_some_and(|f| f.has_node_capability(NodeCap::SingleNodeMultiWriter));
+        capability(spec, newer)
+    }
+
     fn controller(&self, plugin: &str) -> Result<Arc<Plugin>, StepError> {
         self.registry.get(plugin).ok_or_else(|| {
             step_error(
@@ -384,7 +416,7 @@ impl VolumeManager {
         Ok(NodeVolume {
             volume_id: b.volume_id.clone(),
             berth_id: r.id.clone(),
-            capability: capability(&r.spec),
+            capability: self.node_capability(&r.spec, node),
             publish_context: p.publish_context.clone().into_iter().collect(),
             volume_context: b.context.clone().into_iter().collect(),
             secrets: self.secrets_for(&r.spec)?,
@@ -398,6 +430,7 @@ pub(super) fn backend_of(v: proto::Volume) -> Backend {
     Backend {
         volume_id: v.volume_id,
         capacity_bytes: v.capacity_bytes,
+        sized_for: None,
         context: v.volume_context.into_iter().collect(),
         accessible_topology: v
             .accessible_topology
@@ -452,10 +485,16 @@ fn backend(r: &VolumeRecord) -> &Backend {
     r.backend.as_ref().expect("steps past Create have a backend")
 }
 
-/// The spec's access mode and type as CSI's volume capability.
-pub(super) fn capability(spec: &VolumeSpec) -> proto::VolumeCapability {
+/// The spec's access mode and type as CSI's volume capability. The two
+/// single-node modes of CSI 1.5 go only to a plugin that offers
+/// SINGLE_NODE_MULTI_WRITER (`newer_modes`); one from before knows them as
+/// SINGLE_NODE_WRITER, which the spec has every plugin keep accepting.
+pub(super) fn capability(spec: &VolumeSpec, newer_modes: bool) -> proto::VolumeCapability {
     use proto::volume_capability::{AccessType as Csi, BlockVolume, MountVolume, access_mode::Mode};
     let mode = match spec.access_mode {
+        AccessMode::SingleNodeSingleWriter | AccessMode::SingleNodeMultiWriter if !newer_modes => {
+            Mode::SingleNodeWriter
+        }
         AccessMode::SingleNodeWriter => Mode::SingleNodeWriter,
         AccessMode::SingleNodeReaderOnly => Mode::SingleNodeReaderOnly,
         AccessMode::MultiNodeReaderOnly => Mode::MultiNodeReaderOnly,

@@ -54,13 +54,39 @@ pub type Segments = VecMap<String>;
 #[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
 pub struct Backend {
     pub volume_id: String,
+    /// 0: unknown, as the spec lets a plugin answer (an NFS share).
     pub capacity_bytes: i64,
+    /// While the capacity is unknown: the size the plugin last made it for
+    /// (CreateVolume's or ControllerExpandVolume's request), which is what
+    /// a larger size asked later is measured against.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub sized_for: Option<i64>,
     pub context: Segments,
     pub accessible_topology: Vec<Segments>,
     /// The last ControllerExpandVolume asked for NodeExpandVolume, and no
     /// publication has carried it out yet: the next one to be published does.
     #[serde(default, skip_serializing_if = "is_false")]
     pub node_expansion_required: bool,
+}
+
+impl Backend {
+    /// Whether the volume is smaller than `required` bytes, as far as Berth
+    /// can tell: a capacity the plugin never said (and no size asked since)
+    /// is taken as what was asked for.
+    pub fn short_of(&self, required: i64) -> bool {
+        if self.capacity_bytes > 0 {
+            self.capacity_bytes < required
+        } else {
+            self.sized_for.is_some_and(|asked| asked < required)
+        }
+    }
+
+    /// The plugin's answer to a request for `asked` bytes: its capacity, or
+    /// 0 when it does not say.
+    pub fn sized(&mut self, capacity_bytes: i64, asked: i64) {
+        self.capacity_bytes = capacity_bytes;
+        self.sized_for = (capacity_bytes == 0).then_some(asked);
+    }
 }
 
 fn is_false(b: &bool) -> bool {
@@ -295,6 +321,30 @@ mod tests {
         r.note(10, 5, "CreateVolume".into(), "OK", "created".into());
         let back: VolumeRecord = serde_json::from_str(&serde_json::to_string(&r).unwrap()).unwrap();
         assert_eq!(back, r);
+    }
+
+    #[test]
+    fn an_unknown_capacity_is_measured_against_the_size_asked() {
+        let mut b = Backend {
+            volume_id: "v".into(),
+            capacity_bytes: 0,
+            sized_for: None,
+            context: Segments::new(),
+            accessible_topology: vec![],
+            node_expansion_required: false,
+        };
+        assert!(!b.short_of(1 << 30), "never said, never asked: nothing to grow");
+        b.sized(0, 1 << 30);
+        assert!(!b.short_of(1 << 30));
+        assert!(b.short_of(2 << 30), "a larger size asked later");
+        b.sized(2 << 30, 2 << 30);
+        assert_eq!(b.sized_for, None, "a capacity said is what counts");
+        assert!(b.short_of(3 << 30) && !b.short_of(2 << 30));
+        let old = serde_json::to_value(&b).unwrap();
+        assert!(
+            old.get("sized_for").is_none(),
+            "records stay as before unless unknown"
+        );
     }
 
     #[test]

@@ -237,7 +237,8 @@ async fn wait(
                 .any(|p| node.is_none_or(|n| p.node == n) && published(p)),
             Goal::GoneFrom(node) => !v.publications.iter().any(|p| p.node == node),
             Goal::Deleted => false,
-            Goal::Grown(size) => v.capacity_bytes >= size && !v.expanding,
+            // A capacity the plugin does not say (0) is grown once nothing is due.
+            Goal::Grown(size) => (v.capacity_bytes >= size || v.capacity_bytes == 0) && !v.expanding,
         };
         if done {
             if output == Output::Json {

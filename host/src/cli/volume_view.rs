@@ -199,6 +199,8 @@ pub fn print_volume(v: &api::Volume, output: Output) -> anyhow::Result<()> {
                     "capacity",
                     &berth::model::units::format_bytes(w.capacity_bytes as usize),
                 );
+            } else if !w.volume_id.is_empty() {
+                row("capacity", "unknown (the plugin does not say)");
             }
             for t in &w.accessible_topology {
                 row(

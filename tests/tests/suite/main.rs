@@ -22,5 +22,6 @@ mod policy_python;
 mod registry;
 mod reliability;
 mod sample_plugin;
+mod spec_rules;
 mod split_roles;
 mod store_compat;

@@ -145,7 +145,7 @@ pub(super) fn volume_summary(m: &VolumeManager, r: &VolumeRecord) -> api::Volume
         waiting: waiting.as_ref().map(|w| w.reason.clone()).unwrap_or_default(),
         waiting_since_ms: waiting.map_or(0, |w| w.since_ms),
         expanding: b.is_some_and(|b| {
-            b.capacity_bytes < r.spec.required_bytes
+            b.short_of(r.spec.required_bytes)
                 || (b.node_expansion_required && r.publications.values().any(|p| p.wanted))
         }) || r.publications.values().any(|p| p.wanted && p.expand_pending),
         events: Vec::new(),
