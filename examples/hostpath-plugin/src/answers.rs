@@ -82,6 +82,24 @@ pub fn snapshot(config: &Config, rec: &SnapshotRecord) -> csi::Snapshot {
     }
 }
 
+/// ControllerGetVolume's answer for a volume that does not exist, as a
+/// driver reporting volume health may give it instead of NOT_FOUND.
+pub fn missing_volume(volume_id: &str) -> csi::ControllerGetVolumeResponse {
+    csi::ControllerGetVolumeResponse {
+        volume: Some(csi::Volume {
+            volume_id: volume_id.to_string(),
+            ..Default::default()
+        }),
+        status: Some(csi::controller_get_volume_response::VolumeStatus {
+            published_node_ids: vec![],
+            volume_condition: Some(csi::VolumeCondition {
+                abnormal: true,
+                message: format!("volume {volume_id} does not exist"),
+            }),
+        }),
+    }
+}
+
 pub fn publish_context(config: &Config, node_id: String) -> HashMap<String, String> {
     if config.omits(Omit::PublishContext) {
         HashMap::new()

@@ -116,9 +116,18 @@ pub struct Config {
     #[arg(long, value_parser = parse_segment)]
     pub require_secret: Option<(String, String)>,
 
-    /// Break a rule of the CSI spec on purpose, to test how callers cope.
+    /// Break a rule of the CSI spec on purpose, to test how callers cope; repeatable.
     #[arg(long, value_enum)]
-    pub misbehave: Option<Misbehaviour>,
+    pub misbehave: Vec<Misbehaviour>,
+
+    /// Answer as the Kubernetes CSI hostpath driver does where it differs
+    /// from this plugin: NodeUnpublishVolume of an unknown volume answers
+    /// NOT_FOUND, ControllerGetVolume of one answers OK with an abnormal
+    /// condition, NodeStageVolume of one answers OK (which the spec forbids),
+    /// and a restore or clone asking for less than its source is refused
+    /// (OUT_OF_RANGE) instead of grown to the source's size.
+    #[arg(long)]
+    pub like_reference_driver: bool,
 
     /// Do not offer a capability, by its CSI name (SINGLE_NODE_MULTI_WRITER, EXPAND_VOLUME,
     /// CREATE_DELETE_SNAPSHOT, LIST_SNAPSHOTS, CLONE_VOLUME, GET_CAPACITY,
@@ -279,6 +288,10 @@ impl Config {
             .find(|(c, _)| *c == capability)
             .map_or(0, |(_, minor)| *minor);
         since <= self.csi_version && !self.disabled.iter().any(|d| d == capability)
+    }
+
+    pub fn misbehaves(&self, m: Misbehaviour) -> bool {
+        self.misbehave.contains(&m)
     }
 
     /// Whether answers leave `field` unset (see `--omit`).

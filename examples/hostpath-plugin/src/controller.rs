@@ -181,7 +181,7 @@ impl csi::controller_server::Controller for Controller {
     ) -> Result<Response<csi::CreateVolumeResponse>, Status> {
         self.faults.inject("CreateVolume").await?;
         let mut req = request.into_inner();
-        if self.config.misbehave == Some(Misbehaviour::AcceptsMissingName) && req.name.is_empty() {
+        if self.config.misbehaves(Misbehaviour::AcceptsMissingName) && req.name.is_empty() {
             req.name = "unnamed".to_string();
         }
         require("name", &req.name)?;
@@ -207,6 +207,15 @@ impl csi::controller_server::Controller for Controller {
         let (required, limit) = req
             .capacity_range
             .map_or((0, 0), |c| (c.required_bytes, c.limit_bytes));
+        if let Some((_, _, source_size)) = &source
+            && self.config.like_reference_driver
+            && required > 0
+            && required < *source_size
+        {
+            return Err(Status::out_of_range(format!(
+                "the source's size {source_size} is greater than the requested volume size {required}"
+            )));
+        }
         if required < 0 || limit < 0 || (limit > 0 && required > limit) {
             return Err(Status::out_of_range(format!(
                 "capacity range required={required} limit={limit} is not satisfiable"
@@ -233,7 +242,7 @@ impl csi::controller_server::Controller for Controller {
                 source,
                 segment_capacity: self.config.segment_capacity.clone(),
             },
-            self.config.misbehave != Some(Misbehaviour::IgnoresSizeConflict),
+            !self.config.misbehaves(Misbehaviour::IgnoresSizeConflict),
         )?;
         tracing::info!(name = %rec.name, id = %rec.id, ?modes, "volume created");
         self.faults.reply("CreateVolume").await;
@@ -250,7 +259,7 @@ impl csi::controller_server::Controller for Controller {
         let req = request.into_inner();
         require("volume_id", &req.volume_id)?;
         self.check_secrets(&req.secrets)?;
-        if self.config.misbehave == Some(Misbehaviour::NotFoundOnDelete)
+        if self.config.misbehaves(Misbehaviour::NotFoundOnDelete)
             && self.volumes.get(&req.volume_id)?.is_none()
         {
             return Err(Status::not_found(format!(
@@ -472,10 +481,16 @@ impl csi::controller_server::Controller for Controller {
         self.offered("GET_VOLUME")?;
         let req = request.into_inner();
         require("volume_id", &req.volume_id)?;
-        let rec = self
-            .volumes
-            .get(&req.volume_id)?
-            .ok_or_else(|| Status::not_found(format!("volume {} does not exist", req.volume_id)))?;
+        let Some(rec) = self.volumes.get(&req.volume_id)? else {
+            if self.config.like_reference_driver {
+                // Reported as a volume in trouble, for volume health.
+                return Ok(Response::new(answers::missing_volume(&req.volume_id)));
+            }
+            return Err(Status::not_found(format!(
+                "volume {} does not exist",
+                req.volume_id
+            )));
+        };
         self.faults.reply("ControllerGetVolume").await;
         Ok(Response::new(csi::ControllerGetVolumeResponse {
             volume: Some(answers::volume(&self.config, &rec)),

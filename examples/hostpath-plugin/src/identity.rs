@@ -53,11 +53,13 @@ impl csi::identity_server::Identity for Identity {
             ]
             .into(),
         };
-        match self.config.misbehave {
-            Some(Misbehaviour::EmptyName) => resp.name.clear(),
-            Some(Misbehaviour::BadName) => resp.name = "bad_name.example.com".into(),
-            Some(Misbehaviour::EmptyVersion) => resp.vendor_version.clear(),
-            _ => {}
+        for m in &self.config.misbehave {
+            match m {
+                Misbehaviour::EmptyName => resp.name.clear(),
+                Misbehaviour::BadName => resp.name = "bad_name.example.com".into(),
+                Misbehaviour::EmptyVersion => resp.vendor_version.clear(),
+                _ => {}
+            }
         }
         Ok(Response::new(resp))
     }

@@ -108,6 +108,24 @@ impl Node {
         Ok((rec, path))
     }
 
+    /// NodeStageVolume of a volume that does not exist, answered OK (a
+    /// node-local driver that does not ask): an empty directory is staged,
+    /// and stays until NodeUnstageVolume.
+    fn stage_unknown(
+        &self,
+        volume_id: &str,
+        staging: &Path,
+    ) -> Result<Response<csi::NodeStageVolumeResponse>, Status> {
+        require_volume_id(volume_id)?;
+        let empty = self.config.state_dir.join("staged-unknown");
+        std::fs::create_dir_all(&empty).map_err(|e| io_status("making", &empty, e))?;
+        self.mounter
+            .attach(&empty, staging, false)
+            .map_err(|e| io_status("staging at", staging, e))?;
+        tracing::warn!(volume = %volume_id, path = %staging.display(), "staged a volume that does not exist");
+        Ok(Response::new(csi::NodeStageVolumeResponse {}))
+    }
+
     /// NodeUnstage and NodeUnpublish: remove what attach made at `path`.
     fn detach(&self, volume_id: &str, field: &str, path: &str) -> Result<(), Status> {
         require_volume_id(volume_id)?;
@@ -159,6 +177,9 @@ impl csi::node_server::Node for Node {
         }
         let req = request.into_inner();
         let staging = required_path("staging_target_path", &req.staging_target_path)?;
+        if self.config.like_reference_driver && self.volumes.get(&req.volume_id)?.is_none() {
+            return self.stage_unknown(&req.volume_id, &staging);
+        }
         let rec = self.volume_for_attach(
             &req.volume_id,
             req.volume_capability.as_ref(),
@@ -222,6 +243,15 @@ impl csi::node_server::Node for Node {
     ) -> Result<Response<csi::NodeUnpublishVolumeResponse>, Status> {
         self.faults.inject("NodeUnpublishVolume").await?;
         let req = request.into_inner();
+        if self.config.like_reference_driver
+            && !req.volume_id.is_empty()
+            && self.volumes.get(&req.volume_id)?.is_none()
+        {
+            return Err(Status::not_found(format!(
+                "volume {} does not exist",
+                req.volume_id
+            )));
+        }
         self.detach(&req.volume_id, "target_path", &req.target_path)?;
         Ok(Response::new(csi::NodeUnpublishVolumeResponse {}))
     }
@@ -312,10 +342,12 @@ impl csi::node_server::Node for Node {
                 segments: self.config.topology.iter().cloned().collect(),
             }),
         };
-        match self.config.misbehave {
-            Some(Misbehaviour::EmptyNodeId) => resp.node_id.clear(),
-            Some(Misbehaviour::NegativeMaxVolumes) => resp.max_volumes_per_node = -1,
-            _ => {}
+        for m in &self.config.misbehave {
+            match m {
+                Misbehaviour::EmptyNodeId => resp.node_id.clear(),
+                Misbehaviour::NegativeMaxVolumes => resp.max_volumes_per_node = -1,
+                _ => {}
+            }
         }
         Ok(Response::new(resp))
     }

@@ -21,6 +21,7 @@ const EXPAND_MISSING: Rule = (
     "ControllerExpandVolume missing a field",
     "answers INVALID_ARGUMENT without volume_id or capacity_range",
 );
+const NODE_EXPAND_UNKNOWN: Rule = ("NodeExpandVolume, unknown volume", "answers NOT_FOUND");
 const NODE_EXPAND: Rule = (
     "NodeExpandVolume",
     "grows the published volume on the node when ControllerExpandVolume asks for it",
@@ -91,7 +92,11 @@ impl Run<'_> {
                         resp.capacity_bytes
                     )));
                 }
-                Ok(resp.node_expansion_required)
+                Ok((resp.node_expansion_required, resp.capacity_bytes))
+            })
+            .map(|(node_expansion, capacity)| {
+                self.grown_to = Some(capacity);
+                node_expansion
             });
             node_expansion = r.as_ref().ok().copied();
             self.record(EXPAND, r.map(drop));
@@ -155,6 +160,26 @@ impl Run<'_> {
                 }
             });
             self.record(NODE_EXPAND, r);
+        }
+        let node = self.node_with(Some(NodeCap::ExpandVolume));
+        if let Some(node) = self.needs(NODE_EXPAND_UNKNOWN, node) {
+            let req = proto::NodeExpandVolumeRequest {
+                volume_id: self.unknown_volume(),
+                volume_path: self.work_dir.join("target-unknown").display().to_string(),
+                capacity_range: Some(proto::CapacityRange {
+                    required_bytes: size,
+                    limit_bytes: 0,
+                }),
+                staging_target_path: String::new(),
+                volume_capability: Some(self.capability()),
+                secrets: self.secrets(),
+            };
+            let r = answers(
+                "NodeExpandVolume",
+                node.node_expand_volume(req).await,
+                Code::NotFound,
+            );
+            self.record(NODE_EXPAND_UNKNOWN, r);
         }
     }
 

@@ -48,6 +48,9 @@ pub struct CheckOptions {
 pub enum Verdict {
     Passed,
     Failed,
+    /// The answer differs from the spec's table where the spec's wording
+    /// leaves the driver room (its own reasons, said in the case); not a failure.
+    Warning,
     Skipped,
 }
 
@@ -62,8 +65,11 @@ pub struct Case {
     /// What the spec asks of it, e.g. `succeeds both times`.
     pub rule: &'static str,
     pub verdict: Verdict,
-    /// Why it failed or was skipped; empty when it passed.
+    /// Why it failed, warned or was skipped; empty when it passed.
     pub reason: String,
+    /// Whether the rule is one the spec says a driver MUST keep; false where
+    /// its wording leaves room (a warning, never a failure).
+    pub must: bool,
 }
 
 #[derive(Clone, Debug, Serialize)]
@@ -75,6 +81,7 @@ pub struct Report {
     pub cases: Vec<Case>,
     pub passed: usize,
     pub failed: usize,
+    pub warnings: usize,
     pub skipped: usize,
 }
 
@@ -101,6 +108,7 @@ pub async fn run(opts: &CheckOptions) -> std::io::Result<Report> {
         cases: Vec::new(),
         made: Made::default(),
         volume: None,
+        grown_to: None,
         staged_at: None,
         published_at: None,
         publish_context: HashMap::new(),
@@ -184,6 +192,8 @@ pub(crate) struct Run<'a> {
     made: Made,
     /// The volume the check made, once CreateVolume worked.
     volume: Option<proto::Volume>,
+    /// Its capacity once ControllerExpandVolume grew it.
+    grown_to: Option<i64>,
     staged_at: Option<String>,
     published_at: Option<String>,
     publish_context: HashMap<String, String>,
@@ -200,6 +210,19 @@ impl Run<'_> {
             rule,
             verdict,
             reason,
+            must: true,
+        });
+    }
+
+    /// An answer the spec's table does not list, where its wording leaves
+    /// the driver room: `why` says what was seen and why it may be meant.
+    fn warn(&mut self, (name, rule): Rule, why: String) {
+        self.cases.push(Case {
+            name,
+            rule,
+            verdict: Verdict::Warning,
+            reason: why,
+            must: false,
         });
     }
 
@@ -209,6 +232,7 @@ impl Run<'_> {
             rule,
             verdict: Verdict::Skipped,
             reason: why.into(),
+            must: true,
         });
     }
 
@@ -505,14 +529,19 @@ impl Run<'_> {
             node_endpoint: self.opts.node_endpoint.as_ref().map(|c| c.endpoint().to_string()),
             passed: count(Verdict::Passed),
             failed: count(Verdict::Failed),
+            warnings: count(Verdict::Warning),
             skipped: count(Verdict::Skipped),
             cases: self.cases,
         }
     }
 }
 
+/// Notes what undoing `what` left behind; NOT_FOUND means it is gone (a
+/// driver may answer so for what it does not know, or no longer has).
 fn note<T>(left: &mut Vec<String>, what: String, r: Result<T, CsiError>) {
-    if let Err(e) = r {
-        left.push(format!("{what} ({})", expect::describe(&e)));
+    match r {
+        Err(e) if e.code() == tonic::Code::NotFound => {}
+        Err(e) => left.push(format!("{what} ({})", expect::describe(&e))),
+        Ok(_) => {}
     }
 }

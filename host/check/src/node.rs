@@ -34,6 +34,10 @@ const NODE_PUBLISH_MISSING: Rule = (
 );
 const STATS: Rule = ("NodeGetVolumeStats", "reports usage of the published volume");
 const STATS_UNKNOWN: Rule = ("NodeGetVolumeStats, unknown volume", "answers NOT_FOUND");
+const STATS_NO_PATH: Rule = (
+    "NodeGetVolumeStats, path that does not exist",
+    "answers NOT_FOUND for the published volume at a path it is not at",
+);
 const NODE_UNPUBLISH: Rule = ("NodeUnpublishVolume", "unpublishes and removes the target path");
 const NODE_UNPUBLISH_AGAIN: Rule = ("NodeUnpublishVolume twice", "succeeds the second time too");
 const NODE_UNPUBLISH_MISSING: Rule = (
@@ -57,6 +61,14 @@ const UNPUBLISH_MISSING: Rule = (
 );
 
 impl Run<'_> {
+    /// A call that should have been refused and was answered OK may have
+    /// done something: the clean-up undoes it.
+    fn undo_if_done<T, E>(&mut self, answer: &Result<T, E>, remember: impl FnOnce(&mut crate::Made)) {
+        if answer.is_ok() {
+            remember(&mut self.made);
+        }
+    }
+
     /// The node to publish to: the node plugin's id, else `--node-id`.
     fn node_id(&self) -> Result<String, Why> {
         self.node_fp()
@@ -112,22 +124,24 @@ impl Run<'_> {
             self.record(PUBLISH_AGAIN, succeeds(r).map(drop));
         }
         if let Some((ctl, _, node_id)) = self.needs(PUBLISH_UNKNOWN_VOLUME, self.publisher()) {
-            let req = self.publish_request(self.unknown_volume(), node_id);
-            let r = answers(
-                "ControllerPublishVolume",
-                ctl.controller_publish_volume(req).await,
-                Code::NotFound,
+            let volume_id = self.unknown_volume();
+            let req = self.publish_request(volume_id.clone(), node_id.clone());
+            let r = ctl.controller_publish_volume(req).await;
+            self.undo_if_done(&r, |made| made.controller_published.push((volume_id, node_id)));
+            self.record(
+                PUBLISH_UNKNOWN_VOLUME,
+                answers("ControllerPublishVolume", r, Code::NotFound),
             );
-            self.record(PUBLISH_UNKNOWN_VOLUME, r);
         }
         if let Some((ctl, volume_id, _)) = self.needs(PUBLISH_UNKNOWN_NODE, self.publisher()) {
-            let req = self.publish_request(volume_id, format!("{}-no-such-node", self.base));
-            let r = answers(
-                "ControllerPublishVolume",
-                ctl.controller_publish_volume(req).await,
-                Code::NotFound,
+            let node_id = format!("{}-no-such-node", self.base);
+            let req = self.publish_request(volume_id.clone(), node_id.clone());
+            let r = ctl.controller_publish_volume(req).await;
+            self.undo_if_done(&r, |made| made.controller_published.push((volume_id, node_id)));
+            self.record(
+                PUBLISH_UNKNOWN_NODE,
+                answers("ControllerPublishVolume", r, Code::NotFound),
             );
-            self.record(PUBLISH_UNKNOWN_NODE, r);
         }
         if let Some((ctl, volume_id, node_id)) = self.needs(PUBLISH_MISSING, self.publisher()) {
             let r = refuses_missing(
@@ -197,12 +211,11 @@ impl Run<'_> {
         if let Some(node) = self.needs(STAGE_UNKNOWN, stager) {
             let r = match self.path("staging-unknown", true) {
                 Ok(path) => {
-                    let req = self.stage_request(self.unknown_volume(), path);
-                    answers(
-                        "NodeStageVolume",
-                        node.node_stage_volume(req).await,
-                        Code::NotFound,
-                    )
+                    let volume_id = self.unknown_volume();
+                    let req = self.stage_request(volume_id.clone(), path.clone());
+                    let r = node.node_stage_volume(req).await;
+                    self.undo_if_done(&r, |made| made.staged.push((volume_id, path)));
+                    answers("NodeStageVolume", r, Code::NotFound)
                 }
                 Err(e) => Err(Why::from(format!("making the staging directory: {e}"))),
             };
@@ -320,6 +333,19 @@ impl Run<'_> {
                 .ok_or("needs the volume published (NodePublishVolume)")?;
             Ok((n, self.volume_id()?, at))
         });
+        if let Some((node, volume_id, _)) = self.needs(STATS_NO_PATH, published.clone()) {
+            let req = proto::NodeGetVolumeStatsRequest {
+                volume_id,
+                volume_path: self.work_dir.join("no-such-path").display().to_string(),
+                staging_target_path: self.staged_at.clone().unwrap_or_default(),
+            };
+            let r = answers(
+                "NodeGetVolumeStats",
+                node.node_get_volume_stats(req).await,
+                Code::NotFound,
+            );
+            self.record(STATS_NO_PATH, r);
+        }
         if let Some((node, volume_id, volume_path)) = self.needs(STATS, published) {
             let req = proto::NodeGetVolumeStatsRequest {
                 volume_id,

@@ -135,14 +135,15 @@ impl Run<'_> {
                 Source::Snapshot(SnapshotSource {
                     snapshot_id: s.snapshot_id.clone(),
                 }),
+                s.size_bytes,
             )),
             Some(_) => Err(Why::from("the snapshot is not ready to use yet".to_string())),
             None => Err(Why::from(
                 "needs the snapshot CreateSnapshot was to take".to_string(),
             )),
         });
-        if let Some((ctl, source)) = self.needs(RESTORE, restorable) {
-            let r = self.create_from(&ctl, "restored", source).await;
+        if let Some((ctl, source, size)) = self.needs(RESTORE, restorable) {
+            let r = self.create_from(&ctl, "restored", source, size).await;
             self.record(RESTORE, r);
         }
         let cloneable = self.controller_with(ControllerCap::CloneVolume).and_then(|ctl| {
@@ -154,13 +155,29 @@ impl Run<'_> {
             ))
         });
         if let Some((ctl, source)) = self.needs(CLONE, cloneable) {
-            let r = self.create_from(&ctl, "clone", source).await;
+            let r = self.create_from(&ctl, "clone", source, 0).await;
             self.record(CLONE, r);
         }
     }
 
-    async fn create_from(&mut self, ctl: &CsiClient, suffix: &str, source: Source) -> Result<(), Why> {
-        let mut req = self.create_request(format!("{}-{suffix}", self.base), self.opts.size_bytes);
+    /// A new volume from `source`, asking for at least the source's size as
+    /// it is now (the expansion cases may have grown it): a driver may
+    /// rightly refuse a volume smaller than its source.
+    async fn create_from(
+        &mut self,
+        ctl: &CsiClient,
+        suffix: &str,
+        source: Source,
+        source_bytes: i64,
+    ) -> Result<(), Why> {
+        let now = self.volume.as_ref().map_or(0, |v| v.capacity_bytes);
+        let size = self
+            .opts
+            .size_bytes
+            .max(now)
+            .max(self.grown_to.unwrap_or(0))
+            .max(source_bytes);
+        let mut req = self.create_request(format!("{}-{suffix}", self.base), size);
         req.volume_content_source = Some(proto::VolumeContentSource { r#type: Some(source) });
         let resp = succeeds(ctl.create_volume(req).await)?;
         let v = resp.volume.ok_or("CreateVolume answered OK without a volume")?;

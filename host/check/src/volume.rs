@@ -266,12 +266,23 @@ impl Run<'_> {
             let req = proto::ControllerGetVolumeRequest {
                 volume_id: self.unknown_volume(),
             };
-            let r = answers(
-                "ControllerGetVolume",
-                ctl.controller_get_volume(req).await,
-                Code::NotFound,
-            );
-            self.record(GET_UNKNOWN, r);
+            let r = ctl.controller_get_volume(req).await;
+            let abnormal = r
+                .as_ref()
+                .ok()
+                .and_then(|resp| resp.status.as_ref()?.volume_condition.as_ref())
+                .filter(|c| c.abnormal);
+            match abnormal {
+                // A driver that reports volume health may say "missing" this way on purpose.
+                Some(c) => self.warn(
+                    GET_UNKNOWN,
+                    format!(
+                        "answered OK with an abnormal volume condition ({:?}) where the spec's table says NOT_FOUND",
+                        c.message
+                    ),
+                ),
+                None => self.record(GET_UNKNOWN, answers("ControllerGetVolume", r, Code::NotFound)),
+            }
         }
         let lister = self.controller_with(ControllerCap::ListVolumes);
         if let Some((ctl, volume_id)) =

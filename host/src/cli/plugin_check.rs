@@ -146,15 +146,27 @@ fn print(report: &Report) {
         let mark = match case.verdict {
             Verdict::Passed => "PASS",
             Verdict::Failed => "FAIL",
+            Verdict::Warning => "WARN",
             Verdict::Skipped => "SKIP",
         };
-        say!("{mark}  {:<name_width$}  {}", case.name, case.rule);
+        // Which rules are a MUST matters where one was not kept.
+        let level = match case.verdict {
+            Verdict::Failed if case.must => " (a MUST)",
+            Verdict::Warning => " (the spec leaves room)",
+            _ => "",
+        };
+        say!("{mark}  {:<name_width$}  {}{level}", case.name, case.rule);
         if !case.reason.is_empty() {
             say!("      {:<name_width$}  {}", "", case.reason);
         }
     }
+    let warnings = match report.warnings {
+        0 => String::new(),
+        1 => ", 1 warning".to_string(),
+        n => format!(", {n} warnings"),
+    };
     say!(
-        "{} passed, {} failed, {} skipped",
+        "{} passed, {} failed, {} skipped{warnings}",
         report.passed,
         report.failed,
         report.skipped

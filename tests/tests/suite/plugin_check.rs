@@ -89,6 +89,9 @@ fn the_sample_plugin_passes_every_case() {
         "NodeExpandVolume",
         "CreateSnapshot twice",
         "ControllerPublishVolume, unknown node",
+        "NodeGetVolumeStats, unknown volume",
+        "NodeGetVolumeStats, path that does not exist",
+        "NodeExpandVolume, unknown volume",
         "clean-up",
     ] {
         assert!(
@@ -111,6 +114,54 @@ fn the_sample_plugin_passes_every_case() {
     assert!(out.status.success(), "{stderr}");
     let last = stdout.lines().last().unwrap_or_default();
     assert_eq!(last, format!("{} passed, 0 failed, 0 skipped", passed.len()));
+}
+
+/// The Kubernetes CSI hostpath driver's own answers where the spec leaves
+/// room (and one where it does not), as csi-sanity judges them: the one
+/// rule broken fails, the rest pass or warn, and nothing is left behind.
+#[test]
+fn a_driver_answering_like_the_reference_one_fails_only_where_csi_sanity_does() {
+    let dir = test_dir();
+    let work = dir.path().join("work");
+    std::fs::create_dir(&work).unwrap();
+    let plugin = PluginBuilder::new(dir.path(), "csi")
+        .args(&["--topology", "zone=a", "--like-reference-driver"])
+        .spawn();
+    let (ok, report) = check(&plugin, &work, &[]);
+    assert!(!ok, "a MUST was broken: {report:#}");
+    let failed = cases_with(&report, "failed");
+    assert_eq!(
+        failed.iter().map(|c| c.0.as_str()).collect::<Vec<_>>(),
+        ["NodeStageVolume, unknown volume"],
+        "{report:#}"
+    );
+    let warned = cases_with(&report, "warning");
+    assert_eq!(warned.len(), 1, "{report:#}");
+    assert_eq!(warned[0].0, "ControllerGetVolume, unknown volume");
+    assert!(warned[0].1.contains("abnormal"), "{}", warned[0].1);
+    let case = |name: &str| {
+        report["cases"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .find(|c| c["name"] == name)
+            .cloned()
+            .unwrap_or_else(|| panic!("no case {name}: {report:#}"))
+    };
+    assert_eq!(case("NodeStageVolume, unknown volume")["must"], true);
+    assert_eq!(case("ControllerGetVolume, unknown volume")["must"], false);
+    // Restored and cloned at the size the source has grown to, which this driver insists on.
+    for name in [
+        "CreateVolume from a snapshot",
+        "CreateVolume from a volume",
+        "clean-up",
+    ] {
+        assert_eq!(case(name)["verdict"], "passed", "{name}: {:#}", case(name));
+    }
+    assert_eq!(report["warnings"], 1);
+    // What the driver staged though it should not have is unstaged again:
+    // the staging path under the work directory goes with it.
+    assert_clean(&plugin.state_dir, &work);
 }
 
 #[test]
