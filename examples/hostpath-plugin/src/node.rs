@@ -305,10 +305,10 @@ impl csi::node_server::Node for Node {
     ) -> Result<Response<csi::NodeGetCapabilitiesResponse>, Status> {
         self.faults.inject("NodeGetCapabilities").await?;
         let optional = [
-            ("SINGLE_NODE_MULTI_WRITER", Cap::SingleNodeMultiWriter),
             ("EXPAND_VOLUME", Cap::ExpandVolume),
             ("GET_VOLUME_STATS", Cap::GetVolumeStats),
             ("VOLUME_CONDITION", Cap::VolumeCondition),
+            ("SINGLE_NODE_MULTI_WRITER", Cap::SingleNodeMultiWriter),
         ];
         let capabilities = self
             .config

@@ -40,7 +40,7 @@ fn reports_a_plugin_named_like_the_kubernetes_hostpath_driver() {
     assert!(row("controller ").contains("PUBLISH_UNPUBLISH_VOLUME"));
     assert_eq!(
         row("node "),
-        "STAGE_UNSTAGE_VOLUME, EXPAND_VOLUME, GET_VOLUME_STATS, VOLUME_CONDITION"
+        "STAGE_UNSTAGE_VOLUME, EXPAND_VOLUME, GET_VOLUME_STATS, VOLUME_CONDITION, SINGLE_NODE_MULTI_WRITER"
     );
 }
 
@@ -92,6 +92,8 @@ fn capabilities_follow_the_plugin_flags() {
             "VOLUME_CONDITION",
             "--disable",
             "CREATE_DELETE_SNAPSHOT",
+            "--disable",
+            "SINGLE_NODE_MULTI_WRITER",
         ])
         .spawn();
     let fp = probe_json(&plugin.endpoint());
