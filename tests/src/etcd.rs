@@ -33,7 +33,7 @@ pub const ETCD_CLIENT: (&str, &str) = ("client.pem", "client.key");
 
 /// A CA, the members' certificate (for 127.0.0.1 and localhost) and a
 /// client certificate, written to `dir`.
-fn write_pki(dir: &std::path::Path) {
+pub(crate) fn write_pki(dir: &std::path::Path) {
     use rcgen::{
         BasicConstraints, CertificateParams, DnType, ExtendedKeyUsagePurpose, IsCa, Issuer, KeyPair,
     };

@@ -7,6 +7,7 @@ pub mod cpu;
 pub mod direct;
 mod etcd;
 mod plugin;
+mod registry;
 pub mod scrape;
 mod serves;
 pub mod storm;
@@ -15,6 +16,7 @@ pub use agents::AgentProcess;
 pub use bins::bin;
 pub use etcd::EtcdCluster;
 pub use plugin::{Plugin, PluginBuilder};
+pub use registry::RegistryServer;
 pub use serves::ServeProcess;
 use serves::state_dir;
 
@@ -161,6 +163,8 @@ pub struct ClusterSpec<'a> {
     pub volumes_dir: Option<&'a Path>,
     /// Where the sample guests come from (default: as built from `guests/`).
     pub guest_dir: Option<&'a Path>,
+    /// `[[policy]]` (and `[oci]`) tables instead of the sample guests' own.
+    pub policy_tables: Option<&'a str>,
     /// Serve each node by a `berth agent` process (heartbeat timeout 1 s)
     /// instead of a `[[node]]` in `berth.toml`.
     pub agents: bool,
@@ -188,6 +192,7 @@ impl Default for ClusterSpec<'_> {
             node_args: vec![],
             volumes_dir: None,
             guest_dir: None,
+            policy_tables: None,
             agents: false,
             tls: false,
             store: None,
@@ -282,7 +287,9 @@ impl Cluster {
             Some(d) => d.join(format!("{name}.wasm")),
             None => guest(name),
         };
-        let guests = if spec.guests {
+        let guests = if let Some(tables) = spec.policy_tables {
+            tables.to_string()
+        } else if spec.guests {
             format!(
                 "[[policy]]\nmodule = \"{}\"\nsettings = {{ prefix = \"pv\" }}\n[[policy]]\nmodule = \"{}\"\n[[policy]]\nmodule = \"{}\"\nsettings = {{ {} }}\n",
                 guest("berth_naming_guest").display(),

@@ -170,6 +170,7 @@ fn guests() -> anyhow::Result<()> {
 
 fn test(extra: &[String]) -> anyhow::Result<()> {
     ensure_etcd()?;
+    ensure_registry()?;
     guests()?;
     python::native_cases()?;
     build_bins()?;
@@ -184,7 +185,19 @@ fn test(extra: &[String]) -> anyhow::Result<()> {
 /// The etcd store's tests start real etcd members: the Debian package
 /// `etcd-server`, installed with apt-get when `etcd` is not on the PATH.
 fn ensure_etcd() -> anyhow::Result<()> {
-    let found = |program: &str| {
+    ensure_package("etcd", "etcd-server")
+}
+
+/// The policy delivery tests push to and pull from a real registry: the
+/// Debian package `docker-registry` (the CNCF distribution registry).
+fn ensure_registry() -> anyhow::Result<()> {
+    ensure_package("docker-registry", "docker-registry")
+}
+
+/// `program` on the PATH, from Debian's `package` (apt-get, as root
+/// directly, otherwise through sudo) when it is not there yet.
+fn ensure_package(program: &str, package: &str) -> anyhow::Result<()> {
+    let found = || {
         Command::new(program)
             .arg("--version")
             .stdout(std::process::Stdio::null())
@@ -192,11 +205,10 @@ fn ensure_etcd() -> anyhow::Result<()> {
             .status()
             .is_ok_and(|s| s.success())
     };
-    if found("etcd") {
+    if found() {
         return Ok(());
     }
-    eprintln!("xtask: etcd not found; installing the Debian package etcd-server");
-    // As root directly; otherwise through sudo.
+    eprintln!("xtask: {program} not found; installing the Debian package {package}");
     let root = found_root();
     let apt = |args: &[&str]| {
         let mut cmd = if root {
@@ -209,13 +221,13 @@ fn ensure_etcd() -> anyhow::Result<()> {
         cmd.args(args).env("DEBIAN_FRONTEND", "noninteractive");
         run(cmd)
     };
-    if apt(&["install", "-y", "--no-install-recommends", "etcd-server"]).is_err() {
+    if apt(&["install", "-y", "--no-install-recommends", package]).is_err() {
         apt(&["update"])?;
-        apt(&["install", "-y", "--no-install-recommends", "etcd-server"])?;
+        apt(&["install", "-y", "--no-install-recommends", package])?;
     }
     anyhow::ensure!(
-        found("etcd"),
-        "etcd-server is installed but `etcd` is not on the PATH"
+        found(),
+        "{package} is installed but `{program}` is not on the PATH"
     );
     Ok(())
 }

@@ -77,6 +77,7 @@ struct Raw {
     metrics: Option<String>,
     events_per_volume: Option<usize>,
     store: Option<RawStore>,
+    oci: Option<oci::RawOci>,
     #[serde(default, rename = "plugin")]
     plugins: Vec<RawPlugin>,
     #[serde(default, rename = "node")]
@@ -161,6 +162,10 @@ pub struct Config {
     pub plugins: Vec<PluginConfig>,
     pub nodes: Vec<NodeConfig>,
     pub policies: Vec<PolicyConfig>,
+    /// How modules named `oci://…` are fetched (`[oci]`).
+    pub oci: berth_oci::Access,
+    /// Where fetched modules are kept, checked, as an OCI image layout.
+    pub policy_cache: PathBuf,
 }
 
 #[derive(Clone, Debug)]
@@ -182,8 +187,11 @@ pub struct NodeConfig {
 
 #[derive(Clone, Debug)]
 pub struct PolicyConfig {
+    /// Its `path` is empty for a module in a registry until it is fetched.
     pub module: ModuleConfig,
     pub decisions: Vec<Decision>,
+    /// The registry reference the module comes from, pinned by digest.
+    pub source: Option<berth_oci::Reference>,
 }
 
 /// `[store]`: checked by the etcd store itself, with the key at fault;
@@ -362,7 +370,14 @@ impl Config {
                 })
                 .collect::<Result<Vec<_>, _>>()?;
             let defaults = Limits::default();
-            let mut module = ModuleConfig::from_path(&resolve(&p.module));
+            let source = oci::module_reference(&format!("{at}.module"), &p.module)?;
+            let mut module = match &source {
+                Some(r) => ModuleConfig {
+                    path: PathBuf::new(),
+                    ..ModuleConfig::from_path(Path::new(r.repository.rsplit('/').next().unwrap_or("module")))
+                },
+                None => ModuleConfig::from_path(&resolve(&p.module)),
+            };
             if let Some(name) = p.name {
                 module.name = name;
             }
@@ -402,10 +417,18 @@ impl Config {
                     ));
                 }
             }
-            policies.push(PolicyConfig { module, decisions });
+            policies.push(PolicyConfig {
+                module,
+                decisions,
+                source,
+            });
         }
 
+        let oci = oci::access(raw.oci, resolve);
+        let policy_cache = state.with_file_name("policy-modules");
         Ok(Config {
+            oci,
+            policy_cache,
             state,
             etcd,
             api,
@@ -477,6 +500,7 @@ fn size(key: &str, value: Option<&str>, default: usize) -> Result<usize, ConfigE
     }
 }
 
+mod oci;
 mod server_names;
 
 #[cfg(test)]

@@ -13,6 +13,7 @@ pub mod leadership;
 pub use berth_manager as manager;
 pub use berth_metrics as metrics;
 pub use berth_model as model;
+pub use berth_oci as oci;
 pub use berth_policy as policy;
 pub mod serve;
 pub use berth_store as store;

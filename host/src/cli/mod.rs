@@ -9,6 +9,7 @@ mod plugin;
 mod plugin_check;
 mod policy;
 mod policy_new;
+mod policy_oci;
 mod serve;
 mod snapshot;
 mod status;

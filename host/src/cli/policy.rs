@@ -45,6 +45,21 @@ berth policy new site-policy --lang rust --dir ~/src/site-policy"
         #[command(flatten)]
         api: super::client::ApiArgs,
     },
+    /// Publish a module to an OCI registry, as the WebAssembly artifact
+    /// (config application/vnd.wasm.config.v0+json, one application/wasm
+    /// layer); prints the reference pinned by digest, for [[policy]] module.
+    #[command(
+        after_help = "Example:\n  berth policy push naming.wasm oci://registry.example.com/policies/naming:v1"
+    )]
+    Push(super::policy_oci::PushArgs),
+    /// Fetch a module from an OCI registry, checking every byte against its
+    /// digest: into a file, or an OCI image layout directory for sites
+    /// without a registry.
+    #[command(
+        after_help = "Examples:\n  berth policy pull oci://registry.example.com/policies/naming:v1 --to naming.wasm\n  \
+berth policy pull oci://registry.example.com/policies/naming@sha256:… --to ./policies/"
+    )]
+    Pull(super::policy_oci::PullArgs),
 }
 
 #[derive(Debug, Args)]
@@ -81,6 +96,18 @@ pub struct TestArgs {
     pub limits: LimitArgs,
 }
 
+impl Default for LimitArgs {
+    /// The limits a module gets when none are given, as in `[[policy]]`.
+    fn default() -> Self {
+        let limits = berth::policy::Limits::default();
+        LimitArgs {
+            memory: limits.memory_bytes,
+            deadline: limits.deadline,
+            max_answer: limits.max_answer_bytes,
+        }
+    }
+}
+
 fn parse_setting(text: &str) -> Result<(String, String), String> {
     match text.split_once('=') {
         Some((k, v)) if !k.is_empty() => Ok((k.to_string(), v.to_string())),
@@ -113,10 +140,12 @@ pub async fn run(cmd: PolicyCommand, output: Output) -> anyhow::Result<ExitCode>
         PolicyCommand::Test(args) => test(args, output).await,
         PolicyCommand::New(args) => super::policy_new::run(args).map(|()| ExitCode::SUCCESS),
         PolicyCommand::Reload { api } => reload(api, output).await,
+        PolicyCommand::Push(args) => super::policy_oci::push(args, output).await,
+        PolicyCommand::Pull(args) => super::policy_oci::pull(args, output).await,
     }
 }
 
-fn load(
+pub(super) fn load(
     path: &Path,
     limits: &LimitArgs,
     settings: BTreeMap<String, String>,

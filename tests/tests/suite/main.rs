@@ -18,6 +18,7 @@ mod plugin_probe;
 mod policy_cli;
 mod policy_compat;
 mod policy_engine;
+mod policy_oci;
 mod policy_python;
 mod registry;
 mod reliability;

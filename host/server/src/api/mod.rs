@@ -37,6 +37,8 @@ pub enum ReloadError {
     Config(#[from] crate::model::settings::ConfigError),
     #[error(transparent)]
     Policies(#[from] crate::policy::SetError),
+    #[error(transparent)]
+    Fetch(#[from] berth_oci::FetchError),
     #[error("the reload stopped: {0}")]
     Stopped(tokio::task::JoinError),
 }

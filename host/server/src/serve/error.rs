@@ -19,6 +19,8 @@ pub enum ServeError {
     #[error(transparent)]
     Policies(#[from] SetError),
     #[error(transparent)]
+    Fetch(#[from] berth_oci::FetchError),
+    #[error(transparent)]
     Pki(#[from] PkiError),
     #[error("the cluster CA in etcd ({endpoints}): {error}")]
     SharedCa {

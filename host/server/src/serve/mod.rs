@@ -6,6 +6,7 @@
 
 pub(crate) mod endpoints;
 mod error;
+pub mod modules;
 mod replicated;
 pub(crate) mod term;
 
@@ -52,13 +53,19 @@ impl Reloader {
             return Err(ReloadError::NoConfig);
         };
         let me = self.clone();
-        let outcome = tokio::task::spawn_blocking(move || {
-            let config = Config::load(&path)?;
-            me.policies.replace_all(&modules(&config))?;
-            Ok(me.policies.stats())
-        })
-        .await
-        .map_err(ReloadError::Stopped)?;
+        let outcome = async move {
+            let config = tokio::task::spawn_blocking(move || Config::load(&path))
+                .await
+                .map_err(ReloadError::Stopped)??;
+            let config = modules::fetch_modules(config).await?;
+            tokio::task::spawn_blocking(move || {
+                me.policies.replace_all(&modules(&config))?;
+                Ok(me.policies.stats())
+            })
+            .await
+            .map_err(ReloadError::Stopped)?
+        }
+        .await;
         match &outcome {
             Ok(stats) => tracing::info!(modules = stats.len(), "policy modules reloaded"),
             Err(e) => tracing::error!(error = %e, "policy reload failed; the modules in service stay"),
@@ -86,6 +93,7 @@ pub async fn run(
     shutdown: impl Future<Output = ()> + Send + 'static,
 ) -> Result<(), ServeError> {
     crate::metrics::listener::raise_descriptor_limit();
+    let config = modules::fetch_modules(config).await?;
     let http = match config.metrics {
         Some(address) => Some(metrics::http::serve(address, metrics::readiness().clone()).await?),
         None => None,

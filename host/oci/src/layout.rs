@@ -1,0 +1,182 @@
+//! The OCI image layout: a directory holding blobs by digest and an index,
+//! for sites without a registry (`berth policy pull REF --output DIR`, then
+//! carried over). Written so that `oras` and `skopeo` read it too.
+
+use std::path::{Path, PathBuf};
+
+use serde::{Deserialize, Serialize};
+
+use crate::artifact::{self, DOCUMENT_MAX, MANIFEST_MEDIA_TYPE};
+use crate::{Digest, OciError, Pulled};
+
+const INDEX_MEDIA_TYPE: &str = "application/vnd.oci.image.index.v1+json";
+const REF_NAME: &str = "org.opencontainers.image.ref.name";
+
+#[derive(Serialize, Deserialize)]
+struct Index {
+    #[serde(rename = "schemaVersion")]
+    schema_version: u32,
+    #[serde(rename = "mediaType", default)]
+    media_type: Option<String>,
+    #[serde(default)]
+    manifests: Vec<artifact::Descriptor>,
+}
+
+fn blob_path(dir: &Path, digest: &Digest) -> PathBuf {
+    // `hex` is 64 hex digits, checked when the digest was made.
+    dir.join("blobs").join("sha256").join(digest.hex())
+}
+
+fn write(path: &Path, bytes: &[u8]) -> Result<(), OciError> {
+    let tmp = path.with_extension("partial");
+    std::fs::write(&tmp, bytes)
+        .and_then(|()| std::fs::rename(&tmp, path))
+        .map_err(|e| OciError::file(path, e))
+}
+
+/// Adds a pulled module to the layout in `dir` (made if missing), named by
+/// `tag` in the index when given. Blobs already there are kept.
+pub fn store(dir: &Path, pulled: &Pulled, tag: Option<&str>) -> Result<(), OciError> {
+    let blobs = dir.join("blobs").join("sha256");
+    std::fs::create_dir_all(&blobs).map_err(|e| OciError::file(&blobs, e))?;
+    write(&dir.join("oci-layout"), br#"{"imageLayoutVersion":"1.0.0"}"#)?;
+    let manifest_digest = Digest::of(&pulled.manifest);
+    let config_digest = Digest::of(&pulled.config);
+    for (digest, bytes) in [
+        (&manifest_digest, &pulled.manifest),
+        (&config_digest, &pulled.config),
+        (&pulled.layer, &pulled.module),
+    ] {
+        let path = blob_path(dir, digest);
+        if !path.exists() {
+            write(&path, bytes)?;
+        }
+    }
+    let index_path = dir.join("index.json");
+    let mut index = match std::fs::read(&index_path) {
+        Ok(bytes) => serde_json::from_slice::<Index>(&bytes)
+            .map_err(|e| OciError::file(&index_path, format!("not an OCI index: {e}")))?,
+        Err(e) if e.kind() == std::io::ErrorKind::NotFound => Index {
+            schema_version: 2,
+            media_type: Some(INDEX_MEDIA_TYPE.into()),
+            manifests: vec![],
+        },
+        Err(e) => return Err(OciError::file(&index_path, e)),
+    };
+    // One entry per manifest; a tag names one manifest.
+    index.manifests.retain(|m| {
+        m.digest != manifest_digest.as_str()
+            && tag.is_none_or(|t| m.annotations.get(REF_NAME).map(String::as_str) != Some(t))
+    });
+    let mut entry = artifact::Descriptor {
+        media_type: MANIFEST_MEDIA_TYPE.into(),
+        digest: manifest_digest.to_string(),
+        size: pulled.manifest.len() as u64,
+        annotations: Default::default(),
+    };
+    if let Some(t) = tag {
+        entry.annotations.insert(REF_NAME.into(), t.to_string());
+    }
+    index.manifests.push(entry);
+    write(
+        &index_path,
+        &serde_json::to_vec_pretty(&index).expect("an index serializes"),
+    )
+}
+
+/// The module of manifest `digest` in the layout in `dir`, every blob
+/// checked against its digest.
+pub fn load(dir: &Path, digest: &Digest) -> Result<bytes::Bytes, OciError> {
+    let path = module_path(dir, digest)?;
+    std::fs::read(&path)
+        .map(Into::into)
+        .map_err(|e| OciError::file(&path, e))
+}
+
+/// Where module `reference` (pinned by digest) is on disk: in the layout in
+/// `cache` if it is there and checks, else pulled from its registry,
+/// checked and added. Nothing unchecked is ever returned.
+pub async fn fetch(
+    cache: &Path,
+    reference: &crate::Reference,
+    access: &crate::Access,
+) -> Result<PathBuf, OciError> {
+    let Some(digest) = &reference.digest else {
+        return Err(OciError::Reference(
+            reference.to_string(),
+            "pin it by digest (@sha256:…); `berth policy pull` prints it",
+        ));
+    };
+    if let Ok(path) = module_path(cache, digest) {
+        return Ok(path);
+    }
+    let pulled = crate::Registry::new(reference, access)?
+        .pull(reference, crate::MODULE_MAX)
+        .await?;
+    store(cache, &pulled, None)?;
+    module_path(cache, digest)
+}
+
+/// The module file of manifest `digest` in the layout, once checked.
+fn module_path(dir: &Path, digest: &Digest) -> Result<PathBuf, OciError> {
+    let manifest = read_blob(dir, digest, DOCUMENT_MAX, "the manifest")?;
+    let at = format!("{}@{digest}", dir.display());
+    let (layer, _) = artifact::module_layer(&at, &manifest)?;
+    read_blob(dir, &layer, crate::MODULE_MAX, "the module")?;
+    Ok(blob_path(dir, &layer))
+}
+
+fn read_blob(dir: &Path, d: &Digest, limit: usize, what: &'static str) -> Result<Vec<u8>, OciError> {
+    let path = blob_path(dir, d);
+    let len = std::fs::metadata(&path)
+        .map_err(|e| OciError::file(&path, e))?
+        .len();
+    if len > limit as u64 {
+        return Err(OciError::file(
+            &path,
+            format!("{what} is larger than {limit} bytes"),
+        ));
+    }
+    let bytes = std::fs::read(&path).map_err(|e| OciError::file(&path, e))?;
+    d.check(what, &format!("{}@{d}", dir.display()), &bytes)?;
+    Ok(bytes)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::{Component, Reference};
+
+    #[test]
+    fn a_module_stored_in_a_layout_loads_back_checked() {
+        let dir = tempfile::tempdir().unwrap();
+        let module = bytes::Bytes::from_static(b"\0asm\x0d\0\x01\0 policy");
+        let (config, manifest) = artifact::pack(&module, Component::default(), None);
+        let digest = Digest::of(&manifest);
+        let pulled = Pulled {
+            reference: Reference::parse("oci://r.io/a:v1")
+                .unwrap()
+                .pinned(digest.clone()),
+            manifest: manifest.into(),
+            config: config.into(),
+            module: module.clone(),
+            layer: Digest::of(&module),
+        };
+        store(dir.path(), &pulled, Some("v1")).unwrap();
+        store(dir.path(), &pulled, Some("v1")).unwrap();
+        let index: serde_json::Value =
+            serde_json::from_slice(&std::fs::read(dir.path().join("index.json")).unwrap()).unwrap();
+        assert_eq!(
+            index["manifests"].as_array().unwrap().len(),
+            1,
+            "stored twice, listed once"
+        );
+        assert_eq!(index["manifests"][0]["annotations"][REF_NAME], "v1");
+        assert_eq!(load(dir.path(), &digest).unwrap(), module);
+
+        // A blob changed on disk is refused, not used.
+        std::fs::write(blob_path(dir.path(), &pulled.layer), b"\0asm tampered").unwrap();
+        let err = load(dir.path(), &digest).unwrap_err().to_string();
+        assert!(err.contains("does not match its digest"), "{err}");
+    }
+}

@@ -1,0 +1,24 @@
+//! Policy modules named by registry reference: fetched into the policy
+//! cache (an OCI image layout beside the store), checked against their
+//! digests, before any is compiled; a module already there is checked again
+//! and not fetched.
+
+use crate::config::Config;
+use berth_oci::FetchError;
+
+/// `config` with every module from a registry pointed at its checked file.
+pub async fn fetch_modules(mut config: Config) -> Result<Config, FetchError> {
+    for p in &mut config.policies {
+        let Some(reference) = &p.source else { continue };
+        let path = berth_oci::layout::fetch(&config.policy_cache, reference, &config.oci)
+            .await
+            .map_err(|error| FetchError {
+                module: p.module.name.clone(),
+                reference: reference.to_string(),
+                error: Box::new(error),
+            })?;
+        tracing::info!(module = %p.module.name, %reference, path = %path.display(), "policy module fetched and checked");
+        p.module.path = path;
+    }
+    Ok(config)
+}

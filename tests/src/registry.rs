@@ -1,0 +1,141 @@
+//! A real OCI registry for the tests: `docker-registry` (the Debian package
+//! of the CNCF distribution registry, which `cargo xtask test` and CI
+//! install) on a loopback port, with its storage in a temporary directory,
+//! optionally behind TLS (a CA of the test's own) and a password.
+
+use std::path::PathBuf;
+use std::process::{Child, Command, Stdio};
+use std::time::{Duration, Instant};
+
+use base64::Engine as _;
+
+use crate::free_port;
+
+pub struct RegistryServer {
+    child: Child,
+    dir: tempfile::TempDir,
+    /// `127.0.0.1:PORT`.
+    pub address: String,
+    /// The CA its certificate is signed by, with TLS.
+    pub ca: Option<PathBuf>,
+    /// A Docker config file with its credentials, with a password.
+    pub docker_config: Option<PathBuf>,
+}
+
+impl Drop for RegistryServer {
+    fn drop(&mut self) {
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+    }
+}
+
+impl RegistryServer {
+    /// A registry over plain HTTP, open to anyone.
+    pub fn start() -> RegistryServer {
+        RegistryServer::start_with(false, None)
+    }
+
+    /// A registry over TLS that lets in `user` with `password` only.
+    pub fn start_private(user: &str, password: &str) -> RegistryServer {
+        RegistryServer::start_with(true, Some((user, password)))
+    }
+
+    fn start_with(tls: bool, login: Option<(&str, &str)>) -> RegistryServer {
+        let dir = tempfile::Builder::new()
+            .prefix("berth-registry-")
+            .tempdir()
+            .unwrap();
+        let port = free_port();
+        let address = format!("127.0.0.1:{port}");
+        let mut config = format!(
+            "version: 0.1\nlog:\n  level: warn\nstorage:\n  filesystem:\n    rootdirectory: {}\n  delete:\n    enabled: true\nhttp:\n  addr: {address}\n  secret: berth-test\n",
+            dir.path().join("data").display()
+        );
+        let mut ca = None;
+        if tls {
+            crate::etcd::write_pki(dir.path());
+            config += &format!(
+                "  tls:\n    certificate: {}\n    key: {}\n",
+                dir.path().join("server.pem").display(),
+                dir.path().join("server.key").display()
+            );
+            ca = Some(dir.path().join(crate::etcd::ETCD_CA));
+        }
+        let mut docker_config = None;
+        if let Some((user, password)) = login {
+            let hash = bcrypt::hash(password, 4).unwrap();
+            let htpasswd = dir.path().join("htpasswd");
+            std::fs::write(&htpasswd, format!("{user}:{hash}\n")).unwrap();
+            config += &format!(
+                "auth:\n  htpasswd:\n    realm: berth-test\n    path: {}\n",
+                htpasswd.display()
+            );
+            let auth = base64::engine::general_purpose::STANDARD.encode(format!("{user}:{password}"));
+            let path = dir.path().join("docker-config.json");
+            std::fs::write(
+                &path,
+                format!(r#"{{"auths": {{"{address}": {{"auth": "{auth}"}}}}}}"#),
+            )
+            .unwrap();
+            docker_config = Some(path);
+        }
+        let config_path = dir.path().join("config.yml");
+        std::fs::write(&config_path, config).unwrap();
+        let log = std::fs::File::create(dir.path().join("registry.log")).unwrap();
+        let child = Command::new("docker-registry")
+            .arg("serve")
+            .arg(&config_path)
+            .stdin(Stdio::null())
+            .stdout(log.try_clone().unwrap())
+            .stderr(log)
+            .spawn()
+            .unwrap_or_else(|e| {
+                panic!("starting docker-registry ({e}): install the Debian package docker-registry (cargo xtask test does)")
+            });
+        let registry = RegistryServer {
+            child,
+            dir,
+            address,
+            ca,
+            docker_config,
+        };
+        let started = Instant::now();
+        while std::net::TcpStream::connect(&registry.address).is_err() {
+            assert!(
+                started.elapsed() < Duration::from_secs(20),
+                "the registry did not listen: {}",
+                registry.log()
+            );
+            std::thread::sleep(Duration::from_millis(20));
+        }
+        registry
+    }
+
+    pub fn log(&self) -> String {
+        std::fs::read_to_string(self.dir.path().join("registry.log")).unwrap_or_default()
+    }
+
+    /// The file the registry keeps blob `digest` (`sha256:…`) in.
+    pub fn blob_file(&self, digest: &str) -> PathBuf {
+        let hex = digest.trim_start_matches("sha256:");
+        self.dir
+            .path()
+            .join("data/docker/registry/v2/blobs/sha256")
+            .join(&hex[..2])
+            .join(hex)
+            .join("data")
+    }
+
+    /// The `berth policy` flags that reach this registry.
+    pub fn flags(&self) -> Vec<String> {
+        let mut flags = Vec::new();
+        match &self.ca {
+            Some(ca) => flags.extend(["--ca".to_string(), ca.display().to_string()]),
+            None => flags.push("--plain-http".to_string()),
+        }
+        if let Some(c) = &self.docker_config {
+            flags.extend(["--docker-config".to_string(), c.display().to_string()]);
+        }
+        flags
+    }
+}

@@ -1,0 +1,268 @@
+//! Policy modules in OCI registries, against a real registry
+//! (`docker-registry` on loopback): push and pull by digest, TLS with a
+//! private CA and a password, tampered bytes refused, and `berth serve`
+//! running a module pinned by digest, from its cache once fetched.
+
+use std::path::Path;
+use std::time::Duration;
+
+use berth_tests::{Cluster, ClusterSpec, RegistryServer, berth, guest, test_dir, texts};
+use serde_json::Value;
+
+fn policy(registry: &RegistryServer, args: &[&str]) -> std::process::Output {
+    let flags = registry.flags();
+    let mut all: Vec<&str> = vec!["policy"];
+    all.extend_from_slice(args);
+    all.extend(flags.iter().map(String::as_str));
+    berth(&all)
+}
+
+/// Runs `berth policy …` that must succeed, with JSON output.
+fn policy_json(registry: &RegistryServer, args: &[&str]) -> Value {
+    let mut all = args.to_vec();
+    all.extend(["-o", "json"]);
+    let out = policy(registry, &all);
+    let (stdout, stderr) = texts(&out);
+    assert!(
+        out.status.success(),
+        "berth policy {args:?}: {stderr}\n{}",
+        registry.log()
+    );
+    serde_json::from_str(&stdout).unwrap()
+}
+
+fn push(registry: &RegistryServer, module: &Path, repo_tag: &str) -> Value {
+    let reference = format!("oci://{}/{repo_tag}", registry.address);
+    policy_json(registry, &["push", &module.display().to_string(), &reference])
+}
+
+#[test]
+fn a_module_pushed_is_pulled_back_byte_for_byte_by_tag_and_by_digest() {
+    let registry = RegistryServer::start();
+    let module = guest("berth_naming_guest");
+    let bytes = std::fs::read(&module).unwrap();
+    let pushed = push(&registry, &module, "berth/naming:v1");
+    let pinned = pushed["reference"].as_str().unwrap().to_string();
+    let digest = pushed["digest"].as_str().unwrap().to_string();
+    assert_eq!(
+        pinned,
+        format!("oci://{}/berth/naming@{digest}", registry.address)
+    );
+    assert_eq!(pushed["size"], bytes.len());
+
+    let dir = test_dir();
+    let file = dir.path().join("naming.wasm");
+    let by_tag = format!("oci://{}/berth/naming:v1", registry.address);
+    let pulled = policy_json(&registry, &["pull", &by_tag, "--to", &file.display().to_string()]);
+    assert_eq!(
+        pulled["reference"],
+        pinned.as_str(),
+        "a tag resolves to the digest pushed"
+    );
+    assert_eq!(std::fs::read(&file).unwrap(), bytes);
+
+    // By digest, into an OCI image layout for a site without a registry.
+    let layout = dir.path().join("layout");
+    std::fs::create_dir(&layout).unwrap();
+    policy_json(
+        &registry,
+        &["pull", &pinned, "--to", &layout.display().to_string()],
+    );
+    let index: Value = serde_json::from_slice(&std::fs::read(layout.join("index.json")).unwrap()).unwrap();
+    assert_eq!(index["manifests"][0]["digest"], digest.as_str());
+    let digest = berth::oci::Digest::parse(&digest).unwrap();
+    assert_eq!(
+        &berth::oci::layout::load(&layout, &digest).unwrap()[..],
+        &bytes[..]
+    );
+
+    // The artifact is the ecosystem's: its manifest says so.
+    let manifest: Value =
+        serde_json::from_slice(&std::fs::read(layout.join("blobs/sha256").join(digest.hex())).unwrap())
+            .unwrap();
+    assert_eq!(
+        manifest["config"]["mediaType"],
+        "application/vnd.wasm.config.v0+json"
+    );
+    assert_eq!(manifest["layers"][0]["mediaType"], "application/wasm");
+
+    // What is not a policy module is not pushed.
+    let not_policy = dir.path().join("not.wasm");
+    std::fs::write(&not_policy, b"\0asm\x01\0\0\0").unwrap();
+    let out = policy(
+        &registry,
+        &[
+            "push",
+            &not_policy.display().to_string(),
+            &format!("oci://{}/x:v1", registry.address),
+        ],
+    );
+    let (_, stderr) = texts(&out);
+    assert!(!out.status.success());
+    assert!(stderr.contains("does not load as a policy module"), "{stderr}");
+}
+
+#[test]
+fn a_private_registry_needs_its_ca_and_the_credentials_from_the_docker_config() {
+    let registry = RegistryServer::start_private("berth", "s3cret-pw");
+    let module = guest("berth_retry_guest");
+    let pushed = push(&registry, &module, "team/retry:v2");
+    let pinned = pushed["reference"].as_str().unwrap().to_string();
+    let dir = test_dir();
+    let to = dir.path().join("retry.wasm").display().to_string();
+    let ca = registry.ca.as_ref().unwrap().display().to_string();
+
+    // Without the credentials: the registry's own refusal, named.
+    let none = dir.path().join("empty-docker-config.json").display().to_string();
+    let out = berth(&[
+        "policy",
+        "pull",
+        &pinned,
+        "--to",
+        &to,
+        "--ca",
+        &ca,
+        "--docker-config",
+        &none,
+    ]);
+    let (_, stderr) = texts(&out);
+    assert!(!out.status.success());
+    assert!(
+        stderr.contains("answered 401") && stderr.contains(&registry.address),
+        "{stderr}"
+    );
+    assert!(!Path::new(&to).exists());
+
+    // Without its CA, the certificate is not trusted.
+    let config = registry.docker_config.as_ref().unwrap().display().to_string();
+    let out = berth(&["policy", "pull", &pinned, "--to", &to, "--docker-config", &config]);
+    let (_, stderr) = texts(&out);
+    assert!(!out.status.success());
+    assert!(
+        stderr.contains(&registry.address) && stderr.contains("certificate"),
+        "{stderr}"
+    );
+
+    // With both, the module as pushed.
+    policy_json(&registry, &["pull", &pinned, "--to", &to]);
+    assert_eq!(std::fs::read(&to).unwrap(), std::fs::read(&module).unwrap());
+}
+
+#[test]
+fn a_module_changed_in_the_registry_is_refused_and_nothing_is_written() {
+    let registry = RegistryServer::start();
+    let module = guest("berth_naming_guest");
+    let pushed = push(&registry, &module, "berth/naming:v1");
+    let layer = pushed["layer"].as_str().unwrap();
+    let stored = registry.blob_file(layer);
+    let mut bytes = std::fs::read(&stored).unwrap();
+    let last = bytes.len() - 1;
+    bytes[last] ^= 0xff;
+    std::fs::write(&stored, &bytes).unwrap();
+
+    let dir = test_dir();
+    let to = dir.path().join("naming.wasm");
+    let out = policy(
+        &registry,
+        &[
+            "pull",
+            pushed["reference"].as_str().unwrap(),
+            "--to",
+            &to.display().to_string(),
+        ],
+    );
+    let (_, stderr) = texts(&out);
+    assert!(!out.status.success());
+    assert!(
+        stderr.contains("the module") && stderr.contains("does not match its digest"),
+        "{stderr}"
+    );
+    assert!(!to.exists(), "nothing unchecked is written");
+}
+
+#[test]
+fn serve_runs_a_module_pinned_by_digest_and_keeps_it_when_the_registry_is_gone() {
+    let registry = RegistryServer::start();
+    let pushed = push(&registry, &guest("berth_naming_guest"), "berth/naming:v1");
+    let tables = format!(
+        "[[policy]]\nmodule = \"{}\"\nsettings = {{ prefix = \"reg\" }}\n[oci]\nplain_http = true\n",
+        pushed["reference"].as_str().unwrap()
+    );
+    let mut c = Cluster::start(ClusterSpec {
+        policy_tables: Some(&tables),
+        ..ClusterSpec::default()
+    });
+    c.create_in("first", "zone=a");
+    let get = |c: &Cluster, name: &str| -> Value {
+        serde_json::from_str(&c.ok(&["volume", "get", name, "-o", "json"])).unwrap()
+    };
+    assert!(
+        get(&c, "first")["csi_name"].as_str().unwrap().starts_with("reg-"),
+        "named by the module from the registry"
+    );
+    assert!(
+        c.log().contains("policy module fetched and checked"),
+        "{}",
+        c.log()
+    );
+
+    // A restart needs no registry: the module is in the policy cache, checked again.
+    drop(registry);
+    c.kill_serve();
+    c.start_serve();
+    c.create_in("second", "zone=a");
+    assert!(
+        get(&c, "second")["csi_name"]
+            .as_str()
+            .unwrap()
+            .starts_with("reg-")
+    );
+}
+
+#[test]
+fn serve_refuses_a_module_that_is_not_where_its_digest_says() {
+    let registry = RegistryServer::start();
+    push(&registry, &guest("berth_naming_guest"), "berth/naming:v1");
+    let dir = test_dir();
+    let wrong = format!(
+        "oci://{}/berth/naming@sha256:{}",
+        registry.address,
+        "0".repeat(64)
+    );
+    let tag = format!("oci://{}/berth/naming:v1", registry.address);
+    for (module, expect) in [
+        (wrong.as_str(), "MANIFEST_UNKNOWN"),
+        (tag.as_str(), "pin the module by its digest"),
+    ] {
+        let config = dir.path().join("berth.toml");
+        std::fs::write(
+            &config,
+            format!(
+                "state = \"state/berth.redb\"\n[[plugin]]\nname = \"p\"\ncontroller = \"unix:///nonexistent.sock\"\n[[policy]]\nmodule = \"{module}\"\n[oci]\nplain_http = true\n"
+            ),
+        )
+        .unwrap();
+        let mut child = std::process::Command::new(berth_tests::bin("berth"))
+            .args(["serve", "--config"])
+            .arg(&config)
+            .stdout(std::process::Stdio::null())
+            .stderr(std::process::Stdio::piped())
+            .spawn()
+            .unwrap();
+        let started = std::time::Instant::now();
+        let status = loop {
+            if let Some(s) = child.try_wait().unwrap() {
+                break s;
+            }
+            assert!(
+                started.elapsed() < Duration::from_secs(20),
+                "serve kept running with {module}"
+            );
+            std::thread::sleep(Duration::from_millis(50));
+        };
+        let mut stderr = String::new();
+        std::io::Read::read_to_string(child.stderr.as_mut().unwrap(), &mut stderr).unwrap();
+        assert!(!status.success());
+        assert!(stderr.contains(expect), "{module}: {stderr}");
+    }
+}
