@@ -78,6 +78,7 @@ struct Raw {
     events_per_volume: Option<usize>,
     store: Option<RawStore>,
     oci: Option<oci::RawOci>,
+    policy_trust: Option<oci::RawTrust>,
     #[serde(default, rename = "plugin")]
     plugins: Vec<RawPlugin>,
     #[serde(default, rename = "node")]
@@ -166,6 +167,8 @@ pub struct Config {
     pub oci: berth_oci::Access,
     /// Where fetched modules are kept, checked, as an OCI image layout.
     pub policy_cache: PathBuf,
+    /// Whose signatures modules from a registry need (`[policy_trust]`).
+    pub policy_trust: berth_oci::Trust,
 }
 
 #[derive(Clone, Debug)]
@@ -425,10 +428,12 @@ impl Config {
         }
 
         let oci = oci::access(raw.oci, resolve);
+        let policy_trust = oci::trust(raw.policy_trust, resolve)?;
         let policy_cache = state.with_file_name("policy-modules");
         Ok(Config {
             oci,
             policy_cache,
+            policy_trust,
             state,
             etcd,
             api,

@@ -6,7 +6,7 @@ use std::path::{Path, PathBuf};
 use serde::Deserialize;
 
 use crate::{ConfigError, invalid};
-use berth_oci::{Access, Reference};
+use berth_oci::{Access, PublicKey, Reference, Trust};
 
 #[derive(Debug, Default, Deserialize)]
 #[serde(deny_unknown_fields)]
@@ -17,6 +17,41 @@ pub(crate) struct RawOci {
     plain_http: Option<bool>,
     /// The Docker config file with registry credentials.
     docker_config: Option<PathBuf>,
+}
+
+#[derive(Debug, Default, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub(crate) struct RawTrust {
+    /// PEM public keys (ECDSA P-256, as `cosign generate-key-pair` writes).
+    #[serde(default)]
+    keys: Vec<PathBuf>,
+    /// Every module from a registry must be signed by one of `keys`.
+    #[serde(default)]
+    required: bool,
+}
+
+/// `[policy_trust]`: the keys read and checked now, so a bad key stops the
+/// start with the key at fault, not the first fetch.
+pub(crate) fn trust(raw: Option<RawTrust>, resolve: impl Fn(&Path) -> PathBuf) -> Result<Trust, ConfigError> {
+    let raw = raw.unwrap_or_default();
+    let keys = raw
+        .keys
+        .iter()
+        .enumerate()
+        .map(|(i, k)| {
+            PublicKey::from_pem(&resolve(k)).map_err(|e| invalid(format!("policy_trust.keys[{i}]"), e))
+        })
+        .collect::<Result<Vec<_>, _>>()?;
+    if raw.required && keys.is_empty() {
+        return Err(invalid(
+            "policy_trust.required",
+            "signatures are required but no key is trusted: name the signers' public keys in policy_trust.keys",
+        ));
+    }
+    Ok(Trust {
+        keys,
+        required: raw.required,
+    })
 }
 
 pub(crate) fn access(raw: Option<RawOci>, resolve: impl Fn(&Path) -> PathBuf) -> Access {

@@ -44,6 +44,8 @@ pub enum OciError {
     Artifact { at: String, why: String },
     #[error("{path}: {why}")]
     File { path: PathBuf, why: String },
+    #[error("module {module} is refused: {why}")]
+    Signature { module: String, why: String },
 }
 
 impl OciError {

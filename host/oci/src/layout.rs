@@ -95,11 +95,15 @@ pub fn load(dir: &Path, digest: &Digest) -> Result<bytes::Bytes, OciError> {
 
 /// Where module `reference` (pinned by digest) is on disk: in the layout in
 /// `cache` if it is there and checks, else pulled from its registry,
-/// checked and added. Nothing unchecked is ever returned.
+/// checked and added. With `trust`, its signatures are checked too (those
+/// kept in the cache, else the registry's, kept once they pass). Nothing
+/// unchecked is ever returned.
 pub async fn fetch(
     cache: &Path,
+    module: &str,
     reference: &crate::Reference,
     access: &crate::Access,
+    trust: &crate::Trust,
 ) -> Result<PathBuf, OciError> {
     let Some(digest) = &reference.digest else {
         return Err(OciError::Reference(
@@ -107,14 +111,61 @@ pub async fn fetch(
             "pin it by digest (@sha256:…); `berth policy pull` prints it",
         ));
     };
-    if let Ok(path) = module_path(cache, digest) {
-        return Ok(path);
+    let cached = module_path(cache, digest).ok();
+    let registry = || crate::Registry::new(reference, access);
+    let path = match cached {
+        Some(path) => path,
+        None => {
+            let pulled = registry()?.pull(reference, crate::MODULE_MAX).await?;
+            // Signatures before the module is kept: a refused module never enters the cache.
+            if trust.required || !trust.keys.is_empty() {
+                let signatures = registry()?.signatures(reference, digest).await?;
+                check_signatures(cache, module, digest, trust, &signatures)?;
+            }
+            store(cache, &pulled, None)?;
+            return module_path(cache, digest);
+        }
+    };
+    if trust.required || !trust.keys.is_empty() {
+        let kept = kept_signatures(cache, digest);
+        if trust.check(module, digest, &kept).is_err() {
+            // Perhaps signed since it was fetched: the registry has the last word.
+            let signatures = registry()?.signatures(reference, digest).await?;
+            check_signatures(cache, module, digest, trust, &signatures)?;
+        }
     }
-    let pulled = crate::Registry::new(reference, access)?
-        .pull(reference, crate::MODULE_MAX)
-        .await?;
-    store(cache, &pulled, None)?;
-    module_path(cache, digest)
+    Ok(path)
+}
+
+fn signatures_path(cache: &Path, digest: &Digest) -> PathBuf {
+    cache.join("signatures").join(format!("{}.json", digest.hex()))
+}
+
+fn kept_signatures(cache: &Path, digest: &Digest) -> Vec<crate::Signature> {
+    std::fs::read(signatures_path(cache, digest))
+        .ok()
+        .and_then(|b| serde_json::from_slice(&b).ok())
+        .unwrap_or_default()
+}
+
+/// Checks `signatures` and keeps them beside the module when they pass.
+fn check_signatures(
+    cache: &Path,
+    module: &str,
+    digest: &Digest,
+    trust: &crate::Trust,
+    signatures: &[crate::Signature],
+) -> Result<(), OciError> {
+    if let Some(key) = trust.check(module, digest, signatures)? {
+        tracing::info!(%module, %digest, key = %key.path.display(), "policy module signature checked");
+    }
+    let path = signatures_path(cache, digest);
+    let dir = cache.join("signatures");
+    std::fs::create_dir_all(&dir).map_err(|e| OciError::file(&dir, e))?;
+    write(
+        &path,
+        &serde_json::to_vec(signatures).expect("signatures serialize"),
+    )
 }
 
 /// The module file of manifest `digest` in the layout, once checked.

@@ -36,7 +36,7 @@ pub struct Pulled {
 }
 
 pub struct Registry {
-    name: String,
+    pub(crate) name: String,
     transport: Transport,
     credentials: Option<Credentials>,
     /// The last bearer token the registry's realm gave.
@@ -66,13 +66,13 @@ struct ErrorEntry {
 }
 
 /// What a request is, for the messages and the limits.
-struct Call<'a> {
-    method: &'a str,
-    target: Target,
-    headers: Vec<(&'a str, String)>,
-    body: Bytes,
-    limit: usize,
-    what: String,
+pub(crate) struct Call<'a> {
+    pub method: &'a str,
+    pub target: Target,
+    pub headers: Vec<(&'a str, String)>,
+    pub body: Bytes,
+    pub limit: usize,
+    pub what: String,
 }
 
 impl Registry {
@@ -98,7 +98,7 @@ impl Registry {
         })
     }
 
-    fn target(&self, path: String) -> Target {
+    pub(crate) fn target(&self, path: String) -> Target {
         Target {
             authority: self.name.clone(),
             path,
@@ -177,7 +177,7 @@ impl Registry {
     }
 
     /// One blob, checked against its digest.
-    async fn blob(
+    pub(crate) async fn blob(
         &self,
         repo: &str,
         digest: &Digest,
@@ -227,8 +227,33 @@ impl Registry {
         Ok(reference.pinned(digest))
     }
 
+    /// The digest `reference` names: its own, or the tag's manifest's.
+    pub async fn resolve(&self, reference: &Reference) -> Result<Digest, OciError> {
+        if let Some(d) = &reference.digest {
+            return Ok(d.clone());
+        }
+        let Some(tag) = &reference.tag else {
+            return Err(OciError::Reference(
+                reference.to_string(),
+                "name a tag or a digest",
+            ));
+        };
+        let body = self
+            .call(Call {
+                method: "GET",
+                target: self.target(format!("/v2/{}/manifests/{tag}", reference.repository)),
+                headers: vec![("Accept", MANIFEST_MEDIA_TYPE.to_string())],
+                body: Bytes::new(),
+                limit: DOCUMENT_MAX,
+                what: format!("the manifest of {reference}"),
+            })
+            .await?
+            .body;
+        Ok(Digest::of(&body))
+    }
+
     /// Uploads a blob in one request, unless the registry has it already.
-    async fn upload(&self, repo: &str, blob: Bytes) -> Result<(), OciError> {
+    pub(crate) async fn upload(&self, repo: &str, blob: Bytes) -> Result<(), OciError> {
         let digest = Digest::of(&blob);
         let head = self
             .call_any(Call {
@@ -282,7 +307,7 @@ impl Registry {
     }
 
     /// A call that must succeed (2xx), authenticating when challenged.
-    async fn call(&self, call: Call<'_>) -> Result<Response, OciError> {
+    pub(crate) async fn call(&self, call: Call<'_>) -> Result<Response, OciError> {
         let what = call.what.clone();
         let response = self.call_any(call).await?;
         if (200..300).contains(&response.status) {
@@ -297,7 +322,7 @@ impl Registry {
     }
 
     /// A call answered whatever way, after answering an authentication challenge once.
-    async fn call_any(&self, call: Call<'_>) -> Result<Response, OciError> {
+    pub(crate) async fn call_any(&self, call: Call<'_>) -> Result<Response, OciError> {
         let first = self.send(&call, self.authorization()).await?;
         if first.status != 401 {
             return Ok(first);
@@ -390,7 +415,7 @@ impl Registry {
 }
 
 /// The registry's own words for a failure, bounded.
-fn error_message(response: &Response) -> String {
+pub(crate) fn error_message(response: &Response) -> String {
     let text = match serde_json::from_slice::<Errors>(&response.body) {
         Ok(e) if !e.errors.is_empty() => e
             .errors

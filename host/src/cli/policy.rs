@@ -60,6 +60,19 @@ berth policy new site-policy --lang rust --dir ~/src/site-policy"
 berth policy pull oci://registry.example.com/policies/naming@sha256:… --to ./policies/"
     )]
     Pull(super::policy_oci::PullArgs),
+    /// Sign a module in a registry with an ECDSA P-256 key, as `cosign sign
+    /// --key` does (a simple-signing payload naming its digest, stored under
+    /// the tag sha256-<digest>.sig); `cosign verify --key` accepts it.
+    #[command(
+        after_help = "Example:\n  berth policy sign oci://registry.example.com/policies/naming:v1 --key team.key"
+    )]
+    Sign(super::policy_oci::SignArgs),
+    /// Check a module's signatures against trusted public keys (cosign's
+    /// format); exits 1 unless one of the keys signed this very digest.
+    #[command(
+        after_help = "Example:\n  berth policy verify oci://registry.example.com/policies/naming:v1 --key cosign.pub"
+    )]
+    Verify(super::policy_oci::VerifyArgs),
 }
 
 #[derive(Debug, Args)]
@@ -142,6 +155,8 @@ pub async fn run(cmd: PolicyCommand, output: Output) -> anyhow::Result<ExitCode>
         PolicyCommand::Reload { api } => reload(api, output).await,
         PolicyCommand::Push(args) => super::policy_oci::push(args, output).await,
         PolicyCommand::Pull(args) => super::policy_oci::pull(args, output).await,
+        PolicyCommand::Sign(args) => super::policy_oci::sign(args, output).await,
+        PolicyCommand::Verify(args) => super::policy_oci::verify(args, output).await,
     }
 }
 

@@ -8,7 +8,7 @@ use anyhow::Context;
 use clap::Args;
 use serde::Serialize;
 
-use berth::oci::{Access, Component, Digest, Reference, Registry, layout};
+use berth::oci::{Access, Component, Digest, PublicKey, Reference, Registry, SigningKey, Trust, layout};
 
 use super::{Output, say};
 
@@ -56,8 +56,110 @@ pub struct PullArgs {
     /// repository's last part, .wasm, here. (`--output` is the answer's format.)
     #[arg(long, value_name = "FILE|DIR")]
     pub to: Option<PathBuf>,
+    /// Require a signature by this public key (PEM, ECDSA P-256); repeatable.
+    #[arg(long = "key")]
+    pub keys: Vec<PathBuf>,
     #[command(flatten)]
     pub registry: RegistryArgs,
+}
+
+#[derive(Debug, Args)]
+pub struct SignArgs {
+    /// The module to sign: oci://HOST[:PORT]/REPOSITORY:TAG or …@sha256:DIGEST
+    /// (a tag is resolved to its digest, and the digest is what is signed).
+    pub reference: String,
+    /// The signing key: PEM, PKCS#8, ECDSA P-256 (`openssl genpkey -algorithm EC
+    /// -pkeyopt ec_paramgen_curve:P-256 -out key.pem`).
+    #[arg(long)]
+    pub key: PathBuf,
+    #[command(flatten)]
+    pub registry: RegistryArgs,
+}
+
+#[derive(Debug, Args)]
+pub struct VerifyArgs {
+    /// oci://HOST[:PORT]/REPOSITORY:TAG or …@sha256:DIGEST.
+    pub reference: String,
+    /// A trusted public key (PEM, ECDSA P-256, as `cosign.pub`); repeatable.
+    #[arg(long = "key", required = true)]
+    pub keys: Vec<PathBuf>,
+    #[command(flatten)]
+    pub registry: RegistryArgs,
+}
+
+fn trust(keys: &[PathBuf]) -> anyhow::Result<Trust> {
+    Ok(Trust {
+        keys: keys
+            .iter()
+            .map(|k| PublicKey::from_pem(k))
+            .collect::<Result<_, _>>()?,
+        required: !keys.is_empty(),
+    })
+}
+
+#[derive(Serialize)]
+struct Signed {
+    reference: String,
+    /// Where the signatures are stored: cosign's tag beside the module.
+    signatures: String,
+    /// The key that signed (verify).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    key: Option<String>,
+}
+
+pub async fn sign(args: SignArgs, output: Output) -> anyhow::Result<ExitCode> {
+    let reference = Reference::parse(&args.reference)?;
+    let key = SigningKey::from_pem(&args.key)?;
+    let registry = Registry::new(&reference, &args.registry.access())?;
+    let digest = registry.resolve(&reference).await?;
+    let tag = registry.sign(&reference, &digest, &key).await?;
+    signed(
+        &Signed {
+            reference: reference.pinned(digest).to_string(),
+            signatures: format!("oci://{}/{}:{tag}", reference.registry, reference.repository),
+            key: None,
+        },
+        output,
+    )
+}
+
+pub async fn verify(args: VerifyArgs, output: Output) -> anyhow::Result<ExitCode> {
+    let reference = Reference::parse(&args.reference)?;
+    let trust = trust(&args.keys)?;
+    let registry = Registry::new(&reference, &args.registry.access())?;
+    let digest = registry.resolve(&reference).await?;
+    let signatures = registry.signatures(&reference, &digest).await?;
+    let name = reference.to_string();
+    let key = trust
+        .check(&name, &digest, &signatures)?
+        .map(|k| k.path.display().to_string());
+    signed(
+        &Signed {
+            reference: reference.pinned(digest.clone()).to_string(),
+            signatures: format!(
+                "oci://{}/{}:{}",
+                reference.registry,
+                reference.repository,
+                berth::oci::signature::signature_tag(&digest)
+            ),
+            key,
+        },
+        output,
+    )
+}
+
+fn signed(s: &Signed, output: Output) -> anyhow::Result<ExitCode> {
+    match output {
+        Output::Json => super::print_json(s)?,
+        Output::Text => {
+            if let Some(k) = &s.key {
+                say!("{:<12}{k}", "signed by");
+            }
+            say!("{:<12}{}", "signatures", s.signatures);
+            say!("{}", s.reference);
+        }
+    }
+    Ok(ExitCode::SUCCESS)
 }
 
 #[derive(Serialize)]
@@ -118,6 +220,15 @@ pub async fn pull(args: PullArgs, output: Output) -> anyhow::Result<ExitCode> {
     let reference = Reference::parse(&args.reference)?;
     let registry = Registry::new(&reference, &args.registry.access())?;
     let pulled = registry.pull(&reference, berth::oci::MODULE_MAX).await?;
+    if !args.keys.is_empty() {
+        let digest = pulled
+            .reference
+            .digest
+            .clone()
+            .expect("a pulled reference is pinned");
+        let signatures = registry.signatures(&reference, &digest).await?;
+        trust(&args.keys)?.check(&reference.to_string(), &digest, &signatures)?;
+    }
     let default = || {
         PathBuf::from(format!(
             "{}.wasm",

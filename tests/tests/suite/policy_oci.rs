@@ -234,35 +234,283 @@ fn serve_refuses_a_module_that_is_not_where_its_digest_says() {
         (wrong.as_str(), "MANIFEST_UNKNOWN"),
         (tag.as_str(), "pin the module by its digest"),
     ] {
-        let config = dir.path().join("berth.toml");
-        std::fs::write(
-            &config,
-            format!(
+        let stderr = serve_refuses(
+            dir.path(),
+            &format!(
                 "state = \"state/berth.redb\"\n[[plugin]]\nname = \"p\"\ncontroller = \"unix:///nonexistent.sock\"\n[[policy]]\nmodule = \"{module}\"\n[oci]\nplain_http = true\n"
             ),
-        )
-        .unwrap();
-        let mut child = std::process::Command::new(berth_tests::bin("berth"))
-            .args(["serve", "--config"])
-            .arg(&config)
-            .stdout(std::process::Stdio::null())
-            .stderr(std::process::Stdio::piped())
-            .spawn()
-            .unwrap();
-        let started = std::time::Instant::now();
-        let status = loop {
-            if let Some(s) = child.try_wait().unwrap() {
-                break s;
-            }
-            assert!(
-                started.elapsed() < Duration::from_secs(20),
-                "serve kept running with {module}"
-            );
-            std::thread::sleep(Duration::from_millis(50));
-        };
-        let mut stderr = String::new();
-        std::io::Read::read_to_string(child.stderr.as_mut().unwrap(), &mut stderr).unwrap();
-        assert!(!status.success());
+        );
         assert!(stderr.contains(expect), "{module}: {stderr}");
     }
+}
+
+/// An ECDSA P-256 key pair made by openssl, as PEM files: (private, public).
+fn openssl_keys(dir: &Path, name: &str) -> (String, String) {
+    let private = dir.join(format!("{name}.key"));
+    let public = dir.join(format!("{name}.pub"));
+    let run = |args: &[&str]| {
+        let out = std::process::Command::new("openssl")
+            .args(args)
+            .output()
+            .expect("openssl");
+        assert!(
+            out.status.success(),
+            "openssl {args:?}: {}",
+            String::from_utf8_lossy(&out.stderr)
+        );
+        out
+    };
+    let (k, p) = (private.display().to_string(), public.display().to_string());
+    run(&[
+        "genpkey",
+        "-algorithm",
+        "EC",
+        "-pkeyopt",
+        "ec_paramgen_curve:P-256",
+        "-out",
+        &k,
+    ]);
+    run(&["pkey", "-in", &k, "-pubout", "-out", &p]);
+    (k, p)
+}
+
+/// The registry's HTTP API, as a client that is not Berth's.
+fn http(
+    registry: &RegistryServer,
+    method: &str,
+    path: &str,
+    body: &[u8],
+    kind: &str,
+) -> (u16, Vec<u8>, Option<String>) {
+    let agent = ureq::Agent::new_with_config(
+        ureq::Agent::config_builder()
+            .http_status_as_error(false)
+            .timeout_global(Some(Duration::from_secs(10)))
+            .build(),
+    );
+    let url = if path.starts_with("http") {
+        path.to_string()
+    } else {
+        format!("http://{}{path}", registry.address)
+    };
+    let accept = "application/vnd.oci.image.manifest.v1+json";
+    let mut response = match method {
+        "GET" => agent.get(&url).header("Accept", accept).call(),
+        "POST" => agent.post(&url).send(body),
+        _ => agent.put(&url).header("Content-Type", kind).send(body),
+    }
+    .unwrap();
+    let location = response
+        .headers()
+        .get("location")
+        .and_then(|v| v.to_str().ok())
+        .map(str::to_string);
+    let bytes = response.body_mut().read_to_vec().unwrap();
+    (response.status().as_u16(), bytes, location)
+}
+
+fn upload(registry: &RegistryServer, repo: &str, blob: &[u8]) -> String {
+    let digest = berth::oci::Digest::of(blob).to_string();
+    let (status, _, location) = http(registry, "POST", &format!("/v2/{repo}/blobs/uploads/"), b"", "");
+    assert_eq!(status, 202);
+    let location = location.unwrap();
+    let sep = if location.contains('?') { '&' } else { '?' };
+    let (status, body, _) = http(
+        registry,
+        "PUT",
+        &format!("{location}{sep}digest={digest}"),
+        blob,
+        "application/octet-stream",
+    );
+    assert_eq!(status, 201, "{}", String::from_utf8_lossy(&body));
+    digest
+}
+
+#[test]
+fn signatures_interoperate_with_an_independent_implementation() {
+    let registry = RegistryServer::start();
+    let dir = test_dir();
+    let (key, public) = openssl_keys(dir.path(), "team");
+
+    // Signed by Berth, checked by openssl over the payload and signature cosign's layout holds.
+    let pushed = push(&registry, &guest("berth_naming_guest"), "berth/naming:v1");
+    let by_tag = format!("oci://{}/berth/naming:v1", registry.address);
+    let signed = policy_json(&registry, &["sign", &by_tag, "--key", &key]);
+    let digest = pushed["digest"].as_str().unwrap();
+    assert_eq!(
+        signed["reference"], pushed["reference"],
+        "a tag is signed as its digest"
+    );
+    let sig_tag = format!("sha256-{}.sig", digest.trim_start_matches("sha256:"));
+    let (status, manifest, _) = http(
+        &registry,
+        "GET",
+        &format!("/v2/berth/naming/manifests/{sig_tag}"),
+        b"",
+        "",
+    );
+    assert_eq!(status, 200);
+    let manifest: Value = serde_json::from_slice(&manifest).unwrap();
+    let layer = &manifest["layers"][0];
+    assert_eq!(
+        layer["mediaType"],
+        "application/vnd.dev.cosign.simplesigning.v1+json"
+    );
+    let (_, payload, _) = http(
+        &registry,
+        "GET",
+        &format!("/v2/berth/naming/blobs/{}", layer["digest"].as_str().unwrap()),
+        b"",
+        "",
+    );
+    let claim: Value = serde_json::from_slice(&payload).unwrap();
+    assert_eq!(claim["critical"]["image"]["docker-manifest-digest"], digest);
+    assert_eq!(claim["critical"]["type"], "cosign container image signature");
+    let signature = layer["annotations"]["dev.cosignproject.cosign/signature"]
+        .as_str()
+        .unwrap();
+    std::fs::write(dir.path().join("payload.json"), &payload).unwrap();
+    let der = base64::Engine::decode(&base64::engine::general_purpose::STANDARD, signature).unwrap();
+    std::fs::write(dir.path().join("sig.der"), der).unwrap();
+    let out = std::process::Command::new("openssl")
+        .args(["dgst", "-sha256", "-verify", &public, "-signature"])
+        .arg(dir.path().join("sig.der"))
+        .arg(dir.path().join("payload.json"))
+        .output()
+        .unwrap();
+    assert_eq!(String::from_utf8_lossy(&out.stdout).trim(), "Verified OK");
+
+    // Signed by openssl, stored in cosign's layout by hand, checked by Berth.
+    let pushed = push(&registry, &guest("berth_retry_guest"), "berth/retry:v1");
+    let digest = pushed["digest"].as_str().unwrap();
+    let payload = format!(
+        r#"{{"critical":{{"identity":{{"docker-reference":"{}/berth/retry"}},"image":{{"docker-manifest-digest":"{digest}"}},"type":"cosign container image signature"}},"optional":null}}"#,
+        registry.address
+    );
+    std::fs::write(dir.path().join("retry-payload.json"), &payload).unwrap();
+    let out = std::process::Command::new("openssl")
+        .args(["dgst", "-sha256", "-sign", &key, "-out"])
+        .arg(dir.path().join("retry-sig.der"))
+        .arg(dir.path().join("retry-payload.json"))
+        .output()
+        .unwrap();
+    assert!(out.status.success());
+    let signature = std::process::Command::new("openssl")
+        .args(["base64", "-A", "-in"])
+        .arg(dir.path().join("retry-sig.der"))
+        .output()
+        .unwrap()
+        .stdout;
+    let payload_digest = upload(&registry, "berth/retry", payload.as_bytes());
+    let config = br#"{"architecture":"","os":"","rootfs":{"type":"layers","diff_ids":[]},"config":{}}"#;
+    let config_digest = upload(&registry, "berth/retry", config);
+    let manifest = serde_json::json!({
+        "schemaVersion": 2,
+        "mediaType": "application/vnd.oci.image.manifest.v1+json",
+        "config": {"mediaType": "application/vnd.oci.image.config.v1+json", "digest": config_digest, "size": config.len()},
+        "layers": [{
+            "mediaType": "application/vnd.dev.cosign.simplesigning.v1+json",
+            "digest": payload_digest,
+            "size": payload.len(),
+            "annotations": {"dev.cosignproject.cosign/signature": String::from_utf8(signature).unwrap()},
+        }],
+    });
+    let sig_tag = format!("sha256-{}.sig", digest.trim_start_matches("sha256:"));
+    let (status, body, _) = http(
+        &registry,
+        "PUT",
+        &format!("/v2/berth/retry/manifests/{sig_tag}"),
+        &serde_json::to_vec(&manifest).unwrap(),
+        "application/vnd.oci.image.manifest.v1+json",
+    );
+    assert_eq!(status, 201, "{}", String::from_utf8_lossy(&body));
+    let verified = policy_json(
+        &registry,
+        &[
+            "verify",
+            &format!("oci://{}/berth/retry:v1", registry.address),
+            "--key",
+            &public,
+        ],
+    );
+    assert_eq!(verified["key"], public.as_str());
+}
+
+/// `berth serve` on `config_text` must stop at start; its stderr.
+fn serve_refuses(dir: &Path, config_text: &str) -> String {
+    let config = dir.join("berth.toml");
+    std::fs::write(&config, config_text).unwrap();
+    let mut child = std::process::Command::new(berth_tests::bin("berth"))
+        .args(["serve", "--config"])
+        .arg(&config)
+        .stdout(std::process::Stdio::null())
+        .stderr(std::process::Stdio::piped())
+        .spawn()
+        .unwrap();
+    let started = std::time::Instant::now();
+    let status = loop {
+        if let Some(s) = child.try_wait().unwrap() {
+            break s;
+        }
+        assert!(
+            started.elapsed() < Duration::from_secs(20),
+            "serve kept running with {config_text}"
+        );
+        std::thread::sleep(Duration::from_millis(50));
+    };
+    let mut stderr = String::new();
+    std::io::Read::read_to_string(child.stderr.as_mut().unwrap(), &mut stderr).unwrap();
+    assert!(!status.success());
+    stderr
+}
+
+#[test]
+fn serve_runs_only_modules_signed_by_a_trusted_key() {
+    let registry = RegistryServer::start();
+    let dir = test_dir();
+    let (key, public) = openssl_keys(dir.path(), "team");
+    let (other, _) = openssl_keys(dir.path(), "other");
+    let signed = push(&registry, &guest("berth_naming_guest"), "berth/naming:v1");
+    policy_json(
+        &registry,
+        &["sign", signed["reference"].as_str().unwrap(), "--key", &key],
+    );
+    let unsigned = push(&registry, &guest("berth_naming_guest"), "berth/unsigned:v1");
+    let foreign = push(&registry, &guest("berth_naming_guest"), "berth/foreign:v1");
+    policy_json(
+        &registry,
+        &["sign", foreign["reference"].as_str().unwrap(), "--key", &other],
+    );
+
+    let trust = format!("[policy_trust]\nkeys = [\"{public}\"]\nrequired = true\n[oci]\nplain_http = true\n");
+    for (module, why) in [
+        (&unsigned, "it is not signed, and signatures are required"),
+        (&foreign, "no signature by a trusted key"),
+    ] {
+        let stderr = serve_refuses(
+            dir.path(),
+            &format!(
+                "state = \"state/berth.redb\"\n[[plugin]]\nname = \"p\"\ncontroller = \"unix:///nonexistent.sock\"\n[[policy]]\nname = \"team-naming\"\nmodule = \"{}\"\n{trust}",
+                module["reference"].as_str().unwrap()
+            ),
+        );
+        assert!(stderr.contains("team-naming") && stderr.contains(why), "{stderr}");
+    }
+    assert!(
+        !dir.path().join("state/policy-modules/index.json").exists(),
+        "a refused module never enters the cache"
+    );
+
+    let tables = format!(
+        "[[policy]]\nmodule = \"{}\"\nsettings = {{ prefix = \"signed\" }}\n{trust}",
+        signed["reference"].as_str().unwrap()
+    );
+    let c = Cluster::start(ClusterSpec {
+        policy_tables: Some(&tables),
+        ..ClusterSpec::default()
+    });
+    c.create_in("v", "zone=a");
+    let v: Value = serde_json::from_str(&c.ok(&["volume", "get", "v", "-o", "json"])).unwrap();
+    assert!(v["csi_name"].as_str().unwrap().starts_with("signed-"));
+    assert!(c.log().contains("policy module signature checked"), "{}", c.log());
 }

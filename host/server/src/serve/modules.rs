@@ -10,13 +10,19 @@ use berth_oci::FetchError;
 pub async fn fetch_modules(mut config: Config) -> Result<Config, FetchError> {
     for p in &mut config.policies {
         let Some(reference) = &p.source else { continue };
-        let path = berth_oci::layout::fetch(&config.policy_cache, reference, &config.oci)
-            .await
-            .map_err(|error| FetchError {
-                module: p.module.name.clone(),
-                reference: reference.to_string(),
-                error: Box::new(error),
-            })?;
+        let path = berth_oci::layout::fetch(
+            &config.policy_cache,
+            &p.module.name,
+            reference,
+            &config.oci,
+            &config.policy_trust,
+        )
+        .await
+        .map_err(|error| FetchError {
+            module: p.module.name.clone(),
+            reference: reference.to_string(),
+            error: Box::new(error),
+        })?;
         tracing::info!(module = %p.module.name, %reference, path = %path.display(), "policy module fetched and checked");
         p.module.path = path;
     }

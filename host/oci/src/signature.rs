@@ -1,0 +1,447 @@
+//! Module signatures in cosign's format, so `cosign sign --key` and
+//! `cosign verify --key` interoperate with Berth: a "simple signing"
+//! payload naming the module's manifest digest, signed with ECDSA P-256 over
+//! SHA-256 (ASN.1 DER, base64 in the layer's
+//! `dev.cosignproject.cosign/signature` annotation), one layer per signature
+//! in an image stored under the tag `sha256-<hex>.sig` beside the module.
+//! Keys are PEM: a PKCS#8 private key (`openssl genpkey -algorithm EC
+//! -pkeyopt ec_paramgen_curve:P-256`), a PKIX public key (`cosign.pub`).
+
+use std::path::{Path, PathBuf};
+
+use base64::Engine as _;
+use ring::rand::SystemRandom;
+use ring::signature::{
+    ECDSA_P256_SHA256_ASN1, ECDSA_P256_SHA256_ASN1_SIGNING, EcdsaKeyPair, UnparsedPublicKey,
+};
+use rustls::pki_types::pem::PemObject;
+use rustls::pki_types::{PrivatePkcs8KeyDer, SubjectPublicKeyInfoDer};
+use serde::{Deserialize, Serialize};
+
+use bytes::Bytes;
+
+use crate::artifact::{DOCUMENT_MAX, Descriptor, MANIFEST_MEDIA_TYPE, Manifest};
+use crate::registry::{Call, error_message};
+use crate::{Digest, OciError, Reference, Registry};
+
+pub const PAYLOAD_MEDIA_TYPE: &str = "application/vnd.dev.cosign.simplesigning.v1+json";
+pub const SIGNATURE_ANNOTATION: &str = "dev.cosignproject.cosign/signature";
+const PAYLOAD_TYPE: &str = "cosign container image signature";
+/// The most a payload may weigh; cosign's are a few hundred bytes.
+pub(crate) const PAYLOAD_MAX: usize = 64 << 10;
+
+/// The tag the signatures of manifest `digest` are stored under.
+pub fn signature_tag(digest: &Digest) -> String {
+    format!("sha256-{}.sig", digest.hex())
+}
+
+#[derive(Serialize, Deserialize)]
+struct Payload {
+    critical: Critical,
+    optional: Option<serde_json::Value>,
+}
+
+#[derive(Serialize, Deserialize)]
+struct Critical {
+    identity: Identity,
+    image: Image,
+    #[serde(rename = "type")]
+    kind: String,
+}
+
+#[derive(Serialize, Deserialize)]
+struct Identity {
+    #[serde(rename = "docker-reference")]
+    docker_reference: String,
+}
+
+#[derive(Serialize, Deserialize)]
+struct Image {
+    #[serde(rename = "docker-manifest-digest")]
+    docker_manifest_digest: String,
+}
+
+/// The payload that signs `digest` of `reference`'s repository.
+pub fn payload(reference: &Reference, digest: &Digest) -> Vec<u8> {
+    serde_json::to_vec(&Payload {
+        critical: Critical {
+            identity: Identity {
+                docker_reference: format!("{}/{}", reference.registry, reference.repository),
+            },
+            image: Image {
+                docker_manifest_digest: digest.to_string(),
+            },
+            kind: PAYLOAD_TYPE.to_string(),
+        },
+        optional: None,
+    })
+    .expect("a payload serializes")
+}
+
+/// One signature as stored: the payload and its signature (base64 DER).
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub struct Signature {
+    /// base64 of the payload's bytes, as signed.
+    pub payload: String,
+    pub signature: String,
+}
+
+pub struct SigningKey(EcdsaKeyPair);
+
+impl SigningKey {
+    pub fn from_pem(path: &Path) -> Result<SigningKey, OciError> {
+        let der = PrivatePkcs8KeyDer::from_pem_file(path).map_err(|e| {
+            OciError::file(
+                path,
+                format!("not a PKCS#8 PEM private key ({e}); `openssl pkcs8 -topk8 -nocrypt` converts one"),
+            )
+        })?;
+        let pair = EcdsaKeyPair::from_pkcs8(
+            &ECDSA_P256_SHA256_ASN1_SIGNING,
+            der.secret_pkcs8_der(),
+            &SystemRandom::new(),
+        )
+        .map_err(|e| OciError::file(path, format!("not an ECDSA P-256 key: {e}")))?;
+        Ok(SigningKey(pair))
+    }
+
+    /// `payload` signed: base64 of the DER signature.
+    pub fn sign(&self, payload: &[u8]) -> Result<String, OciError> {
+        let sig = self
+            .0
+            .sign(&SystemRandom::new(), payload)
+            .map_err(|_| OciError::Signature {
+                module: String::new(),
+                why: "signing failed".into(),
+            })?;
+        Ok(base64::engine::general_purpose::STANDARD.encode(sig.as_ref()))
+    }
+}
+
+/// A trusted public key, and the file it came from (for messages).
+#[derive(Clone, Debug)]
+pub struct PublicKey {
+    pub path: PathBuf,
+    point: Vec<u8>,
+}
+
+impl PublicKey {
+    pub fn from_pem(path: &Path) -> Result<PublicKey, OciError> {
+        let spki = SubjectPublicKeyInfoDer::from_pem_file(path)
+            .map_err(|e| OciError::file(path, format!("not a PEM public key: {e}")))?;
+        use x509_parser::prelude::FromDer;
+        let (_, info) = x509_parser::x509::SubjectPublicKeyInfo::from_der(spki.as_ref())
+            .map_err(|e| OciError::file(path, format!("not a public key: {e}")))?;
+        let ec = x509_parser::oid_registry::OID_KEY_TYPE_EC_PUBLIC_KEY;
+        let p256 = x509_parser::oid_registry::OID_EC_P256;
+        let curve = info.algorithm.parameters.as_ref().and_then(|p| p.as_oid().ok());
+        if info.algorithm.algorithm != ec || curve.as_ref() != Some(&p256) {
+            return Err(OciError::file(path, "not an ECDSA P-256 public key"));
+        }
+        Ok(PublicKey {
+            path: path.to_path_buf(),
+            point: info.subject_public_key.data.to_vec(),
+        })
+    }
+
+    fn verifies(&self, payload: &[u8], signature: &[u8]) -> bool {
+        UnparsedPublicKey::new(&ECDSA_P256_SHA256_ASN1, &self.point)
+            .verify(payload, signature)
+            .is_ok()
+    }
+}
+
+/// Which modules must be signed, and by whom.
+#[derive(Clone, Debug, Default)]
+pub struct Trust {
+    pub keys: Vec<PublicKey>,
+    /// Every module from a registry must carry a signature by one of `keys`.
+    pub required: bool,
+}
+
+impl Trust {
+    /// The key among `keys` that signed `digest`, from `signatures`; an
+    /// error naming `module` and why when none did and one must have.
+    pub fn check(
+        &self,
+        module: &str,
+        digest: &Digest,
+        signatures: &[Signature],
+    ) -> Result<Option<&PublicKey>, OciError> {
+        let refuse = |why: String| OciError::Signature {
+            module: module.to_string(),
+            why,
+        };
+        let mut seen = Vec::new();
+        for s in signatures {
+            let b64 = base64::engine::general_purpose::STANDARD;
+            let (Ok(payload), Ok(sig)) = (b64.decode(&s.payload), b64.decode(&s.signature)) else {
+                seen.push("a signature that is not base64".to_string());
+                continue;
+            };
+            let Some(key) = self.keys.iter().find(|k| k.verifies(&payload, &sig)) else {
+                seen.push("a signature by a key not trusted".to_string());
+                continue;
+            };
+            // Signed by a trusted key: it must be about this module.
+            let claim: Payload = serde_json::from_slice(&payload)
+                .map_err(|e| refuse(format!("its signed payload does not parse: {e}")))?;
+            if claim.critical.kind != PAYLOAD_TYPE {
+                return Err(refuse(format!(
+                    "its signed payload is a {:?}",
+                    claim.critical.kind
+                )));
+            }
+            if claim.critical.image.docker_manifest_digest != digest.as_str() {
+                return Err(refuse(format!(
+                    "{} signed {}, not this module's {digest}",
+                    key.path.display(),
+                    claim.critical.image.docker_manifest_digest
+                )));
+            }
+            return Ok(Some(key));
+        }
+        if !self.required {
+            return Ok(None);
+        }
+        Err(refuse(match (self.keys.is_empty(), seen.is_empty()) {
+            (true, _) => "signatures are required and no key is trusted ([policy_trust] keys)".into(),
+            (false, true) => "it is not signed, and signatures are required".into(),
+            (false, false) => format!("no signature by a trusted key ({})", seen.join(", ")),
+        }))
+    }
+}
+
+/// The media type of a container image's config: what a signature image has.
+const IMAGE_CONFIG_MEDIA_TYPE: &str = "application/vnd.oci.image.config.v1+json";
+
+impl Registry {
+    /// The signatures stored beside manifest `digest` in cosign's layout
+    /// (none when there are none), each payload checked against its digest.
+    pub async fn signatures(
+        &self,
+        reference: &Reference,
+        digest: &Digest,
+    ) -> Result<Vec<Signature>, OciError> {
+        let repo = &reference.repository;
+        let tag = signature_tag(digest);
+        let response = self
+            .call_any(Call {
+                method: "GET",
+                target: self.target(format!("/v2/{repo}/manifests/{tag}")),
+                headers: vec![("Accept", MANIFEST_MEDIA_TYPE.to_string())],
+                body: Bytes::new(),
+                limit: DOCUMENT_MAX,
+                what: format!("the signatures of {reference}"),
+            })
+            .await?;
+        if response.status == 404 {
+            return Ok(Vec::new());
+        }
+        if response.status != 200 {
+            return Err(OciError::Status {
+                registry: self.name.clone(),
+                what: format!("the signatures of {reference}"),
+                status: response.status,
+                message: error_message(&response),
+            });
+        }
+        let at = format!("{reference} ({tag})");
+        let manifest: Manifest = serde_json::from_slice(&response.body).map_err(|e| OciError::Artifact {
+            at: at.clone(),
+            why: format!("its signature manifest does not parse: {e}"),
+        })?;
+        let b64 = base64::engine::general_purpose::STANDARD;
+        let mut out = Vec::new();
+        for layer in manifest
+            .layers
+            .iter()
+            .filter(|l| l.media_type == PAYLOAD_MEDIA_TYPE)
+        {
+            let Some(sig) = layer.annotations.get(SIGNATURE_ANNOTATION) else {
+                continue;
+            };
+            let digest = Digest::parse(&layer.digest)?;
+            let payload = self
+                .blob(repo, &digest, PAYLOAD_MAX, "a signed payload", &at)
+                .await?;
+            out.push(Signature {
+                payload: b64.encode(&payload),
+                signature: sig.clone(),
+            });
+        }
+        Ok(out)
+    }
+
+    /// Signs manifest `digest` with `key` and adds the signature to those
+    /// stored beside it; returns the tag they are stored under.
+    pub async fn sign(
+        &self,
+        reference: &Reference,
+        digest: &Digest,
+        key: &SigningKey,
+    ) -> Result<String, OciError> {
+        let repo = &reference.repository;
+        let tag = signature_tag(digest);
+        let payload = payload(reference, digest);
+        let annotation = key.sign(&payload)?;
+        let existing = self
+            .call_any(Call {
+                method: "GET",
+                target: self.target(format!("/v2/{repo}/manifests/{tag}")),
+                headers: vec![("Accept", MANIFEST_MEDIA_TYPE.to_string())],
+                body: Bytes::new(),
+                limit: DOCUMENT_MAX,
+                what: format!("the signatures of {reference}"),
+            })
+            .await?;
+        let mut layers = match existing.status {
+            200 => serde_json::from_slice::<Manifest>(&existing.body)
+                .map(|m| m.layers)
+                .unwrap_or_default(),
+            _ => Vec::new(),
+        };
+        let payload_digest = Digest::of(&payload);
+        self.upload(repo, Bytes::from(payload.clone())).await?;
+        layers.push(Descriptor {
+            media_type: PAYLOAD_MEDIA_TYPE.into(),
+            digest: payload_digest.to_string(),
+            size: payload.len() as u64,
+            annotations: [(SIGNATURE_ANNOTATION.to_string(), annotation)].into(),
+        });
+        // The image config cosign writes: one diff id per layer, nothing else.
+        let config = serde_json::json!({
+            "architecture": "",
+            "created": "0001-01-01T00:00:00Z",
+            "history": [{"created": "0001-01-01T00:00:00Z"}],
+            "os": "",
+            "rootfs": {"type": "layers", "diff_ids": layers.iter().map(|l| l.digest.clone()).collect::<Vec<_>>()},
+            "config": {},
+        });
+        let config = serde_json::to_vec(&config).expect("a config serializes");
+        self.upload(repo, Bytes::from(config.clone())).await?;
+        let manifest = Manifest {
+            schema_version: 2,
+            media_type: Some(MANIFEST_MEDIA_TYPE.into()),
+            config: Descriptor {
+                media_type: IMAGE_CONFIG_MEDIA_TYPE.into(),
+                digest: Digest::of(&config).to_string(),
+                size: config.len() as u64,
+                annotations: Default::default(),
+            },
+            layers,
+            annotations: Default::default(),
+        };
+        self.call(Call {
+            method: "PUT",
+            target: self.target(format!("/v2/{repo}/manifests/{tag}")),
+            headers: vec![("Content-Type", MANIFEST_MEDIA_TYPE.to_string())],
+            body: Bytes::from(serde_json::to_vec(&manifest).expect("a manifest serializes")),
+            limit: DOCUMENT_MAX,
+            what: format!("storing the signatures of {reference}"),
+        })
+        .await?;
+        Ok(tag)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn payloads_name_the_manifest_as_cosign_does() {
+        let r = Reference::parse("oci://r.io:5000/team/naming:v1").unwrap();
+        let d = Digest::of(b"manifest");
+        let p: serde_json::Value = serde_json::from_slice(&payload(&r, &d)).unwrap();
+        assert_eq!(
+            p["critical"]["identity"]["docker-reference"],
+            "r.io:5000/team/naming"
+        );
+        assert_eq!(p["critical"]["image"]["docker-manifest-digest"], d.as_str());
+        assert_eq!(p["critical"]["type"], "cosign container image signature");
+        assert!(p["optional"].is_null());
+        assert_eq!(signature_tag(&d), format!("sha256-{}.sig", d.hex()));
+    }
+
+    fn pem(label: &str, der: &[u8]) -> String {
+        let b64 = base64::engine::general_purpose::STANDARD.encode(der);
+        let lines: Vec<&str> = b64
+            .as_bytes()
+            .chunks(64)
+            .map(|c| std::str::from_utf8(c).unwrap())
+            .collect();
+        format!(
+            "-----BEGIN {label}-----\n{}\n-----END {label}-----\n",
+            lines.join("\n")
+        )
+    }
+
+    /// A fresh key pair written as PEM files: (private, public).
+    fn key_pair(dir: &Path, name: &str) -> (PathBuf, PathBuf) {
+        use ring::signature::KeyPair as _;
+        let rng = SystemRandom::new();
+        let pkcs8 = EcdsaKeyPair::generate_pkcs8(&ECDSA_P256_SHA256_ASN1_SIGNING, &rng).unwrap();
+        let pair = EcdsaKeyPair::from_pkcs8(&ECDSA_P256_SHA256_ASN1_SIGNING, pkcs8.as_ref(), &rng).unwrap();
+        // SubjectPublicKeyInfo of a P-256 key: the algorithm, then the point.
+        let mut spki = hex_bytes("3059301306072a8648ce3d020106082a8648ce3d030107034200");
+        spki.extend_from_slice(pair.public_key().as_ref());
+        let (private, public) = (dir.join(format!("{name}.key")), dir.join(format!("{name}.pub")));
+        std::fs::write(&private, pem("PRIVATE KEY", pkcs8.as_ref())).unwrap();
+        std::fs::write(&public, pem("PUBLIC KEY", &spki)).unwrap();
+        (private, public)
+    }
+
+    fn hex_bytes(hex: &str) -> Vec<u8> {
+        (0..hex.len())
+            .step_by(2)
+            .map(|i| u8::from_str_radix(&hex[i..i + 2], 16).unwrap())
+            .collect()
+    }
+
+    #[test]
+    fn a_signature_by_a_trusted_key_for_this_module_passes_and_nothing_else_does() {
+        let dir = tempfile::tempdir().unwrap();
+        let (key, public) = key_pair(dir.path(), "team");
+        let (other_key, _) = key_pair(dir.path(), "other");
+        let r = Reference::parse("oci://r.io/naming:v1").unwrap();
+        let digest = Digest::of(b"manifest");
+        let signed = |key: &Path, digest: &Digest| {
+            let payload = payload(&r, digest);
+            Signature {
+                signature: SigningKey::from_pem(key).unwrap().sign(&payload).unwrap(),
+                payload: base64::engine::general_purpose::STANDARD.encode(&payload),
+            }
+        };
+        let trust = Trust {
+            keys: vec![PublicKey::from_pem(&public).unwrap()],
+            required: true,
+        };
+        let by = trust.check("naming", &digest, &[signed(&key, &digest)]).unwrap();
+        assert_eq!(by.unwrap().path, public);
+
+        let why = |sigs: &[Signature]| trust.check("naming", &digest, sigs).unwrap_err().to_string();
+        assert!(why(&[]).contains("not signed"), "{}", why(&[]));
+        assert!(why(&[signed(&other_key, &digest)]).contains("no signature by a trusted key"));
+        let elsewhere = why(&[signed(&key, &Digest::of(b"another manifest"))]);
+        assert!(elsewhere.contains("not this module's"), "{elsewhere}");
+        let mut tampered = signed(&key, &digest);
+        tampered.payload = base64::engine::general_purpose::STANDARD.encode(b"{}");
+        assert!(why(&[tampered]).contains("no signature by a trusted key"));
+
+        // Not required: an unsigned module passes, a wrong claim by a trusted key never does.
+        let lenient = Trust {
+            required: false,
+            ..trust.clone()
+        };
+        assert!(lenient.check("naming", &digest, &[]).unwrap().is_none());
+        assert!(
+            lenient
+                .check("naming", &digest, &[signed(&key, &Digest::of(b"x"))])
+                .is_err()
+        );
+        // A private key is no public key, and the other way round.
+        assert!(PublicKey::from_pem(&key).is_err());
+        assert!(SigningKey::from_pem(&public).is_err());
+    }
+}
