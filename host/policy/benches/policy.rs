@@ -245,4 +245,58 @@ fn main() {
         );
         row("retry", &wasm, &native);
     }
+
+    loading(quick, &wanted);
+}
+
+/// Loading a module as a start or a takeover does: compiled from its bytes,
+/// against mapped from the compiled-code cache a run before left on disk.
+/// Each load on an engine of its own, made outside the timing, so no
+/// in-memory copy helps.
+fn loading(quick: bool, wanted: &dyn Fn(&str) -> bool) {
+    let modules = [
+        ("load, Rust naming", guests_dir().join("berth_naming_guest.wasm")),
+        (
+            "load, Python naming",
+            python_guests_dir().join("berth_naming_py.wasm"),
+        ),
+    ];
+    let modules: Vec<_> = modules.into_iter().filter(|(n, _)| wanted(n)).collect();
+    if modules.is_empty() {
+        return;
+    }
+    let cache = tempfile::tempdir().expect("a cache directory");
+    let engine = |cached: bool| {
+        PolicyEngine::new(EngineOptions {
+            concurrency: 4,
+            compiled_dir: cached.then(|| cache.path().to_path_buf()),
+            ..EngineOptions::default()
+        })
+        .expect("policy engine")
+    };
+    let (compiles, loads) = if quick { (1, 3) } else { (3, 10) };
+    println!();
+    println!("| module                   | compiled   | cached     | cached ÷ compiled |");
+    println!("|--------------------------|-----------:|-----------:|------------------:|");
+    for (name, path) in modules {
+        let timed = |cached: bool, n: usize| {
+            let mut samples = Vec::new();
+            for _ in 0..n {
+                let e = engine(cached);
+                let t = Instant::now();
+                black_box(load_from(&e, &path));
+                samples.push(t.elapsed());
+            }
+            stats(samples)
+        };
+        let compiled = timed(false, compiles);
+        timed(true, 1); // leaves the compiled code in the cache
+        let cached = timed(true, loads);
+        println!(
+            "| {name:<24} | {:>10} | {:>10} | {:>16.3}× |",
+            show(compiled.median),
+            show(cached.median),
+            cached.median.as_secs_f64() / compiled.median.as_secs_f64()
+        );
+    }
 }

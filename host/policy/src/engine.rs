@@ -28,6 +28,9 @@ pub struct EngineOptions {
     /// Use the pooling allocator (fast instantiation). Falls back to on-demand
     /// allocation when the pool cannot be reserved.
     pub pooling: bool,
+    /// Where compiled components are kept across restarts; none: compiled
+    /// at every start.
+    pub compiled_dir: Option<std::path::PathBuf>,
 }
 
 impl Default for EngineOptions {
@@ -36,6 +39,7 @@ impl Default for EngineOptions {
             concurrency: 64,
             max_module_memory: 256 << 20,
             pooling: true,
+            compiled_dir: None,
         }
     }
 }
@@ -76,6 +80,7 @@ pub struct PolicyEngine {
     pools: Pools,
     ticker: Arc<AtomicBool>,
     compiled: std::sync::Mutex<Vec<(u64, usize, Component)>>,
+    on_disk: Option<crate::compiled::CompiledCache>,
 }
 
 /// Compiled components kept for a module loaded again (a reload that changes
@@ -118,7 +123,17 @@ impl PolicyEngine {
         }
         let ticker = Arc::new(AtomicBool::new(true));
         spawn_ticker(engine.clone(), ticker.clone());
+        let on_disk = options.compiled_dir.as_deref().map(|dir| {
+            let settings = format!(
+                "pooling={} max_memory={} perfmap={}",
+                options.pooling,
+                options.max_module_memory,
+                std::env::var_os("BERTH_WASM_PERFMAP").is_some()
+            );
+            crate::compiled::CompiledCache::new(dir, &engine, &settings)
+        });
         Ok(PolicyEngine {
+            on_disk,
             pools: Pools::new(options.concurrency),
             engine,
             linker,
@@ -153,7 +168,18 @@ impl PolicyEngine {
         if let Some(c) = cached(&self.compiled.lock().unwrap_or_else(|p| p.into_inner())) {
             return Ok(c);
         }
-        let component = Component::new(&self.engine, wasm)?;
+        // Text (tests write guests in it) compiles in no time: never kept on disk.
+        let disk = self.on_disk.as_ref().filter(|_| wasm.starts_with(b"\0asm"));
+        let component = match disk.and_then(|d| d.get(&self.engine, wasm)) {
+            Some(c) => c,
+            None => {
+                let c = Component::new(&self.engine, wasm)?;
+                if let Some(d) = disk {
+                    d.put(wasm, &c);
+                }
+                c
+            }
+        };
         let mut kept = self.compiled.lock().unwrap_or_else(|p| p.into_inner());
         if kept.len() >= COMPILED_KEPT {
             kept.remove(0);

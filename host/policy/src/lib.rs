@@ -13,6 +13,7 @@ mod bindings;
 pub mod builtin;
 mod candidates;
 pub mod cases;
+mod compiled;
 mod component;
 mod engine;
 mod error;

@@ -169,6 +169,7 @@ pub(super) fn load(
         concurrency: 4,
         max_module_memory: limits.memory.max(EngineOptions::default().max_module_memory),
         pooling: true,
+        compiled_dir: None,
     };
     let engine = PolicyEngine::new(options).context("starting the WebAssembly engine")?;
     let mut config = ModuleConfig::from_path(path);

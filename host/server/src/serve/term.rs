@@ -51,6 +51,8 @@ fn policies(config: &Config) -> Result<Arc<Policies>, ServeError> {
         .unwrap_or(0);
     let engine = PolicyEngine::new(EngineOptions {
         max_module_memory: max_memory.max(EngineOptions::default().max_module_memory),
+        // A takeover or a restart maps the code compiled before instead of compiling.
+        compiled_dir: Some(config.state.with_file_name("policy-compiled")),
         ..EngineOptions::default()
     })
     .map_err(ServeError::Engine)?;
