@@ -291,6 +291,8 @@ impl csi::node_server::Node for Node {
             return Err(Status::unimplemented("EXPAND_VOLUME is not offered"));
         }
         let req = request.into_inner();
+        // NodeExpandVolumeRequest.secrets (CSI 1.10): held to --require-secret like the others.
+        check_secrets(&self.config, &req.secrets)?;
         let (rec, path) = self.published_at(&req.volume_id, &req.volume_path)?;
         // A directory has no file system to grow: the new size is the record's.
         tracing::info!(volume = %rec.id, path = %path.display(), capacity = rec.capacity_bytes, "volume expanded on the node");

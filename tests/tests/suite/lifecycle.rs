@@ -192,6 +192,10 @@ fn a_give_up_waits_for_the_operator_and_secrets_stay_secret() {
     outputs += &c.ok(&["volume", "get", "vault"]);
     outputs += &c.ok(&["volume", "list", "-o", "json"]);
     assert_eq!(volume(&c, "vault")["state"], "published");
+    // Growing it reaches the node with the secret too (NodeExpandVolume's secrets).
+    outputs += &c.ok(&["volume", "expand", "vault", "--size", "2GiB", "--wait"]);
+    let node_log = c.nodes[0].1.log_text();
+    assert!(node_log.contains("volume expanded on the node"), "{node_log}");
 
     c.kill_serve();
     let state = std::fs::read(c.dir.path().join("state/berth.redb")).unwrap();
