@@ -57,7 +57,7 @@ use serde::Deserialize;
 use berth_csi::Endpoint;
 pub use berth_model::settings::{ConfigError, duration, invalid, load_file, metrics_address, name_ok};
 use berth_model::units::parse_bytes;
-use berth_policy::{Decision, Limits, ModuleConfig, OnError};
+use berth_policy::{Decision, ModuleConfig};
 
 #[derive(Debug, Deserialize)]
 #[serde(deny_unknown_fields)]
@@ -84,7 +84,7 @@ struct Raw {
     #[serde(default, rename = "node")]
     nodes: Vec<RawNode>,
     #[serde(default, rename = "policy")]
-    policies: Vec<RawPolicy>,
+    policies: Vec<policy_set::RawPolicy>,
 }
 
 #[derive(Debug, Deserialize)]
@@ -120,21 +120,6 @@ struct RawNode {
     plugins: BTreeMap<String, String>,
 }
 
-#[derive(Debug, Deserialize)]
-#[serde(deny_unknown_fields)]
-struct RawPolicy {
-    module: PathBuf,
-    name: Option<String>,
-    #[serde(default)]
-    decisions: Vec<String>,
-    on_error: Option<OnError>,
-    memory: Option<String>,
-    deadline: Option<String>,
-    max_answer: Option<String>,
-    #[serde(default)]
-    settings: BTreeMap<String, String>,
-}
-
 /// A validated configuration.
 #[derive(Clone, Debug)]
 pub struct Config {
@@ -163,6 +148,9 @@ pub struct Config {
     pub plugins: Vec<PluginConfig>,
     pub nodes: Vec<NodeConfig>,
     pub policies: Vec<PolicyConfig>,
+    /// The `[[policy]]` tables as written (paths made absolute): what seeds
+    /// the cluster's policy set when the store has none.
+    pub policy_set: Option<policy_set::SetDraft>,
     /// How modules named `oci://…` are fetched (`[oci]`).
     pub oci: berth_oci::Access,
     /// Where fetched modules are kept, checked, as an OCI image layout.
@@ -195,6 +183,8 @@ pub struct PolicyConfig {
     pub decisions: Vec<Decision>,
     /// The registry reference the module comes from, pinned by digest.
     pub source: Option<berth_oci::Reference>,
+    /// The SHA-256 a module file must have (`digest`), as a policy set pins it.
+    pub digest: Option<String>,
 }
 
 /// `[store]`: checked by the etcd store itself, with the key at fault;
@@ -361,71 +351,9 @@ impl Config {
             });
         }
 
-        let mut policies = Vec::new();
-        for (i, p) in raw.policies.into_iter().enumerate() {
-            let at = format!("policy[{i}]");
-            let decisions = p
-                .decisions
-                .iter()
-                .map(|d| {
-                    d.parse::<Decision>()
-                        .map_err(|e| invalid(format!("{at}.decisions"), e))
-                })
-                .collect::<Result<Vec<_>, _>>()?;
-            let defaults = Limits::default();
-            let source = oci::module_reference(&format!("{at}.module"), &p.module)?;
-            let mut module = match &source {
-                Some(r) => ModuleConfig {
-                    path: PathBuf::new(),
-                    ..ModuleConfig::from_path(Path::new(r.repository.rsplit('/').next().unwrap_or("module")))
-                },
-                None => ModuleConfig::from_path(&resolve(&p.module)),
-            };
-            if let Some(name) = p.name {
-                module.name = name;
-            }
-            module.settings = p.settings;
-            module.on_error = p.on_error.unwrap_or_default();
-            module.limits = Limits {
-                memory_bytes: size(
-                    &format!("{at}.memory"),
-                    p.memory.as_deref(),
-                    defaults.memory_bytes,
-                )?,
-                deadline: match p.deadline.as_deref() {
-                    None => defaults.deadline,
-                    Some(d) => duration(&format!("{at}.deadline"), Some(d), "0")?,
-                },
-                max_answer_bytes: size(
-                    &format!("{at}.max_answer"),
-                    p.max_answer.as_deref(),
-                    defaults.max_answer_bytes,
-                )?,
-            };
-            if module.limits.deadline.is_zero() {
-                return Err(invalid(format!("{at}.deadline"), "must be more than zero"));
-            }
-            for d in &decisions {
-                if let Some((j, other)) = policies
-                    .iter()
-                    .enumerate()
-                    .find(|(_, q): &(usize, &PolicyConfig)| q.decisions.contains(d))
-                {
-                    return Err(invalid(
-                        format!("{at}.decisions"),
-                        format!(
-                            "{d} is served by policy[{j}] ({}) already; give each decision one module",
-                            other.module.path.display()
-                        ),
-                    ));
-                }
-            }
-            policies.push(PolicyConfig {
-                module,
-                decisions,
-                source,
-            });
-        }
+        let policy_set = policy_set::SetDraft::from_raw(raw.policies, base);
+        let policies = policy_set.policies()?;
+        let policy_set = (!policies.is_empty()).then_some(policy_set);
 
         let oci = oci::access(raw.oci, resolve);
         let policy_trust = oci::trust(raw.policy_trust, resolve)?;
@@ -486,6 +414,7 @@ impl Config {
             plugins,
             nodes,
             policies,
+            policy_set,
         })
     }
 
@@ -498,7 +427,7 @@ impl Config {
     }
 }
 
-fn size(key: &str, value: Option<&str>, default: usize) -> Result<usize, ConfigError> {
+pub(crate) fn size(key: &str, value: Option<&str>, default: usize) -> Result<usize, ConfigError> {
     match value {
         None => Ok(default),
         Some(v) => parse_bytes(v).map_err(|e| invalid(key, e)),
@@ -506,6 +435,7 @@ fn size(key: &str, value: Option<&str>, default: usize) -> Result<usize, ConfigE
 }
 
 mod oci;
+pub mod policy_set;
 mod server_names;
 
 #[cfg(test)]

@@ -1,6 +1,7 @@
 //! The config file's parsing: every key, the defaults, and errors naming the key at fault.
 
 use super::*;
+use berth_policy::OnError;
 
 const GOOD: &str = r#"
 state = "state/berth.redb"

@@ -10,6 +10,7 @@ mod plugin_check;
 mod policy;
 mod policy_new;
 mod policy_oci;
+mod policy_set;
 mod serve;
 mod snapshot;
 mod status;

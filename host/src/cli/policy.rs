@@ -52,6 +52,23 @@ berth policy new site-policy --lang rust --dir ~/src/site-policy"
         after_help = "Example:\n  berth policy push naming.wasm oci://registry.example.com/policies/naming:v1"
     )]
     Push(super::policy_oci::PushArgs),
+    /// Put a policy set file ([[policy]] tables, as in berth.toml) in service
+    /// on every server: each module pinned by digest (a registry tag resolved,
+    /// a file hashed), loaded, then stored as the set's next version. If any
+    /// module fails, nothing changes.
+    #[command(after_help = "Example:\n  berth policy apply policies.toml")]
+    Apply {
+        /// The set file.
+        file: PathBuf,
+        #[command(flatten)]
+        api: super::client::ApiArgs,
+    },
+    /// The cluster's policy set: its version, every module's digest, and the
+    /// modules' counters.
+    Status {
+        #[command(flatten)]
+        api: super::client::ApiArgs,
+    },
     /// Fetch a module from an OCI registry, checking every byte against its
     /// digest: into a file, or an OCI image layout directory for sites
     /// without a registry.
@@ -154,6 +171,8 @@ pub async fn run(cmd: PolicyCommand, output: Output) -> anyhow::Result<ExitCode>
         PolicyCommand::New(args) => super::policy_new::run(args).map(|()| ExitCode::SUCCESS),
         PolicyCommand::Reload { api } => reload(api, output).await,
         PolicyCommand::Push(args) => super::policy_oci::push(args, output).await,
+        PolicyCommand::Apply { file, api } => super::policy_set::apply(file, api, output).await,
+        PolicyCommand::Status { api } => super::policy_set::status(api, output).await,
         PolicyCommand::Pull(args) => super::policy_oci::pull(args, output).await,
         PolicyCommand::Sign(args) => super::policy_oci::sign(args, output).await,
         PolicyCommand::Verify(args) => super::policy_oci::verify(args, output).await,

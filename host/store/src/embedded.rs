@@ -16,6 +16,9 @@ const NODES: TableDefinition<&str, &[u8]> = TableDefinition::new("nodes");
 /// Join tokens by id (JSON, the secret only as its hash); added without a
 /// schema change, as nodes were.
 const TOKENS: TableDefinition<&str, &[u8]> = TableDefinition::new("tokens");
+/// The cluster's policy set (JSON), under the key `set`; added without a
+/// schema change like the tokens.
+const POLICY: TableDefinition<&str, &[u8]> = TableDefinition::new("policy");
 /// Facts about the store itself; added with schema version 1's recording.
 const META: TableDefinition<&str, u64> = TableDefinition::new("meta");
 const SCHEMA_KEY: &str = "schema_version";
@@ -363,6 +366,14 @@ impl Store for RedbStore {
 
     async fn remove_token(&self, id: &str) -> Result<(), StoreError> {
         self.remove_key(TOKENS, id).await
+    }
+
+    fn load_policy_set(&self) -> Result<Option<crate::PolicySetRecord>, StoreError> {
+        Ok(self.load_all(POLICY, "policy set")?.into_iter().next())
+    }
+
+    async fn put_policy_set(&self, set: &crate::PolicySetRecord) -> Result<(), StoreError> {
+        self.put_json(POLICY, "set", set).await
     }
 }
 

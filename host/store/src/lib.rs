@@ -99,6 +99,19 @@ pub struct TokenRecord {
     pub replace: bool,
 }
 
+/// The cluster's policy set as stored: its `[[policy]]` tables, every
+/// module pinned by digest, and a version that every apply raises.
+#[derive(Clone, Debug, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
+pub struct PolicySetRecord {
+    pub version: u64,
+    /// Unix milliseconds (the applying server's clock).
+    pub applied_ms: u64,
+    /// The server that stored it.
+    #[serde(default)]
+    pub applied_by: String,
+    pub text: String,
+}
+
 /// Where volume records live. Writes return once durable; concurrent writes
 /// may share one commit.
 #[tonic::async_trait]
@@ -121,6 +134,10 @@ pub trait Store: Send + Sync {
     async fn put_token(&self, token: &TokenRecord) -> Result<(), StoreError>;
     /// Removes a token; removing one that is not there is not an error.
     async fn remove_token(&self, id: &str) -> Result<(), StoreError>;
+    /// The cluster's policy set; none before the first is stored.
+    fn load_policy_set(&self) -> Result<Option<PolicySetRecord>, StoreError>;
+    /// Stores the policy set, replacing the one before.
+    async fn put_policy_set(&self, set: &PolicySetRecord) -> Result<(), StoreError>;
 }
 
 /// The most a stored record may take: below etcd's default request limit

@@ -26,6 +26,16 @@ use codes::{Refusal, status};
 #[tonic::async_trait]
 pub trait PolicyReload: Send + Sync {
     async fn reload(&self) -> Result<Vec<PolicyStats>, ReloadError>;
+    /// Puts a set file's `[[policy]]` tables in service as the cluster's set
+    /// (relative module paths from `base`).
+    async fn apply(&self, text: &str, base: &std::path::Path) -> Result<SetInService, ReloadError>;
+    async fn in_service(&self) -> SetInService;
+}
+
+/// The policy set in service and its modules' counters.
+pub struct SetInService {
+    pub set: Option<crate::store::PolicySetRecord>,
+    pub stats: Vec<PolicyStats>,
 }
 
 /// Why a reload put nothing in service (the modules in service stay).
@@ -39,6 +49,8 @@ pub enum ReloadError {
     Policies(#[from] crate::policy::SetError),
     #[error(transparent)]
     Fetch(#[from] berth_oci::FetchError),
+    #[error("storing the policy set: {0}")]
+    Store(#[from] crate::store::StoreError),
     #[error("the reload stopped: {0}")]
     Stopped(tokio::task::JoinError),
 }
@@ -489,6 +501,29 @@ impl api::berth_server::Berth for BerthApi {
         }))
     }
 
+    async fn apply_policy_set(
+        &self,
+        request: Request<api::ApplyPolicySetRequest>,
+    ) -> Result<Response<api::PolicySet>, Status> {
+        let r = request.into_inner();
+        if !std::path::Path::new(&r.base_dir).is_absolute() {
+            return Err(Status::invalid_argument("base_dir: an absolute path is required"));
+        }
+        let set = self
+            .reloader
+            .apply(&r.text, std::path::Path::new(&r.base_dir))
+            .await
+            .map_err(status)?;
+        Ok(Response::new(policy_set(set)))
+    }
+
+    async fn get_policy_set(
+        &self,
+        _: Request<api::GetPolicySetRequest>,
+    ) -> Result<Response<api::PolicySet>, Status> {
+        Ok(Response::new(policy_set(self.reloader.in_service().await)))
+    }
+
     async fn plugin_status(
         &self,
         _: Request<api::PluginStatusRequest>,
@@ -526,5 +561,21 @@ impl api::berth_server::Berth for BerthApi {
             })
             .collect();
         Ok(Response::new(api::PluginStatusResponse { plugins }))
+    }
+}
+
+fn policy_set(s: SetInService) -> api::PolicySet {
+    let set = s.set.unwrap_or(crate::store::PolicySetRecord {
+        version: 0,
+        applied_ms: 0,
+        applied_by: String::new(),
+        text: String::new(),
+    });
+    api::PolicySet {
+        version: set.version,
+        applied_ms: set.applied_ms,
+        applied_by: set.applied_by,
+        text: set.text,
+        policies: counters(s.stats),
     }
 }

@@ -6,13 +6,14 @@ use std::collections::BTreeMap;
 use std::sync::Mutex;
 
 use crate::model::VolumeRecord;
-use crate::store::{NodeRecord, Store, StoreError, TokenRecord};
+use crate::store::{NodeRecord, PolicySetRecord, Store, StoreError, TokenRecord};
 
 #[derive(Default)]
 pub struct MemoryStore {
     volumes: Mutex<BTreeMap<String, VolumeRecord>>,
     nodes: Mutex<BTreeMap<String, NodeRecord>>,
     tokens: Mutex<BTreeMap<String, TokenRecord>>,
+    policy_set: Mutex<Option<PolicySetRecord>>,
 }
 
 #[tonic::async_trait]
@@ -54,6 +55,13 @@ impl Store for MemoryStore {
     }
     async fn remove_token(&self, id: &str) -> Result<(), StoreError> {
         self.tokens.lock().unwrap().remove(id);
+        Ok(())
+    }
+    fn load_policy_set(&self) -> Result<Option<PolicySetRecord>, StoreError> {
+        Ok(self.policy_set.lock().unwrap().clone())
+    }
+    async fn put_policy_set(&self, set: &PolicySetRecord) -> Result<(), StoreError> {
+        *self.policy_set.lock().unwrap() = Some(set.clone());
         Ok(())
     }
 }

@@ -20,6 +20,8 @@ pub enum ServeError {
     Policies(#[from] SetError),
     #[error(transparent)]
     Fetch(#[from] berth_oci::FetchError),
+    #[error("the policy set: {0}")]
+    PolicySet(#[from] crate::api::ReloadError),
     #[error(transparent)]
     Pki(#[from] PkiError),
     #[error("the cluster CA in etcd ({endpoints}): {error}")]

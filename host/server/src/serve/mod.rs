@@ -7,6 +7,7 @@
 pub(crate) mod endpoints;
 mod error;
 pub mod modules;
+pub mod policy_set;
 mod replicated;
 pub(crate) mod term;
 
@@ -31,11 +32,19 @@ pub(super) fn modules(config: &Config) -> Vec<(ModuleConfig, Vec<Decision>)> {
         .collect()
 }
 
-/// Reloads the policy modules from the config file: on SIGHUP, and when
-/// `berth policy reload` asks.
+/// The policy set in service, and what changes it: on SIGHUP and
+/// `berth policy reload` (the config file's `[[policy]]` tables, applied as
+/// a new version), and `berth policy apply` (a file of them).
 pub struct Reloader {
     pub(super) path: Option<PathBuf>,
     pub(super) policies: Arc<Policies>,
+    /// This server's own settings: how registries are reached and trusted.
+    pub(super) config: Config,
+    pub(super) store: Arc<dyn crate::store::Store>,
+    /// The set in service (none on a server with no set stored and no `[[policy]]`).
+    pub(super) set: tokio::sync::Mutex<Option<crate::store::PolicySetRecord>>,
+    /// This server's name, recorded with a set it stores.
+    pub(super) server: String,
 }
 
 #[tonic::async_trait]
@@ -43,34 +52,106 @@ impl crate::api::PolicyReload for Arc<Reloader> {
     async fn reload(&self) -> Result<Vec<PolicyStats>, ReloadError> {
         Reloader::reload(self).await
     }
+
+    async fn apply(
+        &self,
+        text: &str,
+        base: &std::path::Path,
+    ) -> Result<crate::api::SetInService, ReloadError> {
+        let outcome = async {
+            let draft = crate::config::policy_set::SetDraft::parse(text, base)?;
+            self.put_in_service(draft).await
+        }
+        .await;
+        log_outcome(&outcome);
+        outcome
+    }
+
+    async fn in_service(&self) -> crate::api::SetInService {
+        crate::api::SetInService {
+            set: self.set.lock().await.clone(),
+            stats: self.policies.stats(),
+        }
+    }
+}
+
+fn log_outcome(outcome: &Result<crate::api::SetInService, ReloadError>) {
+    match outcome {
+        Ok(s) => tracing::info!(
+            version = s.set.as_ref().map_or(0, |s| s.version),
+            modules = s.stats.len(),
+            "policy set in service"
+        ),
+        Err(e) => tracing::error!(error = %e, "policy reload failed; the modules in service stay"),
+    }
 }
 
 impl Reloader {
-    /// Reads the file again and swaps its modules in, all or none. A module
-    /// needing more memory than the engine was started with needs a restart.
+    /// Reads the config file again and puts its `[[policy]]` tables in
+    /// service as the cluster's set, all or none; without any, loads the
+    /// stored set again. A module needing more memory than the engine was
+    /// started with needs a restart.
     pub async fn reload(self: &Arc<Self>) -> Result<Vec<PolicyStats>, ReloadError> {
         let Some(path) = self.path.clone() else {
             return Err(ReloadError::NoConfig);
         };
-        let me = self.clone();
-        let outcome = async move {
+        let outcome = async {
             let config = tokio::task::spawn_blocking(move || Config::load(&path))
                 .await
                 .map_err(ReloadError::Stopped)??;
-            let config = modules::fetch_modules(config).await?;
-            tokio::task::spawn_blocking(move || {
-                me.policies.replace_all(&modules(&config))?;
-                Ok(me.policies.stats())
-            })
-            .await
-            .map_err(ReloadError::Stopped)?
+            match config.policy_set {
+                Some(draft) => self.put_in_service(draft).await,
+                None => {
+                    let stored = self.set.lock().await.clone();
+                    let text = stored.as_ref().map(|s| s.text.clone()).unwrap_or_default();
+                    let config = policy_set::effective(&self.config, &text).await?;
+                    self.swap(config).await?;
+                    Ok(crate::api::SetInService {
+                        set: stored,
+                        stats: self.policies.stats(),
+                    })
+                }
+            }
         }
         .await;
-        match &outcome {
-            Ok(stats) => tracing::info!(modules = stats.len(), "policy modules reloaded"),
-            Err(e) => tracing::error!(error = %e, "policy reload failed; the modules in service stay"),
+        log_outcome(&outcome);
+        outcome.map(|s| s.stats)
+    }
+
+    /// Pins `draft`, loads it, and stores it as the next version when it
+    /// differs from the set in service. Nothing is stored unless every
+    /// module loaded.
+    async fn put_in_service(
+        &self,
+        draft: crate::config::policy_set::SetDraft,
+    ) -> Result<crate::api::SetInService, ReloadError> {
+        let pinned = policy_set::pin(draft, &self.config).await?;
+        let text = pinned.text();
+        let config = policy_set::effective(&self.config, &text).await?;
+        let mut current = self.set.lock().await;
+        self.swap(config).await?;
+        if current.as_ref().is_none_or(|s| s.text != text) {
+            let next = crate::store::PolicySetRecord {
+                version: current.as_ref().map_or(1, |s| s.version + 1),
+                applied_ms: crate::model::clock::now_ms(),
+                applied_by: self.server.clone(),
+                text,
+            };
+            self.store.put_policy_set(&next).await?;
+            *current = Some(next);
         }
-        outcome
+        Ok(crate::api::SetInService {
+            set: current.clone(),
+            stats: self.policies.stats(),
+        })
+    }
+
+    async fn swap(&self, config: Config) -> Result<(), ReloadError> {
+        let policies = self.policies.clone();
+        tokio::task::spawn_blocking(move || policies.replace_all(&modules(&config)))
+            .await
+            .map_err(ReloadError::Stopped)??;
+        Ok(())
     }
 
     /// Reloads on every SIGHUP, for as long as the server runs.

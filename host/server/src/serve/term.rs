@@ -208,6 +208,13 @@ pub(super) async fn lead(
     metrics::set_leader(true);
     // Not ready until the API answers (after the in-process nodes connect).
     metrics::readiness().set_failing("api", "a term is starting".into());
+    let own = config.clone();
+    let server = config
+        .etcd
+        .as_ref()
+        .map_or_else(|| "berth".to_string(), |e| e.name.clone());
+    let (config, set) = super::policy_set::in_service(config, &store, &server).await?;
+    let set_store = store.clone();
     let policies = policies(&config)?;
     let api_path = config.api.path().to_path_buf();
     let cluster = match &config.cluster {
@@ -245,6 +252,10 @@ pub(super) async fn lead(
     let reloader = Arc::new(Reloader {
         path: config_path,
         policies: manager.policies().clone(),
+        config: own,
+        store: set_store,
+        set: tokio::sync::Mutex::new(set),
+        server,
     });
     let sighup = reloader.clone().on_sighup()?;
     let api = Arc::new(BerthApi::new(

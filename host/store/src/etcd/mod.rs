@@ -2,7 +2,8 @@
 //! etcd cluster, so several `berth serve` can share one durable state and
 //! none of them is the only copy.
 //!
-//! Keys: `<prefix>/schema`, `<prefix>/volumes/<id>`, `<prefix>/nodes/<name>`;
+//! Keys: `<prefix>/schema`, `<prefix>/volumes/<id>`, `<prefix>/nodes/<name>`,
+//! `<prefix>/tokens/<id>`, `<prefix>/policy/set`;
 //! values are the same JSON the embedded store keeps. Writes are grouped as
 //! in the embedded store: everything waiting goes into one etcd transaction
 //! (within etcd's default limits on operations and bytes), one transaction in
@@ -47,6 +48,8 @@ pub struct EtcdStore {
     volumes: Mutex<Option<Vec<VolumeRecord>>>,
     nodes: Mutex<Option<Vec<NodeRecord>>>,
     tokens: Mutex<Option<Vec<TokenRecord>>>,
+    /// The policy set as last read or written by this store.
+    policy_set: Mutex<Option<crate::PolicySetRecord>>,
 }
 
 impl EtcdStore {
@@ -129,6 +132,9 @@ impl EtcdStore {
                 (volumes, nodes, tokens)
             }
         };
+        // Read afresh even from a warm copy: a term loads the set as stored now.
+        let policy_set: Option<crate::PolicySetRecord> =
+            load_json(&kv, &settings, "policy").await?.into_iter().next();
         let (writes, rx) = mpsc::channel(WRITE_QUEUE);
         tokio::spawn(commit_loop(kv, rx, fence));
         Ok(EtcdStore {
@@ -137,6 +143,7 @@ impl EtcdStore {
             volumes: Mutex::new(Some(volumes)),
             nodes: Mutex::new(Some(nodes)),
             tokens: Mutex::new(Some(tokens)),
+            policy_set: Mutex::new(policy_set),
         })
     }
 
@@ -312,6 +319,17 @@ impl Store for EtcdStore {
 
     async fn remove_token(&self, id: &str) -> Result<(), StoreError> {
         self.write(self.key("tokens", id), None).await
+    }
+
+    fn load_policy_set(&self) -> Result<Option<crate::PolicySetRecord>, StoreError> {
+        Ok(self.policy_set.lock().unwrap_or_else(|p| p.into_inner()).clone())
+    }
+
+    async fn put_policy_set(&self, set: &crate::PolicySetRecord) -> Result<(), StoreError> {
+        let bytes = crate::encode_json("policy set", set)?;
+        self.write(self.key("policy", "set"), Some(bytes)).await?;
+        *self.policy_set.lock().unwrap_or_else(|p| p.into_inner()) = Some(set.clone());
+        Ok(())
     }
 }
 

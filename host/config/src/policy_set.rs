@@ -1,0 +1,196 @@
+//! `[[policy]]` tables: in `berth.toml`, and as a policy set (a file of
+//! them, applied to the whole cluster and stored as text with a version).
+//! A set is stored pinned: every module a digest (a registry reference by
+//! its manifest's, a file by its SHA-256), every path absolute, so every
+//! server that loads it runs the same bytes or refuses.
+
+use std::collections::BTreeMap;
+use std::path::{Path, PathBuf};
+
+use serde::{Deserialize, Serialize};
+
+use crate::{ConfigError, PolicyConfig, duration, invalid, oci, size};
+use berth_policy::{Decision, Limits, ModuleConfig, OnError};
+
+/// The most a stored set may take: far below what a store takes in one record.
+pub const SET_MAX: usize = 64 << 10;
+
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct RawPolicy {
+    pub module: String,
+    /// The module file's SHA-256 (`sha256:…`), which a set pins.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub digest: Option<String>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    name: Option<String>,
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    decisions: Vec<String>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    on_error: Option<OnError>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    memory: Option<String>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    deadline: Option<String>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    max_answer: Option<String>,
+    #[serde(default, skip_serializing_if = "BTreeMap::is_empty")]
+    settings: BTreeMap<String, String>,
+}
+
+#[derive(Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+struct RawSet {
+    #[serde(default, rename = "policy")]
+    policies: Vec<RawPolicy>,
+}
+
+/// A set's tables, file paths made absolute; pinned by the server before
+/// it is stored.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct SetDraft {
+    pub tables: Vec<RawPolicy>,
+}
+
+impl SetDraft {
+    pub(crate) fn from_raw(mut tables: Vec<RawPolicy>, base: &Path) -> SetDraft {
+        for t in &mut tables {
+            if !t.module.starts_with("oci://") && !Path::new(&t.module).is_absolute() {
+                t.module = base.join(&t.module).display().to_string();
+            }
+        }
+        SetDraft { tables }
+    }
+
+    /// A set file's text; relative module paths are taken from `base`.
+    pub fn parse(text: &str, base: &Path) -> Result<SetDraft, ConfigError> {
+        if text.len() > SET_MAX {
+            return Err(invalid(
+                "policy",
+                format!("a policy set is at most {SET_MAX} bytes"),
+            ));
+        }
+        let raw: RawSet = toml::from_str(text).map_err(|e| ConfigError::Syntax(e.to_string()))?;
+        let draft = SetDraft::from_raw(raw.policies, base);
+        draft.policies()?;
+        Ok(draft)
+    }
+
+    /// The set as stored: `[[policy]]` tables.
+    pub fn text(&self) -> String {
+        toml::to_string(&RawSet {
+            policies: self.tables.clone(),
+        })
+        .expect("a policy set serializes")
+    }
+
+    /// The modules, checked as `berth.toml`'s are.
+    pub fn policies(&self) -> Result<Vec<PolicyConfig>, ConfigError> {
+        let mut policies: Vec<PolicyConfig> = Vec::new();
+        for (i, p) in self.tables.iter().enumerate() {
+            let at = format!("policy[{i}]");
+            let decisions = p
+                .decisions
+                .iter()
+                .map(|d| {
+                    d.parse::<Decision>()
+                        .map_err(|e| invalid(format!("{at}.decisions"), e))
+                })
+                .collect::<Result<Vec<_>, _>>()?;
+            let defaults = Limits::default();
+            let source = oci::module_reference(&format!("{at}.module"), Path::new(&p.module))?;
+            if let Some(d) = &p.digest
+                && berth_oci::Digest::parse(d).is_err()
+            {
+                return Err(invalid(
+                    format!("{at}.digest"),
+                    format!("{d:?} is not sha256: and 64 hex digits"),
+                ));
+            }
+            let mut module = match &source {
+                Some(r) => ModuleConfig {
+                    path: PathBuf::new(),
+                    ..ModuleConfig::from_path(Path::new(r.repository.rsplit('/').next().unwrap_or("module")))
+                },
+                None => ModuleConfig::from_path(Path::new(&p.module)),
+            };
+            if let Some(name) = &p.name {
+                module.name = name.clone();
+            }
+            module.settings = p.settings.clone();
+            module.on_error = p.on_error.unwrap_or_default();
+            module.limits = Limits {
+                memory_bytes: size(
+                    &format!("{at}.memory"),
+                    p.memory.as_deref(),
+                    defaults.memory_bytes,
+                )?,
+                deadline: match p.deadline.as_deref() {
+                    None => defaults.deadline,
+                    Some(d) => duration(&format!("{at}.deadline"), Some(d), "0")?,
+                },
+                max_answer_bytes: size(
+                    &format!("{at}.max_answer"),
+                    p.max_answer.as_deref(),
+                    defaults.max_answer_bytes,
+                )?,
+            };
+            if module.limits.deadline.is_zero() {
+                return Err(invalid(format!("{at}.deadline"), "must be more than zero"));
+            }
+            for d in &decisions {
+                if let Some((j, _)) = policies.iter().enumerate().find(|(_, q)| q.decisions.contains(d)) {
+                    return Err(invalid(
+                        format!("{at}.decisions"),
+                        format!(
+                            "{d} is served by policy[{j}] ({}) already; give each decision one module",
+                            self.tables[j].module
+                        ),
+                    ));
+                }
+            }
+            policies.push(PolicyConfig {
+                module,
+                decisions,
+                source,
+                digest: p.digest.clone(),
+            });
+        }
+        Ok(policies)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_set_round_trips_through_its_stored_text_with_paths_made_absolute() {
+        let text = r#"
+[[policy]]
+module = "naming.wasm"
+settings = { prefix = "team" }
+
+[[policy]]
+module = "oci://r.io/retry@sha256:2cf24dba5fb0a30e26e83b2ac5b9e29e1b161e5c1fa7425e73043362938b9824"
+decisions = ["retry"]
+deadline = "50ms"
+"#;
+        let draft = SetDraft::parse(text, Path::new("/etc/berth")).unwrap();
+        assert_eq!(draft.tables[0].module, "/etc/berth/naming.wasm");
+        let again = SetDraft::parse(&draft.text(), Path::new("/elsewhere")).unwrap();
+        assert_eq!(again, draft, "the stored text means the same wherever it is read");
+        let p = again.policies().unwrap();
+        assert_eq!(p[1].module.limits.deadline, std::time::Duration::from_millis(50));
+        assert!(p[1].source.is_some());
+
+        for bad in [
+            "[[policy]]\nmodule = \"x.wasm\"\nbogus = 1\n",
+            "[[policy]]\nmodule = \"x.wasm\"\ndigest = \"md5:00\"\n",
+            "[[policy]]\nmodule = \"oci://r.io/a:v1\"\n",
+            "plugin = []\n",
+        ] {
+            assert!(SetDraft::parse(bad, Path::new("/")).is_err(), "{bad}");
+        }
+    }
+}

@@ -1,0 +1,108 @@
+//! `berth policy apply` and `berth policy status`: the cluster's policy set,
+//! stored with a version, every module pinned by digest.
+
+use std::path::PathBuf;
+use std::process::ExitCode;
+
+use anyhow::Context;
+use berth_proto::berth::v1 as api;
+use serde::Serialize;
+
+use super::client::{ApiArgs, connect, grpc};
+use super::status::{PolicyView, policy_views, print_policies};
+use super::{Output, say};
+
+#[derive(Serialize)]
+struct SetView {
+    /// 0: no set stored.
+    version: u64,
+    applied_ms: u64,
+    applied_by: String,
+    /// Each module as stored: pinned by digest.
+    modules: Vec<ModuleView>,
+    policies: Vec<PolicyView>,
+}
+
+#[derive(Serialize)]
+struct ModuleView {
+    module: String,
+    /// A module file's SHA-256 (a registry module's digest is in its reference).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    digest: Option<String>,
+}
+
+fn view(set: api::PolicySet) -> SetView {
+    let tables = berth::config::policy_set::SetDraft::parse(&set.text, std::path::Path::new("/"))
+        .map(|d| d.tables)
+        .unwrap_or_default();
+    SetView {
+        version: set.version,
+        applied_ms: set.applied_ms,
+        applied_by: set.applied_by,
+        modules: tables
+            .into_iter()
+            .map(|t| ModuleView {
+                module: t.module,
+                digest: t.digest,
+            })
+            .collect(),
+        policies: policy_views(set.policies),
+    }
+}
+
+fn print(v: &SetView, output: Output) -> anyhow::Result<()> {
+    match output {
+        Output::Json => super::print_json(v)?,
+        Output::Text => {
+            if v.version == 0 {
+                say!("no policy set stored: the built-in policies decide");
+            } else {
+                let at = humantime::format_rfc3339_seconds(
+                    std::time::UNIX_EPOCH + std::time::Duration::from_millis(v.applied_ms),
+                );
+                say!("{:<10}{} (applied {at} by {})", "set", v.version, v.applied_by);
+            }
+            for m in &v.modules {
+                match &m.digest {
+                    Some(d) => say!("{:<10}{} ({d})", "module", m.module),
+                    None => say!("{:<10}{}", "module", m.module),
+                }
+            }
+            print_policies(&v.policies);
+        }
+    }
+    Ok(())
+}
+
+/// `berth policy apply FILE`.
+pub async fn apply(file: PathBuf, api: ApiArgs, output: Output) -> anyhow::Result<ExitCode> {
+    let text = std::fs::read_to_string(&file).with_context(|| format!("reading {}", file.display()))?;
+    let base = std::fs::canonicalize(&file)
+        .with_context(|| format!("reading {}", file.display()))?
+        .parent()
+        .map(PathBuf::from)
+        .unwrap_or_else(|| PathBuf::from("/"));
+    let mut client = connect(&api.api).await?;
+    let set = client
+        .apply_policy_set(api::ApplyPolicySetRequest {
+            text,
+            base_dir: base.display().to_string(),
+        })
+        .await
+        .map_err(grpc)?
+        .into_inner();
+    print(&view(set), output)?;
+    Ok(ExitCode::SUCCESS)
+}
+
+/// `berth policy status`.
+pub async fn status(api: ApiArgs, output: Output) -> anyhow::Result<ExitCode> {
+    let mut client = connect(&api.api).await?;
+    let set = client
+        .get_policy_set(api::GetPolicySetRequest {})
+        .await
+        .map_err(grpc)?
+        .into_inner();
+    print(&view(set), output)?;
+    Ok(ExitCode::SUCCESS)
+}

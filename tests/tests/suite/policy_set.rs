@@ -1,0 +1,160 @@
+//! One policy set for the cluster: stored with a version, seeded from
+//! `berth.toml`, changed by `berth policy apply` whole or not at all, and
+//! what every leader runs, after a restart or a failover.
+
+use std::time::Duration;
+
+use berth_tests::{Cluster, ClusterSpec, EtcdCluster, guest, texts};
+use serde_json::Value;
+
+/// A set file naming volumes with `prefix`, the other decisions as the sample guests make them.
+fn set_file(c: &Cluster, prefix: &str, naming: &str) -> std::path::PathBuf {
+    let path = c.dir.path().join(format!("set-{prefix}.toml"));
+    std::fs::write(
+        &path,
+        format!(
+            "[[policy]]\nmodule = \"{naming}\"\nsettings = {{ prefix = \"{prefix}\" }}\n[[policy]]\nmodule = \"{}\"\n",
+            guest("berth_placement_guest").display()
+        ),
+    )
+    .unwrap();
+    path
+}
+
+fn json(c: &Cluster, args: &[&str]) -> Value {
+    let mut all = args.to_vec();
+    all.extend(["-o", "json"]);
+    serde_json::from_str(&c.ok(&all)).unwrap()
+}
+
+fn named(c: &Cluster, name: &str) -> String {
+    c.create_in(name, "zone=a");
+    json(c, &["volume", "get", name])["csi_name"]
+        .as_str()
+        .unwrap()
+        .to_string()
+}
+
+#[test]
+fn a_policy_set_is_applied_whole_kept_across_restarts_and_reloaded_from_the_file() {
+    let mut c = Cluster::start(ClusterSpec::default());
+    let status = json(&c, &["policy", "status"]);
+    assert_eq!(status["version"], 1, "seeded from berth.toml: {status:#}");
+    assert!(
+        status["modules"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .all(|m| m["digest"].as_str().is_some_and(|d| d.starts_with("sha256:"))),
+        "every module pinned: {status:#}"
+    );
+    assert!(named(&c, "a").starts_with("pv-"));
+
+    let naming = guest("berth_naming_guest").display().to_string();
+    let file = set_file(&c, "set", &naming);
+    let applied = json(&c, &["policy", "apply", &file.display().to_string()]);
+    assert_eq!(applied["version"], 2);
+    assert!(named(&c, "b").starts_with("set-"));
+    // The same file again is the same set: no new version.
+    assert_eq!(
+        json(&c, &["policy", "apply", &file.display().to_string()])["version"],
+        2
+    );
+
+    // A set with a module that does not load changes nothing.
+    let bad = set_file(&c, "bad", "/nonexistent/naming.wasm");
+    let out = c.berth(&["policy", "apply", &bad.display().to_string()]);
+    let (_, stderr) = texts(&out);
+    assert!(!out.status.success());
+    assert!(stderr.contains("/nonexistent/naming.wasm"), "{stderr}");
+    assert_eq!(json(&c, &["policy", "status"])["version"], 2);
+    assert!(named(&c, "c").starts_with("set-"));
+
+    // A module file changed under the set is refused, not run.
+    let copy = c.dir.path().join("naming-copy.wasm");
+    std::fs::copy(guest("berth_naming_guest"), &copy).unwrap();
+    let pinned = set_file(&c, "pinned", &copy.display().to_string());
+    assert_eq!(
+        json(&c, &["policy", "apply", &pinned.display().to_string()])["version"],
+        3
+    );
+    std::fs::write(&copy, std::fs::read(guest("berth_retry_guest")).unwrap()).unwrap();
+
+    // A restart puts the stored set in service, not berth.toml's tables,
+    // and checks its module files against their digests.
+    c.kill_serve();
+    let log_before = c.log().len();
+    let config = c.config.clone();
+    let serve = std::process::Command::new(berth_tests::bin("berth"))
+        .args(["serve", "--config"])
+        .arg(&config)
+        .output()
+        .unwrap();
+    let (_, stderr) = texts(&serve);
+    assert!(!serve.status.success());
+    assert!(
+        stderr.contains("does not match its digest") && stderr.contains("naming-copy.wasm"),
+        "{stderr}"
+    );
+    std::fs::copy(guest("berth_naming_guest"), &copy).unwrap();
+    c.start_serve();
+    assert!(named(&c, "d").starts_with("pinned-"));
+    assert!(
+        c.log()[log_before..].contains("not the cluster's policy set"),
+        "{}",
+        c.log()
+    );
+
+    // `policy reload` applies berth.toml's tables as the next version.
+    c.ok(&["policy", "reload"]);
+    assert_eq!(json(&c, &["policy", "status"])["version"], 4);
+    assert!(named(&c, "e").starts_with("pv-"));
+}
+
+#[test]
+fn every_leader_runs_the_set_applied_through_any_server() {
+    let etcd = EtcdCluster::start(3);
+    let mut c = Cluster::start(ClusterSpec {
+        servers: 3,
+        tls: true,
+        agents: true,
+        store: Some(format!("{}lease_ttl = \"2s\"\n", etcd.store_config("/berth-set"))),
+        ..ClusterSpec::default()
+    });
+    let leader = c.wait_leader(&[0, 1, 2], Duration::from_secs(30));
+    let follower = (leader + 1) % 3;
+    let naming = guest("berth_naming_guest").display().to_string();
+    let file = set_file(&c, "fleet", &naming);
+    // Through a follower: the leader applies it.
+    let applied: Value = serde_json::from_str(&c.ok_via(
+        follower,
+        &["policy", "apply", &file.display().to_string(), "-o", "json"],
+    ))
+    .unwrap();
+    let version = applied["version"].as_u64().unwrap();
+    assert_eq!(version, 2, "berth.toml's tables were version 1: {applied:#}");
+
+    c.kill_server(leader);
+    let others: Vec<usize> = (0..3).filter(|i| *i != leader).collect();
+    let next = c.wait_leader(&others, Duration::from_secs(30));
+    let status: Value = serde_json::from_str(&c.ok_via(next, &["policy", "status", "-o", "json"])).unwrap();
+    assert_eq!(
+        status["version"], version,
+        "the new leader runs the stored set: {status:#}"
+    );
+    c.ok_via(
+        next,
+        &[
+            "volume",
+            "create",
+            "after",
+            "--plugin",
+            "hostpath",
+            "--requisite",
+            "zone=a",
+            "--wait",
+        ],
+    );
+    let v: Value = serde_json::from_str(&c.ok_via(next, &["volume", "get", "after", "-o", "json"])).unwrap();
+    assert!(v["csi_name"].as_str().unwrap().starts_with("fleet-"), "{v:#}");
+}
