@@ -16,7 +16,7 @@ pub use agents::AgentProcess;
 pub use bins::bin;
 pub use etcd::EtcdCluster;
 pub use plugin::{Plugin, PluginBuilder};
-pub use registry::RegistryServer;
+pub use registry::{RegistryServer, openssl_keys};
 pub use serves::ServeProcess;
 use serves::state_dir;
 
@@ -165,6 +165,8 @@ pub struct ClusterSpec<'a> {
     pub guest_dir: Option<&'a Path>,
     /// `[[policy]]` (and `[oci]`) tables instead of the sample guests' own.
     pub policy_tables: Option<&'a str>,
+    /// Tables at the end of one server's config only, by server index.
+    pub server_tables: Vec<(usize, &'a str)>,
     /// Serve each node by a `berth agent` process (heartbeat timeout 1 s)
     /// instead of a `[[node]]` in `berth.toml`.
     pub agents: bool,
@@ -193,6 +195,7 @@ impl Default for ClusterSpec<'_> {
             volumes_dir: None,
             guest_dir: None,
             policy_tables: None,
+            server_tables: vec![],
             agents: false,
             tls: false,
             store: None,
@@ -324,7 +327,12 @@ impl Cluster {
                     store,
                     controller.endpoint(),
                     spec.plugin_extra
-                ),
+                ) + &spec
+                    .server_tables
+                    .iter()
+                    .filter(|(s, _)| *s == i)
+                    .map(|(_, t)| format!("\n{t}"))
+                    .collect::<String>(),
             )
             .unwrap();
             serves.push(ServeProcess {

@@ -139,3 +139,61 @@ impl RegistryServer {
         flags
     }
 }
+
+impl RegistryServer {
+    /// `berth policy ARGS` with the flags that reach this registry.
+    pub fn policy(&self, args: &[&str]) -> std::process::Output {
+        let flags = self.flags();
+        let mut all: Vec<&str> = vec!["policy"];
+        all.extend_from_slice(args);
+        all.extend(flags.iter().map(String::as_str));
+        crate::berth(&all)
+    }
+
+    /// `berth policy ARGS -o json`, which must succeed.
+    pub fn policy_json(&self, args: &[&str]) -> serde_json::Value {
+        let mut all = args.to_vec();
+        all.extend(["-o", "json"]);
+        let out = self.policy(&all);
+        let (stdout, stderr) = crate::texts(&out);
+        assert!(
+            out.status.success(),
+            "berth policy {args:?}: {stderr}\n{}",
+            self.log()
+        );
+        serde_json::from_str(&stdout).unwrap()
+    }
+
+    /// `berth policy push MODULE oci://THIS/REPO_TAG`: its JSON answer.
+    pub fn push(&self, module: &std::path::Path, repo_tag: &str) -> serde_json::Value {
+        let reference = format!("oci://{}/{repo_tag}", self.address);
+        self.policy_json(&["push", &module.display().to_string(), &reference])
+    }
+}
+
+/// An ECDSA P-256 key pair made by openssl (an implementation that is not
+/// Berth's), as PEM files: (private, public).
+pub fn openssl_keys(dir: &std::path::Path, name: &str) -> (String, String) {
+    let private = dir.join(format!("{name}.key"));
+    let public = dir.join(format!("{name}.pub"));
+    let run = |args: &[&str]| {
+        let out = Command::new("openssl").args(args).output().expect("openssl");
+        assert!(
+            out.status.success(),
+            "openssl {args:?}: {}",
+            String::from_utf8_lossy(&out.stderr)
+        );
+    };
+    let (k, p) = (private.display().to_string(), public.display().to_string());
+    run(&[
+        "genpkey",
+        "-algorithm",
+        "EC",
+        "-pkeyopt",
+        "ec_paramgen_curve:P-256",
+        "-out",
+        &k,
+    ]);
+    run(&["pkey", "-in", &k, "-pubout", "-out", &p]);
+    (k, p)
+}

@@ -6,42 +6,15 @@
 use std::path::Path;
 use std::time::Duration;
 
-use berth_tests::{Cluster, ClusterSpec, RegistryServer, berth, guest, test_dir, texts};
+use berth_tests::{Cluster, ClusterSpec, RegistryServer, berth, guest, openssl_keys, test_dir, texts};
 use serde_json::Value;
-
-fn policy(registry: &RegistryServer, args: &[&str]) -> std::process::Output {
-    let flags = registry.flags();
-    let mut all: Vec<&str> = vec!["policy"];
-    all.extend_from_slice(args);
-    all.extend(flags.iter().map(String::as_str));
-    berth(&all)
-}
-
-/// Runs `berth policy …` that must succeed, with JSON output.
-fn policy_json(registry: &RegistryServer, args: &[&str]) -> Value {
-    let mut all = args.to_vec();
-    all.extend(["-o", "json"]);
-    let out = policy(registry, &all);
-    let (stdout, stderr) = texts(&out);
-    assert!(
-        out.status.success(),
-        "berth policy {args:?}: {stderr}\n{}",
-        registry.log()
-    );
-    serde_json::from_str(&stdout).unwrap()
-}
-
-fn push(registry: &RegistryServer, module: &Path, repo_tag: &str) -> Value {
-    let reference = format!("oci://{}/{repo_tag}", registry.address);
-    policy_json(registry, &["push", &module.display().to_string(), &reference])
-}
 
 #[test]
 fn a_module_pushed_is_pulled_back_byte_for_byte_by_tag_and_by_digest() {
     let registry = RegistryServer::start();
     let module = guest("berth_naming_guest");
     let bytes = std::fs::read(&module).unwrap();
-    let pushed = push(&registry, &module, "berth/naming:v1");
+    let pushed = registry.push(&module, "berth/naming:v1");
     let pinned = pushed["reference"].as_str().unwrap().to_string();
     let digest = pushed["digest"].as_str().unwrap().to_string();
     assert_eq!(
@@ -53,7 +26,7 @@ fn a_module_pushed_is_pulled_back_byte_for_byte_by_tag_and_by_digest() {
     let dir = test_dir();
     let file = dir.path().join("naming.wasm");
     let by_tag = format!("oci://{}/berth/naming:v1", registry.address);
-    let pulled = policy_json(&registry, &["pull", &by_tag, "--to", &file.display().to_string()]);
+    let pulled = registry.policy_json(&["pull", &by_tag, "--to", &file.display().to_string()]);
     assert_eq!(
         pulled["reference"],
         pinned.as_str(),
@@ -64,10 +37,7 @@ fn a_module_pushed_is_pulled_back_byte_for_byte_by_tag_and_by_digest() {
     // By digest, into an OCI image layout for a site without a registry.
     let layout = dir.path().join("layout");
     std::fs::create_dir(&layout).unwrap();
-    policy_json(
-        &registry,
-        &["pull", &pinned, "--to", &layout.display().to_string()],
-    );
+    registry.policy_json(&["pull", &pinned, "--to", &layout.display().to_string()]);
     let index: Value = serde_json::from_slice(&std::fs::read(layout.join("index.json")).unwrap()).unwrap();
     assert_eq!(index["manifests"][0]["digest"], digest.as_str());
     let digest = berth::oci::Digest::parse(&digest).unwrap();
@@ -89,14 +59,11 @@ fn a_module_pushed_is_pulled_back_byte_for_byte_by_tag_and_by_digest() {
     // What is not a policy module is not pushed.
     let not_policy = dir.path().join("not.wasm");
     std::fs::write(&not_policy, b"\0asm\x01\0\0\0").unwrap();
-    let out = policy(
-        &registry,
-        &[
-            "push",
-            &not_policy.display().to_string(),
-            &format!("oci://{}/x:v1", registry.address),
-        ],
-    );
+    let out = registry.policy(&[
+        "push",
+        &not_policy.display().to_string(),
+        &format!("oci://{}/x:v1", registry.address),
+    ]);
     let (_, stderr) = texts(&out);
     assert!(!out.status.success());
     assert!(stderr.contains("does not load as a policy module"), "{stderr}");
@@ -106,7 +73,7 @@ fn a_module_pushed_is_pulled_back_byte_for_byte_by_tag_and_by_digest() {
 fn a_private_registry_needs_its_ca_and_the_credentials_from_the_docker_config() {
     let registry = RegistryServer::start_private("berth", "s3cret-pw");
     let module = guest("berth_retry_guest");
-    let pushed = push(&registry, &module, "team/retry:v2");
+    let pushed = registry.push(&module, "team/retry:v2");
     let pinned = pushed["reference"].as_str().unwrap().to_string();
     let dir = test_dir();
     let to = dir.path().join("retry.wasm").display().to_string();
@@ -144,7 +111,7 @@ fn a_private_registry_needs_its_ca_and_the_credentials_from_the_docker_config() 
     );
 
     // With both, the module as pushed.
-    policy_json(&registry, &["pull", &pinned, "--to", &to]);
+    registry.policy_json(&["pull", &pinned, "--to", &to]);
     assert_eq!(std::fs::read(&to).unwrap(), std::fs::read(&module).unwrap());
 }
 
@@ -152,7 +119,7 @@ fn a_private_registry_needs_its_ca_and_the_credentials_from_the_docker_config() 
 fn a_module_changed_in_the_registry_is_refused_and_nothing_is_written() {
     let registry = RegistryServer::start();
     let module = guest("berth_naming_guest");
-    let pushed = push(&registry, &module, "berth/naming:v1");
+    let pushed = registry.push(&module, "berth/naming:v1");
     let layer = pushed["layer"].as_str().unwrap();
     let stored = registry.blob_file(layer);
     let mut bytes = std::fs::read(&stored).unwrap();
@@ -162,15 +129,12 @@ fn a_module_changed_in_the_registry_is_refused_and_nothing_is_written() {
 
     let dir = test_dir();
     let to = dir.path().join("naming.wasm");
-    let out = policy(
-        &registry,
-        &[
-            "pull",
-            pushed["reference"].as_str().unwrap(),
-            "--to",
-            &to.display().to_string(),
-        ],
-    );
+    let out = registry.policy(&[
+        "pull",
+        pushed["reference"].as_str().unwrap(),
+        "--to",
+        &to.display().to_string(),
+    ]);
     let (_, stderr) = texts(&out);
     assert!(!out.status.success());
     assert!(
@@ -183,7 +147,7 @@ fn a_module_changed_in_the_registry_is_refused_and_nothing_is_written() {
 #[test]
 fn serve_runs_a_module_pinned_by_digest_and_keeps_it_when_the_registry_is_gone() {
     let registry = RegistryServer::start();
-    let pushed = push(&registry, &guest("berth_naming_guest"), "berth/naming:v1");
+    let pushed = registry.push(&guest("berth_naming_guest"), "berth/naming:v1");
     let tables = format!(
         "[[policy]]\nmodule = \"{}\"\nsettings = {{ prefix = \"reg\" }}\n[oci]\nplain_http = true\n",
         pushed["reference"].as_str().unwrap()
@@ -222,7 +186,7 @@ fn serve_runs_a_module_pinned_by_digest_and_keeps_it_when_the_registry_is_gone()
 #[test]
 fn serve_refuses_a_module_that_is_not_where_its_digest_says() {
     let registry = RegistryServer::start();
-    push(&registry, &guest("berth_naming_guest"), "berth/naming:v1");
+    registry.push(&guest("berth_naming_guest"), "berth/naming:v1");
     let dir = test_dir();
     let wrong = format!(
         "oci://{}/berth/naming@sha256:{}",
@@ -242,36 +206,6 @@ fn serve_refuses_a_module_that_is_not_where_its_digest_says() {
         );
         assert!(stderr.contains(expect), "{module}: {stderr}");
     }
-}
-
-/// An ECDSA P-256 key pair made by openssl, as PEM files: (private, public).
-fn openssl_keys(dir: &Path, name: &str) -> (String, String) {
-    let private = dir.join(format!("{name}.key"));
-    let public = dir.join(format!("{name}.pub"));
-    let run = |args: &[&str]| {
-        let out = std::process::Command::new("openssl")
-            .args(args)
-            .output()
-            .expect("openssl");
-        assert!(
-            out.status.success(),
-            "openssl {args:?}: {}",
-            String::from_utf8_lossy(&out.stderr)
-        );
-        out
-    };
-    let (k, p) = (private.display().to_string(), public.display().to_string());
-    run(&[
-        "genpkey",
-        "-algorithm",
-        "EC",
-        "-pkeyopt",
-        "ec_paramgen_curve:P-256",
-        "-out",
-        &k,
-    ]);
-    run(&["pkey", "-in", &k, "-pubout", "-out", &p]);
-    (k, p)
 }
 
 /// The registry's HTTP API, as a client that is not Berth's.
@@ -333,9 +267,9 @@ fn signatures_interoperate_with_an_independent_implementation() {
     let (key, public) = openssl_keys(dir.path(), "team");
 
     // Signed by Berth, checked by openssl over the payload and signature cosign's layout holds.
-    let pushed = push(&registry, &guest("berth_naming_guest"), "berth/naming:v1");
+    let pushed = registry.push(&guest("berth_naming_guest"), "berth/naming:v1");
     let by_tag = format!("oci://{}/berth/naming:v1", registry.address);
-    let signed = policy_json(&registry, &["sign", &by_tag, "--key", &key]);
+    let signed = registry.policy_json(&["sign", &by_tag, "--key", &key]);
     let digest = pushed["digest"].as_str().unwrap();
     assert_eq!(
         signed["reference"], pushed["reference"],
@@ -381,7 +315,7 @@ fn signatures_interoperate_with_an_independent_implementation() {
     assert_eq!(String::from_utf8_lossy(&out.stdout).trim(), "Verified OK");
 
     // Signed by openssl, stored in cosign's layout by hand, checked by Berth.
-    let pushed = push(&registry, &guest("berth_retry_guest"), "berth/retry:v1");
+    let pushed = registry.push(&guest("berth_retry_guest"), "berth/retry:v1");
     let digest = pushed["digest"].as_str().unwrap();
     let payload = format!(
         r#"{{"critical":{{"identity":{{"docker-reference":"{}/berth/retry"}},"image":{{"docker-manifest-digest":"{digest}"}},"type":"cosign container image signature"}},"optional":null}}"#,
@@ -424,15 +358,12 @@ fn signatures_interoperate_with_an_independent_implementation() {
         "application/vnd.oci.image.manifest.v1+json",
     );
     assert_eq!(status, 201, "{}", String::from_utf8_lossy(&body));
-    let verified = policy_json(
-        &registry,
-        &[
-            "verify",
-            &format!("oci://{}/berth/retry:v1", registry.address),
-            "--key",
-            &public,
-        ],
-    );
+    let verified = registry.policy_json(&[
+        "verify",
+        &format!("oci://{}/berth/retry:v1", registry.address),
+        "--key",
+        &public,
+    ]);
     assert_eq!(verified["key"], public.as_str());
 }
 
@@ -470,17 +401,11 @@ fn serve_runs_only_modules_signed_by_a_trusted_key() {
     let dir = test_dir();
     let (key, public) = openssl_keys(dir.path(), "team");
     let (other, _) = openssl_keys(dir.path(), "other");
-    let signed = push(&registry, &guest("berth_naming_guest"), "berth/naming:v1");
-    policy_json(
-        &registry,
-        &["sign", signed["reference"].as_str().unwrap(), "--key", &key],
-    );
-    let unsigned = push(&registry, &guest("berth_naming_guest"), "berth/unsigned:v1");
-    let foreign = push(&registry, &guest("berth_naming_guest"), "berth/foreign:v1");
-    policy_json(
-        &registry,
-        &["sign", foreign["reference"].as_str().unwrap(), "--key", &other],
-    );
+    let signed = registry.push(&guest("berth_naming_guest"), "berth/naming:v1");
+    registry.policy_json(&["sign", signed["reference"].as_str().unwrap(), "--key", &key]);
+    let unsigned = registry.push(&guest("berth_naming_guest"), "berth/unsigned:v1");
+    let foreign = registry.push(&guest("berth_naming_guest"), "berth/foreign:v1");
+    registry.policy_json(&["sign", foreign["reference"].as_str().unwrap(), "--key", &other]);
 
     let trust = format!("[policy_trust]\nkeys = [\"{public}\"]\nrequired = true\n[oci]\nplain_http = true\n");
     for (module, why) in [

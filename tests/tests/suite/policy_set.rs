@@ -4,7 +4,7 @@
 
 use std::time::Duration;
 
-use berth_tests::{Cluster, ClusterSpec, EtcdCluster, guest, texts};
+use berth_tests::{Cluster, ClusterSpec, EtcdCluster, RegistryServer, guest, openssl_keys, texts};
 use serde_json::Value;
 
 /// A set file naming volumes with `prefix`, the other decisions as the sample guests make them.
@@ -156,5 +156,82 @@ fn every_leader_runs_the_set_applied_through_any_server() {
         ],
     );
     let v: Value = serde_json::from_str(&c.ok_via(next, &["volume", "get", "after", "-o", "json"])).unwrap();
+    assert!(v["csi_name"].as_str().unwrap().starts_with("fleet-"), "{v:#}");
+}
+
+/// Waits until server `i`'s log holds `what` at least `times` times.
+fn logged(c: &Cluster, i: usize, what: &str, times: usize) {
+    let log = |c: &Cluster| std::fs::read_to_string(&c.serves[i].log).unwrap_or_default();
+    berth_tests::wait_for(
+        &format!("server-{i} to log {what:?} {times} times"),
+        Duration::from_secs(60),
+        || log(c).matches(what).count() >= times,
+        || log(c),
+    );
+}
+
+#[test]
+fn a_server_that_cannot_verify_the_set_is_not_ready_and_never_leads() {
+    let registry = RegistryServer::start();
+    let pushed = registry.push(&guest("berth_naming_guest"), "berth/naming:v1");
+    let etcd = EtcdCluster::start(3);
+    let keys = tempfile::tempdir().unwrap();
+    let (key, public) = openssl_keys(keys.path(), "team");
+    let tables = format!(
+        "[[policy]]\nmodule = \"{}\"\nsettings = {{ prefix = \"fleet\" }}\n[oci]\nplain_http = true\n",
+        pushed["reference"].as_str().unwrap()
+    );
+    // Server 2 alone requires a signature by the team's key: the module is not signed yet.
+    let trust = format!("[policy_trust]\nkeys = [\"{public}\"]\nrequired = true\n");
+    let mut c = Cluster::start(ClusterSpec {
+        servers: 3,
+        tls: true,
+        agents: true,
+        policy_tables: Some(&tables),
+        server_tables: vec![(2, &trust)],
+        store: Some(format!(
+            "{}lease_ttl = \"2s\"\n",
+            etcd.store_config("/berth-trust")
+        )),
+        ..ClusterSpec::default()
+    });
+    logged(
+        &c,
+        2,
+        "cannot prepare the policy set; not standing for the lead",
+        1,
+    );
+    let first = c.wait_leader(&[0, 1, 2], Duration::from_secs(30));
+    assert_ne!(first, 2);
+
+    // The others gone, server 2 still does not lead: it keeps trying the set instead.
+    c.kill_server(0);
+    c.kill_server(1);
+    logged(
+        &c,
+        2,
+        "cannot prepare the policy set; not standing for the lead",
+        4,
+    );
+    let log = std::fs::read_to_string(&c.serves[2].log).unwrap();
+    assert!(!log.contains("elected"), "{log}");
+
+    // Signed: it prepares the set, then leads, and runs it.
+    registry.policy_json(&["sign", pushed["reference"].as_str().unwrap(), "--key", &key]);
+    assert_eq!(c.wait_leader(&[2], Duration::from_secs(30)), 2);
+    c.ok_via(
+        2,
+        &[
+            "volume",
+            "create",
+            "signed",
+            "--plugin",
+            "hostpath",
+            "--requisite",
+            "zone=a",
+            "--wait",
+        ],
+    );
+    let v: Value = serde_json::from_str(&c.ok_via(2, &["volume", "get", "signed", "-o", "json"])).unwrap();
     assert!(v["csi_name"].as_str().unwrap().starts_with("fleet-"), "{v:#}");
 }

@@ -51,6 +51,8 @@ pub enum ReloadError {
     Fetch(#[from] berth_oci::FetchError),
     #[error("storing the policy set: {0}")]
     Store(#[from] crate::store::StoreError),
+    #[error("starting the WebAssembly engine: {0}")]
+    Engine(String),
     #[error("the reload stopped: {0}")]
     Stopped(tokio::task::JoinError),
 }

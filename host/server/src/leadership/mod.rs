@@ -57,6 +57,9 @@ pub struct Election {
     /// Until when (ms after `epoch`) this server can vouch for its lease.
     valid_until: AtomicU64,
     epoch: Instant,
+    /// Whether this server may take the lead: not while it cannot put the
+    /// cluster's policy set in service (it follows, and says why).
+    eligible: std::sync::atomic::AtomicBool,
 }
 
 /// A lease held, with its keep-alive stream; how long it is good for, by
@@ -79,6 +82,16 @@ impl Election {
         settings: EtcdSettings,
         me: ServerInfo,
     ) -> Result<std::sync::Arc<Election>, StoreError> {
+        Election::join_as(settings, me, true).await
+    }
+
+    /// [`Election::join`], standing for the lead only once `set_eligible`
+    /// says so when `eligible` is false.
+    pub async fn join_as(
+        settings: EtcdSettings,
+        me: ServerInfo,
+        eligible: bool,
+    ) -> Result<std::sync::Arc<Election>, StoreError> {
         let kv = Members::new(&settings)?;
         let (role, _) = watch::channel(Role::Follower { leader: None });
         let election = std::sync::Arc::new(Election {
@@ -89,6 +102,7 @@ impl Election {
             lease: Mutex::new(0),
             valid_until: AtomicU64::new(0),
             epoch: Instant::now(),
+            eligible: std::sync::atomic::AtomicBool::new(eligible),
         });
         let first = election
             .grant()
@@ -102,6 +116,35 @@ impl Election {
 
     pub fn me(&self) -> &ServerInfo {
         &self.me
+    }
+
+    /// Lets this server take the lead, or keeps it following.
+    pub fn set_eligible(&self, eligible: bool) {
+        self.eligible.store(eligible, Ordering::SeqCst);
+    }
+
+    fn eligible(&self) -> bool {
+        self.eligible.load(Ordering::SeqCst)
+    }
+
+    /// The cluster's policy set as stored now, read from etcd.
+    pub async fn policy_set(&self) -> Result<Option<crate::store::PolicySetRecord>, EtcdError> {
+        let found = range_all(&self.kv, &self.settings.key("policy/set")).await?;
+        Ok(found
+            .into_iter()
+            .next()
+            .and_then(|(_, value)| serde_json::from_slice(&value).ok()))
+    }
+
+    /// Who leads, without standing: for a server that may not lead now.
+    async fn leader_now(&self) -> Result<Role, EtcdError> {
+        let found = range_all(&self.kv, &self.settings.key("leader")).await?;
+        let leader = found
+            .into_iter()
+            .next()
+            .and_then(|(_, value)| serde_json::from_slice::<ServerInfo>(&value).ok())
+            .filter(|l| l.name != self.me.name);
+        Ok(Role::Follower { leader })
     }
 
     pub fn settings(&self) -> &EtcdSettings {
@@ -434,6 +477,16 @@ async fn campaign(election: std::sync::Weak<Election>, first: Held) {
         if !e.vouches() {
             // Woken late (a pause): the check at the top steps down first.
             held = Some(h);
+            continue;
+        }
+        if !e.eligible() && e.leading().is_none() {
+            match e.leader_now().await {
+                Ok(role) => e.set(role),
+                Err(error) => tracing::debug!(server = %e.me.name, %error, "reading the leader key failed"),
+            }
+            held = Some(h);
+            drop(e);
+            tokio::time::sleep(poll).await;
             continue;
         }
         match e.campaign_once(h.id).await {

@@ -174,7 +174,6 @@ pub async fn run(
     shutdown: impl Future<Output = ()> + Send + 'static,
 ) -> Result<(), ServeError> {
     crate::metrics::listener::raise_descriptor_limit();
-    let config = modules::fetch_modules(config).await?;
     let http = match config.metrics {
         Some(address) => Some(metrics::http::serve(address, metrics::readiness().clone()).await?),
         None => None,

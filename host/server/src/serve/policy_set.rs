@@ -119,3 +119,32 @@ pub async fn in_service(
     );
     Ok((effective, Some(set)))
 }
+
+/// Puts the set a takeover would run on this server's disk and checks it:
+/// every module fetched, checked and compiled (into the compiled-code cache,
+/// with the term's engine settings), then dropped. The set is the stored one,
+/// or this server's own `[[policy]]` tables while none is stored.
+pub async fn prepare(config: &Config, stored: Option<&PolicySetRecord>) -> Result<String, ReloadError> {
+    let text = match stored {
+        Some(set) => set.text.clone(),
+        None => match &config.policy_set {
+            Some(own) => pin(own.clone(), config).await?.text(),
+            None => String::new(),
+        },
+    };
+    let effective = effective(config, &text).await?;
+    tokio::task::spawn_blocking(move || {
+        let options = crate::policy::EngineOptions {
+            concurrency: 1,
+            ..super::term::engine_options(&effective)
+        };
+        let engine =
+            crate::policy::PolicyEngine::new(options).map_err(|e| ReloadError::Engine(format!("{e:#}")))?;
+        let policies =
+            crate::policy::Policies::new(Arc::new(engine), crate::policy::builtin::Builtins::default());
+        policies.replace_all(&super::modules(&effective))?;
+        Ok(text)
+    })
+    .await
+    .map_err(ReloadError::Stopped)?
+}

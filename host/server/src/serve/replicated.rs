@@ -70,7 +70,10 @@ pub(super) async fn run(
     let listener = api::bind(&api_path, config.socket_mode)?
         .into_std()
         .map_err(ServeError::io("the API socket"))?;
-    let election = Election::join(settings.clone(), me.clone()).await?;
+    // Stands for the lead once the cluster's policy set is on this server's
+    // disk, checked and compiled: a failover never runs a set it cannot load.
+    let election = Election::join_as(settings.clone(), me.clone(), false).await?;
+    let _preparing = tokio::spawn(keep_set_prepared(config.clone(), election.clone()));
     tracing::info!(server = %me.name, endpoints = ?settings.endpoints, prefix = %settings.prefix, lease_ttl = ?settings.lease_ttl, "taking part in the election");
     let forward = Forward::new(
         election.role(),
@@ -166,6 +169,46 @@ pub(super) async fn run(
         let _ = std::fs::remove_file(path);
     }
     result
+}
+
+/// How often a server looks for a new policy set to prepare, or tries
+/// again one it could not.
+const PREPARE_EVERY: Duration = Duration::from_secs(2);
+
+/// Keeps the stored policy set (or, while none is, this server's own
+/// `[[policy]]` tables) prepared on this server; stands for the lead only
+/// while it is, and says why not in `/readyz` ("policy").
+async fn keep_set_prepared(config: Config, election: Arc<Election>) {
+    let mut prepared: Option<Option<u64>> = None;
+    loop {
+        match election.policy_set().await {
+            Ok(stored) => {
+                let version = stored.as_ref().map(|s| s.version);
+                if prepared != Some(version) {
+                    match super::policy_set::prepare(&config, stored.as_ref()).await {
+                        Ok(_) => {
+                            election.set_eligible(true);
+                            let what = version.map_or("this server's [[policy]] tables".to_string(), |v| {
+                                format!("policy set {v}")
+                            });
+                            crate::metrics::readiness().set_ok("policy", format!("{what} prepared"));
+                            tracing::info!(server = %election.me().name, version = ?version, "policy set prepared; standing for the lead");
+                            prepared = Some(version);
+                        }
+                        Err(e) => {
+                            election.set_eligible(false);
+                            crate::metrics::readiness()
+                                .set_failing("policy", format!("cannot put the policy set in service: {e}"));
+                            tracing::warn!(server = %election.me().name, error = %e, "cannot prepare the policy set; not standing for the lead");
+                            prepared = None;
+                        }
+                    }
+                }
+            }
+            Err(e) => tracing::debug!(error = %e, "reading the policy set failed"),
+        }
+        tokio::time::sleep(PREPARE_EVERY).await;
+    }
 }
 
 /// Until this server leads: its fence then.

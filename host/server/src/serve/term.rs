@@ -41,21 +41,27 @@ pub(super) struct Term {
     pub election: Option<Arc<Election>>,
 }
 
-/// The policy modules of `config`, on an engine sized for the largest.
-fn policies(config: &Config) -> Result<Arc<Policies>, ServeError> {
+/// The engine for `config`'s modules, sized for the largest; a follower
+/// preparing the set compiles with the same settings, so a takeover maps
+/// what it compiled.
+pub(super) fn engine_options(config: &Config) -> EngineOptions {
     let max_memory = config
         .policies
         .iter()
         .map(|p| p.module.limits.memory_bytes)
         .max()
         .unwrap_or(0);
-    let engine = PolicyEngine::new(EngineOptions {
+    EngineOptions {
         max_module_memory: max_memory.max(EngineOptions::default().max_module_memory),
         // A takeover or a restart maps the code compiled before instead of compiling.
         compiled_dir: Some(config.state.with_file_name("policy-compiled")),
         ..EngineOptions::default()
-    })
-    .map_err(ServeError::Engine)?;
+    }
+}
+
+/// The policy modules of `config`, on an engine sized for the largest.
+fn policies(config: &Config) -> Result<Arc<Policies>, ServeError> {
+    let engine = PolicyEngine::new(engine_options(config)).map_err(ServeError::Engine)?;
     let policies = Arc::new(Policies::new(Arc::new(engine), Builtins::default()));
     policies.replace_all(&modules(config))?;
     for s in policies.stats() {
