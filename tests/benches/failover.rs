@@ -9,8 +9,13 @@
 //! converged, so the new leader has nothing to call a plugin about): the
 //! goal is the same median as with an empty store.
 //!
-//! `cargo xtask bench-failover [--kills N] [--lease-ttl SECONDS] [--volumes N]`
-//! (release binaries; default 10 kills, a 2 s lease, no volumes).
+//! With `--python`, the cluster's policy set is the three Python sample
+//! guests (naming, placement, retry: 18 MB each, seconds to compile): each
+//! follower keeps them prepared and compiled, and the clock includes the new
+//! leader's first decisions. The goal is the same.
+//!
+//! `cargo xtask bench-failover [--kills N] [--lease-ttl SECONDS] [--volumes N] [--python]`
+//! (release binaries; default 10 kills, a 2 s lease, no volumes, no modules).
 
 use std::time::{Duration, Instant};
 
@@ -27,8 +32,9 @@ fn arg(name: &str, default: u64) -> u64 {
         .unwrap_or(default)
 }
 
-/// Creates and publishes `name` through `api`, repeating what found no leader.
-async fn create_and_publish(api: &std::path::Path, name: &str) {
+/// Creates and publishes `name` through `api`, repeating what found no
+/// leader; false when nothing answered for 120 s.
+async fn create_and_publish(api: &std::path::Path, name: &str) -> bool {
     let mut client = BerthClient::new(berth::csi::unix_channel(api));
     let spec = api::VolumeSpec {
         name: name.into(),
@@ -38,7 +44,10 @@ async fn create_and_publish(api: &std::path::Path, name: &str) {
     };
     let deadline = Instant::now() + Duration::from_secs(120);
     loop {
-        assert!(Instant::now() < deadline, "{name}: no answer for 120 s");
+        if Instant::now() >= deadline {
+            eprintln!("{name}: no answer for 120 s");
+            return false;
+        }
         let created = client
             .create_volume(api::CreateVolumeRequest {
                 spec: Some(spec.clone()),
@@ -56,7 +65,7 @@ async fn create_and_publish(api: &std::path::Path, name: &str) {
             })
             .await;
         match published {
-            Ok(v) if v.get_ref().state == "published" => return,
+            Ok(v) if v.get_ref().state == "published" => return true,
             _ => tokio::time::sleep(Duration::from_millis(10)).await,
         }
     }
@@ -160,12 +169,29 @@ fn main() {
     let kills = arg("--kills", 10) as usize;
     let ttl = arg("--lease-ttl", 2);
     let volumes = arg("--volumes", 0) as usize;
+    let python = std::env::args().any(|a| a == "--python");
+    let python_tables = python.then(|| {
+        ["berth_naming_py", "berth_placement_py", "berth_retry_py"]
+            .iter()
+            .map(|name| {
+                let path = std::path::Path::new(env!("CARGO_MANIFEST_DIR"))
+                    .join(format!("../target/guests/python/{name}.wasm"));
+                assert!(
+                    path.exists(),
+                    "{} is not built (cargo xtask guests)",
+                    path.display()
+                );
+                format!("[[policy]]\nmodule = \"{}\"\n", path.display())
+            })
+            .collect::<String>()
+    });
     let etcd = EtcdCluster::start(3);
     if volumes > 0 {
         fill(&etcd, "/berth-failover", volumes);
     }
     let mut c = Cluster::start(ClusterSpec {
         guests: false,
+        policy_tables: python_tables.as_deref(),
         nodes: vec![("node-a", "a")],
         agents: true,
         tls: true,
@@ -184,12 +210,28 @@ fn main() {
         // The followers have their warm copies, as they would long after a start.
         wait_warm(&c, l, &reads);
         // Warm: the leader has served a volume before it dies.
-        rt.block_on(create_and_publish(&c.serves[l].api, &format!("warm-{k}")));
+        assert!(rt.block_on(create_and_publish(&c.serves[l].api, &format!("warm-{k}"))));
         let via = (l + 1) % 3;
         let killed = Instant::now();
         c.kill_server(l);
-        rt.block_on(create_and_publish(&c.serves[via].api, &format!("after-{k}")));
+        if !rt.block_on(create_and_publish(&c.serves[via].api, &format!("after-{k}"))) {
+            for (i, s) in c.serves.iter().enumerate() {
+                let log = std::fs::read_to_string(&s.log).unwrap_or_default();
+                eprintln!("server-{i}:\n{}", berth_tests::storm::tail(&log));
+            }
+            panic!("no failover within 120 s");
+        }
         let took = killed.elapsed();
+        if std::env::var_os("BERTH_BENCH_TERM_LOG").is_some() {
+            // The new leader's term start, line by line, for where the time goes.
+            for s in c.serves.iter() {
+                let log = std::fs::read_to_string(&s.log).unwrap_or_default();
+                let start = log.rfind("elected:").unwrap_or(log.len());
+                if start < log.len() {
+                    eprintln!("{}", berth_tests::storm::tail(&log[start..]));
+                }
+            }
+        }
         eprintln!(
             "kill {}: server-{l} → served again in {:.2} s",
             k + 1,
@@ -204,7 +246,12 @@ fn main() {
     let median = times[times.len() / 2];
     let goal = Duration::from_secs(2 * ttl);
     println!(
-        "failover over {kills} leader kills, lease TTL {ttl} s, {volumes} volumes in the store: median {:.2} s, min {:.2} s, max {:.2} s; goal (median ≤ 2× TTL = {} s): {}",
+        "failover over {kills} leader kills, lease TTL {ttl} s, {volumes} volumes in the store{}: median {:.2} s, min {:.2} s, max {:.2} s; goal (median ≤ 2× TTL = {} s): {}",
+        if python {
+            ", three Python policy modules"
+        } else {
+            ""
+        },
         median.as_secs_f64(),
         times[0].as_secs_f64(),
         times[times.len() - 1].as_secs_f64(),

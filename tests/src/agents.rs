@@ -183,11 +183,24 @@ impl Cluster {
         }
     }
 
-    /// A join token for `node` from `berth cluster token`.
+    /// A join token for `node` from `berth cluster token`, asked again while
+    /// no term answers yet (a first leader compiling large policy modules).
     pub fn join_token(&self, node: &str) -> String {
-        self.ok(&["cluster", "token", "--node", node, "--ttl", "10m"])
-            .trim()
-            .to_string()
+        let args = ["cluster", "token", "--node", node, "--ttl", "10m"];
+        let deadline = std::time::Instant::now() + Duration::from_secs(180);
+        loop {
+            let out = self.berth(&args);
+            let (stdout, stderr) = crate::texts(&out);
+            if out.status.success() {
+                return stdout.trim().to_string();
+            }
+            assert!(
+                stderr.contains("UNAVAILABLE") && std::time::Instant::now() < deadline,
+                "berth {args:?} failed: {stderr}\nserve log:\n{}",
+                self.log()
+            );
+            std::thread::sleep(Duration::from_millis(200));
+        }
     }
 
     pub fn agent(&mut self, name: &str) -> &mut AgentProcess {

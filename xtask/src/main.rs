@@ -53,7 +53,8 @@ commands:
   bench-failover
           three servers on a three-member etcd: time from killing the leader until a
           volume is created and published through a follower (--kills N, --lease-ttl S;
-          --volumes N fills the store first with N volumes of realistic size)
+          --volumes N fills the store first with N volumes of realistic size; --python runs
+          the three Python sample guests as the cluster's policy set)
   reliability
           the long reliability runs: kill -9 twenty times during 2,000 operations, 400
           volumes through a plugin that fails, hangs and restarts, 10,000 cases of each

@@ -216,6 +216,24 @@ impl Trust {
 const IMAGE_CONFIG_MEDIA_TYPE: &str = "application/vnd.oci.image.config.v1+json";
 
 impl Registry {
+    /// The manifest of the image holding `reference`'s signatures, answered
+    /// whatever way (404: none yet).
+    async fn signature_image(
+        &self,
+        reference: &Reference,
+        tag: &str,
+    ) -> Result<crate::http::Response, OciError> {
+        self.call_any(Call {
+            method: "GET",
+            target: self.target(format!("/v2/{}/manifests/{tag}", reference.repository)),
+            headers: vec![("Accept", MANIFEST_MEDIA_TYPE.to_string())],
+            body: Bytes::new(),
+            limit: DOCUMENT_MAX,
+            what: format!("the signatures of {reference}"),
+        })
+        .await
+    }
+
     /// The signatures stored beside manifest `digest` in cosign's layout
     /// (none when there are none), each payload checked against its digest.
     pub async fn signatures(
@@ -225,16 +243,7 @@ impl Registry {
     ) -> Result<Vec<Signature>, OciError> {
         let repo = &reference.repository;
         let tag = signature_tag(digest);
-        let response = self
-            .call_any(Call {
-                method: "GET",
-                target: self.target(format!("/v2/{repo}/manifests/{tag}")),
-                headers: vec![("Accept", MANIFEST_MEDIA_TYPE.to_string())],
-                body: Bytes::new(),
-                limit: DOCUMENT_MAX,
-                what: format!("the signatures of {reference}"),
-            })
-            .await?;
+        let response = self.signature_image(reference, &tag).await?;
         if response.status == 404 {
             return Ok(Vec::new());
         }
@@ -285,16 +294,7 @@ impl Registry {
         let tag = signature_tag(digest);
         let payload = payload(reference, digest);
         let annotation = key.sign(&payload)?;
-        let existing = self
-            .call_any(Call {
-                method: "GET",
-                target: self.target(format!("/v2/{repo}/manifests/{tag}")),
-                headers: vec![("Accept", MANIFEST_MEDIA_TYPE.to_string())],
-                body: Bytes::new(),
-                limit: DOCUMENT_MAX,
-                what: format!("the signatures of {reference}"),
-            })
-            .await?;
+        let existing = self.signature_image(reference, &tag).await?;
         let mut layers = match existing.status {
             200 => serde_json::from_slice::<Manifest>(&existing.body)
                 .map(|m| m.layers)

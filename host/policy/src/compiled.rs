@@ -108,9 +108,13 @@ impl CompiledCache {
 }
 
 /// Writes `data` to `path` whole (a new file, synced, renamed into place).
+/// The new file's name is this write's own: two compiles of one module at
+/// once (a follower preparing the set while a term starts) never share it.
 fn write(path: &Path, data: &[u8]) -> std::io::Result<std::fs::Metadata> {
     use std::io::Write;
-    let tmp = path.with_extension("partial");
+    static WRITES: std::sync::atomic::AtomicU64 = std::sync::atomic::AtomicU64::new(0);
+    let n = WRITES.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+    let tmp = path.with_extension(format!("{}-{n}.partial", std::process::id()));
     let mut f = std::fs::File::create(&tmp)?;
     f.write_all(data)?;
     f.sync_all()?;

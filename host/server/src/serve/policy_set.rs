@@ -134,10 +134,9 @@ pub async fn prepare(config: &Config, stored: Option<&PolicySetRecord>) -> Resul
     };
     let effective = effective(config, &text).await?;
     tokio::task::spawn_blocking(move || {
-        let options = crate::policy::EngineOptions {
-            concurrency: 1,
-            ..super::term::engine_options(&effective)
-        };
+        // The term's own settings: the pools a module needs, and the
+        // compiled code a takeover then maps.
+        let options = super::term::engine_options(&effective);
         let engine =
             crate::policy::PolicyEngine::new(options).map_err(|e| ReloadError::Engine(format!("{e:#}")))?;
         let policies =

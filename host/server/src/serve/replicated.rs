@@ -184,6 +184,11 @@ async fn keep_set_prepared(config: Config, election: Arc<Election>) {
         match election.policy_set().await {
             Ok(stored) => {
                 let version = stored.as_ref().map(|s| s.version);
+                // With no set stored yet, a term seeds one from its own tables
+                // and fails on its own if they do not load: nothing to wait for.
+                if stored.is_none() {
+                    election.set_eligible(true);
+                }
                 if prepared != Some(version) {
                     match super::policy_set::prepare(&config, stored.as_ref()).await {
                         Ok(_) => {
@@ -196,10 +201,17 @@ async fn keep_set_prepared(config: Config, election: Arc<Election>) {
                             prepared = Some(version);
                         }
                         Err(e) => {
-                            election.set_eligible(false);
+                            election.set_eligible(stored.is_none());
                             crate::metrics::readiness()
                                 .set_failing("policy", format!("cannot put the policy set in service: {e}"));
-                            tracing::warn!(server = %election.me().name, error = %e, "cannot prepare the policy set; not standing for the lead");
+                            match stored {
+                                Some(_) => {
+                                    tracing::warn!(server = %election.me().name, error = %e, "cannot prepare the policy set; not standing for the lead")
+                                }
+                                None => {
+                                    tracing::warn!(server = %election.me().name, error = %e, "cannot prepare this server's [[policy]] tables (no set is stored yet): a term of its would fail")
+                                }
+                            }
                             prepared = None;
                         }
                     }
