@@ -128,6 +128,22 @@ fn a_store_written_by_0_1_0_opens_and_is_served() {
     }
     c.wait_until("every volume to be deleted", <[Value]>::is_empty);
     assert_eq!(c.plugin_volumes(), 0);
+
+    // 0.1.0 kept no policy set: none, until one is applied into the same file.
+    let status: Value = serde_json::from_str(&c.ok(&["policy", "status", "-o", "json"])).unwrap();
+    assert_eq!(status["version"], 0, "{status:#}");
+    let set = c.dir.path().join("set.toml");
+    std::fs::write(
+        &set,
+        format!(
+            "[[policy]]\nmodule = \"{}\"\n",
+            berth_tests::guest("berth_naming_guest").display()
+        ),
+    )
+    .unwrap();
+    let applied: Value =
+        serde_json::from_str(&c.ok(&["policy", "apply", &set.display().to_string(), "-o", "json"])).unwrap();
+    assert_eq!(applied["version"], 1, "{applied:#}");
     c.kill_serve();
     // After a kill -9 the file needs redb's recovery, which a read-only open
     // does not do: open it as `berth serve` would, then look.

@@ -24,23 +24,25 @@ fn fetch_error(module: &str, reference: &str, error: OciError) -> ReloadError {
 /// `draft` with every module pinned: a registry tag resolved to the
 /// manifest it names now, a file to its SHA-256 as it is now.
 pub async fn pin(mut draft: SetDraft, config: &Config) -> Result<SetDraft, ReloadError> {
-    for table in &mut draft.tables {
+    for (i, table) in draft.tables.iter_mut().enumerate() {
+        // Named by the table they come from: `policy[i]`.
+        let at = format!("policy[{i}]");
         if table.module.starts_with("oci://") {
             let reference =
-                Reference::parse(&table.module).map_err(|e| fetch_error(&table.module, &table.module, e))?;
+                Reference::parse(&table.module).map_err(|e| fetch_error(&at, &table.module, e))?;
             if reference.digest.is_none() {
                 let digest = Registry::new(&reference, &config.oci)
-                    .map_err(|e| fetch_error(&table.module, &table.module, e))?
+                    .map_err(|e| fetch_error(&at, &table.module, e))?
                     .resolve(&reference)
                     .await
-                    .map_err(|e| fetch_error(&table.module, &table.module, e))?;
+                    .map_err(|e| fetch_error(&at, &table.module, e))?;
                 table.module = reference.pinned(digest).to_string();
             }
         } else {
             let path = Path::new(&table.module);
             let bytes = std::fs::read(path).map_err(|e| {
                 fetch_error(
-                    &table.module,
+                    &at,
                     &table.module,
                     OciError::File {
                         path: path.to_path_buf(),
@@ -52,7 +54,7 @@ pub async fn pin(mut draft: SetDraft, config: &Config) -> Result<SetDraft, Reloa
             match &table.digest {
                 Some(pinned) if *pinned != digest => {
                     return Err(fetch_error(
-                        &table.module,
+                        &at,
                         &table.module,
                         OciError::DigestMismatch {
                             what: "the module file",
