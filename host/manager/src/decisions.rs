@@ -101,7 +101,31 @@ impl VolumeManager {
             .await
             .map_err(|e| policy_step_error(&e))?;
         self.fit(r, &nodes, &mut verdicts).await;
-        requirements(&nodes, &verdicts)
+        requirements(&nodes, &verdicts).map_err(|e| match self.reattaching() {
+            // Not a failure for the retry policy: placement runs again as
+            // soon as the agents are back (or the window closes).
+            Some(node) => StepError {
+                not_yet: Some(std::time::Duration::from_millis(200)),
+                ..step_error(
+                    Code::Unavailable,
+                    format!("waiting for node {node:?}'s agent, not heard from since this server started, before placing"),
+                )
+            },
+            None => e,
+        })
+    }
+
+    /// A node not heard from since this term started, while it is young
+    /// enough (within the heartbeat timeout) for its agent to be on its way back.
+    fn reattaching(&self) -> Option<String> {
+        if self.started.elapsed() >= self.config.heartbeat_timeout {
+            return None;
+        }
+        self.nodes
+            .nodes()
+            .into_iter()
+            .find(|n| n.state == crate::nodes::NodeState::Unknown)
+            .map(|n| n.name)
     }
 
     /// Whether the plugin's controller takes accessibility requirements;

@@ -108,6 +108,10 @@ pub struct VolumeManager {
     capacity: capacity::CapacityCache,
     /// With several servers: whether this one may still act as the leader.
     tenure: std::sync::OnceLock<Tenure>,
+    /// When this manager (a term) started, by the monotonic clock: until a
+    /// heartbeat timeout after it, a node not heard from yet may be an agent
+    /// still reattaching, not a node gone.
+    started: tokio::time::Instant,
 }
 
 /// Asked before every call to a plugin; false once the lease it leads by
@@ -136,6 +140,7 @@ impl VolumeManager {
             deadlines: Default::default(),
             capacity: Default::default(),
             tenure: std::sync::OnceLock::new(),
+            started: tokio::time::Instant::now(),
         }))
     }
 
