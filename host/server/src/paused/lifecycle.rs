@@ -205,3 +205,58 @@ async fn a_retry_policy_answering_zero_is_held_to_the_host_floor() {
         );
     }
 }
+
+#[tokio::test(start_paused = true)]
+async fn placement_waits_for_an_agent_not_heard_from_since_the_term_started() {
+    use crate::csi::fingerprint::NodeInfo;
+    use crate::store::{NodeRecord, Store};
+    // A node this store knows, whose agent has not come back to this term.
+    let store = Arc::new(super::store::MemoryStore::default());
+    let info = NodeInfo {
+        node_id: "n9".into(),
+        max_volumes_per_node: None,
+        accessible_topology: [("zone".to_string(), "a".to_string())].into(),
+        capabilities: vec![],
+    };
+    store
+        .put_node(&NodeRecord {
+            name: "n9".into(),
+            labels: Default::default(),
+            plugins: [("mem".to_string(), Some(info))].into(),
+            draining: false,
+            forgotten: false,
+            cert: None,
+            paths: None,
+        })
+        .await
+        .unwrap();
+    let core = super::start_with(
+        super::plugin::MemoryPlugin::constrained(),
+        store,
+        retry(SECOND, 3),
+    )
+    .await;
+    let v = core.create("v1").await;
+
+    // Within the heartbeat timeout: waiting for the agent, not failing.
+    tokio::time::sleep(10 * 60 * SECOND).await;
+    assert!(core.plugin.calls("CreateVolume").is_empty());
+    assert!(
+        core.volume("v1").retrying.is_none(),
+        "no failure for the retry policy"
+    );
+    let waiting = core.manager.waiting(&v.id).expect("a waiting reason");
+    assert!(
+        waiting.reason.contains("n9") && waiting.reason.contains("agent"),
+        "{}",
+        waiting.reason
+    );
+
+    // Past it, the node is taken as absent: placement fails, and the retry policy decides.
+    tokio::time::sleep(HOUR).await;
+    core.until("the retry policy was asked", |c| {
+        c.volume("v1").retrying.is_some()
+    })
+    .await;
+    assert!(core.plugin.calls("CreateVolume").is_empty());
+}

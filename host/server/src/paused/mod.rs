@@ -55,6 +55,13 @@ pub async fn start(retry: BuiltinRetry, node: bool, tenure: Option<crate::manage
     start_on(dir, plugin, store, retry, node, tenure).await
 }
 
+/// The core on `store` (seeded by the test) with `plugin`, no node of its own.
+pub async fn start_with(plugin: MemoryPlugin, store: Arc<MemoryStore>, retry: BuiltinRetry) -> Core {
+    let dir = tempfile::tempdir().unwrap();
+    plugin.serve(&dir.path().join("csi.sock"));
+    start_on(dir, plugin, store, retry, false, None).await
+}
+
 /// The core on a store and plugin that may have served one before.
 async fn start_on(
     dir: tempfile::TempDir,

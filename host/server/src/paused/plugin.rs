@@ -26,6 +26,8 @@ struct State {
     faults: HashMap<&'static str, (Code, usize)>,
     /// Every call, in order, with when it came.
     calls: Vec<(&'static str, Instant)>,
+    /// Offers VOLUME_ACCESSIBILITY_CONSTRAINTS: creating a volume asks placement.
+    constrained: bool,
 }
 
 #[derive(Clone, Default)]
@@ -34,6 +36,13 @@ pub struct MemoryPlugin {
 }
 
 impl MemoryPlugin {
+    /// A plugin whose volumes are not equally reachable from every node.
+    pub fn constrained() -> MemoryPlugin {
+        let p = MemoryPlugin::default();
+        p.state.lock().unwrap().constrained = true;
+        p
+    }
+
     /// Serves the plugin on `socket` until the runtime ends.
     pub fn serve(&self, socket: &Path) {
         let listener = tokio::net::UnixListener::bind(socket).expect("binding the plugin's socket");
@@ -119,9 +128,15 @@ impl Identity for MemoryPlugin {
                 r#type: service::Type::ControllerService as i32,
             })),
         };
-        Ok(Response::new(csi::GetPluginCapabilitiesResponse {
-            capabilities: vec![service],
-        }))
+        let mut capabilities = vec![service];
+        if self.state.lock().unwrap().constrained {
+            capabilities.push(csi::PluginCapability {
+                r#type: Some(Type::Service(Service {
+                    r#type: service::Type::VolumeAccessibilityConstraints as i32,
+                })),
+            });
+        }
+        Ok(Response::new(csi::GetPluginCapabilitiesResponse { capabilities }))
     }
 
     async fn probe(&self, _: Request<csi::ProbeRequest>) -> Answer<csi::ProbeResponse> {
