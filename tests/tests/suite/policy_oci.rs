@@ -438,4 +438,30 @@ fn serve_runs_only_modules_signed_by_a_trusted_key() {
     let v: Value = serde_json::from_str(&c.ok(&["volume", "get", "v", "-o", "json"])).unwrap();
     assert!(v["csi_name"].as_str().unwrap().starts_with("signed-"));
     assert!(c.log().contains("policy module signature checked"), "{}", c.log());
+
+    // Applying the unsigned module is refused the same way, and the set in service stays.
+    let version = |c: &Cluster| -> Value {
+        serde_json::from_str::<Value>(&c.ok(&["policy", "status", "-o", "json"])).unwrap()["version"].clone()
+    };
+    let before = version(&c);
+    let file = c.dir.path().join("unsigned.toml");
+    std::fs::write(
+        &file,
+        format!(
+            "[[policy]]\nmodule = \"{}\"\n",
+            unsigned["reference"].as_str().unwrap()
+        ),
+    )
+    .unwrap();
+    let out = c.berth(&["policy", "apply", &file.display().to_string()]);
+    let (_, stderr) = texts(&out);
+    assert!(!out.status.success());
+    assert!(
+        stderr.contains("it is not signed, and signatures are required"),
+        "{stderr}"
+    );
+    assert_eq!(version(&c), before);
+    c.create_in("still", "zone=a");
+    let v: Value = serde_json::from_str(&c.ok(&["volume", "get", "still", "-o", "json"])).unwrap();
+    assert!(v["csi_name"].as_str().unwrap().starts_with("signed-"));
 }
