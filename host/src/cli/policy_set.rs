@@ -21,6 +21,18 @@ struct SetView {
     /// Each module as stored: pinned by digest.
     modules: Vec<ModuleView>,
     policies: Vec<PolicyView>,
+    /// With several servers: the set each one has prepared, or why it cannot.
+    servers: Vec<ServerView>,
+}
+
+#[derive(Serialize)]
+struct ServerView {
+    name: String,
+    leader: bool,
+    /// The version prepared; 0: none reported yet.
+    prepared: u64,
+    #[serde(skip_serializing_if = "String::is_empty")]
+    error: String,
 }
 
 #[derive(Serialize)]
@@ -47,6 +59,16 @@ fn view(set: api::PolicySet) -> SetView {
             })
             .collect(),
         policies: policy_views(set.policies),
+        servers: set
+            .servers
+            .into_iter()
+            .map(|s| ServerView {
+                name: s.name,
+                leader: s.leader,
+                prepared: s.policy_set,
+                error: s.policy_error,
+            })
+            .collect(),
     }
 }
 
@@ -69,6 +91,16 @@ fn print(v: &SetView, output: Output) -> anyhow::Result<()> {
                 }
             }
             print_policies(&v.policies);
+            for s in &v.servers {
+                let role = if s.leader { " (leader)" } else { "" };
+                match (s.prepared, s.error.as_str()) {
+                    (_, e) if !e.is_empty() => {
+                        say!("{:<10}{}{role}: cannot prepare the set: {e}", "server", s.name)
+                    }
+                    (0, _) => say!("{:<10}{}{role}: nothing prepared yet", "server", s.name),
+                    (n, _) => say!("{:<10}{}{role}: set {n} prepared", "server", s.name),
+                }
+            }
         }
     }
     Ok(())

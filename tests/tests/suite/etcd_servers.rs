@@ -218,6 +218,8 @@ fn a_deposed_leaders_write_is_refused_by_etcd() {
             name: name.into(),
             api: format!("/tmp/{name}.sock"),
             forward: None,
+            policy_set: None,
+            policy_error: None,
         };
         let a = Election::join(settings("a"), me("a")).await.unwrap();
         let fence = leading(&a).await;

@@ -203,6 +203,22 @@ fn a_server_that_cannot_verify_the_set_is_not_ready_and_never_leads() {
     );
     let first = c.wait_leader(&[0, 1, 2], Duration::from_secs(30));
     assert_ne!(first, 2);
+    // `policy status` says which server has the set prepared, and why one has not.
+    berth_tests::wait_for(
+        "every server to report its policy set",
+        Duration::from_secs(30),
+        || {
+            let status: Value =
+                serde_json::from_str(&c.ok_via(first, &["policy", "status", "-o", "json"])).unwrap();
+            let servers = status["servers"].as_array().cloned().unwrap_or_default();
+            servers.len() == 3
+                && servers.iter().all(|s| match s["name"].as_str() {
+                    Some("server-2") => s["error"].as_str().is_some_and(|e| e.contains("not signed")),
+                    _ => s["prepared"] == status["version"],
+                })
+        },
+        || c.ok_via(first, &["policy", "status"]),
+    );
 
     // The others gone, server 2 still does not lead: it keeps trying the set instead.
     c.kill_server(0);

@@ -104,6 +104,8 @@ impl BerthApi {
                 name: m.name,
                 api: m.api,
                 cluster_address: m.forward.unwrap_or_default(),
+                policy_set: m.policy_set.unwrap_or_default(),
+                policy_error: m.policy_error.unwrap_or_default(),
             })
             .collect()
     }
@@ -516,14 +518,17 @@ impl api::berth_server::Berth for BerthApi {
             .apply(&r.text, std::path::Path::new(&r.base_dir))
             .await
             .map_err(status)?;
-        Ok(Response::new(policy_set(set)))
+        Ok(Response::new(policy_set(set, self.servers().await)))
     }
 
     async fn get_policy_set(
         &self,
         _: Request<api::GetPolicySetRequest>,
     ) -> Result<Response<api::PolicySet>, Status> {
-        Ok(Response::new(policy_set(self.reloader.in_service().await)))
+        Ok(Response::new(policy_set(
+            self.reloader.in_service().await,
+            self.servers().await,
+        )))
     }
 
     async fn plugin_status(
@@ -566,7 +571,7 @@ impl api::berth_server::Berth for BerthApi {
     }
 }
 
-fn policy_set(s: SetInService) -> api::PolicySet {
+fn policy_set(s: SetInService, servers: Vec<api::Server>) -> api::PolicySet {
     let set = s.set.unwrap_or(crate::store::PolicySetRecord {
         version: 0,
         applied_ms: 0,
@@ -579,5 +584,6 @@ fn policy_set(s: SetInService) -> api::PolicySet {
         applied_by: set.applied_by,
         text: set.text,
         policies: counters(s.stats),
+        servers,
     }
 }

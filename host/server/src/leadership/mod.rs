@@ -35,6 +35,12 @@ pub struct ServerInfo {
     /// Its TLS cluster endpoint (`host:port`), where followers forward API calls.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub forward: Option<String>,
+    /// The policy set it has prepared: its version (0: its own tables, none
+    /// stored), or why it cannot (bounded).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub policy_set: Option<u64>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub policy_error: Option<String>,
 }
 
 /// What this server is now.
@@ -60,6 +66,8 @@ pub struct Election {
     /// Whether this server may take the lead: not while it cannot put the
     /// cluster's policy set in service (it follows, and says why).
     eligible: std::sync::atomic::AtomicBool,
+    /// What this server says of its policy set in its key, beside `me`.
+    prepared: Mutex<(Option<u64>, Option<String>)>,
 }
 
 /// A lease held, with its keep-alive stream; how long it is good for, by
@@ -103,6 +111,7 @@ impl Election {
             valid_until: AtomicU64::new(0),
             epoch: Instant::now(),
             eligible: std::sync::atomic::AtomicBool::new(eligible),
+            prepared: Mutex::new((None, None)),
         });
         let first = election
             .grant()
@@ -116,6 +125,43 @@ impl Election {
 
     pub fn me(&self) -> &ServerInfo {
         &self.me
+    }
+
+    /// This server as its key says: `me`, with its policy set.
+    fn info(&self) -> ServerInfo {
+        let (policy_set, policy_error) = self.prepared.lock().unwrap_or_else(|p| p.into_inner()).clone();
+        ServerInfo {
+            policy_set,
+            policy_error,
+            ..self.me.clone()
+        }
+    }
+
+    /// Says in this server's key which policy set it has prepared (or why
+    /// it cannot), for `berth policy status`; best effort.
+    pub async fn publish_prepared(&self, version: Option<u64>, error: Option<String>) {
+        let error = error.map(|e| crate::model::cut(e, 512));
+        *self.prepared.lock().unwrap_or_else(|p| p.into_inner()) = (version, error);
+        let lease = *self.lease.lock().unwrap_or_else(|p| p.into_inner());
+        let Ok(value) = serde_json::to_vec(&self.info()) else {
+            return;
+        };
+        if lease == 0 {
+            return;
+        }
+        let put = pb::PutRequest {
+            key: self.settings.key(&format!("servers/{}", self.me.name)),
+            value,
+            lease,
+            ..Default::default()
+        };
+        let _ = self
+            .kv
+            .call(|mut c| {
+                let put = put.clone();
+                async move { c.put(put).await }
+            })
+            .await;
     }
 
     /// Lets this server take the lead, or keeps it following.
@@ -237,7 +283,7 @@ impl Election {
         }
         let put = pb::PutRequest {
             key: self.settings.key(&format!("servers/{}", self.me.name)),
-            value: serde_json::to_vec(&self.me)?,
+            value: serde_json::to_vec(&self.info())?,
             lease: granted.id,
             ..Default::default()
         };

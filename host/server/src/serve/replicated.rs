@@ -51,6 +51,8 @@ pub(super) async fn run(
     shutdown: impl Future<Output = ()> + Send + 'static,
 ) -> Result<(), ServeError> {
     let me = ServerInfo {
+        policy_set: None,
+        policy_error: None,
         name: settings.name.clone(),
         api: config.api.to_string(),
         forward: advertised(&config),
@@ -197,6 +199,7 @@ async fn keep_set_prepared(config: Config, election: Arc<Election>) {
                                 format!("policy set {v}")
                             });
                             crate::metrics::readiness().set_ok("policy", format!("{what} prepared"));
+                            election.publish_prepared(Some(version.unwrap_or(0)), None).await;
                             tracing::info!(server = %election.me().name, version = ?version, "policy set prepared; standing for the lead");
                             prepared = Some(version);
                         }
@@ -204,6 +207,7 @@ async fn keep_set_prepared(config: Config, election: Arc<Election>) {
                             election.set_eligible(stored.is_none());
                             crate::metrics::readiness()
                                 .set_failing("policy", format!("cannot put the policy set in service: {e}"));
+                            election.publish_prepared(None, Some(e.to_string())).await;
                             match stored {
                                 Some(_) => {
                                     tracing::warn!(server = %election.me().name, error = %e, "cannot prepare the policy set; not standing for the lead")
