@@ -251,3 +251,51 @@ fn a_server_that_cannot_verify_the_set_is_not_ready_and_never_leads() {
     let v: Value = serde_json::from_str(&c.ok_via(2, &["volume", "get", "signed", "-o", "json"])).unwrap();
     assert!(v["csi_name"].as_str().unwrap().starts_with("fleet-"), "{v:#}");
 }
+
+#[test]
+fn a_server_that_cannot_reach_the_registry_is_not_ready_and_never_leads() {
+    let registry = RegistryServer::start();
+    let pushed = registry.push(&guest("berth_naming_guest"), "berth/naming:v1");
+    let etcd = EtcdCluster::start(3);
+    let tables = format!(
+        "[[policy]]\nmodule = \"{}\"\nsettings = {{ prefix = \"fleet\" }}\n",
+        pushed["reference"].as_str().unwrap()
+    );
+    // Server 2 speaks HTTPS to a registry that serves plain HTTP: it never gets the module.
+    let mut c = Cluster::start(ClusterSpec {
+        servers: 3,
+        tls: true,
+        agents: true,
+        policy_tables: Some(&tables),
+        server_tables: vec![
+            (0, "[oci]\nplain_http = true\n"),
+            (1, "[oci]\nplain_http = true\n"),
+            (2, "[oci]\nplain_http = false\n"),
+        ],
+        store: Some(format!(
+            "{}lease_ttl = \"2s\"\n",
+            etcd.store_config("/berth-reach")
+        )),
+        ..ClusterSpec::default()
+    });
+    logged(
+        &c,
+        2,
+        "cannot prepare the policy set; not standing for the lead",
+        1,
+    );
+    let first = c.wait_leader(&[0, 1, 2], Duration::from_secs(30));
+    assert_ne!(first, 2);
+    let log = std::fs::read_to_string(&c.serves[2].log).unwrap();
+    assert!(log.contains(&registry.address) && log.contains("TLS"), "{log}");
+    c.kill_server(0);
+    c.kill_server(1);
+    logged(
+        &c,
+        2,
+        "cannot prepare the policy set; not standing for the lead",
+        4,
+    );
+    let log = std::fs::read_to_string(&c.serves[2].log).unwrap();
+    assert!(!log.contains("elected"), "{log}");
+}
