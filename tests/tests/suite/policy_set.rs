@@ -159,6 +159,25 @@ fn every_leader_runs_the_set_applied_through_any_server() {
     assert!(v["csi_name"].as_str().unwrap().starts_with("fleet-"), "{v:#}");
 }
 
+/// Three servers on `etcd` (agents over TLS, a 2 s lease) running `tables`,
+/// with `server_tables` in single servers' configs only.
+fn three_servers<'a>(
+    etcd: &EtcdCluster,
+    prefix: &str,
+    tables: &'a str,
+    server_tables: Vec<(usize, &'a str)>,
+) -> Cluster {
+    Cluster::start(ClusterSpec {
+        servers: 3,
+        tls: true,
+        agents: true,
+        policy_tables: Some(tables),
+        server_tables,
+        store: Some(format!("{}lease_ttl = \"2s\"\n", etcd.store_config(prefix))),
+        ..ClusterSpec::default()
+    })
+}
+
 /// Waits until server `i`'s log holds `what` at least `times` times.
 fn logged(c: &Cluster, i: usize, what: &str, times: usize) {
     let log = |c: &Cluster| std::fs::read_to_string(&c.serves[i].log).unwrap_or_default();
@@ -183,18 +202,7 @@ fn a_server_that_cannot_verify_the_set_is_not_ready_and_never_leads() {
     );
     // Server 2 alone requires a signature by the team's key: the module is not signed yet.
     let trust = format!("[policy_trust]\nkeys = [\"{public}\"]\nrequired = true\n");
-    let mut c = Cluster::start(ClusterSpec {
-        servers: 3,
-        tls: true,
-        agents: true,
-        policy_tables: Some(&tables),
-        server_tables: vec![(2, &trust)],
-        store: Some(format!(
-            "{}lease_ttl = \"2s\"\n",
-            etcd.store_config("/berth-trust")
-        )),
-        ..ClusterSpec::default()
-    });
+    let mut c = three_servers(&etcd, "/berth-trust", &tables, vec![(2, &trust)]);
     logged(
         &c,
         2,
@@ -262,22 +270,13 @@ fn a_server_that_cannot_reach_the_registry_is_not_ready_and_never_leads() {
         pushed["reference"].as_str().unwrap()
     );
     // Server 2 speaks HTTPS to a registry that serves plain HTTP: it never gets the module.
-    let mut c = Cluster::start(ClusterSpec {
-        servers: 3,
-        tls: true,
-        agents: true,
-        policy_tables: Some(&tables),
-        server_tables: vec![
-            (0, "[oci]\nplain_http = true\n"),
-            (1, "[oci]\nplain_http = true\n"),
-            (2, "[oci]\nplain_http = false\n"),
-        ],
-        store: Some(format!(
-            "{}lease_ttl = \"2s\"\n",
-            etcd.store_config("/berth-reach")
-        )),
-        ..ClusterSpec::default()
-    });
+    let plain = "[oci]\nplain_http = true\n";
+    let mut c = three_servers(
+        &etcd,
+        "/berth-reach",
+        &tables,
+        vec![(0, plain), (1, plain), (2, "[oci]\nplain_http = false\n")],
+    );
     logged(
         &c,
         2,

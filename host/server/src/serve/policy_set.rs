@@ -89,15 +89,17 @@ pub async fn in_service(
     server: &str,
 ) -> Result<(Config, Option<PolicySetRecord>), ReloadError> {
     if let Some(set) = store.load_policy_set()? {
-        if let Some(own) = &config.policy_set
-            && pin(own.clone(), &config)
-                .await
-                .is_ok_and(|p| p.text() != set.text)
-        {
-            tracing::warn!(
-                version = set.version,
-                "berth.toml's [[policy]] tables are not the cluster's policy set; the set is what runs (`berth policy reload` applies the file's)"
-            );
+        if let Some(own) = config.policy_set.clone() {
+            // Pinning hashes every module file (and may ask a registry): off
+            // the takeover's path, for a warning only.
+            let (config, stored) = (config.clone(), set.text.clone());
+            tokio::spawn(async move {
+                if pin(own, &config).await.is_ok_and(|p| p.text() != stored) {
+                    tracing::warn!(
+                        "berth.toml's [[policy]] tables are not the cluster's policy set; the set is what runs (`berth policy reload` applies the file's)"
+                    );
+                }
+            });
         }
         let effective = effective(&config, &set.text).await?;
         tracing::info!(version = set.version, applied_by = %set.applied_by, "policy set in service");
