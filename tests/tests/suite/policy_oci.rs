@@ -403,8 +403,10 @@ fn serve_runs_only_modules_signed_by_a_trusted_key() {
     let (other, _) = openssl_keys(dir.path(), "other");
     let signed = registry.push(&guest("berth_naming_guest"), "berth/naming:v1");
     registry.policy_json(&["sign", signed["reference"].as_str().unwrap(), "--key", &key]);
-    let unsigned = registry.push(&guest("berth_naming_guest"), "berth/unsigned:v1");
-    let foreign = registry.push(&guest("berth_naming_guest"), "berth/foreign:v1");
+    // Other content than the signed module: trust follows the digest, as cosign's
+    // does, so the same bytes under another name would carry the same signature.
+    let unsigned = registry.push(&guest("berth_placement_guest"), "berth/unsigned:v1");
+    let foreign = registry.push(&guest("berth_retry_guest"), "berth/foreign:v1");
     registry.policy_json(&["sign", foreign["reference"].as_str().unwrap(), "--key", &other]);
 
     let trust = format!("[policy_trust]\nkeys = [\"{public}\"]\nrequired = true\n[oci]\nplain_http = true\n");
