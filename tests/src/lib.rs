@@ -16,7 +16,7 @@ pub use agents::AgentProcess;
 pub use bins::bin;
 pub use etcd::EtcdCluster;
 pub use plugin::{Plugin, PluginBuilder};
-pub use registry::{RegistryServer, openssl_keys};
+pub use registry::{RegistryServer, cosign_key, openssl_keys};
 pub use serves::ServeProcess;
 use serves::state_dir;
 
@@ -78,8 +78,14 @@ pub fn berth_logged(command: &str, config: &Path, log: &Path) -> Child {
 
 /// Runs the `berth` CLI to completion.
 pub fn berth(args: &[&str]) -> Output {
+    berth_with(&[], args)
+}
+
+/// The CLI with `env` set besides the test's own environment.
+pub fn berth_with(env: &[(&str, &str)], args: &[&str]) -> Output {
     Command::new(bin("berth"))
         .args(args)
+        .envs(env.iter().copied())
         .stdin(Stdio::null())
         .output()
         .expect("running berth")

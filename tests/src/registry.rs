@@ -143,11 +143,16 @@ impl RegistryServer {
 impl RegistryServer {
     /// `berth policy ARGS` with the flags that reach this registry.
     pub fn policy(&self, args: &[&str]) -> std::process::Output {
+        self.policy_with(&[], args)
+    }
+
+    /// `berth policy ARGS` with `env` set.
+    pub fn policy_with(&self, env: &[(&str, &str)], args: &[&str]) -> std::process::Output {
         let flags = self.flags();
         let mut all: Vec<&str> = vec!["policy"];
         all.extend_from_slice(args);
         all.extend(flags.iter().map(String::as_str));
-        crate::berth(&all)
+        crate::berth_with(env, &all)
     }
 
     /// `berth policy ARGS -o json`, which must succeed.
@@ -196,4 +201,22 @@ pub fn openssl_keys(dir: &std::path::Path, name: &str) -> (String, String) {
     ]);
     run(&["pkey", "-in", &k, "-pubout", "-out", &p]);
     (k, p)
+}
+
+/// cosign's encrypted key sealed or opened by Python's scrypt and PyNaCl (an
+/// implementation that is not Berth's): `command` is `seal` (PKCS#8 DER to a
+/// key file) or `open` (a key file to PKCS#8 DER).
+pub fn cosign_key(command: &str, from: &std::path::Path, password: &str, to: &std::path::Path) {
+    let out = Command::new("/usr/bin/python3")
+        .args(["-c", include_str!("cosign_key.py"), command])
+        .arg(from)
+        .arg(password)
+        .arg(to)
+        .output()
+        .expect("/usr/bin/python3 (with python3-nacl, which `cargo xtask test` installs)");
+    assert!(
+        out.status.success(),
+        "cosign_key.py {command}: {}",
+        String::from_utf8_lossy(&out.stderr)
+    );
 }

@@ -172,6 +172,7 @@ fn guests() -> anyhow::Result<()> {
 fn test(extra: &[String]) -> anyhow::Result<()> {
     ensure_etcd()?;
     ensure_registry()?;
+    ensure_pynacl()?;
     guests()?;
     python::native_cases()?;
     build_bins()?;
@@ -195,17 +196,31 @@ fn ensure_registry() -> anyhow::Result<()> {
     ensure_package("docker-registry", "docker-registry")
 }
 
+/// The sealed-key tests open and seal cosign's encrypted keys with an
+/// implementation that is not Berth's: Python's scrypt and PyNaCl's secretbox
+/// (the Debian package `python3-nacl`, for the system's /usr/bin/python3).
+fn ensure_pynacl() -> anyhow::Result<()> {
+    ensure_installed("/usr/bin/python3 with nacl", "python3-nacl", || {
+        succeeds(Command::new("/usr/bin/python3").args(["-c", "import nacl.secret"]))
+    })
+}
+
 /// `program` on the PATH, from Debian's `package` (apt-get, as root
 /// directly, otherwise through sudo) when it is not there yet.
 fn ensure_package(program: &str, package: &str) -> anyhow::Result<()> {
-    let found = || {
-        Command::new(program)
-            .arg("--version")
-            .stdout(std::process::Stdio::null())
-            .stderr(std::process::Stdio::null())
-            .status()
-            .is_ok_and(|s| s.success())
-    };
+    ensure_installed(program, package, || {
+        succeeds(Command::new(program).arg("--version"))
+    })
+}
+
+fn succeeds(cmd: &mut Command) -> bool {
+    cmd.stdout(std::process::Stdio::null())
+        .stderr(std::process::Stdio::null())
+        .status()
+        .is_ok_and(|s| s.success())
+}
+
+fn ensure_installed(program: &str, package: &str, found: impl Fn() -> bool) -> anyhow::Result<()> {
     if found() {
         return Ok(());
     }
@@ -226,10 +241,7 @@ fn ensure_package(program: &str, package: &str) -> anyhow::Result<()> {
         apt(&["update"])?;
         apt(&["install", "-y", "--no-install-recommends", package])?;
     }
-    anyhow::ensure!(
-        found(),
-        "{package} is installed but `{program}` is not on the PATH"
-    );
+    anyhow::ensure!(found(), "{package} is installed but {program} is still not found");
     Ok(())
 }
 

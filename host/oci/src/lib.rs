@@ -14,6 +14,7 @@ mod http;
 pub mod layout;
 mod reference;
 mod registry;
+mod sealed_key;
 pub mod signature;
 
 pub use artifact::{Component, LAYER_MEDIA_TYPE, MANIFEST_MEDIA_TYPE, WASM_CONFIG_MEDIA_TYPE};
@@ -22,7 +23,7 @@ pub use digest::Digest;
 pub use error::{FetchError, OciError};
 pub use reference::Reference;
 pub use registry::{Access, Pulled, Registry};
-pub use signature::{PublicKey, Signature, SigningKey, Trust};
+pub use signature::{PASSWORD_VARIABLE, PublicKey, Signature, SigningKey, Trust};
 
 /// The most a module may weigh: larger layers are refused before they are read.
 pub const MODULE_MAX: usize = 64 << 20;

@@ -14,8 +14,8 @@ use ring::rand::SystemRandom;
 use ring::signature::{
     ECDSA_P256_SHA256_ASN1, ECDSA_P256_SHA256_ASN1_SIGNING, EcdsaKeyPair, UnparsedPublicKey,
 };
+use rustls::pki_types::SubjectPublicKeyInfoDer;
 use rustls::pki_types::pem::PemObject;
-use rustls::pki_types::{PrivatePkcs8KeyDer, SubjectPublicKeyInfoDer};
 use serde::{Deserialize, Serialize};
 
 use bytes::Bytes;
@@ -88,21 +88,56 @@ pub struct Signature {
 
 pub struct SigningKey(EcdsaKeyPair);
 
+/// Where the password of a sealed key comes from, cosign's variable.
+pub const PASSWORD_VARIABLE: &str = "COSIGN_PASSWORD";
+
 impl SigningKey {
-    pub fn from_pem(path: &Path) -> Result<SigningKey, OciError> {
-        let der = PrivatePkcs8KeyDer::from_pem_file(path).map_err(|e| {
+    /// A PKCS#8 PEM private key, or cosign's sealed one opened with `password`.
+    pub fn from_pem(path: &Path, password: Option<&[u8]>) -> Result<SigningKey, OciError> {
+        let text = std::fs::read_to_string(path).map_err(|e| OciError::file(path, e))?;
+        let not_a_key = || {
             OciError::file(
                 path,
-                format!("not a PKCS#8 PEM private key ({e}); `openssl pkcs8 -topk8 -nocrypt` converts one"),
+                "not a PKCS#8 PEM private key nor cosign's encrypted one; `openssl pkcs8 -topk8 -nocrypt` converts an EC key",
             )
-        })?;
-        let pair = EcdsaKeyPair::from_pkcs8(
-            &ECDSA_P256_SHA256_ASN1_SIGNING,
-            der.secret_pkcs8_der(),
-            &SystemRandom::new(),
-        )
-        .map_err(|e| OciError::file(path, format!("not an ECDSA P-256 key: {e}")))?;
+        };
+        let (label, der) = crate::sealed_key::pem_block(&text).ok_or_else(not_a_key)?;
+        let pkcs8 = match label {
+            "PRIVATE KEY" => der,
+            crate::sealed_key::LABEL | crate::sealed_key::LEGACY_LABEL => {
+                let password = password.ok_or_else(|| {
+                    OciError::file(
+                        path,
+                        format!("the key is encrypted: give its password in {PASSWORD_VARIABLE}"),
+                    )
+                })?;
+                crate::sealed_key::open(&der, password).map_err(|why| OciError::file(path, why))?
+            }
+            _ => return Err(not_a_key()),
+        };
+        let pair = EcdsaKeyPair::from_pkcs8(&ECDSA_P256_SHA256_ASN1_SIGNING, &pkcs8, &SystemRandom::new())
+            .map_err(|e| OciError::file(path, format!("not an ECDSA P-256 key: {e}")))?;
         Ok(SigningKey(pair))
+    }
+
+    /// A new key pair, as cosign's `generate-key-pair` writes it: the private key
+    /// sealed under `password`, and the public key (both PEM).
+    pub fn generate(password: &[u8]) -> Result<(String, String), OciError> {
+        use ring::signature::KeyPair as _;
+        let failed = |why: String| OciError::Signature {
+            module: String::new(),
+            why,
+        };
+        let rng = SystemRandom::new();
+        let pkcs8 = EcdsaKeyPair::generate_pkcs8(&ECDSA_P256_SHA256_ASN1_SIGNING, &rng)
+            .map_err(|_| failed("key generation failed".into()))?;
+        let pair = EcdsaKeyPair::from_pkcs8(&ECDSA_P256_SHA256_ASN1_SIGNING, pkcs8.as_ref(), &rng)
+            .map_err(|e| failed(e.to_string()))?;
+        let sealed = crate::sealed_key::seal(pkcs8.as_ref(), password).map_err(failed)?;
+        Ok((
+            crate::sealed_key::pem(crate::sealed_key::LABEL, &sealed),
+            crate::sealed_key::pem("PUBLIC KEY", &p256_spki(pair.public_key().as_ref())),
+        ))
     }
 
     /// `payload` signed: base64 of the DER signature.
@@ -149,6 +184,15 @@ impl PublicKey {
             .verify(payload, signature)
             .is_ok()
     }
+}
+
+/// The SubjectPublicKeyInfo of a P-256 key: the algorithm, then the point.
+fn p256_spki(point: &[u8]) -> Vec<u8> {
+    const ALGORITHM: [u8; 26] = [
+        0x30, 0x59, 0x30, 0x13, 0x06, 0x07, 0x2a, 0x86, 0x48, 0xce, 0x3d, 0x02, 0x01, 0x06, 0x08, 0x2a, 0x86,
+        0x48, 0xce, 0x3d, 0x03, 0x01, 0x07, 0x03, 0x42, 0x00,
+    ];
+    [&ALGORITHM[..], point].concat()
 }
 
 /// Which modules must be signed, and by whom.
@@ -348,6 +392,7 @@ impl Registry {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::sealed_key::pem;
 
     #[test]
     fn payloads_name_the_manifest_as_cosign_does() {
@@ -364,39 +409,16 @@ mod tests {
         assert_eq!(signature_tag(&d), format!("sha256-{}.sig", d.hex()));
     }
 
-    fn pem(label: &str, der: &[u8]) -> String {
-        let b64 = base64::engine::general_purpose::STANDARD.encode(der);
-        let lines: Vec<&str> = b64
-            .as_bytes()
-            .chunks(64)
-            .map(|c| std::str::from_utf8(c).unwrap())
-            .collect();
-        format!(
-            "-----BEGIN {label}-----\n{}\n-----END {label}-----\n",
-            lines.join("\n")
-        )
-    }
-
     /// A fresh key pair written as PEM files: (private, public).
     fn key_pair(dir: &Path, name: &str) -> (PathBuf, PathBuf) {
         use ring::signature::KeyPair as _;
         let rng = SystemRandom::new();
         let pkcs8 = EcdsaKeyPair::generate_pkcs8(&ECDSA_P256_SHA256_ASN1_SIGNING, &rng).unwrap();
         let pair = EcdsaKeyPair::from_pkcs8(&ECDSA_P256_SHA256_ASN1_SIGNING, pkcs8.as_ref(), &rng).unwrap();
-        // SubjectPublicKeyInfo of a P-256 key: the algorithm, then the point.
-        let mut spki = hex_bytes("3059301306072a8648ce3d020106082a8648ce3d030107034200");
-        spki.extend_from_slice(pair.public_key().as_ref());
         let (private, public) = (dir.join(format!("{name}.key")), dir.join(format!("{name}.pub")));
         std::fs::write(&private, pem("PRIVATE KEY", pkcs8.as_ref())).unwrap();
-        std::fs::write(&public, pem("PUBLIC KEY", &spki)).unwrap();
+        std::fs::write(&public, pem("PUBLIC KEY", &p256_spki(pair.public_key().as_ref()))).unwrap();
         (private, public)
-    }
-
-    fn hex_bytes(hex: &str) -> Vec<u8> {
-        (0..hex.len())
-            .step_by(2)
-            .map(|i| u8::from_str_radix(&hex[i..i + 2], 16).unwrap())
-            .collect()
     }
 
     #[test]
@@ -409,7 +431,7 @@ mod tests {
         let signed = |key: &Path, digest: &Digest| {
             let payload = payload(&r, digest);
             Signature {
-                signature: SigningKey::from_pem(key).unwrap().sign(&payload).unwrap(),
+                signature: SigningKey::from_pem(key, None).unwrap().sign(&payload).unwrap(),
                 payload: base64::engine::general_purpose::STANDARD.encode(&payload),
             }
         };
@@ -442,6 +464,38 @@ mod tests {
         );
         // A private key is no public key, and the other way round.
         assert!(PublicKey::from_pem(&key).is_err());
-        assert!(SigningKey::from_pem(&public).is_err());
+        assert!(SigningKey::from_pem(&public, None).is_err());
+    }
+
+    #[test]
+    fn a_generated_key_is_sealed_and_signs_for_its_public_key() {
+        let dir = tempfile::tempdir().unwrap();
+        let (private, public) = SigningKey::generate(b"pw").unwrap();
+        assert!(private.starts_with("-----BEGIN ENCRYPTED SIGSTORE PRIVATE KEY-----"));
+        let (key, public_path) = (dir.path().join("k.key"), dir.path().join("k.pub"));
+        std::fs::write(&key, private).unwrap();
+        std::fs::write(&public_path, public).unwrap();
+        let err = SigningKey::from_pem(&key, None).err().unwrap().to_string();
+        assert!(
+            err.contains("encrypted") && err.contains(PASSWORD_VARIABLE),
+            "{err}"
+        );
+        let err = SigningKey::from_pem(&key, Some(b"wrong"))
+            .err()
+            .unwrap()
+            .to_string();
+        assert!(err.contains("wrong password"), "{err}");
+        let signature = SigningKey::from_pem(&key, Some(b"pw"))
+            .unwrap()
+            .sign(b"payload")
+            .unwrap();
+        let signature = base64::engine::general_purpose::STANDARD
+            .decode(signature)
+            .unwrap();
+        assert!(
+            PublicKey::from_pem(&public_path)
+                .unwrap()
+                .verifies(b"payload", &signature)
+        );
     }
 }

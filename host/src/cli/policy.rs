@@ -90,6 +90,13 @@ berth policy pull oci://registry.example.com/policies/naming@sha256:… --to ./p
         after_help = "Example:\n  berth policy verify oci://registry.example.com/policies/naming:v1 --key cosign.pub"
     )]
     Verify(super::policy_oci::VerifyArgs),
+    /// Make a signing key pair in cosign's format (as `cosign generate-key-pair`):
+    /// PREFIX.key, encrypted with the password in COSIGN_PASSWORD, and PREFIX.pub.
+    #[command(
+        after_help = "Example:\n  COSIGN_PASSWORD=… berth policy generate-key team\n  \
+berth policy sign oci://registry.example.com/policies/naming:v1 --key team.key"
+    )]
+    GenerateKey(super::policy_oci::GenerateKeyArgs),
 }
 
 #[derive(Debug, Args)]
@@ -176,6 +183,7 @@ pub async fn run(cmd: PolicyCommand, output: Output) -> anyhow::Result<ExitCode>
         PolicyCommand::Pull(args) => super::policy_oci::pull(args, output).await,
         PolicyCommand::Sign(args) => super::policy_oci::sign(args, output).await,
         PolicyCommand::Verify(args) => super::policy_oci::verify(args, output).await,
+        PolicyCommand::GenerateKey(args) => super::policy_oci::generate_key(args, output),
     }
 }
 

@@ -8,7 +8,9 @@ use anyhow::Context;
 use clap::Args;
 use serde::Serialize;
 
-use berth::oci::{Access, Component, Digest, PublicKey, Reference, Registry, SigningKey, Trust, layout};
+use berth::oci::{
+    Access, Component, Digest, PASSWORD_VARIABLE, PublicKey, Reference, Registry, SigningKey, Trust, layout,
+};
 
 use super::{Output, say};
 
@@ -68,12 +70,74 @@ pub struct SignArgs {
     /// The module to sign: oci://HOST[:PORT]/REPOSITORY:TAG or …@sha256:DIGEST
     /// (a tag is resolved to its digest, and the digest is what is signed).
     pub reference: String,
-    /// The signing key: PEM, PKCS#8, ECDSA P-256 (`openssl genpkey -algorithm EC
-    /// -pkeyopt ec_paramgen_curve:P-256 -out key.pem`).
+    /// The signing key, ECDSA P-256: cosign's encrypted key (`cosign.key`, from
+    /// `berth policy generate-key` or `cosign generate-key-pair`; its password
+    /// in COSIGN_PASSWORD), or an unencrypted PKCS#8 PEM (`openssl genpkey
+    /// -algorithm EC -pkeyopt ec_paramgen_curve:P-256 -out key.pem`).
     #[arg(long)]
     pub key: PathBuf,
     #[command(flatten)]
     pub registry: RegistryArgs,
+}
+
+#[derive(Debug, Args)]
+pub struct GenerateKeyArgs {
+    /// Written: PREFIX.key (the private key, encrypted, mode 0600) and
+    /// PREFIX.pub (the public key, for [policy_trust] keys).
+    #[arg(default_value = "cosign")]
+    pub prefix: PathBuf,
+}
+
+/// A key pair as cosign writes one, the password from COSIGN_PASSWORD: a
+/// private key is never written unencrypted, and no file is overwritten.
+pub fn generate_key(args: GenerateKeyArgs, output: Output) -> anyhow::Result<ExitCode> {
+    let password = std::env::var_os(PASSWORD_VARIABLE).with_context(|| {
+        format!(
+            "the private key is written encrypted: give its password in {PASSWORD_VARIABLE} (it may be empty)"
+        )
+    })?;
+    let with = |ext: &str| {
+        let mut name = args.prefix.clone().into_os_string();
+        name.push(format!(".{ext}"));
+        PathBuf::from(name)
+    };
+    let (private_path, public_path) = (with("key"), with("pub"));
+    for path in [&private_path, &public_path] {
+        anyhow::ensure!(!path.exists(), "{} exists; it is not overwritten", path.display());
+    }
+    let (private, public) = SigningKey::generate(password.as_encoded_bytes())?;
+    write_new(&private_path, &private, 0o600)?;
+    write_new(&public_path, &public, 0o644)?;
+    #[derive(Serialize)]
+    struct Generated {
+        private_key: String,
+        public_key: String,
+    }
+    let generated = Generated {
+        private_key: private_path.display().to_string(),
+        public_key: public_path.display().to_string(),
+    };
+    match output {
+        Output::Json => super::print_json(&generated)?,
+        Output::Text => {
+            say!("{:<12}{}", "private key", generated.private_key);
+            say!("{:<12}{}", "public key", generated.public_key);
+        }
+    }
+    Ok(ExitCode::SUCCESS)
+}
+
+/// A new file with `mode` from its first byte (never a moment readable by others).
+fn write_new(path: &Path, text: &str, mode: u32) -> anyhow::Result<()> {
+    use std::io::Write as _;
+    use std::os::unix::fs::OpenOptionsExt as _;
+    std::fs::OpenOptions::new()
+        .write(true)
+        .create_new(true)
+        .mode(mode)
+        .open(path)
+        .and_then(|mut f| f.write_all(text.as_bytes()))
+        .with_context(|| format!("writing {}", path.display()))
 }
 
 #[derive(Debug, Args)]
@@ -109,7 +173,8 @@ struct Signed {
 
 pub async fn sign(args: SignArgs, output: Output) -> anyhow::Result<ExitCode> {
     let reference = Reference::parse(&args.reference)?;
-    let key = SigningKey::from_pem(&args.key)?;
+    let password = std::env::var_os(PASSWORD_VARIABLE).map(|p| p.into_encoded_bytes());
+    let key = SigningKey::from_pem(&args.key, password.as_deref())?;
     let registry = Registry::new(&reference, &args.registry.access())?;
     let digest = registry.resolve(&reference).await?;
     let tag = registry.sign(&reference, &digest, &key).await?;

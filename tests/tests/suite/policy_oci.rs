@@ -6,7 +6,9 @@
 use std::path::Path;
 use std::time::Duration;
 
-use berth_tests::{Cluster, ClusterSpec, RegistryServer, berth, guest, openssl_keys, test_dir, texts};
+use berth_tests::{
+    Cluster, ClusterSpec, RegistryServer, berth, berth_with, cosign_key, guest, openssl_keys, test_dir, texts,
+};
 use serde_json::Value;
 
 #[test]
@@ -365,6 +367,84 @@ fn signatures_interoperate_with_an_independent_implementation() {
         &public,
     ]);
     assert_eq!(verified["key"], public.as_str());
+}
+
+#[test]
+fn cosigns_encrypted_keys_interoperate_with_an_independent_implementation() {
+    let registry = RegistryServer::start();
+    let dir = test_dir();
+    let path = |name: &str| dir.path().join(name).display().to_string();
+    let pushed = registry.push(&guest("berth_naming_guest"), "berth/naming:v1");
+    let reference = pushed["reference"].as_str().unwrap();
+    let openssl = |args: &[&str]| {
+        let out = std::process::Command::new("openssl").args(args).output().unwrap();
+        assert!(out.status.success(), "openssl {args:?}: {}", texts(&out).1);
+        out.stdout
+    };
+
+    // Sealed by Python's scrypt and PyNaCl, opened by Berth to sign.
+    let (key, public) = openssl_keys(dir.path(), "team");
+    openssl(&[
+        "pkcs8",
+        "-topk8",
+        "-nocrypt",
+        "-in",
+        &key,
+        "-outform",
+        "DER",
+        "-out",
+        &path("team.der"),
+    ]);
+    cosign_key(
+        "seal",
+        &dir.path().join("team.der"),
+        "s3cret",
+        &dir.path().join("cosign.key"),
+    );
+    let sign = |password: Option<&str>| {
+        let env: Vec<(&str, &str)> = password.map(|p| ("COSIGN_PASSWORD", p)).into_iter().collect();
+        registry.policy_with(&env, &["sign", reference, "--key", &path("cosign.key")])
+    };
+    let (_, stderr) = texts(&sign(None));
+    assert!(
+        stderr.contains("encrypted") && stderr.contains("COSIGN_PASSWORD"),
+        "{stderr}"
+    );
+    let (_, stderr) = texts(&sign(Some("wrong")));
+    assert!(stderr.contains("wrong password"), "{stderr}");
+    let out = sign(Some("s3cret"));
+    assert!(out.status.success(), "{}", texts(&out).1);
+    let verified = registry.policy_json(&["verify", reference, "--key", &public]);
+    assert_eq!(verified["key"], public.as_str());
+
+    // Generated and sealed by Berth, opened by Python; openssl finds the same public key in it.
+    let generate = |env: &[(&str, &str)]| berth_with(env, &["policy", "generate-key", &path("berth")]);
+    let (_, stderr) = texts(&generate(&[]));
+    assert!(stderr.contains("COSIGN_PASSWORD"), "{stderr}");
+    assert!(!dir.path().join("berth.key").exists());
+    let out = generate(&[("COSIGN_PASSWORD", "pw")]);
+    assert!(out.status.success(), "{}", texts(&out).1);
+    use std::os::unix::fs::PermissionsExt as _;
+    let mode = std::fs::metadata(dir.path().join("berth.key"))
+        .unwrap()
+        .permissions()
+        .mode();
+    assert_eq!(mode & 0o777, 0o600);
+    let text = std::fs::read_to_string(dir.path().join("berth.key")).unwrap();
+    assert!(text.starts_with("-----BEGIN ENCRYPTED SIGSTORE PRIVATE KEY-----"));
+    cosign_key(
+        "open",
+        &dir.path().join("berth.key"),
+        "pw",
+        &dir.path().join("berth.der"),
+    );
+    let derived = openssl(&["pkey", "-inform", "DER", "-in", &path("berth.der"), "-pubout"]);
+    assert_eq!(
+        String::from_utf8(derived).unwrap(),
+        std::fs::read_to_string(path("berth.pub")).unwrap()
+    );
+    let (_, stderr) = texts(&generate(&[("COSIGN_PASSWORD", "pw")]));
+    assert!(stderr.contains("not overwritten"), "{stderr}");
 }
 
 /// `berth serve` on `config_text` must stop at start; its stderr.
