@@ -13,6 +13,8 @@ use crate::free_port;
 
 pub struct RegistryServer {
     child: Child,
+    /// A static file server standing in for a CDN, when blobs are redirected.
+    cdn: Option<Child>,
     dir: tempfile::TempDir,
     /// `127.0.0.1:PORT`.
     pub address: String,
@@ -24,23 +26,34 @@ pub struct RegistryServer {
 
 impl Drop for RegistryServer {
     fn drop(&mut self) {
-        let _ = self.child.kill();
-        let _ = self.child.wait();
+        for child in std::iter::once(&mut self.child).chain(self.cdn.as_mut()) {
+            let _ = child.kill();
+            let _ = child.wait();
+        }
     }
 }
 
 impl RegistryServer {
     /// A registry over plain HTTP, open to anyone.
     pub fn start() -> RegistryServer {
-        RegistryServer::start_with(false, None)
+        RegistryServer::start_with(false, None, false)
     }
 
     /// A registry over TLS that lets in `user` with `password` only.
     pub fn start_private(user: &str, password: &str) -> RegistryServer {
-        RegistryServer::start_with(true, Some((user, password)))
+        RegistryServer::start_with(true, Some((user, password)), false)
     }
 
-    fn start_with(tls: bool, login: Option<(&str, &str)>) -> RegistryServer {
+    /// A registry over plain HTTP that answers every blob read with a redirect
+    /// to another server (the distribution registry's `redirect` storage
+    /// middleware), as registries behind a CDN or an object store do: a static
+    /// file server (Python's http.server) on another loopback port serves the
+    /// registry's storage.
+    pub fn start_redirecting() -> RegistryServer {
+        RegistryServer::start_with(false, None, true)
+    }
+
+    fn start_with(tls: bool, login: Option<(&str, &str)>, redirect: bool) -> RegistryServer {
         let dir = tempfile::Builder::new()
             .prefix("berth-registry-")
             .tempdir()
@@ -79,6 +92,36 @@ impl RegistryServer {
             .unwrap();
             docker_config = Some(path);
         }
+        let mut cdn = None;
+        if redirect {
+            let data = dir.path().join("data");
+            std::fs::create_dir_all(&data).unwrap();
+            let cdn_port = free_port();
+            config += &format!(
+                "middleware:\n  storage:\n    - name: redirect\n      options:\n        baseurl: http://127.0.0.1:{cdn_port}/\n"
+            );
+            let log = std::fs::File::create(dir.path().join("cdn.log")).unwrap();
+            cdn = Some(
+                Command::new("/usr/bin/python3")
+                    .args([
+                        "-m",
+                        "http.server",
+                        &cdn_port.to_string(),
+                        "--bind",
+                        "127.0.0.1",
+                        "--directory",
+                    ])
+                    .arg(&data)
+                    .stdin(Stdio::null())
+                    .stdout(log.try_clone().unwrap())
+                    .stderr(log)
+                    .spawn()
+                    .expect("/usr/bin/python3 -m http.server"),
+            );
+            wait_for_port(&format!("127.0.0.1:{cdn_port}"), || {
+                std::fs::read_to_string(dir.path().join("cdn.log")).unwrap_or_default()
+            });
+        }
         let config_path = dir.path().join("config.yml");
         std::fs::write(&config_path, config).unwrap();
         let log = std::fs::File::create(dir.path().join("registry.log")).unwrap();
@@ -94,21 +137,19 @@ impl RegistryServer {
             });
         let registry = RegistryServer {
             child,
+            cdn,
             dir,
             address,
             ca,
             docker_config,
         };
-        let started = Instant::now();
-        while std::net::TcpStream::connect(&registry.address).is_err() {
-            assert!(
-                started.elapsed() < Duration::from_secs(20),
-                "the registry did not listen: {}",
-                registry.log()
-            );
-            std::thread::sleep(Duration::from_millis(20));
-        }
+        wait_for_port(&registry.address, || registry.log());
         registry
+    }
+
+    /// What the stand-in CDN served (one line a request), with redirects.
+    pub fn cdn_log(&self) -> String {
+        std::fs::read_to_string(self.dir.path().join("cdn.log")).unwrap_or_default()
     }
 
     pub fn log(&self) -> String {
@@ -219,4 +260,16 @@ pub fn cosign_key(command: &str, from: &std::path::Path, password: &str, to: &st
         "cosign_key.py {command}: {}",
         String::from_utf8_lossy(&out.stderr)
     );
+}
+
+fn wait_for_port(address: &str, log: impl Fn() -> String) {
+    let started = Instant::now();
+    while std::net::TcpStream::connect(address).is_err() {
+        assert!(
+            started.elapsed() < Duration::from_secs(20),
+            "nothing listens on {address}: {}",
+            log()
+        );
+        std::thread::sleep(Duration::from_millis(20));
+    }
 }

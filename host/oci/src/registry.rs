@@ -66,6 +66,9 @@ struct ErrorEntry {
 }
 
 /// What a request is, for the messages and the limits.
+/// How many redirects a read follows.
+const MAX_REDIRECTS: usize = 5;
+
 pub(crate) struct Call<'a> {
     pub method: &'a str,
     pub target: Target,
@@ -309,7 +312,37 @@ impl Registry {
     /// A call that must succeed (2xx), authenticating when challenged.
     pub(crate) async fn call(&self, call: Call<'_>) -> Result<Response, OciError> {
         let what = call.what.clone();
-        let response = self.call_any(call).await?;
+        let (method, headers, limit) = (call.method, call.headers.clone(), call.limit);
+        let mut at = call.target.clone();
+        let mut response = self.call_any(call).await?;
+        // Registries hand blobs to a CDN or object store by redirect (Docker Hub,
+        // GHCR, anything on S3); only reads follow, and the digest check after
+        // is what makes the other host trustworthy.
+        let mut hops = 0;
+        while method == "GET" && matches!(response.status, 301 | 302 | 303 | 307 | 308) {
+            hops += 1;
+            let location = response.header("location").unwrap_or_default();
+            let next = Target::resolve(&at, location, self.transport.is_https())
+                .filter(|_| hops <= MAX_REDIRECTS)
+                .ok_or_else(|| OciError::Http {
+                    registry: self.name.clone(),
+                    why: format!(
+                        "{what}: a redirect to {location:?} this client does not follow (at most {MAX_REDIRECTS}, never from HTTPS to HTTP)"
+                    ),
+                })?;
+            let mut headers = headers.clone();
+            // The registry's credentials are for the registry, not for wherever it points.
+            if next.authority == self.name
+                && let Some(a) = self.authorization()
+            {
+                headers.push(("Authorization", a));
+            }
+            response = self
+                .transport
+                .send(&self.name, "GET", &next, &headers, Bytes::new(), limit)
+                .await?;
+            at = next;
+        }
         if (200..300).contains(&response.status) {
             return Ok(response);
         }

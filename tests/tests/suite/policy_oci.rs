@@ -72,6 +72,45 @@ fn a_module_pushed_is_pulled_back_byte_for_byte_by_tag_and_by_digest() {
 }
 
 #[test]
+fn blobs_a_registry_redirects_elsewhere_are_followed_and_checked() {
+    let registry = RegistryServer::start_redirecting();
+    let module = guest("berth_naming_guest");
+    let pushed = registry.push(&module, "berth/naming:v1");
+    let layer = pushed["layer"]
+        .as_str()
+        .unwrap()
+        .trim_start_matches("sha256:")
+        .to_string();
+    let dir = test_dir();
+    let file = dir.path().join("naming.wasm");
+    let pinned = pushed["reference"].as_str().unwrap();
+    registry.policy_json(&["pull", pinned, "--to", &file.display().to_string()]);
+    assert_eq!(std::fs::read(&file).unwrap(), std::fs::read(&module).unwrap());
+    assert!(
+        registry.cdn_log().contains(&format!(
+            "GET /docker/registry/v2/blobs/sha256/{}/{layer}/data",
+            &layer[..2]
+        )),
+        "the layer came from the other server: {}",
+        registry.cdn_log()
+    );
+
+    // What the other server hands out is checked as if the registry had.
+    std::fs::write(
+        registry.blob_file(pushed["layer"].as_str().unwrap()),
+        b"\0asm changed",
+    )
+    .unwrap();
+    let stderr = serve_refuses(
+        dir.path(),
+        &format!(
+            "state = \"state/berth.redb\"\n[[plugin]]\nname = \"p\"\ncontroller = \"unix:///nonexistent.sock\"\n[[policy]]\nname = \"n\"\nmodule = \"{pinned}\"\n[oci]\nplain_http = true\n"
+        ),
+    );
+    assert!(stderr.contains("does not match its digest"), "{stderr}");
+}
+
+#[test]
 fn a_private_registry_needs_its_ca_and_the_credentials_from_the_docker_config() {
     let registry = RegistryServer::start_private("berth", "s3cret-pw");
     let module = guest("berth_retry_guest");
