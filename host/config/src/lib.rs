@@ -16,6 +16,7 @@
 //! join_token_max_ttl = "24h"            # the longest a join token may live
 //! metrics = "127.0.0.1:9464"            # /metrics, /healthz, /readyz over HTTP; off by default
 //! events_per_volume = 10                # each volume keeps its latest events (0: none)
+//! decision_log = 1000                   # policy decisions kept per kind, in the store (0: none)
 //!
 //! [store]                               # default: the embedded store in `state`
 //! etcd = ["http://10.0.0.1:2379", "http://10.0.0.2:2379"]  # the members' client URLs
@@ -76,6 +77,7 @@ struct Raw {
     join_token_max_ttl: Option<String>,
     metrics: Option<String>,
     events_per_volume: Option<usize>,
+    decision_log: Option<usize>,
     store: Option<RawStore>,
     oci: Option<oci::RawOci>,
     policy_trust: Option<oci::RawTrust>,
@@ -145,6 +147,8 @@ pub struct Config {
     pub metrics: Option<std::net::SocketAddr>,
     /// How many of its latest events each volume keeps.
     pub events_per_volume: usize,
+    /// Decisions the decision log keeps of each kind (0: none is logged).
+    pub decision_log: usize,
     pub plugins: Vec<PluginConfig>,
     pub nodes: Vec<NodeConfig>,
     pub policies: Vec<PolicyConfig>,
@@ -228,6 +232,10 @@ pub const DEFAULT_WORKERS: usize = 256;
 /// Enough to tell a volume's last lifecycle and a few failures, at about
 /// 100 bytes each in the record.
 pub const DEFAULT_EVENTS_PER_VOLUME: usize = 10;
+/// Decisions kept per kind: enough to replay a day of a small cluster.
+pub const DEFAULT_DECISION_LOG: usize = 1000;
+/// Past this the log is a second store of volumes, not a sample of decisions.
+pub const MAX_DECISION_LOG: usize = 100_000;
 /// No operator may let a join token live longer than this.
 const MAX_JOIN_TOKEN_TTL: Duration = Duration::from_secs(30 * 24 * 3600);
 
@@ -410,6 +418,16 @@ impl Config {
                 None => DEFAULT_EVENTS_PER_VOLUME,
                 Some(n) if n <= 1000 => n,
                 Some(n) => return Err(invalid("events_per_volume", format!("{n} is more than 1000"))),
+            },
+            decision_log: match raw.decision_log {
+                None => DEFAULT_DECISION_LOG,
+                Some(n) if n <= MAX_DECISION_LOG => n,
+                Some(n) => {
+                    return Err(invalid(
+                        "decision_log",
+                        format!("{n} is more than {MAX_DECISION_LOG}"),
+                    ));
+                }
             },
             plugins,
             nodes,

@@ -9,7 +9,8 @@ use crate::{RequestError, VolumeManager};
 use berth_csi::proto;
 use berth_csi::proto::plugin_capability::service::Type as ServiceCap;
 use berth_csi::registry::Health as PluginHealth;
-use berth_model::{self as model, AccessType, Segments, VolumeRecord};
+use berth_model::{self as model, AccessType, DecisionNote, NodeVerdict, Segments, VolumeRecord};
+use berth_policy::logged::{Answer, Logged};
 use berth_policy::{
     self as policy, AccessMode, CapacityRange, Code, Decision, Health, NamingOutcome, PlacementNode,
     Policies, Purpose,
@@ -46,7 +47,7 @@ impl VolumeManager {
             .constrained(&r.spec.plugin)
             .unwrap_or(false)
             .then(|| self.placement_nodes(&r.spec.plugin));
-        let (outcome, placed) = self
+        let ((outcome, named), placed) = self
             .decide(
                 &r.spec.name,
                 &[Decision::Naming, Decision::Placement],
@@ -54,27 +55,41 @@ impl VolumeManager {
                     let placed = match nodes {
                         Some(nodes) => {
                             let candidates = policy::candidates(&nodes);
-                            let verdicts = p
-                                .place(volume.clone(), Purpose::Create, vec![], &candidates)
+                            let (verdicts, logged) = p
+                                .place_logged(volume.clone(), Purpose::Create, vec![], &candidates)
                                 .await;
-                            Some((nodes, verdicts))
+                            Some((nodes, verdicts, logged))
                         }
                         None => None,
                     };
-                    (p.volume_name(volume).await, placed)
+                    (p.volume_name_logged(volume).await, placed)
                 },
             )
             .await;
-        // A placement that failed is asked again by CreateVolume, which reports it.
-        if let Some((nodes, Ok(mut verdicts))) = placed {
-            self.fit(r, &nodes, &mut verdicts).await;
-            *placed_ahead = requirements(&nodes, &verdicts).ok();
+        let naming_note = note(&named, describe(&named.answer));
+        self.log_decision(named);
+        let mut placement_note = None;
+        if let Some((nodes, verdicts, logged)) = placed {
+            // A placement that failed is asked again by CreateVolume, which reports it.
+            if let Ok(mut verdicts) = verdicts {
+                self.fit(r, &nodes, &mut verdicts).await;
+                *placed_ahead = requirements(&nodes, &verdicts).ok();
+                placement_note = Some(placed_note(&logged, &nodes, &verdicts));
+            }
+            self.log_decision(logged);
         }
+        let explain = move |r: &mut VolumeRecord| {
+            r.explanation.naming = Some(naming_note.clone());
+            if let Some(n) = &placement_note {
+                r.explanation.placement = Some(n.clone());
+            }
+        };
         let outcome = outcome.map_err(|e| policy_step_error(&e))?;
         match outcome {
             NamingOutcome::Named(name) => {
                 if !self.table.claim_csi_name(&name, &r.id) {
                     return Ok(Box::new(move |r: &mut VolumeRecord| {
+                        explain(r);
                         r.give_up(format!(
                             "naming: the name {} is already used by another volume",
                             berth_model::text::echo(&name)
@@ -82,26 +97,30 @@ impl VolumeManager {
                     }));
                 }
                 Ok(Box::new(move |r: &mut VolumeRecord| {
+                    explain(r);
                     r.csi_name = Some(name.clone())
                 }))
             }
             NamingOutcome::Refused(reason) => Ok(Box::new(move |r: &mut VolumeRecord| {
+                explain(r);
                 r.give_up(format!("naming refused the volume: {reason}"));
             })),
         }
     }
 
-    /// CreateVolume's accessibility requirements, from the placement decision.
+    /// CreateVolume's accessibility requirements, from the placement decision
+    /// (and the decision, for the record).
     pub(super) async fn accessibility(
         &self,
         r: &VolumeRecord,
-    ) -> Result<proto::TopologyRequirement, StepError> {
-        let (nodes, mut verdicts) = self
+    ) -> Result<(proto::TopologyRequirement, DecisionNote), StepError> {
+        let (nodes, mut verdicts, logged) = self
             .place(r, Purpose::Create, vec![])
             .await
             .map_err(|e| policy_step_error(&e))?;
         self.fit(r, &nodes, &mut verdicts).await;
-        requirements(&nodes, &verdicts).map_err(|e| match self.reattaching() {
+        let note = placed_note(&logged, &nodes, &verdicts);
+        let placed = requirements(&nodes, &verdicts).map_err(|e| match self.reattaching() {
             // Not a failure for the retry policy: placement runs again as
             // soon as the agents are back (or the window closes).
             Some(node) => StepError {
@@ -112,7 +131,8 @@ impl VolumeManager {
                 )
             },
             None => e,
-        })
+        })?;
+        Ok((placed, note))
     }
 
     /// A node not heard from since this term started, while it is young
@@ -137,21 +157,25 @@ impl VolumeManager {
             .map(|f| f.has_plugin_capability(ServiceCap::VolumeAccessibilityConstraints))
     }
 
-    /// The nodes serving the volume's plugin, and placement's verdict on each.
+    /// The nodes serving the volume's plugin, and placement's verdict on each
+    /// (the decision is logged).
     async fn place(
         &self,
         r: &VolumeRecord,
         purpose: Purpose,
         accessible_topology: Vec<policy::Pairs>,
-    ) -> Result<(Vec<PlacementNode>, policy::Verdicts), policy::PolicyError> {
+    ) -> Result<(Vec<PlacementNode>, policy::Verdicts, Logged), policy::PolicyError> {
         let nodes = self.placement_nodes(&r.spec.plugin);
         let volume = policy_volume(r);
-        self.decide(&r.spec.name, &[Decision::Placement], async |p| {
-            let candidates = policy::candidates(&nodes);
-            let verdicts = p.place(volume, purpose, accessible_topology, &candidates).await?;
-            Ok((nodes, verdicts))
-        })
-        .await
+        let (verdicts, logged) = self
+            .decide(&r.spec.name, &[Decision::Placement], async |p| {
+                let candidates = policy::candidates(&nodes);
+                p.place_logged(volume, purpose, accessible_topology, &candidates)
+                    .await
+            })
+            .await;
+        self.log_decision(logged.clone());
+        Ok((nodes, verdicts?, logged))
     }
 
     /// The nodes that serve `plugin`, as placement sees them.
@@ -177,8 +201,8 @@ impl VolumeManager {
             .collect()
     }
 
-    /// The best eligible node for a publish that names none.
-    pub(super) async fn choose_node(&self, r: &VolumeRecord) -> Result<String, RequestError> {
+    /// The best eligible node for a publish that names none, and the decision.
+    pub(super) async fn choose_node(&self, r: &VolumeRecord) -> Result<(String, DecisionNote), RequestError> {
         if r.backend.is_none() {
             return Err(RequestError::Conflict(format!(
                 "volume {:?} is still {}: name a node, or publish once it is available",
@@ -189,15 +213,16 @@ impl VolumeManager {
         // Where the plugin said it is reachable, or else where the operator
         // required it to be: a requirement is never dropped.
         let accessible = crate::requests::allowed_topology(r).iter().map(pairs).collect();
-        let (nodes, verdicts) = self
+        let (nodes, verdicts, logged) = self
             .place(r, Purpose::Publish, accessible)
             .await
             .map_err(|e| RequestError::Unavailable(e.to_string()))?;
+        let note = placed_note(&logged, &nodes, &verdicts);
         policy::ranked(&verdicts)
             .into_iter()
             .map(|i| &nodes[i])
             .find(|n| !r.publications.get(&n.name).is_some_and(|p| p.wanted))
-            .map(|n| n.name.clone())
+            .map(|n| (n.name.clone(), note))
             .ok_or_else(|| {
                 RequestError::Unavailable(format!(
                     "no eligible node for {:?} ({})",
@@ -206,6 +231,72 @@ impl VolumeManager {
                 ))
             })
     }
+}
+
+/// A decision as the volume's record keeps it.
+pub(super) fn note(logged: &Logged, answer: String) -> DecisionNote {
+    DecisionNote {
+        at_ms: logged.at_ms,
+        module: logged.module.clone(),
+        digest: logged.digest.clone(),
+        answer,
+        ..Default::default()
+    }
+    .bounded()
+}
+
+/// An answer in words, for the volume's record and `volume explain`.
+pub(super) fn describe(answer: &Answer) -> String {
+    match answer {
+        Answer::Naming(NamingOutcome::Named(name)) => name.clone(),
+        Answer::Naming(NamingOutcome::Refused(reason)) => format!("refused: {reason}"),
+        Answer::Placement(v) => format!("{} of {} nodes eligible", policy::ranked(v).len(), v.len()),
+        Answer::Retry(policy::RetryDecision::RetryAfter(ms)) => format!(
+            "retry after {}",
+            humantime::format_duration(std::time::Duration::from_millis(*ms))
+        ),
+        Answer::Retry(policy::RetryDecision::GiveUp(reason)) => format!("give up: {reason}"),
+        Answer::Retry(policy::RetryDecision::Done) => "done".into(),
+        Answer::Failed {
+            error,
+            fallback: None,
+        } => format!("failed: {error}"),
+        Answer::Failed {
+            error,
+            fallback: Some(answer),
+        } => format!(
+            "{} (the module failed: {error}; the built-in policy answered)",
+            describe(answer)
+        ),
+    }
+}
+
+/// A placement as the volume's record keeps it: the verdicts that counted
+/// (capacity's refusals included), the best eligible nodes first.
+fn placed_note(logged: &Logged, nodes: &[PlacementNode], verdicts: &policy::Verdicts) -> DecisionNote {
+    let ranked = policy::ranked(verdicts);
+    let answer = match ranked.first() {
+        Some(best) => format!(
+            "{} ({} of {} nodes eligible)",
+            nodes[*best].name,
+            ranked.len(),
+            nodes.len()
+        ),
+        None => format!("no eligible node among {}", nodes.len()),
+    };
+    let verdict = |i: usize| NodeVerdict {
+        node: nodes[i].name.clone(),
+        eligible: verdicts.is_eligible(i),
+        score: verdicts.scores.get(i).copied().unwrap_or_default(),
+        reason: verdicts.reason(i).unwrap_or_default().to_string(),
+    };
+    let refused = (0..nodes.len().min(verdicts.len())).filter(|&i| !verdicts.is_eligible(i));
+    DecisionNote {
+        nodes: ranked.iter().copied().chain(refused).map(verdict).collect(),
+        nodes_judged: nodes.len() as u64,
+        ..note(logged, answer)
+    }
+    .bounded()
 }
 
 /// CreateVolume's accessibility requirements from placement's verdicts:

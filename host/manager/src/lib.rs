@@ -8,6 +8,7 @@
 //! - `reconcile` — the loop, write batching, failures and retries;
 //! - `steps` — the CSI call of each step;
 //! - `decisions` — guest decisions: naming and placement;
+//! - `decision_log` — every decision, kept in the store for replay and explain;
 //! - `snapshots` — snapshot requests; `adoption` — import and forget;
 //! - `inquiries` — health and orphans, asked of the plugins on request;
 //! - `capacity` — GET_CAPACITY in placement;
@@ -21,6 +22,7 @@
 mod adoption;
 mod capacity;
 mod deadlines;
+pub mod decision_log;
 mod decisions;
 mod gauges;
 mod indexes;
@@ -112,6 +114,9 @@ pub struct VolumeManager {
     /// heartbeat timeout after it, a node not heard from yet may be an agent
     /// still reattaching, not a node gone.
     started: tokio::time::Instant,
+    /// Where decisions are logged; started with the workers.
+    store: Arc<dyn Store>,
+    decision_log: std::sync::OnceLock<decision_log::DecisionLog>,
 }
 
 /// Asked before every call to a plugin; false once the lease it leads by
@@ -130,7 +135,9 @@ impl VolumeManager {
         nodes: Arc<dyn nodes::NodeAgent>,
     ) -> Result<Arc<Self>, StoreError> {
         Ok(Arc::new(VolumeManager {
-            table: VolumeTable::load(store)?,
+            table: VolumeTable::load(store.clone())?,
+            store,
+            decision_log: std::sync::OnceLock::new(),
             secrets: Secrets::new(config.secrets_dir.clone()),
             config,
             registry,
@@ -158,6 +165,8 @@ impl VolumeManager {
 
     /// Starts the workers and queues every stored volume.
     pub fn start(self: &Arc<Self>) -> tokio::task::JoinSet<()> {
+        self.decision_log
+            .get_or_init(|| decision_log::DecisionLog::start(self.store.clone(), self.config.decision_log));
         let mut workers = tokio::task::JoinSet::new();
         for _ in 0..self.config.workers {
             let m = self.clone();
@@ -183,6 +192,28 @@ impl VolumeManager {
 
     pub fn config(&self) -> &Config {
         &self.config
+    }
+
+    /// Keeps a decision in the decision log (once the workers started).
+    pub(crate) fn log_decision(&self, entry: berth_policy::logged::Logged) {
+        if let Some(log) = self.decision_log.get() {
+            log.record(entry);
+        }
+    }
+
+    /// Decisions that went unlogged.
+    pub fn decisions_unlogged(&self) -> u64 {
+        self.decision_log.get().map_or(0, |l| l.dropped())
+    }
+
+    /// A page of the decision log: see [`decision_log::read`].
+    pub async fn logged_decisions(
+        &self,
+        decision: berth_policy::Decision,
+        after: &str,
+        limit: usize,
+    ) -> Result<Vec<(String, berth_policy::logged::Logged)>, StoreError> {
+        decision_log::read(self.store.as_ref(), decision, after, limit).await
     }
 
     pub fn policies(&self) -> &Arc<Policies> {

@@ -275,10 +275,21 @@ impl VolumeManager {
                     driver: record.spec.plugin.clone(),
                     settings: vec![],
                 };
-                match self
-                    .decide(&name, &[Decision::Retry], async |p| p.classify(failure).await)
-                    .await
-                {
+                let (decided, logged) = self
+                    .decide(&name, &[Decision::Retry], async |p| {
+                        p.classify_logged(&name, failure).await
+                    })
+                    .await;
+                let note = berth_model::DecisionNote {
+                    about: format!("{label}: {} {}", e.code.name(), e.message),
+                    ..crate::decisions::note(&logged, crate::decisions::describe(&logged.answer))
+                }
+                .bounded();
+                self.log_decision(logged);
+                unwritten.push(Box::new(move |r: &mut VolumeRecord| {
+                    r.explanation.retried(note.clone())
+                }));
+                match decided {
                     Ok(d) => (d, None),
                     Err(pe) => (
                         RetryDecision::RetryAfter(POLICY_RETRY_MS),

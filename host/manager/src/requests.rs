@@ -170,12 +170,15 @@ impl VolumeManager {
             .table
             .by_id(&id)
             .ok_or_else(|| RequestError::NotFound(format!("no volume named {}", echo(name))))?;
-        let node = match node {
+        let (node, placed) = match node {
             Some(n) => {
                 self.check_node(&current, n)?;
-                n.to_string()
+                (n.to_string(), None)
             }
-            None => self.choose_node(&current).await?,
+            None => {
+                let (node, note) = self.choose_node(&current).await?;
+                (node, Some(note))
+            }
         };
         self.modify(&id, format!("publish on {node}, {}", access(readonly)), |r| {
             if r.deleting {
@@ -202,6 +205,9 @@ impl VolumeManager {
             }
             let p = r.publications.get_or_insert_with(&node, || Publication::new(readonly));
             p.want(readonly);
+            if let Some(note) = &placed {
+                r.explanation.placement = Some(note.clone());
+            }
             Ok(())
         })
         .await

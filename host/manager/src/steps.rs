@@ -268,10 +268,15 @@ impl VolumeManager {
     ) -> Result<Apply, StepError> {
         let spec = &r.spec;
         let controller = self.controller(&spec.plugin)?;
+        let mut placement_note = None;
         let requirements = if self.constrained(&spec.plugin) == Some(true) && !r.deleting {
             match placed_ahead {
                 Some(placed) => Some(placed),
-                None => Some(self.accessibility(r).await?),
+                None => {
+                    let (placed, note) = self.accessibility(r).await?;
+                    placement_note = Some(note);
+                    Some(placed)
+                }
             }
         } else {
             None
@@ -318,6 +323,9 @@ impl VolumeManager {
         Ok(Box::new(move |r: &mut VolumeRecord| {
             r.backend = Some(backend.clone());
             mark_wanted_sent(r);
+            if let Some(note) = &placement_note {
+                r.explanation.placement = Some(note.clone());
+            }
         }))
     }
 

@@ -5,6 +5,7 @@
 pub mod bounds;
 pub mod clock;
 pub mod credentials;
+mod explanation;
 pub mod files;
 mod map;
 mod node;
@@ -17,6 +18,7 @@ pub mod units;
 
 use serde::{Deserialize, Serialize};
 
+pub use explanation::{DecisionNote, Explanation, NodeVerdict};
 pub use map::VecMap;
 pub use node::{NodeLevel, Paths};
 pub use publication::Publication;
@@ -185,6 +187,10 @@ pub struct VolumeRecord {
     /// they describe. Records from before events had none.
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub events: Vec<VolumeEvent>,
+    /// The policy decisions that shaped the volume. Records from before
+    /// the decision log had none.
+    #[serde(default, skip_serializing_if = "Explanation::is_empty")]
+    pub explanation: Explanation,
 }
 
 /// Something that happened to a volume: a request, a step done, a step failed.
@@ -217,6 +223,7 @@ impl VolumeRecord {
             retrying: None,
             generation: 0,
             events: Vec::new(),
+            explanation: Explanation::default(),
         }
     }
 

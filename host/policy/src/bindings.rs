@@ -5,7 +5,8 @@ mod generated {
     wasmtime::component::bindgen!({
         path: "../../wit",
         world: "policy",
-        additional_derives: [PartialEq],
+        // serde: the decision log keeps what was asked and answered.
+        additional_derives: [PartialEq, serde::Serialize, serde::Deserialize],
     });
 }
 

@@ -22,7 +22,7 @@ pub struct PlacementNode {
 
 /// The nodes to judge: the columns a guest receives, and the nodes' names,
 /// which stay in the host (0.1.0 guests, which take names, get them here).
-#[derive(Clone, Debug, PartialEq)]
+#[derive(Clone, Debug, PartialEq, serde::Serialize, serde::Deserialize)]
 pub struct Candidates {
     pub names: Vec<String>,
     pub columns: CandidateColumns,

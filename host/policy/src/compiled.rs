@@ -22,6 +22,11 @@ fn hex(bytes: &[u8]) -> String {
 }
 
 /// A `Hasher` that feeds SHA-256, for wasmtime's compatibility hash.
+/// The SHA-256 of a module's bytes, as hex: its name in the cache and its digest.
+pub fn sha256_hex(wasm: &[u8]) -> String {
+    hex(&Sha256::digest(wasm)[..])
+}
+
 struct Feed(Sha256);
 
 impl std::hash::Hasher for Feed {
@@ -54,18 +59,17 @@ impl CompiledCache {
         }
     }
 
-    fn paths(&self, wasm: &[u8]) -> (PathBuf, PathBuf) {
-        let module = hex(&Sha256::digest(wasm)[..]);
-        let stem = format!("{module}-{}", self.engine);
+    fn paths(&self, sha256: &str) -> (PathBuf, PathBuf) {
+        let stem = format!("{sha256}-{}", self.engine);
         (
             self.dir.join(format!("{stem}.cwasm")),
             self.dir.join(format!("{stem}.json")),
         )
     }
 
-    /// The component compiled from `wasm` before, if this cache holds it whole.
-    pub fn get(&self, engine: &Engine, wasm: &[u8]) -> Option<Component> {
-        let (code, record) = self.paths(wasm);
+    /// The component compiled before from the bytes with this SHA-256 (hex), if this cache holds it whole.
+    pub fn get(&self, engine: &Engine, sha256: &str) -> Option<Component> {
+        let (code, record) = self.paths(sha256);
         let record: Record = serde_json::from_slice(&std::fs::read(&record).ok()?).ok()?;
         let meta = std::fs::metadata(&code).ok()?;
         let whole = record.is(&meta) || {
@@ -89,10 +93,10 @@ impl CompiledCache {
         }
     }
 
-    /// Keeps `component`, compiled from `wasm`; a failure to write costs
+    /// Keeps `component`, compiled from the bytes with this SHA-256; a failure to write costs
     /// only the next start's compile.
-    pub fn put(&self, wasm: &[u8], component: &Component) {
-        let (code, record) = self.paths(wasm);
+    pub fn put(&self, sha256: &str, component: &Component) {
+        let (code, record) = self.paths(sha256);
         let written = (|| -> std::io::Result<()> {
             std::fs::create_dir_all(&self.dir)?;
             let bytes = component.serialize().map_err(std::io::Error::other)?;

@@ -79,7 +79,8 @@ pub struct PolicyEngine {
     options: EngineOptions,
     pools: Pools,
     ticker: Arc<AtomicBool>,
-    compiled: std::sync::Mutex<Vec<(u64, usize, Component)>>,
+    /// Components compiled in this process, by their bytes' SHA-256.
+    compiled: std::sync::Mutex<Vec<(String, Component)>>,
     on_disk: Option<crate::compiled::CompiledCache>,
 }
 
@@ -158,24 +159,23 @@ impl PolicyEngine {
     /// Compiles `wasm` (binary or text), or returns the component compiled
     /// from the same bytes before.
     pub fn compile(&self, wasm: &[u8]) -> wasmtime::Result<Component> {
-        use std::hash::{Hash, Hasher};
-        let mut hasher = std::collections::hash_map::DefaultHasher::new();
-        wasm.hash(&mut hasher);
-        let key = (hasher.finish(), wasm.len());
-        let cached = |c: &Vec<(u64, usize, Component)>| {
-            c.iter().find(|(h, n, _)| (*h, *n) == key).map(|e| e.2.clone())
-        };
+        self.compile_known(wasm, &crate::compiled::sha256_hex(wasm))
+    }
+
+    /// [`PolicyEngine::compile`] of bytes whose SHA-256 (hex) the caller has.
+    pub(crate) fn compile_known(&self, wasm: &[u8], sha256: &str) -> wasmtime::Result<Component> {
+        let cached = |c: &Vec<(String, Component)>| c.iter().find(|(h, _)| h == sha256).map(|e| e.1.clone());
         if let Some(c) = cached(&self.compiled.lock().unwrap_or_else(|p| p.into_inner())) {
             return Ok(c);
         }
         // Text (tests write guests in it) compiles in no time: never kept on disk.
         let disk = self.on_disk.as_ref().filter(|_| wasm.starts_with(b"\0asm"));
-        let component = match disk.and_then(|d| d.get(&self.engine, wasm)) {
+        let component = match disk.and_then(|d| d.get(&self.engine, sha256)) {
             Some(c) => c,
             None => {
                 let c = Component::new(&self.engine, wasm)?;
                 if let Some(d) = disk {
-                    d.put(wasm, &c);
+                    d.put(sha256, &c);
                 }
                 c
             }
@@ -184,7 +184,7 @@ impl PolicyEngine {
         if kept.len() >= COMPILED_KEPT {
             kept.remove(0);
         }
-        kept.push((key.0, key.1, component.clone()));
+        kept.push((sha256.to_string(), component.clone()));
         Ok(component)
     }
 

@@ -17,9 +17,11 @@ mod compiled;
 mod component;
 mod engine;
 mod error;
+pub mod logged;
 mod memory;
 mod module;
 mod policies;
+pub mod replay;
 pub mod samples;
 
 pub use answer::{AnswerError, MAX_NAME_BYTES, MAX_REASON_BYTES, MAX_RETRY_DELAY_MS, validate_volume_name};

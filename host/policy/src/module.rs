@@ -98,6 +98,8 @@ pub struct Counters {
 /// A loaded, validated, pre-instantiated policy module.
 pub struct PolicyModule {
     config: ModuleConfig,
+    /// `sha256:…` of the module's bytes: what the decision log names it by.
+    digest: String,
     imports: Vec<String>,
     settings: Vec<(String, String)>,
     pre: InstancePre<GuestState>,
@@ -151,7 +153,8 @@ impl PolicyModule {
             ))));
         }
         let initial_memory = initial_memory(&wasm);
-        let component = engine.compile(&wasm).map_err(|e| {
+        let sha256 = crate::compiled::sha256_hex(&wasm);
+        let component = engine.compile_known(&wasm, &sha256).map_err(|e| {
             let hint = if wasm.starts_with(b"\0asm\x01\0\0\0") {
                 " (this is a core module; build a component, e.g. with --target wasm32-wasip2)"
             } else {
@@ -176,6 +179,7 @@ impl PolicyModule {
             .map(|(name, _)| name.to_string())
             .collect();
         let module = PolicyModule {
+            digest: format!("sha256:{sha256}"),
             imports,
             settings: config
                 .settings
@@ -215,6 +219,11 @@ impl PolicyModule {
 
     pub fn config(&self) -> &ModuleConfig {
         &self.config
+    }
+
+    /// `sha256:…` of the module's bytes.
+    pub fn digest(&self) -> &str {
+        &self.digest
     }
 
     /// What one of its decisions takes from the engine's instance pools.

@@ -9,6 +9,7 @@ use std::time::Instant;
 use serde::Serialize;
 
 use crate::builtin::Builtins;
+use crate::logged::{Answer, Input, Logged};
 use crate::module::{ModuleConfig, OnError, PolicyModule};
 use crate::{
     Candidates, Decision, Failure, NamingRequest, Pairs, PlacementRequest, PolicyEngine, PolicyError,
@@ -17,7 +18,8 @@ use crate::{
 use berth_metrics::{self as metrics, Outcome, Text};
 
 /// What naming decided for a volume.
-#[derive(Clone, Debug, PartialEq, Eq)]
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, serde::Deserialize)]
+#[serde(rename_all = "kebab-case")]
 pub enum NamingOutcome {
     /// The name to send as `CreateVolumeRequest.name` (already validated).
     Named(String),
@@ -190,13 +192,13 @@ impl Policies {
     }
 
     /// Runs `wasm` on the decision's module, applying its `on_error`, or the
-    /// built-in policy when no module serves the decision.
+    /// built-in policy when no module serves the decision; says who answered.
     async fn decide<T>(
         &self,
         decision: Decision,
         wasm: impl AsyncFnOnce(&PolicyModule) -> Result<T, PolicyError>,
         builtin: impl FnOnce() -> T,
-    ) -> Result<T, PolicyError> {
+    ) -> (Result<T, PolicyError>, Served) {
         let started = metrics::get().map(|_| Instant::now());
         let observe = |module: Text, outcome, trapped| {
             if let Some(started) = started {
@@ -206,7 +208,12 @@ impl Policies {
         let Some(module) = self.module(decision) else {
             let answer = builtin();
             observe(Text::from_static("builtin"), Outcome::Ok, false);
-            return Ok(answer);
+            return (Ok(answer), Served::builtin());
+        };
+        let mut served = Served {
+            module: module.name().to_string(),
+            digest: Some(module.digest().to_string()),
+            error: None,
         };
         let counters = &module.counters;
         counters.decisions.fetch_add(1, Ordering::Relaxed);
@@ -215,23 +222,24 @@ impl Policies {
         match answer {
             Ok(answer) => {
                 observe(name(), Outcome::Ok, false);
-                Ok(answer)
+                (Ok(answer), served)
             }
             Err(error) => {
                 counters.failures.fetch_add(1, Ordering::Relaxed);
                 let trapped = error.failure.is_trap();
+                served.error = Some(error.to_string());
                 match module.config().on_error {
                     OnError::Fail => {
                         observe(name(), Outcome::GuestError, trapped);
                         tracing::warn!(%error, "policy decision failed");
-                        Err(error)
+                        (Err(error), served)
                     }
                     OnError::Builtin => {
                         counters.fallbacks.fetch_add(1, Ordering::Relaxed);
                         tracing::warn!(%error, "policy decision failed; used the built-in policy");
                         let answer = builtin();
                         observe(name(), Outcome::Fallback, trapped);
-                        Ok(answer)
+                        (Ok(answer), served)
                     }
                 }
             }
@@ -240,22 +248,34 @@ impl Policies {
 
     /// The backend name for a volume.
     pub async fn volume_name(&self, volume: Volume) -> Result<NamingOutcome, PolicyError> {
+        self.volume_name_logged(volume).await.0
+    }
+
+    /// [`Policies::volume_name`], and the decision as the decision log keeps it.
+    pub async fn volume_name_logged(&self, volume: Volume) -> (Result<NamingOutcome, PolicyError>, Logged) {
         let module = self.module(Decision::Naming);
         let request = NamingRequest {
             volume,
             settings: settings_of(module.as_deref()),
         };
-        self.decide(
-            Decision::Naming,
-            async |m| {
-                Ok(match m.volume_name(&self.engine, &request).await? {
-                    Ok(name) => NamingOutcome::Named(name),
-                    Err(reason) => NamingOutcome::Refused(reason),
-                })
-            },
-            || NamingOutcome::Named(self.builtins.naming.volume_name(&request.volume)),
-        )
-        .await
+        let (answer, served) = self
+            .decide(
+                Decision::Naming,
+                async |m| {
+                    Ok(match m.volume_name(&self.engine, &request).await? {
+                        Ok(name) => NamingOutcome::Named(name),
+                        Err(reason) => NamingOutcome::Refused(reason),
+                    })
+                },
+                || NamingOutcome::Named(self.builtins.naming.volume_name(&request.volume)),
+            )
+            .await;
+        let logged = served.logged(
+            request.volume.name.clone(),
+            Input::Naming(request),
+            answer.as_ref().ok().cloned().map(Answer::Naming),
+        );
+        (answer, logged)
     }
 
     /// A verdict on every candidate node (build the set with [`crate::candidates`]).
@@ -266,6 +286,19 @@ impl Policies {
         accessible_topology: Vec<Pairs>,
         candidates: &Candidates,
     ) -> Result<Verdicts, PolicyError> {
+        self.place_logged(volume, purpose, accessible_topology, candidates)
+            .await
+            .0
+    }
+
+    /// [`Policies::place`], and the decision as the decision log keeps it.
+    pub async fn place_logged(
+        &self,
+        volume: Volume,
+        purpose: Purpose,
+        accessible_topology: Vec<Pairs>,
+        candidates: &Candidates,
+    ) -> (Result<Verdicts, PolicyError>, Logged) {
         let module = self.module(Decision::Placement);
         let request = PlacementRequest {
             volume,
@@ -273,31 +306,58 @@ impl Policies {
             accessible_topology,
             settings: settings_of(module.as_deref()),
         };
-        self.decide(
-            Decision::Placement,
-            async |m| m.place(&self.engine, &request, candidates).await,
-            || self.builtins.placement.place(&request, candidates),
-        )
-        .await
+        let (answer, served) = self
+            .decide(
+                Decision::Placement,
+                async |m| m.place(&self.engine, &request, candidates).await,
+                || self.builtins.placement.place(&request, candidates),
+            )
+            .await;
+        let logged = served.logged(
+            request.volume.name.clone(),
+            Input::Placement {
+                request,
+                candidates: Box::new(candidates.clone()),
+            },
+            answer.as_ref().ok().cloned().map(Answer::Placement),
+        );
+        (answer, logged)
     }
 
     /// What to do after a failed CSI call. `failure.settings` is filled in here.
-    pub async fn classify(&self, mut failure: Failure) -> Result<RetryDecision, PolicyError> {
+    pub async fn classify(&self, failure: Failure) -> Result<RetryDecision, PolicyError> {
+        self.classify_logged("", failure).await.0
+    }
+
+    /// [`Policies::classify`] for a call on `volume`, and the decision as the
+    /// decision log keeps it.
+    pub async fn classify_logged(
+        &self,
+        volume: &str,
+        mut failure: Failure,
+    ) -> (Result<RetryDecision, PolicyError>, Logged) {
         let module = self.module(Decision::Retry);
-        if module
+        let (answer, served) = if module
             .as_ref()
             .is_some_and(|m| !m.contract().knows(failure.operation))
         {
             // Built for a release without this operation: not its question.
-            return Ok(self.builtins.retry.classify(&failure));
-        }
-        failure.settings = settings_of(module.as_deref());
-        self.decide(
-            Decision::Retry,
-            async |m| m.classify(&self.engine, &failure).await,
-            || self.builtins.retry.classify(&failure),
-        )
-        .await
+            (Ok(self.builtins.retry.classify(&failure)), Served::builtin())
+        } else {
+            failure.settings = settings_of(module.as_deref());
+            self.decide(
+                Decision::Retry,
+                async |m| m.classify(&self.engine, &failure).await,
+                || self.builtins.retry.classify(&failure),
+            )
+            .await
+        };
+        let logged = served.logged(
+            volume.to_string(),
+            Input::Retry(failure),
+            answer.as_ref().ok().cloned().map(Answer::Retry),
+        );
+        (answer, logged)
     }
 
     /// Counters of every installed module.
@@ -323,6 +383,43 @@ impl Policies {
                 fallbacks: m.counters.fallbacks.load(Ordering::Relaxed),
             })
             .collect()
+    }
+}
+
+/// Who answered a decision, and how a module failed when it did.
+struct Served {
+    module: String,
+    digest: Option<String>,
+    error: Option<String>,
+}
+
+impl Served {
+    fn builtin() -> Served {
+        Served {
+            module: "builtin".into(),
+            digest: None,
+            error: None,
+        }
+    }
+
+    fn logged(self, volume: String, input: Input, answer: Option<Answer>) -> Logged {
+        let answer = match (self.error, answer) {
+            (None, Some(a)) => a,
+            (error, fallback) => Answer::Failed {
+                error: error.unwrap_or_default(),
+                fallback: fallback.map(Box::new),
+            },
+        };
+        Logged {
+            at_ms: std::time::SystemTime::now()
+                .duration_since(std::time::UNIX_EPOCH)
+                .map_or(0, |d| d.as_millis() as u64),
+            volume,
+            module: self.module,
+            digest: self.digest,
+            input,
+            answer,
+        }
     }
 }
 

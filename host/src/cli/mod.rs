@@ -10,11 +10,13 @@ mod plugin_check;
 mod policy;
 mod policy_new;
 mod policy_oci;
+mod policy_replay;
 mod policy_set;
 mod serve;
 mod snapshot;
 mod status;
 mod volume;
+mod volume_explain;
 mod volume_view;
 
 use std::process::ExitCode;

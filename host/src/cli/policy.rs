@@ -97,6 +97,15 @@ berth policy pull oci://registry.example.com/policies/naming@sha256:… --to ./p
 berth policy sign oci://registry.example.com/policies/naming:v1 --key team.key"
     )]
     GenerateKey(super::policy_oci::GenerateKeyArgs),
+    /// Ask a candidate module every decision in the decision log, as a live
+    /// decision would (same sandbox and limits), and report what it would
+    /// change: names, eligible and best nodes, retry verdicts and delays.
+    /// Nothing changes on the cluster.
+    #[command(
+        after_help = "Examples:\n  berth policy replay naming-v2.wasm --since 24h\n  \
+berth policy replay oci://registry.example.com/policies/placement@sha256:… --decision placement -o json"
+    )]
+    Replay(Box<super::policy_replay::ReplayArgs>),
 }
 
 #[derive(Debug, Args)]
@@ -145,7 +154,7 @@ impl Default for LimitArgs {
     }
 }
 
-fn parse_setting(text: &str) -> Result<(String, String), String> {
+pub(super) fn parse_setting(text: &str) -> Result<(String, String), String> {
     match text.split_once('=') {
         Some((k, v)) if !k.is_empty() => Ok((k.to_string(), v.to_string())),
         _ => Err(format!("{text:?} is not KEY=VALUE")),
@@ -184,6 +193,7 @@ pub async fn run(cmd: PolicyCommand, output: Output) -> anyhow::Result<ExitCode>
         PolicyCommand::Sign(args) => super::policy_oci::sign(args, output).await,
         PolicyCommand::Verify(args) => super::policy_oci::verify(args, output).await,
         PolicyCommand::GenerateKey(args) => super::policy_oci::generate_key(args, output),
+        PolicyCommand::Replay(args) => super::policy_replay::replay(*args, output).await,
     }
 }
 

@@ -30,7 +30,7 @@ pub struct RegistryArgs {
 }
 
 impl RegistryArgs {
-    fn access(&self) -> Access {
+    pub(super) fn access(&self) -> Access {
         Access {
             ca: self.ca.clone(),
             plain_http: self.plain_http,

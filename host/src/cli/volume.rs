@@ -25,6 +25,10 @@ pub enum VolumeCommand {
     /// A volume's story: its latest requests, steps done and steps failed,
     /// with time, gRPC code and message (how many are kept: `events_per_volume`).
     Events { name: String },
+    /// Why the volume is as it is: the name naming gave it, where placement
+    /// could put it and why not elsewhere (each node's verdict and score),
+    /// and the latest retry decisions, each with the module, digest and time.
+    Explain { name: String },
     /// Unpublish everywhere, then delete on the plugin.
     Delete {
         name: String,
@@ -291,6 +295,15 @@ pub async fn run(cmd: VolumeCommand, api: ApiArgs, output: Output) -> anyhow::Re
                     }
                 }
             }
+            return Ok(ExitCode::SUCCESS);
+        }
+        VolumeCommand::Explain { name } => {
+            let v = client
+                .get_volume(api::GetVolumeRequest { name })
+                .await
+                .map_err(grpc)?
+                .into_inner();
+            super::volume_explain::print(&v, output)?;
             return Ok(ExitCode::SUCCESS);
         }
         VolumeCommand::Get { name } => {

@@ -102,6 +102,22 @@ impl Committer {
             .map_err(StoreError::Commit)
     }
 
+    /// Returns once every change is durable; sent together, they share commits.
+    pub async fn write_all(&self, changes: Vec<Change>) -> Result<(), StoreError> {
+        let mut replies = Vec::with_capacity(changes.len());
+        for change in changes {
+            let (tx, rx) = oneshot::channel();
+            self.send(Job::Write(change, tx))?;
+            replies.push(rx);
+        }
+        for rx in replies {
+            rx.await
+                .map_err(|_| StoreError::Closed)?
+                .map_err(StoreError::Commit)?;
+        }
+        Ok(())
+    }
+
     /// Runs `read` on the database, in turn with the writes (blocking).
     pub fn read<T: Send + 'static>(
         &self,

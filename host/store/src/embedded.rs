@@ -19,6 +19,8 @@ const TOKENS: TableDefinition<&str, &[u8]> = TableDefinition::new("tokens");
 /// The cluster's policy set (JSON), under the key `set`; added without a
 /// schema change like the tokens.
 const POLICY: TableDefinition<&str, &[u8]> = TableDefinition::new("policy");
+/// The decision log: `<kind>/<key>` to the entry's JSON.
+const DECISIONS: TableDefinition<&str, &[u8]> = TableDefinition::new("decisions");
 /// Facts about the store itself; added with schema version 1's recording.
 const META: TableDefinition<&str, u64> = TableDefinition::new("meta");
 const SCHEMA_KEY: &str = "schema_version";
@@ -374,6 +376,77 @@ impl Store for RedbStore {
 
     async fn put_policy_set(&self, set: &crate::PolicySetRecord) -> Result<(), StoreError> {
         self.put_json(POLICY, "set", set).await
+    }
+
+    async fn append_decisions(
+        &self,
+        kind: &str,
+        entries: Vec<(String, Vec<u8>)>,
+        keep: usize,
+    ) -> Result<(), StoreError> {
+        let added = entries.len();
+        let puts = entries
+            .into_iter()
+            .map(|(key, json)| Change::Put(DECISIONS, format!("{kind}/{key}"), json))
+            .collect();
+        self.committer.write_all(puts).await?;
+        let (first, end) = (format!("{kind}/"), format!("{kind}0"));
+        let stale: Vec<String> = self.committer.read(move |db| {
+            let txn = db.begin_read().map_err(failed)?;
+            let table = match txn.open_table(DECISIONS) {
+                Ok(t) => t,
+                Err(redb::TableError::TableDoesNotExist(_)) => return Ok(Vec::new()),
+                Err(e) => return Err(failed(e)),
+            };
+            let count = table.range(first.as_str()..end.as_str()).map_err(failed)?.count();
+            let excess = count.saturating_sub(keep);
+            let mut keys = Vec::with_capacity(excess);
+            for entry in table
+                .range(first.as_str()..end.as_str())
+                .map_err(failed)?
+                .take(excess)
+            {
+                keys.push(entry.map_err(failed)?.0.value().to_string());
+            }
+            Ok(keys)
+        })?;
+        tracing::trace!(kind, added, dropped = stale.len(), "decision log appended");
+        let removes = stale
+            .into_iter()
+            .map(|key| Change::Remove(DECISIONS, key))
+            .collect();
+        self.committer.write_all(removes).await
+    }
+
+    async fn read_decisions(
+        &self,
+        kind: &str,
+        after: &str,
+        limit: usize,
+    ) -> Result<Vec<(String, Vec<u8>)>, StoreError> {
+        let (start, end, prefix) = (format!("{kind}/{after}"), format!("{kind}0"), format!("{kind}/"));
+        let after = after.to_string();
+        self.committer.read(move |db| {
+            let txn = db.begin_read().map_err(failed)?;
+            let table = match txn.open_table(DECISIONS) {
+                Ok(t) => t,
+                Err(redb::TableError::TableDoesNotExist(_)) => return Ok(Vec::new()),
+                Err(e) => return Err(failed(e)),
+            };
+            let mut out = Vec::new();
+            for entry in table.range(start.as_str()..end.as_str()).map_err(failed)? {
+                let (key, value) = entry.map_err(failed)?;
+                let key = key.value().strip_prefix(prefix.as_str()).unwrap_or_default();
+                if key == after {
+                    continue;
+                }
+                out.push((key.to_string(), value.value().to_vec()));
+                if out.len() >= limit {
+                    break;
+                }
+            }
+            Ok(out)
+        })
     }
 }
 

@@ -138,6 +138,22 @@ pub trait Store: Send + Sync {
     fn load_policy_set(&self) -> Result<Option<PolicySetRecord>, StoreError>;
     /// Stores the policy set, replacing the one before.
     async fn put_policy_set(&self, set: &PolicySetRecord) -> Result<(), StoreError>;
+    /// Appends entries to the decision log of `kind` (each a key that sorts
+    /// in time order, and its JSON), then drops its oldest entries past `keep`.
+    async fn append_decisions(
+        &self,
+        kind: &str,
+        entries: Vec<(String, Vec<u8>)>,
+        keep: usize,
+    ) -> Result<(), StoreError>;
+    /// Up to `limit` entries of the decision log of `kind` with keys after
+    /// `after` (from the oldest when empty), oldest first.
+    async fn read_decisions(
+        &self,
+        kind: &str,
+        after: &str,
+        limit: usize,
+    ) -> Result<Vec<(String, Vec<u8>)>, StoreError>;
 }
 
 /// The most a stored record may take: below etcd's default request limit

@@ -20,6 +20,7 @@ mod policy_compat;
 mod policy_engine;
 mod policy_oci;
 mod policy_python;
+mod policy_rollout;
 mod policy_set;
 mod registry;
 mod reliability;

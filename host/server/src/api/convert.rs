@@ -107,6 +107,11 @@ pub fn volume_to_api(m: &VolumeManager, r: &VolumeRecord) -> api::Volume {
                 message: e.message.clone(),
             })
             .collect(),
+        explanation: if r.explanation.is_empty() {
+            String::new()
+        } else {
+            serde_json::to_string(&r.explanation).unwrap_or_default()
+        },
         ..volume_summary(m, r)
     }
 }
@@ -149,5 +154,6 @@ pub(super) fn volume_summary(m: &VolumeManager, r: &VolumeRecord) -> api::Volume
                 || (b.node_expansion_required && r.publications.values().any(|p| p.wanted))
         }) || r.publications.values().any(|p| p.wanted && p.expand_pending),
         events: Vec::new(),
+        explanation: String::new(),
     }
 }

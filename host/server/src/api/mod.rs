@@ -21,6 +21,11 @@ use crate::manager::{RequestError, VolumeManager};
 use crate::policy::{OnError, PolicyStats};
 use codes::{Refusal, status};
 
+/// The most decisions one ListDecisions answer carries (each up to 256 KiB
+/// logged, most a few hundred bytes).
+const DECISIONS_PAGE: usize = 500;
+const DECISIONS_PAGE_BYTES: usize = 3 << 20;
+
 /// What reloads the policy modules from the config file, all or none
 /// (`berth serve` implements it; the API only asks).
 #[tonic::async_trait]
@@ -529,6 +534,35 @@ impl api::berth_server::Berth for BerthApi {
             self.reloader.in_service().await,
             self.servers().await,
         )))
+    }
+
+    async fn list_decisions(
+        &self,
+        request: Request<api::ListDecisionsRequest>,
+    ) -> Result<Response<api::ListDecisionsResponse>, Status> {
+        let r = request.into_inner();
+        let decision: crate::policy::Decision = r.decision.parse().map_err(Status::invalid_argument)?;
+        let limit = (r.limit as usize).clamp(1, DECISIONS_PAGE);
+        let page = self
+            .manager
+            .logged_decisions(decision, &r.after, limit)
+            .await
+            .map_err(|e| Status::unavailable(e.to_string()))?;
+        let mut decisions = Vec::new();
+        let mut bytes = 0;
+        for (key, entry) in page {
+            let json = serde_json::to_string(&entry).unwrap_or_default();
+            bytes += json.len();
+            // Within a gRPC message's default 4 MiB: the rest is the next page.
+            if bytes > DECISIONS_PAGE_BYTES && !decisions.is_empty() {
+                break;
+            }
+            decisions.push(api::LoggedDecision { key, json });
+        }
+        Ok(Response::new(api::ListDecisionsResponse {
+            decisions,
+            unlogged: self.manager.decisions_unlogged(),
+        }))
     }
 
     async fn plugin_status(

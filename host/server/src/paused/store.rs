@@ -14,6 +14,7 @@ pub struct MemoryStore {
     nodes: Mutex<BTreeMap<String, NodeRecord>>,
     tokens: Mutex<BTreeMap<String, TokenRecord>>,
     policy_set: Mutex<Option<PolicySetRecord>>,
+    decisions: Mutex<BTreeMap<(String, String), Vec<u8>>>,
 }
 
 #[tonic::async_trait]
@@ -63,5 +64,37 @@ impl Store for MemoryStore {
     async fn put_policy_set(&self, set: &PolicySetRecord) -> Result<(), StoreError> {
         *self.policy_set.lock().unwrap() = Some(set.clone());
         Ok(())
+    }
+    async fn append_decisions(
+        &self,
+        kind: &str,
+        entries: Vec<(String, Vec<u8>)>,
+        keep: usize,
+    ) -> Result<(), StoreError> {
+        let mut log = self.decisions.lock().unwrap();
+        for (key, json) in entries {
+            log.insert((kind.to_string(), key), json);
+        }
+        let of_kind: Vec<(String, String)> = log.keys().filter(|(k, _)| k == kind).cloned().collect();
+        for key in of_kind.iter().take(of_kind.len().saturating_sub(keep)) {
+            log.remove(key);
+        }
+        Ok(())
+    }
+    async fn read_decisions(
+        &self,
+        kind: &str,
+        after: &str,
+        limit: usize,
+    ) -> Result<Vec<(String, Vec<u8>)>, StoreError> {
+        Ok(self
+            .decisions
+            .lock()
+            .unwrap()
+            .iter()
+            .filter(|((k, key), _)| k == kind && key.as_str() > after)
+            .take(limit)
+            .map(|((_, key), json)| (key.clone(), json.clone()))
+            .collect())
     }
 }

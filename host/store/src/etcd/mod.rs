@@ -43,6 +43,8 @@ struct Write {
 
 pub struct EtcdStore {
     settings: EtcdSettings,
+    /// For reads after start (the decision log).
+    kv: Members,
     writes: mpsc::Sender<(Write, Reply)>,
     /// What was read at connect, for the one `load` and `load_nodes` at start.
     volumes: Mutex<Option<Vec<VolumeRecord>>>,
@@ -136,9 +138,10 @@ impl EtcdStore {
         let policy_set: Option<crate::PolicySetRecord> =
             load_json(&kv, &settings, "policy").await?.into_iter().next();
         let (writes, rx) = mpsc::channel(WRITE_QUEUE);
-        tokio::spawn(commit_loop(kv, rx, fence));
+        tokio::spawn(commit_loop(kv.clone(), rx, fence));
         Ok(EtcdStore {
             settings,
+            kv,
             writes,
             volumes: Mutex::new(Some(volumes)),
             nodes: Mutex::new(Some(nodes)),
@@ -329,6 +332,97 @@ impl Store for EtcdStore {
         let bytes = crate::encode_json("policy set", set)?;
         self.write(self.key("policy", "set"), Some(bytes)).await?;
         *self.policy_set.lock().unwrap_or_else(|p| p.into_inner()) = Some(set.clone());
+        Ok(())
+    }
+
+    async fn append_decisions(
+        &self,
+        kind: &str,
+        entries: Vec<(String, Vec<u8>)>,
+        keep: usize,
+    ) -> Result<(), StoreError> {
+        let writes = entries
+            .into_iter()
+            .map(|(key, json)| (self.key("decisions", &format!("{kind}/{key}")), Some(json)))
+            .collect();
+        self.write_all(writes).await?;
+        // The oldest keys past `keep`: counted, then read by name only.
+        let prefix = self.key("decisions", &format!("{kind}/"));
+        let range = |count_only: bool, limit: i64| pb::RangeRequest {
+            range_end: members::prefix_end(&prefix),
+            key: prefix.clone(),
+            count_only,
+            keys_only: true,
+            limit,
+            ..Default::default()
+        };
+        let count = self.range(range(true, 0)).await?.count;
+        let excess = usize::try_from(count).unwrap_or_default().saturating_sub(keep);
+        if excess == 0 {
+            return Ok(());
+        }
+        let stale = self.range(range(false, excess as i64)).await?;
+        self.write_all(stale.kvs.into_iter().map(|kv| (kv.key, None)).collect())
+            .await
+    }
+
+    async fn read_decisions(
+        &self,
+        kind: &str,
+        after: &str,
+        limit: usize,
+    ) -> Result<Vec<(String, Vec<u8>)>, StoreError> {
+        let prefix = self.key("decisions", &format!("{kind}/"));
+        let mut key = self.key("decisions", &format!("{kind}/{after}"));
+        if !after.is_empty() {
+            key.push(0);
+        }
+        let page = self
+            .range(pb::RangeRequest {
+                range_end: members::prefix_end(&prefix),
+                key,
+                limit: limit as i64,
+                ..Default::default()
+            })
+            .await?;
+        Ok(page
+            .kvs
+            .into_iter()
+            .map(|kv| {
+                let key = String::from_utf8_lossy(&kv.key[prefix.len().min(kv.key.len())..]).into_owned();
+                (key, kv.value)
+            })
+            .collect())
+    }
+}
+
+impl EtcdStore {
+    async fn range(&self, request: pb::RangeRequest) -> Result<pb::RangeResponse, StoreError> {
+        self.kv
+            .call(|mut c| {
+                let request = request.clone();
+                async move { c.range(request).await }
+            })
+            .await
+            .map_err(|e| unavailable(&self.settings, e))
+    }
+
+    /// Writes every change, sent together so they share transactions.
+    async fn write_all(&self, changes: Vec<(Vec<u8>, Option<Vec<u8>>)>) -> Result<(), StoreError> {
+        let mut replies = Vec::with_capacity(changes.len());
+        for (key, value) in changes {
+            let (tx, rx) = oneshot::channel();
+            self.writes
+                .send((Write { key, value }, tx))
+                .await
+                .map_err(|_| StoreError::Closed)?;
+            replies.push(rx);
+        }
+        for rx in replies {
+            rx.await
+                .map_err(|_| StoreError::Closed)?
+                .map_err(|e| unavailable(&self.settings, e))?;
+        }
         Ok(())
     }
 }

@@ -1,0 +1,260 @@
+//! Rolling a policy out: the decision log, replaying it against a candidate
+//! module, and explaining a volume's decisions. The candidate
+//! (`tests/guests/candidate`) decides as the samples do except on volumes
+//! labelled `tier=gold`, so every count below is known in advance.
+
+use std::time::{Duration, Instant};
+
+use berth::policy::logged::{Answer, Input, Logged};
+use berth::policy::replay::{self, Report};
+use berth::policy::{
+    Code, EngineOptions, ModuleConfig, Operation, PolicyEngine, PolicyModule, RetryDecision,
+};
+use berth_tests::{Cluster, ClusterSpec, EtcdCluster, block_on, guest};
+use serde_json::Value;
+
+fn create(c: &Cluster, name: &str, extra: &[&str]) {
+    let mut args = vec!["volume", "create", name, "--plugin", "hostpath", "--wait"];
+    args.extend_from_slice(extra);
+    c.ok(&args);
+}
+
+fn replay(c: &Cluster, decision: &str) -> Value {
+    let candidate = guest("berth_candidate_guest").display().to_string();
+    serde_json::from_str(&c.ok(&[
+        "policy",
+        "replay",
+        &candidate,
+        "--decision",
+        decision,
+        "-o",
+        "json",
+    ]))
+    .unwrap()
+}
+
+#[test]
+fn replay_counts_what_a_candidate_changes_and_the_log_survives_a_crash() {
+    // node-a in zone a, node-b in zone b; the sample guests decide live.
+    let mut c = Cluster::start(ClusterSpec::default());
+    for i in 0..4 {
+        create(&c, &format!("plain-{i}"), &[]);
+    }
+    for i in 0..3 {
+        create(&c, &format!("gold-{i}"), &["--label", "tier=gold"]);
+    }
+    // The log is written in batches, a moment after the decisions.
+    let started = Instant::now();
+    while replay(&c, "naming")["replayed"] != 7 {
+        assert!(started.elapsed() < Duration::from_secs(10), "{}", c.log());
+        std::thread::sleep(Duration::from_millis(100));
+    }
+    c.kill_serve();
+    c.start_serve();
+
+    let naming = replay(&c, "naming");
+    assert_eq!(
+        (
+            &naming["replayed"],
+            &naming["same"],
+            &naming["different"],
+            &naming["failed"]
+        ),
+        (&7.into(), &4.into(), &3.into(), &0.into()),
+        "{naming}"
+    );
+    assert_eq!(naming["naming"]["names_changed"], 3);
+    for example in naming["naming"]["examples"].as_array().unwrap() {
+        assert!(
+            example["volume"].as_str().unwrap().starts_with("gold-"),
+            "{example}"
+        );
+        let (before, after) = (
+            example["before"].as_str().unwrap(),
+            example["after"].as_str().unwrap(),
+        );
+        assert_eq!(after, format!("gold-{before}"));
+    }
+
+    // Each create placed the volume once; the candidate takes zone b from the gold ones.
+    let placement = replay(&c, "placement");
+    assert_eq!(
+        (
+            &placement["replayed"],
+            &placement["same"],
+            &placement["different"]
+        ),
+        (&7.into(), &4.into(), &3.into()),
+        "{placement}"
+    );
+    assert_eq!(placement["placement"]["became_ineligible"]["node-b"], 3);
+    assert!(
+        placement["placement"]["became_eligible"]
+            .as_object()
+            .unwrap()
+            .is_empty()
+    );
+
+    // The text report ends with the line scripts read.
+    let candidate = guest("berth_candidate_guest").display().to_string();
+    let text = c.ok(&["policy", "replay", &candidate, "--decision", "naming"]);
+    assert_eq!(
+        text.lines().last(),
+        Some("7 decisions replayed: 4 same, 3 different, 0 failed"),
+        "{text}"
+    );
+    assert!(text.contains("naming: 3 names would change"), "{text}");
+    // Nothing logged within the last moment: --since leaves the rest out.
+    let recent = c.ok(&[
+        "policy",
+        "replay",
+        &candidate,
+        "--decision",
+        "naming",
+        "--since",
+        "1ms",
+    ]);
+    assert_eq!(
+        recent.lines().last(),
+        Some("0 decisions replayed: 0 same, 0 different, 0 failed")
+    );
+}
+
+/// Naming decisions in the log, oldest first, once `n` are there.
+fn logged_names(c: &Cluster, n: usize) -> Vec<String> {
+    let started = Instant::now();
+    loop {
+        let request = berth_proto::berth::v1::ListDecisionsRequest {
+            decision: "naming".into(),
+            after: String::new(),
+            limit: 100,
+        };
+        let page = block_on(async { c.client().list_decisions(request).await })
+            .unwrap()
+            .into_inner();
+        let names: Vec<String> = page
+            .decisions
+            .iter()
+            .map(|d| serde_json::from_str::<Logged>(&d.json).unwrap().volume)
+            .collect();
+        if names.len() >= n || started.elapsed() > Duration::from_secs(10) {
+            return names;
+        }
+        std::thread::sleep(Duration::from_millis(100));
+    }
+}
+
+#[test]
+fn the_decision_log_keeps_the_newest_of_each_kind_in_either_store() {
+    let etcd = EtcdCluster::start(1);
+    for store in [None, Some(etcd.store_config("/berth-log"))] {
+        let c = Cluster::start(ClusterSpec {
+            extra: "decision_log = 5",
+            store: store.clone(),
+            ..ClusterSpec::default()
+        });
+        for i in 0..8 {
+            create(&c, &format!("v{i}"), &[]);
+        }
+        // Each batch trims the ring: wait for the last one, then nothing older than it stays.
+        let started = Instant::now();
+        while logged_names(&c, 5).last().map(String::as_str) != Some("v7") {
+            assert!(
+                started.elapsed() < Duration::from_secs(10),
+                "{store:?}: {}",
+                c.log()
+            );
+            std::thread::sleep(Duration::from_millis(100));
+        }
+        assert_eq!(logged_names(&c, 5), ["v3", "v4", "v5", "v6", "v7"], "{store:?}");
+    }
+}
+
+#[test]
+fn explain_shows_the_name_the_placement_with_refused_nodes_and_the_modules() {
+    let c = Cluster::start(ClusterSpec::default());
+    // Required in zone a: node-b (zone b) is refused, and says why.
+    c.create_in("data", "zone=a");
+    let explained: Value = serde_json::from_str(&c.ok(&["volume", "explain", "data", "-o", "json"])).unwrap();
+    let volume: Value = serde_json::from_str(&c.ok(&["volume", "get", "data", "-o", "json"])).unwrap();
+    let naming = &explained["naming"];
+    assert_eq!(naming["answer"], volume["csi_name"]);
+    assert!(
+        naming["digest"].as_str().unwrap().starts_with("sha256:"),
+        "{explained}"
+    );
+    let placement = &explained["placement"];
+    assert!(
+        placement["answer"].as_str().unwrap().starts_with("node-a"),
+        "{explained}"
+    );
+    let nodes = placement["nodes"].as_array().unwrap();
+    assert_eq!(nodes.len(), 2);
+    assert_eq!(
+        (&nodes[0]["node"], &nodes[0]["eligible"]),
+        (&"node-a".into(), &true.into())
+    );
+    assert_eq!(
+        (&nodes[1]["node"], &nodes[1]["eligible"]),
+        (&"node-b".into(), &false.into())
+    );
+    let reason = nodes[1]["reason"].as_str().unwrap();
+    assert!(
+        reason.contains("zone=b") && reason.contains("outside"),
+        "{reason}"
+    );
+
+    let text = c.ok(&["volume", "explain", "data"]);
+    assert!(text.contains("refused") && text.contains(reason), "{text}");
+    assert!(text.contains("eligible  score"), "{text}");
+}
+
+/// Retry decisions replayed straight through the policy crate, on failures
+/// made up as the log would hold them: the candidate gives up where the
+/// sample retries RESOURCE_EXHAUSTED, and agrees on everything else.
+#[test]
+fn replay_groups_retry_changes_by_verdict() {
+    let engine = PolicyEngine::new(EngineOptions::default()).unwrap();
+    let load = |name: &str| PolicyModule::load(&engine, ModuleConfig::from_path(&guest(name))).unwrap();
+    let (sample, candidate) = (load("berth_retry_guest"), load("berth_candidate_guest"));
+    let mut report = Report::default();
+    let codes = [
+        (Code::ResourceExhausted, 4),
+        (Code::Unavailable, 5),
+        (Code::InvalidArgument, 2),
+    ];
+    for (code, n) in codes {
+        for attempt in 1..=n {
+            let failure = berth::policy::samples::failure(Operation::CreateVolume, code, attempt);
+            let input = Input::Retry(failure);
+            let live = block_on(replay::ask(&engine, &sample, &input));
+            let entry = Logged {
+                at_ms: 1,
+                volume: format!("v-{attempt}"),
+                module: "retry".into(),
+                digest: Some(sample.digest().into()),
+                input,
+                answer: live,
+            };
+            report.add(&entry, &block_on(replay::ask(&engine, &candidate, &entry.input)));
+        }
+    }
+    assert_eq!(
+        (report.replayed, report.same, report.different, report.failed),
+        (11, 7, 4, 0)
+    );
+    assert_eq!(report.retry.changes.get("retry → give-up"), Some(&4));
+    assert_eq!(report.retry.delays_changed, 0, "jitter is not a difference");
+    assert!(matches!(
+        block_on(replay::ask(
+            &engine,
+            &candidate,
+            &Input::Retry(berth::policy::samples::failure(
+                Operation::DeleteVolume,
+                Code::NotFound,
+                1
+            ))
+        )),
+        Answer::Retry(RetryDecision::Done)
+    ));
+}
