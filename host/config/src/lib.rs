@@ -189,6 +189,8 @@ pub struct PolicyConfig {
     pub source: Option<berth_oci::Reference>,
     /// The SHA-256 a module file must have (`digest`), as a policy set pins it.
     pub digest: Option<String>,
+    /// Decides beside the live module (`mode = "shadow"`), its answers never used.
+    pub shadow: bool,
 }
 
 /// `[store]`: checked by the etcd store itself, with the key at fault;

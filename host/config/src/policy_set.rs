@@ -28,6 +28,9 @@ pub struct RawPolicy {
     decisions: Vec<String>,
     #[serde(default, skip_serializing_if = "Option::is_none")]
     on_error: Option<OnError>,
+    /// `shadow`: decides beside the live module, its answers compared, never used.
+    #[serde(default, skip_serializing_if = "Mode::is_live")]
+    pub mode: Mode,
     #[serde(default, skip_serializing_if = "Option::is_none")]
     memory: Option<String>,
     #[serde(default, skip_serializing_if = "Option::is_none")]
@@ -36,6 +39,21 @@ pub struct RawPolicy {
     max_answer: Option<String>,
     #[serde(default, skip_serializing_if = "BTreeMap::is_empty")]
     settings: BTreeMap<String, String>,
+}
+
+/// Whether a module's answers are used.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "kebab-case")]
+pub enum Mode {
+    #[default]
+    Live,
+    Shadow,
+}
+
+impl Mode {
+    pub fn is_live(&self) -> bool {
+        *self == Mode::Live
+    }
 }
 
 #[derive(Serialize, Deserialize)]
@@ -138,12 +156,28 @@ impl SetDraft {
             if module.limits.deadline.is_zero() {
                 return Err(invalid(format!("{at}.deadline"), "must be more than zero"));
             }
+            let shadow = p.mode == Mode::Shadow;
+            if shadow && decisions.is_empty() {
+                return Err(invalid(
+                    format!("{at}.decisions"),
+                    "a shadow module names the decisions it shadows",
+                ));
+            }
             for d in &decisions {
-                if let Some((j, _)) = policies.iter().enumerate().find(|(_, q)| q.decisions.contains(d)) {
+                if let Some((j, _)) = policies
+                    .iter()
+                    .enumerate()
+                    .find(|(_, q)| q.shadow == shadow && q.decisions.contains(d))
+                {
+                    let (what, role) = if shadow {
+                        ("shadowed", "shadow module")
+                    } else {
+                        ("served", "module")
+                    };
                     return Err(invalid(
                         format!("{at}.decisions"),
                         format!(
-                            "{d} is served by policy[{j}] ({}) already; give each decision one module",
+                            "{d} is {what} by policy[{j}] ({}) already; give each decision one {role}",
                             self.tables[j].module
                         ),
                     ));
@@ -154,6 +188,7 @@ impl SetDraft {
                 decisions,
                 source,
                 digest: p.digest.clone(),
+                shadow,
             });
         }
         Ok(policies)

@@ -44,6 +44,8 @@ pub struct Metrics {
     policy_seconds: Histograms<2>,
     policy_decisions: Family<Labels<3>, Counter>,
     policy_traps: Family<Labels<2>, Counter>,
+    policy_shadow: Family<Labels<3>, Counter>,
+    policy_rollbacks: Family<Labels<1>, Counter>,
     retries: Family<Labels<1>, Counter>,
     give_ups: Family<Labels<1>, Counter>,
     store_commit_seconds: Histogram,
@@ -94,6 +96,8 @@ impl Metrics {
             policy_seconds: Family::new_with_constructor(policy_histogram),
             policy_decisions: Family::default(),
             policy_traps: Family::default(),
+            policy_shadow: Family::default(),
+            policy_rollbacks: Family::default(),
             retries: Family::default(),
             give_ups: Family::default(),
             store_commit_seconds: store_histogram(),
@@ -119,6 +123,16 @@ impl Metrics {
             "berth_policy_decisions",
             "Policy decisions by module, decision and outcome (ok, guest_error, fallback)",
             m.policy_decisions.clone(),
+        );
+        r.register(
+            "berth_policy_shadow_decisions",
+            "Decisions a shadowed module made beside the live one, by outcome (same, different, failed, dropped)",
+            m.policy_shadow.clone(),
+        );
+        r.register(
+            "berth_policy_rollbacks",
+            "Policy sets rolled back, by reason (operator, guard)",
+            m.policy_rollbacks.clone(),
         );
         r.register(
             "berth_policy_traps",
@@ -229,6 +243,28 @@ pub fn decision(module: &Text, decision: &'static str, outcome: Outcome, trapped
     m.policy_decisions
         .get_or_create(&[module, decision, ("outcome", Text::from_static(outcome.as_str()))])
         .inc();
+}
+
+/// A shadowed module's decision, compared with the live one's.
+pub fn shadow(module: &str, decision: &'static str, outcome: &'static str) {
+    if let Some(m) = get() {
+        m.policy_shadow
+            .get_or_create(&[
+                ("decision", Text::from_static(decision)),
+                ("module", Text::from(module)),
+                ("outcome", Text::from_static(outcome)),
+            ])
+            .inc();
+    }
+}
+
+/// A policy set rolled back (`operator`, or `guard` on its own).
+pub fn rollback(reason: &'static str) {
+    if let Some(m) = get() {
+        m.policy_rollbacks
+            .get_or_create(&[("reason", Text::from_static(reason))])
+            .inc();
+    }
 }
 
 /// A failed step that will be tried again.

@@ -23,6 +23,7 @@ mod module;
 mod policies;
 pub mod replay;
 pub mod samples;
+pub mod shadow;
 
 pub use answer::{AnswerError, MAX_NAME_BYTES, MAX_REASON_BYTES, MAX_RETRY_DELAY_MS, validate_volume_name};
 pub use bindings::*;

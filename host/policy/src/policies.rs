@@ -11,6 +11,7 @@ use serde::Serialize;
 use crate::builtin::Builtins;
 use crate::logged::{Answer, Input, Logged};
 use crate::module::{ModuleConfig, OnError, PolicyModule};
+use crate::shadow::Shadows;
 use crate::{
     Candidates, Decision, Failure, NamingRequest, Pairs, PlacementRequest, PolicyEngine, PolicyError,
     Purpose, RetryDecision, Verdicts, Volume,
@@ -41,6 +42,9 @@ pub struct PolicyStats {
 pub struct Policies {
     engine: Arc<PolicyEngine>,
     slots: [RwLock<Option<Arc<PolicyModule>>>; 3],
+    /// Modules deciding beside the live ones, their answers compared, never used.
+    shadow_slots: [RwLock<Option<Arc<PolicyModule>>>; 3],
+    shadows: std::sync::OnceLock<Shadows>,
     builtins: Builtins,
 }
 
@@ -74,6 +78,8 @@ impl Policies {
         Policies {
             engine,
             slots: Default::default(),
+            shadow_slots: Default::default(),
+            shadows: std::sync::OnceLock::new(),
             builtins,
         }
     }
@@ -141,8 +147,49 @@ impl Policies {
     /// of it, or two would serve the same decision, nothing changes. Decisions
     /// no module serves go back to the built-in policies.
     pub fn replace_all(&self, modules: &[(ModuleConfig, Vec<Decision>)]) -> Result<(), SetError> {
+        self.replace_set(modules, &[])
+    }
+
+    /// [`Policies::replace_all`], with `shadows` (each with the decisions it
+    /// shadows) deciding beside the live modules. Shadow modules are numbered
+    /// after the live ones in errors, as a set file lists them.
+    pub fn replace_set(
+        &self,
+        modules: &[(ModuleConfig, Vec<Decision>)],
+        shadows: &[(ModuleConfig, Vec<Decision>)],
+    ) -> Result<(), SetError> {
+        let serving = self.load_slots(modules, 0)?;
+        let shadowing = self.load_slots(shadows, modules.len())?;
+        if shadowing.iter().any(Option::is_some) {
+            self.shadows.get_or_init(|| Shadows::start(self.engine.clone()));
+        }
+        for (d, (new, shadow)) in Decision::ALL.into_iter().zip(serving.into_iter().zip(shadowing)) {
+            let new = new.map(|(_, m)| m);
+            let shadow = shadow.map(|(_, m)| m);
+            tracing::info!(
+                module = new.as_ref().map(|m| m.name()),
+                shadow = shadow.as_ref().map(|m| m.name()),
+                decision = %d,
+                "policy in service"
+            );
+            *self.slot(d).write().unwrap_or_else(|p| p.into_inner()) = new;
+            *self.shadow_slots[d as usize]
+                .write()
+                .unwrap_or_else(|p| p.into_inner()) = shadow;
+        }
+        Ok(())
+    }
+
+    /// Each decision's module among `modules` (numbered from `first` in errors).
+    #[allow(clippy::type_complexity)]
+    fn load_slots(
+        &self,
+        modules: &[(ModuleConfig, Vec<Decision>)],
+        first: usize,
+    ) -> Result<[Option<(usize, Arc<PolicyModule>)>; 3], SetError> {
         let mut serving: [Option<(usize, Arc<PolicyModule>)>; 3] = Default::default();
-        for (i, (config, decisions)) in modules.iter().enumerate() {
+        for (j, (config, decisions)) in modules.iter().enumerate() {
+            let i = first + j;
             let module = Arc::new(
                 PolicyModule::load(&self.engine, config.clone())
                     .map_err(|error| SetError::Load { index: i, error })?,
@@ -169,18 +216,33 @@ impl Policies {
                         path: config.path.clone(),
                         decision: d,
                         other: *j,
-                        other_path: modules[*j].0.path.clone(),
+                        other_path: modules[*j - first].0.path.clone(),
                     });
                 }
                 serving[d as usize] = Some((i, module.clone()));
             }
         }
-        for (d, new) in Decision::ALL.into_iter().zip(serving) {
-            let new = new.map(|(_, m)| m);
-            tracing::info!(module = new.as_ref().map(|m| m.name()), decision = %d, "policy in service");
-            *self.slot(d).write().unwrap_or_else(|p| p.into_inner()) = new;
+        Ok(serving)
+    }
+
+    /// The module shadowing `decision`, if any.
+    pub fn shadow(&self, decision: Decision) -> Option<Arc<PolicyModule>> {
+        self.shadow_slots[decision as usize]
+            .read()
+            .unwrap_or_else(|p| p.into_inner())
+            .clone()
+    }
+
+    /// What the shadows found: their counts and the latest differences.
+    pub fn shadows(&self) -> Option<&Shadows> {
+        self.shadows.get()
+    }
+
+    /// Hands a live decision to its shadow, if one shadows the decision.
+    fn to_shadow(&self, live: &Logged) {
+        if let (Some(module), Some(shadows)) = (self.shadow(live.input.decision()), self.shadows.get()) {
+            shadows.offer(module, live);
         }
-        Ok(())
     }
 
     /// Goes back to the built-in policy for `decision`.
@@ -275,6 +337,7 @@ impl Policies {
             Input::Naming(request),
             answer.as_ref().ok().cloned().map(Answer::Naming),
         );
+        self.to_shadow(&logged);
         (answer, logged)
     }
 
@@ -321,6 +384,7 @@ impl Policies {
             },
             answer.as_ref().ok().cloned().map(Answer::Placement),
         );
+        self.to_shadow(&logged);
         (answer, logged)
     }
 
@@ -357,6 +421,7 @@ impl Policies {
             Input::Retry(failure),
             answer.as_ref().ok().cloned().map(Answer::Retry),
         );
+        self.to_shadow(&logged);
         (answer, logged)
     }
 

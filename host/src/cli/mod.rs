@@ -8,6 +8,7 @@ mod node;
 mod plugin;
 mod plugin_check;
 mod policy;
+mod policy_diff;
 mod policy_new;
 mod policy_oci;
 mod policy_replay;

@@ -106,6 +106,10 @@ berth policy sign oci://registry.example.com/policies/naming:v1 --key team.key"
 berth policy replay oci://registry.example.com/policies/placement@sha256:… --decision placement -o json"
     )]
     Replay(Box<super::policy_replay::ReplayArgs>),
+    /// What the shadow modules (`mode = "shadow"` in the policy set) decided
+    /// beside the live ones: per module, how many decisions were the same,
+    /// different, failed or dropped, and the latest differences with their inputs.
+    Diff(super::policy_diff::DiffArgs),
 }
 
 #[derive(Debug, Args)]
@@ -194,6 +198,7 @@ pub async fn run(cmd: PolicyCommand, output: Output) -> anyhow::Result<ExitCode>
         PolicyCommand::Verify(args) => super::policy_oci::verify(args, output).await,
         PolicyCommand::GenerateKey(args) => super::policy_oci::generate_key(args, output),
         PolicyCommand::Replay(args) => super::policy_replay::replay(*args, output).await,
+        PolicyCommand::Diff(args) => super::policy_diff::diff(args, output).await,
     }
 }
 

@@ -258,3 +258,94 @@ fn replay_groups_retry_changes_by_verdict() {
         Answer::Retry(RetryDecision::Done)
     ));
 }
+
+/// The sample modules live and the candidate shadowing naming and
+/// placement: `[[policy]]` tables for [`ClusterSpec::policy_tables`].
+fn shadowed_tables() -> String {
+    let path = |g: &str| guest(g).display().to_string();
+    format!(
+        "[[policy]]\nmodule = \"{}\"\nsettings = {{ prefix = \"pv\" }}\n\
+         [[policy]]\nmodule = \"{}\"\n\
+         [[policy]]\nmodule = \"{}\"\nsettings = {{ base-ms = \"20\", max-ms = \"200\" }}\n\
+         [[policy]]\nname = \"candidate\"\nmodule = \"{}\"\nmode = \"shadow\"\ndecisions = [\"naming\", \"placement\"]\nsettings = {{ prefix = \"pv\" }}\n",
+        path("berth_naming_guest"),
+        path("berth_placement_guest"),
+        path("berth_retry_guest"),
+        path("berth_candidate_guest"),
+    )
+}
+
+fn diff(c: &Cluster) -> Value {
+    serde_json::from_str(&c.ok(&["policy", "diff", "-o", "json"])).unwrap()
+}
+
+/// A shadow's counts for `decision`: (same, different, failed, dropped).
+fn shadow_counts(d: &Value, decision: &str) -> (u64, u64, u64, u64) {
+    let c = d["shadows"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .find(|c| c["decision"] == decision)
+        .cloned()
+        .unwrap_or_default();
+    let n = |k: &str| c[k].as_u64().unwrap_or_default();
+    (n("same"), n("different"), n("failed"), n("dropped"))
+}
+
+#[test]
+fn a_shadow_decides_beside_the_live_module_and_is_never_used() {
+    let port = berth_tests::free_port();
+    let extra = format!("metrics = \"127.0.0.1:{port}\"");
+    let tables = shadowed_tables();
+    let c = Cluster::start(ClusterSpec {
+        policy_tables: Some(&tables),
+        extra: &extra,
+        ..ClusterSpec::default()
+    });
+    for i in 0..4 {
+        create(&c, &format!("plain-{i}"), &[]);
+    }
+    for i in 0..3 {
+        create(&c, &format!("gold-{i}"), &["--label", "tier=gold"]);
+    }
+    let started = Instant::now();
+    let d = loop {
+        let d = diff(&c);
+        let (s, n, f, x) = shadow_counts(&d, "placement");
+        if s + n + f + x >= 7 || started.elapsed() > Duration::from_secs(10) {
+            break d;
+        }
+        std::thread::sleep(Duration::from_millis(100));
+    };
+    assert_eq!(shadow_counts(&d, "naming"), (4, 3, 0, 0), "{d}");
+    assert_eq!(shadow_counts(&d, "placement"), (4, 3, 0, 0), "{d}");
+    let differences = d["differences"].as_array().unwrap();
+    assert_eq!(differences.len(), 6);
+    for x in differences {
+        assert!(x["live"]["volume"].as_str().unwrap().starts_with("gold-"), "{x}");
+        assert!(
+            x["live"]["input"].is_object(),
+            "each difference carries its input"
+        );
+    }
+
+    // The live answers are the ones used: no volume got the candidate's name.
+    for v in c.volumes() {
+        let name = v["csi_name"].as_str().unwrap_or_default().to_string();
+        assert!(name.starts_with("pv-"), "{v}");
+    }
+    let s = berth_tests::scrape::scrape(port);
+    let by = berth_tests::scrape::by_labels(
+        &s,
+        "berth_policy_shadow_decisions_total",
+        &["decision", "module", "outcome"],
+    );
+    assert_eq!(by.get("naming candidate different"), Some(&3.0), "{by:?}");
+    assert_eq!(by.get("placement candidate same"), Some(&4.0), "{by:?}");
+
+    let text = c.ok(&["policy", "diff"]);
+    assert!(
+        text.contains("candidate shadowing naming: 4 same, 3 different, 0 failed, 0 dropped"),
+        "{text}"
+    );
+}

@@ -565,6 +565,22 @@ impl api::berth_server::Berth for BerthApi {
         }))
     }
 
+    async fn policy_diff(
+        &self,
+        _: Request<api::PolicyDiffRequest>,
+    ) -> Result<Response<api::PolicyDiffResponse>, Status> {
+        fn json<T: serde::Serialize>(all: Vec<T>) -> Vec<String> {
+            all.iter()
+                .map(|v| serde_json::to_string(v).unwrap_or_default())
+                .collect()
+        }
+        let (counts, diffs) = match self.manager.policies().shadows() {
+            Some(s) => (json(s.counts()), json(s.diffs())),
+            None => (Vec::new(), Vec::new()),
+        };
+        Ok(Response::new(api::PolicyDiffResponse { counts, diffs }))
+    }
+
     async fn plugin_status(
         &self,
         _: Request<api::PluginStatusRequest>,

@@ -25,11 +25,26 @@ pub use error::ServeError;
 
 /// The modules a config names, with the decisions each is to serve.
 pub(super) fn modules(config: &Config) -> Vec<(ModuleConfig, Vec<Decision>)> {
+    modules_in(config, false)
+}
+
+/// The modules shadowing decisions (`mode = "shadow"`).
+pub(super) fn shadow_modules(config: &Config) -> Vec<(ModuleConfig, Vec<Decision>)> {
+    modules_in(config, true)
+}
+
+fn modules_in(config: &Config, shadow: bool) -> Vec<(ModuleConfig, Vec<Decision>)> {
     config
         .policies
         .iter()
+        .filter(|p| p.shadow == shadow)
         .map(|p| (p.module.clone(), p.decisions.clone()))
         .collect()
+}
+
+/// Puts `config`'s modules, live and shadow, in service at once.
+pub(super) fn put_modules(policies: &Policies, config: &Config) -> Result<(), crate::policy::SetError> {
+    policies.replace_set(&modules(config), &shadow_modules(config))
 }
 
 /// The policy set in service, and what changes it: on SIGHUP and
@@ -148,7 +163,7 @@ impl Reloader {
 
     async fn swap(&self, config: Config) -> Result<(), ReloadError> {
         let policies = self.policies.clone();
-        tokio::task::spawn_blocking(move || policies.replace_all(&modules(&config)))
+        tokio::task::spawn_blocking(move || put_modules(&policies, &config))
             .await
             .map_err(ReloadError::Stopped)??;
         Ok(())

@@ -145,7 +145,7 @@ pub async fn prepare(config: &Config, stored: Option<&PolicySetRecord>) -> Resul
             crate::policy::PolicyEngine::new(options).map_err(|e| ReloadError::Engine(format!("{e:#}")))?;
         let policies =
             crate::policy::Policies::new(Arc::new(engine), crate::policy::builtin::Builtins::default());
-        policies.replace_all(&super::modules(&effective))?;
+        super::put_modules(&policies, &effective)?;
         Ok(text)
     })
     .await

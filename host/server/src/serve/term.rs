@@ -10,7 +10,7 @@ use berth_proto::berth::v1::berth_server::BerthServer;
 use tokio_stream::wrappers::UnixListenerStream;
 
 use super::endpoints::{Forwarded, bind_tls, serve_cluster, serve_cluster_tls, start_node_agents};
-use super::{Reloader, ServeError, modules};
+use super::{Reloader, ServeError};
 use crate::api::{self, BerthApi};
 use crate::cluster::Directory;
 use crate::cluster::pki::ClusterCa;
@@ -63,7 +63,7 @@ pub(super) fn engine_options(config: &Config) -> EngineOptions {
 fn policies(config: &Config) -> Result<Arc<Policies>, ServeError> {
     let engine = PolicyEngine::new(engine_options(config)).map_err(ServeError::Engine)?;
     let policies = Arc::new(Policies::new(Arc::new(engine), Builtins::default()));
-    policies.replace_all(&modules(config))?;
+    super::put_modules(&policies, config)?;
     for s in policies.stats() {
         tracing::info!(module = %s.module, decisions = ?s.decisions, "policy module loaded");
     }

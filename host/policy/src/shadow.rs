@@ -1,0 +1,176 @@
+//! Shadow modules: a candidate that decides beside the live module on every
+//! live decision, after the live answer and off its path (a bounded queue;
+//! what a busy queue drops is counted), its answer compared and never used.
+
+use std::collections::VecDeque;
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::{Arc, Mutex};
+
+use serde::Serialize;
+use tokio::sync::mpsc;
+
+use crate::logged::{Answer, Compared, Difference, Logged, compare};
+use crate::{Decision, PolicyEngine, PolicyModule};
+
+/// Live decisions waiting for their shadow; past this, shadowing drops them.
+const QUEUE: usize = 1024;
+/// Differences kept for `berth policy diff`, newest last.
+pub const DIFFS_KEPT: usize = 100;
+
+/// How a shadow decision came out.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize)]
+#[serde(rename_all = "kebab-case")]
+pub enum ShadowOutcome {
+    Same,
+    Different,
+    Failed,
+    Dropped,
+}
+
+impl ShadowOutcome {
+    pub fn as_str(self) -> &'static str {
+        match self {
+            ShadowOutcome::Same => "same",
+            ShadowOutcome::Different => "different",
+            ShadowOutcome::Failed => "failed",
+            ShadowOutcome::Dropped => "dropped",
+        }
+    }
+}
+
+/// One live decision the shadow answered otherwise (or failed on).
+#[derive(Clone, Debug, Serialize)]
+pub struct ShadowDiff {
+    pub shadow: String,
+    pub shadow_digest: String,
+    /// The live decision: its input, answer, module and digest.
+    pub live: Logged,
+    pub shadow_answer: Answer,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub difference: Option<Difference>,
+}
+
+/// Counts of one shadow module's outcomes for one decision.
+#[derive(Clone, Debug, Default, Serialize)]
+pub struct ShadowCounts {
+    pub decision: Option<Decision>,
+    pub module: String,
+    pub digest: String,
+    pub same: u64,
+    pub different: u64,
+    pub failed: u64,
+    pub dropped: u64,
+}
+
+#[derive(Default)]
+struct Counts([AtomicU64; 4]);
+
+/// The shadows' queue, worker and findings.
+pub struct Shadows {
+    tx: mpsc::Sender<(Arc<PolicyModule>, Logged)>,
+    state: Arc<State>,
+}
+
+#[derive(Default)]
+struct State {
+    diffs: Mutex<VecDeque<ShadowDiff>>,
+    /// By (decision, module digest).
+    counts: Mutex<Vec<((Decision, String, String), Arc<Counts>)>>,
+}
+
+impl State {
+    fn counts(&self, decision: Decision, module: &PolicyModule) -> Arc<Counts> {
+        let key = (decision, module.name().to_string(), module.digest().to_string());
+        let mut all = self.counts.lock().unwrap_or_else(|p| p.into_inner());
+        if let Some((_, c)) = all.iter().find(|(k, _)| *k == key) {
+            return c.clone();
+        }
+        let c = Arc::new(Counts::default());
+        all.push((key, c.clone()));
+        c
+    }
+
+    fn count(&self, decision: Decision, module: &PolicyModule, outcome: ShadowOutcome) {
+        self.counts(decision, module).0[outcome as usize].fetch_add(1, Ordering::Relaxed);
+        berth_metrics::shadow(module.name(), decision.interface(), outcome.as_str());
+    }
+}
+
+impl Shadows {
+    /// Starts the worker (on the current runtime).
+    pub fn start(engine: Arc<PolicyEngine>) -> Shadows {
+        let (tx, mut rx) = mpsc::channel::<(Arc<PolicyModule>, Logged)>(QUEUE);
+        let state = Arc::new(State::default());
+        let s = state.clone();
+        tokio::spawn(async move {
+            while let Some((module, live)) = rx.recv().await {
+                let decision = live.input.decision();
+                let input = live.input.clone().with_settings(module.settings());
+                let answer = crate::replay::ask(&engine, &module, &input).await;
+                let (outcome, difference) = match &answer {
+                    Answer::Failed { .. } => (ShadowOutcome::Failed, None),
+                    a => match compare(&live, a) {
+                        Compared::Same => (ShadowOutcome::Same, None),
+                        Compared::Different(d) => (ShadowOutcome::Different, Some(d)),
+                    },
+                };
+                s.count(decision, &module, outcome);
+                if outcome != ShadowOutcome::Same {
+                    let mut diffs = s.diffs.lock().unwrap_or_else(|p| p.into_inner());
+                    if diffs.len() >= DIFFS_KEPT {
+                        diffs.pop_front();
+                    }
+                    diffs.push_back(ShadowDiff {
+                        shadow: module.name().to_string(),
+                        shadow_digest: module.digest().to_string(),
+                        live,
+                        shadow_answer: answer,
+                        difference,
+                    });
+                }
+            }
+        });
+        Shadows { tx, state }
+    }
+
+    /// Queues `live` for `module`, never waiting.
+    pub fn offer(&self, module: Arc<PolicyModule>, live: &Logged) {
+        let decision = live.input.decision();
+        if let Err(
+            mpsc::error::TrySendError::Full((module, _)) | mpsc::error::TrySendError::Closed((module, _)),
+        ) = self.tx.try_send((module, live.clone()))
+        {
+            self.state.count(decision, &module, ShadowOutcome::Dropped);
+        }
+    }
+
+    /// The latest differences, oldest first.
+    pub fn diffs(&self) -> Vec<ShadowDiff> {
+        self.state
+            .diffs
+            .lock()
+            .unwrap_or_else(|p| p.into_inner())
+            .iter()
+            .cloned()
+            .collect()
+    }
+
+    /// Every shadow module's counts so far.
+    pub fn counts(&self) -> Vec<ShadowCounts> {
+        let all = self.state.counts.lock().unwrap_or_else(|p| p.into_inner());
+        all.iter()
+            .map(|((decision, module, digest), c)| {
+                let n = |o: ShadowOutcome| c.0[o as usize].load(Ordering::Relaxed);
+                ShadowCounts {
+                    decision: Some(*decision),
+                    module: module.clone(),
+                    digest: digest.clone(),
+                    same: n(ShadowOutcome::Same),
+                    different: n(ShadowOutcome::Different),
+                    failed: n(ShadowOutcome::Failed),
+                    dropped: n(ShadowOutcome::Dropped),
+                }
+            })
+            .collect()
+    }
+}
