@@ -71,11 +71,13 @@ pub struct Shadows {
     state: Arc<State>,
 }
 
+/// A shadow's counts are kept by decision, module name and digest.
+type ShadowKey = (Decision, String, String);
+
 #[derive(Default)]
 struct State {
     diffs: Mutex<VecDeque<ShadowDiff>>,
-    /// By (decision, module digest).
-    counts: Mutex<Vec<((Decision, String, String), Arc<Counts>)>>,
+    counts: Mutex<Vec<(ShadowKey, Arc<Counts>)>>,
 }
 
 impl State {
