@@ -39,6 +39,11 @@
 //! dir = "nodes/node-a"                  # staging and publish paths live here
 //! plugins = { hostpath = "unix:///run/csi/node-a.sock" }
 //!
+//! [policy_guard]                        # after `berth policy promote`: roll back by itself
+//! failure_share = 0.2                   # when more of the promoted modules' decisions fail (0: never)
+//! window = "10m"                        # within this long of the promotion
+//! min_decisions = 10                    # once they made at least this many
+//!
 //! [[policy]]
 //! module = "naming.wasm"
 //! decisions = ["naming"]                # default: all it exports
@@ -81,6 +86,7 @@ struct Raw {
     store: Option<RawStore>,
     oci: Option<oci::RawOci>,
     policy_trust: Option<oci::RawTrust>,
+    policy_guard: Option<guard::RawGuard>,
     #[serde(default, rename = "plugin")]
     plugins: Vec<RawPlugin>,
     #[serde(default, rename = "node")]
@@ -161,6 +167,8 @@ pub struct Config {
     pub policy_cache: PathBuf,
     /// Whose signatures modules from a registry need (`[policy_trust]`).
     pub policy_trust: berth_oci::Trust,
+    /// When a promotion is rolled back by itself (`[policy_guard]`).
+    pub policy_guard: guard::PolicyGuard,
 }
 
 #[derive(Clone, Debug)]
@@ -372,6 +380,7 @@ impl Config {
             oci,
             policy_cache,
             policy_trust,
+            policy_guard: guard::guard(raw.policy_guard)?,
             state,
             etcd,
             api,
@@ -454,6 +463,7 @@ pub(crate) fn size(key: &str, value: Option<&str>, default: usize) -> Result<usi
     }
 }
 
+pub mod guard;
 mod oci;
 pub mod policy_set;
 mod server_names;

@@ -41,6 +41,13 @@ pub struct RawPolicy {
     settings: BTreeMap<String, String>,
 }
 
+impl RawPolicy {
+    /// Serves (or shadows) exactly `decisions`.
+    pub fn set_decisions(&mut self, decisions: &[Decision]) {
+        self.decisions = decisions.iter().map(ToString::to_string).collect();
+    }
+}
+
 /// Whether a module's answers are used.
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(rename_all = "kebab-case")]

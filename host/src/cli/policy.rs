@@ -110,6 +110,28 @@ berth policy replay oci://registry.example.com/policies/placement@sha256:… --d
     /// beside the live ones: per module, how many decisions were the same,
     /// different, failed or dropped, and the latest differences with their inputs.
     Diff(super::policy_diff::DiffArgs),
+    /// Make the module shadowing a decision live in its place, on every
+    /// server, as the set's next version. For the guard's window
+    /// ([policy_guard]) Berth rolls back by itself if the promoted module
+    /// fails too many of its decisions.
+    #[command(after_help = "Example:\n  berth policy promote --decision naming")]
+    Promote {
+        /// The decision (default: every decision a module shadows).
+        #[arg(long)]
+        decision: Option<Decision>,
+        #[command(flatten)]
+        api: super::client::ApiArgs,
+    },
+    /// Return to an earlier version of the policy set (the one before by
+    /// default), stored as the next version; `policy status` lists the kept ones.
+    #[command(after_help = "Examples:\n  berth policy rollback\n  berth policy rollback --to 3")]
+    Rollback {
+        /// The version to return to.
+        #[arg(long)]
+        to: Option<u64>,
+        #[command(flatten)]
+        api: super::client::ApiArgs,
+    },
 }
 
 #[derive(Debug, Args)]
@@ -199,6 +221,8 @@ pub async fn run(cmd: PolicyCommand, output: Output) -> anyhow::Result<ExitCode>
         PolicyCommand::GenerateKey(args) => super::policy_oci::generate_key(args, output),
         PolicyCommand::Replay(args) => super::policy_replay::replay(*args, output).await,
         PolicyCommand::Diff(args) => super::policy_diff::diff(args, output).await,
+        PolicyCommand::Promote { decision, api } => super::policy_set::promote(decision, api, output).await,
+        PolicyCommand::Rollback { to, api } => super::policy_set::rollback(to, api, output).await,
     }
 }
 

@@ -1,5 +1,5 @@
-//! `berth policy apply` and `berth policy status`: the cluster's policy set,
-//! stored with a version, every module pinned by digest.
+//! `berth policy apply`, `status`, `promote` and `rollback`: the cluster's
+//! policy set, stored with a version and its history, every module pinned by digest.
 
 use std::path::PathBuf;
 use std::process::ExitCode;
@@ -23,6 +23,23 @@ struct SetView {
     policies: Vec<PolicyView>,
     /// With several servers: the set each one has prepared, or why it cannot.
     servers: Vec<ServerView>,
+    /// How this version came to be: apply, promote, rollback (and why).
+    #[serde(skip_serializing_if = "String::is_empty")]
+    change: String,
+    /// After a promotion: the decisions the guard watches.
+    #[serde(skip_serializing_if = "Vec::is_empty")]
+    promoted: Vec<String>,
+    /// The versions kept before this one, newest last.
+    history: Vec<PriorView>,
+}
+
+#[derive(Serialize)]
+struct PriorView {
+    version: u64,
+    applied_ms: u64,
+    applied_by: String,
+    #[serde(skip_serializing_if = "String::is_empty")]
+    change: String,
 }
 
 #[derive(Serialize)]
@@ -69,6 +86,18 @@ fn view(set: api::PolicySet) -> SetView {
                 error: s.policy_error,
             })
             .collect(),
+        change: set.change,
+        promoted: set.promoted,
+        history: set
+            .history
+            .into_iter()
+            .map(|p| PriorView {
+                version: p.version,
+                applied_ms: p.applied_ms,
+                applied_by: p.applied_by,
+                change: p.change,
+            })
+            .collect(),
     }
 }
 
@@ -83,6 +112,19 @@ fn print(v: &SetView, output: Output) -> anyhow::Result<()> {
                     std::time::UNIX_EPOCH + std::time::Duration::from_millis(v.applied_ms),
                 );
                 say!("{:<10}{} (applied {at} by {})", "set", v.version, v.applied_by);
+                if !v.change.is_empty() {
+                    say!("{:<10}{}", "change", v.change);
+                }
+                if let Some(p) = v.history.last() {
+                    let kept: Vec<String> = v.history.iter().map(|p| p.version.to_string()).collect();
+                    say!(
+                        "{:<10}{} before it ({}); kept for rollback: {}",
+                        "history",
+                        p.version,
+                        if p.change.is_empty() { "apply" } else { &p.change },
+                        kept.join(", ")
+                    );
+                }
             }
             for m in &v.modules {
                 match &m.digest {
@@ -132,6 +174,38 @@ pub async fn status(api: ApiArgs, output: Output) -> anyhow::Result<ExitCode> {
     let mut client = connect(&api.api).await?;
     let set = client
         .get_policy_set(api::GetPolicySetRequest {})
+        .await
+        .map_err(grpc)?
+        .into_inner();
+    print(&view(set), output)?;
+    Ok(ExitCode::SUCCESS)
+}
+
+/// `berth policy promote`.
+pub async fn promote(
+    decision: Option<berth::policy::Decision>,
+    api: ApiArgs,
+    output: Output,
+) -> anyhow::Result<ExitCode> {
+    let mut client = connect(&api.api).await?;
+    let set = client
+        .promote_policy(api::PromotePolicyRequest {
+            decision: decision.map(|d| d.to_string()).unwrap_or_default(),
+        })
+        .await
+        .map_err(grpc)?
+        .into_inner();
+    print(&view(set), output)?;
+    Ok(ExitCode::SUCCESS)
+}
+
+/// `berth policy rollback`.
+pub async fn rollback(to: Option<u64>, api: ApiArgs, output: Output) -> anyhow::Result<ExitCode> {
+    let mut client = connect(&api.api).await?;
+    let set = client
+        .rollback_policy(api::RollbackPolicyRequest {
+            version: to.unwrap_or(0),
+        })
         .await
         .map_err(grpc)?
         .into_inner();

@@ -110,6 +110,73 @@ pub struct PolicySetRecord {
     #[serde(default)]
     pub applied_by: String,
     pub text: String,
+    /// How this version came to be: `apply`, `promote naming`, `rollback to
+    /// version 3`, or the guard's reason for rolling back. Sets stored before
+    /// rollouts have none.
+    #[serde(default, skip_serializing_if = "String::is_empty")]
+    pub change: String,
+    /// After a promotion, the decisions promoted: the guard watches their
+    /// modules until its window closes.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub promoted: Vec<String>,
+    /// The versions before this one, newest last (at most [`SET_HISTORY`]):
+    /// what a rollback returns to.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub history: Vec<PriorSet>,
+}
+
+/// Versions of the policy set kept for rollback.
+pub const SET_HISTORY: usize = 8;
+
+/// An earlier version of the policy set.
+#[derive(Clone, Debug, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
+pub struct PriorSet {
+    pub version: u64,
+    pub applied_ms: u64,
+    #[serde(default)]
+    pub applied_by: String,
+    pub text: String,
+    #[serde(default, skip_serializing_if = "String::is_empty")]
+    pub change: String,
+}
+
+impl PolicySetRecord {
+    /// The version after this one: `text`, stored by `server` for `change`,
+    /// with this one kept in the history.
+    pub fn next(&self, text: String, server: &str, change: String, promoted: Vec<String>) -> PolicySetRecord {
+        let mut history = self.history.clone();
+        history.push(PriorSet {
+            version: self.version,
+            applied_ms: self.applied_ms,
+            applied_by: self.applied_by.clone(),
+            text: self.text.clone(),
+            change: self.change.clone(),
+        });
+        let over = history.len().saturating_sub(SET_HISTORY);
+        history.drain(..over);
+        PolicySetRecord {
+            version: self.version + 1,
+            applied_ms: berth_model::clock::now_ms(),
+            applied_by: server.to_string(),
+            text,
+            change,
+            promoted,
+            history,
+        }
+    }
+
+    /// The first version.
+    pub fn first(text: String, server: &str, change: String) -> PolicySetRecord {
+        PolicySetRecord {
+            version: 1,
+            applied_ms: berth_model::clock::now_ms(),
+            applied_by: server.to_string(),
+            text,
+            change,
+            promoted: Vec::new(),
+            history: Vec::new(),
+        }
+    }
 }
 
 /// Where volume records live. Writes return once durable; concurrent writes

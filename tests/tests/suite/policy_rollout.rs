@@ -153,6 +153,16 @@ fn the_decision_log_keeps_the_newest_of_each_kind_in_either_store() {
             store: store.clone(),
             ..ClusterSpec::default()
         });
+        // On etcd the API answers (and passes calls on) before the server leads.
+        berth_tests::wait_for(
+            "a leader",
+            Duration::from_secs(30),
+            || {
+                c.summary()
+                    .is_some_and(|s| store.is_none() || s.servers.iter().any(|s| s.leader))
+            },
+            || c.log(),
+        );
         for i in 0..8 {
             create(&c, &format!("v{i}"), &[]);
         }
@@ -348,4 +358,138 @@ fn a_shadow_decides_beside_the_live_module_and_is_never_used() {
         text.contains("candidate shadowing naming: 4 same, 3 different, 0 failed, 0 dropped"),
         "{text}"
     );
+}
+
+fn status_via(c: &Cluster, i: usize) -> Value {
+    serde_json::from_str(&c.ok_via(i, &["policy", "status", "-o", "json"])).unwrap()
+}
+
+/// Creates a gold volume through server `i`; its backend name.
+fn gold_name_via(c: &Cluster, i: usize, name: &str) -> String {
+    c.ok_via(
+        i,
+        &[
+            "volume",
+            "create",
+            name,
+            "--plugin",
+            "hostpath",
+            "--label",
+            "tier=gold",
+            "--wait",
+        ],
+    );
+    let v: Value = serde_json::from_str(&c.ok_via(i, &["volume", "get", name, "-o", "json"])).unwrap();
+    v["csi_name"].as_str().unwrap().to_string()
+}
+
+#[test]
+fn promotion_and_rollback_are_versions_every_leader_runs() {
+    let etcd = EtcdCluster::start(3);
+    let tables = shadowed_tables();
+    let mut c = Cluster::start(ClusterSpec {
+        servers: 3,
+        tls: true,
+        agents: true,
+        policy_tables: Some(&tables),
+        store: Some(format!(
+            "{}lease_ttl = \"2s\"\n",
+            etcd.store_config("/berth-rollout")
+        )),
+        ..ClusterSpec::default()
+    });
+    let leader = c.wait_leader(&[0, 1, 2], Duration::from_secs(30));
+    assert!(gold_name_via(&c, leader, "g1").starts_with("pv-"));
+
+    let promoted: Value = serde_json::from_str(&c.ok_via(
+        leader,
+        &["policy", "promote", "--decision", "naming", "-o", "json"],
+    ))
+    .unwrap();
+    assert_eq!(promoted["version"], 2, "{promoted:#}");
+    assert_eq!(promoted["promoted"], serde_json::json!(["naming"]));
+    assert!(promoted["change"].as_str().unwrap().starts_with("promote naming"));
+    assert!(gold_name_via(&c, leader, "g2").starts_with("gold-pv-"));
+    // Placement is still only shadowed: nothing shadows naming any more.
+    let again = c.berth_via(leader, &["policy", "promote", "--decision", "naming"]);
+    assert!(!again.status.success());
+    assert!(berth_tests::texts(&again).1.contains("no module shadows naming"));
+
+    c.kill_server(leader);
+    let others: Vec<usize> = (0..3).filter(|i| *i != leader).collect();
+    let next = c.wait_leader(&others, Duration::from_secs(30));
+    assert_eq!(status_via(&c, next)["version"], 2);
+    assert!(gold_name_via(&c, next, "g3").starts_with("gold-pv-"));
+
+    let rolled: Value = serde_json::from_str(&c.ok_via(next, &["policy", "rollback", "-o", "json"])).unwrap();
+    assert_eq!(rolled["version"], 3);
+    assert!(
+        rolled["change"]
+            .as_str()
+            .unwrap()
+            .starts_with("rollback to version 1"),
+        "{rolled:#}"
+    );
+    let history: Vec<u64> = rolled["history"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|h| h["version"].as_u64().unwrap())
+        .collect();
+    assert_eq!(history, [1, 2]);
+    assert!(gold_name_via(&c, next, "g4").starts_with("pv-"));
+
+    c.kill_server(next);
+    let last: Vec<usize> = others.iter().copied().filter(|i| *i != next).collect();
+    let third = c.wait_leader(&last, Duration::from_secs(30));
+    assert_eq!(status_via(&c, third)["version"], 3);
+    assert!(gold_name_via(&c, third, "g5").starts_with("pv-"));
+}
+
+#[test]
+fn the_guard_rolls_back_a_promoted_module_that_starts_failing() {
+    let tables = shadowed_tables();
+    let c = Cluster::start(ClusterSpec {
+        policy_tables: Some(&tables),
+        extra: "[policy_guard]\nfailure_share = 0.3\nmin_decisions = 4\nwindow = \"5m\"",
+        ..ClusterSpec::default()
+    });
+    c.ok(&["policy", "promote", "--decision", "naming"]);
+    // The promoted module names two volumes, then traps on three.
+    for i in 0..2 {
+        create(&c, &format!("ok-{i}"), &[]);
+    }
+    for i in 0..3 {
+        c.ok(&[
+            "volume",
+            "create",
+            &format!("bug-{i}"),
+            "--plugin",
+            "hostpath",
+            "--label",
+            "candidate=trap",
+        ]);
+    }
+    let started = Instant::now();
+    let status = loop {
+        let s: Value = serde_json::from_str(&c.ok(&["policy", "status", "-o", "json"])).unwrap();
+        if s["version"] == 3 || started.elapsed() > Duration::from_secs(20) {
+            break s;
+        }
+        std::thread::sleep(Duration::from_millis(200));
+    };
+    assert_eq!(status["version"], 3, "{status:#}\n{}", c.log());
+    let change = status["change"].as_str().unwrap();
+    assert!(
+        change.starts_with("rollback to version 1 (guard: candidate failed"),
+        "{change}"
+    );
+    assert!(c.log().contains("rolling the promotion back"), "{}", c.log());
+    assert_eq!(
+        status["promoted"],
+        Value::Null,
+        "nothing left for the guard to watch"
+    );
+    // Back on the sample: a volume the candidate could not name is named now.
+    create(&c, "after", &["--label", "candidate=trap"]);
 }

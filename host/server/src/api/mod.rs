@@ -35,6 +35,10 @@ pub trait PolicyReload: Send + Sync {
     /// (relative module paths from `base`).
     async fn apply(&self, text: &str, base: &std::path::Path) -> Result<SetInService, ReloadError>;
     async fn in_service(&self) -> SetInService;
+    /// Makes the module shadowing `decision` (every shadowed one when `None`) live.
+    async fn promote(&self, decision: Option<crate::policy::Decision>) -> Result<SetInService, ReloadError>;
+    /// Returns to version `to` (the one before when `None`).
+    async fn rollback(&self, to: Option<u64>) -> Result<SetInService, ReloadError>;
 }
 
 /// The policy set in service and its modules' counters.
@@ -60,6 +64,9 @@ pub enum ReloadError {
     Engine(String),
     #[error("the reload stopped: {0}")]
     Stopped(tokio::task::JoinError),
+    /// A promotion or rollback that cannot be done as asked.
+    #[error("{0}")]
+    Rollout(String),
 }
 
 pub struct BerthApi {
@@ -565,6 +572,28 @@ impl api::berth_server::Berth for BerthApi {
         }))
     }
 
+    async fn promote_policy(
+        &self,
+        request: Request<api::PromotePolicyRequest>,
+    ) -> Result<Response<api::PolicySet>, Status> {
+        let r = request.into_inner();
+        let decision = match r.decision.as_str() {
+            "" => None,
+            d => Some(d.parse().map_err(Status::invalid_argument)?),
+        };
+        let set = self.reloader.promote(decision).await.map_err(status)?;
+        Ok(Response::new(policy_set(set, self.servers().await)))
+    }
+
+    async fn rollback_policy(
+        &self,
+        request: Request<api::RollbackPolicyRequest>,
+    ) -> Result<Response<api::PolicySet>, Status> {
+        let to = Some(request.into_inner().version).filter(|v| *v > 0);
+        let set = self.reloader.rollback(to).await.map_err(status)?;
+        Ok(Response::new(policy_set(set, self.servers().await)))
+    }
+
     async fn policy_diff(
         &self,
         _: Request<api::PolicyDiffRequest>,
@@ -622,11 +651,10 @@ impl api::berth_server::Berth for BerthApi {
 }
 
 fn policy_set(s: SetInService, servers: Vec<api::Server>) -> api::PolicySet {
-    let set = s.set.unwrap_or(crate::store::PolicySetRecord {
+    let set = s.set.unwrap_or_else(|| crate::store::PolicySetRecord {
         version: 0,
         applied_ms: 0,
-        applied_by: String::new(),
-        text: String::new(),
+        ..crate::store::PolicySetRecord::first(String::new(), "", String::new())
     });
     api::PolicySet {
         version: set.version,
@@ -635,5 +663,18 @@ fn policy_set(s: SetInService, servers: Vec<api::Server>) -> api::PolicySet {
         text: set.text,
         policies: counters(s.stats),
         servers,
+        change: set.change,
+        history: set
+            .history
+            .into_iter()
+            .map(|p| api::PriorPolicySet {
+                version: p.version,
+                applied_ms: p.applied_ms,
+                applied_by: p.applied_by,
+                change: p.change,
+                text: p.text,
+            })
+            .collect(),
+        promoted: set.promoted,
     }
 }

@@ -9,6 +9,7 @@ mod error;
 pub mod modules;
 pub mod policy_set;
 mod replicated;
+mod rollout;
 pub(crate) mod term;
 
 use std::future::Future;
@@ -82,6 +83,21 @@ impl crate::api::PolicyReload for Arc<Reloader> {
         outcome
     }
 
+    async fn promote(
+        &self,
+        decision: Option<crate::policy::Decision>,
+    ) -> Result<crate::api::SetInService, ReloadError> {
+        let outcome = Reloader::promote(self, decision).await;
+        log_outcome(&outcome);
+        outcome
+    }
+
+    async fn rollback(&self, to: Option<u64>) -> Result<crate::api::SetInService, ReloadError> {
+        let outcome = Reloader::rollback(self, to, "asked by an operator").await;
+        log_outcome(&outcome);
+        outcome
+    }
+
     async fn in_service(&self) -> crate::api::SetInService {
         crate::api::SetInService {
             set: self.set.lock().await.clone(),
@@ -141,16 +157,29 @@ impl Reloader {
         draft: crate::config::policy_set::SetDraft,
     ) -> Result<crate::api::SetInService, ReloadError> {
         let pinned = policy_set::pin(draft, &self.config).await?;
-        let text = pinned.text();
+        self.store_version(pinned.text(), "apply".into(), Vec::new(), |_| Ok(()))
+            .await
+    }
+
+    /// Loads `text` and stores it as the next version (for `change`), unless
+    /// it is the set in service already. `check` sees the set in service
+    /// first, under the same lock (a promotion or rollback checks it is still
+    /// what it was asked of).
+    pub(super) async fn store_version(
+        &self,
+        text: String,
+        change: String,
+        promoted: Vec<String>,
+        check: impl FnOnce(Option<&crate::store::PolicySetRecord>) -> Result<(), ReloadError>,
+    ) -> Result<crate::api::SetInService, ReloadError> {
         let config = policy_set::effective(&self.config, &text).await?;
         let mut current = self.set.lock().await;
+        check(current.as_ref())?;
         self.swap(config).await?;
         if current.as_ref().is_none_or(|s| s.text != text) {
-            let next = crate::store::PolicySetRecord {
-                version: current.as_ref().map_or(1, |s| s.version + 1),
-                applied_ms: crate::model::clock::now_ms(),
-                applied_by: self.server.clone(),
-                text,
+            let next = match current.as_ref() {
+                Some(c) => c.next(text, &self.server, change, promoted),
+                None => crate::store::PolicySetRecord::first(text, &self.server, change),
             };
             self.store.put_policy_set(&next).await?;
             *current = Some(next);

@@ -110,12 +110,7 @@ pub async fn in_service(
     };
     let text = pin(own, &config).await?.text();
     let effective = effective(&config, &text).await?;
-    let set = PolicySetRecord {
-        version: 1,
-        applied_ms: crate::model::clock::now_ms(),
-        applied_by: server.to_string(),
-        text,
-    };
+    let set = PolicySetRecord::first(text, server, "seeded from berth.toml".into());
     store.put_policy_set(&set).await?;
     tracing::info!(
         version = 1,

@@ -264,6 +264,7 @@ pub(super) async fn lead(
         server,
     });
     let sighup = reloader.clone().on_sighup()?;
+    let guard = reloader.clone().guard();
     let api = Arc::new(BerthApi::new(
         manager.clone(),
         Arc::new(reloader),
@@ -311,5 +312,6 @@ pub(super) async fn lead(
         .serve_with_incoming_shutdown(UnixListenerStream::new(listener), shutdown);
     let result = serving.await.map_err(ServeError::Serving);
     sighup.abort();
+    guard.abort();
     result
 }

@@ -3,7 +3,9 @@
 //!
 //! - naming: a volume labelled `tier=gold` is named `gold-<the sample's name>`;
 //! - placement: a volume labelled `tier=gold` is refused on nodes in `zone=b`;
-//! - retry: RESOURCE_EXHAUSTED is given up on instead of retried.
+//! - retry: RESOURCE_EXHAUSTED is given up on instead of retried;
+//! - and it traps naming a volume labelled `candidate=trap`, as a module with
+//!   a bug that only some inputs reach.
 //!
 //! The replay and shadow tests count on these differences and no others.
 
@@ -27,6 +29,9 @@ fn gold(labels: &berth_guest::Pairs) -> bool {
 
 impl Naming for Candidate {
     fn volume_name(request: NamingRequest) -> Result<String, String> {
+        if get(&request.volume.labels, "candidate") == Some("trap") {
+            panic!("the candidate's bug: a volume labelled candidate=trap");
+        }
         let is_gold = gold(&request.volume.labels);
         let name = naming::SampleNaming::volume_name(request)?;
         Ok(if is_gold { format!("gold-{name}") } else { name })
