@@ -10,7 +10,7 @@
 //! as a share of it. Each phase also counts the CPU time Berth, the plugins
 //! and the driver spent per volume, which shows where a limit comes from.
 //!
-//! `cargo xtask bench-e2e [--volumes N[,N...]] [--rounds R] [--policies native,wasm,3-nodes,3-agents,etcd,metrics,no-events,limit]
+//! `cargo xtask bench-e2e [--volumes N[,N...]] [--rounds R] [--policies native,wasm,shadow,3-nodes,3-agents,etcd,metrics,no-events,limit]
 //! [--volumes-dir DIR]` (release binaries; defaults: 1000 volumes, 3 rounds;
 //! the plugin's volumes and the nodes' mount points on /dev/shm unless
 //! `--volumes-dir` says otherwise).
@@ -141,6 +141,8 @@ struct Setup {
     metrics: bool,
     /// Extra `berth.toml` lines.
     extra: &'static str,
+    /// With `guests`: decisions a second module shadows (the candidate guest).
+    shadow: &'static [&'static str],
     /// No Berth: the plugin processes driven directly, the same calls per
     /// volume with the same requests in flight (the limit).
     direct: bool,
@@ -155,16 +157,23 @@ const NATIVE: Setup = Setup {
     etcd: false,
     metrics: false,
     extra: "",
+    shadow: &[],
     direct: false,
 };
 
 const THREE_NODES: &[&str] = &["node-a", "node-b", "node-c"];
 
-const SETUPS: [Setup; 8] = [
+const SETUPS: [Setup; 9] = [
     NATIVE,
     Setup {
         label: "wasm",
         guests: true,
+        ..NATIVE
+    },
+    Setup {
+        label: "shadow",
+        guests: true,
+        shadow: &["naming", "placement", "retry"],
         ..NATIVE
     },
     Setup {
@@ -255,6 +264,7 @@ fn run(n: usize, setup: &Setup, volumes_dir: Option<&Path>) -> Run {
         extra: &extra,
         store: etcd.as_ref().map(|e| e.store_config("/berth-bench")),
         guests: setup.guests,
+        shadow: setup.shadow,
         nodes: setup.nodes.iter().map(|n| (*n, "a")).collect(),
         agents: setup.agents,
         // Agents on other machines speak TLS: so do these.
@@ -422,6 +432,11 @@ fn main() {
         let of = |label: &str| sets.iter().position(|s| s.label == label).map(|i| &up[i]);
         for (what, over, under) in [
             ("WASM create+publish throughput is {}× native", "wasm", "native"),
+            (
+                "create+publish throughput with every decision shadowed by a second module is {}× without (WASM)",
+                "shadow",
+                "wasm",
+            ),
             (
                 "create+publish throughput through three agents is {}× three in-process nodes",
                 "3-agents",

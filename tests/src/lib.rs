@@ -171,6 +171,9 @@ pub struct ClusterSpec<'a> {
     pub guest_dir: Option<&'a Path>,
     /// `[[policy]]` (and `[oci]`) tables instead of the sample guests' own.
     pub policy_tables: Option<&'a str>,
+    /// With `guests`: the candidate guest shadowing these decisions beside
+    /// the samples (`mode = "shadow"`).
+    pub shadow: &'a [&'a str],
     /// Tables at the end of one server's config only, by server index.
     pub server_tables: Vec<(usize, &'a str)>,
     /// Serve each node by a `berth agent` process (heartbeat timeout 1 s)
@@ -201,6 +204,7 @@ impl Default for ClusterSpec<'_> {
             volumes_dir: None,
             guest_dir: None,
             policy_tables: None,
+            shadow: &[],
             server_tables: vec![],
             agents: false,
             tls: false,
@@ -299,13 +303,23 @@ impl Cluster {
         let guests = if let Some(tables) = spec.policy_tables {
             tables.to_string()
         } else if spec.guests {
-            format!(
+            let mut tables = format!(
                 "[[policy]]\nmodule = \"{}\"\nsettings = {{ prefix = \"pv\" }}\n[[policy]]\nmodule = \"{}\"\n[[policy]]\nmodule = \"{}\"\nsettings = {{ {} }}\n",
                 guest("berth_naming_guest").display(),
                 guest("berth_placement_guest").display(),
                 guest("berth_retry_guest").display(),
                 spec.retry_settings
-            )
+            );
+            if !spec.shadow.is_empty() {
+                let decisions: Vec<String> = spec.shadow.iter().map(|d| format!("{d:?}")).collect();
+                tables += &format!(
+                    "[[policy]]\nname = \"candidate\"\nmodule = \"{}\"\nmode = \"shadow\"\ndecisions = [{}]\nsettings = {{ prefix = \"pv\", {} }}\n",
+                    guest("berth_candidate_guest").display(),
+                    decisions.join(", "),
+                    spec.retry_settings
+                );
+            }
+            tables
         } else {
             String::new()
         };

@@ -269,22 +269,6 @@ fn replay_groups_retry_changes_by_verdict() {
     ));
 }
 
-/// The sample modules live and the candidate shadowing naming and
-/// placement: `[[policy]]` tables for [`ClusterSpec::policy_tables`].
-fn shadowed_tables() -> String {
-    let path = |g: &str| guest(g).display().to_string();
-    format!(
-        "[[policy]]\nmodule = \"{}\"\nsettings = {{ prefix = \"pv\" }}\n\
-         [[policy]]\nmodule = \"{}\"\n\
-         [[policy]]\nmodule = \"{}\"\nsettings = {{ base-ms = \"20\", max-ms = \"200\" }}\n\
-         [[policy]]\nname = \"candidate\"\nmodule = \"{}\"\nmode = \"shadow\"\ndecisions = [\"naming\", \"placement\"]\nsettings = {{ prefix = \"pv\" }}\n",
-        path("berth_naming_guest"),
-        path("berth_placement_guest"),
-        path("berth_retry_guest"),
-        path("berth_candidate_guest"),
-    )
-}
-
 fn diff(c: &Cluster) -> Value {
     serde_json::from_str(&c.ok(&["policy", "diff", "-o", "json"])).unwrap()
 }
@@ -306,9 +290,8 @@ fn shadow_counts(d: &Value, decision: &str) -> (u64, u64, u64, u64) {
 fn a_shadow_decides_beside_the_live_module_and_is_never_used() {
     let port = berth_tests::free_port();
     let extra = format!("metrics = \"127.0.0.1:{port}\"");
-    let tables = shadowed_tables();
     let c = Cluster::start(ClusterSpec {
-        policy_tables: Some(&tables),
+        shadow: &["naming", "placement"],
         extra: &extra,
         ..ClusterSpec::default()
     });
@@ -386,12 +369,11 @@ fn gold_name_via(c: &Cluster, i: usize, name: &str) -> String {
 #[test]
 fn promotion_and_rollback_are_versions_every_leader_runs() {
     let etcd = EtcdCluster::start(3);
-    let tables = shadowed_tables();
     let mut c = Cluster::start(ClusterSpec {
         servers: 3,
         tls: true,
         agents: true,
-        policy_tables: Some(&tables),
+        shadow: &["naming", "placement"],
         store: Some(format!(
             "{}lease_ttl = \"2s\"\n",
             etcd.store_config("/berth-rollout")
@@ -448,9 +430,8 @@ fn promotion_and_rollback_are_versions_every_leader_runs() {
 
 #[test]
 fn the_guard_rolls_back_a_promoted_module_that_starts_failing() {
-    let tables = shadowed_tables();
     let c = Cluster::start(ClusterSpec {
-        policy_tables: Some(&tables),
+        shadow: &["naming", "placement"],
         extra: "[policy_guard]\nfailure_share = 0.3\nmin_decisions = 4\nwindow = \"5m\"",
         ..ClusterSpec::default()
     });
