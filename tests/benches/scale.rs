@@ -15,7 +15,9 @@
 use std::time::{Duration, Instant};
 
 use berth::agent::record::{Held, Level, NodeRecord};
-use berth::model::{Backend, NodeLevel, Publication, VecMap, VolumeRecord, VolumeSpec};
+use berth::model::{
+    Backend, DecisionNote, NodeLevel, NodeVerdict, Publication, VecMap, VolumeRecord, VolumeSpec,
+};
 use berth::store::{RedbStore, Store};
 use berth_tests::{Cluster, ClusterSpec, summary};
 
@@ -57,6 +59,30 @@ fn record(i: usize) -> VolumeRecord {
         },
     );
     r.generation = 5;
+    // The decisions that named and placed it, as `berth volume explain` reads them.
+    let note = |answer: String| DecisionNote {
+        at_ms: 1_790_000_000_000 + i as u64,
+        module: "berth_naming_guest".into(),
+        digest: Some(format!("sha256:{:064x}", 0xfeed_u128)),
+        answer,
+        ..Default::default()
+    };
+    let explanation = r.explain_mut();
+    explanation.naming = Some(note(format!("pv-vol-{i:07}")).into());
+    explanation.placement = Some(
+        DecisionNote {
+            module: "berth_placement_guest".into(),
+            nodes: vec![NodeVerdict {
+                node: "node-a".into(),
+                eligible: true,
+                score: 100,
+                reason: String::new(),
+            }],
+            nodes_judged: 1,
+            ..note("node-a (1 of 1 nodes eligible)".into())
+        }
+        .into(),
+    );
     r
 }
 

@@ -79,9 +79,9 @@ impl VolumeManager {
             self.log_decision(logged);
         }
         let explain = move |r: &mut VolumeRecord| {
-            r.explanation.naming = Some(naming_note.clone());
+            r.explain_mut().naming = Some(Box::new(naming_note.clone()));
             if let Some(n) = &placement_note {
-                r.explanation.placement = Some(n.clone());
+                r.explain_mut().placement = Some(Box::new(n.clone()));
             }
         };
         let outcome = outcome.map_err(|e| policy_step_error(&e))?;

@@ -287,7 +287,7 @@ impl VolumeManager {
                 .bounded();
                 self.log_decision(logged);
                 unwritten.push(Box::new(move |r: &mut VolumeRecord| {
-                    r.explanation.retried(note.clone())
+                    r.explain_mut().retried(note.clone())
                 }));
                 match decided {
                     Ok(d) => (d, None),

@@ -206,7 +206,7 @@ impl VolumeManager {
             let p = r.publications.get_or_insert_with(&node, || Publication::new(readonly));
             p.want(readonly);
             if let Some(note) = &placed {
-                r.explanation.placement = Some(note.clone());
+                r.explain_mut().placement = Some(Box::new(note.clone()));
             }
             Ok(())
         })

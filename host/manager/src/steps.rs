@@ -324,7 +324,7 @@ impl VolumeManager {
             r.backend = Some(backend.clone());
             mark_wanted_sent(r);
             if let Some(note) = &placement_note {
-                r.explanation.placement = Some(note.clone());
+                r.explain_mut().placement = Some(Box::new(note.clone()));
             }
         }))
     }

@@ -13,9 +13,9 @@ pub const NOTE_TEXT: usize = 512;
 #[derive(Clone, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
 pub struct Explanation {
     #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub naming: Option<DecisionNote>,
+    pub naming: Option<Box<DecisionNote>>,
     #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub placement: Option<DecisionNote>,
+    pub placement: Option<Box<DecisionNote>>,
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub retries: Vec<DecisionNote>,
 }

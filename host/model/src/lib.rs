@@ -189,8 +189,9 @@ pub struct VolumeRecord {
     pub events: Vec<VolumeEvent>,
     /// The policy decisions that shaped the volume. Records from before
     /// the decision log had none.
-    #[serde(default, skip_serializing_if = "Explanation::is_empty")]
-    pub explanation: Explanation,
+    /// Boxed: a record without one costs a pointer (a million records in memory).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub explanation: Option<Box<Explanation>>,
 }
 
 /// Something that happened to a volume: a request, a step done, a step failed.
@@ -223,8 +224,13 @@ impl VolumeRecord {
             retrying: None,
             generation: 0,
             events: Vec::new(),
-            explanation: Explanation::default(),
+            explanation: None,
         }
+    }
+
+    /// The decisions that shaped the volume, made room for.
+    pub fn explain_mut(&mut self) -> &mut Explanation {
+        self.explanation.get_or_insert_with(Default::default)
     }
 
     /// Adds an event, keeping only the latest `keep`.

@@ -14,7 +14,21 @@ pub const EXAMPLES: usize = 5;
 
 /// `module`'s answer to a logged input (a failure is an answer too).
 pub async fn ask(engine: &PolicyEngine, module: &PolicyModule, input: &Input) -> Answer {
-    let answer = match input {
+    try_ask(engine, module, input)
+        .await
+        .unwrap_or_else(|e| Answer::Failed {
+            error: e.to_string(),
+            fallback: None,
+        })
+}
+
+/// [`ask`], with how the module failed when it did.
+pub async fn try_ask(
+    engine: &PolicyEngine,
+    module: &PolicyModule,
+    input: &Input,
+) -> Result<Answer, crate::PolicyError> {
+    match input {
         Input::Naming(request) => module.volume_name(engine, request).await.map(|r| {
             Answer::Naming(match r {
                 Ok(name) => NamingOutcome::Named(name),
@@ -26,11 +40,7 @@ pub async fn ask(engine: &PolicyEngine, module: &PolicyModule, input: &Input) ->
             .await
             .map(Answer::Placement),
         Input::Retry(failure) => module.classify(engine, failure).await.map(Answer::Retry),
-    };
-    answer.unwrap_or_else(|e| Answer::Failed {
-        error: e.to_string(),
-        fallback: None,
-    })
+    }
 }
 
 /// What a replay found.

@@ -50,6 +50,70 @@ pub struct ShadowDiff {
     pub difference: Option<Difference>,
 }
 
+async fn work(engine: Arc<PolicyEngine>, mut rx: mpsc::Receiver<(Arc<PolicyModule>, Logged)>, s: Arc<State>) {
+    while let Some((module, live)) = rx.recv().await {
+        let decision = live.input.decision();
+        let input = live.input.clone().with_settings(module.settings());
+        let cpu = thread_cpu();
+        let answer = crate::replay::try_ask(&engine, &module, &input).await;
+        let (outcome, difference, answer) = match answer {
+            // Past its deadline having had less CPU than the deadline: the
+            // module was not slow, the worker was kept waiting by live work.
+            Err(e) if matches!(e.failure, crate::GuestFailure::Deadline(d) if thread_cpu().saturating_sub(cpu) < d) =>
+            {
+                s.count(decision, &module, ShadowOutcome::Dropped);
+                continue;
+            }
+            Err(e) => (
+                ShadowOutcome::Failed,
+                None,
+                Answer::Failed {
+                    error: e.to_string(),
+                    fallback: None,
+                },
+            ),
+            Ok(a) => match compare(&live, &a) {
+                Compared::Same => (ShadowOutcome::Same, None, a),
+                Compared::Different(d) => (ShadowOutcome::Different, Some(d), a),
+            },
+        };
+        s.count(decision, &module, outcome);
+        if outcome != ShadowOutcome::Same {
+            let mut diffs = s.diffs.lock().unwrap_or_else(|p| p.into_inner());
+            if diffs.len() >= DIFFS_KEPT {
+                diffs.pop_front();
+            }
+            diffs.push_back(ShadowDiff {
+                shadow: module.name().to_string(),
+                shadow_digest: module.digest().to_string(),
+                live,
+                shadow_answer: answer,
+                difference,
+            });
+        }
+    }
+}
+
+/// This thread runs only when a core would otherwise be idle.
+fn idle_priority() {
+    let param = libc::sched_param { sched_priority: 0 };
+    // SAFETY: sets the calling thread's own policy; `param` is valid for the call.
+    if unsafe { libc::sched_setscheduler(0, libc::SCHED_IDLE, &param) } != 0 {
+        tracing::debug!(error = %std::io::Error::last_os_error(), "the shadow worker keeps its priority");
+    }
+}
+
+/// The CPU time this thread has used.
+fn thread_cpu() -> std::time::Duration {
+    let mut t = libc::timespec {
+        tv_sec: 0,
+        tv_nsec: 0,
+    };
+    // SAFETY: writes the calling thread's CPU clock into `t`, which outlives the call.
+    unsafe { libc::clock_gettime(libc::CLOCK_THREAD_CPUTIME_ID, &mut t) };
+    std::time::Duration::new(t.tv_sec as u64, t.tv_nsec as u32)
+}
+
 /// Counts of one shadow module's outcomes for one decision.
 #[derive(Clone, Debug, Default, Serialize)]
 pub struct ShadowCounts {
@@ -99,39 +163,33 @@ impl State {
 }
 
 impl Shadows {
-    /// Starts the worker (on the current runtime).
+    /// Starts the worker: a thread of its own at the lowest CPU priority
+    /// (SCHED_IDLE), so that shadow decisions take only time no live work
+    /// wants; while the machine is busy its queue fills, and what does not
+    /// fit is dropped and counted.
     pub fn start(engine: Arc<PolicyEngine>) -> Shadows {
-        let (tx, mut rx) = mpsc::channel::<(Arc<PolicyModule>, Logged)>(QUEUE);
+        let (tx, rx) = mpsc::channel::<(Arc<PolicyModule>, Logged)>(QUEUE);
         let state = Arc::new(State::default());
         let s = state.clone();
-        tokio::spawn(async move {
-            while let Some((module, live)) = rx.recv().await {
-                let decision = live.input.decision();
-                let input = live.input.clone().with_settings(module.settings());
-                let answer = crate::replay::ask(&engine, &module, &input).await;
-                let (outcome, difference) = match &answer {
-                    Answer::Failed { .. } => (ShadowOutcome::Failed, None),
-                    a => match compare(&live, a) {
-                        Compared::Same => (ShadowOutcome::Same, None),
-                        Compared::Different(d) => (ShadowOutcome::Different, Some(d)),
-                    },
-                };
-                s.count(decision, &module, outcome);
-                if outcome != ShadowOutcome::Same {
-                    let mut diffs = s.diffs.lock().unwrap_or_else(|p| p.into_inner());
-                    if diffs.len() >= DIFFS_KEPT {
-                        diffs.pop_front();
-                    }
-                    diffs.push_back(ShadowDiff {
-                        shadow: module.name().to_string(),
-                        shadow_digest: module.digest().to_string(),
-                        live,
-                        shadow_answer: answer,
-                        difference,
-                    });
+        let started = std::thread::Builder::new()
+            .name("berth-shadow".into())
+            .spawn(move || {
+                if engine.options().shadow_idle {
+                    idle_priority();
                 }
-            }
-        });
+                match tokio::runtime::Builder::new_current_thread()
+                    .enable_time()
+                    .build()
+                {
+                    Ok(rt) => rt.block_on(work(engine, rx, s)),
+                    Err(e) => {
+                        tracing::error!(error = %e, "the shadow worker has no runtime; shadows are off")
+                    }
+                }
+            });
+        if let Err(e) = started {
+            tracing::error!(error = %e, "the shadow worker did not start; shadows are off");
+        }
         Shadows { tx, state }
     }
 

@@ -289,7 +289,8 @@ fn shadow_counts(d: &Value, decision: &str) -> (u64, u64, u64, u64) {
 #[test]
 fn a_shadow_decides_beside_the_live_module_and_is_never_used() {
     let port = berth_tests::free_port();
-    let extra = format!("metrics = \"127.0.0.1:{port}\"");
+    // Every decision shadowed, however busy the machine running the tests is.
+    let extra = format!("metrics = \"127.0.0.1:{port}\"\nshadow_priority = \"normal\"");
     let c = Cluster::start(ClusterSpec {
         shadow: &["naming", "placement"],
         extra: &extra,

@@ -107,11 +107,12 @@ pub fn volume_to_api(m: &VolumeManager, r: &VolumeRecord) -> api::Volume {
                 message: e.message.clone(),
             })
             .collect(),
-        explanation: if r.explanation.is_empty() {
-            String::new()
-        } else {
-            serde_json::to_string(&r.explanation).unwrap_or_default()
-        },
+        explanation: r
+            .explanation
+            .as_ref()
+            .filter(|e| !e.is_empty())
+            .map(|e| serde_json::to_string(e).unwrap_or_default())
+            .unwrap_or_default(),
         ..volume_summary(m, r)
     }
 }

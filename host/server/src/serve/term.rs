@@ -55,6 +55,7 @@ pub(super) fn engine_options(config: &Config) -> EngineOptions {
         max_module_memory: max_memory.max(EngineOptions::default().max_module_memory),
         // A takeover or a restart maps the code compiled before instead of compiling.
         compiled_dir: Some(config.state.with_file_name("policy-compiled")),
+        shadow_idle: config.shadow_priority_idle,
         ..EngineOptions::default()
     }
 }
