@@ -10,7 +10,7 @@
 //! as a share of it. Each phase also counts the CPU time Berth, the plugins
 //! and the driver spent per volume, which shows where a limit comes from.
 //!
-//! `cargo xtask bench-e2e [--volumes N[,N...]] [--rounds R] [--policies native,wasm,shadow,3-nodes,3-agents,etcd,metrics,no-events,limit]
+//! `cargo xtask bench-e2e [--volumes N[,N...]] [--rounds R] [--policies native,wasm,shadow,3-nodes,3-agents,etcd,metrics,no-events,no-log,limit]
 //! [--volumes-dir DIR]` (release binaries; defaults: 1000 volumes, 3 rounds;
 //! the plugin's volumes and the nodes' mount points on /dev/shm unless
 //! `--volumes-dir` says otherwise).
@@ -163,7 +163,7 @@ const NATIVE: Setup = Setup {
 
 const THREE_NODES: &[&str] = &["node-a", "node-b", "node-c"];
 
-const SETUPS: [Setup; 9] = [
+const SETUPS: [Setup; 10] = [
     NATIVE,
     Setup {
         label: "wasm",
@@ -200,6 +200,11 @@ const SETUPS: [Setup; 9] = [
     Setup {
         label: "no-events",
         extra: "events_per_volume = 0",
+        ..NATIVE
+    },
+    Setup {
+        label: "no-log",
+        extra: "decision_log = 0",
         ..NATIVE
     },
     Setup {
@@ -461,6 +466,11 @@ fn main() {
                 "create+publish throughput keeping volume events (10 a volume, the default) is {}× keeping none",
                 "native",
                 "no-events",
+            ),
+            (
+                "create+publish throughput keeping the decision log (1,000 a kind, the default) is {}× keeping none",
+                "native",
+                "no-log",
             ),
             (
                 "Berth (native) creates+publishes at {}× the plugin driven directly",

@@ -45,7 +45,7 @@ commands:
           three in-process nodes against three berth agent processes, metrics on and off,
           and the same plugin processes driven directly (the limit), with the CPU time
           each part spent per volume (--volumes N[,N...], default 1000; --rounds R,
-          default 3; --policies native,wasm,shadow,3-nodes,3-agents,etcd,metrics,no-events,limit
+          default 3; --policies native,wasm,shadow,3-nodes,3-agents,etcd,metrics,no-events,no-log,limit
           picks setups; --volumes-dir DIR puts the plugin's volumes on DIR, not /dev/shm)
   bench-scale
           memory per tracked volume and restart time with 10,000 and 100,000 volumes
