@@ -48,6 +48,40 @@ impl RawPolicy {
     }
 }
 
+impl SetDraft {
+    /// This set with `module` (an absolute path or an `oci://` reference)
+    /// shadowing `decisions`, in place of whatever shadowed them before.
+    pub fn with_shadow(
+        mut self,
+        module: String,
+        name: Option<String>,
+        decisions: &[Decision],
+        settings: BTreeMap<String, String>,
+    ) -> SetDraft {
+        let taken: Vec<String> = decisions.iter().map(ToString::to_string).collect();
+        for t in &mut self.tables {
+            if t.mode == Mode::Shadow {
+                t.decisions.retain(|d| !taken.contains(d));
+            }
+        }
+        self.tables
+            .retain(|t| t.mode == Mode::Live || !t.decisions.is_empty());
+        self.tables.push(RawPolicy {
+            module,
+            digest: None,
+            name,
+            decisions: taken,
+            on_error: None,
+            memory: None,
+            deadline: None,
+            max_answer: None,
+            settings,
+            mode: Mode::Shadow,
+        });
+        self
+    }
+}
+
 /// Whether a module's answers are used.
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(rename_all = "kebab-case")]

@@ -31,9 +31,10 @@ pub struct EngineOptions {
     /// Where compiled components are kept across restarts; none: compiled
     /// at every start.
     pub compiled_dir: Option<std::path::PathBuf>,
-    /// Shadow modules decide only on time no live work wants (SCHED_IDLE):
-    /// throughput first, shadow decisions dropped (counted) while busy.
-    /// Without: every decision shadowed, at live work's cost.
+    /// Shadow modules decide only on time no live work wants (SCHED_IDLE)
+    /// and within 5 % of one core: throughput first, shadow decisions
+    /// dropped (counted) while busy. Without: every decision shadowed, at
+    /// live work's cost.
     pub shadow_idle: bool,
 }
 

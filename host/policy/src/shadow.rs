@@ -50,17 +50,63 @@ pub struct ShadowDiff {
     pub difference: Option<Difference>,
 }
 
+/// With idle priority, the most CPU shadows may take: a share of one core,
+/// saved up for at most a second. A busy machine leaves idle threads more
+/// than its idle time (they wake between bursts and take caches and pool
+/// slots), so the share is bounded as well as the priority.
+const IDLE_SHARE: f64 = 0.05;
+const IDLE_BURST: std::time::Duration = std::time::Duration::from_secs(1);
+
+/// CPU time a worker may still spend: earned at `share` of the wall clock,
+/// spent by the CPU time each decision took.
+struct Budget {
+    share: f64,
+    left: f64,
+    at: std::time::Instant,
+}
+
+impl Budget {
+    fn new(share: f64) -> Budget {
+        Budget {
+            share,
+            left: share * IDLE_BURST.as_secs_f64(),
+            at: std::time::Instant::now(),
+        }
+    }
+
+    /// How long to wait before the next decision may start.
+    fn wait(&mut self) -> Option<std::time::Duration> {
+        let now = std::time::Instant::now();
+        let earned = now.duration_since(self.at).as_secs_f64() * self.share;
+        self.left = (self.left + earned).min(self.share * IDLE_BURST.as_secs_f64());
+        self.at = now;
+        (self.left < 0.0).then(|| std::time::Duration::from_secs_f64(-self.left / self.share))
+    }
+
+    fn spend(&mut self, cpu: std::time::Duration) {
+        self.left -= cpu.as_secs_f64();
+    }
+}
+
 async fn work(engine: Arc<PolicyEngine>, mut rx: mpsc::Receiver<(Arc<PolicyModule>, Logged)>, s: Arc<State>) {
+    let mut budget = engine.options().shadow_idle.then(|| Budget::new(IDLE_SHARE));
     while let Some((module, live)) = rx.recv().await {
+        if let Some(pause) = budget.as_mut().and_then(Budget::wait) {
+            // Over budget: the queue fills meanwhile, and what overflows is dropped.
+            tokio::time::sleep(pause).await;
+        }
         let decision = live.input.decision();
         let input = live.input.clone().with_settings(module.settings());
         let cpu = thread_cpu();
         let answer = crate::replay::try_ask(&engine, &module, &input).await;
+        let spent = thread_cpu().saturating_sub(cpu);
+        if let Some(b) = budget.as_mut() {
+            b.spend(spent);
+        }
         let (outcome, difference, answer) = match answer {
             // Past its deadline having had less CPU than the deadline: the
             // module was not slow, the worker was kept waiting by live work.
-            Err(e) if matches!(e.failure, crate::GuestFailure::Deadline(d) if thread_cpu().saturating_sub(cpu) < d) =>
-            {
+            Err(e) if matches!(e.failure, crate::GuestFailure::Deadline(d) if spent < d) => {
                 s.count(decision, &module, ShadowOutcome::Dropped);
                 continue;
             }
@@ -232,5 +278,33 @@ impl Shadows {
                 }
             })
             .collect()
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn the_worker_thread_runs_at_idle_priority() {
+        let class = std::thread::spawn(|| {
+            idle_priority();
+            // SAFETY: asks for the calling thread's own policy.
+            unsafe { libc::sched_getscheduler(0) }
+        })
+        .join()
+        .unwrap();
+        assert_eq!(class, libc::SCHED_IDLE);
+    }
+
+    #[test]
+    fn the_budget_makes_the_worker_wait_once_spent() {
+        let mut b = Budget::new(0.05);
+        assert_eq!(b.wait(), None, "a second's share to start with");
+        b.spend(std::time::Duration::from_millis(150));
+        let pause = b.wait().expect("over budget");
+        // 100 ms over at 5 %: two seconds to earn back.
+        assert!(pause > std::time::Duration::from_millis(1900), "{pause:?}");
+        assert!(pause <= std::time::Duration::from_millis(2000), "{pause:?}");
     }
 }

@@ -110,6 +110,13 @@ berth policy replay oci://registry.example.com/policies/placement@sha256:… --d
     /// beside the live ones: per module, how many decisions were the same,
     /// different, failed or dropped, and the latest differences with their inputs.
     Diff(super::policy_diff::DiffArgs),
+    /// Add a module to the policy set in service, shadowing decisions: it
+    /// decides beside the live module on every live decision, and its answers
+    /// are compared (`policy diff`), never used. Stored as the set's next version.
+    #[command(
+        after_help = "Example:\n  berth policy shadow naming-v2.wasm --decision naming\n  berth policy diff"
+    )]
+    Shadow(ShadowArgs),
     /// Make the module shadowing a decision live in its place, on every
     /// server, as the set's next version. For the guard's window
     /// ([policy_guard]) Berth rolls back by itself if the promoted module
@@ -132,6 +139,23 @@ berth policy replay oci://registry.example.com/policies/placement@sha256:… --d
         #[command(flatten)]
         api: super::client::ApiArgs,
     },
+}
+
+#[derive(Debug, Args)]
+pub struct ShadowArgs {
+    /// The module: a .wasm file, or oci://HOST/REPOSITORY@sha256:….
+    pub module: String,
+    /// A decision it shadows; repeatable.
+    #[arg(long = "decision", required = true)]
+    pub decisions: Vec<Decision>,
+    /// Its name in logs, metrics and `policy diff` (default: the file's or repository's).
+    #[arg(long)]
+    pub name: Option<String>,
+    /// A setting passed to it, KEY=VALUE; repeatable.
+    #[arg(long = "setting", value_parser = parse_setting)]
+    pub settings: Vec<(String, String)>,
+    #[command(flatten)]
+    pub api: super::client::ApiArgs,
 }
 
 #[derive(Debug, Args)]
@@ -221,6 +245,7 @@ pub async fn run(cmd: PolicyCommand, output: Output) -> anyhow::Result<ExitCode>
         PolicyCommand::GenerateKey(args) => super::policy_oci::generate_key(args, output),
         PolicyCommand::Replay(args) => super::policy_replay::replay(*args, output).await,
         PolicyCommand::Diff(args) => super::policy_diff::diff(args, output).await,
+        PolicyCommand::Shadow(args) => super::policy_set::shadow(args, output).await,
         PolicyCommand::Promote { decision, api } => super::policy_set::promote(decision, api, output).await,
         PolicyCommand::Rollback { to, api } => super::policy_set::rollback(to, api, output).await,
     }

@@ -212,3 +212,39 @@ pub async fn rollback(to: Option<u64>, api: ApiArgs, output: Output) -> anyhow::
     print(&view(set), output)?;
     Ok(ExitCode::SUCCESS)
 }
+
+/// `berth policy shadow MODULE --decision D`: the set in service, with
+/// `module` shadowing the decisions, applied as the next version.
+pub async fn shadow(args: super::policy::ShadowArgs, output: Output) -> anyhow::Result<ExitCode> {
+    let module = if args.module.starts_with("oci://") {
+        args.module.clone()
+    } else {
+        std::fs::canonicalize(&args.module)
+            .with_context(|| format!("reading {}", args.module))?
+            .display()
+            .to_string()
+    };
+    let mut client = connect(&args.api.api).await?;
+    let current = client
+        .get_policy_set(api::GetPolicySetRequest {})
+        .await
+        .map_err(grpc)?
+        .into_inner();
+    let draft = berth::config::policy_set::SetDraft::parse(&current.text, std::path::Path::new("/"))?
+        .with_shadow(
+            module,
+            args.name,
+            &args.decisions,
+            args.settings.into_iter().collect(),
+        );
+    let set = client
+        .apply_policy_set(api::ApplyPolicySetRequest {
+            text: draft.text(),
+            base_dir: "/".into(),
+        })
+        .await
+        .map_err(grpc)?
+        .into_inner();
+    print(&view(set), output)?;
+    Ok(ExitCode::SUCCESS)
+}

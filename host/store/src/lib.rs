@@ -285,6 +285,25 @@ mod tests {
     use berth_model::{EVENT_MESSAGE_MAX, EVENT_STEP_MAX, FAILURE_MAX, VolumeSpec, new_id};
 
     #[test]
+    fn a_policy_set_stored_before_rollouts_reads_and_its_history_is_bounded() {
+        // As releases before promotion and rollback stored it.
+        let old: PolicySetRecord =
+            serde_json::from_str(r#"{"version":4,"applied_ms":7,"applied_by":"a","text":"t4"}"#).unwrap();
+        assert!(old.history.is_empty() && old.change.is_empty() && old.promoted.is_empty());
+        let mut set = old;
+        for v in 5..20 {
+            set = set.next(format!("t{v}"), "b", format!("apply {v}"), Vec::new());
+        }
+        assert_eq!(set.version, 19);
+        assert_eq!(set.history.len(), SET_HISTORY);
+        assert_eq!(set.history.last().map(|p| p.version), Some(18));
+        assert_eq!(set.history[0].text, "t11");
+        // And what older releases read of a new one: the fields they know.
+        let json = serde_json::to_value(&set).unwrap();
+        assert_eq!((&json["version"], &json["text"]), (&19.into(), &"t19".into()));
+    }
+
+    #[test]
     fn a_record_whose_id_is_not_a_plain_name_does_not_decode() {
         for id in ["../x", "a/b", "..", ""] {
             let r = VolumeRecord::new(id.into(), VolumeSpec::default());

@@ -344,6 +344,20 @@ fn a_shadow_decides_beside_the_live_module_and_is_never_used() {
     );
 }
 
+/// Waits until every running server says it has prepared `version`.
+fn every_server_prepared(c: &Cluster, via: usize, version: u64) {
+    berth_tests::wait_for(
+        &format!("every server to prepare version {version}"),
+        Duration::from_secs(30),
+        || {
+            let s = status_via(c, via);
+            let servers = s["servers"].as_array().cloned().unwrap_or_default();
+            servers.len() == 3 && servers.iter().all(|s| s["prepared"] == version)
+        },
+        || status_via(c, via).to_string(),
+    );
+}
+
 fn status_via(c: &Cluster, i: usize) -> Value {
     serde_json::from_str(&c.ok_via(i, &["policy", "status", "-o", "json"])).unwrap()
 }
@@ -398,10 +412,14 @@ fn promotion_and_rollback_are_versions_every_leader_runs() {
     assert!(!again.status.success());
     assert!(berth_tests::texts(&again).1.contains("no module shadows naming"));
 
+    // Every server prepares the promoted version: the same digests wherever it runs.
+    let modules = promoted["modules"].clone();
+    every_server_prepared(&c, leader, 2);
     c.kill_server(leader);
     let others: Vec<usize> = (0..3).filter(|i| *i != leader).collect();
     let next = c.wait_leader(&others, Duration::from_secs(30));
-    assert_eq!(status_via(&c, next)["version"], 2);
+    let status = status_via(&c, next);
+    assert_eq!((&status["version"], &status["modules"]), (&2.into(), &modules));
     assert!(gold_name_via(&c, next, "g3").starts_with("gold-pv-"));
 
     let rolled: Value = serde_json::from_str(&c.ok_via(next, &["policy", "rollback", "-o", "json"])).unwrap();
@@ -474,4 +492,74 @@ fn the_guard_rolls_back_a_promoted_module_that_starts_failing() {
     );
     // Back on the sample: a volume the candidate could not name is named now.
     create(&c, "after", &["--label", "candidate=trap"]);
+}
+
+/// An operator's walk with a candidate from a registry: replay it by
+/// digest, shadow it from the command line, promote it.
+#[test]
+fn replay_from_a_registry_then_shadow_and_promote_from_the_command_line() {
+    let registry = berth_tests::RegistryServer::start();
+    let pushed = registry.push(&guest("berth_candidate_guest"), "berth/candidate:v2");
+    let reference = pushed["reference"].as_str().unwrap().to_string();
+    let c = Cluster::start(ClusterSpec {
+        extra: "shadow_priority = \"normal\"",
+        ..ClusterSpec::default()
+    });
+    create(&c, "plain-0", &[]);
+    create(&c, "gold-0", &["--label", "tier=gold"]);
+    let replay = |c: &Cluster| -> Value {
+        serde_json::from_str(&c.ok(&[
+            "policy",
+            "replay",
+            &reference,
+            "--plain-http",
+            "--decision",
+            "naming",
+            "-o",
+            "json",
+        ]))
+        .unwrap()
+    };
+    let started = Instant::now();
+    let report = loop {
+        let r = replay(&c);
+        if r["replayed"] == 2 || started.elapsed() > Duration::from_secs(10) {
+            break r;
+        }
+        std::thread::sleep(Duration::from_millis(100));
+    };
+    assert_eq!(
+        (&report["same"], &report["different"]),
+        (&1.into(), &1.into()),
+        "{report}"
+    );
+
+    let candidate = guest("berth_candidate_guest").display().to_string();
+    let shadowed: Value = serde_json::from_str(&c.ok(&[
+        "policy",
+        "shadow",
+        &candidate,
+        "--decision",
+        "naming",
+        "--name",
+        "naming-v2",
+        "-o",
+        "json",
+    ]))
+    .unwrap();
+    assert_eq!(shadowed["version"], 2, "{shadowed:#}");
+    create(&c, "gold-1", &["--label", "tier=gold"]);
+    let started = Instant::now();
+    while shadow_counts(&diff(&c), "naming").1 < 1 {
+        assert!(started.elapsed() < Duration::from_secs(10), "{}", diff(&c));
+        std::thread::sleep(Duration::from_millis(100));
+    }
+    assert_eq!(shadow_counts(&diff(&c), "naming"), (0, 1, 0, 0));
+    assert_eq!(diff(&c)["shadows"][0]["module"], "naming-v2");
+
+    let promoted: Value = serde_json::from_str(&c.ok(&["policy", "promote", "-o", "json"])).unwrap();
+    assert_eq!(promoted["version"], 3);
+    create(&c, "gold-2", &["--label", "tier=gold"]);
+    let v: Value = serde_json::from_str(&c.ok(&["volume", "get", "gold-2", "-o", "json"])).unwrap();
+    assert!(v["csi_name"].as_str().unwrap().starts_with("gold-pv-"), "{v}");
 }
