@@ -17,7 +17,7 @@
 //! metrics = "127.0.0.1:9464"            # /metrics, /healthz, /readyz over HTTP; off by default
 //! events_per_volume = 10                # each volume keeps its latest events (0: none)
 //! decision_log = 1000                   # policy decisions kept per kind, in the store (0: none)
-//! shadow_priority = "idle"              # shadow modules use idle CPU only ("normal": every decision)
+//! shadow_every_decision = false         # shadow modules within 5 % of a core, dropping the rest (counted)
 //!
 //! [store]                               # default: the embedded store in `state`
 //! etcd = ["http://10.0.0.1:2379", "http://10.0.0.2:2379"]  # the members' client URLs
@@ -84,7 +84,8 @@ struct Raw {
     metrics: Option<String>,
     events_per_volume: Option<usize>,
     decision_log: Option<usize>,
-    shadow_priority: Option<String>,
+    #[serde(default)]
+    shadow_every_decision: bool,
     store: Option<RawStore>,
     oci: Option<oci::RawOci>,
     policy_trust: Option<oci::RawTrust>,
@@ -157,9 +158,9 @@ pub struct Config {
     pub events_per_volume: usize,
     /// Decisions the decision log keeps of each kind (0: none is logged).
     pub decision_log: usize,
-    /// Shadow modules decide on idle CPU only (`shadow_priority = "idle"`,
-    /// the default), dropping what they cannot keep up with; else on every decision.
-    pub shadow_priority_idle: bool,
+    /// Shadow modules decide beside every live decision, however much CPU
+    /// it takes; by default they keep within 5 % of a core and drop the rest.
+    pub shadow_every_decision: bool,
     pub plugins: Vec<PluginConfig>,
     pub nodes: Vec<NodeConfig>,
     pub policies: Vec<PolicyConfig>,
@@ -435,16 +436,7 @@ impl Config {
                 Some(n) if n <= 1000 => n,
                 Some(n) => return Err(invalid("events_per_volume", format!("{n} is more than 1000"))),
             },
-            shadow_priority_idle: match raw.shadow_priority.as_deref() {
-                None | Some("idle") => true,
-                Some("normal") => false,
-                Some(other) => {
-                    return Err(invalid(
-                        "shadow_priority",
-                        format!("{other:?} is not \"idle\" or \"normal\""),
-                    ));
-                }
-            },
+            shadow_every_decision: raw.shadow_every_decision,
             decision_log: match raw.decision_log {
                 None => DEFAULT_DECISION_LOG,
                 Some(n) if n <= MAX_DECISION_LOG => n,

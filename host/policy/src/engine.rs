@@ -31,11 +31,10 @@ pub struct EngineOptions {
     /// Where compiled components are kept across restarts; none: compiled
     /// at every start.
     pub compiled_dir: Option<std::path::PathBuf>,
-    /// Shadow modules decide only on time no live work wants (SCHED_IDLE)
-    /// and within 5 % of one core: throughput first, shadow decisions
-    /// dropped (counted) while busy. Without: every decision shadowed, at
-    /// live work's cost.
-    pub shadow_idle: bool,
+    /// The share of one core's time shadow modules may take: throughput
+    /// first, shadow decisions dropped (counted) past it. `None`: every
+    /// decision shadowed, at live work's cost.
+    pub shadow_share: Option<f64>,
 }
 
 impl Default for EngineOptions {
@@ -45,7 +44,7 @@ impl Default for EngineOptions {
             max_module_memory: 256 << 20,
             pooling: true,
             compiled_dir: None,
-            shadow_idle: true,
+            shadow_share: Some(0.05),
         }
     }
 }

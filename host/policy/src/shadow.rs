@@ -50,12 +50,8 @@ pub struct ShadowDiff {
     pub difference: Option<Difference>,
 }
 
-/// With idle priority, the most CPU shadows may take: a share of one core,
-/// saved up for at most a second. A busy machine leaves idle threads more
-/// than its idle time (they wake between bursts and take caches and pool
-/// slots), so the share is bounded as well as the priority.
-const IDLE_SHARE: f64 = 0.05;
-const IDLE_BURST: std::time::Duration = std::time::Duration::from_secs(1);
+/// How long a budget's unspent share is saved up for.
+const BURST: std::time::Duration = std::time::Duration::from_secs(1);
 
 /// CPU time a worker may still spend: earned at `share` of the wall clock,
 /// spent by the CPU time each decision took.
@@ -69,7 +65,7 @@ impl Budget {
     fn new(share: f64) -> Budget {
         Budget {
             share,
-            left: share * IDLE_BURST.as_secs_f64(),
+            left: share * BURST.as_secs_f64(),
             at: std::time::Instant::now(),
         }
     }
@@ -78,7 +74,7 @@ impl Budget {
     fn wait(&mut self) -> Option<std::time::Duration> {
         let now = std::time::Instant::now();
         let earned = now.duration_since(self.at).as_secs_f64() * self.share;
-        self.left = (self.left + earned).min(self.share * IDLE_BURST.as_secs_f64());
+        self.left = (self.left + earned).min(self.share * BURST.as_secs_f64());
         self.at = now;
         (self.left < 0.0).then(|| std::time::Duration::from_secs_f64(-self.left / self.share))
     }
@@ -89,7 +85,7 @@ impl Budget {
 }
 
 async fn work(engine: Arc<PolicyEngine>, mut rx: mpsc::Receiver<(Arc<PolicyModule>, Logged)>, s: Arc<State>) {
-    let mut budget = engine.options().shadow_idle.then(|| Budget::new(IDLE_SHARE));
+    let mut budget = engine.options().shadow_share.map(Budget::new);
     while let Some((module, live)) = rx.recv().await {
         if let Some(pause) = budget.as_mut().and_then(Budget::wait) {
             // Over budget: the queue fills meanwhile, and what overflows is dropped.
@@ -137,15 +133,6 @@ async fn work(engine: Arc<PolicyEngine>, mut rx: mpsc::Receiver<(Arc<PolicyModul
                 difference,
             });
         }
-    }
-}
-
-/// This thread runs only when a core would otherwise be idle.
-fn idle_priority() {
-    let param = libc::sched_param { sched_priority: 0 };
-    // SAFETY: sets the calling thread's own policy; `param` is valid for the call.
-    if unsafe { libc::sched_setscheduler(0, libc::SCHED_IDLE, &param) } != 0 {
-        tracing::debug!(error = %std::io::Error::last_os_error(), "the shadow worker keeps its priority");
     }
 }
 
@@ -209,10 +196,11 @@ impl State {
 }
 
 impl Shadows {
-    /// Starts the worker: a thread of its own at the lowest CPU priority
-    /// (SCHED_IDLE), so that shadow decisions take only time no live work
-    /// wants; while the machine is busy its queue fills, and what does not
-    /// fit is dropped and counted.
+    /// Starts the worker, on a thread of its own: within the engine's
+    /// `shadow_share` of one core's time (a priority below live work's was
+    /// tried, and cost more: an idle thread preempted while holding the
+    /// instance pool's locks stalls the live decisions waiting on them).
+    /// What a busy queue cannot take is dropped and counted.
     pub fn start(engine: Arc<PolicyEngine>) -> Shadows {
         let (tx, rx) = mpsc::channel::<(Arc<PolicyModule>, Logged)>(QUEUE);
         let state = Arc::new(State::default());
@@ -220,9 +208,6 @@ impl Shadows {
         let started = std::thread::Builder::new()
             .name("berth-shadow".into())
             .spawn(move || {
-                if engine.options().shadow_idle {
-                    idle_priority();
-                }
                 match tokio::runtime::Builder::new_current_thread()
                     .enable_time()
                     .build()
@@ -284,18 +269,6 @@ impl Shadows {
 #[cfg(test)]
 mod tests {
     use super::*;
-
-    #[test]
-    fn the_worker_thread_runs_at_idle_priority() {
-        let class = std::thread::spawn(|| {
-            idle_priority();
-            // SAFETY: asks for the calling thread's own policy.
-            unsafe { libc::sched_getscheduler(0) }
-        })
-        .join()
-        .unwrap();
-        assert_eq!(class, libc::SCHED_IDLE);
-    }
 
     #[test]
     fn the_budget_makes_the_worker_wait_once_spent() {

@@ -261,7 +261,7 @@ pub(super) fn load(
         max_module_memory: limits.memory.max(EngineOptions::default().max_module_memory),
         pooling: true,
         compiled_dir: None,
-        shadow_idle: false,
+        shadow_share: None,
     };
     let engine = PolicyEngine::new(options).context("starting the WebAssembly engine")?;
     let mut config = ModuleConfig::from_path(path);

@@ -290,7 +290,7 @@ fn shadow_counts(d: &Value, decision: &str) -> (u64, u64, u64, u64) {
 fn a_shadow_decides_beside_the_live_module_and_is_never_used() {
     let port = berth_tests::free_port();
     // Every decision shadowed, however busy the machine running the tests is.
-    let extra = format!("metrics = \"127.0.0.1:{port}\"\nshadow_priority = \"normal\"");
+    let extra = format!("metrics = \"127.0.0.1:{port}\"\nshadow_every_decision = true");
     let c = Cluster::start(ClusterSpec {
         shadow: &["naming", "placement"],
         extra: &extra,
@@ -502,7 +502,7 @@ fn replay_from_a_registry_then_shadow_and_promote_from_the_command_line() {
     let pushed = registry.push(&guest("berth_candidate_guest"), "berth/candidate:v2");
     let reference = pushed["reference"].as_str().unwrap().to_string();
     let c = Cluster::start(ClusterSpec {
-        extra: "shadow_priority = \"normal\"",
+        extra: "shadow_every_decision = true",
         ..ClusterSpec::default()
     });
     create(&c, "plain-0", &[]);

@@ -44,6 +44,9 @@ pub(super) struct Term {
 /// The engine for `config`'s modules, sized for the largest; a follower
 /// preparing the set compiles with the same settings, so a takeover maps
 /// what it compiled.
+/// The share of one core shadow modules may take, unless every decision is to be shadowed.
+const SHADOW_SHARE: f64 = 0.05;
+
 pub(super) fn engine_options(config: &Config) -> EngineOptions {
     let max_memory = config
         .policies
@@ -55,7 +58,7 @@ pub(super) fn engine_options(config: &Config) -> EngineOptions {
         max_module_memory: max_memory.max(EngineOptions::default().max_module_memory),
         // A takeover or a restart maps the code compiled before instead of compiling.
         compiled_dir: Some(config.state.with_file_name("policy-compiled")),
-        shadow_idle: config.shadow_priority_idle,
+        shadow_share: (!config.shadow_every_decision).then_some(SHADOW_SHARE),
         ..EngineOptions::default()
     }
 }
