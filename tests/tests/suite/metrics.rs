@@ -437,12 +437,13 @@ fn writes(port: u16) -> (f64, f64) {
 /// batching hides any): a node step is made durable once, by the agent that
 /// owns the node's state, and the server writes intent and the controller's
 /// progress. Printed for the README; bounded so a second write per step
-/// cannot come back unnoticed.
+/// cannot come back unnoticed. The decision log is off: its writes are the
+/// log's, batched apart from the records (see the README's performance section).
 #[test]
 fn a_volume_costs_few_durable_writes_and_a_node_step_one() {
     const VOLUMES: usize = 10;
     let port = free_port();
-    let extra = format!("metrics = \"127.0.0.1:{port}\"");
+    let extra = format!("metrics = \"127.0.0.1:{port}\"\ndecision_log = 0");
     let c = Cluster::start(ClusterSpec {
         guests: false,
         nodes: vec![("node-a", "a")],
