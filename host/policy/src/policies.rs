@@ -45,6 +45,9 @@ pub struct Policies {
     /// Modules deciding beside the live ones, their answers compared, never used.
     shadow_slots: [RwLock<Option<Arc<PolicyModule>>>; 3],
     shadows: std::sync::OnceLock<Shadows>,
+    /// Shadow modules run on an engine of their own: their instances never
+    /// take the live modules' warm pool slots.
+    shadow_engine: std::sync::OnceLock<Arc<PolicyEngine>>,
     builtins: Builtins,
 }
 
@@ -80,6 +83,7 @@ impl Policies {
             slots: Default::default(),
             shadow_slots: Default::default(),
             shadows: std::sync::OnceLock::new(),
+            shadow_engine: std::sync::OnceLock::new(),
             builtins,
         }
     }
@@ -158,10 +162,14 @@ impl Policies {
         modules: &[(ModuleConfig, Vec<Decision>)],
         shadows: &[(ModuleConfig, Vec<Decision>)],
     ) -> Result<(), SetError> {
-        let serving = self.load_slots(modules, 0)?;
-        let shadowing = self.load_slots(shadows, modules.len())?;
+        let serving = self.load_slots(&self.engine, modules, 0)?;
+        let shadow_engine = match shadows.is_empty() {
+            true => self.engine.clone(),
+            false => self.shadow_engine().clone(),
+        };
+        let shadowing = self.load_slots(&shadow_engine, shadows, modules.len())?;
         if shadowing.iter().any(Option::is_some) {
-            self.shadows.get_or_init(|| Shadows::start(self.engine.clone()));
+            self.shadows.get_or_init(|| Shadows::start(shadow_engine.clone()));
         }
         for (d, (new, shadow)) in Decision::ALL.into_iter().zip(serving.into_iter().zip(shadowing)) {
             let new = new.map(|(_, m)| m);
@@ -184,6 +192,7 @@ impl Policies {
     #[allow(clippy::type_complexity)]
     fn load_slots(
         &self,
+        engine: &PolicyEngine,
         modules: &[(ModuleConfig, Vec<Decision>)],
         first: usize,
     ) -> Result<[Option<(usize, Arc<PolicyModule>)>; 3], SetError> {
@@ -191,7 +200,7 @@ impl Policies {
         for (j, (config, decisions)) in modules.iter().enumerate() {
             let i = first + j;
             let module = Arc::new(
-                PolicyModule::load(&self.engine, config.clone())
+                PolicyModule::load(engine, config.clone())
                     .map_err(|error| SetError::Load { index: i, error })?,
             );
             if let Some(w) = module.warning() {
@@ -223,6 +232,27 @@ impl Policies {
             }
         }
         Ok(serving)
+    }
+
+    /// The engine shadow modules run on: the live engine's settings with a
+    /// quarter of its slots (one worker decides at a time, but a Python
+    /// module's footprint takes a dozen slots' share of the pools); the live
+    /// engine if it cannot be started.
+    fn shadow_engine(&self) -> &Arc<PolicyEngine> {
+        self.shadow_engine.get_or_init(|| {
+            let live = self.engine.options();
+            let options = crate::EngineOptions {
+                concurrency: (live.concurrency / 4).max(16),
+                ..live.clone()
+            };
+            match PolicyEngine::new(options) {
+                Ok(e) => Arc::new(e),
+                Err(error) => {
+                    tracing::warn!(%error, "no engine of their own for shadow modules; they share the live one");
+                    self.engine.clone()
+                }
+            }
+        })
     }
 
     /// The module shadowing `decision`, if any.

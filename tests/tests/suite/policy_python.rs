@@ -156,3 +156,35 @@ fn a_python_guest_reaching_for_the_host_traps() {
     let retry = berth_tests::block_on(p.classify(failure(Operation::CreateVolume, Code::Unavailable, 1)));
     assert_eq!(retry.unwrap(), RetryDecision::RetryAfter(1000));
 }
+
+/// A Python module (a dozen Rust guests' share of the pools) shadows on the
+/// shadow engine as a Rust one does, beside the live Rust module.
+#[test]
+fn a_python_module_shadows_the_rust_sample_and_agrees() {
+    let engine = Arc::new(PolicyEngine::new(EngineOptions::default()).unwrap());
+    let p = Policies::new(engine, Builtins::default());
+    let live = ModuleConfig::from_path(&guest("berth_naming_guest"));
+    let shadow = ModuleConfig::from_path(&python_guest("berth_naming_py"));
+    p.replace_set(
+        &[(live, vec![Decision::Naming])],
+        &[(shadow, vec![Decision::Naming])],
+    )
+    .unwrap();
+    for name in ["a", "b", "c"] {
+        berth_tests::block_on(p.volume_name(volume(name))).unwrap();
+    }
+    let counts = || p.shadows().unwrap().counts();
+    berth_tests::wait_for(
+        "three shadow decisions",
+        Duration::from_secs(30),
+        || {
+            counts()
+                .first()
+                .is_some_and(|c| c.same + c.different + c.failed + c.dropped == 3)
+        },
+        || format!("{:?}", counts()),
+    );
+    let c = &counts()[0];
+    assert_eq!((c.same, c.different, c.failed, c.dropped), (3, 0, 0, 0), "{c:?}");
+    assert_eq!(c.module, "berth_naming_py");
+}
