@@ -100,6 +100,8 @@ async fn write_loop(
                 () = &mut linger => break,
             }
         }
+        let mut batches = Vec::new();
+        let mut n = 0u64;
         for decision in Decision::ALL {
             let mut entries = Vec::new();
             for entry in batch.iter().filter(|e| e.input.decision() == decision) {
@@ -110,14 +112,19 @@ async fn write_loop(
                     }
                 }
             }
-            if entries.is_empty() {
-                continue;
+            n += entries.len() as u64;
+            if !entries.is_empty() {
+                batches.push(berth_store::LoggedBatch {
+                    kind: decision.interface().to_string(),
+                    entries,
+                });
             }
-            let n = entries.len() as u64;
-            if let Err(error) = store.append_decisions(decision.interface(), entries, keep).await {
-                dropped.fetch_add(n, Ordering::Relaxed);
-                tracing::warn!(%error, %decision, "decisions not logged");
-            }
+        }
+        if !batches.is_empty()
+            && let Err(error) = store.append_decisions(batches, keep).await
+        {
+            dropped.fetch_add(n, Ordering::Relaxed);
+            tracing::warn!(%error, "decisions not logged");
         }
         batch.clear();
     }

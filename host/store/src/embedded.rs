@@ -380,42 +380,52 @@ impl Store for RedbStore {
 
     async fn append_decisions(
         &self,
-        kind: &str,
-        entries: Vec<(String, Vec<u8>)>,
+        batches: Vec<crate::LoggedBatch>,
         keep: usize,
     ) -> Result<(), StoreError> {
-        let added = entries.len();
-        let puts = entries
-            .into_iter()
-            .map(|(key, json)| Change::Put(DECISIONS, format!("{kind}/{key}"), json))
+        let kinds: Vec<(String, usize)> = batches
+            .iter()
+            .map(|b| (b.kind.clone(), b.entries.len()))
             .collect();
-        self.committer.write_all(puts).await?;
-        let (first, end) = (format!("{kind}/"), format!("{kind}0"));
-        let stale: Vec<String> = self.committer.read(move |db| {
+        // Each kind's count and oldest keys first, then one write of it all.
+        let stored: Vec<(usize, Vec<String>)> = self.committer.read(move |db| {
             let txn = db.begin_read().map_err(failed)?;
             let table = match txn.open_table(DECISIONS) {
                 Ok(t) => t,
-                Err(redb::TableError::TableDoesNotExist(_)) => return Ok(Vec::new()),
+                Err(redb::TableError::TableDoesNotExist(_)) => return Ok(vec![(0, Vec::new()); kinds.len()]),
                 Err(e) => return Err(failed(e)),
             };
-            let count = table.range(first.as_str()..end.as_str()).map_err(failed)?.count();
-            let excess = count.saturating_sub(keep);
-            let mut keys = Vec::with_capacity(excess);
-            for entry in table
-                .range(first.as_str()..end.as_str())
-                .map_err(failed)?
-                .take(excess)
-            {
-                keys.push(entry.map_err(failed)?.0.value().to_string());
+            let mut out = Vec::with_capacity(kinds.len());
+            for (kind, added) in &kinds {
+                let (first, end) = (format!("{kind}/"), format!("{kind}0"));
+                let count = table.range(first.as_str()..end.as_str()).map_err(failed)?.count();
+                let excess = (count + added).saturating_sub(keep).min(count);
+                let mut keys = Vec::with_capacity(excess);
+                for entry in table
+                    .range(first.as_str()..end.as_str())
+                    .map_err(failed)?
+                    .take(excess)
+                {
+                    keys.push(entry.map_err(failed)?.0.value().to_string());
+                }
+                out.push((count, keys));
             }
-            Ok(keys)
+            Ok(out)
         })?;
-        tracing::trace!(kind, added, dropped = stale.len(), "decision log appended");
-        let removes = stale
-            .into_iter()
-            .map(|key| Change::Remove(DECISIONS, key))
-            .collect();
-        self.committer.write_all(removes).await
+        let mut changes = Vec::new();
+        for (batch, (count, stale)) in batches.into_iter().zip(stored) {
+            let (_, skipped) = batch.trim(count, keep);
+            let kind = batch.kind;
+            changes.extend(stale.into_iter().map(|key| Change::Remove(DECISIONS, key)));
+            changes.extend(
+                batch
+                    .entries
+                    .into_iter()
+                    .skip(skipped)
+                    .map(|(key, json)| Change::Put(DECISIONS, format!("{kind}/{key}"), json)),
+            );
+        }
+        self.committer.write_all(changes).await
     }
 
     async fn read_decisions(

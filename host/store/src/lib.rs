@@ -125,6 +125,24 @@ pub struct PolicySetRecord {
     pub history: Vec<PriorSet>,
 }
 
+/// New entries of one kind of the decision log.
+#[derive(Clone, Debug)]
+pub struct LoggedBatch {
+    pub kind: String,
+    /// Keys that sort in time order, oldest first, and each entry's JSON.
+    pub entries: Vec<(String, Vec<u8>)>,
+}
+
+impl LoggedBatch {
+    /// How many of the oldest stored entries go, with `stored` there and
+    /// `keep` kept; and how many of the new ones are not stored at all (a
+    /// batch larger than `keep`).
+    pub fn trim(&self, stored: usize, keep: usize) -> (usize, usize) {
+        let excess = (stored + self.entries.len()).saturating_sub(keep);
+        (excess.min(stored), excess.saturating_sub(stored))
+    }
+}
+
 /// Versions of the policy set kept for rollback.
 pub const SET_HISTORY: usize = 8;
 
@@ -205,14 +223,10 @@ pub trait Store: Send + Sync {
     fn load_policy_set(&self) -> Result<Option<PolicySetRecord>, StoreError>;
     /// Stores the policy set, replacing the one before.
     async fn put_policy_set(&self, set: &PolicySetRecord) -> Result<(), StoreError>;
-    /// Appends entries to the decision log of `kind` (each a key that sorts
-    /// in time order, and its JSON), then drops its oldest entries past `keep`.
-    async fn append_decisions(
-        &self,
-        kind: &str,
-        entries: Vec<(String, Vec<u8>)>,
-        keep: usize,
-    ) -> Result<(), StoreError>;
+    /// Appends entries to the decision log, each kind's (each a key that
+    /// sorts in time order, and its JSON), and drops each kind's oldest
+    /// entries past `keep`: one write, one commit.
+    async fn append_decisions(&self, batches: Vec<LoggedBatch>, keep: usize) -> Result<(), StoreError>;
     /// Up to `limit` entries of the decision log of `kind` with keys after
     /// `after` (from the oldest when empty), oldest first.
     async fn read_decisions(
@@ -283,6 +297,21 @@ pub fn decode(id: &str, bytes: &[u8]) -> Result<VolumeRecord, StoreError> {
 mod tests {
     use super::*;
     use berth_model::{EVENT_MESSAGE_MAX, EVENT_STEP_MAX, FAILURE_MAX, VolumeSpec, new_id};
+
+    #[test]
+    fn a_batch_trims_the_oldest_stored_entries_first_then_its_own() {
+        let batch = |n: usize| LoggedBatch {
+            kind: "naming".into(),
+            entries: (0..n).map(|i| (format!("{i:03}"), Vec::new())).collect(),
+        };
+        assert_eq!(batch(3).trim(5, 10), (0, 0), "room for all");
+        assert_eq!(batch(3).trim(9, 10), (2, 0), "two stored make room");
+        assert_eq!(
+            batch(12).trim(4, 10),
+            (4, 2),
+            "every stored one, and the batch's oldest two"
+        );
+    }
 
     #[test]
     fn a_policy_set_stored_before_rollouts_reads_and_its_history_is_bounded() {

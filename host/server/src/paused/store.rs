@@ -67,17 +67,19 @@ impl Store for MemoryStore {
     }
     async fn append_decisions(
         &self,
-        kind: &str,
-        entries: Vec<(String, Vec<u8>)>,
+        batches: Vec<crate::store::LoggedBatch>,
         keep: usize,
     ) -> Result<(), StoreError> {
         let mut log = self.decisions.lock().unwrap();
-        for (key, json) in entries {
-            log.insert((kind.to_string(), key), json);
-        }
-        let of_kind: Vec<(String, String)> = log.keys().filter(|(k, _)| k == kind).cloned().collect();
-        for key in of_kind.iter().take(of_kind.len().saturating_sub(keep)) {
-            log.remove(key);
+        for batch in batches {
+            for (key, json) in batch.entries {
+                log.insert((batch.kind.clone(), key), json);
+            }
+            let of_kind: Vec<(String, String)> =
+                log.keys().filter(|(k, _)| *k == batch.kind).cloned().collect();
+            for key in of_kind.iter().take(of_kind.len().saturating_sub(keep)) {
+                log.remove(key);
+            }
         }
         Ok(())
     }

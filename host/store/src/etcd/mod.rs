@@ -337,33 +337,35 @@ impl Store for EtcdStore {
 
     async fn append_decisions(
         &self,
-        kind: &str,
-        entries: Vec<(String, Vec<u8>)>,
+        batches: Vec<crate::LoggedBatch>,
         keep: usize,
     ) -> Result<(), StoreError> {
-        let writes = entries
-            .into_iter()
-            .map(|(key, json)| (self.key("decisions", &format!("{kind}/{key}")), Some(json)))
-            .collect();
-        self.write_all(writes).await?;
-        // The oldest keys past `keep`: counted, then read by name only.
-        let prefix = self.key("decisions", &format!("{kind}/"));
-        let range = |count_only: bool, limit: i64| pb::RangeRequest {
-            range_end: members::prefix_end(&prefix),
-            key: prefix.clone(),
-            count_only,
-            keys_only: true,
-            limit,
-            ..Default::default()
-        };
-        let count = self.range(range(true, 0)).await?.count;
-        let excess = usize::try_from(count).unwrap_or_default().saturating_sub(keep);
-        if excess == 0 {
-            return Ok(());
+        let mut changes = Vec::new();
+        for batch in batches {
+            // The oldest keys past `keep`: counted, then read by name only.
+            let prefix = self.key("decisions", &format!("{}/", batch.kind));
+            let range = |count_only: bool, limit: i64| pb::RangeRequest {
+                range_end: members::prefix_end(&prefix),
+                key: prefix.clone(),
+                count_only,
+                keys_only: true,
+                limit,
+                ..Default::default()
+            };
+            let count = usize::try_from(self.range(range(true, 0)).await?.count).unwrap_or_default();
+            let (stale, skipped) = batch.trim(count, keep);
+            if stale > 0 {
+                let old = self.range(range(false, stale as i64)).await?;
+                changes.extend(old.kvs.into_iter().map(|kv| (kv.key, None)));
+            }
+            changes.extend(batch.entries.into_iter().skip(skipped).map(|(key, json)| {
+                (
+                    self.key("decisions", &format!("{}/{key}", batch.kind)),
+                    Some(json),
+                )
+            }));
         }
-        let stale = self.range(range(false, excess as i64)).await?;
-        self.write_all(stale.kvs.into_iter().map(|kv| (kv.key, None)).collect())
-            .await
+        self.write_all(changes).await
     }
 
     async fn read_decisions(
