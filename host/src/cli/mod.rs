@@ -56,7 +56,9 @@ pub enum Command {
     /// Inspect CSI plugins directly over their sockets.
     #[command(subcommand)]
     Plugin(plugin::PluginCommand),
-    /// Check and test WebAssembly policy modules.
+    /// WebAssembly policy modules: check and test them, deliver them (registries,
+    /// signatures, the cluster's policy set) and roll them out (replay, shadow,
+    /// promote, roll back).
     #[command(subcommand)]
     Policy(policy::PolicyCommand),
     /// Run the volume manager: the API, the reconciler and the plugin registry.
