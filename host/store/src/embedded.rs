@@ -198,6 +198,19 @@ impl RedbStore {
     }
 }
 
+/// `table` for reading, or `None` when it was never made (a store from
+/// before it, or one nothing was written to yet).
+fn open_read(
+    txn: &redb::ReadTransaction,
+    table: Table,
+) -> Result<Option<redb::ReadOnlyTable<&'static str, &'static [u8]>>, StoreError> {
+    match txn.open_table(table) {
+        Ok(t) => Ok(Some(t)),
+        Err(redb::TableError::TableDoesNotExist(_)) => Ok(None),
+        Err(e) => Err(failed(e)),
+    }
+}
+
 /// Every JSON value of `table` (none when the table was never made); a
 /// value that does not decode is an error naming it.
 fn read_all<T: serde::de::DeserializeOwned>(
@@ -206,10 +219,8 @@ fn read_all<T: serde::de::DeserializeOwned>(
     what: &str,
 ) -> Result<Vec<T>, StoreError> {
     let txn = db.begin_read().map_err(failed)?;
-    let table = match txn.open_table(table) {
-        Ok(t) => t,
-        Err(redb::TableError::TableDoesNotExist(_)) => return Ok(Vec::new()),
-        Err(e) => return Err(failed(e)),
+    let Some(table) = open_read(&txn, table)? else {
+        return Ok(Vec::new());
     };
     let mut out = Vec::new();
     for entry in table.iter().map_err(failed)? {
@@ -390,10 +401,8 @@ impl Store for RedbStore {
         // Each kind's count and oldest keys first, then one write of it all.
         let stored: Vec<(usize, Vec<String>)> = self.committer.read(move |db| {
             let txn = db.begin_read().map_err(failed)?;
-            let table = match txn.open_table(DECISIONS) {
-                Ok(t) => t,
-                Err(redb::TableError::TableDoesNotExist(_)) => return Ok(vec![(0, Vec::new()); kinds.len()]),
-                Err(e) => return Err(failed(e)),
+            let Some(table) = open_read(&txn, DECISIONS)? else {
+                return Ok(vec![(0, Vec::new()); kinds.len()]);
             };
             let mut out = Vec::with_capacity(kinds.len());
             for (kind, added) in &kinds {
@@ -438,10 +447,8 @@ impl Store for RedbStore {
         let after = after.to_string();
         self.committer.read(move |db| {
             let txn = db.begin_read().map_err(failed)?;
-            let table = match txn.open_table(DECISIONS) {
-                Ok(t) => t,
-                Err(redb::TableError::TableDoesNotExist(_)) => return Ok(Vec::new()),
-                Err(e) => return Err(failed(e)),
+            let Some(table) = open_read(&txn, DECISIONS)? else {
+                return Ok(Vec::new());
             };
             let mut out = Vec::new();
             for entry in table.range(start.as_str()..end.as_str()).map_err(failed)? {
