@@ -47,12 +47,23 @@ pub fn wait_for(what: &str, within: Duration, mut done: impl FnMut() -> bool, co
     }
 }
 
-/// A TCP port free on loopback now (the tests' servers bind it next).
+/// A TCP port free on loopback now (the tests' servers bind it next),
+/// never one handed out before in this process: the kernel may give the
+/// same ephemeral port to two binds in a row, and two etcd members given
+/// one port cannot start.
 pub fn free_port() -> u16 {
-    std::net::TcpListener::bind("127.0.0.1:0")
-        .and_then(|l| l.local_addr())
-        .map(|a| a.port())
-        .expect("a free port on loopback")
+    static GIVEN: std::sync::Mutex<Vec<u16>> = std::sync::Mutex::new(Vec::new());
+    let mut given = GIVEN.lock().unwrap_or_else(|p| p.into_inner());
+    loop {
+        let port = std::net::TcpListener::bind("127.0.0.1:0")
+            .and_then(|l| l.local_addr())
+            .map(|a| a.port())
+            .expect("a free port on loopback");
+        if !given.contains(&port) {
+            given.push(port);
+            return port;
+        }
+    }
 }
 
 /// Starts `berth COMMAND --config CONFIG` (info logs appended to `log`).

@@ -147,6 +147,91 @@ fn leader_killed_during_a_storm_loses_and_duplicates_nothing() {
     assert!(warm >= kills, "{warm} of {kills} takeovers from a warm copy");
 }
 
+/// One connection to a follower, calls in flight on it throughout, while
+/// the leader is killed and that follower takes over: every call is
+/// answered, and the connection is never closed under them.
+#[test]
+fn a_connection_held_through_a_failover_answers_every_call() {
+    use berth_proto::berth::v1::{self as api, berth_client::BerthClient};
+    use std::sync::atomic::AtomicUsize;
+    let etcd = EtcdCluster::start(3);
+    let mut c = three_servers(&etcd);
+    let l = c.wait_leader(&[0, 1, 2], Duration::from_secs(30));
+    let (f, other) = ((l + 1) % 3, (l + 2) % 3);
+    let socket = c.serves[f].api.clone();
+    let connects = Arc::new(AtomicUsize::new(0));
+    let rt = tokio::runtime::Runtime::new().unwrap();
+    let channel = {
+        let connects = connects.clone();
+        let _entered = rt.enter();
+        tonic::transport::Endpoint::from_static("http://unix.socket").connect_with_connector_lazy(
+            tower::service_fn(move |_: tonic::transport::Uri| {
+                connects.fetch_add(1, Ordering::SeqCst);
+                let socket = socket.clone();
+                async move {
+                    tokio::net::UnixStream::connect(socket)
+                        .await
+                        .map(hyper_util::rt::TokioIo::new)
+                }
+            }),
+        )
+    };
+    let stop = Arc::new(AtomicBool::new(false));
+    let callers: Vec<_> = (0..4)
+        .map(|t| {
+            let (mut client, stop) = (BerthClient::new(channel.clone()), stop.clone());
+            rt.spawn(async move {
+                let mut answered = Vec::new();
+                for n in 0.. {
+                    if stop.load(Ordering::SeqCst) {
+                        break;
+                    }
+                    let spec = api::VolumeSpec {
+                        name: format!("held-{t}-{n}"),
+                        plugin: "hostpath".into(),
+                        required_bytes: 1 << 20,
+                        ..Default::default()
+                    };
+                    let answer = client
+                        .create_volume(api::CreateVolumeRequest { spec: Some(spec) })
+                        .await;
+                    answered.push((Instant::now(), answer.map(|_| ())));
+                    tokio::time::sleep(Duration::from_millis(20)).await;
+                }
+                answered
+            })
+        })
+        .collect();
+    std::thread::sleep(Duration::from_millis(500));
+    // With the third server gone too, the follower holding the connection is the one to take over.
+    c.kill_server(l);
+    c.kill_server(other);
+    c.wait_leader(&[f], Duration::from_secs(30));
+    let led = Instant::now();
+    std::thread::sleep(Duration::from_secs(1));
+    stop.store(true, Ordering::SeqCst);
+    let answered: Vec<_> = callers
+        .into_iter()
+        .flat_map(|h| rt.block_on(h).unwrap())
+        .collect();
+    let failed: Vec<_> = answered.iter().filter_map(|(_, a)| a.as_ref().err()).collect();
+    assert!(
+        failed.is_empty(),
+        "{} of {} calls failed: {failed:?}",
+        failed.len(),
+        answered.len()
+    );
+    assert!(
+        answered.iter().any(|(at, _)| *at > led),
+        "calls were answered after the takeover"
+    );
+    assert_eq!(
+        connects.load(Ordering::SeqCst),
+        1,
+        "the connection was never closed"
+    );
+}
+
 /// A leader frozen past its lease: another leads meanwhile; thawed, the
 /// old one steps down before acting, and the state stays whole.
 #[test]

@@ -1,8 +1,12 @@
-//! A follower's API: every call passed on, as it came, to the leader's TLS
-//! cluster endpoint, the follower presenting its own server certificate
-//! (mutual TLS, both from the cluster CA); the leader's answer
-//! goes back unchanged. Forwarding raw gRPC keeps followers ignorant of
-//! the API's methods: nothing to keep in step when one is added.
+//! The API of a server in an etcd cluster, one server for the process's
+//! whole life: while this server leads, each call goes to its term's API;
+//! while it follows, the call is passed on, as it came, to the leader's TLS
+//! cluster endpoint, this server presenting its own server certificate
+//! (mutual TLS, both from the cluster CA), and the leader's answer goes back
+//! unchanged. Forwarding raw gRPC keeps followers ignorant of the API's
+//! methods: nothing to keep in step when one is added. Connections are
+//! never closed when the role changes: a caller sees a failover as a slow
+//! call, not a broken one.
 
 use std::convert::Infallible;
 use std::future::Future;
@@ -11,6 +15,7 @@ use std::sync::{Arc, Mutex};
 use std::task::{Context, Poll};
 use std::time::Duration;
 
+use berth_proto::berth::v1::berth_server::BerthServer;
 use tokio::sync::watch;
 use tonic::body::Body;
 use tonic::codegen::http;
@@ -18,9 +23,14 @@ use tonic::server::NamedService;
 use tonic::transport::Channel;
 
 use super::{Role, ServerInfo};
+use crate::api::BerthApi;
 
-/// Tries of a call on this server's own socket while it takes the lead.
-const HANDOVER_ATTEMPTS: u32 = 20;
+/// Tries of one call whose term ended under it: the next goes to whoever
+/// leads then.
+const TERM_ENDED_ATTEMPTS: u32 = 3;
+
+/// The longest pause between tries of a leader that did not answer.
+const MAX_PAUSE: Duration = Duration::from_secs(1);
 
 /// What a follower presents to the leader's TLS endpoint.
 pub struct ForwardTls {
@@ -31,14 +41,40 @@ pub struct ForwardTls {
     pub key: String,
 }
 
+/// A term's API as the process's server hands calls to it.
+#[derive(Clone)]
+pub struct TermApi {
+    pub server: BerthServer<BerthApi>,
+    /// The term's runtime: a call runs there, so it stops when the term does.
+    pub runtime: tokio::runtime::Handle,
+}
+
+impl TermApi {
+    /// The term's whole answer, or None when the term ended before giving it.
+    async fn answer(&self, request: http::Request<Body>) -> Option<http::Response<Body>> {
+        use tower::ServiceExt;
+        let server = self.server.clone();
+        let call = self.runtime.spawn(async move {
+            match server.oneshot(request).await {
+                Ok(answer) => whole(answer).await,
+                Err(never) => match never {},
+            }
+        });
+        call.await.ok()
+    }
+}
+
 #[derive(Clone)]
 pub struct Forward {
     role: watch::Receiver<Role>,
+    /// This server's term's API, while it has one.
+    term: watch::Receiver<Option<TermApi>>,
     me: ServerInfo,
     /// With a TLS cluster endpoint: the CA, and this server's own
     /// certificate chain and key, presented to the leader.
     tls: Option<Arc<ForwardTls>>,
-    /// How long a call waits for a leader while none is known.
+    /// How long a call waits for a leader while none is known, or for this
+    /// server's term to start.
     wait: Duration,
     /// The channel last forwarded on, by where it goes.
     channel: Arc<Mutex<Option<(String, Channel)>>>,
@@ -48,20 +84,21 @@ pub struct Forward {
 enum Target {
     /// Another server leads.
     Leader(ServerInfo),
-    /// This server leads now (the call came in while it followed): its
-    /// own API socket, where the term's server answers.
-    Me,
+    /// This server leads: its term answers.
+    Me(TermApi),
 }
 
 impl Forward {
     pub fn new(
         role: watch::Receiver<Role>,
+        term: watch::Receiver<Option<TermApi>>,
         me: ServerInfo,
         tls: Option<ForwardTls>,
         wait: Duration,
     ) -> Forward {
         Forward {
             role,
+            term,
             me,
             tls: tls.map(Arc::new),
             wait,
@@ -69,21 +106,36 @@ impl Forward {
         }
     }
 
-    /// Who leads, waiting up to `wait` while an election is under way: a
-    /// call held a moment beats one refused.
-    async fn leader(&self) -> Result<Target, tonic::Status> {
-        let mut role = self.role.clone();
+    /// Who answers, waiting up to `wait` while an election is under way or
+    /// this server's term starts: a call held a moment beats one refused.
+    async fn target(&self) -> Result<Target, tonic::Status> {
+        let (mut role, mut term) = (self.role.clone(), self.term.clone());
         let deadline = tokio::time::Instant::now() + self.wait;
         loop {
-            match &*role.borrow_and_update() {
+            let leading = match &*role.borrow_and_update() {
                 Role::Follower { leader: Some(l) } if l.name != self.me.name => {
                     return Ok(Target::Leader(l.clone()));
                 }
-                Role::Leader { .. } => return Ok(Target::Me),
-                Role::Follower { .. } => {}
+                Role::Leader { .. } => true,
+                Role::Follower { .. } => false,
+            };
+            if leading && let Some(api) = &*term.borrow_and_update() {
+                return Ok(Target::Me(api.clone()));
             }
-            match tokio::time::timeout_at(deadline, role.changed()).await {
-                Ok(Ok(())) => {}
+            let changed = async {
+                tokio::select! {
+                    r = role.changed() => r.is_ok(),
+                    r = term.changed() => r.is_ok(),
+                }
+            };
+            match tokio::time::timeout_at(deadline, changed).await {
+                Ok(true) => {}
+                _ if leading => {
+                    return Err(tonic::Status::unavailable(format!(
+                        "this server was elected but its term has not started within {}; retry shortly",
+                        humantime::format_duration(self.wait)
+                    )));
+                }
                 _ => {
                     return Err(tonic::Status::unavailable(format!(
                         "no leader was elected within {}: the servers could not reach etcd, or none could start; retry shortly",
@@ -94,36 +146,22 @@ impl Forward {
         }
     }
 
-    /// The channel to send a call on now (and whether it is this server's
-    /// own socket), or the answer to give instead.
-    async fn target(&self) -> Result<(Channel, bool), tonic::Status> {
-        let target = self.leader().await?;
-        let mine = matches!(target, Target::Me);
-        let at = match &target {
-            Target::Me => self.me.api.clone(),
-            Target::Leader(leader) => leader.forward.clone().ok_or_else(|| not_forwarded(leader))?,
-        };
+    /// The channel to the leader's TLS endpoint.
+    fn channel(&self, leader: &ServerInfo) -> Result<Channel, tonic::Status> {
+        let at = leader.forward.clone().ok_or_else(|| not_forwarded(leader))?;
         let mut cached = self.channel.lock().unwrap_or_else(|p| p.into_inner());
         if let Some((was, channel)) = &*cached
             && *was == at
         {
-            return Ok((channel.clone(), mine));
+            return Ok(channel.clone());
         }
-        let channel = match target {
-            Target::Me => {
-                let api =
-                    crate::csi::Endpoint::parse(&at).map_err(|e| tonic::Status::internal(e.to_string()))?;
-                crate::csi::unix_channel(api.path())
-            }
-            Target::Leader(leader) => {
-                let tls = self.tls.as_ref().ok_or_else(|| not_forwarded(&leader))?;
-                crate::agent::tls::server_channel(&at, &tls.ca, (&tls.chain, &tls.key)).map_err(|e| {
-                    tonic::Status::unavailable(format!("forwarding to the leader {}: {e}", leader.name))
-                })?
-            }
-        };
+        let tls = self.tls.as_ref().ok_or_else(|| not_forwarded(leader))?;
+        let channel =
+            crate::agent::tls::server_channel(&at, &tls.ca, (&tls.chain, &tls.key)).map_err(|e| {
+                tonic::Status::unavailable(format!("forwarding to the leader {}: {e}", leader.name))
+            })?;
         *cached = Some((at, channel.clone()));
-        Ok((channel, mine))
+        Ok(channel)
     }
 }
 
@@ -158,33 +196,52 @@ impl tower::Service<http::Request<Body>> for Forward {
                 Ok(b) => b.to_bytes(),
                 Err(e) => return Ok(tonic::Status::cancelled(format!("reading the call: {e}")).into_http()),
             };
-            let mut attempts = 0;
-            loop {
-                let (channel, mine) = match this.target().await {
-                    Ok(c) => c,
-                    Err(status) => return Ok(status.into_http()),
-                };
+            let again = || {
                 let mut request = http::Request::new(Body::new(http_body_util::Full::new(body.clone())));
                 *request.method_mut() = parts.method.clone();
                 *request.uri_mut() = parts.uri.clone();
                 *request.version_mut() = parts.version;
                 *request.headers_mut() = parts.headers.clone();
-                match channel.oneshot(request).await {
-                    Ok(answer) => return Ok(whole(answer).await),
-                    // Just elected, this server hands its socket from the
-                    // follower's listener to the term's: a connection caught
-                    // in between is closed, and the call (safe to repeat,
-                    // as every Berth call is) goes again.
-                    Err(_) if mine && attempts < HANDOVER_ATTEMPTS => {
-                        attempts += 1;
-                        tokio::time::sleep(Duration::from_millis(50)).await;
-                    }
-                    Err(e) => {
-                        return Ok(tonic::Status::unavailable(format!(
-                            "the leader did not answer: {}",
-                            crate::csi::error_chain(&e)
-                        ))
-                        .into_http());
+                request
+            };
+            let mut ended = 0;
+            let (mut unanswered, mut pause) = (None, Duration::from_millis(50));
+            loop {
+                match this.target().await {
+                    Err(status) => return Ok(status.into_http()),
+                    Ok(Target::Me(term)) => match term.answer(again()).await {
+                        Some(answer) => return Ok(answer),
+                        // Deposed mid-call: every Berth call is safe to
+                        // repeat, and the next leader takes this one.
+                        None if ended + 1 < TERM_ENDED_ATTEMPTS => ended += 1,
+                        None => {
+                            return Ok(tonic::Status::unavailable(
+                                "this server's term ended during the call; retry shortly",
+                            )
+                            .into_http());
+                        }
+                    },
+                    Ok(Target::Leader(leader)) => {
+                        let channel = match this.channel(&leader) {
+                            Ok(c) => c,
+                            Err(status) => return Ok(status.into_http()),
+                        };
+                        let e = match channel.oneshot(again()).await {
+                            Ok(answer) => return Ok(whole(answer).await),
+                            Err(e) => e,
+                        };
+                        // The leader gone: once its lease runs out another
+                        // leads, and the call (safe to repeat) goes there.
+                        let now = tokio::time::Instant::now();
+                        if now >= *unanswered.get_or_insert(now + this.wait) {
+                            return Ok(tonic::Status::unavailable(format!(
+                                "the leader did not answer: {}",
+                                crate::csi::error_chain(&e)
+                            ))
+                            .into_http());
+                        }
+                        tokio::time::sleep(pause).await;
+                        pause = (pause * 2).min(MAX_PAUSE);
                     }
                 }
             }

@@ -260,7 +260,7 @@ async fn embedded(
             config,
             config_path,
             store,
-            api: listener,
+            api: term::TermSocket::Own(listener),
             ca,
             election: None,
         },

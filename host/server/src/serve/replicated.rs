@@ -13,11 +13,11 @@ use tokio::sync::watch;
 use tokio_stream::wrappers::UnixListenerStream;
 
 use super::ServeError;
-use super::term::{Term, lead};
+use super::term::{Term, TermSocket, lead};
 use crate::api;
 use crate::cluster::pki::ClusterCa;
 use crate::config::Config;
-use crate::leadership::forward::{Forward, ForwardTls};
+use crate::leadership::forward::{Forward, ForwardTls, TermApi};
 use crate::leadership::{Election, Role, ServerInfo, shared_ca};
 use crate::store::{EtcdSettings, EtcdStore, Fence, Mirror, Warm};
 
@@ -77,8 +77,13 @@ pub(super) async fn run(
     let election = Election::join_as(settings.clone(), me.clone(), false).await?;
     let _preparing = tokio::spawn(keep_set_prepared(config.clone(), election.clone()));
     tracing::info!(server = %me.name, endpoints = ?settings.endpoints, prefix = %settings.prefix, lease_ttl = ?settings.lease_ttl, "taking part in the election");
+    // One API server for the process's life, whatever its role: a term is
+    // handed calls through `term_api`, and no connection is closed when the
+    // role changes.
+    let (term_api, term_rx) = watch::channel(None);
     let forward = Forward::new(
         election.role(),
+        term_rx,
         me.clone(),
         ca.as_ref()
             .map(|ca| {
@@ -104,6 +109,7 @@ pub(super) async fn run(
             }
         }),
     );
+    let serving = serve_api(&listener, forward).await?;
     let mut shutdown = std::pin::pin!(shutdown);
     let mut role = election.role();
     let mut mirror: Option<Mirror> = None;
@@ -115,14 +121,12 @@ pub(super) async fn run(
                 .inspect_err(|e| tracing::warn!(error = %e, "no warm copy of the store: a term will read it"))
                 .ok();
         }
-        let following = follow(&listener, forward.clone(), election.role())?;
+        crate::metrics::readiness().set_ok("api", "following: calls are passed on to the leader".into());
         let fence = tokio::select! {
             _ = &mut shutdown => break Ok(()),
             fence = elected(&mut role) => fence,
         };
-        // Its open connections are told to go away; new ones queue on the
-        // socket until the term's server takes them.
-        drop(following);
+        // Calls wait for the term's API meanwhile.
         crate::metrics::readiness().set_failing("api", "elected: a term is starting".into());
         let warm = match mirror.take() {
             Some(m) => m.take(fence.create_revision, settings.lease_ttl).await,
@@ -144,7 +148,7 @@ pub(super) async fn run(
             &config,
             &config_path,
             &settings,
-            &listener,
+            &term_api,
             &ca,
             &election,
             fence.clone(),
@@ -165,6 +169,7 @@ pub(super) async fn run(
             }
         }
     };
+    serving.abort();
     election.resign().await;
     let _ = std::fs::remove_file(&api_path);
     if let Some(path) = config.cluster.as_ref().map(|c| c.path()) {
@@ -253,30 +258,26 @@ async fn deposed(role: &mut watch::Receiver<Role>, fence: &Fence) {
     }
 }
 
-/// Serves the API as a follower, passing calls on, until this server
-/// leads; connections open then are told to go away and come back.
-fn follow(
+/// Serves the API on `listener` until the process ends: `forward` answers
+/// every call, from the term while this server leads.
+async fn serve_api(
     listener: &StdUnixListener,
     forward: Forward,
-    mut role: watch::Receiver<Role>,
 ) -> Result<tokio::task::JoinHandle<()>, ServeError> {
     let listener =
         tokio::net::UnixListener::from_std(listener.try_clone().map_err(ServeError::io("the API socket"))?)
             .map_err(ServeError::io("the API socket"))?;
-    let leading = async move {
-        let _ = role.wait_for(|r| matches!(r, Role::Leader { .. })).await;
-    };
     let reflection = api::introspection::reflection()?;
-    crate::metrics::readiness().set_ok("api", "following: calls are passed on to the leader".into());
+    let health = api::introspection::health().await;
     Ok(tokio::spawn(async move {
         let served = tonic::transport::Server::builder()
             .add_service(forward)
-            .add_service(api::introspection::health().await)
+            .add_service(health)
             .add_service(reflection)
-            .serve_with_incoming_shutdown(UnixListenerStream::new(listener), leading)
+            .serve_with_incoming(UnixListenerStream::new(listener))
             .await;
         if let Err(e) = served {
-            tracing::error!(error = %e, "the follower's API stopped");
+            tracing::error!(error = %e, "the API server stopped");
         }
     }))
 }
@@ -294,7 +295,7 @@ async fn term(
     config: &Config,
     config_path: &Option<PathBuf>,
     settings: &EtcdSettings,
-    listener: &StdUnixListener,
+    term_api: &watch::Sender<Option<TermApi>>,
     ca: &Option<Arc<ClusterCa>>,
     election: &Arc<Election>,
     fence: Fence,
@@ -310,10 +311,6 @@ async fn term(
         Ok(r) => r,
         Err(e) => return Ended::Failed(ServeError::io("starting the term's runtime")(e)),
     };
-    let listener = match listener.try_clone() {
-        Ok(l) => l,
-        Err(e) => return Ended::Failed(ServeError::io("the API socket")(e)),
-    };
     let ca = match ca {
         Some(ca) => match ClusterCa::from_pem(ca.cert_pem(), &ca.key_pem()) {
             Ok(ca) => Some(ca),
@@ -321,11 +318,12 @@ async fn term(
         },
         None => None,
     };
-    let (config, config_path, settings, election) = (
+    let (config, config_path, settings, election, routed) = (
         config.clone(),
         config_path.clone(),
         settings.clone(),
         election.clone(),
+        term_api.clone(),
     );
     let (done, outcome) = tokio::sync::oneshot::channel();
     let fenced = fence.clone();
@@ -333,14 +331,12 @@ async fn term(
         let result = async {
             // Read after winning: everything the last leader committed is there.
             let store = EtcdStore::connect_warm(settings, Some(fenced), warm).await?;
-            let api =
-                tokio::net::UnixListener::from_std(listener).map_err(ServeError::io("the API socket"))?;
             lead(
                 Term {
                     config,
                     config_path,
                     store: Arc::new(store),
-                    api,
+                    api: TermSocket::Routed(routed),
                     ca,
                     election: Some(election),
                 },
@@ -362,6 +358,8 @@ async fn term(
     // Every task of the term stops at its next await; nothing it does
     // after this reaches etcd unfenced.
     runtime.shutdown_background();
+    // Its calls fail over to the next leader, this server included.
+    term_api.send_replace(None);
     crate::metrics::set_leader(false);
     ended
 }

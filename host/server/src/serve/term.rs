@@ -20,6 +20,7 @@ use crate::csi::ClientOptions;
 use crate::csi::fingerprint::Role;
 use crate::csi::registry::{Health, PluginSpec, RefreshTasks, Registry};
 use crate::leadership::Election;
+use crate::leadership::forward::TermApi;
 use crate::manager::{VolumeManager, as_sync};
 use crate::metrics::readiness::NotReady;
 use crate::metrics::{self, live::Observed};
@@ -33,12 +34,20 @@ pub(super) struct Term {
     pub config: Config,
     pub config_path: Option<PathBuf>,
     pub store: Arc<dyn Store>,
-    /// The API socket, bound already.
-    pub api: tokio::net::UnixListener,
+    pub api: TermSocket,
     /// The cluster CA, with a TLS cluster endpoint.
     pub ca: Option<ClusterCa>,
     /// With etcd: the election this term was won in.
     pub election: Option<Arc<Election>>,
+}
+
+/// How a term's API is reached.
+pub(super) enum TermSocket {
+    /// The API socket, bound already: the term serves it until it ends.
+    Own(tokio::net::UnixListener),
+    /// The process's API server, beside other servers on etcd: it hands
+    /// calls to the term once the term gives it its API here.
+    Routed(tokio::sync::watch::Sender<Option<TermApi>>),
 }
 
 /// The engine for `config`'s modules, sized for the largest; a follower
@@ -211,7 +220,7 @@ pub(super) async fn lead(
         config,
         config_path,
         store,
-        api: listener,
+        api: socket,
         ca,
         election,
     } = term;
@@ -309,12 +318,24 @@ pub(super) async fn lead(
     }
     start_node_agents(manager.clone(), directory.clone(), deadline).await?;
     metrics::readiness().set_ok("api", format!("serving on {}", api_path.display()));
-    let serving = tonic::transport::Server::builder()
-        .add_service(BerthServer::from_arc(api))
-        .add_service(api::introspection::health().await)
-        .add_service(api::introspection::reflection()?)
-        .serve_with_incoming_shutdown(UnixListenerStream::new(listener), shutdown);
-    let result = serving.await.map_err(ServeError::Serving);
+    let result = match socket {
+        TermSocket::Own(listener) => tonic::transport::Server::builder()
+            .add_service(BerthServer::from_arc(api))
+            .add_service(api::introspection::health().await)
+            .add_service(api::introspection::reflection()?)
+            .serve_with_incoming_shutdown(UnixListenerStream::new(listener), shutdown)
+            .await
+            .map_err(ServeError::Serving),
+        TermSocket::Routed(routed) => {
+            routed.send_replace(Some(TermApi {
+                server: BerthServer::from_arc(api),
+                runtime: tokio::runtime::Handle::current(),
+            }));
+            shutdown.await;
+            routed.send_replace(None);
+            Ok(())
+        }
+    };
     sighup.abort();
     guard.abort();
     result
