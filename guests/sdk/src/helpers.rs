@@ -140,6 +140,9 @@ impl Operation {
             Operation::NodeExpandVolume => "NodeExpandVolume",
             Operation::CreateSnapshot => "CreateSnapshot",
             Operation::DeleteSnapshot => "DeleteSnapshot",
+            Operation::ControllerModifyVolume => "ControllerModifyVolume",
+            Operation::CreateVolumeGroupSnapshot => "CreateVolumeGroupSnapshot",
+            Operation::DeleteVolumeGroupSnapshot => "DeleteVolumeGroupSnapshot",
         }
     }
 
@@ -153,6 +156,7 @@ impl Operation {
                 | Operation::NodeUnstageVolume
                 | Operation::NodeUnpublishVolume
                 | Operation::DeleteSnapshot
+                | Operation::DeleteVolumeGroupSnapshot
         )
     }
 }

@@ -68,7 +68,7 @@ pub mod placement {
         default_bindings_module: "berth_guest::placement",
         runtime_path: "berth_guest::wit_bindgen::rt",
         additional_derives: [PartialEq],
-        with: { "berth:policy/types@0.2.0": crate::naming::berth::policy::types },
+        with: { "berth:policy/types@0.3.0": crate::naming::berth::policy::types },
     });
 }
 
@@ -82,7 +82,7 @@ pub mod retry {
         default_bindings_module: "berth_guest::retry",
         runtime_path: "berth_guest::wit_bindgen::rt",
         additional_derives: [PartialEq],
-        with: { "berth:policy/types@0.2.0": crate::naming::berth::policy::types },
+        with: { "berth:policy/types@0.3.0": crate::naming::berth::policy::types },
     });
 }
 

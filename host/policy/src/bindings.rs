@@ -19,6 +19,56 @@ pub use generated::exports::berth::policy::placement::{
 };
 pub use generated::exports::berth::policy::retry::{Decision as RetryDecision, Failure};
 
+/// In a released package's module: its `operation` and `failure` from
+/// today's, for the operations listed (those it has names for).
+macro_rules! older_failure {
+    ($($op:ident),+ $(,)?) => {
+        /// The operation as this release names it; `None` for one it has no name for.
+        pub fn operation(now: crate::Operation) -> Option<Operation> {
+            match now {
+                $(crate::Operation::$op => Some(Operation::$op),)+
+                _ => None,
+            }
+        }
+
+        /// The failure as a module of this release sees it; `None` for an
+        /// operation it has no name for.
+        pub fn failure(f: &crate::Failure) -> Option<Failure> {
+            Some(Failure {
+                operation: operation(f.operation)?,
+                code: code(f.code),
+                message: f.message.clone(),
+                attempt: f.attempt,
+                elapsed_ms: f.elapsed_ms,
+                driver: f.driver.clone(),
+                settings: f.settings.clone(),
+            })
+        }
+
+        fn code(now: crate::Code) -> Code {
+            use crate::Code as Now;
+            match now {
+                Now::Cancelled => Code::Cancelled,
+                Now::Unknown => Code::Unknown,
+                Now::InvalidArgument => Code::InvalidArgument,
+                Now::DeadlineExceeded => Code::DeadlineExceeded,
+                Now::NotFound => Code::NotFound,
+                Now::AlreadyExists => Code::AlreadyExists,
+                Now::PermissionDenied => Code::PermissionDenied,
+                Now::ResourceExhausted => Code::ResourceExhausted,
+                Now::FailedPrecondition => Code::FailedPrecondition,
+                Now::Aborted => Code::Aborted,
+                Now::OutOfRange => Code::OutOfRange,
+                Now::Unimplemented => Code::Unimplemented,
+                Now::Internal => Code::Internal,
+                Now::Unavailable => Code::Unavailable,
+                Now::DataLoss => Code::DataLoss,
+                Now::Unauthenticated => Code::Unauthenticated,
+            }
+        }
+    };
+}
+
 /// The released `berth:policy@0.1.0`, for modules built against it. Its
 /// naming types and placement request are the same as today's (so today's
 /// Rust types are used for them); `operation` has fewer cases, and placement
@@ -77,42 +127,53 @@ pub mod v0_1 {
         v.finish()
     }
 
-    /// The failure as a 0.1.0 module sees it; `None` for an operation 0.1.0 has no name for.
-    pub fn failure(f: &super::Failure) -> Option<Failure> {
-        use super::Operation as Now;
-        let operation = match f.operation {
-            Now::CreateVolume => Operation::CreateVolume,
-            Now::DeleteVolume => Operation::DeleteVolume,
-            Now::ControllerPublishVolume => Operation::ControllerPublishVolume,
-            Now::ControllerUnpublishVolume => Operation::ControllerUnpublishVolume,
-            Now::NodeStageVolume => Operation::NodeStageVolume,
-            Now::NodeUnstageVolume => Operation::NodeUnstageVolume,
-            Now::NodePublishVolume => Operation::NodePublishVolume,
-            Now::NodeUnpublishVolume => Operation::NodeUnpublishVolume,
-            Now::ControllerExpandVolume
-            | Now::NodeExpandVolume
-            | Now::CreateSnapshot
-            | Now::DeleteSnapshot => {
-                return None;
-            }
-        };
-        Some(Failure {
-            operation,
-            code: super::v0_1_code(f.code),
-            message: f.message.clone(),
-            attempt: f.attempt,
-            elapsed_ms: f.elapsed_ms,
-            driver: f.driver.clone(),
-            settings: f.settings.clone(),
-        })
+    pub use generated::berth::policy::types::Code;
+
+    older_failure!(
+        CreateVolume,
+        DeleteVolume,
+        ControllerPublishVolume,
+        ControllerUnpublishVolume,
+        NodeStageVolume,
+        NodeUnstageVolume,
+        NodePublishVolume,
+        NodeUnpublishVolume,
+    );
+}
+
+/// The released `berth:policy@0.2.0`: the same as today's but for
+/// `operation`, which has fewer cases, so only a retry module's failure
+/// differs.
+pub mod v0_2 {
+    mod generated {
+        wasmtime::component::bindgen!({
+            path: "../../wit/0.2.0",
+            world: "policy",
+        });
     }
 
-    pub(super) use generated::berth::policy::types::Code;
+    pub use generated::berth::policy::types::{Code, Operation};
+    pub use generated::exports::berth::policy::retry::Failure;
+
+    older_failure!(
+        CreateVolume,
+        DeleteVolume,
+        ControllerPublishVolume,
+        ControllerUnpublishVolume,
+        NodeStageVolume,
+        NodeUnstageVolume,
+        NodePublishVolume,
+        NodeUnpublishVolume,
+        ControllerExpandVolume,
+        NodeExpandVolume,
+        CreateSnapshot,
+        DeleteSnapshot,
+    );
 }
 
 /// The WIT package this host implements.
 pub const PACKAGE: &str = "berth:policy";
-pub const PACKAGE_VERSION: &str = "0.2.0";
+pub const PACKAGE_VERSION: &str = "0.3.0";
 
 /// A release of the package a module was built against: every one listed
 /// here loads.
@@ -120,16 +181,18 @@ pub const PACKAGE_VERSION: &str = "0.2.0";
 pub enum Contract {
     V0_1,
     V0_2,
+    V0_3,
 }
 
 impl Contract {
-    pub const ALL: [Contract; 2] = [Contract::V0_1, Contract::V0_2];
+    pub const ALL: [Contract; 3] = [Contract::V0_1, Contract::V0_2, Contract::V0_3];
 
-    /// The version in export and import names, e.g. `0.2.0`.
+    /// The version in export and import names, e.g. `0.3.0`.
     pub fn version(self) -> &'static str {
         match self {
             Contract::V0_1 => "0.1.0",
-            Contract::V0_2 => PACKAGE_VERSION,
+            Contract::V0_2 => "0.2.0",
+            Contract::V0_3 => PACKAGE_VERSION,
         }
     }
 
@@ -144,42 +207,17 @@ impl Contract {
 
     /// Whether modules of this contract can be asked about `operation`.
     pub fn knows(self, operation: Operation) -> bool {
-        self >= Contract::V0_2
-            || !matches!(
-                operation,
-                Operation::ControllerExpandVolume
-                    | Operation::NodeExpandVolume
-                    | Operation::CreateSnapshot
-                    | Operation::DeleteSnapshot
-            )
+        match self {
+            Contract::V0_1 => v0_1::operation(operation).is_some(),
+            Contract::V0_2 => v0_2::operation(operation).is_some(),
+            Contract::V0_3 => true,
+        }
     }
 }
 
 impl std::fmt::Display for Contract {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         write!(f, "{PACKAGE}@{}", self.version())
-    }
-}
-
-fn v0_1_code(code: Code) -> v0_1::Code {
-    use v0_1::Code as Old;
-    match code {
-        Code::Cancelled => Old::Cancelled,
-        Code::Unknown => Old::Unknown,
-        Code::InvalidArgument => Old::InvalidArgument,
-        Code::DeadlineExceeded => Old::DeadlineExceeded,
-        Code::NotFound => Old::NotFound,
-        Code::AlreadyExists => Old::AlreadyExists,
-        Code::PermissionDenied => Old::PermissionDenied,
-        Code::ResourceExhausted => Old::ResourceExhausted,
-        Code::FailedPrecondition => Old::FailedPrecondition,
-        Code::Aborted => Old::Aborted,
-        Code::OutOfRange => Old::OutOfRange,
-        Code::Unimplemented => Old::Unimplemented,
-        Code::Internal => Old::Internal,
-        Code::Unavailable => Old::Unavailable,
-        Code::DataLoss => Old::DataLoss,
-        Code::Unauthenticated => Old::Unauthenticated,
     }
 }
 
@@ -256,6 +294,9 @@ wit_names!(
         ("node-expand-volume", NodeExpandVolume),
         ("create-snapshot", CreateSnapshot),
         ("delete-snapshot", DeleteSnapshot),
+        ("controller-modify-volume", ControllerModifyVolume),
+        ("create-volume-group-snapshot", CreateVolumeGroupSnapshot),
+        ("delete-volume-group-snapshot", DeleteVolumeGroupSnapshot),
     ]
 );
 
@@ -339,6 +380,9 @@ impl Operation {
             Operation::NodeExpandVolume => "NodeExpandVolume",
             Operation::CreateSnapshot => "CreateSnapshot",
             Operation::DeleteSnapshot => "DeleteSnapshot",
+            Operation::ControllerModifyVolume => "ControllerModifyVolume",
+            Operation::CreateVolumeGroupSnapshot => "CreateVolumeGroupSnapshot",
+            Operation::DeleteVolumeGroupSnapshot => "DeleteVolumeGroupSnapshot",
         }
     }
 
@@ -351,6 +395,7 @@ impl Operation {
                 | Operation::NodeUnstageVolume
                 | Operation::NodeUnpublishVolume
                 | Operation::DeleteSnapshot
+                | Operation::DeleteVolumeGroupSnapshot
         )
     }
 }

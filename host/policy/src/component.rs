@@ -117,13 +117,18 @@ pub(super) fn find_exports(
         } else {
             names.join(", ")
         };
-        let known: Vec<String> = Contract::ALL.iter().map(ToString::to_string).collect();
+        let mut known: Vec<String> = Contract::ALL.iter().map(ToString::to_string).collect();
+        let last = known.pop().unwrap_or_default();
+        let known = match known.is_empty() {
+            true => last,
+            false => format!("{} and {last}", known.join(", ")),
+        };
         return Err(if incompatible.is_empty() {
             ShapeError::NoDecision(exported)
         } else {
             ShapeError::Release {
                 exports: incompatible.join(", "),
-                known: known.join(" and "),
+                known,
             }
         });
     }

@@ -13,7 +13,7 @@ use wasmtime::component::{
 use wasmtime::{Store, Trap};
 
 use crate::answer::{validate_retry, validate_verdicts, validate_volume_name};
-use crate::bindings::{Contract, PACKAGE, v0_1};
+use crate::bindings::{Contract, PACKAGE, v0_1, v0_2};
 use crate::component::{block_on, check_imports, find_exports, footprint};
 use crate::memory::initial_memory;
 
@@ -287,6 +287,9 @@ impl PolicyModule {
                 Decision::Retry if v0_1 => instance
                     .get_typed_func::<(&v0_1::Failure,), (RetryDecision,)>(store, index)
                     .map(drop),
+                Decision::Retry if self.contract == Contract::V0_2 => instance
+                    .get_typed_func::<(&v0_2::Failure,), (RetryDecision,)>(store, index)
+                    .map(drop),
                 Decision::Retry => instance
                     .get_typed_func::<(&Failure,), (RetryDecision,)>(store, index)
                     .map(drop),
@@ -432,7 +435,7 @@ impl PolicyModule {
                 }
                 v0_1::verdicts(&verdicts)
             }
-            Contract::V0_2 => {
+            Contract::V0_2 | Contract::V0_3 => {
                 let (mut sandbox, func) = self
                     .prepare::<(&PlacementRequest, &CandidateColumns), (Verdicts,)>(engine, decision)
                     .await?;
@@ -474,6 +477,15 @@ impl PolicyModule {
                 answer.map_err(|e| self.failed(decision, &e, &sandbox))?.0
             }
             Contract::V0_2 => {
+                let old =
+                    v0_2::failure(failure).ok_or_else(|| self.error(decision, GuestFailure::NotServed))?;
+                let (mut sandbox, func) = self
+                    .prepare::<(&v0_2::Failure,), (RetryDecision,)>(engine, decision)
+                    .await?;
+                let answer = func.call_async(&mut sandbox.store, (&old,)).await;
+                answer.map_err(|e| self.failed(decision, &e, &sandbox))?.0
+            }
+            Contract::V0_3 => {
                 let (mut sandbox, func) = self
                     .prepare::<(&Failure,), (RetryDecision,)>(engine, decision)
                     .await?;

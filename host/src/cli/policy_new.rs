@@ -7,7 +7,7 @@
 use std::path::{Path, PathBuf};
 
 use anyhow::{Context, bail};
-use berth::policy::Decision;
+use berth::policy::{Decision, PACKAGE_VERSION};
 use clap::{Args, ValueEnum};
 
 #[derive(Clone, Copy, Debug, PartialEq, Eq, ValueEnum)]
@@ -223,8 +223,8 @@ fn python(name: &str, decisions: &[Decision]) -> Vec<File> {
         "\"\"\"{name}: a Berth policy module serving {}.\"\"\"\n\nfrom wit_world import exports\n",
         shown(decisions)
     );
-    let mut world = String::from(
-        "package berth:policy@0.2.0;\n\n/// The decisions this module serves: Berth reads a module's exports.\nworld module {\n",
+    let mut world = format!(
+        "package berth:policy@{PACKAGE_VERSION};\n\n/// The decisions this module serves: Berth reads a module's exports.\nworld module {{\n",
     );
     for d in decisions {
         app.push_str("\n\n");

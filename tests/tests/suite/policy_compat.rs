@@ -1,7 +1,8 @@
 //! Policy modules outlive releases: the sample guests as built for
-//! `berth:policy@0.1.0` (kept as fixtures) load and decide as they did
-//! (placement through records converted to and from 0.2.0's columns), and
-//! are never asked about the operations 0.2.0 added.
+//! `berth:policy@0.1.0` and `0.2.0` (kept as fixtures) load and decide as
+//! they did (0.1.0's placement through records converted to and from the
+//! columns 0.2.0 brought), and are never asked about the operations later
+//! releases added.
 
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
@@ -15,11 +16,21 @@ use berth::policy::{
 use berth_tests::{Cluster, ClusterSpec, guest};
 
 fn fixture_dir() -> PathBuf {
-    Path::new(env!("CARGO_MANIFEST_DIR")).join("fixtures/guests-0.1.0")
+    release_dir("0.1.0")
 }
 
+fn release_dir(version: &str) -> PathBuf {
+    Path::new(env!("CARGO_MANIFEST_DIR")).join(format!("fixtures/guests-{version}"))
+}
+
+/// A sample guest as built for 0.1.0.
 fn fixture(name: &str) -> PathBuf {
     fixture_dir().join(format!("{name}.wasm"))
+}
+
+/// A sample guest as built for 0.2.0.
+fn fixture_0_2(name: &str) -> PathBuf {
+    release_dir("0.2.0").join(format!("{name}.wasm"))
 }
 
 fn engine() -> Arc<PolicyEngine> {
@@ -39,14 +50,20 @@ fn calls(p: &Policies) -> u64 {
 }
 
 #[test]
-fn modules_built_for_0_1_0_load_and_say_so() {
+fn modules_built_for_earlier_releases_load_and_say_so() {
     let e = engine();
     for name in ["berth_naming_guest", "berth_placement_guest", "berth_retry_guest"] {
-        let old = PolicyModule::load(&e, ModuleConfig::from_path(&fixture(name))).expect("0.1.0 loads");
-        assert_eq!(old.contract(), Contract::V0_1, "{name}");
-        let new = PolicyModule::load(&e, ModuleConfig::from_path(&guest(name))).expect("0.2.0 loads");
-        assert_eq!(new.contract(), Contract::V0_2, "{name}");
-        assert_eq!(old.decisions(), new.decisions(), "{name}");
+        let new = PolicyModule::load(&e, ModuleConfig::from_path(&guest(name))).expect("0.3.0 loads");
+        assert_eq!(new.contract(), Contract::V0_3, "{name}");
+        for (path, contract) in [
+            (fixture(name), Contract::V0_1),
+            (fixture_0_2(name), Contract::V0_2),
+        ] {
+            let old =
+                PolicyModule::load(&e, ModuleConfig::from_path(&path)).expect("an earlier release loads");
+            assert_eq!(old.contract(), contract, "{name}");
+            assert_eq!(old.decisions(), new.decisions(), "{name}");
+        }
     }
 }
 
@@ -54,7 +71,11 @@ fn modules_built_for_0_1_0_load_and_say_so() {
 async fn a_0_1_0_naming_module_names_as_the_current_one_does() {
     let e = engine();
     let mut names: Vec<NamingOutcome> = Vec::new();
-    for path in [fixture("berth_naming_guest"), guest("berth_naming_guest")] {
+    for path in [
+        fixture("berth_naming_guest"),
+        fixture_0_2("berth_naming_guest"),
+        guest("berth_naming_guest"),
+    ] {
         let p = Policies::new(e.clone(), Builtins::default());
         let mut c = ModuleConfig::from_path(&path);
         c.settings = [("prefix".to_string(), "team".to_string())].into();
@@ -67,7 +88,8 @@ async fn a_0_1_0_naming_module_names_as_the_current_one_does() {
         matches!(&names[0], NamingOutcome::Named(n) if n.starts_with("team")),
         "{names:?}"
     );
-    assert_eq!(names[0], names[1]);
+    assert_eq!(names[0], names[2]);
+    assert_eq!(names[1], names[2]);
 }
 
 /// A 0.1.0 placement module takes one record per node and gives one verdict
@@ -94,7 +116,11 @@ async fn a_0_1_0_placement_module_places_as_the_current_one_does() {
         .collect();
     nodes[7].health = Health::Unhealthy;
     let mut answers = Vec::new();
-    for path in [fixture("berth_placement_guest"), guest("berth_placement_guest")] {
+    for path in [
+        fixture("berth_placement_guest"),
+        fixture_0_2("berth_placement_guest"),
+        guest("berth_placement_guest"),
+    ] {
         let p = Policies::new(e.clone(), Builtins::default());
         p.load(ModuleConfig::from_path(&path), &[Decision::Placement])
             .unwrap();
@@ -104,7 +130,8 @@ async fn a_0_1_0_placement_module_places_as_the_current_one_does() {
                 .unwrap(),
         );
     }
-    let (old, new) = (&answers[0], &answers[1]);
+    let (old, new) = (&answers[0], &answers[2]);
+    assert_eq!(answers[1], answers[2], "0.2.0 and 0.3.0 place alike");
     assert_eq!(ranked(old), ranked(new));
     assert!(!ranked(new).is_empty() && ranked(new).len() < nodes.len());
     for i in 0..nodes.len() {
@@ -161,6 +188,47 @@ async fn a_0_1_0_retry_module_is_not_asked_about_operations_added_later() {
     assert_eq!(p.stats()[0].failures, 0);
 }
 
+/// The operations 0.3.0 added.
+const ADDED_IN_0_3: [Operation; 3] = [
+    Operation::ControllerModifyVolume,
+    Operation::CreateVolumeGroupSnapshot,
+    Operation::DeleteVolumeGroupSnapshot,
+];
+
+#[tokio::test]
+async fn a_0_2_0_retry_module_classifies_what_it_knows_and_only_that() {
+    let p = retry_policies(&fixture_0_2("berth_retry_guest"));
+    let d = p
+        .classify(failure(Operation::CreateSnapshot, Code::InvalidArgument, 1))
+        .await
+        .unwrap();
+    // The sample guest's wording, not the built-in policy's.
+    assert!(
+        matches!(&d, RetryDecision::GiveUp(why) if why.starts_with("needs an operator: CreateSnapshot")),
+        "{d:?}"
+    );
+    assert_eq!(calls(&p), 1);
+    for op in ADDED_IN_0_3 {
+        let d = p.classify(failure(op, Code::InvalidArgument, 1)).await.unwrap();
+        assert!(
+            matches!(&d, RetryDecision::GiveUp(why) if why.starts_with("INVALID_ARGUMENT needs an operator")),
+            "{op:?}: {d:?}"
+        );
+    }
+    assert_eq!(
+        p.classify(failure(Operation::DeleteVolumeGroupSnapshot, Code::NotFound, 1))
+            .await
+            .unwrap(),
+        RetryDecision::Done
+    );
+    assert_eq!(
+        calls(&p),
+        1,
+        "the module was asked about an operation it cannot name"
+    );
+    assert_eq!(p.stats()[0].failures, 0);
+}
+
 #[tokio::test]
 async fn a_current_retry_module_is_asked_about_every_operation() {
     let p = retry_policies(&guest("berth_retry_guest"));
@@ -172,13 +240,20 @@ async fn a_current_retry_module_is_asked_about_every_operation() {
         matches!(&d, RetryDecision::GiveUp(why) if why.starts_with("needs an operator: CreateSnapshot")),
         "{d:?}"
     );
+    for op in ADDED_IN_0_3 {
+        let d = p.classify(failure(op, Code::InvalidArgument, 1)).await.unwrap();
+        assert!(
+            matches!(&d, RetryDecision::GiveUp(why) if why.starts_with(&format!("needs an operator: {}", op.name()))),
+            "{op:?}: {d:?}"
+        );
+    }
     assert_eq!(
-        p.classify(failure(Operation::DeleteSnapshot, Code::NotFound, 1))
+        p.classify(failure(Operation::DeleteVolumeGroupSnapshot, Code::NotFound, 1))
             .await
             .unwrap(),
         RetryDecision::Done
     );
-    assert_eq!(calls(&p), 2);
+    assert_eq!(calls(&p), 5);
 }
 
 #[test]
