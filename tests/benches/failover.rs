@@ -96,6 +96,7 @@ fn realistic(i: usize) -> berth::model::VolumeRecord {
         context: VecMap::new(),
         accessible_topology: vec![VecMap::from([("zone".into(), "a".into())])],
         node_expansion_required: false,
+        mutable_parameters: Default::default(),
     });
     for e in 0..10u64 {
         r.note(

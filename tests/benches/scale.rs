@@ -45,6 +45,7 @@ fn record(i: usize) -> VolumeRecord {
         context: VecMap::from([("hostpath.csi.berth.dev/path".into(), format!("data/hp-{i:032x}"))]),
         accessible_topology: vec![VecMap::from([("zone".into(), "a".into())])],
         node_expansion_required: false,
+        mutable_parameters: Default::default(),
     });
     r.publications.insert(
         "node-a".into(),

@@ -232,12 +232,23 @@ impl csi::controller_server::Controller for Controller {
                 .unwrap_or_else(|| vec![self.config.topology_map()])
         };
         let parameters: BTreeMap<String, String> = req.parameters.into_iter().collect();
+        let mutable_parameters = match req.mutable_parameters.is_empty() {
+            true => BTreeMap::new(),
+            // The spec: set only for a plugin that offers MODIFY_VOLUME.
+            false if !self.config.offers("MODIFY_VOLUME") => {
+                return Err(Status::invalid_argument(
+                    "mutable_parameters given, but MODIFY_VOLUME is not offered",
+                ));
+            }
+            false => mutable(req.mutable_parameters)?,
+        };
         let rec = self.volumes.create(
             NewVolume {
                 name: req.name,
                 required,
                 limit,
                 parameters,
+                mutable_parameters,
                 accessible_topology: accessible,
                 source,
                 segment_capacity: self.config.segment_capacity.clone(),
@@ -455,6 +466,7 @@ impl csi::controller_server::Controller for Controller {
             ("LIST_SNAPSHOTS", Cap::ListSnapshots),
             ("CLONE_VOLUME", Cap::CloneVolume),
             ("VOLUME_CONDITION", Cap::VolumeCondition),
+            ("MODIFY_VOLUME", Cap::ModifyVolume),
         ] {
             if self.config.offers(name) {
                 caps.push(cap);
@@ -597,8 +609,47 @@ impl csi::controller_server::Controller for Controller {
 
     async fn controller_modify_volume(
         &self,
-        _: Request<csi::ControllerModifyVolumeRequest>,
+        request: Request<csi::ControllerModifyVolumeRequest>,
     ) -> Result<Response<csi::ControllerModifyVolumeResponse>, Status> {
-        Err(Status::unimplemented("modification is not supported"))
+        self.faults.inject("ControllerModifyVolume").await?;
+        self.offered("MODIFY_VOLUME")?;
+        let req = request.into_inner();
+        require("volume_id", &req.volume_id)?;
+        self.check_secrets(&req.secrets)?;
+        if req.mutable_parameters.is_empty() {
+            return Err(Status::invalid_argument("mutable_parameters is required"));
+        }
+        let changes = mutable(req.mutable_parameters)?;
+        self.volumes
+            .modify(&req.volume_id, changes.clone())?
+            .ok_or_else(|| Status::not_found(format!("volume {} does not exist", req.volume_id)))?;
+        tracing::info!(volume = %req.volume_id, ?changes, "volume modified");
+        self.faults.reply("ControllerModifyVolume").await;
+        Ok(Response::new(csi::ControllerModifyVolumeResponse {}))
     }
+}
+
+/// The mutable parameters this plugin knows, checked: `iops` (a whole
+/// number) and `tier` (any text); others are refused, as a driver refuses
+/// what it cannot change.
+fn mutable(
+    parameters: std::collections::HashMap<String, String>,
+) -> Result<BTreeMap<String, String>, Status> {
+    for (key, value) in &parameters {
+        match key.as_str() {
+            "iops" if value.parse::<u32>().is_ok() => {}
+            "tier" if !value.is_empty() => {}
+            "iops" | "tier" => {
+                return Err(Status::invalid_argument(format!(
+                    "mutable parameter {key}={value:?} is not valid"
+                )));
+            }
+            _ => {
+                return Err(Status::invalid_argument(format!(
+                    "{key:?} is not a mutable parameter of this plugin (iops, tier)"
+                )));
+            }
+        }
+    }
+    Ok(parameters.into_iter().collect())
 }

@@ -30,6 +30,9 @@ pub struct VolumeRecord {
     /// What the volume was made from, as CreateVolume was asked.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub source: Option<Source>,
+    /// Parameters CreateVolume or ControllerModifyVolume set, and may change again.
+    #[serde(default, skip_serializing_if = "BTreeMap::is_empty")]
+    pub mutable_parameters: BTreeMap<String, String>,
 }
 
 /// A volume's content source: a snapshot or another volume, by id.
@@ -46,6 +49,7 @@ pub struct NewVolume {
     pub required: i64,
     pub limit: i64,
     pub parameters: BTreeMap<String, String>,
+    pub mutable_parameters: BTreeMap<String, String>,
     pub accessible_topology: Vec<Segments>,
     /// The source and where its data is, with its size.
     pub source: Option<(Source, PathBuf, i64)>,
@@ -290,6 +294,7 @@ impl Volumes {
             required,
             limit,
             parameters,
+            mutable_parameters,
             accessible_topology,
             source,
             segment_capacity,
@@ -357,6 +362,7 @@ impl Volumes {
                     accessible_topology,
                     published_nodes: BTreeSet::new(),
                     source: source_id,
+                    mutable_parameters,
                 };
                 Ok(Outcome::Put(rec.clone(), rec))
             },
@@ -388,6 +394,16 @@ impl Volumes {
             }
             rec.capacity_bytes = required;
             Ok(required)
+        })
+    }
+
+    /// Sets the mutable parameters named in `changes`, leaving the others
+    /// as they are (keys left out change nothing, as the spec asks);
+    /// `None` when there is no such volume.
+    pub fn modify(&self, id: &str, changes: BTreeMap<String, String>) -> Result<Option<()>, Status> {
+        self.update(id, |_, rec| {
+            rec.mutable_parameters.extend(changes);
+            Ok(())
         })
     }
 
@@ -577,6 +593,7 @@ mod tests {
             required,
             limit: 0,
             parameters: BTreeMap::new(),
+            mutable_parameters: BTreeMap::new(),
             accessible_topology: vec![],
             source: None,
             segment_capacity: vec![],

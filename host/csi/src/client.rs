@@ -221,6 +221,7 @@ rpcs! {
     ControllerClient::controller_get_capabilities(ControllerGetCapabilitiesRequest) -> ControllerGetCapabilitiesResponse as "Controller" "ControllerGetCapabilities";
     ControllerClient::controller_get_volume(ControllerGetVolumeRequest) -> ControllerGetVolumeResponse as "Controller" "ControllerGetVolume";
     ControllerClient::controller_expand_volume(ControllerExpandVolumeRequest) -> ControllerExpandVolumeResponse as "Controller" "ControllerExpandVolume";
+    ControllerClient::controller_modify_volume(ControllerModifyVolumeRequest) -> ControllerModifyVolumeResponse as "Controller" "ControllerModifyVolume";
     ControllerClient::create_snapshot(CreateSnapshotRequest) -> CreateSnapshotResponse as "Controller" "CreateSnapshot";
     ControllerClient::delete_snapshot(DeleteSnapshotRequest) -> DeleteSnapshotResponse as "Controller" "DeleteSnapshot";
     ControllerClient::list_snapshots(ListSnapshotsRequest) -> ListSnapshotsResponse as "Controller" "ListSnapshots";

@@ -199,6 +199,7 @@ mod tests {
             context: Default::default(),
             accessible_topology: vec![],
             node_expansion_required: false,
+            mutable_parameters: Default::default(),
         });
         let caps = |_: &str| Caps {
             controller_publish: true,

@@ -9,7 +9,8 @@
 //! unstages) in order, with one durable write, and names the call that
 //! failed, which the retry policy decides on.
 //! once created: snapshots (CreateSnapshot, DeleteSnapshot) first, then
-//! growth (ControllerExpandVolume, and NodeExpandVolume per published node).
+//! growth (ControllerExpandVolume, and NodeExpandVolume per published node),
+//! then the mutable parameters (ControllerModifyVolume).
 //!
 //! Steps a plugin does not offer (PUBLISH_UNPUBLISH, STAGE_UNSTAGE, the
 //! node's EXPAND_VOLUME) are passed without a call.
@@ -32,6 +33,8 @@ pub(super) enum Step {
     Forget,
     ControllerExpand,
     NodeExpand(String),
+    /// The spec's mutable parameters to the plugin.
+    ControllerModify,
     /// By the snapshot's Berth name.
     CreateSnapshot(String),
     DeleteSnapshot(String),
@@ -57,6 +60,7 @@ impl Step {
             Step::Delete => Operation::DeleteVolume,
             Step::ControllerExpand => Operation::ControllerExpandVolume,
             Step::NodeExpand(_) => Operation::NodeExpandVolume,
+            Step::ControllerModify => Operation::ControllerModifyVolume,
             Step::CreateSnapshot(_) => Operation::CreateSnapshot,
             Step::DeleteSnapshot(_) => Operation::DeleteSnapshot,
             Step::Name | Step::DropPublication(_) | Step::Forget | Step::DropSnapshot(_) => return None,
@@ -135,6 +139,9 @@ pub(super) fn next_step(r: &VolumeRecord, caps: impl Fn(&str) -> Caps) -> Option
     if !r.deleting && backend.short_of(r.spec.required_bytes) {
         return Some(Step::ControllerExpand);
     }
+    if !r.deleting && backend.mutable_parameters != r.spec.mutable_parameters {
+        return Some(Step::ControllerModify);
+    }
     for (node, p) in &r.publications {
         let c = caps(node);
         let wanted = p.wanted && !r.deleting;
@@ -188,6 +195,7 @@ mod tests {
             context: Default::default(),
             accessible_topology: vec![],
             node_expansion_required: false,
+            mutable_parameters: Default::default(),
         });
         r
     }
@@ -255,6 +263,23 @@ mod tests {
             next_step(&r, caps(true, true)),
             Some(Step::CreateSnapshot("s1".into()))
         );
+    }
+
+    #[test]
+    fn mutable_parameters_reach_the_plugin_until_it_has_them_but_not_when_deleting() {
+        let mut r = record();
+        r.spec.mutable_parameters.insert("iops".into(), "300".into());
+        assert_eq!(next_step(&r, caps(true, true)), Some(Step::ControllerModify));
+        // Growth first: both are due.
+        r.spec.required_bytes = 2;
+        assert_eq!(next_step(&r, caps(true, true)), Some(Step::ControllerExpand));
+        r.backend.as_mut().unwrap().capacity_bytes = 2;
+        assert_eq!(next_step(&r, caps(true, true)), Some(Step::ControllerModify));
+        r.backend.as_mut().unwrap().mutable_parameters = r.spec.mutable_parameters.clone();
+        assert_eq!(next_step(&r, caps(true, true)), None);
+        r.spec.mutable_parameters.insert("tier".into(), "gold".into());
+        r.deleting = true;
+        assert_eq!(next_step(&r, caps(true, true)), Some(Step::Delete));
     }
 
     #[test]

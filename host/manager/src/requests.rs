@@ -17,6 +17,10 @@ impl VolumeManager {
     pub async fn create(&self, mut spec: VolumeSpec) -> Result<VolumeRecord, RequestError> {
         validate_spec(&spec, &self.config)?;
         self.check_requisite(&spec)?;
+        if !spec.mutable_parameters.is_empty() {
+            // CSI: CreateVolume carries them only to a plugin that can change them.
+            self.require(&spec.plugin, ControllerCap::ModifyVolume, "mutable parameters")?;
+        }
         if let Some(source) = &mut spec.source {
             self.resolve_source(&spec.plugin, source)?;
         }
@@ -130,6 +134,48 @@ impl VolumeManager {
                 // The operator asked for this size: the old ceiling gives way.
                 r.spec.limit_bytes = required_bytes;
             }
+            r.failure = None;
+            r.retrying = None;
+            Ok(())
+        })
+        .await
+    }
+
+    /// Sets the mutable parameters named in `changes` (the others are kept:
+    /// CSI plugins change only the keys they are given); the plugin is
+    /// asked with ControllerModifyVolume.
+    pub async fn modify_parameters(
+        &self,
+        name: &str,
+        changes: Segments,
+    ) -> Result<VolumeRecord, RequestError> {
+        let id = self.id_of(name)?;
+        let current = self
+            .table
+            .by_id(&id)
+            .ok_or_else(|| RequestError::NotFound(format!("no volume named {}", echo(name))))?;
+        if changes.is_empty() {
+            return Err(RequestError::Invalid(
+                "mutable_parameters: name at least one KEY=VALUE to change".into(),
+            ));
+        }
+        self.require(&current.spec.plugin, ControllerCap::ModifyVolume, "modification")?;
+        let mut wanted = current.spec.clone();
+        wanted.mutable_parameters.extend(changes.clone());
+        validate_spec(&wanted, &self.config)?;
+        let what = changes
+            .iter()
+            .map(|(k, v)| format!("{k}={v}"))
+            .collect::<Vec<_>>()
+            .join(", ");
+        self.modify(&id, format!("modify {what}"), |r| {
+            if r.deleting {
+                return Err(RequestError::Conflict(format!(
+                    "volume {} is being deleted",
+                    echo(name)
+                )));
+            }
+            r.spec.mutable_parameters.extend(changes);
             r.failure = None;
             r.retrying = None;
             Ok(())
@@ -466,7 +512,11 @@ pub fn validate_spec(spec: &VolumeSpec, config: &Config) -> Result<(), RequestEr
     {
         return bad(format!("secret: {} must be a plain secret name", echo(s)));
     }
-    for (field, map) in [("parameters", &spec.parameters), ("labels", &spec.labels)] {
+    for (field, map) in [
+        ("parameters", &spec.parameters),
+        ("labels", &spec.labels),
+        ("mutable_parameters", &spec.mutable_parameters),
+    ] {
         if map_bytes(map) > MAX_MAP_BYTES {
             return bad(format!(
                 "{field}: {} bytes of keys and values; CSI allows at most {MAX_MAP_BYTES}",

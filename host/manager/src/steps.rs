@@ -103,6 +103,7 @@ impl VolumeManager {
             }
             Step::Forget => Ok(Box::new(|_| {})),
             Step::ControllerExpand => self.controller_expand(r).await,
+            Step::ControllerModify => self.controller_modify(r).await,
             Step::NodeExpand(node) => {
                 let done = {
                     let node = node.clone();
@@ -146,18 +147,9 @@ impl VolumeManager {
 
     async fn controller_expand(&self, r: &VolumeRecord) -> Result<Apply, StepError> {
         let spec = &r.spec;
-        let controller = self.controller(&spec.plugin)?;
-        if !controller
-            .status()
-            .fingerprint
-            .is_some_and(|f| f.has_controller_capability(ControllerCap::ExpandVolume))
-        {
-            return Err(step_error(
-                Code::FailedPrecondition,
-                format!("plugin {:?} does not offer EXPAND_VOLUME", spec.plugin),
-            ));
-        }
-        let resp = controller
+        self.offered(&spec.plugin, ControllerCap::ExpandVolume)?;
+        let resp = self
+            .controller(&spec.plugin)?
             .client()
             .controller_expand_volume(proto::ControllerExpandVolumeRequest {
                 volume_id: backend(r).volume_id.clone(),
@@ -192,6 +184,44 @@ impl VolumeManager {
                 b.node_expansion_required = resp.node_expansion_required && !any;
             }
         }))
+    }
+
+    /// Sends the spec's mutable parameters, all of them: the plugin changes
+    /// what differs, and a repeat after a crash changes nothing.
+    async fn controller_modify(&self, r: &VolumeRecord) -> Result<Apply, StepError> {
+        let spec = &r.spec;
+        self.offered(&spec.plugin, ControllerCap::ModifyVolume)?;
+        let sent = spec.mutable_parameters.clone();
+        self.controller(&spec.plugin)?
+            .client()
+            .controller_modify_volume(proto::ControllerModifyVolumeRequest {
+                volume_id: backend(r).volume_id.clone(),
+                secrets: self.secrets_for(spec)?,
+                mutable_parameters: sent.clone().into_iter().collect(),
+            })
+            .await?;
+        Ok(Box::new(move |r: &mut VolumeRecord| {
+            if let Some(b) = &mut r.backend {
+                b.mutable_parameters = sent.clone();
+            }
+        }))
+    }
+
+    /// Refuses a step the plugin's controller does not offer, as the
+    /// plugin's own answer would (FAILED_PRECONDITION, for the retry policy).
+    fn offered(&self, plugin: &str, cap: ControllerCap) -> Result<(), StepError> {
+        let offered = self
+            .controller(plugin)?
+            .status()
+            .fingerprint
+            .is_some_and(|f| f.has_controller_capability(cap));
+        match offered {
+            true => Ok(()),
+            false => Err(step_error(
+                Code::FailedPrecondition,
+                format!("plugin {plugin:?} does not offer {}", cap.as_str_name()),
+            )),
+        }
     }
 
     async fn cut_snapshot(
@@ -281,6 +311,10 @@ impl VolumeManager {
         } else {
             None
         };
+        if !spec.mutable_parameters.is_empty() {
+            // CSI: only a plugin that offers MODIFY_VOLUME is sent them.
+            self.offered(&spec.plugin, ControllerCap::ModifyVolume)?;
+        }
         let secrets = self.secrets_for(spec)?;
         let name = r.csi_name.clone().unwrap_or_default();
         if !r.create_sent {
@@ -311,7 +345,7 @@ impl VolumeManager {
                 secrets,
                 volume_content_source: spec.source.as_ref().map(content_source),
                 accessibility_requirements: requirements,
-                mutable_parameters: Default::default(),
+                mutable_parameters: spec.mutable_parameters.clone().into_iter().collect(),
             })
             .await?;
         let v = resp
@@ -320,6 +354,7 @@ impl VolumeManager {
             .ok_or_else(|| step_error(Code::Internal, "CreateVolume answered without a volume id"))?;
         let mut backend = backend_of(v);
         backend.sized(backend.capacity_bytes, spec.required_bytes);
+        backend.mutable_parameters = spec.mutable_parameters.clone();
         Ok(Box::new(move |r: &mut VolumeRecord| {
             r.backend = Some(backend.clone());
             mark_wanted_sent(r);
@@ -446,6 +481,7 @@ pub(super) fn backend_of(v: proto::Volume) -> Backend {
             .map(|t| t.segments.into_iter().collect())
             .collect(),
         node_expansion_required: false,
+        mutable_parameters: Default::default(),
     }
 }
 

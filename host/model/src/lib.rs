@@ -69,6 +69,11 @@ pub struct Backend {
     /// publication has carried it out yet: the next one to be published does.
     #[serde(default, skip_serializing_if = "is_false")]
     pub node_expansion_required: bool,
+    /// The mutable parameters the plugin last accepted, with CreateVolume
+    /// or ControllerModifyVolume: ControllerModifyVolume is due while they
+    /// differ from the spec's.
+    #[serde(default, skip_serializing_if = "Segments::is_empty")]
+    pub mutable_parameters: Segments,
 }
 
 impl Backend {
@@ -345,6 +350,7 @@ mod tests {
             context: Segments::new(),
             accessible_topology: vec![],
             node_expansion_required: false,
+            mutable_parameters: Default::default(),
         };
         assert!(!b.short_of(1 << 30), "never said, never asked: nothing to grow");
         b.sized(0, 1 << 30);

@@ -71,6 +71,13 @@ impl<V> VecMap<V> {
         &mut self.0[i].1
     }
 
+    /// Sets every key of `other`, keeping the rest.
+    pub fn extend(&mut self, other: VecMap<V>) {
+        for (k, v) in other.0 {
+            self.insert(k, v);
+        }
+    }
+
     pub fn remove(&mut self, key: &str) -> Option<V> {
         let i = self.find(key).ok()?;
         let (_, v) = self.0.remove(i);

@@ -31,6 +31,10 @@ pub struct VolumeSpec {
     /// What the volume starts from: a snapshot, or a copy of another volume.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub source: Option<VolumeSource>,
+    /// Parameters the plugin may change after creation (CSI's
+    /// ControllerModifyVolume): what the operator wants them to be.
+    #[serde(default, skip_serializing_if = "Segments::is_empty")]
+    pub mutable_parameters: Segments,
 }
 
 /// A new volume's content source, named by the operator and resolved to the

@@ -63,6 +63,19 @@ pub enum VolumeCommand {
         #[command(flatten)]
         wait: WaitArgs,
     },
+    /// Change mutable parameters the plugin keeps for the volume
+    /// (ControllerModifyVolume; the plugin must offer MODIFY_VOLUME). The
+    /// keys given are set; the others stay as they are.
+    #[command(after_help = "Example:
+  berth volume modify db --parameter iops=3000 --wait")]
+    Modify {
+        name: String,
+        /// A mutable parameter, KEY=VALUE; repeatable.
+        #[arg(long = "parameter", value_parser = kv, required = true)]
+        parameters: Vec<(String, String)>,
+        #[command(flatten)]
+        wait: WaitArgs,
+    },
     /// Take over a volume that exists on the plugin already.
     #[command(after_help = "Example:
   berth volume import legacy-db --plugin hostpath --volume-id hp-0123abcd")]
@@ -114,6 +127,10 @@ pub struct CreateArgs {
     /// A CSI parameter, KEY=VALUE; repeatable.
     #[arg(long = "param", value_parser = kv)]
     pub params: Vec<(String, String)>,
+    /// A parameter the plugin can change later (`berth volume modify`),
+    /// KEY=VALUE; repeatable. The plugin must offer MODIFY_VOLUME.
+    #[arg(long = "mutable-param", value_parser = kv)]
+    pub mutable_params: Vec<(String, String)>,
     /// A label, KEY=VALUE; repeatable.
     #[arg(long = "label", value_parser = kv)]
     pub labels: Vec<(String, String)>,
@@ -184,6 +201,8 @@ enum Goal<'a> {
     Deleted,
     /// At least this large, node side included, or failed.
     Grown(i64),
+    /// The plugin has the spec's mutable parameters, or failed.
+    Modified,
 }
 
 async fn wait(
@@ -243,6 +262,7 @@ async fn wait(
             Goal::Deleted => false,
             // A capacity the plugin does not say (0) is grown once nothing is due.
             Goal::Grown(size) => (v.capacity_bytes >= size || v.capacity_bytes == 0) && !v.expanding,
+            Goal::Modified => !v.modifying,
         };
         if done {
             if output == Output::Json {
@@ -356,6 +376,7 @@ pub async fn run(cmd: VolumeCommand, api: ApiArgs, output: Output) -> anyhow::Re
                 labels: a.labels.into_iter().collect(),
                 from_snapshot: a.from_snapshot.unwrap_or_default(),
                 from_volume: a.from_volume.unwrap_or_default(),
+                mutable_parameters: a.mutable_params.into_iter().collect(),
             };
             let v = client
                 .create_volume(api::CreateVolumeRequest { spec: Some(spec) })
@@ -434,6 +455,20 @@ pub async fn run(cmd: VolumeCommand, api: ApiArgs, output: Output) -> anyhow::Re
                 .await
                 .map_err(grpc)?;
             (v.into_inner(), name, Goal::Grown(size as i64), wait)
+        }
+        VolumeCommand::Modify {
+            name,
+            parameters,
+            wait,
+        } => {
+            let v = client
+                .modify_volume(api::ModifyVolumeRequest {
+                    name: name.clone(),
+                    mutable_parameters: parameters.into_iter().collect(),
+                })
+                .await
+                .map_err(grpc)?;
+            (v.into_inner(), name, Goal::Modified, wait)
         }
         VolumeCommand::Import(a) => {
             let a = *a;

@@ -30,6 +30,11 @@ pub struct VolumeView {
     waiting_since_ms: u64,
     /// Growing: an expansion is due on the plugin or a node.
     expanding: bool,
+    /// Parameters the plugin can change (`berth volume modify`): what they should be.
+    #[serde(skip_serializing_if = "BTreeMap::is_empty")]
+    mutable_parameters: BTreeMap<String, String>,
+    /// ControllerModifyVolume is due: the plugin does not have them yet.
+    modifying: bool,
     /// What it was made from: `snapshot NAME` or `volume NAME`.
     source: String,
     labels: BTreeMap<String, String>,
@@ -122,6 +127,8 @@ pub fn view(v: &api::Volume) -> VolumeView {
         waiting: waiting_line(v),
         waiting_since_ms: v.waiting_since_ms,
         expanding: v.expanding,
+        mutable_parameters: spec.mutable_parameters.into_iter().collect(),
+        modifying: v.modifying,
         source: if !spec.from_snapshot.is_empty() {
             format!("snapshot {}", spec.from_snapshot)
         } else if !spec.from_volume.is_empty() {
@@ -193,6 +200,15 @@ pub fn print_volume(v: &api::Volume, output: Output) -> anyhow::Result<()> {
             row("made from", &w.source);
             if w.expanding {
                 row("expanding", "yes");
+            }
+            if !w.mutable_parameters.is_empty() {
+                let pairs: Vec<String> = w
+                    .mutable_parameters
+                    .iter()
+                    .map(|(k, v)| format!("{k}={v}"))
+                    .collect();
+                let due = if w.modifying { " (being applied)" } else { "" };
+                row("mutable", &format!("{}{due}", pairs.join(",")));
             }
             if w.capacity_bytes > 0 {
                 row(

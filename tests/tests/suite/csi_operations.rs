@@ -10,15 +10,16 @@ use serde_json::Value;
 
 const GIB: u64 = 1 << 30;
 
-/// A cluster whose plugin, once CreateVolume, CreateSnapshot or
-/// ControllerExpandVolume has done its work, waits before answering.
+/// A cluster whose plugin, once CreateVolume, CreateSnapshot,
+/// ControllerExpandVolume or ControllerModifyVolume has done its work,
+/// waits before answering.
 fn slow_replies() -> Cluster {
     Cluster::start(ClusterSpec {
         plugin_args: vec![
             "--reply-delay",
             "1500ms",
             "--fault-calls",
-            "CreateVolume,CreateSnapshot,ControllerExpandVolume",
+            "CreateVolume,CreateSnapshot,ControllerExpandVolume,ControllerModifyVolume",
         ],
         ..ClusterSpec::default()
     })
@@ -103,6 +104,77 @@ fn expansion_reaches_the_plugin_and_the_node_through_a_crash() {
     assert!(stderr.contains("volumes only grow"), "{stderr}");
     c.ok(&["volume", "delete", "v", "--wait"]);
     assert_eq!(c.plugin_volumes(), 0);
+}
+
+#[test]
+fn modification_reaches_the_plugin_through_a_crash() {
+    let mut c = slow_replies();
+    c.ok(&[
+        "volume",
+        "create",
+        "v",
+        "--plugin",
+        "hostpath",
+        "--mutable-param",
+        "tier=silver",
+        "--wait",
+    ]);
+    let v = json(&c, &["volume", "get", "v"]);
+    let id = v["volume_id"].as_str().unwrap().to_string();
+    assert_eq!(
+        plugin_record(&c, &id)["mutable_parameters"],
+        serde_json::json!({"tier": "silver"})
+    );
+    assert_eq!(v["modifying"], false, "{v:#}");
+
+    let before = replies_held(&c);
+    c.ok(&["volume", "modify", "v", "--parameter", "iops=3000"]);
+    crash_once_done(&mut c, before);
+    let v = until(&c, "modified", &["volume", "get", "v"], |v| {
+        v["modifying"] == false
+    });
+    let both = serde_json::json!({"iops": "3000", "tier": "silver"});
+    assert_eq!(v["mutable_parameters"], both, "{v:#}");
+    assert_eq!(plugin_record(&c, &id)["mutable_parameters"], both);
+    assert_eq!(v["failure"], "", "{v:#}");
+
+    // A value the plugin refuses fails the volume with the plugin's reason;
+    // a good one asked next clears it.
+    c.ok(&["volume", "modify", "v", "--parameter", "iops=lots"]);
+    let v = until(&c, "refused", &["volume", "get", "v"], |v| v["failure"] != "");
+    assert!(v["failure"].as_str().unwrap().contains("not valid"), "{v:#}");
+    c.ok(&["volume", "modify", "v", "--parameter", "iops=500", "--wait"]);
+    assert_eq!(plugin_record(&c, &id)["mutable_parameters"]["iops"], "500");
+
+    // Nothing to change is refused before the plugin hears of it.
+    let out = c.berth(&["volume", "modify", "v"]);
+    assert!(!out.status.success());
+    c.ok(&["volume", "delete", "v", "--wait"]);
+    assert_eq!(c.plugin_volumes(), 0);
+}
+
+#[test]
+fn modification_is_refused_when_the_plugin_does_not_offer_it() {
+    let c = Cluster::start(ClusterSpec {
+        plugin_args: vec!["--disable", "MODIFY_VOLUME"],
+        ..ClusterSpec::default()
+    });
+    let (_, stderr) = texts(&c.berth(&[
+        "volume",
+        "create",
+        "v",
+        "--plugin",
+        "hostpath",
+        "--mutable-param",
+        "tier=gold",
+    ]));
+    assert!(stderr.contains("does not offer MODIFY_VOLUME"), "{stderr}");
+    c.ok(&["volume", "create", "v", "--plugin", "hostpath", "--wait"]);
+    let (_, stderr) = texts(&c.berth(&["volume", "modify", "v", "--parameter", "tier=gold"]));
+    assert!(stderr.contains("does not offer MODIFY_VOLUME"), "{stderr}");
+    let v = json(&c, &["volume", "get", "v"]);
+    assert_eq!(v["modifying"], false, "{v:#}");
+    assert!(v.get("mutable_parameters").is_none(), "{v:#}");
 }
 
 #[test]

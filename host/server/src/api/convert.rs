@@ -44,6 +44,7 @@ pub fn spec_from_api(s: api::VolumeSpec) -> Result<VolumeSpec, RequestError> {
         preferred_topology: s.preferred_topology.iter().map(segments).collect(),
         labels: s.labels.into_iter().collect(),
         source: source_from_api(s.from_snapshot, s.from_volume)?,
+        mutable_parameters: s.mutable_parameters.into_iter().collect(),
     })
 }
 
@@ -82,6 +83,7 @@ fn spec_to_api(s: &VolumeSpec) -> api::VolumeSpec {
         labels: s.labels.clone().into_iter().collect(),
         from_snapshot: source_name(s, SourceKind::Snapshot),
         from_volume: source_name(s, SourceKind::Volume),
+        mutable_parameters: s.mutable_parameters.clone().into_iter().collect(),
     }
 }
 
@@ -154,6 +156,7 @@ pub(super) fn volume_summary(m: &VolumeManager, r: &VolumeRecord) -> api::Volume
             b.short_of(r.spec.required_bytes)
                 || (b.node_expansion_required && r.publications.values().any(|p| p.wanted))
         }) || r.publications.values().any(|p| p.wanted && p.expand_pending),
+        modifying: b.is_some_and(|b| b.mutable_parameters != r.spec.mutable_parameters) && !r.deleting,
         events: Vec::new(),
         explanation: String::new(),
     }

@@ -243,6 +243,20 @@ impl api::berth_server::Berth for BerthApi {
         Ok(Response::new(volume_to_api(&self.manager, &r)))
     }
 
+    async fn modify_volume(
+        &self,
+        req: Request<api::ModifyVolumeRequest>,
+    ) -> Result<Response<api::Volume>, Status> {
+        let req = req.into_inner();
+        let changes = req.mutable_parameters.into_iter().collect();
+        let r = self
+            .manager
+            .modify_parameters(&req.name, changes)
+            .await
+            .map_err(status)?;
+        Ok(Response::new(volume_to_api(&self.manager, &r)))
+    }
+
     async fn import_volume(
         &self,
         req: Request<api::ImportVolumeRequest>,
