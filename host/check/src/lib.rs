@@ -5,6 +5,7 @@
 
 mod expand;
 mod expect;
+mod modify;
 mod node;
 mod snapshot;
 mod volume;
@@ -35,6 +36,9 @@ pub struct CheckOptions {
     pub size_bytes: i64,
     /// CreateVolume parameters (a StorageClass's, in Kubernetes terms).
     pub parameters: HashMap<String, String>,
+    /// ControllerModifyVolume's parameters (a VolumeAttributesClass's);
+    /// none skips the modification cases.
+    pub mutable_parameters: HashMap<String, String>,
     /// Secrets sent with every call that carries them.
     pub secrets: HashMap<String, String>,
     /// A raw block volume instead of a mounted file system.
@@ -116,6 +120,7 @@ pub async fn run(opts: &CheckOptions) -> std::io::Result<Report> {
     if run.identity().await {
         run.volume_cases().await;
         run.expand_cases(expand::Phase::Unpublished).await;
+        run.modify_cases().await;
         run.publish_cases().await;
         run.node_cases().await;
         run.expand_cases(expand::Phase::Published).await;

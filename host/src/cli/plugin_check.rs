@@ -43,6 +43,12 @@ pub struct CheckArgs {
     #[arg(long = "parameter", value_parser = parse_key_value)]
     pub parameters: Vec<(String, String)>,
 
+    /// A mutable parameter for ControllerModifyVolume, KEY=VALUE; repeatable.
+    /// Without one, the modification cases are skipped: which parameters a
+    /// driver can change is its own.
+    #[arg(long = "mutable-parameter", value_parser = parse_key_value)]
+    pub mutable_parameters: Vec<(String, String)>,
+
     /// A file of KEY=VALUE lines sent as CSI secrets (mode 0600; never printed).
     #[arg(long)]
     pub secrets: Option<PathBuf>,
@@ -98,6 +104,7 @@ pub async fn run(args: CheckArgs, output: Output) -> anyhow::Result<ExitCode> {
         work_dir: args.work_dir,
         size_bytes,
         parameters: args.parameters.into_iter().collect(),
+        mutable_parameters: args.mutable_parameters.into_iter().collect(),
         secrets,
         block: args.block,
         fs_type: args.fs_type,

@@ -73,7 +73,8 @@ fn the_sample_plugin_passes_every_case() {
     let plugin = PluginBuilder::new(dir.path(), "csi")
         .args(&["--topology", "zone=a"])
         .spawn();
-    let (ok, report) = check(&plugin, &work, &[]);
+    let modify = ["--mutable-parameter", "tier=gold"];
+    let (ok, report) = check(&plugin, &work, &modify);
     assert!(ok, "{report:#}");
     assert_eq!(report["failed"], 0, "{report:#}");
     assert_eq!(
@@ -92,6 +93,9 @@ fn the_sample_plugin_passes_every_case() {
         "NodeGetVolumeStats, unknown volume",
         "NodeGetVolumeStats, path that does not exist",
         "NodeExpandVolume, unknown volume",
+        "ControllerModifyVolume twice",
+        "ControllerModifyVolume, unknown volume",
+        "ControllerModifyVolume missing a field",
         "clean-up",
     ] {
         assert!(
@@ -109,11 +113,26 @@ fn the_sample_plugin_passes_every_case() {
         &plugin.endpoint(),
         "--work-dir",
         &work.display().to_string(),
+        modify[0],
+        modify[1],
     ]);
     let (stdout, stderr) = texts(&out);
     assert!(out.status.success(), "{stderr}");
     let last = stdout.lines().last().unwrap_or_default();
     assert_eq!(last, format!("{} passed, 0 failed, 0 skipped", passed.len()));
+
+    // Which parameters a driver can change is its own: none named, none sent.
+    let (ok, report) = check(&plugin, &work, &[]);
+    assert!(ok, "{report:#}");
+    let skipped = cases_with(&report, "skipped");
+    assert_eq!(skipped.len(), 4, "{skipped:?}");
+    assert!(
+        skipped
+            .iter()
+            .all(|(n, why)| n.starts_with("ControllerModifyVolume") && why.contains("--mutable-parameter")),
+        "{skipped:?}"
+    );
+    assert_clean(&plugin.state_dir, &work);
 }
 
 /// The Kubernetes CSI hostpath driver's own answers where the spec leaves
@@ -176,7 +195,16 @@ fn a_split_deployment_passes_with_both_endpoints() {
         .args(&["--mode", "node"])
         .spawn();
     let node_endpoint = node.endpoint();
-    let (ok, report) = check(&controller, &work, &["--node-endpoint", &node_endpoint]);
+    let (ok, report) = check(
+        &controller,
+        &work,
+        &[
+            "--node-endpoint",
+            &node_endpoint,
+            "--mutable-parameter",
+            "iops=100",
+        ],
+    );
     assert!(ok, "{report:#}");
     assert_eq!(report["skipped"], 0, "{report:#}");
     assert_eq!(report["node_endpoint"], node_endpoint);
@@ -261,9 +289,11 @@ fn what_the_plugin_does_not_offer_is_skipped_with_the_capability_named() {
             "CREATE_DELETE_SNAPSHOT",
             "--disable",
             "EXPAND_VOLUME",
+            "--disable",
+            "MODIFY_VOLUME",
         ])
         .spawn();
-    let (ok, report) = check(&plugin, &work, &[]);
+    let (ok, report) = check(&plugin, &work, &["--mutable-parameter", "tier=gold"]);
     assert!(ok, "{report:#}");
     let skipped = cases_with(&report, "skipped");
     let reason = |name: &str| {
@@ -278,6 +308,7 @@ fn what_the_plugin_does_not_offer_is_skipped_with_the_capability_named() {
     assert!(reason("NodeStageVolume").contains("STAGE_UNSTAGE_VOLUME"));
     assert!(reason("CreateSnapshot").contains("CREATE_DELETE_SNAPSHOT"));
     assert!(reason("ControllerExpandVolume").contains("EXPAND_VOLUME"));
+    assert!(reason("ControllerModifyVolume").contains("MODIFY_VOLUME"));
     // Without staging, publishing on the node still runs.
     let passed: Vec<String> = cases_with(&report, "passed").into_iter().map(|c| c.0).collect();
     assert!(passed.iter().any(|p| p == "NodePublishVolume"), "{passed:?}");
