@@ -131,7 +131,8 @@ pub struct Config {
 
     /// Do not offer a capability, by its CSI name (SINGLE_NODE_MULTI_WRITER, EXPAND_VOLUME,
     /// CREATE_DELETE_SNAPSHOT, LIST_SNAPSHOTS, CLONE_VOLUME, GET_CAPACITY,
-    /// LIST_VOLUMES, GET_VOLUME, GET_VOLUME_STATS, VOLUME_CONDITION, MODIFY_VOLUME); repeatable.
+    /// LIST_VOLUMES, GET_VOLUME, GET_VOLUME_STATS, VOLUME_CONDITION, MODIFY_VOLUME,
+    /// GET_SNAPSHOT); repeatable.
     /// The calls it names answer UNIMPLEMENTED.
     #[arg(long = "disable", value_parser = parse_capability)]
     pub disabled: Vec<String>,
@@ -178,6 +179,7 @@ pub const OPTIONAL_CAPABILITIES: &[&str] = &[
     "GET_VOLUME_STATS",
     "VOLUME_CONDITION",
     "MODIFY_VOLUME",
+    "GET_SNAPSHOT",
 ];
 
 /// The CSI minor version each optional capability came with.
@@ -188,6 +190,7 @@ const CAPABILITY_SINCE: &[(&str, u32)] = &[
     ("VOLUME_CONDITION", 3),
     ("SINGLE_NODE_MULTI_WRITER", 5),
     ("MODIFY_VOLUME", 9),
+    ("GET_SNAPSHOT", 12),
 ];
 
 fn parse_csi_version(text: &str) -> Result<u32, String> {

@@ -467,6 +467,7 @@ impl csi::controller_server::Controller for Controller {
             ("CLONE_VOLUME", Cap::CloneVolume),
             ("VOLUME_CONDITION", Cap::VolumeCondition),
             ("MODIFY_VOLUME", Cap::ModifyVolume),
+            ("GET_SNAPSHOT", Cap::GetSnapshot),
         ] {
             if self.config.offers(name) {
                 caps.push(cap);
@@ -576,6 +577,24 @@ impl csi::controller_server::Controller for Controller {
                 })
                 .collect(),
             next_token,
+        }))
+    }
+
+    async fn get_snapshot(
+        &self,
+        request: Request<csi::GetSnapshotRequest>,
+    ) -> Result<Response<csi::GetSnapshotResponse>, Status> {
+        self.faults.inject("GetSnapshot").await?;
+        self.offered("GET_SNAPSHOT")?;
+        let req = request.into_inner();
+        require("snapshot_id", &req.snapshot_id)?;
+        self.check_secrets(&req.secrets)?;
+        let s = self
+            .snapshots
+            .get(&req.snapshot_id)
+            .ok_or_else(|| Status::not_found(format!("snapshot {} does not exist", req.snapshot_id)))?;
+        Ok(Response::new(csi::GetSnapshotResponse {
+            snapshot: Some(answers::snapshot(&self.config, &s)),
         }))
     }
 

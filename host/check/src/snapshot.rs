@@ -23,6 +23,8 @@ const LIST: Rule = (
     "ListSnapshots",
     "lists the snapshot by its id and by its source volume",
 );
+const GET: Rule = ("GetSnapshot", "answers the snapshot by its id");
+const GET_UNKNOWN: Rule = ("GetSnapshot, unknown snapshot", "answers NOT_FOUND");
 const RESTORE: Rule = (
     "CreateVolume from a snapshot",
     "makes a volume, which deletes again",
@@ -122,6 +124,32 @@ impl Run<'_> {
         if let Some((ctl, volume_id, s)) = self.needs(LIST, lister) {
             let r = list_finds(&ctl, &s.snapshot_id, &volume_id).await;
             self.record(LIST, r);
+        }
+        let getter = self
+            .controller_with(ControllerCap::GetSnapshot)
+            .and_then(|c| taken.clone().map(|(_, v, s)| (c, v, s)));
+        if let Some((ctl, volume_id, s)) = self.needs(GET, getter) {
+            let req = proto::GetSnapshotRequest {
+                snapshot_id: s.snapshot_id.clone(),
+                secrets: self.secrets(),
+            };
+            let r = succeeds(ctl.get_snapshot(req).await).and_then(|resp| match resp.snapshot {
+                Some(got) if got.snapshot_id == s.snapshot_id && got.source_volume_id == volume_id => Ok(()),
+                Some(got) => Err(Why::from(format!(
+                    "asked for {} (of {volume_id}), GetSnapshot answered {} of {:?}",
+                    s.snapshot_id, got.snapshot_id, got.source_volume_id
+                ))),
+                None => Err(Why::from("GetSnapshot answered OK without a snapshot")),
+            });
+            self.record(GET, r);
+        }
+        if let Some(ctl) = self.needs(GET_UNKNOWN, self.controller_with(ControllerCap::GetSnapshot)) {
+            let req = proto::GetSnapshotRequest {
+                snapshot_id: format!("{}-no-such-snapshot", self.base),
+                secrets: self.secrets(),
+            };
+            let r = answers("GetSnapshot", ctl.get_snapshot(req).await, Code::NotFound);
+            self.record(GET_UNKNOWN, r);
         }
         self.new_volume_cases(snapshot.as_ref()).await;
         self.delete_snapshot_cases(snapshot.map(|s| s.snapshot_id)).await;

@@ -225,6 +225,7 @@ rpcs! {
     ControllerClient::create_snapshot(CreateSnapshotRequest) -> CreateSnapshotResponse as "Controller" "CreateSnapshot";
     ControllerClient::delete_snapshot(DeleteSnapshotRequest) -> DeleteSnapshotResponse as "Controller" "DeleteSnapshot";
     ControllerClient::list_snapshots(ListSnapshotsRequest) -> ListSnapshotsResponse as "Controller" "ListSnapshots";
+    ControllerClient::get_snapshot(GetSnapshotRequest) -> GetSnapshotResponse as "Controller" "GetSnapshot";
     NodeClient::node_expand_volume(NodeExpandVolumeRequest) -> NodeExpandVolumeResponse as "Node" "NodeExpandVolume";
     NodeClient::node_stage_volume(NodeStageVolumeRequest) -> NodeStageVolumeResponse as "Node" "NodeStageVolume";
     NodeClient::node_unstage_volume(NodeUnstageVolumeRequest) -> NodeUnstageVolumeResponse as "Node" "NodeUnstageVolume";

@@ -10,6 +10,7 @@ use crate::outcome::{
     Apply, StepError, Unwritten, controller_done, done_effect, look_again, node_at, step_error,
 };
 use crate::plan::Step;
+use berth_csi::Failure;
 use berth_csi::proto;
 use berth_csi::proto::controller_service_capability::rpc::Type as ControllerCap;
 use berth_csi::proto::node_service_capability::rpc::Type as NodeCap;
@@ -207,6 +208,62 @@ impl VolumeManager {
         }))
     }
 
+    /// How the plugin says a snapshot it is cutting is now, by its id: None
+    /// when the plugin cannot say (neither GET_SNAPSHOT nor LIST_SNAPSHOTS)
+    /// or does not know it.
+    async fn follow_snapshot(
+        &self,
+        controller: &Plugin,
+        spec: &VolumeSpec,
+        snapshot_id: &str,
+    ) -> Result<Option<proto::Snapshot>, StepError> {
+        let offers = |cap| {
+            controller
+                .status()
+                .fingerprint
+                .is_some_and(|f| f.has_controller_capability(cap))
+        };
+        let client = controller.client();
+        let found = if offers(ControllerCap::GetSnapshot) {
+            let asked = client
+                .get_snapshot(proto::GetSnapshotRequest {
+                    snapshot_id: snapshot_id.to_string(),
+                    secrets: self.secrets_for(spec)?,
+                })
+                .await;
+            match asked {
+                Ok(resp) => resp.snapshot,
+                Err(e)
+                    if matches!(
+                        e.failure,
+                        Failure::Status {
+                            code: tonic::Code::NotFound,
+                            ..
+                        }
+                    ) =>
+                {
+                    None
+                }
+                Err(e) => return Err(e.into()),
+            }
+        } else if offers(ControllerCap::ListSnapshots) {
+            let page = client
+                .list_snapshots(proto::ListSnapshotsRequest {
+                    snapshot_id: snapshot_id.to_string(),
+                    secrets: self.secrets_for(spec)?,
+                    ..Default::default()
+                })
+                .await?;
+            page.entries
+                .into_iter()
+                .filter_map(|e| e.snapshot)
+                .find(|s| s.snapshot_id == snapshot_id)
+        } else {
+            None
+        };
+        Ok(found.filter(|s| s.snapshot_id == snapshot_id))
+    }
+
     /// Refuses a step the plugin's controller does not offer, as the
     /// plugin's own answer would (FAILED_PRECONDITION, for the retry policy).
     fn offered(&self, plugin: &str, cap: ControllerCap) -> Result<(), StepError> {
@@ -245,19 +302,29 @@ impl VolumeManager {
                 .await
                 .map_err(|e| step_error(Code::Unavailable, e.to_string()))?;
         }
-        let resp = controller
-            .client()
-            .create_snapshot(proto::CreateSnapshotRequest {
-                source_volume_id: backend(r).volume_id.clone(),
-                name: snapshot.csi_name.clone(),
-                secrets: self.secrets_for(spec)?,
-                parameters: Default::default(),
-            })
-            .await?;
-        let s = resp
-            .snapshot
-            .filter(|s| !s.snapshot_id.is_empty())
-            .ok_or_else(|| step_error(Code::Internal, "CreateSnapshot answered without a snapshot id"))?;
+        // One being cut is followed by its id where the plugin can say how
+        // it is (GetSnapshot, else ListSnapshots); else, or when it is not
+        // found so, CreateSnapshot is asked again by name (idempotent).
+        let following = snapshot.backend.as_ref().filter(|b| !b.ready);
+        let followed = match following {
+            Some(b) => self.follow_snapshot(&controller, spec, &b.snapshot_id).await?,
+            None => None,
+        };
+        let s = match followed {
+            Some(s) => s,
+            None => controller
+                .client()
+                .create_snapshot(proto::CreateSnapshotRequest {
+                    source_volume_id: backend(r).volume_id.clone(),
+                    name: snapshot.csi_name.clone(),
+                    secrets: self.secrets_for(spec)?,
+                    parameters: Default::default(),
+                })
+                .await?
+                .snapshot
+                .filter(|s| !s.snapshot_id.is_empty())
+                .ok_or_else(|| step_error(Code::Internal, "CreateSnapshot answered without a snapshot id"))?,
+        };
         let found = SnapshotBackend {
             snapshot_id: s.snapshot_id,
             size_bytes: s.size_bytes,
@@ -275,8 +342,7 @@ impl VolumeManager {
         });
         if !ready {
             // Not a failure: the plugin is still cutting (or uploading) it.
-            // CreateSnapshot, idempotent, is asked again to follow it, on
-            // Berth's own schedule, with the id kept meanwhile.
+            // It is followed on Berth's own schedule, with the id kept meanwhile.
             unwritten.push(effect);
             let age_ms = crate::now_ms().saturating_sub(snapshot.requested_ms);
             return Err(StepError {

@@ -96,6 +96,8 @@ fn the_sample_plugin_passes_every_case() {
         "ControllerModifyVolume twice",
         "ControllerModifyVolume, unknown volume",
         "ControllerModifyVolume missing a field",
+        "GetSnapshot",
+        "GetSnapshot, unknown snapshot",
         "clean-up",
     ] {
         assert!(

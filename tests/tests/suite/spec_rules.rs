@@ -165,6 +165,61 @@ fn a_snapshot_not_ready_yet_is_followed_until_it_is_and_not_restored_before() {
     assert_eq!(c.plugin_snapshots(), 1, "followed, not cut twice");
 }
 
+/// A snapshot being cut is followed by its id with GetSnapshot (CSI 1.12)
+/// where the plugin offers it, ListSnapshots otherwise, and CreateSnapshot
+/// by name only when it can do neither; it is cut once either way.
+#[test]
+fn a_snapshot_being_cut_is_followed_with_the_call_the_plugin_offers() {
+    let cases: [(&[&'static str], &str); 3] = [
+        (&[], "GetSnapshot"),
+        (&["--disable", "GET_SNAPSHOT"], "ListSnapshots"),
+        (
+            &["--disable", "GET_SNAPSHOT", "--disable", "LIST_SNAPSHOTS"],
+            "CreateSnapshot",
+        ),
+    ];
+    for (disabled, follower) in cases {
+        let logs = berth_tests::test_dir();
+        let calls = logs.path().join("calls.log");
+        let calls_arg = calls.display().to_string();
+        let mut args = vec!["--snapshot-ready-after", "2s", "--call-log", &calls_arg];
+        args.extend_from_slice(disabled);
+        let c = Cluster::start(ClusterSpec {
+            plugin_args: args,
+            ..ClusterSpec::default()
+        });
+        c.create_in("source", "zone=a");
+        c.ok(&["snapshot", "create", "slow", "--volume", "source"]);
+        wait_for(
+            "the snapshot to be ready",
+            Duration::from_secs(30),
+            || {
+                let s: Value =
+                    serde_json::from_str(&c.ok(&["snapshot", "get", "slow", "-o", "json"])).unwrap();
+                s["state"] == "ready"
+            },
+            || c.log(),
+        );
+        let log = std::fs::read_to_string(&calls).unwrap();
+        let count = |method: &str| {
+            log.lines()
+                .filter(|l| l.starts_with(&format!("/csi.v1.Controller/{method} ")))
+                .count()
+        };
+        let (creates, gets, lists) = (
+            count("CreateSnapshot"),
+            count("GetSnapshot"),
+            count("ListSnapshots"),
+        );
+        match follower {
+            "GetSnapshot" => assert!(creates == 1 && gets >= 1 && lists == 0, "{log}"),
+            "ListSnapshots" => assert!(creates == 1 && gets == 0 && lists >= 1, "{log}"),
+            _ => assert!(creates >= 2 && gets == 0 && lists == 0, "{log}"),
+        }
+        assert_eq!(c.plugin_snapshots(), 1, "{follower}: cut twice");
+    }
+}
+
 #[test]
 fn a_driver_from_before_csi_1_5_gets_the_single_node_mode_it_knows() {
     let c = with_plugin(&["--csi-version", "1.4"]);

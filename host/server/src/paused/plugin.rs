@@ -252,6 +252,9 @@ impl Controller for MemoryPlugin {
     ) -> Answer<csi::ControllerModifyVolumeResponse> {
         unimplemented()
     }
+    async fn get_snapshot(&self, _: Request<csi::GetSnapshotRequest>) -> Answer<csi::GetSnapshotResponse> {
+        unimplemented()
+    }
 }
 
 #[tonic::async_trait]
