@@ -35,6 +35,7 @@ fn services_and_methods_match_the_spec() {
                 "ControllerExpandVolume",
                 "ControllerGetVolume",
                 "ControllerModifyVolume",
+                "GetSnapshot",
             ],
         ),
         (

@@ -15,7 +15,6 @@ use std::sync::{Arc, Mutex};
 use std::task::{Context, Poll};
 use std::time::Duration;
 
-use berth_proto::berth::v1::berth_server::BerthServer;
 use tokio::sync::watch;
 use tonic::body::Body;
 use tonic::codegen::http;
@@ -23,7 +22,6 @@ use tonic::server::NamedService;
 use tonic::transport::Channel;
 
 use super::{Role, ServerInfo};
-use crate::api::BerthApi;
 
 /// Tries of one call whose term ended under it: the next goes to whoever
 /// leads then.
@@ -41,10 +39,11 @@ pub struct ForwardTls {
     pub key: String,
 }
 
-/// A term's API as the process's server hands calls to it.
+/// A term's API as the process's server hands calls to it: the term's
+/// gRPC service, whatever serves it.
 #[derive(Clone)]
 pub struct TermApi {
-    pub server: BerthServer<BerthApi>,
+    pub server: tower::util::BoxCloneSyncService<http::Request<Body>, http::Response<Body>, Infallible>,
     /// The term's runtime: a call runs there, so it stops when the term does.
     pub runtime: tokio::runtime::Handle,
 }

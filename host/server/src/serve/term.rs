@@ -328,7 +328,7 @@ pub(super) async fn lead(
             .map_err(ServeError::Serving),
         TermSocket::Routed(routed) => {
             routed.send_replace(Some(TermApi {
-                server: BerthServer::from_arc(api),
+                server: tower::util::BoxCloneSyncService::new(BerthServer::from_arc(api)),
                 runtime: tokio::runtime::Handle::current(),
             }));
             shutdown.await;
