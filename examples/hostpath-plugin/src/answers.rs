@@ -78,7 +78,7 @@ pub fn snapshot(config: &Config, rec: &SnapshotRecord) -> csi::Snapshot {
             nanos: ((rec.created_ms % 1000) * 1_000_000) as i32,
         }),
         ready_to_use: snapshot_ready(config, rec),
-        group_snapshot_id: String::new(),
+        group_snapshot_id: rec.group_snapshot_id.clone().unwrap_or_default(),
     }
 }
 

@@ -132,7 +132,7 @@ pub struct Config {
     /// Do not offer a capability, by its CSI name (SINGLE_NODE_MULTI_WRITER, EXPAND_VOLUME,
     /// CREATE_DELETE_SNAPSHOT, LIST_SNAPSHOTS, CLONE_VOLUME, GET_CAPACITY,
     /// LIST_VOLUMES, GET_VOLUME, GET_VOLUME_STATS, VOLUME_CONDITION, MODIFY_VOLUME,
-    /// GET_SNAPSHOT); repeatable.
+    /// GET_SNAPSHOT, CREATE_DELETE_GET_VOLUME_GROUP_SNAPSHOT); repeatable.
     /// The calls it names answer UNIMPLEMENTED.
     #[arg(long = "disable", value_parser = parse_capability)]
     pub disabled: Vec<String>,
@@ -180,6 +180,7 @@ pub const OPTIONAL_CAPABILITIES: &[&str] = &[
     "VOLUME_CONDITION",
     "MODIFY_VOLUME",
     "GET_SNAPSHOT",
+    "CREATE_DELETE_GET_VOLUME_GROUP_SNAPSHOT",
 ];
 
 /// The CSI minor version each optional capability came with.
@@ -191,6 +192,7 @@ const CAPABILITY_SINCE: &[(&str, u32)] = &[
     ("SINGLE_NODE_MULTI_WRITER", 5),
     ("MODIFY_VOLUME", 9),
     ("GET_SNAPSHOT", 12),
+    ("CREATE_DELETE_GET_VOLUME_GROUP_SNAPSHOT", 8),
 ];
 
 fn parse_csi_version(text: &str) -> Result<u32, String> {

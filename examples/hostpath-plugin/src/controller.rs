@@ -13,6 +13,8 @@ use crate::faults::Faults;
 use crate::snapshots::{SnapshotRecord, Snapshots};
 use crate::volumes::{NewVolume, Segments, Source, Volumes, reachable};
 
+mod groups;
+
 pub struct Controller {
     config: Arc<Config>,
     volumes: Arc<Volumes>,
@@ -533,6 +535,7 @@ impl csi::controller_server::Controller for Controller {
             &vol.id,
             vol.capacity_bytes,
             &self.volumes.data_path(&vol.id),
+            None,
         )?;
         tracing::info!(name = %snap.name, id = %snap.id, volume = %vol.id, "snapshot created");
         self.faults.reply("CreateSnapshot").await;

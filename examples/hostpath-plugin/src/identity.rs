@@ -76,6 +76,9 @@ impl csi::identity_server::Identity for Identity {
         if !self.config.topology.is_empty() {
             capabilities.push(service(ServiceType::VolumeAccessibilityConstraints));
         }
+        if self.config.controller && self.config.offers("CREATE_DELETE_GET_VOLUME_GROUP_SNAPSHOT") {
+            capabilities.push(service(ServiceType::GroupControllerService));
+        }
         if self.config.offers("EXPAND_VOLUME") {
             // Volumes grow while published; the spec asks expanders to say when.
             capabilities.push(csi::PluginCapability {

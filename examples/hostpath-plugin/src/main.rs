@@ -16,6 +16,7 @@ use std::sync::Arc;
 
 use anyhow::Context;
 use berth_proto::csi::v1::controller_server::ControllerServer;
+use berth_proto::csi::v1::group_controller_server::GroupControllerServer;
 use berth_proto::csi::v1::identity_server::IdentityServer;
 use berth_proto::csi::v1::node_server::NodeServer;
 use clap::Parser;
@@ -56,8 +57,15 @@ async fn main() -> anyhow::Result<()> {
         .add_service(IdentityServer::new(identity));
     if config.serves_controller() {
         let snapshots = snapshots::Snapshots::open(&config.state_dir, config.fsync)?;
-        let svc = controller::Controller::new(config.clone(), volumes.clone(), snapshots, faults.clone());
-        router = router.add_service(ControllerServer::new(svc));
+        let svc = Arc::new(controller::Controller::new(
+            config.clone(),
+            volumes.clone(),
+            snapshots,
+            faults.clone(),
+        ));
+        router = router
+            .add_service(ControllerServer::from_arc(svc.clone()))
+            .add_service(GroupControllerServer::from_arc(svc));
     }
     if config.serves_node() {
         let svc = node::Node::new(config.clone(), volumes.clone(), mounter, faults.clone());

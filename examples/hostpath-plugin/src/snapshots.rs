@@ -23,6 +23,9 @@ pub struct SnapshotRecord {
     pub source_volume_id: String,
     pub size_bytes: i64,
     pub created_ms: u64,
+    /// The group snapshot it was taken in, if any (CreateVolumeGroupSnapshot).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub group_snapshot_id: Option<String>,
 }
 
 pub struct Snapshots {
@@ -79,14 +82,25 @@ impl Snapshots {
         self.guard().values().cloned().collect()
     }
 
-    /// Takes a snapshot of a volume whose data is at `data`, or returns the
-    /// one of the same name when it is of the same volume.
+    /// The snapshots taken in a group snapshot, sorted by id.
+    pub fn group(&self, group_snapshot_id: &str) -> Vec<SnapshotRecord> {
+        self.guard()
+            .values()
+            .filter(|s| s.group_snapshot_id.as_deref() == Some(group_snapshot_id))
+            .cloned()
+            .collect()
+    }
+
+    /// Takes a snapshot of a volume whose data is at `data` (in a group
+    /// snapshot, with `group`), or returns the one of the same name when it
+    /// is of the same volume.
     pub fn create(
         &self,
         name: &str,
         source_volume_id: &str,
         size_bytes: i64,
         data: &Path,
+        group: Option<&str>,
     ) -> Result<SnapshotRecord, Status> {
         let id = format!("sn-{}", &hash_hex(name)[..32]);
         let mut index = self.guard();
@@ -107,6 +121,7 @@ impl Snapshots {
             created_ms: SystemTime::now()
                 .duration_since(UNIX_EPOCH)
                 .map_or(0, |d| d.as_millis() as u64),
+            group_snapshot_id: group.map(str::to_string),
         };
         blocking(|| {
             // The data first, the record last: the record commits the snapshot.
@@ -163,17 +178,17 @@ mod tests {
         let data = dir.path().join("vol");
         std::fs::create_dir_all(data.join("sub")).unwrap();
         std::fs::write(data.join("sub/f"), b"hello").unwrap();
-        let a = s.create("snap", "hp-1", 10, &data).unwrap();
+        let a = s.create("snap", "hp-1", 10, &data, None).unwrap();
         assert_eq!(std::fs::read(s.data_path(&a.id).join("sub/f")).unwrap(), b"hello");
-        assert_eq!(s.create("snap", "hp-1", 10, &data).unwrap(), a);
-        let err = s.create("snap", "hp-2", 10, &data).unwrap_err();
+        assert_eq!(s.create("snap", "hp-1", 10, &data, None).unwrap(), a);
+        let err = s.create("snap", "hp-2", 10, &data, None).unwrap_err();
         assert_eq!(err.code(), tonic::Code::AlreadyExists);
         s.delete(&a.id).unwrap();
         s.delete(&a.id).unwrap();
         assert!(s.list().is_empty());
         assert!(!s.data_path(&a.id).exists());
         // Reopened: what was committed is there.
-        s.create("again", "hp-1", 10, &data).unwrap();
+        s.create("again", "hp-1", 10, &data, None).unwrap();
         assert_eq!(Snapshots::open(dir.path(), false).unwrap().list().len(), 1);
     }
 }

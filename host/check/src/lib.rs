@@ -5,6 +5,7 @@
 
 mod expand;
 mod expect;
+mod group;
 mod modify;
 mod node;
 mod snapshot;
@@ -125,6 +126,7 @@ pub async fn run(opts: &CheckOptions) -> std::io::Result<Report> {
         run.node_cases().await;
         run.expand_cases(expand::Phase::Published).await;
         run.snapshot_cases().await;
+        run.group_cases().await;
         run.unpublish_cases().await;
         run.delete_cases().await;
     }
@@ -142,6 +144,8 @@ struct Made {
     /// (volume id, node id)
     controller_published: Vec<(String, String)>,
     snapshots: Vec<String>,
+    /// (group snapshot id, its snapshots' ids)
+    group_snapshots: Vec<(String, Vec<String>)>,
     volumes: Vec<String>,
     /// Directories under the work directory, removed (never recursively) last.
     dirs: Vec<PathBuf>,
@@ -466,6 +470,16 @@ impl Run<'_> {
                     format!("volume {volume_id} published to node {node_id}"),
                     r,
                 );
+            }
+            for (group_snapshot_id, snapshot_ids) in made.group_snapshots {
+                let r = controller
+                    .delete_volume_group_snapshot(proto::DeleteVolumeGroupSnapshotRequest {
+                        group_snapshot_id: group_snapshot_id.clone(),
+                        snapshot_ids,
+                        secrets: self.secrets(),
+                    })
+                    .await;
+                note(&mut left, format!("group snapshot {group_snapshot_id}"), r);
             }
             for snapshot_id in made.snapshots {
                 let r = controller

@@ -15,6 +15,7 @@ use crate::endpoint::Endpoint;
 use crate::error::{CsiError, Failure};
 use crate::proto;
 use crate::proto::controller_client::ControllerClient;
+use crate::proto::group_controller_client::GroupControllerClient;
 use crate::proto::identity_client::IdentityClient;
 use crate::proto::node_client::NodeClient;
 use berth_metrics::{self as metrics, Text};
@@ -226,6 +227,10 @@ rpcs! {
     ControllerClient::delete_snapshot(DeleteSnapshotRequest) -> DeleteSnapshotResponse as "Controller" "DeleteSnapshot";
     ControllerClient::list_snapshots(ListSnapshotsRequest) -> ListSnapshotsResponse as "Controller" "ListSnapshots";
     ControllerClient::get_snapshot(GetSnapshotRequest) -> GetSnapshotResponse as "Controller" "GetSnapshot";
+    GroupControllerClient::group_controller_get_capabilities(GroupControllerGetCapabilitiesRequest) -> GroupControllerGetCapabilitiesResponse as "GroupController" "GroupControllerGetCapabilities";
+    GroupControllerClient::create_volume_group_snapshot(CreateVolumeGroupSnapshotRequest) -> CreateVolumeGroupSnapshotResponse as "GroupController" "CreateVolumeGroupSnapshot";
+    GroupControllerClient::delete_volume_group_snapshot(DeleteVolumeGroupSnapshotRequest) -> DeleteVolumeGroupSnapshotResponse as "GroupController" "DeleteVolumeGroupSnapshot";
+    GroupControllerClient::get_volume_group_snapshot(GetVolumeGroupSnapshotRequest) -> GetVolumeGroupSnapshotResponse as "GroupController" "GetVolumeGroupSnapshot";
     NodeClient::node_expand_volume(NodeExpandVolumeRequest) -> NodeExpandVolumeResponse as "Node" "NodeExpandVolume";
     NodeClient::node_stage_volume(NodeStageVolumeRequest) -> NodeStageVolumeResponse as "Node" "NodeStageVolume";
     NodeClient::node_unstage_volume(NodeUnstageVolumeRequest) -> NodeUnstageVolumeResponse as "Node" "NodeUnstageVolume";

@@ -10,6 +10,7 @@ use crate::client::CsiClient;
 use crate::error::CsiError;
 use crate::proto;
 use proto::controller_service_capability::rpc::Type as ControllerCap;
+use proto::group_controller_service_capability::rpc::Type as GroupCap;
 use proto::node_service_capability::rpc::Type as NodeCap;
 use proto::plugin_capability::service::Type as ServiceCap;
 
@@ -37,6 +38,10 @@ pub struct Fingerprint {
 #[derive(Clone, Debug, PartialEq, Eq, Serialize)]
 pub struct ControllerInfo {
     pub capabilities: Vec<String>,
+    /// GroupControllerGetCapabilities, asked when the plugin offers
+    /// GROUP_CONTROLLER_SERVICE.
+    #[serde(skip_serializing_if = "Vec::is_empty")]
+    pub group_capabilities: Vec<String>,
 }
 
 #[derive(Clone, Debug, PartialEq, Eq, Serialize, serde::Deserialize)]
@@ -59,10 +64,38 @@ impl Fingerprint {
             .is_some_and(|c| c.capabilities.iter().any(|n| n == cap.as_str_name()))
     }
 
+    pub fn has_group_capability(&self, cap: GroupCap) -> bool {
+        self.controller
+            .as_ref()
+            .is_some_and(|c| c.group_capabilities.iter().any(|n| n == cap.as_str_name()))
+    }
+
     pub fn has_node_capability(&self, cap: NodeCap) -> bool {
         self.node
             .as_ref()
             .is_some_and(|n| n.capabilities.iter().any(|c| c == cap.as_str_name()))
+    }
+}
+
+/// What the GroupController service offers; nothing when the endpoint
+/// does not serve it (UNIMPLEMENTED).
+async fn group_capabilities(client: &CsiClient) -> Result<Vec<String>, CsiError> {
+    match client
+        .group_controller_get_capabilities(proto::GroupControllerGetCapabilitiesRequest {})
+        .await
+    {
+        Ok(resp) => Ok(resp
+            .capabilities
+            .iter()
+            .filter_map(|c| c.r#type.as_ref())
+            .map(|proto::group_controller_service_capability::Type::Rpc(rpc)| {
+                enum_name(rpc.r#type, |v| {
+                    GroupCap::try_from(v).ok().map(|t| t.as_str_name())
+                })
+            })
+            .collect()),
+        Err(e) if e.code() == Code::Unimplemented => Ok(Vec::new()),
+        Err(e) => Err(e),
     }
 }
 
@@ -124,7 +157,17 @@ pub async fn fingerprint(client: &CsiClient, role: Role) -> Result<Fingerprint, 
                         })
                     })
                     .collect();
-                Some(ControllerInfo { capabilities })
+                let offers_groups = plugin_capabilities
+                    .iter()
+                    .any(|c| c == ServiceCap::GroupControllerService.as_str_name());
+                let group_capabilities = match offers_groups {
+                    true => group_capabilities(client).await?,
+                    false => Vec::new(),
+                };
+                Some(ControllerInfo {
+                    capabilities,
+                    group_capabilities,
+                })
             }
             // The driver offers the service; this process does not serve it.
             Err(e) if e.code() == Code::Unimplemented => {

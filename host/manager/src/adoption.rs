@@ -116,6 +116,7 @@ impl VolumeManager {
     /// of something on the plugin.
     pub async fn forget(&self, name: &str) -> Result<VolumeRecord, RequestError> {
         let id = self.id_of(name)?;
+        self.refuse_if_grouped(&id, name)?;
         let mut forgotten = None;
         self.table
             .remove_if(&id, |r| {

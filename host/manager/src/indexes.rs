@@ -14,8 +14,11 @@ pub(super) struct Indexed {
     pub(super) names: HashMap<String, String>,
     /// CSI name → id: a name given to one volume is never given to another.
     pub(super) csi_names: HashMap<String, String>,
-    /// Snapshot name → the id of the volume it is of.
+    /// Snapshot name → the id of the volume it is of; group snapshot name →
+    /// the id of the volume whose record holds it (one namespace for both).
     pub(super) snapshots: HashMap<String, String>,
+    /// Volume id → how many group snapshots it is a member of.
+    pub(super) grouped: HashMap<String, u32>,
     /// Plugin → node → publications there, wanted or still being undone.
     pub(super) published: BTreeMap<String, BTreeMap<String, u64>>,
     /// Volumes by [`VolumeState::index`].
@@ -55,11 +58,18 @@ impl Indexed {
             for name in r.snapshots.keys() {
                 self.snapshots.insert(name.clone(), r.id.clone());
             }
+            self.groups(&r, true);
             self.volumes.insert(r.id.clone(), r);
             return;
         };
         let old = std::mem::replace(slot, r);
         self.tally(&old, false);
+        let new = &self.volumes[&old.id];
+        if !(old.group_snapshots.is_empty() && new.group_snapshots.is_empty()) {
+            let new = new.clone();
+            self.groups(&old, false);
+            self.groups(&new, true);
+        }
         let new = &self.volumes[&old.id];
         if !(old.snapshots.is_empty() && new.snapshots.is_empty()) {
             for name in old.snapshots.keys().filter(|n| !new.snapshots.contains_key(n)) {
@@ -99,7 +109,35 @@ impl Indexed {
                 self.snapshots.remove(name);
             }
         }
+        self.groups(&old, false);
         Some(old)
+    }
+
+    /// Counts a record's group snapshots in (or out of) the names and the
+    /// members' memberships.
+    fn groups(&mut self, r: &VolumeRecord, add: bool) {
+        for (name, g) in r.group_snapshots.iter() {
+            if add {
+                self.snapshots.insert(name.clone(), r.id.clone());
+            } else if self.snapshots.get(name) == Some(&r.id) {
+                self.snapshots.remove(name);
+            }
+            for m in &g.members {
+                match self.grouped.get_mut(&m.volume) {
+                    Some(n) if add => *n += 1,
+                    Some(n) => {
+                        *n -= 1;
+                        if *n == 0 {
+                            self.grouped.remove(&m.volume);
+                        }
+                    }
+                    None if add => {
+                        self.grouped.insert(m.volume.clone(), 1);
+                    }
+                    None => {}
+                }
+            }
+        }
     }
 
     /// Counts a record in (or out of) the publications per node, the states

@@ -25,6 +25,7 @@ mod deadlines;
 pub mod decision_log;
 mod decisions;
 mod gauges;
+mod groups;
 mod indexes;
 mod inquiries;
 mod node_admin;
@@ -41,6 +42,7 @@ mod snapshots;
 mod steps;
 mod table;
 
+pub use groups::{GroupView, MAX_GROUP_MEMBERS};
 pub use inquiries::{Health, NodeHealth, Orphans};
 pub use node_sync::as_sync;
 pub use node_view::NodePluginView;

@@ -47,6 +47,12 @@ pub(super) fn done_effect(step: &Step) -> Apply {
                 r.snapshots.remove(&name);
             })
         }
+        Step::DeleteGroupSnapshot(name) | Step::DropGroupSnapshot(name) => {
+            let name = name.clone();
+            Box::new(move |r: &mut VolumeRecord| {
+                r.group_snapshots.remove(&name);
+            })
+        }
         _ => Box::new(|_| {}),
     }
 }
@@ -159,6 +165,17 @@ pub(super) fn step_error(code: Code, message: impl Into<String>) -> StepError {
 /// How long to wait before looking again at work the plugin has not
 /// finished, `age_ms` after it was asked for: often at first, then less
 /// (a quarter of the time it has taken so far, 0.5 s to 30 s).
+/// Whether a plugin answered NOT_FOUND.
+pub(super) fn not_found_answer(e: &berth_csi::CsiError) -> bool {
+    matches!(
+        e.failure,
+        berth_csi::Failure::Status {
+            code: tonic::Code::NotFound,
+            ..
+        }
+    )
+}
+
 pub(super) fn look_again(age_ms: u64) -> std::time::Duration {
     std::time::Duration::from_millis((age_ms / 4).clamp(500, 30_000))
 }

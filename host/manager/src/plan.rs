@@ -10,7 +10,9 @@
 //! failed, which the retry policy decides on.
 //! once created: snapshots (CreateSnapshot, DeleteSnapshot) first, then
 //! growth (ControllerExpandVolume, and NodeExpandVolume per published node),
-//! then the mutable parameters (ControllerModifyVolume).
+//! then the mutable parameters (ControllerModifyVolume). Group snapshots
+//! (CreateVolumeGroupSnapshot, DeleteVolumeGroupSnapshot) are driven by
+//! their first volume's record, with its own snapshots.
 //!
 //! Steps a plugin does not offer (PUBLISH_UNPUBLISH, STAGE_UNSTAGE, the
 //! node's EXPAND_VOLUME) are passed without a call.
@@ -39,6 +41,10 @@ pub(super) enum Step {
     CreateSnapshot(String),
     DeleteSnapshot(String),
     DropSnapshot(String),
+    /// By the group snapshot's Berth name.
+    CreateGroupSnapshot(String),
+    DeleteGroupSnapshot(String),
+    DropGroupSnapshot(String),
 }
 
 impl Step {
@@ -63,7 +69,13 @@ impl Step {
             Step::ControllerModify => Operation::ControllerModifyVolume,
             Step::CreateSnapshot(_) => Operation::CreateSnapshot,
             Step::DeleteSnapshot(_) => Operation::DeleteSnapshot,
-            Step::Name | Step::DropPublication(_) | Step::Forget | Step::DropSnapshot(_) => return None,
+            Step::CreateGroupSnapshot(_) => Operation::CreateVolumeGroupSnapshot,
+            Step::DeleteGroupSnapshot(_) => Operation::DeleteVolumeGroupSnapshot,
+            Step::Name
+            | Step::DropPublication(_)
+            | Step::Forget
+            | Step::DropSnapshot(_)
+            | Step::DropGroupSnapshot(_) => return None,
         })
     }
 
@@ -73,6 +85,7 @@ impl Step {
             Step::Name => "Name",
             Step::DropPublication(_) => "DropPublication",
             Step::DropSnapshot(_) => "DropSnapshot",
+            Step::DropGroupSnapshot(_) => "DropGroupSnapshot",
             Step::Forget => "Forget",
             other => other.operation().map_or("Other", |o| o.name()),
         }
@@ -88,6 +101,12 @@ impl Step {
             | Step::DropPublication(n) => format!("{} on {n}", self.operation().map_or("drop", |o| o.name())),
             Step::CreateSnapshot(s) | Step::DeleteSnapshot(s) | Step::DropSnapshot(s) => {
                 format!("{} {s}", self.operation().map_or("drop snapshot", |o| o.name()))
+            }
+            Step::CreateGroupSnapshot(g) | Step::DeleteGroupSnapshot(g) | Step::DropGroupSnapshot(g) => {
+                format!(
+                    "{} {g}",
+                    self.operation().map_or("drop group snapshot", |o| o.name())
+                )
             }
             other => other
                 .operation()
@@ -119,6 +138,23 @@ fn snapshot_step(r: &VolumeRecord) -> Option<Step> {
     })
 }
 
+/// The next group snapshot step, if any: as for a snapshot, a group that
+/// may have been taken is asked for its id before it is deleted, and one
+/// not ready yet is followed.
+fn group_step(r: &VolumeRecord) -> Option<Step> {
+    r.group_snapshots.iter().find_map(|(name, g)| {
+        let name = name.clone();
+        match (g.group_snapshot_id.is_some(), g.deleting) {
+            (true, true) => Some(Step::DeleteGroupSnapshot(name)),
+            (false, true) if g.create_sent => Some(Step::CreateGroupSnapshot(name)),
+            (false, true) => Some(Step::DropGroupSnapshot(name)),
+            (false, false) => Some(Step::CreateGroupSnapshot(name)),
+            (true, false) if !g.ready() => Some(Step::CreateGroupSnapshot(name)),
+            (true, false) => None,
+        }
+    })
+}
+
 /// The next step for a record, or none when it is where it should be.
 pub(super) fn next_step(r: &VolumeRecord, caps: impl Fn(&str) -> Caps) -> Option<Step> {
     // An imported volume has a backend and no CSI name of Berth's.
@@ -133,7 +169,7 @@ pub(super) fn next_step(r: &VolumeRecord, caps: impl Fn(&str) -> Caps) -> Option
             Step::Create
         });
     };
-    if let Some(step) = snapshot_step(r) {
+    if let Some(step) = snapshot_step(r).or_else(|| group_step(r)) {
         return Some(step);
     }
     if !r.deleting && backend.short_of(r.spec.required_bytes) {
@@ -280,6 +316,55 @@ mod tests {
         r.spec.mutable_parameters.insert("tier".into(), "gold".into());
         r.deleting = true;
         assert_eq!(next_step(&r, caps(true, true)), Some(Step::Delete));
+    }
+
+    #[test]
+    fn a_group_snapshot_is_taken_followed_and_asked_for_its_id_before_it_is_deleted() {
+        use berth_model::{GroupMember, GroupSnapshot, SnapshotBackend};
+        let mut r = record();
+        let taken = |ready| SnapshotBackend {
+            snapshot_id: "s".into(),
+            size_bytes: 1,
+            created_ms: 0,
+            ready,
+        };
+        r.group_snapshots.insert(
+            "g".into(),
+            GroupSnapshot {
+                csi_name: "group-1".into(),
+                create_sent: false,
+                members: vec![GroupMember {
+                    volume: "id".into(),
+                    name: "v".into(),
+                    volume_id: "v".into(),
+                    snapshot: None,
+                }],
+                group_snapshot_id: None,
+                deleting: false,
+                requested_ms: 0,
+            },
+        );
+        let create = Some(Step::CreateGroupSnapshot("g".into()));
+        assert_eq!(next_step(&r, caps(true, true)), create);
+        let g = r.group_snapshots.get_mut("g").unwrap();
+        (g.group_snapshot_id, g.members[0].snapshot) = (Some("gs".into()), Some(taken(false)));
+        assert_eq!(next_step(&r, caps(true, true)), create, "followed until ready");
+        r.group_snapshots.get_mut("g").unwrap().members[0].snapshot = Some(taken(true));
+        assert_eq!(next_step(&r, caps(true, true)), None);
+        r.group_snapshots.get_mut("g").unwrap().deleting = true;
+        assert_eq!(
+            next_step(&r, caps(true, true)),
+            Some(Step::DeleteGroupSnapshot("g".into()))
+        );
+        // Perhaps taken, its id unknown: asked for it first; never sent: dropped.
+        let g = r.group_snapshots.get_mut("g").unwrap();
+        (g.group_snapshot_id, g.create_sent) = (None, true);
+        assert_eq!(next_step(&r, caps(true, true)), create);
+        r.group_snapshots.get_mut("g").unwrap().create_sent = false;
+        assert_eq!(
+            next_step(&r, caps(true, true)),
+            Some(Step::DropGroupSnapshot("g".into()))
+        );
     }
 
     #[test]

@@ -51,7 +51,6 @@ impl VolumeManager {
     /// Finds a content source's id on the plugin: it must exist there
     /// already (a snapshot ready to use, a volume created), on the same plugin.
     fn resolve_source(&self, plugin: &str, source: &mut VolumeSource) -> Result<(), RequestError> {
-        let what = source.kind.as_str();
         let (owner, id) = match source.kind {
             SourceKind::Snapshot => {
                 self.require(
@@ -59,7 +58,15 @@ impl VolumeManager {
                     ControllerCap::CreateDeleteSnapshot,
                     "restoring a snapshot",
                 )?;
-                let view = self.get_snapshot(&source.name)?;
+                let view = match self.get_snapshot(&source.name) {
+                    Ok(view) => view,
+                    // A member of a group snapshot, as GROUP/VOLUME.
+                    Err(RequestError::NotFound(_)) if source.name.contains('/') => {
+                        let (anchor, id) = self.group_member_snapshot(&source.name)?;
+                        return self.resolved(plugin, source, anchor, id);
+                    }
+                    Err(e) => return Err(e),
+                };
                 let id = match &view.snapshot.backend {
                     Some(b) if b.ready && !view.snapshot.deleting => b.snapshot_id.clone(),
                     _ => {
@@ -90,9 +97,21 @@ impl VolumeManager {
                 (v, id)
             }
         };
+        self.resolved(plugin, source, owner, id)
+    }
+
+    /// The source's id, once its owner is known to be on `plugin`.
+    fn resolved(
+        &self,
+        plugin: &str,
+        source: &mut VolumeSource,
+        owner: VolumeRecord,
+        id: String,
+    ) -> Result<(), RequestError> {
         if owner.spec.plugin != plugin {
             return Err(RequestError::Invalid(format!(
-                "from_{what}: {} is on plugin {:?}, not {plugin:?}",
+                "from_{}: {} is on plugin {:?}, not {plugin:?}",
+                source.kind.as_str(),
                 echo(&source.name),
                 owner.spec.plugin
             )));
@@ -185,6 +204,7 @@ impl VolumeManager {
 
     pub async fn delete(&self, name: &str) -> Result<VolumeRecord, RequestError> {
         let id = self.id_of(name)?;
+        self.refuse_if_grouped(&id, name)?;
         self.modify(&id, "delete".into(), |r| {
             if let Some((snap, _)) = r.snapshots.iter().find(|(_, s)| !s.deleting) {
                 return Err(RequestError::Conflict(format!(
@@ -203,6 +223,18 @@ impl VolumeManager {
             Ok(())
         })
         .await
+    }
+
+    /// A volume in a group snapshot stays until the group is deleted: the
+    /// group's record holds what the plugin needs to delete it.
+    pub(super) fn refuse_if_grouped(&self, id: &str, name: &str) -> Result<(), RequestError> {
+        match self.table.grouped(id) {
+            0 => Ok(()),
+            n => Err(RequestError::Conflict(format!(
+                "volume {} is in {n} group snapshot(s): delete them first (berth snapshot groups)",
+                echo(name)
+            ))),
+        }
     }
 
     pub async fn publish(

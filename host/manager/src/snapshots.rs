@@ -68,6 +68,12 @@ impl VolumeManager {
                         echo(volume)
                     )));
                 }
+                if r.group_snapshots.contains_key(name) {
+                    return Err(RequestError::AlreadyExists(format!(
+                        "a group snapshot named {} already exists",
+                        echo(name)
+                    )));
+                }
                 if r.snapshots.get(name).is_some_and(|s| s.deleting) {
                     return Err(RequestError::Conflict(format!(
                         "snapshot {} is being deleted",

@@ -7,10 +7,10 @@ use std::sync::Arc;
 use crate::VolumeManager;
 use crate::nodes::NodeVolume;
 use crate::outcome::{
-    Apply, StepError, Unwritten, controller_done, done_effect, look_again, node_at, step_error,
+    Apply, StepError, Unwritten, controller_done, done_effect, look_again, node_at, not_found_answer,
+    step_error,
 };
 use crate::plan::Step;
-use berth_csi::Failure;
 use berth_csi::proto;
 use berth_csi::proto::controller_service_capability::rpc::Type as ControllerCap;
 use berth_csi::proto::node_service_capability::rpc::Type as NodeCap;
@@ -142,7 +142,12 @@ impl VolumeManager {
                     .await?;
                 Ok(done_effect(step))
             }
-            Step::DropSnapshot(_) => Ok(done_effect(step)),
+            Step::DropSnapshot(_) | Step::DropGroupSnapshot(_) => Ok(done_effect(step)),
+            Step::CreateGroupSnapshot(name) => self.take_group_snapshot(r, name, unwritten).await,
+            Step::DeleteGroupSnapshot(name) => {
+                self.delete_group_snapshot_now(r, name).await?;
+                Ok(done_effect(step))
+            }
         }
     }
 
@@ -233,17 +238,7 @@ impl VolumeManager {
                 .await;
             match asked {
                 Ok(resp) => resp.snapshot,
-                Err(e)
-                    if matches!(
-                        e.failure,
-                        Failure::Status {
-                            code: tonic::Code::NotFound,
-                            ..
-                        }
-                    ) =>
-                {
-                    None
-                }
+                Err(e) if not_found_answer(&e) => None,
                 Err(e) => return Err(e.into()),
             }
         } else if offers(ControllerCap::ListSnapshots) {
@@ -325,14 +320,7 @@ impl VolumeManager {
                 .filter(|s| !s.snapshot_id.is_empty())
                 .ok_or_else(|| step_error(Code::Internal, "CreateSnapshot answered without a snapshot id"))?,
         };
-        let found = SnapshotBackend {
-            snapshot_id: s.snapshot_id,
-            size_bytes: s.size_bytes,
-            created_ms: s.creation_time.map_or(0, |t| {
-                (t.seconds.max(0) as u64) * 1000 + (t.nanos.max(0) as u64) / 1_000_000
-            }),
-            ready: s.ready_to_use,
-        };
+        let found = snapshot_backend(s);
         let ready = found.ready;
         let key = name.to_string();
         let effect: Apply = Box::new(move |r: &mut VolumeRecord| {
@@ -466,7 +454,7 @@ impl VolumeManager {
         Ok(())
     }
 
-    fn secrets_for(&self, spec: &VolumeSpec) -> Result<HashMap<String, String>, StepError> {
+    pub(super) fn secrets_for(&self, spec: &VolumeSpec) -> Result<HashMap<String, String>, StepError> {
         match &spec.secret {
             None => Ok(HashMap::new()),
             Some(name) => self
@@ -497,7 +485,7 @@ impl VolumeManager {
         capability(spec, newer)
     }
 
-    fn controller(&self, plugin: &str) -> Result<Arc<Plugin>, StepError> {
+    pub(super) fn controller(&self, plugin: &str) -> Result<Arc<Plugin>, StepError> {
         self.registry.get(plugin).ok_or_else(|| {
             step_error(
                 Code::FailedPrecondition,
@@ -531,6 +519,18 @@ impl VolumeManager {
             secrets: self.secrets_for(&r.spec)?,
             readonly: p.readonly,
         })
+    }
+}
+
+/// What Berth keeps of the plugin's answer about a snapshot.
+pub(super) fn snapshot_backend(s: proto::Snapshot) -> SnapshotBackend {
+    SnapshotBackend {
+        snapshot_id: s.snapshot_id,
+        size_bytes: s.size_bytes,
+        created_ms: s.creation_time.map_or(0, |t| {
+            (t.seconds.max(0) as u64) * 1000 + (t.nanos.max(0) as u64) / 1_000_000
+        }),
+        ready: s.ready_to_use,
     }
 }
 

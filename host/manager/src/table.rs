@@ -256,9 +256,17 @@ impl VolumeTable {
         }
     }
 
+    /// How many group snapshots a volume is a member of.
+    pub fn grouped(&self, id: &str) -> u32 {
+        self.lock().grouped.get(id).copied().unwrap_or(0)
+    }
+
     pub fn release_snapshot_name(&self, name: &str, id: &str) {
         let mut s = self.lock();
-        let recorded = s.volumes.get(id).is_some_and(|v| v.snapshots.contains_key(name));
+        let recorded = s
+            .volumes
+            .get(id)
+            .is_some_and(|v| v.snapshots.contains_key(name) || v.group_snapshots.contains_key(name));
         if !recorded && s.snapshots.get(name).is_some_and(|owner| owner == id) {
             s.snapshots.remove(name);
         }
@@ -440,6 +448,55 @@ mod tests {
         t.remove("id1").await.unwrap();
         assert_eq!(t.counts(), Counts::default());
         assert!(t.by_name("data").is_none());
+    }
+
+    #[tokio::test]
+    async fn group_snapshots_count_their_members_and_take_their_name() {
+        use berth_model::{GroupMember, GroupSnapshot};
+        let dir = tempfile::tempdir().unwrap();
+        let t = table(&dir);
+        for (id, name) in [("a", "va"), ("b", "vb")] {
+            t.insert_new(record(id, name), |_| true).await.unwrap();
+        }
+        let member = |id: &str| GroupMember {
+            volume: id.into(),
+            name: format!("v{id}"),
+            volume_id: format!("hp-{id}"),
+            snapshot: None,
+        };
+        let group = GroupSnapshot {
+            csi_name: "group-1".into(),
+            create_sent: false,
+            members: vec![member("a"), member("b")],
+            group_snapshot_id: None,
+            deleting: false,
+            requested_ms: 0,
+        };
+        t.modify("a", |r| {
+            r.group_snapshots.insert("nightly".into(), group.clone());
+            Ok(())
+        })
+        .await
+        .unwrap();
+        assert_eq!((t.grouped("a"), t.grouped("b")), (1, 1));
+        assert_eq!(t.snapshot_owner("nightly").as_deref(), Some("a"));
+        assert!(t.claim_snapshot_name("nightly", "b").is_err());
+        // Another change to the record leaves the counts as they are.
+        t.modify("a", |r| {
+            r.failure = Some("x".into());
+            Ok(())
+        })
+        .await
+        .unwrap();
+        assert_eq!((t.grouped("a"), t.grouped("b")), (1, 1));
+        t.modify("a", |r| {
+            r.group_snapshots.remove("nightly");
+            Ok(())
+        })
+        .await
+        .unwrap();
+        assert_eq!((t.grouped("a"), t.grouped("b")), (0, 0));
+        assert_eq!(t.snapshot_owner("nightly"), None);
     }
 
     #[tokio::test]

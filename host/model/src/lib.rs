@@ -127,6 +127,58 @@ pub struct SnapshotBackend {
     pub ready: bool,
 }
 
+/// A group snapshot: one snapshot of several volumes taken together
+/// (CreateVolumeGroupSnapshot), kept in the record of its first volume,
+/// which drives it; its name is unique across snapshots and groups.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub struct GroupSnapshot {
+    /// Sent as CreateVolumeGroupSnapshotRequest.name: chosen and stored when
+    /// the operator asks, so a retry or a restart never takes a second group.
+    pub csi_name: String,
+    /// Set (durably) before the first CreateVolumeGroupSnapshot.
+    #[serde(default)]
+    pub create_sent: bool,
+    /// The volumes in the group, the first the one whose record this is.
+    pub members: Vec<GroupMember>,
+    /// The plugin's id for the group, once it answered.
+    pub group_snapshot_id: Option<String>,
+    #[serde(default)]
+    pub deleting: bool,
+    /// When the operator asked for it (ms since the epoch).
+    pub requested_ms: u64,
+}
+
+/// A volume in a group snapshot, and its snapshot once taken.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub struct GroupMember {
+    /// The volume's Berth id and name.
+    pub volume: String,
+    pub name: String,
+    /// The plugin's id for the volume, resolved when the group was asked for.
+    pub volume_id: String,
+    pub snapshot: Option<SnapshotBackend>,
+}
+
+impl GroupSnapshot {
+    /// One word for operators, as for a snapshot.
+    pub fn state(&self) -> &'static str {
+        let taken = self.group_snapshot_id.is_some();
+        match (taken, self.deleting) {
+            (_, true) => "deleting",
+            (false, false) => "pending",
+            (true, false) if self.ready() => "ready",
+            (true, false) => "cutting",
+        }
+    }
+
+    /// Every member's snapshot taken and ready to use.
+    pub fn ready(&self) -> bool {
+        self.members
+            .iter()
+            .all(|m| m.snapshot.as_ref().is_some_and(|s| s.ready))
+    }
+}
+
 impl Snapshot {
     /// One word for operators: pending, ready, cutting (not ready yet), deleting.
     pub fn state(&self) -> &'static str {
@@ -183,6 +235,9 @@ pub struct VolumeRecord {
     /// Snapshots of this volume, by their Berth name (unique across volumes).
     #[serde(default, skip_serializing_if = "VecMap::is_empty")]
     pub snapshots: VecMap<Snapshot>,
+    /// Group snapshots this volume leads (is the first member of), by name.
+    #[serde(default, skip_serializing_if = "VecMap::is_empty")]
+    pub group_snapshots: VecMap<GroupSnapshot>,
     /// A give-up: the reconciler leaves the volume alone until an operator retries.
     pub failure: Option<String>,
     pub retrying: Option<Retrying>,
@@ -225,6 +280,7 @@ impl VolumeRecord {
             deleting: false,
             publications: VecMap::new(),
             snapshots: VecMap::new(),
+            group_snapshots: VecMap::new(),
             failure: None,
             retrying: None,
             generation: 0,

@@ -15,6 +15,7 @@ mod policy_replay;
 mod policy_set;
 mod serve;
 mod snapshot;
+mod snapshot_group;
 mod status;
 mod volume;
 mod volume_explain;

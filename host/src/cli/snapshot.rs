@@ -39,6 +39,10 @@ pub enum SnapshotCommand {
         #[command(flatten)]
         wait: WaitArgs,
     },
+    /// Group snapshots: several volumes of one plugin snapshotted together
+    /// (the plugin must offer CREATE_DELETE_GET_VOLUME_GROUP_SNAPSHOT).
+    #[command(subcommand)]
+    Group(super::snapshot_group::GroupCommand),
 }
 
 #[derive(Serialize)]
@@ -102,9 +106,31 @@ fn print(s: &api::Snapshot, output: Output) -> anyhow::Result<()> {
     }
 }
 
+type Client = api::berth_client::BerthClient<tonic::transport::Channel>;
+
+/// Asks for one snapshot, each time it is called.
+fn fetch(
+    client: &Client,
+    name: &str,
+) -> impl FnMut() -> std::pin::Pin<
+    Box<dyn std::future::Future<Output = Result<api::Snapshot, tonic::Status>> + Send>,
+> {
+    let (client, name) = (client.clone(), name.to_string());
+    move || {
+        let (mut client, name) = (client.clone(), name.clone());
+        Box::pin(async move {
+            client
+                .get_snapshot(api::GetSnapshotRequest { name })
+                .await
+                .map(tonic::Response::into_inner)
+        })
+    }
+}
+
 pub async fn run(cmd: SnapshotCommand, api: ApiArgs, output: Output) -> anyhow::Result<ExitCode> {
     let mut client = connect(&api.api).await?;
     match cmd {
+        SnapshotCommand::Group(cmd) => super::snapshot_group::run(cmd, client, output).await,
         SnapshotCommand::Create { name, volume, wait } => {
             let s = client
                 .create_snapshot(api::CreateSnapshotRequest {
@@ -118,9 +144,13 @@ pub async fn run(cmd: SnapshotCommand, api: ApiArgs, output: Output) -> anyhow::
                 print(&s, output)?;
                 return Ok(ExitCode::SUCCESS);
             }
-            until(&mut client, &name, wait.timeout, output, |s| {
-                s.is_some_and(|s| s.state == "ready")
-            })
+            until(
+                &name,
+                wait.timeout,
+                output,
+                fetch(&client, &name),
+                |s: Option<&api::Snapshot>| s.is_some_and(|s| s.state == "ready"),
+            )
             .await
         }
         SnapshotCommand::Delete { name, wait } => {
@@ -133,7 +163,14 @@ pub async fn run(cmd: SnapshotCommand, api: ApiArgs, output: Output) -> anyhow::
                 print(&s, output)?;
                 return Ok(ExitCode::SUCCESS);
             }
-            until(&mut client, &name, wait.timeout, output, |s| s.is_none()).await
+            until(
+                &name,
+                wait.timeout,
+                output,
+                fetch(&client, &name),
+                |s: Option<&api::Snapshot>| s.is_none(),
+            )
+            .await
         }
         SnapshotCommand::Get { name } => {
             let s = client
@@ -167,39 +204,60 @@ pub async fn run(cmd: SnapshotCommand, api: ApiArgs, output: Output) -> anyhow::
     }
 }
 
-/// Polls the snapshot until `done` (it is `None` once gone), printing each
-/// change; a give-up ends the wait with failure.
-async fn until(
-    client: &mut api::berth_client::BerthClient<tonic::transport::Channel>,
+/// Something `until` waits on: a snapshot or a group snapshot.
+pub(super) trait Watched {
+    fn line(&self) -> String;
+    fn failure(&self) -> &str;
+    fn print_json(&self) -> anyhow::Result<()>;
+}
+
+impl Watched for api::Snapshot {
+    fn line(&self) -> String {
+        one_line(self)
+    }
+    fn failure(&self) -> &str {
+        &self.failure
+    }
+    fn print_json(&self) -> anyhow::Result<()> {
+        super::print_json(&view(self))
+    }
+}
+
+/// Polls with `fetch` until `done` (it answers `None` once the thing is
+/// gone), printing each change; a give-up ends the wait with failure.
+pub(super) async fn until<T: Watched, Fut>(
     name: &str,
     timeout: Duration,
     output: Output,
-    done: impl Fn(Option<&api::Snapshot>) -> bool,
-) -> anyhow::Result<ExitCode> {
+    mut fetch: impl FnMut() -> Fut,
+    done: impl Fn(Option<&T>) -> bool,
+) -> anyhow::Result<ExitCode>
+where
+    Fut: std::future::Future<Output = Result<T, tonic::Status>>,
+{
     let started = Instant::now();
     let mut last = String::new();
     loop {
-        let s = match client
-            .get_snapshot(api::GetSnapshotRequest { name: name.into() })
-            .await
-        {
-            Ok(s) => Some(s.into_inner()),
+        let s = match fetch().await {
+            Ok(s) => Some(s),
             Err(e) if e.code() == tonic::Code::NotFound => None,
             Err(e) => return Err(grpc(e)),
         };
-        let line = s.as_ref().map_or_else(|| format!("{name}: deleted"), one_line);
+        let line = s
+            .as_ref()
+            .map_or_else(|| format!("{name}: deleted"), Watched::line);
         if line != last && output == Output::Text {
             say!("{line}");
             last = line;
         }
-        if done(s.as_ref()) || s.as_ref().is_some_and(|s| !s.failure.is_empty()) {
+        let failed = s.as_ref().is_some_and(|s| !s.failure().is_empty());
+        if done(s.as_ref()) || failed {
             if output == Output::Json {
                 match &s {
-                    Some(s) => super::print_json(&view(s))?,
+                    Some(s) => s.print_json()?,
                     None => super::print_json(&serde_json::json!({ "name": name, "state": "deleted" }))?,
                 }
             }
-            let failed = s.as_ref().is_some_and(|s| !s.failure.is_empty());
             return Ok(if failed {
                 ExitCode::FAILURE
             } else {

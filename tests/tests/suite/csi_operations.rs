@@ -11,15 +11,15 @@ use serde_json::Value;
 const GIB: u64 = 1 << 30;
 
 /// A cluster whose plugin, once CreateVolume, CreateSnapshot,
-/// ControllerExpandVolume or ControllerModifyVolume has done its work,
-/// waits before answering.
+/// ControllerExpandVolume, ControllerModifyVolume or
+/// CreateVolumeGroupSnapshot has done its work, waits before answering.
 fn slow_replies() -> Cluster {
     Cluster::start(ClusterSpec {
         plugin_args: vec![
             "--reply-delay",
             "1500ms",
             "--fault-calls",
-            "CreateVolume,CreateSnapshot,ControllerExpandVolume,ControllerModifyVolume",
+            "CreateVolume,CreateSnapshot,ControllerExpandVolume,ControllerModifyVolume,CreateVolumeGroupSnapshot",
         ],
         ..ClusterSpec::default()
     })
@@ -154,9 +154,83 @@ fn modification_reaches_the_plugin_through_a_crash() {
 }
 
 #[test]
-fn modification_is_refused_when_the_plugin_does_not_offer_it() {
+fn group_snapshots_are_taken_once_through_a_crash_and_each_member_restores() {
+    let mut c = slow_replies();
+    for v in ["db", "wal"] {
+        c.ok(&["volume", "create", v, "--plugin", "hostpath", "--wait"]);
+        let id = json(&c, &["volume", "get", v])["volume_id"]
+            .as_str()
+            .unwrap()
+            .to_string();
+        std::fs::write(c.volume_data(&id).join("who"), v).unwrap();
+    }
+    let before = replies_held(&c);
+    c.ok(&[
+        "snapshot", "group", "create", "nightly", "--volume", "db", "--volume", "wal",
+    ]);
+    crash_once_done(&mut c, before);
+    let g = until(&c, "group ready", &["snapshot", "group", "get", "nightly"], |g| {
+        g["state"] == "ready"
+    });
+    assert_eq!(c.plugin_snapshots(), 2, "a group was taken twice: {g:#}");
+    let members = g["members"].as_array().unwrap();
+    assert_eq!(members.len(), 2, "{g:#}");
+    assert!(
+        members
+            .iter()
+            .all(|m| m["ready"] == true && m["snapshot_id"] != ""),
+        "{g:#}"
+    );
+    let listed = json(&c, &["snapshot", "group", "list"]);
+    assert_eq!(listed.as_array().map(Vec::len), Some(1), "{listed}");
+
+    // Each member restores with its own volume's data.
+    for v in ["db", "wal"] {
+        let back = format!("{v}-back");
+        let from = format!("nightly/{v}");
+        c.ok(&[
+            "volume",
+            "create",
+            &back,
+            "--plugin",
+            "hostpath",
+            "--from-snapshot",
+            &from,
+            "--wait",
+        ]);
+        let id = json(&c, &["volume", "get", &back])["volume_id"]
+            .as_str()
+            .unwrap()
+            .to_string();
+        assert_eq!(
+            std::fs::read_to_string(c.volume_data(&id).join("who")).unwrap(),
+            v
+        );
+    }
+
+    // A member stays while its group does; the name is taken for snapshots too.
+    let (_, stderr) = texts(&c.berth(&["volume", "delete", "wal"]));
+    assert!(stderr.contains("group snapshot"), "{stderr}");
+    let (_, stderr) = texts(&c.berth(&["snapshot", "create", "nightly", "--volume", "db"]));
+    assert!(stderr.contains("already exists"), "{stderr}");
+
+    c.ok(&["snapshot", "group", "delete", "nightly", "--wait"]);
+    assert_eq!(c.plugin_snapshots(), 0);
+    for v in ["db", "wal", "db-back", "wal-back"] {
+        c.ok(&["volume", "delete", v, "--wait"]);
+    }
+    assert_eq!(c.plugin_volumes(), 0);
+}
+
+#[test]
+fn modification_and_group_snapshots_are_refused_when_the_plugin_does_not_offer_them() {
     let c = Cluster::start(ClusterSpec {
-        plugin_args: vec!["--disable", "MODIFY_VOLUME"],
+        plugin_args: vec![
+            "--disable",
+            "MODIFY_VOLUME",
+            "--disable",
+            "CREATE_DELETE_GET_VOLUME_GROUP_SNAPSHOT",
+        ],
         ..ClusterSpec::default()
     });
     let (_, stderr) = texts(&c.berth(&[
@@ -175,6 +249,11 @@ fn modification_is_refused_when_the_plugin_does_not_offer_it() {
     let v = json(&c, &["volume", "get", "v"]);
     assert_eq!(v["modifying"], false, "{v:#}");
     assert!(v.get("mutable_parameters").is_none(), "{v:#}");
+    let (_, stderr) = texts(&c.berth(&["snapshot", "group", "create", "g", "--volume", "v"]));
+    assert!(
+        stderr.contains("does not offer CREATE_DELETE_GET_VOLUME_GROUP_SNAPSHOT"),
+        "{stderr}"
+    );
 }
 
 #[test]

@@ -98,6 +98,10 @@ fn the_sample_plugin_passes_every_case() {
         "ControllerModifyVolume missing a field",
         "GetSnapshot",
         "GetSnapshot, unknown snapshot",
+        "CreateVolumeGroupSnapshot twice",
+        "GetVolumeGroupSnapshot",
+        "GetVolumeGroupSnapshot, unknown group",
+        "DeleteVolumeGroupSnapshot twice",
         "clean-up",
     ] {
         assert!(

@@ -3,7 +3,43 @@
 use berth_proto::berth::v1 as api;
 
 use crate::csi::proto;
-use crate::manager::{Health, Orphans, SnapshotView};
+use crate::manager::{GroupView, Health, Orphans, SnapshotView};
+
+pub fn group_to_api(v: &GroupView) -> api::GroupSnapshot {
+    let g = &v.group;
+    let label = format!("GroupSnapshot {}", v.name);
+    let about = |text: &str| text.split(": ").next().is_some_and(|step| step.ends_with(&label));
+    api::GroupSnapshot {
+        name: v.name.clone(),
+        state: g.state().into(),
+        csi_name: g.csi_name.clone(),
+        group_snapshot_id: g.group_snapshot_id.clone().unwrap_or_default(),
+        members: g
+            .members
+            .iter()
+            .map(|m| api::GroupSnapshotMember {
+                volume: m.name.clone(),
+                snapshot_id: m
+                    .snapshot
+                    .as_ref()
+                    .map(|s| s.snapshot_id.clone())
+                    .unwrap_or_default(),
+                ready: m.snapshot.as_ref().is_some_and(|s| s.ready),
+                size_bytes: m.snapshot.as_ref().map_or(0, |s| s.size_bytes),
+                restore_as: format!("{}/{}", v.name, m.name),
+            })
+            .collect(),
+        requested_ms: g.requested_ms,
+        retrying: v
+            .anchor
+            .retrying
+            .as_ref()
+            .filter(|r| about(&r.operation))
+            .map(|r| format!("{} (attempt {}): {}", r.operation, r.attempt, r.last_error))
+            .unwrap_or_default(),
+        failure: v.anchor.failure.clone().filter(|f| about(f)).unwrap_or_default(),
+    }
+}
 
 pub fn snapshot_to_api(v: &SnapshotView) -> api::Snapshot {
     let s = &v.snapshot;

@@ -342,6 +342,52 @@ impl api::berth_server::Berth for BerthApi {
         }))
     }
 
+    async fn create_group_snapshot(
+        &self,
+        req: Request<api::CreateGroupSnapshotRequest>,
+    ) -> Result<Response<api::GroupSnapshot>, Status> {
+        let req = req.into_inner();
+        let g = self
+            .manager
+            .create_group_snapshot(&req.name, &req.volumes)
+            .await
+            .map_err(status)?;
+        Ok(Response::new(inquiries::group_to_api(&g)))
+    }
+
+    async fn delete_group_snapshot(
+        &self,
+        req: Request<api::DeleteGroupSnapshotRequest>,
+    ) -> Result<Response<api::GroupSnapshot>, Status> {
+        let g = self
+            .manager
+            .delete_group_snapshot(&req.into_inner().name)
+            .await
+            .map_err(status)?;
+        Ok(Response::new(inquiries::group_to_api(&g)))
+    }
+
+    async fn get_group_snapshot(
+        &self,
+        req: Request<api::GetGroupSnapshotRequest>,
+    ) -> Result<Response<api::GroupSnapshot>, Status> {
+        let g = self
+            .manager
+            .get_group_snapshot(&req.into_inner().name)
+            .map_err(status)?;
+        Ok(Response::new(inquiries::group_to_api(&g)))
+    }
+
+    async fn list_group_snapshots(
+        &self,
+        _: Request<api::ListGroupSnapshotsRequest>,
+    ) -> Result<Response<api::ListGroupSnapshotsResponse>, Status> {
+        let groups = self.manager.list_group_snapshots();
+        Ok(Response::new(api::ListGroupSnapshotsResponse {
+            groups: groups.iter().map(inquiries::group_to_api).collect(),
+        }))
+    }
+
     async fn plugin_orphans(
         &self,
         req: Request<api::PluginOrphansRequest>,
