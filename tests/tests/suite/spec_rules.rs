@@ -167,7 +167,8 @@ fn a_snapshot_not_ready_yet_is_followed_until_it_is_and_not_restored_before() {
 
 /// A snapshot being cut is followed by its id with GetSnapshot (CSI 1.12)
 /// where the plugin offers it, ListSnapshots otherwise, and CreateSnapshot
-/// by name only when it can do neither; it is cut once either way.
+/// by name only when it can do neither; it is cut once either way, a
+/// `kill -9` of the server while it follows included.
 #[test]
 fn a_snapshot_being_cut_is_followed_with_the_call_the_plugin_offers() {
     let cases: [(&[&'static str], &str); 3] = [
@@ -184,20 +185,29 @@ fn a_snapshot_being_cut_is_followed_with_the_call_the_plugin_offers() {
         let calls_arg = calls.display().to_string();
         let mut args = vec!["--snapshot-ready-after", "2s", "--call-log", &calls_arg];
         args.extend_from_slice(disabled);
-        let c = Cluster::start(ClusterSpec {
+        let mut c = Cluster::start(ClusterSpec {
             plugin_args: args,
             ..ClusterSpec::default()
         });
         c.create_in("source", "zone=a");
         c.ok(&["snapshot", "create", "slow", "--volume", "source"]);
+        let state = |c: &Cluster| {
+            let s: Value = serde_json::from_str(&c.ok(&["snapshot", "get", "slow", "-o", "json"])).unwrap();
+            s["state"].as_str().unwrap_or_default().to_string()
+        };
+        // Killed while following it: the next run follows it on, by its id.
+        wait_for(
+            "the plugin to answer not ready",
+            Duration::from_secs(20),
+            || state(&c) == "cutting",
+            || c.log(),
+        );
+        c.kill_serve();
+        c.start_serve();
         wait_for(
             "the snapshot to be ready",
             Duration::from_secs(30),
-            || {
-                let s: Value =
-                    serde_json::from_str(&c.ok(&["snapshot", "get", "slow", "-o", "json"])).unwrap();
-                s["state"] == "ready"
-            },
+            || state(&c) == "ready",
             || c.log(),
         );
         let log = std::fs::read_to_string(&calls).unwrap();
