@@ -42,6 +42,14 @@ impl VolumeManager {
         }
     }
 
+    /// The volume of that operator name, as it is now.
+    pub(super) fn named(&self, name: &str) -> Result<VolumeRecord, RequestError> {
+        self.id_of(name)
+            .ok()
+            .and_then(|id| self.table.by_id(&id))
+            .ok_or_else(|| RequestError::NotFound(format!("no volume named {}", echo(name))))
+    }
+
     pub(super) fn id_of(&self, name: &str) -> Result<String, RequestError> {
         self.table
             .id_of(name)
@@ -122,11 +130,8 @@ impl VolumeManager {
 
     /// Grows a volume to `required_bytes`; volumes only grow.
     pub async fn expand(&self, name: &str, required_bytes: i64) -> Result<VolumeRecord, RequestError> {
-        let id = self.id_of(name)?;
-        let current = self
-            .table
-            .by_id(&id)
-            .ok_or_else(|| RequestError::NotFound(format!("no volume named {}", echo(name))))?;
+        let current = self.named(name)?;
+        let id = current.id.clone();
         self.require(&current.spec.plugin, ControllerCap::ExpandVolume, "expansion")?;
         self.modify(&id, format!("expand to {required_bytes} bytes"), |r| {
             if r.deleting {
@@ -168,11 +173,8 @@ impl VolumeManager {
         name: &str,
         changes: Segments,
     ) -> Result<VolumeRecord, RequestError> {
-        let id = self.id_of(name)?;
-        let current = self
-            .table
-            .by_id(&id)
-            .ok_or_else(|| RequestError::NotFound(format!("no volume named {}", echo(name))))?;
+        let current = self.named(name)?;
+        let id = current.id.clone();
         if changes.is_empty() {
             return Err(RequestError::Invalid(
                 "mutable_parameters: name at least one KEY=VALUE to change".into(),
@@ -243,11 +245,8 @@ impl VolumeManager {
         node: Option<&str>,
         readonly: bool,
     ) -> Result<VolumeRecord, RequestError> {
-        let id = self.id_of(name)?;
-        let current = self
-            .table
-            .by_id(&id)
-            .ok_or_else(|| RequestError::NotFound(format!("no volume named {}", echo(name))))?;
+        let current = self.named(name)?;
+        let id = current.id.clone();
         let (node, placed) = match node {
             Some(n) => {
                 self.check_node(&current, n)?;

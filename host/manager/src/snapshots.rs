@@ -42,11 +42,8 @@ impl VolumeManager {
                 echo(name)
             )));
         }
-        let id = self.id_of(volume)?;
-        let current = self
-            .table
-            .by_id(&id)
-            .ok_or_else(|| RequestError::NotFound(format!("no volume named {}", echo(volume))))?;
+        let current = self.named(volume)?;
+        let id = current.id.clone();
         self.require(
             &current.spec.plugin,
             ControllerCap::CreateDeleteSnapshot,

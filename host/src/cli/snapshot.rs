@@ -106,25 +106,23 @@ fn print(s: &api::Snapshot, output: Output) -> anyhow::Result<()> {
     }
 }
 
-type Client = api::berth_client::BerthClient<tonic::transport::Channel>;
+pub(super) type Client = api::berth_client::BerthClient<tonic::transport::Channel>;
 
-/// Asks for one snapshot, each time it is called.
-fn fetch(
+/// Asks `get` for one thing by name, each time it is called.
+pub(super) fn fetch<Fut>(
     client: &Client,
     name: &str,
-) -> impl FnMut() -> std::pin::Pin<
-    Box<dyn std::future::Future<Output = Result<api::Snapshot, tonic::Status>> + Send>,
-> {
+    get: impl Fn(Client, String) -> Fut,
+) -> impl FnMut() -> Fut {
     let (client, name) = (client.clone(), name.to_string());
-    move || {
-        let (mut client, name) = (client.clone(), name.clone());
-        Box::pin(async move {
-            client
-                .get_snapshot(api::GetSnapshotRequest { name })
-                .await
-                .map(tonic::Response::into_inner)
-        })
-    }
+    move || get(client.clone(), name.clone())
+}
+
+async fn get_snapshot(mut client: Client, name: String) -> Result<api::Snapshot, tonic::Status> {
+    client
+        .get_snapshot(api::GetSnapshotRequest { name })
+        .await
+        .map(tonic::Response::into_inner)
 }
 
 pub async fn run(cmd: SnapshotCommand, api: ApiArgs, output: Output) -> anyhow::Result<ExitCode> {
@@ -148,7 +146,7 @@ pub async fn run(cmd: SnapshotCommand, api: ApiArgs, output: Output) -> anyhow::
                 &name,
                 wait.timeout,
                 output,
-                fetch(&client, &name),
+                fetch(&client, &name, get_snapshot),
                 |s: Option<&api::Snapshot>| s.is_some_and(|s| s.state == "ready"),
             )
             .await
@@ -167,7 +165,7 @@ pub async fn run(cmd: SnapshotCommand, api: ApiArgs, output: Output) -> anyhow::
                 &name,
                 wait.timeout,
                 output,
-                fetch(&client, &name),
+                fetch(&client, &name, get_snapshot),
                 |s: Option<&api::Snapshot>| s.is_none(),
             )
             .await

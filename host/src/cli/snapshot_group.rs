@@ -9,11 +9,9 @@ use clap::Subcommand;
 use serde::Serialize;
 
 use super::client::grpc;
-use super::snapshot::{Watched, until};
+use super::snapshot::{Client, Watched, fetch, until};
 use super::volume::WaitArgs;
 use super::{Output, say};
-
-type Client = api::berth_client::BerthClient<tonic::transport::Channel>;
 
 #[derive(Debug, Subcommand)]
 pub enum GroupCommand {
@@ -133,23 +131,11 @@ fn print(g: &api::GroupSnapshot, output: Output) -> anyhow::Result<()> {
     Ok(())
 }
 
-/// Asks for one group snapshot, each time it is called.
-fn fetch(
-    client: &Client,
-    name: &str,
-) -> impl FnMut() -> std::pin::Pin<
-    Box<dyn std::future::Future<Output = Result<api::GroupSnapshot, tonic::Status>> + Send>,
-> {
-    let (client, name) = (client.clone(), name.to_string());
-    move || {
-        let (mut client, name) = (client.clone(), name.clone());
-        Box::pin(async move {
-            client
-                .get_group_snapshot(api::GetGroupSnapshotRequest { name })
-                .await
-                .map(tonic::Response::into_inner)
-        })
-    }
+async fn get_group(mut client: Client, name: String) -> Result<api::GroupSnapshot, tonic::Status> {
+    client
+        .get_group_snapshot(api::GetGroupSnapshotRequest { name })
+        .await
+        .map(tonic::Response::into_inner)
 }
 
 pub async fn run(cmd: GroupCommand, mut client: Client, output: Output) -> anyhow::Result<ExitCode> {
@@ -168,7 +154,14 @@ pub async fn run(cmd: GroupCommand, mut client: Client, output: Output) -> anyho
                 return Ok(ExitCode::SUCCESS);
             }
             let ready = |g: Option<&api::GroupSnapshot>| g.is_some_and(|g| g.state == "ready");
-            until(&name, wait.timeout, output, fetch(&client, &name), ready).await
+            until(
+                &name,
+                wait.timeout,
+                output,
+                fetch(&client, &name, get_group),
+                ready,
+            )
+            .await
         }
         GroupCommand::Delete { name, wait } => {
             let g = client
@@ -181,7 +174,14 @@ pub async fn run(cmd: GroupCommand, mut client: Client, output: Output) -> anyho
                 return Ok(ExitCode::SUCCESS);
             }
             let gone = |g: Option<&api::GroupSnapshot>| g.is_none();
-            until(&name, wait.timeout, output, fetch(&client, &name), gone).await
+            until(
+                &name,
+                wait.timeout,
+                output,
+                fetch(&client, &name, get_group),
+                gone,
+            )
+            .await
         }
         GroupCommand::Get { name } => {
             let g = client
