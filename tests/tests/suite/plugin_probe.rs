@@ -69,8 +69,14 @@ fn every_field_the_plugin_sets_arrives_unchanged() {
         serde_json::json!([
             "CONTROLLER_SERVICE",
             "VOLUME_ACCESSIBILITY_CONSTRAINTS",
+            "GROUP_CONTROLLER_SERVICE",
             "VOLUME_EXPANSION_ONLINE"
         ])
+    );
+    // The GroupController is asked what it offers.
+    assert_eq!(
+        fp["controller"]["group_capabilities"],
+        serde_json::json!(["CREATE_DELETE_GET_VOLUME_GROUP_SNAPSHOT"])
     );
     let node = &fp["node"];
     assert_eq!(node["node_id"], "worker-3.rack-b");
@@ -94,9 +100,12 @@ fn capabilities_follow_the_plugin_flags() {
             "CREATE_DELETE_SNAPSHOT",
             "--disable",
             "SINGLE_NODE_MULTI_WRITER",
+            "--disable",
+            "CREATE_DELETE_GET_VOLUME_GROUP_SNAPSHOT",
         ])
         .spawn();
     let fp = probe_json(&plugin.endpoint());
+    assert!(fp["controller"].get("group_capabilities").is_none(), "{fp:#}");
     let controller: Vec<&str> = fp["controller"]["capabilities"]
         .as_array()
         .unwrap()
