@@ -5,6 +5,7 @@ mod agents;
 mod bins;
 pub mod cpu;
 pub mod direct;
+pub mod docker;
 mod etcd;
 mod plugin;
 mod registry;

@@ -173,6 +173,7 @@ fn test(extra: &[String]) -> anyhow::Result<()> {
     ensure_etcd()?;
     ensure_registry()?;
     ensure_pynacl()?;
+    ensure_docker()?;
     guests()?;
     python::native_cases()?;
     build_bins()?;
@@ -188,6 +189,15 @@ fn test(extra: &[String]) -> anyhow::Result<()> {
 /// `etcd-server`, installed with apt-get when `etcd` is not on the PATH.
 fn ensure_etcd() -> anyhow::Result<()> {
     ensure_package("etcd", "etcd-server")
+}
+
+/// The Docker volume plugin tests start a real dockerd (Debian's docker.io)
+/// and run containers of a static busybox (busybox-static), no registry needed.
+fn ensure_docker() -> anyhow::Result<()> {
+    ensure_package("dockerd", "docker.io")?;
+    ensure_installed("/bin/busybox", "busybox-static", || {
+        succeeds(Command::new("/bin/busybox").arg("true"))
+    })
 }
 
 /// The policy delivery tests push to and pull from a real registry: the

@@ -17,6 +17,7 @@ pub mod calls;
 pub mod config;
 pub mod converge;
 pub mod dial;
+pub mod docker;
 pub mod failures;
 pub mod mounts;
 pub mod plugins;

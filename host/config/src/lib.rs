@@ -40,6 +40,14 @@
 //! dir = "nodes/node-a"                  # staging and publish paths live here
 //! plugins = { hostpath = "unix:///run/csi/node-a.sock" }
 //!
+//! [docker]                              # Docker's and Podman's volume plugin, for one [[node]]
+//! node = "node-a"
+//! socket = "/run/docker/plugins/berth.sock"  # the default: `docker volume create -d berth`
+//! socket_mode = "0600"                  # or "0660"; never world-writable
+//! create_volumes = true                 # may this Docker create and remove volumes (default false)
+//! plugin = "hostpath"                   # when `-o plugin=` is not given
+//! wait = "2m"                           # how long Docker's requests wait for Berth
+//!
 //! [policy_guard]                        # after `berth policy promote`: roll back by itself
 //! failure_share = 0.2                   # when more of the promoted modules' decisions fail (0: never)
 //! window = "10m"                        # within this long of the promotion
@@ -90,6 +98,7 @@ struct Raw {
     oci: Option<oci::RawOci>,
     policy_trust: Option<oci::RawTrust>,
     policy_guard: Option<guard::RawGuard>,
+    docker: Option<docker::RawDocker>,
     #[serde(default, rename = "plugin")]
     plugins: Vec<RawPlugin>,
     #[serde(default, rename = "node")]
@@ -175,6 +184,8 @@ pub struct Config {
     pub policy_trust: berth_oci::Trust,
     /// When a promotion is rolled back by itself (`[policy_guard]`).
     pub policy_guard: guard::PolicyGuard,
+    /// Docker's volume plugin for one in-process node (`[docker]`).
+    pub docker: Option<docker::DockerConfig>,
 }
 
 #[derive(Clone, Debug)]
@@ -382,7 +393,14 @@ impl Config {
         let oci = oci::access(raw.oci, resolve);
         let policy_trust = oci::trust(raw.policy_trust, resolve)?;
         let policy_cache = state.with_file_name("policy-modules");
+        let docker = docker::docker(
+            raw.docker,
+            &nodes.iter().map(|n| n.name.clone()).collect::<Vec<_>>(),
+            &plugins.iter().map(|p| p.name.clone()).collect::<Vec<_>>(),
+            resolve,
+        )?;
         Ok(Config {
+            docker,
             oci,
             policy_cache,
             policy_trust,
@@ -470,6 +488,7 @@ pub(crate) fn size(key: &str, value: Option<&str>, default: usize) -> Result<usi
     }
 }
 
+pub mod docker;
 pub mod guard;
 mod oci;
 pub mod policy_set;

@@ -160,3 +160,34 @@ fn tls_files_for_etcd_are_read_from_beside_the_config() {
     let err = Config::parse(&missing, dir.path()).unwrap_err().to_string();
     assert!(err.contains("store.ca") && err.contains("gone.pem"), "{err}");
 }
+
+#[test]
+fn docker_is_off_unless_asked_for_and_checked_when_it_is() {
+    let c = Config::parse(GOOD, Path::new("/etc/berth")).unwrap();
+    assert_eq!(c.docker, None);
+    let with = |table: &str| Config::parse(&format!("{GOOD}[docker]\n{table}"), Path::new("/etc/berth"));
+    let d = with("node = \"node-a\"\n").unwrap().docker.unwrap();
+    assert_eq!(d.socket, Path::new(docker::DEFAULT_SOCKET));
+    assert_eq!(
+        (d.socket_mode, d.create_volumes, d.wait),
+        (0o600, false, Duration::from_secs(120))
+    );
+    let d = with("node = \"node-a\"\nsocket = \"docker.sock\"\nsocket_mode = \"0660\"\ncreate_volumes = true\nplugin = \"hostpath\"\n")
+        .unwrap()
+        .docker
+        .unwrap();
+    assert_eq!(d.socket, Path::new("/etc/berth/docker.sock"));
+    assert_eq!((d.socket_mode, d.plugin.as_deref()), (0o660, Some("hostpath")));
+    for (table, key) in [
+        ("node = \"node-z\"\n", "docker.node"),
+        ("node = \"node-a\"\nplugin = \"nfs\"\n", "docker.plugin"),
+        (
+            "node = \"node-a\"\nsocket_mode = \"0666\"\n",
+            "docker.socket_mode",
+        ),
+        ("node = \"node-a\"\ncolour = \"blue\"\n", "colour"),
+    ] {
+        let err = with(table).unwrap_err().to_string();
+        assert!(err.contains(key), "{table}: {err}");
+    }
+}

@@ -4,6 +4,7 @@
 mod agents;
 mod cluster_tls;
 mod csi_operations;
+mod docker;
 mod etcd_servers;
 mod etcd_store;
 mod events;

@@ -17,6 +17,8 @@ pub enum ServeError {
     #[error(transparent)]
     Metrics(#[from] ListenError),
     #[error(transparent)]
+    Docker(#[from] crate::agent::docker::ServeError),
+    #[error(transparent)]
     Policies(#[from] SetError),
     #[error(transparent)]
     Fetch(#[from] berth_oci::FetchError),

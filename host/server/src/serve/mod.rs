@@ -222,6 +222,11 @@ pub async fn run(
         Some(address) => Some(metrics::http::serve(address, metrics::readiness().clone()).await?),
         None => None,
     };
+    let docker = config
+        .docker
+        .as_ref()
+        .map(|d| docker_plugin(&config, d))
+        .transpose()?;
     let result = match config.etcd.clone() {
         Some(settings) => replicated::run(config, config_path, settings, shutdown).await,
         None => embedded(config, config_path, shutdown).await,
@@ -229,7 +234,33 @@ pub async fn run(
     if let Some(http) = http {
         http.abort();
     }
+    if let Some((task, socket)) = docker {
+        task.abort();
+        let _ = std::fs::remove_file(socket);
+    }
     result
+}
+
+/// Serves Docker's volume plugin protocol for `[docker]`'s node, a client of
+/// this server's own API socket (so, on etcd, of whichever server leads).
+fn docker_plugin(
+    config: &Config,
+    d: &crate::config::docker::DockerConfig,
+) -> Result<(tokio::task::JoinHandle<()>, PathBuf), ServeError> {
+    use crate::agent::docker::{DockerPlugin, DockerSettings, bind, serve};
+    let listener = bind(&d.socket, d.socket_mode)?;
+    let settings = DockerSettings {
+        node: d.node.clone(),
+        create_volumes: d.create_volumes,
+        plugin: d.plugin.clone(),
+        wait: d.wait,
+        holders: config.state.with_file_name("docker-holders.json"),
+    };
+    let plugin = DockerPlugin::new(crate::csi::unix_channel(config.api.path()), settings).map_err(
+        ServeError::io("reading which containers hold which volume (docker-holders.json)"),
+    )?;
+    tracing::info!(socket = %d.socket.display(), node = %d.node, create_volumes = d.create_volumes, "serving Docker's volume plugin protocol");
+    Ok((serve(listener, Arc::new(plugin)), d.socket.clone()))
 }
 
 /// One server on the embedded store: it leads for as long as it runs.

@@ -1,0 +1,167 @@
+//! A real `dockerd` (Debian's docker.io) for the tests: its own data root,
+//! exec root and API socket, the vfs storage driver, no bridge and no
+//! iptables; a busybox image imported from Debian's static busybox, so no
+//! registry is needed. Containers run with `--network none`.
+
+use std::path::{Path, PathBuf};
+use std::process::{Child, Command, Output, Stdio};
+use std::time::{Duration, Instant};
+
+use crate::texts;
+
+/// The image every test container runs: a static busybox, `sh` included.
+pub const IMAGE: &str = "berth-test/busybox:1";
+
+/// Where Docker looks for volume plugins' sockets.
+pub const PLUGIN_DIR: &str = "/run/docker/plugins";
+
+pub struct Dockerd {
+    dir: tempfile::TempDir,
+    child: Option<Child>,
+    pub socket: PathBuf,
+}
+
+impl Dockerd {
+    /// Starts dockerd and imports [`IMAGE`]; panics with its log when it does not come up.
+    pub fn start() -> Dockerd {
+        let dir = tempfile::Builder::new()
+            .prefix("berth-dk-")
+            .tempdir_in("/tmp")
+            .expect("a directory for dockerd");
+        let socket = dir.path().join("docker.sock");
+        let log = std::fs::File::create(dir.path().join("dockerd.log")).unwrap();
+        let child = Command::new("dockerd")
+            .arg("--data-root")
+            .arg(dir.path().join("data"))
+            .arg("--exec-root")
+            .arg(dir.path().join("exec"))
+            .arg("--pidfile")
+            .arg(dir.path().join("dockerd.pid"))
+            .arg("-H")
+            .arg(format!("unix://{}", socket.display()))
+            .args([
+                "--storage-driver",
+                "vfs",
+                "--bridge",
+                "none",
+                "--iptables=false",
+                "--ip-forward=false",
+                "--ip-masq=false",
+            ])
+            .stdin(Stdio::null())
+            .stdout(log.try_clone().unwrap())
+            .stderr(log)
+            .spawn()
+            .expect("starting dockerd (Debian's docker.io; `cargo xtask test` installs it)");
+        let d = Dockerd {
+            dir,
+            child: Some(child),
+            socket,
+        };
+        let deadline = Instant::now() + Duration::from_secs(60);
+        while !d.docker(&["info"]).status.success() {
+            assert!(Instant::now() < deadline, "dockerd did not start:\n{}", d.log());
+            std::thread::sleep(Duration::from_millis(200));
+        }
+        d.import_image();
+        d
+    }
+
+    fn import_image(&self) {
+        let root = self.dir.path().join("rootfs");
+        std::fs::create_dir_all(root.join("bin")).unwrap();
+        std::fs::copy("/bin/busybox", root.join("bin/busybox"))
+            .expect("/bin/busybox (Debian's busybox-static; `cargo xtask test` installs it)");
+        for tool in ["sh", "cat", "echo", "sleep", "ls", "test"] {
+            std::os::unix::fs::symlink("busybox", root.join("bin").join(tool)).unwrap();
+        }
+        let tarball = self.dir.path().join("rootfs.tar");
+        let tar = Command::new("tar")
+            .arg("-C")
+            .arg(&root)
+            .arg("-cf")
+            .arg(&tarball)
+            .arg(".")
+            .status()
+            .unwrap();
+        assert!(tar.success(), "packing the image");
+        let out = self
+            .command(&["import", &tarball.display().to_string(), IMAGE])
+            .output()
+            .unwrap();
+        assert!(out.status.success(), "importing the image: {:?}", texts(&out));
+    }
+
+    fn command(&self, args: &[&str]) -> Command {
+        let mut cmd = Command::new("docker");
+        cmd.args(args)
+            .env("DOCKER_HOST", format!("unix://{}", self.socket.display()));
+        cmd
+    }
+
+    /// Runs the docker CLI against this daemon.
+    pub fn docker(&self, args: &[&str]) -> Output {
+        self.command(args)
+            .stdin(Stdio::null())
+            .output()
+            .expect("running docker")
+    }
+
+    /// Runs the docker CLI, which must succeed; its stdout.
+    pub fn ok(&self, args: &[&str]) -> String {
+        let out = self.docker(args);
+        let (stdout, stderr) = texts(&out);
+        assert!(
+            out.status.success(),
+            "docker {args:?} failed: {stdout}{stderr}\ndockerd:\n{}",
+            self.log()
+        );
+        stdout
+    }
+
+    pub fn log(&self) -> String {
+        let text = std::fs::read_to_string(self.dir.path().join("dockerd.log")).unwrap_or_default();
+        let start = text.len().saturating_sub(8000);
+        text[text.floor_char_boundary(start)..].to_string()
+    }
+
+    pub fn dir(&self) -> &Path {
+        self.dir.path()
+    }
+}
+
+impl Drop for Dockerd {
+    fn drop(&mut self) {
+        // Containers first, so none is left running without its daemon.
+        let ids = self.docker(&["ps", "-aq"]);
+        for id in String::from_utf8_lossy(&ids.stdout).split_whitespace() {
+            let _ = self.docker(&["rm", "-f", id]);
+        }
+        if let Some(mut child) = self.child.take() {
+            unsafe {
+                libc::kill(child.id() as i32, libc::SIGTERM);
+            }
+            let deadline = Instant::now() + Duration::from_secs(15);
+            while child.try_wait().ok().flatten().is_none() && Instant::now() < deadline {
+                std::thread::sleep(Duration::from_millis(100));
+            }
+            let _ = child.kill();
+            let _ = child.wait();
+        }
+        // vfs layers are plain directories; mounts under the exec root are gone with the daemon.
+        let _ = std::fs::remove_dir_all(self.dir.path().join("data"));
+    }
+}
+
+/// A volume plugin name no other test uses, and its socket where Docker looks.
+pub fn plugin_socket() -> (String, PathBuf) {
+    use std::sync::atomic::{AtomicU32, Ordering};
+    static N: AtomicU32 = AtomicU32::new(0);
+    let name = format!(
+        "berth-test-{}-{}",
+        std::process::id(),
+        N.fetch_add(1, Ordering::SeqCst)
+    );
+    let socket = Path::new(PLUGIN_DIR).join(format!("{name}.sock"));
+    (name, socket)
+}
