@@ -10,14 +10,14 @@ use anyhow::bail;
 use super::{build_bins, guest_dir, guests, root, run};
 
 /// A demo's processes and files; everything is killed and removed at the end.
-struct Demo {
+pub(super) struct Demo {
     bin: PathBuf,
     work: PathBuf,
     children: Vec<(String, Child)>,
 }
 
 impl Demo {
-    fn new() -> anyhow::Result<Demo> {
+    pub(super) fn new() -> anyhow::Result<Demo> {
         guests()?;
         build_bins()?;
         let work = std::env::temp_dir().join(format!("berth-demo-{}", std::process::id()));
@@ -64,7 +64,7 @@ impl Demo {
     }
 
     /// The node plugins of nodes a (zone-1), b and c (zone-2), and the controller.
-    fn plugins(&mut self) -> anyhow::Result<()> {
+    pub(super) fn plugins(&mut self) -> anyhow::Result<()> {
         println!("==> the sample CSI plugin: a controller, and nodes a (zone-1), b and c (zone-2)");
         self.plugin("controller", &["--node", "false", "--topology", "zone=zone-1"])?;
         for (node, zone) in NODES {
@@ -86,21 +86,25 @@ impl Demo {
         Ok(())
     }
 
-    fn socket(&self, name: &str) -> String {
+    pub(super) fn socket(&self, name: &str) -> String {
         format!("unix://{}", self.work.join(format!("{name}.sock")).display())
+    }
+
+    pub(super) fn work(&self) -> &Path {
+        &self.work
     }
 
     fn api(&self) -> PathBuf {
         self.work.join("state/berth.sock")
     }
 
-    fn serve(&mut self) -> anyhow::Result<()> {
+    pub(super) fn serve(&mut self) -> anyhow::Result<()> {
         let config = self.work.join("berth.toml").display().to_string();
         self.spawn("serve", "berth", &["serve", "--config", &config])?;
         wait_for_socket(&self.api())
     }
 
-    fn berth(&self, args: &[&str]) -> anyhow::Result<()> {
+    pub(super) fn berth(&self, args: &[&str]) -> anyhow::Result<()> {
         println!("\n$ berth {}", args.join(" "));
         let mut cmd = Command::new(self.bin.join("berth"));
         cmd.args(args).env("BERTH_API", self.api());
@@ -115,7 +119,7 @@ impl Demo {
         Ok(String::from_utf8_lossy(&out.stdout).into_owned())
     }
 
-    fn volumes_left(&self) -> anyhow::Result<usize> {
+    pub(super) fn volumes_left(&self) -> anyhow::Result<usize> {
         Ok(std::fs::read_dir(self.work.join("hostpath/volumes"))?.count())
     }
 }
@@ -133,7 +137,7 @@ impl Drop for Demo {
 const NODES: [(&str, &str); 3] = [("node-a", "zone-1"), ("node-b", "zone-2"), ("node-c", "zone-2")];
 const DISKS: [&str; 3] = ["ssd", "ssd", "hdd"];
 
-fn wait_for_socket(path: &Path) -> anyhow::Result<()> {
+pub(super) fn wait_for_socket(path: &Path) -> anyhow::Result<()> {
     let started = Instant::now();
     while std::os::unix::net::UnixStream::connect(path).is_err() {
         if started.elapsed() > Duration::from_secs(30) {
@@ -146,7 +150,7 @@ fn wait_for_socket(path: &Path) -> anyhow::Result<()> {
 
 /// `berth.toml` with the controller and the three guests; `nodes` adds the
 /// rest (the `[[node]]`s, or the cluster socket).
-fn config(d: &Demo, top: &str, nodes: &str) -> anyhow::Result<()> {
+pub(super) fn config(d: &Demo, top: &str, nodes: &str) -> anyhow::Result<()> {
     let guests = guest_dir();
     let config = format!(
         "state = \"state/berth.redb\"\nfingerprint_interval = \"1s\"\n{top}\n[[plugin]]\nname = \"hostpath\"\ndriver = \"hostpath.csi.berth.dev\"\ncontroller = \"{}\"\n{nodes}\n[[policy]]\nmodule = \"{}\"\nsettings = {{ prefix = \"demo\" }}\n\n[[policy]]\nmodule = \"{}\"\n\n[[policy]]\nmodule = \"{}\"\non_error = \"builtin\"\nsettings = {{ base-ms = \"100\" }}\n",

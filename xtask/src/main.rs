@@ -16,6 +16,7 @@ use std::process::Command;
 use anyhow::{Context, bail};
 
 mod demo;
+mod demo_docker;
 mod python;
 mod scaffold;
 
@@ -60,6 +61,10 @@ commands:
           volumes through a plugin that fails, hangs and restarts, 10,000 cases of each
           hostile-input property, and the leader of three servers on etcd killed ten
           times during 2,000 operations (the test suite runs short versions of each)
+  demo-docker
+          Berth as a plain Docker engine's volume plugin (installs docker.io and
+          busybox-static): a container writes, the next reads, two share a volume, the
+          volume removed and nothing left on the plugin; and what -v adds to docker run
   lint    cargo fmt --check and cargo clippy --all-targets -D warnings";
 
 fn main() {
@@ -67,6 +72,7 @@ fn main() {
     let result = match args.first().map(String::as_str) {
         Some("demo") => demo::demo(),
         Some("demo-cluster") => demo::demo_cluster(),
+        Some("demo-docker") => demo_docker::demo_docker(),
         Some("test") => test(&args[1..]),
         Some("lint") => lint(),
         Some("guests") => guests(),
@@ -193,7 +199,7 @@ fn ensure_etcd() -> anyhow::Result<()> {
 
 /// The Docker volume plugin tests start a real dockerd (Debian's docker.io)
 /// and run containers of a static busybox (busybox-static), no registry needed.
-fn ensure_docker() -> anyhow::Result<()> {
+pub(crate) fn ensure_docker() -> anyhow::Result<()> {
     ensure_package("dockerd", "docker.io")?;
     ensure_installed("/bin/busybox", "busybox-static", || {
         succeeds(Command::new("/bin/busybox").arg("true"))

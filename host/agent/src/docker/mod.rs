@@ -109,6 +109,8 @@ impl DockerPlugin {
         done: impl Fn(Option<&api::Volume>) -> bool,
     ) -> Result<Option<api::Volume>, String> {
         let deadline = tokio::time::Instant::now() + self.settings.wait;
+        // Soon at first (a publish on a healthy node takes milliseconds), then less often.
+        let mut pause = Duration::from_millis(5);
         loop {
             let v = self.get(name).await?;
             if done(v.as_ref()) {
@@ -124,7 +126,8 @@ impl DockerPlugin {
                     humantime::format_duration(self.settings.wait)
                 ));
             }
-            tokio::time::sleep(Duration::from_millis(100)).await;
+            tokio::time::sleep(pause).await;
+            pause = (pause * 2).min(Duration::from_millis(200));
         }
     }
 
