@@ -68,23 +68,7 @@ impl Dockerd {
     }
 
     fn import_image(&self) {
-        let root = self.dir.path().join("rootfs");
-        std::fs::create_dir_all(root.join("bin")).unwrap();
-        std::fs::copy("/bin/busybox", root.join("bin/busybox"))
-            .expect("/bin/busybox (Debian's busybox-static; `cargo xtask test` installs it)");
-        for tool in ["sh", "cat", "echo", "sleep", "ls", "test"] {
-            std::os::unix::fs::symlink("busybox", root.join("bin").join(tool)).unwrap();
-        }
-        let tarball = self.dir.path().join("rootfs.tar");
-        let tar = Command::new("tar")
-            .arg("-C")
-            .arg(&root)
-            .arg("-cf")
-            .arg(&tarball)
-            .arg(".")
-            .status()
-            .unwrap();
-        assert!(tar.success(), "packing the image");
+        let tarball = image_tarball(self.dir.path());
         let out = self
             .command(&["import", &tarball.display().to_string(), IMAGE])
             .output()
@@ -153,15 +137,135 @@ impl Drop for Dockerd {
     }
 }
 
-/// A volume plugin name no other test uses, and its socket where Docker looks.
-pub fn plugin_socket() -> (String, PathBuf) {
-    use std::sync::atomic::{AtomicU32, Ordering};
-    static N: AtomicU32 = AtomicU32::new(0);
-    let name = format!(
-        "berth-test-{}-{}",
-        std::process::id(),
-        N.fetch_add(1, Ordering::SeqCst)
-    );
-    let socket = Path::new(PLUGIN_DIR).join(format!("{name}.sock"));
-    (name, socket)
+/// [`IMAGE`]'s contents as a tarball in `dir`: Debian's static busybox and
+/// the tools the tests call through it.
+fn image_tarball(dir: &Path) -> PathBuf {
+    let root = dir.join("rootfs");
+    std::fs::create_dir_all(root.join("bin")).unwrap();
+    std::fs::copy("/bin/busybox", root.join("bin/busybox"))
+        .expect("/bin/busybox (Debian's busybox-static; `cargo xtask test` installs it)");
+    for tool in ["sh", "cat", "echo", "sleep", "ls", "test", "date"] {
+        std::os::unix::fs::symlink("busybox", root.join("bin").join(tool)).unwrap();
+    }
+    let tarball = dir.join("rootfs.tar");
+    let tar = Command::new("tar")
+        .arg("-C")
+        .arg(&root)
+        .arg("-cf")
+        .arg(&tarball)
+        .arg(".")
+        .status()
+        .unwrap();
+    assert!(tar.success(), "packing the image");
+    tarball
+}
+
+/// A volume plugin name no other test uses, and its socket where Docker
+/// looks; the socket is removed with it (a server killed leaves it).
+pub struct PluginSocket {
+    pub name: String,
+    pub path: PathBuf,
+}
+
+impl PluginSocket {
+    pub fn new() -> PluginSocket {
+        use std::sync::atomic::{AtomicU32, Ordering};
+        static N: AtomicU32 = AtomicU32::new(0);
+        let name = format!(
+            "berth-test-{}-{}",
+            std::process::id(),
+            N.fetch_add(1, Ordering::SeqCst)
+        );
+        let path = Path::new(PLUGIN_DIR).join(format!("{name}.sock"));
+        PluginSocket { name, path }
+    }
+}
+
+impl Default for PluginSocket {
+    fn default() -> Self {
+        PluginSocket::new()
+    }
+}
+
+impl Drop for PluginSocket {
+    fn drop(&mut self) {
+        let _ = std::fs::remove_file(&self.path);
+    }
+}
+
+/// Podman (Debian's podman), rootful, with its own storage and run roots
+/// and a containers.conf naming Berth's socket as a volume plugin.
+pub struct Podman {
+    dir: tempfile::TempDir,
+}
+
+impl Podman {
+    /// Podman set up to use the volume plugin `driver` at `socket`, with [`IMAGE`] imported.
+    pub fn start(driver: &str, socket: &Path) -> Podman {
+        let dir = tempfile::Builder::new()
+            .prefix("berth-pd-")
+            .tempdir_in("/tmp")
+            .expect("a directory for podman");
+        std::fs::write(
+            dir.path().join("containers.conf"),
+            format!("[engine.volume_plugins]\n{driver} = \"{}\"\n", socket.display()),
+        )
+        .unwrap();
+        let p = Podman { dir };
+        let tarball = image_tarball(p.dir.path());
+        p.ok(&["import", &tarball.display().to_string(), IMAGE]);
+        p
+    }
+
+    fn command(&self, args: &[&str]) -> Command {
+        let d = self.dir.path();
+        let mut cmd = Command::new("podman");
+        cmd.arg("--root")
+            .arg(d.join("root"))
+            .arg("--runroot")
+            .arg(d.join("run"))
+            .args([
+                "--storage-driver",
+                "vfs",
+                "--cgroup-manager",
+                "cgroupfs",
+                "--events-backend",
+                "file",
+            ])
+            .args(args)
+            .env("CONTAINERS_CONF", d.join("containers.conf"))
+            .stdin(Stdio::null());
+        cmd
+    }
+
+    pub fn podman(&self, args: &[&str]) -> Output {
+        self.command(args).output().expect("running podman")
+    }
+
+    pub fn ok(&self, args: &[&str]) -> String {
+        let out = self.podman(args);
+        let (stdout, stderr) = texts(&out);
+        assert!(out.status.success(), "podman {args:?} failed: {stdout}{stderr}");
+        stdout
+    }
+
+    /// `podman run` options every test container takes: no network, and
+    /// file limits within the test's own (podman's defaults may exceed them).
+    pub const RUN: [&'static str; 7] = [
+        "--rm",
+        "--network",
+        "none",
+        "--ulimit",
+        "nofile=1024:1024",
+        "--ulimit",
+        "nproc=1024:1024",
+    ];
+}
+
+impl Drop for Podman {
+    fn drop(&mut self) {
+        let _ = self.podman(&["rm", "-a", "-f"]);
+        // Podman's vfs layers are plain directories; nothing stays mounted.
+        let _ = self.podman(&["system", "reset", "-f"]);
+    }
 }

@@ -198,9 +198,11 @@ fn ensure_etcd() -> anyhow::Result<()> {
 }
 
 /// The Docker volume plugin tests start a real dockerd (Debian's docker.io)
-/// and run containers of a static busybox (busybox-static), no registry needed.
+/// and Podman, and run containers of a static busybox (busybox-static), no
+/// registry needed.
 pub(crate) fn ensure_docker() -> anyhow::Result<()> {
     ensure_package("dockerd", "docker.io")?;
+    ensure_package("podman", "podman")?;
     ensure_installed("/bin/busybox", "busybox-static", || {
         succeeds(Command::new("/bin/busybox").arg("true"))
     })

@@ -2,20 +2,20 @@
 //! with `docker volume create -d berth…` (named by the naming guest), data
 //! kept from one container to the next, a volume shared by two containers
 //! and unpublished only when both are gone, a `kill -9` of Berth under a
-//! running container that unpublishes nothing, and `docker volume rm`.
+//! running container that unpublishes nothing, and `docker volume rm`;
+//! and Podman on the same socket.
 
 use std::time::Duration;
 
-use berth_tests::docker::{Dockerd, IMAGE, plugin_socket};
+use berth_tests::docker::{Dockerd, IMAGE, PluginSocket, Podman};
 use berth_tests::{Cluster, ClusterSpec, texts, wait_for};
 use serde_json::Value;
 
-/// Berth with `[docker]` for its node, and a dockerd beside it.
-fn cluster() -> (Cluster, Dockerd, String) {
-    let (driver, socket) = plugin_socket();
+/// Berth with `[docker]` for its node, serving on `socket`.
+fn berth(socket: &PluginSocket) -> Cluster {
     let extra = format!(
         "[docker]\nnode = \"node-a\"\nsocket = \"{}\"\ncreate_volumes = true\nplugin = \"hostpath\"\nwait = \"30s\"\n",
-        socket.display()
+        socket.path.display()
     );
     let c = Cluster::start(ClusterSpec {
         extra: &extra,
@@ -24,10 +24,16 @@ fn cluster() -> (Cluster, Dockerd, String) {
     wait_for(
         "the Docker plugin socket",
         Duration::from_secs(10),
-        || socket.exists(),
+        || socket.path.exists(),
         || c.log(),
     );
-    (c, Dockerd::start(), driver)
+    c
+}
+
+/// Berth and a dockerd beside it; the driver's name.
+fn cluster() -> (Cluster, Dockerd, PluginSocket) {
+    let socket = PluginSocket::new();
+    (berth(&socket), Dockerd::start(), socket)
 }
 
 fn volume(c: &Cluster, name: &str) -> Value {
@@ -58,7 +64,8 @@ fn run(d: &Dockerd, volume: &str, script: &str) -> String {
 
 #[test]
 fn docker_volumes_keep_their_data_between_containers_and_go_when_removed() {
-    let (c, d, driver) = cluster();
+    let (c, d, socket) = cluster();
+    let driver = socket.name.clone();
     // A bad option is refused, with the valid ones listed.
     let out = d.docker(&["volume", "create", "-d", &driver, "-o", "colour=blue", "bad"]);
     let (_, stderr) = texts(&out);
@@ -130,7 +137,8 @@ fn docker_volumes_keep_their_data_between_containers_and_go_when_removed() {
 
 #[test]
 fn a_crash_of_berth_under_a_running_container_unpublishes_nothing() {
-    let (mut c, d, driver) = cluster();
+    let (mut c, d, socket) = cluster();
+    let driver = socket.name.clone();
     d.ok(&["volume", "create", "-d", &driver, "held"]);
     let holder = d.ok(&[
         "run",
@@ -171,5 +179,37 @@ fn a_crash_of_berth_under_a_running_container_unpublishes_nothing() {
         || c.log(),
     );
     d.ok(&["volume", "rm", "held"]);
+    assert_eq!(c.plugin_volumes(), 0);
+}
+
+#[test]
+fn podman_uses_the_same_socket() {
+    let socket = PluginSocket::new();
+    let c = berth(&socket);
+    let p = Podman::start(&socket.name, &socket.path);
+    // Podman 4 spells it --driver.
+    p.ok(&[
+        "volume",
+        "create",
+        "--driver",
+        &socket.name,
+        "-o",
+        "size=64MiB",
+        "shared",
+    ]);
+    assert_eq!(volume(&c, "shared")["state"], "available");
+    let run = |script: &str| {
+        let mut args = vec!["run"];
+        args.extend(Podman::RUN);
+        args.extend(["-v", "shared:/data", IMAGE, "sh", "-c", script]);
+        p.ok(&args)
+    };
+    run("echo from podman > /data/note");
+    assert!(
+        !published_here(&c, "shared"),
+        "unpublished once the container is gone"
+    );
+    assert_eq!(run("cat /data/note").trim(), "from podman");
+    p.ok(&["volume", "rm", "shared"]);
     assert_eq!(c.plugin_volumes(), 0);
 }
