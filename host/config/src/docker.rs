@@ -63,18 +63,7 @@ pub(crate) fn docker(
             format!("{p:?} is not one of the [[plugin]] tables ({plugins:?})"),
         ));
     }
-    let socket_mode = match raw.socket_mode.as_deref() {
-        None => 0o600,
-        Some(m) => u32::from_str_radix(m.trim_start_matches("0o"), 8)
-            .ok()
-            .filter(|m| *m <= 0o777)
-            .ok_or_else(|| {
-                invalid(
-                    "docker.socket_mode",
-                    format!("{m:?} is not an octal file mode like \"0660\""),
-                )
-            })?,
-    };
+    let socket_mode = crate::file_mode("docker.socket_mode", raw.socket_mode.as_deref())?;
     if socket_mode & 0o002 != 0 {
         return Err(invalid(
             "docker.socket_mode",

@@ -297,18 +297,7 @@ impl Config {
                     .map_err(|e| invalid("api", format!("(default {}) {e}", sock.display())))?
             }
         };
-        let socket_mode = match raw.socket_mode.as_deref() {
-            None => 0o600,
-            Some(m) => u32::from_str_radix(m.trim_start_matches("0o"), 8)
-                .ok()
-                .filter(|m| *m <= 0o777)
-                .ok_or_else(|| {
-                    invalid(
-                        "socket_mode",
-                        format!("{m:?} is not an octal file mode like \"0600\""),
-                    )
-                })?,
-        };
+        let socket_mode = file_mode("socket_mode", raw.socket_mode.as_deref())?;
         let workers = raw.workers.unwrap_or(DEFAULT_WORKERS);
         if workers == 0 || workers > 4096 {
             return Err(invalid("workers", format!("{workers} is not between 1 and 4096")));
@@ -486,6 +475,17 @@ pub(crate) fn size(key: &str, value: Option<&str>, default: usize) -> Result<usi
         None => Ok(default),
         Some(v) => parse_bytes(v).map_err(|e| invalid(key, e)),
     }
+}
+
+/// A socket's mode, an octal string like "0600"; 0600 when not given.
+pub(crate) fn file_mode(key: &str, text: Option<&str>) -> Result<u32, ConfigError> {
+    let Some(m) = text else {
+        return Ok(0o600);
+    };
+    u32::from_str_radix(m.trim_start_matches("0o"), 8)
+        .ok()
+        .filter(|m| *m <= 0o777)
+        .ok_or_else(|| invalid(key, format!("{m:?} is not an octal file mode like \"0600\"")))
 }
 
 pub mod docker;
