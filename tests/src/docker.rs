@@ -264,8 +264,7 @@ impl Podman {
 
 impl Drop for Podman {
     fn drop(&mut self) {
+        // Containers gone, nothing stays mounted: vfs layers are plain directories.
         let _ = self.podman(&["rm", "-a", "-f"]);
-        // Podman's vfs layers are plain directories; nothing stays mounted.
-        let _ = self.podman(&["system", "reset", "-f"]);
     }
 }
