@@ -138,13 +138,10 @@ pub async fn run(cmd: SnapshotCommand, api: ApiArgs, output: Output) -> anyhow::
                 .await
                 .map_err(grpc)?
                 .into_inner();
-            if !wait.wait {
-                print(&s, output)?;
-                return Ok(ExitCode::SUCCESS);
-            }
             until(
+                s,
                 &name,
-                wait.timeout,
+                &wait,
                 output,
                 fetch(&client, &name, get_snapshot),
                 |s: Option<&api::Snapshot>| s.is_some_and(|s| s.state == "ready"),
@@ -157,13 +154,10 @@ pub async fn run(cmd: SnapshotCommand, api: ApiArgs, output: Output) -> anyhow::
                 .await
                 .map_err(grpc)?
                 .into_inner();
-            if !wait.wait {
-                print(&s, output)?;
-                return Ok(ExitCode::SUCCESS);
-            }
             until(
+                s,
                 &name,
-                wait.timeout,
+                &wait,
                 output,
                 fetch(&client, &name, get_snapshot),
                 |s: Option<&api::Snapshot>| s.is_none(),
@@ -207,6 +201,8 @@ pub(super) trait Watched {
     fn line(&self) -> String;
     fn failure(&self) -> &str;
     fn print_json(&self) -> anyhow::Result<()>;
+    /// In full, as `get` prints it.
+    fn print(&self, output: Output) -> anyhow::Result<()>;
 }
 
 impl Watched for api::Snapshot {
@@ -219,13 +215,18 @@ impl Watched for api::Snapshot {
     fn print_json(&self) -> anyhow::Result<()> {
         super::print_json(&view(self))
     }
+    fn print(&self, output: Output) -> anyhow::Result<()> {
+        print(self, output)
+    }
 }
 
-/// Polls with `fetch` until `done` (it answers `None` once the thing is
-/// gone), printing each change; a give-up ends the wait with failure.
+/// The answer to a request, printed; with `--wait`, polls with `fetch`
+/// until `done` (it answers `None` once the thing is gone), printing each
+/// change; a give-up ends the wait with failure.
 pub(super) async fn until<T: Watched, Fut>(
+    answer: T,
     name: &str,
-    timeout: Duration,
+    wait: &WaitArgs,
     output: Output,
     mut fetch: impl FnMut() -> Fut,
     done: impl Fn(Option<&T>) -> bool,
@@ -233,6 +234,11 @@ pub(super) async fn until<T: Watched, Fut>(
 where
     Fut: std::future::Future<Output = Result<T, tonic::Status>>,
 {
+    if !wait.wait {
+        answer.print(output)?;
+        return Ok(ExitCode::SUCCESS);
+    }
+    let timeout = wait.timeout;
     let started = Instant::now();
     let mut last = String::new();
     loop {

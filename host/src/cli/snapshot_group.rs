@@ -99,6 +99,9 @@ impl Watched for api::GroupSnapshot {
     fn print_json(&self) -> anyhow::Result<()> {
         super::print_json(&view(self))
     }
+    fn print(&self, output: Output) -> anyhow::Result<()> {
+        print(self, output)
+    }
 }
 
 fn print(g: &api::GroupSnapshot, output: Output) -> anyhow::Result<()> {
@@ -149,19 +152,8 @@ pub async fn run(cmd: GroupCommand, mut client: Client, output: Output) -> anyho
                 .await
                 .map_err(grpc)?
                 .into_inner();
-            if !wait.wait {
-                print(&g, output)?;
-                return Ok(ExitCode::SUCCESS);
-            }
             let ready = |g: Option<&api::GroupSnapshot>| g.is_some_and(|g| g.state == "ready");
-            until(
-                &name,
-                wait.timeout,
-                output,
-                fetch(&client, &name, get_group),
-                ready,
-            )
-            .await
+            until(g, &name, &wait, output, fetch(&client, &name, get_group), ready).await
         }
         GroupCommand::Delete { name, wait } => {
             let g = client
@@ -169,19 +161,8 @@ pub async fn run(cmd: GroupCommand, mut client: Client, output: Output) -> anyho
                 .await
                 .map_err(grpc)?
                 .into_inner();
-            if !wait.wait {
-                print(&g, output)?;
-                return Ok(ExitCode::SUCCESS);
-            }
             let gone = |g: Option<&api::GroupSnapshot>| g.is_none();
-            until(
-                &name,
-                wait.timeout,
-                output,
-                fetch(&client, &name, get_group),
-                gone,
-            )
-            .await
+            until(g, &name, &wait, output, fetch(&client, &name, get_group), gone).await
         }
         GroupCommand::Get { name } => {
             let g = client

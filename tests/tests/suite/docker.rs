@@ -46,6 +46,16 @@ fn published_here(c: &Cluster, name: &str) -> bool {
         .is_some_and(|p| p.iter().any(|p| p["node"] == "node-a"))
 }
 
+/// Until the volume is published nowhere on this node (Docker's Unmount unpublishes it).
+fn wait_unpublished(c: &Cluster, name: &str) {
+    wait_for(
+        "the volume to be unpublished",
+        Duration::from_secs(30),
+        || !published_here(c, name),
+        || c.log(),
+    );
+}
+
 /// `sh -c SCRIPT` in a container with the volume at /data.
 fn run(d: &Dockerd, volume: &str, script: &str) -> String {
     d.ok(&[
@@ -123,12 +133,7 @@ fn docker_volumes_keep_their_data_between_containers_and_go_when_removed() {
     let out = d.docker(&["volume", "rm", "data"]);
     assert!(!out.status.success(), "removed while in use");
     d.ok(&["rm", "-f", holder]);
-    wait_for(
-        "the volume to be unpublished",
-        Duration::from_secs(30),
-        || !published_here(&c, "data"),
-        || c.log(),
-    );
+    wait_unpublished(&c, "data");
 
     d.ok(&["volume", "rm", "data"]);
     assert!(c.berth(&["volume", "get", "data"]).status.code() != Some(0));
@@ -172,12 +177,7 @@ fn a_crash_of_berth_under_a_running_container_unpublishes_nothing() {
     assert!(published_here(&c, "held"));
     // Its Unmount, after the restart, still finds it.
     d.ok(&["rm", "-f", &holder]);
-    wait_for(
-        "the volume to be unpublished",
-        Duration::from_secs(30),
-        || !published_here(&c, "held"),
-        || c.log(),
-    );
+    wait_unpublished(&c, "held");
     d.ok(&["volume", "rm", "held"]);
     assert_eq!(c.plugin_volumes(), 0);
 }
