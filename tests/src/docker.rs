@@ -181,6 +181,29 @@ impl PluginSocket {
     }
 }
 
+impl PluginSocket {
+    /// One request of the volume plugin protocol, as Docker sends it; the
+    /// JSON answer.
+    pub fn post(&self, path: &str, body: &str) -> serde_json::Value {
+        use std::io::{Read, Write};
+        let mut stream = std::os::unix::net::UnixStream::connect(&self.path)
+            .unwrap_or_else(|e| panic!("connecting to {}: {e}", self.path.display()));
+        stream.set_read_timeout(Some(Duration::from_secs(60))).unwrap();
+        write!(
+            stream,
+            "POST {path} HTTP/1.1\r\nHost: plugin\r\nContent-Type: application/json\r\nContent-Length: {}\r\nConnection: close\r\n\r\n{body}",
+            body.len()
+        )
+        .unwrap();
+        let mut answer = String::new();
+        stream.read_to_string(&mut answer).unwrap();
+        let (_, json) = answer
+            .split_once("\r\n\r\n")
+            .unwrap_or_else(|| panic!("not an HTTP answer: {answer}"));
+        serde_json::from_str(json).unwrap_or_else(|e| panic!("{e}: {json}"))
+    }
+}
+
 impl Default for PluginSocket {
     fn default() -> Self {
         PluginSocket::new()

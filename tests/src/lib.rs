@@ -194,6 +194,8 @@ pub struct ClusterSpec<'a> {
     /// With `agents`: they dial the TLS endpoint on loopback and join with a
     /// token, instead of the cluster's unix socket.
     pub tls: bool,
+    /// With `agents`: tables at the end of a node's agent.toml, by node name.
+    pub agent_tables: Vec<(&'a str, &'a str)>,
     /// A `[store]` table (e.g. [`EtcdCluster::store_config`]); the embedded store without.
     pub store: Option<String>,
     /// How many `berth serve` share the store (several need etcd); each has
@@ -220,6 +222,7 @@ impl Default for ClusterSpec<'_> {
             server_tables: vec![],
             agents: false,
             tls: false,
+            agent_tables: Vec::new(),
             store: None,
             servers: 1,
         }
@@ -422,6 +425,11 @@ impl Cluster {
                     plugin,
                     token.as_deref(),
                 );
+                for (_, table) in spec.agent_tables.iter().filter(|(n, _)| n == name) {
+                    let mut text = std::fs::read_to_string(&a.config).unwrap();
+                    text.push_str(table);
+                    std::fs::write(&a.config, text).unwrap();
+                }
                 a.start();
                 c.agents.push(a);
             }

@@ -17,7 +17,16 @@
 //!
 //! [plugins]                              # the operator's plugin names, as in berth.toml
 //! hostpath = "unix:///run/csi/node.sock"
+//!
+//! [docker]                               # Docker's and Podman's volume plugin on this node
+//! socket = "/run/docker/plugins/berth.sock"  # the default: `docker volume create -d berth`
+//! socket_mode = "0600"                   # or "0660"; never world-writable
+//! plugin = "hostpath"                    # the CSI plugin when `-o plugin=` is not given
+//! wait = "2m"                            # how long Docker's requests wait for Berth
 //! ```
+//!
+//! Whether this node's Docker may create and remove volumes is the
+//! server's to say (`docker_create_from` in `berth.toml`).
 
 use std::collections::BTreeMap;
 use std::path::{Path, PathBuf};
@@ -26,7 +35,9 @@ use std::time::Duration;
 use serde::Deserialize;
 
 use berth_csi::Endpoint;
-use berth_model::settings::{ConfigError, duration, invalid, load_file, metrics_address, name_ok};
+use berth_model::settings::{
+    ConfigError, DockerSocket, docker_socket, duration, invalid, load_file, metrics_address, name_ok,
+};
 
 #[derive(Debug, Deserialize)]
 #[serde(deny_unknown_fields)]
@@ -44,6 +55,24 @@ struct Raw {
     metrics: Option<String>,
     #[serde(default)]
     plugins: BTreeMap<String, String>,
+    docker: Option<RawDocker>,
+}
+
+#[derive(Debug, Deserialize)]
+#[serde(deny_unknown_fields)]
+struct RawDocker {
+    socket: Option<PathBuf>,
+    socket_mode: Option<String>,
+    plugin: Option<String>,
+    wait: Option<String>,
+}
+
+/// `[docker]`: Docker's and Podman's volume plugin, served on this node.
+#[derive(Clone, Debug, PartialEq)]
+pub struct AgentDocker {
+    pub socket: DockerSocket,
+    /// The CSI plugin (the server's name for it) when `-o plugin` is not given.
+    pub plugin: Option<String>,
 }
 
 /// `server`: one endpoint, or every server's.
@@ -112,6 +141,7 @@ pub struct AgentConfig {
     /// Where `/metrics`, `/healthz` and `/readyz` are served; none by default.
     pub metrics: Option<std::net::SocketAddr>,
     pub plugins: BTreeMap<String, Endpoint>,
+    pub docker: Option<AgentDocker>,
 }
 
 impl AgentConfig {
@@ -170,6 +200,22 @@ impl AgentConfig {
                 None => Ok(ServerAddress::Unix(endpoint("server", text)?)),
             })
             .collect::<Result<Vec<_>, _>>()?;
+        let docker = raw
+            .docker
+            .map(|d| {
+                if let Some(p) = &d.plugin {
+                    name_ok("docker.plugin", p)?;
+                }
+                Ok::<_, ConfigError>(AgentDocker {
+                    socket: docker_socket(
+                        d.socket.as_deref().map(resolve),
+                        d.socket_mode.as_deref(),
+                        d.wait.as_deref(),
+                    )?,
+                    plugin: d.plugin,
+                })
+            })
+            .transpose()?;
         let heartbeat_interval = duration("heartbeat_interval", raw.heartbeat_interval.as_deref(), "5s")?;
         if heartbeat_interval < Duration::from_millis(10) {
             return Err(invalid("heartbeat_interval", "must be at least 10ms"));
@@ -190,6 +236,7 @@ impl AgentConfig {
             deadline: duration("deadline", raw.deadline.as_deref(), "15s")?,
             metrics: metrics_address(raw.metrics.as_deref())?,
             plugins,
+            docker,
         })
     }
 }
@@ -283,5 +330,42 @@ mod tests {
             format!("node = \"a\"\n{ok}metrics = \"127.0.0.1:9465\"\n[plugins]\nx = \"/x.sock\"");
         let c = AgentConfig::parse(&with_metrics, base).unwrap();
         assert_eq!(c.metrics, Some("127.0.0.1:9465".parse().unwrap()));
+        assert_eq!(c.docker, None, "no Docker plugin unless asked for");
+    }
+
+    #[test]
+    fn docker_is_served_when_asked_for_and_never_world_writable() {
+        let base = Path::new("/etc/berth");
+        let with = |table: &str| {
+            AgentConfig::parse(
+                &format!(
+                    "node = \"a\"\nserver = \"unix:///s.sock\"\ndir = \"d\"\n[plugins]\nx = \"/x.sock\"\n[docker]\n{table}"
+                ),
+                base,
+            )
+        };
+        let d = with("").unwrap().docker.unwrap();
+        assert_eq!(d.socket.socket, Path::new(berth_model::settings::DOCKER_SOCKET));
+        assert_eq!(
+            (d.socket.socket_mode, d.socket.wait),
+            (0o600, Duration::from_secs(120))
+        );
+        let d = with("socket = \"docker.sock\"\nsocket_mode = \"0660\"\nplugin = \"x\"\nwait = \"30s\"\n")
+            .unwrap()
+            .docker
+            .unwrap();
+        assert_eq!(d.socket.socket, Path::new("/etc/berth/docker.sock"));
+        assert_eq!(d.plugin.as_deref(), Some("x"));
+        for (table, key) in [
+            ("socket_mode = \"0666\"\n", "docker.socket_mode"),
+            ("plugin = \"../x\"\n", "docker.plugin"),
+            ("wait = \"soon\"\n", "docker.wait"),
+        ] {
+            assert_eq!(with(table).unwrap_err().key(), Some(key), "{table}");
+        }
+        assert!(
+            matches!(with("create_volumes = true\n"), Err(ConfigError::Syntax(_))),
+            "the server's to say"
+        );
     }
 }

@@ -64,11 +64,16 @@ async fn attempt(
         Err(status) => return (failed(server, &status), false),
     };
     let (up, up_rx) = crate::to_server();
-    match ClusterClient::new(channel)
+    match ClusterClient::new(channel.clone())
         .attach(ReceiverStream::new(up_rx))
         .await
     {
-        Ok(response) => (agent.session(up, response.into_inner()).await, true),
+        Ok(response) => {
+            agent.leader.send_replace(Some(channel));
+            let end = agent.session(up, response.into_inner()).await;
+            agent.leader.send_replace(None);
+            (end, true)
+        }
         Err(status) => (failed(server, &status), false),
     }
 }

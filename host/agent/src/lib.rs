@@ -94,6 +94,8 @@ pub struct Agent {
     plugins_changed: watch::Sender<Vec<wire::NodePluginReport>>,
     /// Whether a session with the server is open.
     connected: std::sync::atomic::AtomicBool,
+    /// The channel of the session with the leader, while there is one.
+    leader: watch::Sender<Option<tonic::transport::Channel>>,
 }
 
 /// A server silent for this many heartbeats is taken as gone.
@@ -142,6 +144,7 @@ impl Agent {
             converger,
             plugins_changed,
             connected: Default::default(),
+            leader: watch::channel(None).0,
         });
         let watcher = Arc::downgrade(&agent);
         tokio::spawn(async move { watch_plugins(watcher).await });
@@ -150,6 +153,12 @@ impl Agent {
 
     pub fn name(&self) -> &str {
         &self.spec.node
+    }
+
+    /// The channel to the server this agent has a session with (the
+    /// leader), while it has one: what the node's Docker plugin calls.
+    pub fn leader(&self) -> watch::Receiver<Option<tonic::transport::Channel>> {
+        self.leader.subscribe()
     }
 
     fn register(&self) -> wire::AgentMessage {

@@ -28,24 +28,27 @@ impl ClusterService {
     pub fn new(directory: Arc<Directory>, tls: Option<Arc<ClusterTls>>) -> Self {
         ClusterService { directory, tls }
     }
+}
 
-    /// The node an agent's client certificate was issued to.
-    fn certified_node<T>(&self, request: &tonic::Request<T>) -> Result<String, tonic::Status> {
-        let fp = request
-            .peer_certs()
-            .and_then(|certs| certs.first().map(|c| fingerprint(c)))
-            .ok_or_else(|| {
-                tonic::Status::unauthenticated(
-                    "no client certificate: an agent joins with a token first (`berth cluster token`)",
-                )
-            })?;
-        self.directory.node_for_cert(&fp).ok_or_else(|| {
-            tracing::warn!(certificate = %fp, "agent refused: its certificate is unknown or revoked");
+/// The node a peer's client certificate was issued to (on the TLS endpoint).
+pub fn certified_node<T>(
+    directory: &Directory,
+    request: &tonic::Request<T>,
+) -> Result<String, tonic::Status> {
+    let fp = request
+        .peer_certs()
+        .and_then(|certs| certs.first().map(|c| fingerprint(c)))
+        .ok_or_else(|| {
             tonic::Status::unauthenticated(
-                "this agent's certificate is unknown or revoked (`berth node remove`): join again with a new token",
+                "no client certificate: an agent joins with a token first (`berth cluster token`)",
             )
-        })
-    }
+        })?;
+    directory.node_for_cert(&fp).ok_or_else(|| {
+        tracing::warn!(certificate = %fp, "agent refused: its certificate is unknown or revoked");
+        tonic::Status::unauthenticated(
+            "this agent's certificate is unknown or revoked (`berth node remove`): join again with a new token",
+        )
+    })
 }
 
 type Downstream = Pin<Box<dyn Stream<Item = Result<wire::ServerMessage, tonic::Status>> + Send>>;
@@ -59,7 +62,7 @@ impl Cluster for ClusterService {
         request: tonic::Request<tonic::Streaming<wire::AgentMessage>>,
     ) -> Result<tonic::Response<Downstream>, tonic::Status> {
         let certified = match self.tls {
-            Some(_) => Some(self.certified_node(&request)?),
+            Some(_) => Some(certified_node(&self.directory, &request)?),
             None => None,
         };
         let from_agent = request.into_inner();

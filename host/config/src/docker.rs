@@ -1,15 +1,16 @@
 //! `[docker]`: Berth as Docker's and Podman's volume plugin for one of this
-//! server's in-process nodes.
+//! server's in-process nodes; and `docker_create_from`, which agents' nodes
+//! may create and remove volumes from their Docker.
 
 use std::path::{Path, PathBuf};
 use std::time::Duration;
 
+use berth_model::settings::docker_socket;
 use serde::Deserialize;
 
-use crate::{ConfigError, duration, invalid};
+use crate::{ConfigError, invalid, name_ok};
 
-/// Where Docker looks for plugins' sockets.
-pub const DEFAULT_SOCKET: &str = "/run/docker/plugins/berth.sock";
+pub use berth_model::settings::DOCKER_SOCKET as DEFAULT_SOCKET;
 
 #[derive(Clone, Debug, PartialEq)]
 pub struct DockerConfig {
@@ -63,25 +64,57 @@ pub(crate) fn docker(
             format!("{p:?} is not one of the [[plugin]] tables ({plugins:?})"),
         ));
     }
-    let socket_mode = crate::file_mode("docker.socket_mode", raw.socket_mode.as_deref())?;
-    if socket_mode & 0o002 != 0 {
-        return Err(invalid(
-            "docker.socket_mode",
-            format!(
-                "{socket_mode:o} lets anyone on the machine create, mount and remove volumes; use 0600 or 0660"
-            ),
-        ));
-    }
-    let wait = duration("docker.wait", raw.wait.as_deref(), "2m")?;
+    let socket = docker_socket(
+        raw.socket.as_deref().map(resolve),
+        raw.socket_mode.as_deref(),
+        raw.wait.as_deref(),
+    )?;
     Ok(Some(DockerConfig {
         node: raw.node,
-        socket: raw
-            .socket
-            .as_deref()
-            .map_or_else(|| PathBuf::from(DEFAULT_SOCKET), resolve),
-        socket_mode,
+        socket: socket.socket,
+        socket_mode: socket.socket_mode,
         create_volumes: raw.create_volumes,
         plugin: raw.plugin,
-        wait,
+        wait: socket.wait,
     }))
+}
+
+/// The agents' nodes whose Docker may create and remove volumes
+/// (`docker_create_from`); every other node's may only use them.
+#[derive(Clone, Debug, Default, PartialEq)]
+pub enum CreateFrom {
+    #[default]
+    None,
+    Nodes(Vec<String>),
+    /// `["*"]`: every node.
+    Every,
+}
+
+impl CreateFrom {
+    pub(crate) fn parse(raw: Vec<String>) -> Result<CreateFrom, ConfigError> {
+        if raw.is_empty() {
+            return Ok(CreateFrom::None);
+        }
+        if raw.iter().any(|n| n == "*") {
+            if raw.len() > 1 {
+                return Err(invalid(
+                    "docker_create_from",
+                    "\"*\" already means every node: list it alone",
+                ));
+            }
+            return Ok(CreateFrom::Every);
+        }
+        for n in &raw {
+            name_ok("docker_create_from", n)?;
+        }
+        Ok(CreateFrom::Nodes(raw))
+    }
+
+    pub fn allows(&self, node: &str) -> bool {
+        match self {
+            CreateFrom::None => false,
+            CreateFrom::Nodes(nodes) => nodes.iter().any(|n| n == node),
+            CreateFrom::Every => true,
+        }
+    }
 }

@@ -18,6 +18,7 @@
 //! events_per_volume = 10                # each volume keeps its latest events (0: none)
 //! decision_log = 1000                   # policy decisions kept per kind, in the store (0: none)
 //! shadow_every_decision = false         # shadow modules within 5 % of a core, dropping the rest (counted)
+//! docker_create_from = ["node-b"]       # agents' nodes whose Docker may create and remove volumes ("*": all)
 //!
 //! [store]                               # default: the embedded store in `state`
 //! etcd = ["http://10.0.0.1:2379", "http://10.0.0.2:2379"]  # the members' client URLs
@@ -70,6 +71,7 @@ use std::time::Duration;
 use serde::Deserialize;
 
 use berth_csi::Endpoint;
+use berth_model::settings::file_mode;
 pub use berth_model::settings::{ConfigError, duration, invalid, load_file, metrics_address, name_ok};
 use berth_model::units::parse_bytes;
 use berth_policy::{Decision, ModuleConfig};
@@ -99,6 +101,8 @@ struct Raw {
     policy_trust: Option<oci::RawTrust>,
     policy_guard: Option<guard::RawGuard>,
     docker: Option<docker::RawDocker>,
+    #[serde(default)]
+    docker_create_from: Vec<String>,
     #[serde(default, rename = "plugin")]
     plugins: Vec<RawPlugin>,
     #[serde(default, rename = "node")]
@@ -186,6 +190,8 @@ pub struct Config {
     pub policy_guard: guard::PolicyGuard,
     /// Docker's volume plugin for one in-process node (`[docker]`).
     pub docker: Option<docker::DockerConfig>,
+    /// Which agents' nodes may create and remove volumes from their Docker.
+    pub docker_create_from: docker::CreateFrom,
 }
 
 #[derive(Clone, Debug)]
@@ -390,6 +396,7 @@ impl Config {
         )?;
         Ok(Config {
             docker,
+            docker_create_from: docker::CreateFrom::parse(raw.docker_create_from)?,
             oci,
             policy_cache,
             policy_trust,
@@ -478,16 +485,6 @@ pub(crate) fn size(key: &str, value: Option<&str>, default: usize) -> Result<usi
 }
 
 /// A socket's mode, an octal string like "0600"; 0600 when not given.
-pub(crate) fn file_mode(key: &str, text: Option<&str>) -> Result<u32, ConfigError> {
-    let Some(m) = text else {
-        return Ok(0o600);
-    };
-    u32::from_str_radix(m.trim_start_matches("0o"), 8)
-        .ok()
-        .filter(|m| *m <= 0o777)
-        .ok_or_else(|| invalid(key, format!("{m:?} is not an octal file mode like \"0600\"")))
-}
-
 pub mod docker;
 pub mod guard;
 mod oci;

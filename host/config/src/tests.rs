@@ -191,3 +191,22 @@ fn docker_is_off_unless_asked_for_and_checked_when_it_is() {
         assert!(err.contains(key), "{table}: {err}");
     }
 }
+
+#[test]
+fn docker_create_from_names_nodes_or_every_node() {
+    let parse = |line: &str| Config::parse(&format!("{line}\n{GOOD}"), Path::new("/etc/berth"));
+    let none = parse("").unwrap().docker_create_from;
+    assert!(!none.allows("node-a"), "no node by default");
+    let some = parse("docker_create_from = [\"node-b\"]")
+        .unwrap()
+        .docker_create_from;
+    assert!(some.allows("node-b") && !some.allows("node-c"));
+    let every = parse("docker_create_from = [\"*\"]").unwrap().docker_create_from;
+    assert!(every.allows("node-c"));
+    for bad in [
+        "docker_create_from = [\"*\", \"node-b\"]",
+        "docker_create_from = [\"../x\"]",
+    ] {
+        assert_eq!(parse(bad).unwrap_err().key(), Some("docker_create_from"), "{bad}");
+    }
+}

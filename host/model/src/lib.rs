@@ -20,7 +20,7 @@ use serde::{Deserialize, Serialize};
 
 pub use explanation::{DecisionNote, Explanation, NodeVerdict};
 pub use map::VecMap;
-pub use node::{NodeLevel, Paths};
+pub use node::{NODE_HEADER, NodeLevel, Paths};
 pub use publication::Publication;
 pub use spec::{AccessMode, AccessType, SourceKind, VolumeSource, VolumeSpec};
 pub use state::{PublicationState, VolumeState};

@@ -9,6 +9,10 @@ use serde::{Deserialize, Serialize};
 
 use super::bounds::{self, OutOfBounds};
 
+/// The header naming the calling node on the cluster's unix endpoint, for
+/// the node-bounded volume calls (on the TLS endpoint, the certificate does).
+pub const NODE_HEADER: &str = "berth-node";
+
 /// How far a volume is on a node, in the order steps take it.
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq, PartialOrd, Ord, Serialize, Deserialize)]
 #[serde(rename_all = "kebab-case")]

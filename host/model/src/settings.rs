@@ -95,3 +95,51 @@ pub fn name_ok(key: &str, name: &str) -> Result<(), ConfigError> {
         )
     })
 }
+
+/// An octal file mode as config files write it (`"0600"`); 0600 unset.
+pub fn file_mode(key: &str, text: Option<&str>) -> Result<u32, ConfigError> {
+    let Some(m) = text else {
+        return Ok(0o600);
+    };
+    u32::from_str_radix(m.trim_start_matches("0o"), 8)
+        .ok()
+        .filter(|m| *m <= 0o777)
+        .ok_or_else(|| invalid(key, format!("{m:?} is not an octal file mode like \"0600\"")))
+}
+
+/// Where Docker looks for plugins' sockets; `-d berth` finds this one.
+pub const DOCKER_SOCKET: &str = "/run/docker/plugins/berth.sock";
+
+/// Where and how Docker's and Podman's volume plugin is served, as
+/// `[docker]` in `berth.toml` and in `agent.toml` both write it.
+#[derive(Clone, Debug, PartialEq)]
+pub struct DockerSocket {
+    pub socket: PathBuf,
+    /// Never world-writable: 0600 (root's Docker) by default, 0660 for a group.
+    pub socket_mode: u32,
+    /// How long Docker's requests wait for Berth.
+    pub wait: Duration,
+}
+
+/// `[docker]`'s `socket` (already resolved against the file's directory),
+/// `socket_mode` and `wait`.
+pub fn docker_socket(
+    socket: Option<PathBuf>,
+    socket_mode: Option<&str>,
+    wait: Option<&str>,
+) -> Result<DockerSocket, ConfigError> {
+    let socket_mode = file_mode("docker.socket_mode", socket_mode)?;
+    if socket_mode & 0o002 != 0 {
+        return Err(invalid(
+            "docker.socket_mode",
+            format!(
+                "{socket_mode:o} lets anyone on the machine create, mount and remove volumes; use 0600 or 0660"
+            ),
+        ));
+    }
+    Ok(DockerSocket {
+        socket: socket.unwrap_or_else(|| PathBuf::from(DOCKER_SOCKET)),
+        socket_mode,
+        wait: duration("docker.wait", wait, "2m")?,
+    })
+}

@@ -1,10 +1,12 @@
 //! `berth agent`: the node side, one per node.
 
-use std::path::PathBuf;
+use std::path::{Path, PathBuf};
 use std::process::ExitCode;
 use std::sync::Arc;
 
-use berth::agent::config::AgentConfig;
+use anyhow::Context;
+use berth::agent::config::{AgentConfig, AgentDocker};
+use berth::agent::docker::{DockerPlugin, DockerSettings, LeaderVolumes, bind, serve};
 use berth::agent::{Agent, AgentSpec, dial};
 use berth::metrics;
 use berth::model::Paths;
@@ -15,7 +17,9 @@ use clap::Args;
 The agent owns this node's CSI node plugins: it fingerprints them, registers the node with
 `berth serve` (its `cluster` endpoint), stages and publishes what the server asks, and keeps
 a record of what the node holds in `dir`, so a restart neither publishes again nor forgets.
-Teardown goes on while the server is away. Every key of agent.toml is in the README.")]
+Teardown goes on while the server is away. With `[docker]`, it also serves Docker's and
+Podman's volume plugin protocol for this node (`docker volume create -d berth`, `docker run -v`).
+Every key of agent.toml is in the README.")]
 pub struct AgentArgs {
     /// The agent's configuration file (TOML).
     #[arg(long, short, default_value = "agent.toml", env = "BERTH_AGENT_CONFIG")]
@@ -41,6 +45,7 @@ pub async fn run(args: AgentArgs) -> anyhow::Result<ExitCode> {
     let servers = c.servers.clone();
     let token = args.token.or(c.token.clone());
     let dir = c.dir.clone();
+    let docker = c.docker.clone();
     let agent = Agent::open(AgentSpec {
         node: c.node,
         labels: c.labels,
@@ -63,10 +68,42 @@ pub async fn run(args: AgentArgs) -> anyhow::Result<ExitCode> {
     readiness.set("record", asks(Agent::record_ready));
     readiness.set("server", asks(Agent::session_ready));
     readiness.set("plugins", asks(Agent::plugins_ready));
+    let docker = match docker {
+        Some(d) => Some(docker_plugin(&agent, &d, &dir)?),
+        None => None,
+    };
     let listed: Vec<String> = servers.iter().map(ToString::to_string).collect();
     tracing::info!(node = %agent.name(), servers = ?listed, "agent started");
-    tokio::select! {
-        why = dial::run(agent, servers, token, dir) => anyhow::bail!("the server refused this agent: {why}"),
+    let ended = tokio::select! {
+        why = dial::run(agent, servers, token, dir) => Err(anyhow::anyhow!("the server refused this agent: {why}")),
         () = super::serve::shutdown() => Ok(ExitCode::SUCCESS),
+    };
+    if let Some((task, socket)) = docker {
+        task.abort();
+        let _ = std::fs::remove_file(socket);
     }
+    ended
+}
+
+/// Serves Docker's volume plugin protocol for this node, through the
+/// leader's node-bounded volume calls on the session's channel.
+fn docker_plugin(
+    agent: &Arc<Agent>,
+    d: &AgentDocker,
+    dir: &Path,
+) -> anyhow::Result<(tokio::task::JoinHandle<()>, PathBuf)> {
+    let listener = bind(&d.socket.socket, d.socket.socket_mode)?;
+    let settings = DockerSettings {
+        node: agent.name().to_string(),
+        // The server says which nodes' Docker may (docker_create_from).
+        create_volumes: true,
+        plugin: d.plugin.clone(),
+        wait: d.socket.wait,
+        holders: dir.join("docker-holders.json"),
+    };
+    let api = LeaderVolumes::new(agent.leader(), agent.name(), d.socket.wait);
+    let plugin = DockerPlugin::new(Box::new(api), settings)
+        .context("reading which containers hold which volume (docker-holders.json)")?;
+    tracing::info!(socket = %d.socket.socket.display(), node = %agent.name(), "serving Docker's volume plugin protocol");
+    Ok((serve(listener, Arc::new(plugin)), d.socket.socket.clone()))
 }

@@ -213,3 +213,209 @@ fn podman_uses_the_same_socket() {
     p.ok(&["volume", "rm", "shared"]);
     assert_eq!(c.plugin_volumes(), 0);
 }
+
+/// A volume's publications, by node.
+fn published_on(c: &Cluster, name: &str) -> Vec<String> {
+    volume(c, name)["publications"]
+        .as_array()
+        .map(|p| {
+            p.iter()
+                .map(|p| p["node"].as_str().unwrap().to_string())
+                .collect()
+        })
+        .unwrap_or_default()
+}
+
+fn docker_table(socket: &PluginSocket) -> String {
+    format!(
+        "[docker]\nsocket = \"{}\"\nplugin = \"hostpath\"\nwait = \"30s\"\n",
+        socket.path.display()
+    )
+}
+
+#[test]
+fn an_agents_docker_uses_volumes_through_the_leader_bounded_to_its_node() {
+    let (a, b) = (PluginSocket::new(), PluginSocket::new());
+    let (table_a, table_b) = (docker_table(&a), docker_table(&b));
+    let mut c = Cluster::start(ClusterSpec {
+        agents: true,
+        tls: true,
+        extra: "docker_create_from = [\"node-a\"]\n",
+        agent_tables: vec![("node-a", &table_a), ("node-b", &table_b)],
+        controller_topology: None,
+        ..ClusterSpec::default()
+    });
+    for s in [&a, &b] {
+        wait_for(
+            "the agents' Docker plugin sockets",
+            Duration::from_secs(10),
+            || s.path.exists(),
+            || c.agents.iter().map(|a| a.log_text()).collect(),
+        );
+    }
+    let d = Dockerd::start();
+    d.ok(&["volume", "create", "-d", &a.name, "-o", "size=64MiB", "shared"]);
+    let v = volume(&c, "shared");
+    assert_eq!(v["state"], "available", "{v:#}");
+    assert!(v["csi_name"].as_str().unwrap().starts_with("pv-shared-"), "{v:#}");
+
+    // node-b's Docker may use volumes, not make them (the server says so).
+    let refused = b.post("/VolumeDriver.Create", r#"{"Name":"nope","Opts":{}}"#);
+    let err = refused["Err"].as_str().unwrap();
+    assert!(
+        err.contains("docker_create_from") && err.contains("node-b"),
+        "{err}"
+    );
+    assert!(c.berth(&["volume", "get", "nope"]).status.code() != Some(0));
+
+    // It mounts one on its own node, and node-a's Docker cannot remove it meanwhile.
+    let mounted = b.post("/VolumeDriver.Mount", r#"{"Name":"shared","ID":"b-1"}"#);
+    assert_eq!(mounted["Err"], "", "{mounted}");
+    let path = mounted["Mountpoint"].as_str().unwrap();
+    assert!(
+        std::path::Path::new(path).starts_with(c.volumes_dir.join("nodes/node-b")),
+        "{path}"
+    );
+    std::fs::write(std::path::Path::new(path).join("note"), "from node-b").unwrap();
+    assert_eq!(published_on(&c, "shared"), ["node-b"]);
+    let out = d.docker(&["volume", "rm", "shared"]);
+    let (_, stderr) = texts(&out);
+    assert!(!out.status.success() && stderr.contains("node-b"), "{stderr}");
+    let unmounted = b.post("/VolumeDriver.Unmount", r#"{"Name":"shared","ID":"b-1"}"#);
+    assert_eq!(unmounted["Err"], "", "{unmounted}");
+    assert!(published_on(&c, "shared").is_empty());
+
+    // A container on node-a holds it through a kill -9 of node-a's agent.
+    let holder = d.ok(&[
+        "run",
+        "-d",
+        "--network",
+        "none",
+        "-v",
+        "shared:/data",
+        IMAGE,
+        "sh",
+        "-c",
+        "cat /data/note > /data/seen; while true; do date >> /data/log; sleep 0.2; done",
+    ]);
+    let holder = holder.trim().to_string();
+    wait_for(
+        "the container to write",
+        Duration::from_secs(20),
+        || {
+            let out = d.docker(&["exec", &holder, "cat", "/data/log"]);
+            out.status.success() && !out.stdout.is_empty()
+        },
+        || d.log(),
+    );
+    assert_eq!(d.ok(&["exec", &holder, "cat", "/data/seen"]), "from node-b");
+    c.agent("node-a").kill();
+    c.agent("node-a").start();
+    c.wait_nodes(&["node-a"], "ready", Duration::from_secs(30));
+    let lines = |d: &Dockerd| d.ok(&["exec", &holder, "cat", "/data/log"]).lines().count();
+    let before = lines(&d);
+    std::thread::sleep(Duration::from_secs(1));
+    assert!(lines(&d) > before, "the container stopped writing");
+    assert_eq!(
+        published_on(&c, "shared"),
+        ["node-a"],
+        "nothing unpublished under it"
+    );
+    // Its Unmount, through the restarted agent, unpublishes it.
+    d.ok(&["rm", "-f", &holder]);
+    wait_for(
+        "the volume to be unpublished",
+        Duration::from_secs(30),
+        || published_on(&c, "shared").is_empty(),
+        || c.agents[0].log_text(),
+    );
+    d.ok(&["volume", "rm", "shared"]);
+    assert_eq!(c.plugin_volumes(), 0);
+}
+
+/// The node-bounded calls themselves, as a node other than the plugin's
+/// would make them: over TLS with node-b's own certificate, and on the
+/// unix endpoint with the header naming the node.
+#[test]
+fn a_node_publishes_only_to_itself_and_creates_only_where_the_server_allows() {
+    use berth::agent::config::{AgentConfig, ServerAddress};
+    use berth_proto::berth::v1 as api;
+    use berth_proto::berth::v1::node_volumes_client::NodeVolumesClient;
+
+    for tls in [true, false] {
+        let mut c = Cluster::start(ClusterSpec {
+            agents: true,
+            tls,
+            extra: "docker_create_from = [\"node-a\"]\n",
+            controller_topology: None,
+            ..ClusterSpec::default()
+        });
+        c.ok(&[
+            "volume", "create", "v", "--plugin", "hostpath", "--size", "1MiB", "--wait",
+        ]);
+        let config = AgentConfig::load(&c.agent("node-b").config).unwrap();
+        let c = c;
+        let rt = tokio::runtime::Runtime::new().unwrap();
+        let _entered = rt.enter();
+        let channel = match &config.servers[0] {
+            ServerAddress::Tls { host, port } => {
+                let creds = berth::agent::tls::Credentials::load(&config.dir)
+                    .unwrap()
+                    .unwrap();
+                berth::agent::tls::session_channel(host, *port, &creds).unwrap()
+            }
+            ServerAddress::Unix(e) => berth::csi::unix_channel(e.path()),
+        };
+        let call = |node: Option<&str>, publish_on: &str| {
+            let mut request = tonic::Request::new(api::PublishVolumeRequest {
+                name: "v".into(),
+                node: publish_on.into(),
+                readonly: false,
+            });
+            if let Some(n) = node {
+                request.metadata_mut().insert("berth-node", n.parse().unwrap());
+            }
+            rt.block_on(NodeVolumesClient::new(channel.clone()).publish_volume(request))
+        };
+        let create = |node: &str| {
+            let mut request = tonic::Request::new(api::CreateVolumeRequest {
+                spec: Some(api::VolumeSpec {
+                    name: format!("from-{node}"),
+                    plugin: "hostpath".into(),
+                    required_bytes: 1 << 20,
+                    ..Default::default()
+                }),
+            });
+            request.metadata_mut().insert("berth-node", node.parse().unwrap());
+            rt.block_on(NodeVolumesClient::new(channel.clone()).create_volume(request))
+        };
+        let code = |r: Result<tonic::Response<api::Volume>, tonic::Status>| r.map(drop).map_err(|s| s.code());
+        assert_eq!(
+            code(call(Some("node-b"), "node-a")),
+            Err(tonic::Code::PermissionDenied),
+            "tls {tls}: another node's publish"
+        );
+        if tls {
+            // The certificate names the caller: a header claiming otherwise is refused,
+            // and none is needed.
+            assert_eq!(code(call(Some("node-a"), "")), Err(tonic::Code::PermissionDenied));
+            assert_eq!(code(create("node-a")), Err(tonic::Code::PermissionDenied));
+            assert_eq!(code(call(None, "")), Ok(()));
+        } else {
+            assert_eq!(
+                code(call(None, "")),
+                Err(tonic::Code::InvalidArgument),
+                "no header"
+            );
+            assert_eq!(code(create("node-a")), Ok(()), "node-a may create");
+            assert_eq!(code(call(Some("node-b"), "")), Ok(()));
+        }
+        assert_eq!(code(create("node-b")), Err(tonic::Code::PermissionDenied));
+        wait_for(
+            "the publish on node-b",
+            Duration::from_secs(30),
+            || published_on(&c, "v") == ["node-b"],
+            || c.log(),
+        );
+    }
+}

@@ -1,16 +1,18 @@
 //! Docker's and Podman's volume plugin protocol (JSON over HTTP/1.1 on a
-//! unix socket), served for one node: each request becomes calls to the
-//! Berth API, so a volume made through Docker is named, placed and retried
-//! by the cluster's policies like any other. Mount publishes the volume on
-//! this node and answers its target path; Unmount unpublishes it once the
-//! last container holding it lets go, counted by Docker's mount IDs and
-//! kept on disk (`holders.rs`), so a restart unpublishes nothing a running
-//! container holds.
+//! unix socket), served for one node: each request becomes calls to Berth
+//! (`volumes.rs`: the API socket for `berth serve`'s own node, the leader's
+//! node-bounded service for an agent's), so a volume made through Docker is
+//! named, placed and retried by the cluster's policies like any other.
+//! Mount publishes the volume on this node and answers its target path;
+//! Unmount unpublishes it once the last container holding it lets go,
+//! counted by Docker's mount IDs and kept on disk (`holders.rs`), so a
+//! restart unpublishes nothing a running container holds.
 
 mod holders;
 mod options;
 mod protocol;
 mod server;
+mod volumes;
 
 use std::collections::HashMap;
 use std::path::PathBuf;
@@ -18,11 +20,12 @@ use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
 use berth_proto::berth::v1 as api;
-use tonic::transport::Channel;
 
 pub use holders::Holders;
+use options::OptionError;
 use protocol::{Answer, Volume, VolumeRequest};
 pub use server::{ServeError, bind, serve};
+pub use volumes::{ApiVolumes, LeaderVolumes, Volumes};
 
 /// How the plugin is served.
 #[derive(Clone, Debug)]
@@ -40,7 +43,7 @@ pub struct DockerSettings {
 }
 
 pub struct DockerPlugin {
-    api: api::berth_client::BerthClient<Channel>,
+    api: Box<dyn Volumes>,
     settings: DockerSettings,
     holders: Holders,
     /// One Mount or Unmount of a volume at a time: a Mount never finds the
@@ -64,22 +67,61 @@ fn story(v: &api::Volume) -> String {
     lines.join("; ")
 }
 
-fn grpc(e: tonic::Status) -> String {
-    e.message().to_string()
+/// Why a request of Docker's was not done, as Docker shows it.
+#[derive(Debug, thiserror::Error)]
+enum RequestError {
+    #[error("{}", .0.message())]
+    Berth(#[from] tonic::Status),
+    #[error(transparent)]
+    Option(#[from] OptionError),
+    #[error("{name} is not {what}: {story}")]
+    Failed {
+        name: String,
+        what: &'static str,
+        story: String,
+    },
+    #[error("{name} was not {what} within {}: {story}", humantime::format_duration(*.wait))]
+    TimedOut {
+        name: String,
+        what: &'static str,
+        wait: Duration,
+        story: String,
+    },
+    #[error("keeping track of {name}: {source}")]
+    Holders {
+        name: String,
+        #[source]
+        source: std::io::Error,
+    },
+    #[error("no volume named {0}")]
+    NoVolume(String),
+    #[error("{0}")]
+    Refused(String),
+}
+
+impl From<RequestError> for Answer {
+    fn from(e: RequestError) -> Answer {
+        Answer::error(e.to_string())
+    }
+}
+
+/// A request Docker sent that the protocol has no answer for.
+#[derive(Debug, thiserror::Error)]
+pub enum ProtocolError {
+    #[error("the request is not the JSON expected: {0}")]
+    Json(#[from] serde_json::Error),
+    #[error("{0} is not part of the volume plugin protocol")]
+    UnknownPath(String),
 }
 
 impl DockerPlugin {
-    pub fn new(channel: Channel, settings: DockerSettings) -> std::io::Result<DockerPlugin> {
+    pub fn new(api: Box<dyn Volumes>, settings: DockerSettings) -> std::io::Result<DockerPlugin> {
         Ok(DockerPlugin {
-            api: api::berth_client::BerthClient::new(channel),
+            api,
             holders: Holders::open(&settings.holders)?,
             settings,
             busy: Mutex::default(),
         })
-    }
-
-    fn client(&self) -> api::berth_client::BerthClient<Channel> {
-        self.api.clone()
     }
 
     fn volume_lock(&self, name: &str) -> Arc<tokio::sync::Mutex<()>> {
@@ -88,15 +130,11 @@ impl DockerPlugin {
         busy.entry(name.to_string()).or_default().clone()
     }
 
-    async fn get(&self, name: &str) -> Result<Option<api::Volume>, String> {
-        match self
-            .client()
-            .get_volume(api::GetVolumeRequest { name: name.into() })
-            .await
-        {
-            Ok(v) => Ok(Some(v.into_inner())),
+    async fn get(&self, name: &str) -> Result<Option<api::Volume>, RequestError> {
+        match self.api.get(name).await {
+            Ok(v) => Ok(Some(v)),
             Err(e) if e.code() == tonic::Code::NotFound => Ok(None),
-            Err(e) => Err(grpc(e)),
+            Err(e) => Err(e.into()),
         }
     }
 
@@ -105,9 +143,9 @@ impl DockerPlugin {
     async fn until(
         &self,
         name: &str,
-        what: &str,
+        what: &'static str,
         done: impl Fn(Option<&api::Volume>) -> bool,
-    ) -> Result<Option<api::Volume>, String> {
+    ) -> Result<Option<api::Volume>, RequestError> {
         let deadline = tokio::time::Instant::now() + self.settings.wait;
         // Soon at first (a publish on a healthy node takes milliseconds), then less often.
         let mut pause = Duration::from_millis(5);
@@ -117,14 +155,19 @@ impl DockerPlugin {
                 return Ok(v);
             }
             if let Some(v) = v.as_ref().filter(|v| !v.failure.is_empty()) {
-                return Err(format!("{name} is not {what}: {}", story(v)));
+                return Err(RequestError::Failed {
+                    name: name.into(),
+                    what,
+                    story: story(v),
+                });
             }
             if tokio::time::Instant::now() >= deadline {
-                let why = v.as_ref().map(story).unwrap_or_default();
-                return Err(format!(
-                    "{name} was not {what} within {}: {why}",
-                    humantime::format_duration(self.settings.wait)
-                ));
+                return Err(RequestError::TimedOut {
+                    name: name.into(),
+                    what,
+                    wait: self.settings.wait,
+                    story: v.as_ref().map(story).unwrap_or_default(),
+                });
             }
             tokio::time::sleep(pause).await;
             pause = (pause * 2).min(Duration::from_millis(200));
@@ -143,85 +186,70 @@ impl DockerPlugin {
         v.publications.iter().any(|p| p.node == self.settings.node)
     }
 
-    async fn create(&self, req: VolumeRequest) -> Answer {
+    async fn create(&self, req: VolumeRequest) -> Result<Answer, RequestError> {
         if !self.settings.create_volumes {
-            return Answer::error(format!(
+            return Err(RequestError::Refused(format!(
                 "this node's Docker may use Berth's volumes but not create them (create_volumes = true in [docker] allows it on node {})",
                 self.settings.node
-            ));
+            )));
         }
         let opts = req.opts.unwrap_or_default();
-        let spec = match options::spec(&req.name, &opts, self.settings.plugin.as_deref()) {
-            Ok(s) => s,
-            Err(e) => return Answer::error(e),
-        };
-        if let Err(e) = self
-            .client()
-            .create_volume(api::CreateVolumeRequest { spec: Some(spec) })
-            .await
-        {
-            return Answer::error(grpc(e));
-        }
+        let spec = options::spec(&req.name, &opts, self.settings.plugin.as_deref())?;
+        self.api.create(spec).await?;
         let ready = |v: Option<&api::Volume>| {
             v.is_some_and(|v| matches!(v.state.as_str(), "available" | "published"))
         };
-        match self.until(&req.name, "created", ready).await {
-            Ok(_) => Answer::default(),
-            Err(e) => Answer::error(e),
-        }
+        self.until(&req.name, "created", ready).await?;
+        Ok(Answer::default())
     }
 
-    async fn remove(&self, req: VolumeRequest) -> Answer {
+    async fn remove(&self, req: VolumeRequest) -> Result<Answer, RequestError> {
         if !self.settings.create_volumes {
-            return Answer::error(format!(
+            return Err(RequestError::Refused(format!(
                 "this node's Docker may not remove Berth's volumes (create_volumes = true in [docker] allows it on node {})",
                 self.settings.node
-            ));
+            )));
         }
         let held = self.holders.count(&req.name);
         if held > 0 {
-            return Answer::error(format!(
+            return Err(RequestError::Refused(format!(
                 "{} is in use by {held} container(s) on this node",
                 req.name
-            ));
+            )));
         }
-        if let Err(e) = self
-            .client()
-            .delete_volume(api::DeleteVolumeRequest {
-                name: req.name.clone(),
-            })
-            .await
-        {
-            return Answer::error(grpc(e));
+        // Another node's containers may hold it: never deleted under them.
+        if let Some(v) = self.get(&req.name).await? {
+            let on: Vec<&str> = v.publications.iter().map(|p| p.node.as_str()).collect();
+            if !on.is_empty() {
+                return Err(RequestError::Refused(format!(
+                    "{} is published on {} (in use there): unmount it there first",
+                    req.name,
+                    on.join(", ")
+                )));
+            }
         }
-        match self.until(&req.name, "deleted", |v| v.is_none()).await {
-            Ok(_) => Answer::default(),
-            Err(e) => Answer::error(e),
-        }
+        self.api.delete(&req.name).await?;
+        self.until(&req.name, "deleted", |v| v.is_none()).await?;
+        Ok(Answer::default())
     }
 
-    async fn mount(&self, req: VolumeRequest) -> Answer {
+    async fn mount(&self, req: VolumeRequest) -> Result<Answer, RequestError> {
         let lock = self.volume_lock(&req.name);
         let _one = lock.lock().await;
+        let holders = |source| RequestError::Holders {
+            name: req.name.clone(),
+            source,
+        };
         // The holder first: after a crash, its Unmount still finds it.
-        if let Err(e) = self.holders.add(&req.name, &req.id) {
-            return Answer::error(format!("keeping track of {}: {e}", req.name));
-        }
+        self.holders.add(&req.name, &req.id).map_err(holders)?;
         let published = async {
-            self.client()
-                .publish_volume(api::PublishVolumeRequest {
-                    name: req.name.clone(),
-                    node: self.settings.node.clone(),
-                    readonly: false,
-                })
-                .await
-                .map_err(grpc)?;
+            self.api.publish(&req.name, &self.settings.node).await?;
             let v = self
                 .until(&req.name, "published here", |v| {
                     v.is_some_and(|v| self.published_here(v).is_some())
                 })
                 .await?;
-            Ok::<_, String>(
+            Ok::<_, RequestError>(
                 v.as_ref()
                     .and_then(|v| self.published_here(v))
                     .unwrap_or_default()
@@ -230,54 +258,47 @@ impl DockerPlugin {
         }
         .await;
         match published {
-            Ok(path) => Answer {
+            Ok(path) => Ok(Answer {
                 mountpoint: Some(path),
                 ..Answer::default()
-            },
+            }),
             Err(e) => {
                 let _ = self.holders.remove(&req.name, &req.id);
-                Answer::error(e)
+                Err(e)
             }
         }
     }
 
-    async fn unmount(&self, req: VolumeRequest) -> Answer {
+    async fn unmount(&self, req: VolumeRequest) -> Result<Answer, RequestError> {
         let lock = self.volume_lock(&req.name);
         let _one = lock.lock().await;
-        match self.holders.remove(&req.name, &req.id) {
-            Ok(0) => {}
-            Ok(_) => return Answer::default(),
-            Err(e) => return Answer::error(format!("keeping track of {}: {e}", req.name)),
+        let left = self
+            .holders
+            .remove(&req.name, &req.id)
+            .map_err(|source| RequestError::Holders {
+                name: req.name.clone(),
+                source,
+            })?;
+        if left > 0 {
+            return Ok(Answer::default());
         }
-        let unpublished = async {
-            self.client()
-                .unpublish_volume(api::UnpublishVolumeRequest {
-                    name: req.name.clone(),
-                    node: self.settings.node.clone(),
-                })
-                .await
-                .map_err(grpc)?;
-            self.until(&req.name, "unpublished here", |v| {
-                v.is_none_or(|v| !self.held_here(v))
-            })
-            .await
-        }
-        .await;
-        match unpublished {
-            Ok(_) => Answer::default(),
-            Err(e) => Answer::error(e),
-        }
+        self.api.unpublish(&req.name, &self.settings.node).await?;
+        self.until(&req.name, "unpublished here", |v| {
+            v.is_none_or(|v| !self.held_here(v))
+        })
+        .await?;
+        Ok(Answer::default())
     }
 
-    async fn path(&self, req: VolumeRequest) -> Answer {
-        match self.get(&req.name).await {
-            Ok(Some(v)) => Answer {
-                mountpoint: Some(self.published_here(&v).unwrap_or_default().to_string()),
-                ..Answer::default()
-            },
-            Ok(None) => Answer::error(format!("no volume named {}", req.name)),
-            Err(e) => Answer::error(e),
-        }
+    async fn path(&self, req: VolumeRequest) -> Result<Answer, RequestError> {
+        let v = self
+            .get(&req.name)
+            .await?
+            .ok_or(RequestError::NoVolume(req.name))?;
+        Ok(Answer {
+            mountpoint: Some(self.published_here(&v).unwrap_or_default().to_string()),
+            ..Answer::default()
+        })
     }
 
     fn docker_volume(&self, v: &api::Volume, status: bool) -> Volume {
@@ -308,41 +329,37 @@ impl DockerPlugin {
         }
     }
 
-    async fn get_one(&self, req: VolumeRequest) -> Answer {
-        match self.get(&req.name).await {
-            Ok(Some(v)) => Answer {
-                volume: Some(self.docker_volume(&v, true)),
-                ..Answer::default()
-            },
-            Ok(None) => Answer::error(format!("no volume named {}", req.name)),
-            Err(e) => Answer::error(e),
-        }
+    async fn get_one(&self, req: VolumeRequest) -> Result<Answer, RequestError> {
+        let v = self
+            .get(&req.name)
+            .await?
+            .ok_or(RequestError::NoVolume(req.name))?;
+        Ok(Answer {
+            volume: Some(self.docker_volume(&v, true)),
+            ..Answer::default()
+        })
     }
 
-    async fn list(&self) -> Answer {
-        match self.client().list_volumes(api::ListVolumesRequest {}).await {
-            Ok(all) => Answer {
-                volumes: Some(
-                    all.into_inner()
-                        .volumes
-                        .iter()
-                        .filter(|v| v.state != "deleting")
-                        .map(|v| self.docker_volume(v, false))
-                        .collect(),
-                ),
-                ..Answer::default()
-            },
-            Err(e) => Answer::error(grpc(e)),
-        }
+    async fn list(&self) -> Result<Answer, RequestError> {
+        let all = self.api.list().await?;
+        Ok(Answer {
+            volumes: Some(
+                all.iter()
+                    .filter(|v| v.state != "deleting")
+                    .map(|v| self.docker_volume(v, false))
+                    .collect(),
+            ),
+            ..Answer::default()
+        })
     }
 
     /// Answers one request of the protocol: its path and JSON body.
-    pub async fn answer(&self, path: &str, body: &[u8]) -> Result<String, String> {
-        let request = || -> Result<VolumeRequest, String> {
+    pub async fn answer(&self, path: &str, body: &[u8]) -> Result<String, ProtocolError> {
+        let request = || -> Result<VolumeRequest, ProtocolError> {
             if body.iter().all(u8::is_ascii_whitespace) {
                 return Ok(VolumeRequest::default());
             }
-            serde_json::from_slice(body).map_err(|e| format!("the request is not the JSON expected: {e}"))
+            Ok(serde_json::from_slice(body)?)
         };
         let answer = match path {
             "/Plugin.Activate" => return Ok(protocol::ACTIVATE.into()),
@@ -354,11 +371,12 @@ impl DockerPlugin {
             "/VolumeDriver.Path" => self.path(request()?).await,
             "/VolumeDriver.Get" => self.get_one(request()?).await,
             "/VolumeDriver.List" => self.list().await,
-            other => return Err(format!("{other} is not part of the volume plugin protocol")),
+            other => return Err(ProtocolError::UnknownPath(other.to_string())),
         };
-        if !answer.err.is_empty() {
-            tracing::warn!(request = path, error = %answer.err, "a Docker request failed");
-        }
-        serde_json::to_string(&answer).map_err(|e| e.to_string())
+        let answer = answer.unwrap_or_else(|e| {
+            tracing::warn!(request = path, error = %e, "a Docker request failed");
+            e.into()
+        });
+        Ok(serde_json::to_string(&answer)?)
     }
 }

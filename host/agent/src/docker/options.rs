@@ -9,13 +9,24 @@ pub const VALID: &str = "plugin=NAME, size=10GiB, limit=20GiB, access=MODE (sing
 fs=TYPE, block=true, secret=NAME, parameter.KEY=VALUE, mutable.KEY=VALUE, label.KEY=VALUE, \
 requisite.KEY=VALUE";
 
+/// An option Docker passed that makes no volume spec.
+#[derive(Debug, thiserror::Error)]
+pub enum OptionError {
+    #[error("-o {key} is not an option of Berth's volumes; valid: {VALID}")]
+    Unknown { key: String },
+    #[error("-o {key}={value}: {why}")]
+    Value { key: String, value: String, why: String },
+    #[error("-o plugin=NAME is needed: which CSI plugin makes the volume (valid: {VALID})")]
+    NoPlugin,
+}
+
 /// The spec for a volume named `name` with Docker's options; `plugin` when
 /// `-o plugin` is not given.
 pub fn spec(
     name: &str,
     opts: &BTreeMap<String, String>,
     plugin: Option<&str>,
-) -> Result<api::VolumeSpec, String> {
+) -> Result<api::VolumeSpec, OptionError> {
     let mut spec = api::VolumeSpec {
         name: name.to_string(),
         plugin: plugin.unwrap_or_default().to_string(),
@@ -23,10 +34,15 @@ pub fn spec(
     };
     let mut requisite = api::Topology::default();
     for (key, value) in opts {
-        let bytes = |what: &str| {
+        let refused = |why: String| OptionError::Value {
+            key: key.clone(),
+            value: value.clone(),
+            why,
+        };
+        let bytes = || {
             berth_model::units::parse_bytes(value)
                 .map(|b| b as i64)
-                .map_err(|e| format!("-o {what}={value}: {e}"))
+                .map_err(|e| refused(e.to_string()))
         };
         match key.split_once('.') {
             Some(("parameter", k)) if !k.is_empty() => {
@@ -43,28 +59,20 @@ pub fn spec(
             }
             _ => match key.as_str() {
                 "plugin" => spec.plugin = value.clone(),
-                "size" => spec.required_bytes = bytes("size")?,
-                "limit" => spec.limit_bytes = bytes("limit")?,
+                "size" => spec.required_bytes = bytes()?,
+                "limit" => spec.limit_bytes = bytes()?,
                 "access" => spec.access_mode = value.clone(),
                 "fs" => spec.fs_type = value.clone(),
                 "block" => {
-                    spec.block = value
-                        .parse()
-                        .map_err(|_| format!("-o block={value}: give true or false"))?;
+                    spec.block = value.parse().map_err(|_| refused("give true or false".into()))?;
                 }
                 "secret" | "secrets" => spec.secret = value.clone(),
-                _ => {
-                    return Err(format!(
-                        "-o {key} is not an option of Berth's volumes; valid: {VALID}"
-                    ));
-                }
+                _ => return Err(OptionError::Unknown { key: key.clone() }),
             },
         }
     }
     if spec.plugin.is_empty() {
-        return Err(format!(
-            "-o plugin=NAME is needed: which CSI plugin makes the volume (valid: {VALID})"
-        ));
+        return Err(OptionError::NoPlugin);
     }
     if !requisite.segments.is_empty() {
         spec.requisite_topology.push(requisite);
@@ -104,11 +112,15 @@ mod tests {
             s.requisite_topology[0].segments.get("zone").map(String::as_str),
             Some("a")
         );
-        let err = spec("data", &opts(&[("color", "red")]), Some("hostpath")).unwrap_err();
+        let err = spec("data", &opts(&[("color", "red")]), Some("hostpath"))
+            .unwrap_err()
+            .to_string();
         assert!(err.contains("-o color") && err.contains("parameter.KEY"), "{err}");
-        let err = spec("data", &opts(&[("size", "lots")]), Some("hostpath")).unwrap_err();
+        let err = spec("data", &opts(&[("size", "lots")]), Some("hostpath"))
+            .unwrap_err()
+            .to_string();
         assert!(err.contains("-o size=lots"), "{err}");
-        let err = spec("data", &opts(&[]), None).unwrap_err();
+        let err = spec("data", &opts(&[]), None).unwrap_err().to_string();
         assert!(err.contains("-o plugin"), "{err}");
     }
 }

@@ -119,7 +119,7 @@ async fn answer(plugin: &DockerPlugin, req: Request<Incoming>) -> Response<Full<
         Ok(json) => reply(StatusCode::OK, json),
         Err(e) => reply(
             StatusCode::BAD_REQUEST,
-            serde_json::json!({ "Err": e }).to_string(),
+            serde_json::json!({ "Err": e.to_string() }).to_string(),
         ),
     }
 }

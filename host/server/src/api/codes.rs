@@ -4,6 +4,7 @@
 use tonic::{Code, Status};
 
 use super::ReloadError;
+use super::node_volumes::NodeBound;
 use crate::manager::RequestError;
 use crate::store::StoreError;
 
@@ -21,6 +22,9 @@ pub(super) enum Refusal {
     Missing(&'static str),
     #[error("this server has no TLS cluster endpoint: set cluster_address in berth.toml")]
     NoCluster,
+    /// What an agent's node asked of `NodeVolumes` beyond its own.
+    #[error(transparent)]
+    Node(#[from] NodeBound),
 }
 
 pub(super) fn code(refusal: &Refusal) -> Code {
@@ -37,6 +41,8 @@ pub(super) fn code(refusal: &Refusal) -> Code {
         Refusal::Reload(_) | Refusal::NoCluster => Code::FailedPrecondition,
         Refusal::Store(_) => Code::Unavailable,
         Refusal::Missing(_) => Code::InvalidArgument,
+        Refusal::Node(NodeBound::InUse { .. }) => Code::FailedPrecondition,
+        Refusal::Node(_) => Code::PermissionDenied,
     }
 }
 
@@ -58,5 +64,14 @@ mod tests {
         assert_eq!((s.code(), s.message()), (Code::InvalidArgument, "spec: required"));
         assert_eq!(status(ReloadError::NoConfig).code(), Code::FailedPrecondition);
         assert_eq!(status(StoreError::Closed).code(), Code::Unavailable);
+        assert_eq!(
+            status(NodeBound::NoCreate("n".into())).code(),
+            Code::PermissionDenied
+        );
+        let in_use = NodeBound::InUse {
+            name: "v".into(),
+            on: "n".into(),
+        };
+        assert_eq!(status(in_use).code(), Code::FailedPrecondition);
     }
 }

@@ -10,10 +10,12 @@ mod codes;
 mod convert;
 mod inquiries;
 pub mod introspection;
+mod node_volumes;
 mod socket;
 
 use convert::volume_summary;
 pub use convert::{spec_from_api, volume_to_api};
+pub use node_volumes::NodeVolumesApi;
 pub use socket::{SocketError, bind};
 
 use crate::csi::registry::Health;

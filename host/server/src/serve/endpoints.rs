@@ -6,11 +6,12 @@ use std::time::Duration;
 
 use berth_proto::berth::v1::berth_server::BerthServer;
 use berth_proto::berth::v1::cluster_server::ClusterServer;
+use berth_proto::berth::v1::node_volumes_server::NodeVolumesServer;
 use tokio_stream::wrappers::UnixListenerStream;
 
 use super::ServeError;
 use crate::agent::{Agent, AgentSpec};
-use crate::api::BerthApi;
+use crate::api::{BerthApi, NodeVolumesApi};
 use crate::cluster::Directory;
 use crate::cluster::pki::{ClusterCa, ClusterTls};
 use crate::cluster::service::{ClusterService, link_in_process};
@@ -70,15 +71,19 @@ pub(crate) async fn start_node_agents(
     Ok(())
 }
 
-/// Serves the cluster endpoint agents dial, until the process ends.
+/// Serves the cluster endpoint agents dial, until the process ends: their
+/// sessions, and the volume calls their nodes' Docker plugins make.
 pub(super) fn serve_cluster(
     directory: Arc<Directory>,
+    api: Arc<BerthApi>,
     listener: tokio::net::UnixListener,
 ) -> tokio::task::JoinHandle<()> {
     tokio::spawn(async move {
+        let volumes = NodeVolumesApi::new(api, directory.clone(), false);
         let served = tonic::transport::Server::builder()
             .http2_keepalive_interval(Some(Duration::from_secs(10)))
             .add_service(ClusterServer::new(ClusterService::new(directory, None)))
+            .add_service(NodeVolumesServer::new(volumes))
             .serve_with_incoming(UnixListenerStream::new(listener))
             .await;
         if let Err(e) = served {
@@ -154,21 +159,18 @@ fn tls_config(ca: &ClusterCa, names: &[String]) -> Result<rustls::ServerConfig, 
     Ok(config)
 }
 
-/// The Berth API as the leader offers it to followers on its TLS endpoint.
-pub(super) struct Forwarded {
-    pub api: Arc<BerthApi>,
-}
-
 /// Serves the TLS endpoint: agents join with a token, then attach with the
-/// certificate they got; a client certificate is checked against the
-/// cluster CA during the handshake. With `forwarded`, followers' API calls
-/// are answered here too.
+/// certificate they got, and their nodes' Docker plugins make volume calls
+/// bounded to their node; a client certificate is checked against the
+/// cluster CA during the handshake. With `forward` (several servers),
+/// followers' API calls are answered here too.
 pub(super) fn serve_cluster_tls(
     directory: Arc<Directory>,
     tls: Arc<ClusterTls>,
     listener: tokio::net::TcpListener,
     names: Vec<String>,
-    forwarded: Option<Forwarded>,
+    api: Arc<BerthApi>,
+    forward: bool,
 ) -> tokio::task::JoinHandle<()> {
     tokio::spawn(async move {
         let config = match tls_config(&tls.ca, &names) {
@@ -182,8 +184,9 @@ pub(super) fn serve_cluster_tls(
             TLS_HANDSHAKE,
             "cluster",
         );
-        let forwarded = forwarded.map(|f| {
-            tonic::service::interceptor::InterceptedService::new(BerthServer::from_arc(f.api), only_servers())
+        let volumes = NodeVolumesApi::new(api.clone(), directory.clone(), true);
+        let forwarded = forward.then(|| {
+            tonic::service::interceptor::InterceptedService::new(BerthServer::from_arc(api), only_servers())
         });
         // A peer that stops answering pings is dropped within 30 s.
         let served = tonic::transport::Server::builder()
@@ -191,6 +194,7 @@ pub(super) fn serve_cluster_tls(
             .http2_keepalive_timeout(Some(Duration::from_secs(20)))
             .max_concurrent_streams(Some(256))
             .add_service(ClusterServer::new(ClusterService::new(directory, Some(tls))))
+            .add_service(NodeVolumesServer::new(volumes))
             .add_optional_service(forwarded)
             .serve_with_incoming(incoming)
             .await;

@@ -247,7 +247,7 @@ fn docker_plugin(
     config: &Config,
     d: &crate::config::docker::DockerConfig,
 ) -> Result<(tokio::task::JoinHandle<()>, PathBuf), ServeError> {
-    use crate::agent::docker::{DockerPlugin, DockerSettings, bind, serve};
+    use crate::agent::docker::{ApiVolumes, DockerPlugin, DockerSettings, bind, serve};
     let listener = bind(&d.socket, d.socket_mode)?;
     let settings = DockerSettings {
         node: d.node.clone(),
@@ -256,9 +256,10 @@ fn docker_plugin(
         wait: d.wait,
         holders: config.state.with_file_name("docker-holders.json"),
     };
-    let plugin = DockerPlugin::new(crate::csi::unix_channel(config.api.path()), settings).map_err(
-        ServeError::io("reading which containers hold which volume (docker-holders.json)"),
-    )?;
+    let api = ApiVolumes::new(crate::csi::unix_channel(config.api.path()));
+    let plugin = DockerPlugin::new(Box::new(api), settings).map_err(ServeError::io(
+        "reading which containers hold which volume (docker-holders.json)",
+    ))?;
     tracing::info!(socket = %d.socket.display(), node = %d.node, create_volumes = d.create_volumes, "serving Docker's volume plugin protocol");
     Ok((serve(listener, Arc::new(plugin)), d.socket.clone()))
 }

@@ -9,7 +9,7 @@ use std::time::Duration;
 use berth_proto::berth::v1::berth_server::BerthServer;
 use tokio_stream::wrappers::UnixListenerStream;
 
-use super::endpoints::{Forwarded, bind_tls, serve_cluster, serve_cluster_tls, start_node_agents};
+use super::endpoints::{bind_tls, serve_cluster, serve_cluster_tls, start_node_agents};
 use super::{Reloader, ServeError};
 use crate::api::{self, BerthApi};
 use crate::cluster::Directory;
@@ -288,12 +288,12 @@ pub(super) async fn lead(
         tracing::info!(cluster_address = %tls.address, ca = %tls.ca.fingerprint(), "listening for agents over TLS");
         let names = manager.config().cluster_names.clone();
         // Followers pass API calls on here, with their own server certificates.
-        let forwarded = election.as_ref().map(|_| Forwarded { api: api.clone() });
-        serve_cluster_tls(directory.clone(), tls.clone(), listener, names, forwarded)
+        let forward = election.is_some();
+        serve_cluster_tls(directory.clone(), tls.clone(), listener, names, api.clone(), forward)
     });
     let _cluster = cluster.map(|(path, listener)| {
         tracing::info!(cluster = %path.display(), "listening for agents");
-        serve_cluster(directory.clone(), listener)
+        serve_cluster(directory.clone(), api.clone(), listener)
     });
     tracing::info!(
         api = %api_path.display(),
