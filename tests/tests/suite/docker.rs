@@ -72,6 +72,44 @@ fn run(d: &Dockerd, volume: &str, script: &str) -> String {
     ])
 }
 
+/// A container holding `volume` that runs `first` and then appends to
+/// /data/log five times a second; its id, once it has written.
+fn writer(d: &Dockerd, volume: &str, first: &str) -> String {
+    let script = format!("{first}while true; do date >> /data/log; sleep 0.2; done");
+    let mount = format!("{volume}:/data");
+    let holder = d.ok(&[
+        "run",
+        "-d",
+        "--network",
+        "none",
+        "-v",
+        &mount,
+        IMAGE,
+        "sh",
+        "-c",
+        &script,
+    ]);
+    let holder = holder.trim().to_string();
+    wait_for(
+        "the container to write",
+        Duration::from_secs(20),
+        || {
+            let out = d.docker(&["exec", &holder, "cat", "/data/log"]);
+            out.status.success() && !out.stdout.is_empty()
+        },
+        || d.log(),
+    );
+    holder
+}
+
+/// The container still writes to its volume.
+fn assert_still_writes(d: &Dockerd, holder: &str) {
+    let lines = || d.ok(&["exec", holder, "cat", "/data/log"]).lines().count();
+    let before = lines();
+    std::thread::sleep(Duration::from_secs(1));
+    assert!(lines() > before, "the container stopped writing");
+}
+
 #[test]
 fn docker_volumes_keep_their_data_between_containers_and_go_when_removed() {
     let (c, d, socket) = cluster();
@@ -145,35 +183,11 @@ fn a_crash_of_berth_under_a_running_container_unpublishes_nothing() {
     let (mut c, d, socket) = cluster();
     let driver = socket.name.clone();
     d.ok(&["volume", "create", "-d", &driver, "held"]);
-    let holder = d.ok(&[
-        "run",
-        "-d",
-        "--network",
-        "none",
-        "-v",
-        "held:/data",
-        IMAGE,
-        "sh",
-        "-c",
-        "while true; do date >> /data/log; sleep 0.2; done",
-    ]);
-    let holder = holder.trim().to_string();
-    wait_for(
-        "the container to write",
-        Duration::from_secs(20),
-        || {
-            let out = d.docker(&["exec", &holder, "cat", "/data/log"]);
-            out.status.success() && !out.stdout.is_empty()
-        },
-        || d.log(),
-    );
+    let holder = writer(&d, "held", "");
     c.kill_serve();
     c.start_serve();
     // The container kept writing; Berth still has it published here.
-    let lines = |d: &Dockerd| d.ok(&["exec", &holder, "cat", "/data/log"]).lines().count();
-    let before = lines(&d);
-    std::thread::sleep(Duration::from_secs(1));
-    assert!(lines(&d) > before, "the container stopped writing");
+    assert_still_writes(&d, &holder);
     assert!(published_here(&c, "held"));
     // Its Unmount, after the restart, still finds it.
     d.ok(&["rm", "-f", &holder]);
@@ -286,36 +300,12 @@ fn an_agents_docker_uses_volumes_through_the_leader_bounded_to_its_node() {
     assert!(published_on(&c, "shared").is_empty());
 
     // A container on node-a holds it through a kill -9 of node-a's agent.
-    let holder = d.ok(&[
-        "run",
-        "-d",
-        "--network",
-        "none",
-        "-v",
-        "shared:/data",
-        IMAGE,
-        "sh",
-        "-c",
-        "cat /data/note > /data/seen; while true; do date >> /data/log; sleep 0.2; done",
-    ]);
-    let holder = holder.trim().to_string();
-    wait_for(
-        "the container to write",
-        Duration::from_secs(20),
-        || {
-            let out = d.docker(&["exec", &holder, "cat", "/data/log"]);
-            out.status.success() && !out.stdout.is_empty()
-        },
-        || d.log(),
-    );
+    let holder = writer(&d, "shared", "cat /data/note > /data/seen; ");
     assert_eq!(d.ok(&["exec", &holder, "cat", "/data/seen"]), "from node-b");
     c.agent("node-a").kill();
     c.agent("node-a").start();
     c.wait_nodes(&["node-a"], "ready", Duration::from_secs(30));
-    let lines = |d: &Dockerd| d.ok(&["exec", &holder, "cat", "/data/log"]).lines().count();
-    let before = lines(&d);
-    std::thread::sleep(Duration::from_secs(1));
-    assert!(lines(&d) > before, "the container stopped writing");
+    assert_still_writes(&d, &holder);
     assert_eq!(
         published_on(&c, "shared"),
         ["node-a"],

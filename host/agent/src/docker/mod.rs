@@ -51,16 +51,18 @@ pub struct DockerPlugin {
     busy: Mutex<HashMap<String, Arc<tokio::sync::Mutex<()>>>>,
 }
 
+/// A volume's last `n` events, a line each.
+fn last_events(v: &api::Volume, n: usize) -> Vec<String> {
+    let from = v.events.len().saturating_sub(n);
+    v.events[from..]
+        .iter()
+        .map(|e| format!("{} {}: {}", e.step, e.code, e.message))
+        .collect()
+}
+
 /// The last events of a volume, for an error Docker shows.
 fn story(v: &api::Volume) -> String {
-    let mut lines: Vec<String> = v
-        .events
-        .iter()
-        .rev()
-        .take(3)
-        .rev()
-        .map(|e| format!("{} {}: {}", e.step, e.code, e.message))
-        .collect();
+    let mut lines = last_events(v, 3);
     if !v.failure.is_empty() {
         lines.push(format!("failed: {}", v.failure));
     }
@@ -307,14 +309,7 @@ impl DockerPlugin {
             mountpoint: self.published_here(v).unwrap_or_default().to_string(),
             status: status.then(|| {
                 let nodes: Vec<&str> = v.publications.iter().map(|p| p.node.as_str()).collect();
-                let events: Vec<String> = v
-                    .events
-                    .iter()
-                    .rev()
-                    .take(5)
-                    .rev()
-                    .map(|e| format!("{} {}: {}", e.step, e.code, e.message))
-                    .collect();
+                let events = last_events(v, 5);
                 serde_json::json!({
                     "state": v.state,
                     "plugin": spec.plugin,
