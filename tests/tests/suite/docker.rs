@@ -56,40 +56,27 @@ fn wait_unpublished(c: &Cluster, name: &str) {
     );
 }
 
+/// `docker run` of `command` with the volume at /data: `--rm` and its
+/// output, or detached (`-d`) and its id.
+fn container(d: &Dockerd, detach: bool, volume: &str, command: &[&str]) -> String {
+    let mount = format!("{volume}:/data");
+    let mut args = vec!["run", if detach { "-d" } else { "--rm" }];
+    args.extend(["--network", "none", "-v", &mount, IMAGE]);
+    args.extend(command);
+    let out = d.ok(&args);
+    if detach { out.trim().to_string() } else { out }
+}
+
 /// `sh -c SCRIPT` in a container with the volume at /data.
 fn run(d: &Dockerd, volume: &str, script: &str) -> String {
-    d.ok(&[
-        "run",
-        "--rm",
-        "--network",
-        "none",
-        "-v",
-        &format!("{volume}:/data"),
-        IMAGE,
-        "sh",
-        "-c",
-        script,
-    ])
+    container(d, false, volume, &["sh", "-c", script])
 }
 
 /// A container holding `volume` that runs `first` and then appends to
 /// /data/log five times a second; its id, once it has written.
 fn writer(d: &Dockerd, volume: &str, first: &str) -> String {
     let script = format!("{first}while true; do date >> /data/log; sleep 0.2; done");
-    let mount = format!("{volume}:/data");
-    let holder = d.ok(&[
-        "run",
-        "-d",
-        "--network",
-        "none",
-        "-v",
-        &mount,
-        IMAGE,
-        "sh",
-        "-c",
-        &script,
-    ]);
-    let holder = holder.trim().to_string();
+    let holder = container(d, true, volume, &["sh", "-c", &script]);
     wait_for(
         "the container to write",
         Duration::from_secs(20),
@@ -154,23 +141,12 @@ fn docker_volumes_keep_their_data_between_containers_and_go_when_removed() {
     assert_eq!(run(&d, "data", "cat /data/note").trim(), "kept");
 
     // Two containers on one volume: unpublished only when both are gone.
-    let holder = d.ok(&[
-        "run",
-        "-d",
-        "--network",
-        "none",
-        "-v",
-        "data:/data",
-        IMAGE,
-        "sleep",
-        "600",
-    ]);
-    let holder = holder.trim();
+    let holder = container(&d, true, "data", &["sleep", "600"]);
     assert_eq!(run(&d, "data", "cat /data/note").trim(), "kept");
     assert!(published_here(&c, "data"), "still held by the first container");
     let out = d.docker(&["volume", "rm", "data"]);
     assert!(!out.status.success(), "removed while in use");
-    d.ok(&["rm", "-f", holder]);
+    d.ok(&["rm", "-f", &holder]);
     wait_unpublished(&c, "data");
 
     d.ok(&["volume", "rm", "data"]);
