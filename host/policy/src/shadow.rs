@@ -86,19 +86,23 @@ impl Budget {
 
 async fn work(engine: Arc<PolicyEngine>, mut rx: mpsc::Receiver<(Arc<PolicyModule>, Logged)>, s: Arc<State>) {
     let mut budget = engine.options().shadow_share.map(Budget::new);
+    // Everything the worker does is held to the budget, not only the module's run.
+    let mut cpu = thread_cpu();
     while let Some((module, live)) = rx.recv().await {
+        if let Some(b) = budget.as_mut() {
+            let now = thread_cpu();
+            b.spend(now.saturating_sub(cpu));
+            cpu = now;
+        }
         if let Some(pause) = budget.as_mut().and_then(Budget::wait) {
             // Over budget: the queue fills meanwhile, and what overflows is dropped.
             tokio::time::sleep(pause).await;
         }
         let decision = live.input.decision();
         let input = live.input.clone().with_settings(module.settings());
-        let cpu = thread_cpu();
+        let started = thread_cpu();
         let answer = crate::replay::try_ask(&engine, &module, &input).await;
-        let spent = thread_cpu().saturating_sub(cpu);
-        if let Some(b) = budget.as_mut() {
-            b.spend(spent);
-        }
+        let spent = thread_cpu().saturating_sub(started);
         let (outcome, difference, answer) = match answer {
             // Past its deadline having had less CPU than the deadline: the
             // module was not slow, the worker was kept waiting by live work.
@@ -179,12 +183,16 @@ struct State {
 
 impl State {
     fn counts(&self, decision: Decision, module: &PolicyModule) -> Arc<Counts> {
-        let key = (decision, module.name().to_string(), module.digest().to_string());
         let mut all = self.counts.lock().unwrap_or_else(|p| p.into_inner());
-        if let Some((_, c)) = all.iter().find(|(k, _)| *k == key) {
+        // Found without building a key: most decisions offered are counted here.
+        let same = |(d, name, digest): &ShadowKey| {
+            *d == decision && name == module.name() && digest == module.digest()
+        };
+        if let Some((_, c)) = all.iter().find(|(k, _)| same(k)) {
             return c.clone();
         }
         let c = Arc::new(Counts::default());
+        let key = (decision, module.name().to_string(), module.digest().to_string());
         all.push((key, c.clone()));
         c
     }
@@ -227,6 +235,12 @@ impl Shadows {
     /// Queues `live` for `module`, never waiting.
     pub fn offer(&self, module: Arc<PolicyModule>, live: &Logged) {
         let decision = live.input.decision();
+        // A full queue is the usual case under load (the worker keeps to its
+        // budget): dropped without copying the decision first.
+        if self.tx.capacity() == 0 {
+            self.state.count(decision, &module, ShadowOutcome::Dropped);
+            return;
+        }
         if let Err(
             mpsc::error::TrySendError::Full((module, _)) | mpsc::error::TrySendError::Closed((module, _)),
         ) = self.tx.try_send((module, live.clone()))
