@@ -55,27 +55,46 @@ struct Cipher {
     nonce: Vec<u8>,
 }
 
+/// Why a sealed key could not be opened or made.
+#[derive(Debug, thiserror::Error)]
+pub enum SealError {
+    #[error("not a sealed key: {0}")]
+    NotSealed(#[from] serde_json::Error),
+    #[error("sealed with {kdf} and {cipher}; Berth reads {KDF} and {CIPHER}")]
+    Algorithms { kdf: String, cipher: String },
+    #[error(
+        "scrypt parameters N={n} r={r} p={p} are out of bounds (N a power of two up to 2^{MAX_LOG_N}, r up to {MAX_R}, p up to {MAX_P})"
+    )]
+    Bounds { n: u64, r: u32, p: u32 },
+    #[error("the nonce is not 24 bytes")]
+    Nonce,
+    #[error("scrypt: {0}")]
+    Scrypt(String),
+    #[error("wrong password, or the key file is damaged")]
+    Opening,
+    #[error("no randomness from the system")]
+    Randomness,
+    #[error("sealing failed")]
+    Sealing,
+}
+
 /// The PKCS#8 DER inside a sealed key's JSON (the PEM block's content).
-pub fn open(json: &[u8], password: &[u8]) -> Result<Vec<u8>, String> {
-    let sealed: Sealed = serde_json::from_slice(json).map_err(|e| format!("not a sealed key: {e}"))?;
+pub fn open(json: &[u8], password: &[u8]) -> Result<Vec<u8>, SealError> {
+    let sealed: Sealed = serde_json::from_slice(json)?;
     if sealed.kdf.name != KDF || sealed.cipher.name != CIPHER {
-        return Err(format!(
-            "sealed with {} and {}; Berth reads {KDF} and {CIPHER}",
-            sealed.kdf.name, sealed.cipher.name
-        ));
+        return Err(SealError::Algorithms {
+            kdf: sealed.kdf.name,
+            cipher: sealed.cipher.name,
+        });
     }
     let Params { n, r, p } = sealed.kdf.params;
     let log_n = (n.is_power_of_two() && n > 1).then(|| n.trailing_zeros() as u8);
     let log_n = match log_n {
         Some(log_n) if log_n <= MAX_LOG_N && (1..=MAX_R).contains(&r) && (1..=MAX_P).contains(&p) => log_n,
-        _ => {
-            return Err(format!(
-                "scrypt parameters N={n} r={r} p={p} are out of bounds (N a power of two up to 2^{MAX_LOG_N}, r up to {MAX_R}, p up to {MAX_P})"
-            ));
-        }
+        _ => return Err(SealError::Bounds { n, r, p }),
     };
     if sealed.cipher.nonce.len() != 24 {
-        return Err("the nonce is not 24 bytes".into());
+        return Err(SealError::Nonce);
     }
     let key = derive(password, &sealed.kdf.salt, log_n, r, p)?;
     XSalsa20Poly1305::new(&key)
@@ -83,20 +102,20 @@ pub fn open(json: &[u8], password: &[u8]) -> Result<Vec<u8>, String> {
             Nonce::from_slice(&sealed.cipher.nonce),
             sealed.ciphertext.as_slice(),
         )
-        .map_err(|_| "wrong password, or the key file is damaged".to_string())
+        .map_err(|_| SealError::Opening)
 }
 
 /// `pkcs8` sealed under `password`, as the JSON a PEM block with [`LABEL`] holds.
-pub fn seal(pkcs8: &[u8], password: &[u8]) -> Result<Vec<u8>, String> {
+pub fn seal(pkcs8: &[u8], password: &[u8]) -> Result<Vec<u8>, SealError> {
     let rng = SystemRandom::new();
     let (mut salt, mut nonce) = (vec![0u8; 32], vec![0u8; 24]);
     rng.fill(&mut salt)
         .and_then(|()| rng.fill(&mut nonce))
-        .map_err(|_| "no randomness from the system".to_string())?;
+        .map_err(|_| SealError::Randomness)?;
     let key = derive(password, &salt, LOG_N, R, P)?;
     let ciphertext = XSalsa20Poly1305::new(&key)
         .encrypt(Nonce::from_slice(&nonce), pkcs8)
-        .map_err(|_| "sealing failed".to_string())?;
+        .map_err(|_| SealError::Sealing)?;
     let sealed = Sealed {
         kdf: Kdf {
             name: KDF.into(),
@@ -113,13 +132,14 @@ pub fn seal(pkcs8: &[u8], password: &[u8]) -> Result<Vec<u8>, String> {
         },
         ciphertext,
     };
-    serde_json::to_vec(&sealed).map_err(|e| e.to_string())
+    Ok(serde_json::to_vec(&sealed)?)
 }
 
-fn derive(password: &[u8], salt: &[u8], log_n: u8, r: u32, p: u32) -> Result<Key, String> {
-    let params = scrypt::Params::new(log_n, r, p, 32).map_err(|e| format!("scrypt parameters: {e}"))?;
+fn derive(password: &[u8], salt: &[u8], log_n: u8, r: u32, p: u32) -> Result<Key, SealError> {
+    let params =
+        scrypt::Params::new(log_n, r, p, 32).map_err(|e| SealError::Scrypt(format!("parameters: {e}")))?;
     let mut key = Key::default();
-    scrypt::scrypt(password, salt, &params, &mut key).map_err(|e| format!("scrypt: {e}"))?;
+    scrypt::scrypt(password, salt, &params, &mut key).map_err(|e| SealError::Scrypt(e.to_string()))?;
     Ok(key)
 }
 
@@ -173,7 +193,7 @@ mod tests {
     fn a_sealed_key_opens_with_its_password_only() {
         let sealed = seal(b"pkcs8 bytes", b"hunter2").unwrap();
         assert_eq!(open(&sealed, b"hunter2").unwrap(), b"pkcs8 bytes");
-        assert!(open(&sealed, b"hunter3").unwrap_err().contains("wrong password"));
+        assert!(matches!(open(&sealed, b"hunter3"), Err(SealError::Opening)));
         let json: serde_json::Value = serde_json::from_slice(&sealed).unwrap();
         assert_eq!(json["kdf"]["params"]["N"], 32768);
         assert_eq!(json["cipher"]["name"], "nacl/secretbox");
@@ -184,16 +204,14 @@ mod tests {
         let mut json: serde_json::Value = serde_json::from_slice(&seal(b"k", b"").unwrap()).unwrap();
         json["kdf"]["params"]["N"] = (1u64 << 24).into();
         let err = open(json.to_string().as_bytes(), b"").unwrap_err();
-        assert!(err.contains("out of bounds"), "{err}");
+        assert!(matches!(err, SealError::Bounds { .. }), "{err}");
+        assert!(err.to_string().contains("out of bounds"), "{err}");
         json["kdf"]["params"]["N"] = 1000.into();
         assert!(open(json.to_string().as_bytes(), b"").is_err());
         json["kdf"]["params"]["N"] = 32768.into();
         json["kdf"]["name"] = "argon2".into();
-        assert!(
-            open(json.to_string().as_bytes(), b"")
-                .unwrap_err()
-                .contains("argon2")
-        );
+        let err = open(json.to_string().as_bytes(), b"").unwrap_err();
+        assert!(err.to_string().contains("argon2"), "{err}");
     }
 
     #[test]

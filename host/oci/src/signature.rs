@@ -133,7 +133,7 @@ impl SigningKey {
             .map_err(|_| failed("key generation failed".into()))?;
         let pair = EcdsaKeyPair::from_pkcs8(&ECDSA_P256_SHA256_ASN1_SIGNING, pkcs8.as_ref(), &rng)
             .map_err(|e| failed(e.to_string()))?;
-        let sealed = crate::sealed_key::seal(pkcs8.as_ref(), password).map_err(failed)?;
+        let sealed = crate::sealed_key::seal(pkcs8.as_ref(), password).map_err(|e| failed(e.to_string()))?;
         Ok((
             crate::sealed_key::pem(crate::sealed_key::LABEL, &sealed),
             crate::sealed_key::pem("PUBLIC KEY", &p256_spki(pair.public_key().as_ref())),
