@@ -385,3 +385,50 @@ fn a_node_publishes_only_to_itself_and_creates_only_where_the_server_allows() {
         );
     }
 }
+
+/// An agent's Docker plugin through a failover of the servers on etcd: a
+/// Mount asked while the leader is dead waits for the agent's next session
+/// (with the new leader) and is answered there.
+#[test]
+fn an_agents_docker_plugin_follows_the_leader_through_a_failover() {
+    use berth_tests::EtcdCluster;
+    let etcd = EtcdCluster::start(3);
+    let socket = PluginSocket::new();
+    let table = docker_table(&socket);
+    let mut c = Cluster::start(ClusterSpec {
+        guests: false,
+        nodes: vec![("node-a", "a")],
+        agents: true,
+        tls: true,
+        servers: 2,
+        store: Some(format!(
+            "{}lease_ttl = \"2s\"\n",
+            etcd.store_config("/berth-docker")
+        )),
+        extra: "docker_create_from = [\"*\"]\n",
+        agent_tables: vec![("node-a", &table)],
+        ..ClusterSpec::default()
+    });
+    wait_for(
+        "the agent's Docker plugin socket",
+        Duration::from_secs(10),
+        || socket.path.exists(),
+        || c.agents[0].log_text(),
+    );
+    let created = socket.post("/VolumeDriver.Create", r#"{"Name":"ha","Opts":{"size":"1MiB"}}"#);
+    assert_eq!(created["Err"], "", "{created}");
+    let leader = c.wait_leader(&[0, 1], Duration::from_secs(30));
+    c.kill_server(leader);
+    let mounted = socket.post("/VolumeDriver.Mount", r#"{"Name":"ha","ID":"m-1"}"#);
+    assert_eq!(mounted["Err"], "", "{mounted}\n{}", c.agents[0].log_text());
+    let path = mounted["Mountpoint"].as_str().unwrap();
+    assert!(std::path::Path::new(path).is_dir(), "{path}");
+    let survivor = 1 - leader;
+    let v: Value = serde_json::from_str(&c.ok_via(survivor, &["volume", "get", "ha", "-o", "json"])).unwrap();
+    assert_eq!(v["publications"][0]["node"], "node-a", "{v:#}");
+    let unmounted = socket.post("/VolumeDriver.Unmount", r#"{"Name":"ha","ID":"m-1"}"#);
+    assert_eq!(unmounted["Err"], "", "{unmounted}");
+    let removed = socket.post("/VolumeDriver.Remove", r#"{"Name":"ha"}"#);
+    assert_eq!(removed["Err"], "", "{removed}");
+    assert_eq!(c.plugin_volumes(), 0);
+}
