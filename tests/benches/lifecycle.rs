@@ -55,6 +55,19 @@ type PhaseOf = fn(&Run) -> &Phase;
 struct Timing {
     started: Instant,
     cpu: CpuMeter,
+    /// With `BERTH_BENCH_THREADS=1`: Berth's threads' CPU at the start, by name.
+    threads: Option<(Vec<u32>, std::collections::BTreeMap<String, Duration>)>,
+}
+
+/// CPU time by thread name over all of `pids`.
+fn threads_of(pids: &[u32]) -> std::collections::BTreeMap<String, Duration> {
+    let mut all = std::collections::BTreeMap::new();
+    for &pid in pids {
+        for (name, t) in berth_tests::cpu::by_thread(pid) {
+            *all.entry(name).or_default() += t;
+        }
+    }
+    all
 }
 
 impl Timing {
@@ -67,11 +80,24 @@ impl Timing {
                 ("plugins", plugins.to_vec()),
                 ("driver", vec![std::process::id()]),
             ]),
+            threads: std::env::var_os("BERTH_BENCH_THREADS").map(|_| (berth.to_vec(), threads_of(berth))),
             started: Instant::now(),
         }
     }
 
     fn end(self) -> Phase {
+        if let Some((pids, then)) = &self.threads {
+            let spent: Vec<String> = threads_of(pids)
+                .into_iter()
+                .map(|(name, now)| {
+                    let ms = now
+                        .saturating_sub(then.get(&name).copied().unwrap_or_default())
+                        .as_millis();
+                    format!("{name} {ms} ms")
+                })
+                .collect();
+            eprintln!("Berth's threads over the phase: {}", spent.join(", "));
+        }
         Phase {
             took: self.started.elapsed(),
             cpu: self.cpu.since(),
@@ -297,6 +323,10 @@ fn run(n: usize, setup: &Setup, volumes_dir: Option<&Path>) -> Run {
         let mut client = BerthClient::new(berth::csi::unix_channel(&c.api));
         let nodes = setup.nodes;
         let (berth, plugins) = c.pids();
+        // The API socket takes connections from the start, but answers once
+        // the policy modules are compiled: timing starts after a first answer,
+        // so no module's compile is counted as the volumes' work.
+        summary(&mut client).await.expect("a first answer from Berth");
         let timing = Timing::start(&berth, &plugins);
         each(n, |i| {
             let mut cl = client.clone();

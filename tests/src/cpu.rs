@@ -5,7 +5,12 @@ use std::time::Duration;
 
 /// User plus system time a process has used so far; zero once it is gone.
 pub fn used(pid: u32) -> Duration {
-    let Ok(stat) = std::fs::read_to_string(format!("/proc/{pid}/stat")) else {
+    ticks_in(&format!("/proc/{pid}/stat"))
+}
+
+/// User plus system time in a `stat` file of `/proc`; zero when unreadable.
+fn ticks_in(path: &str) -> Duration {
+    let Ok(stat) = std::fs::read_to_string(path) else {
         return Duration::ZERO;
     };
     // The command name may hold spaces: fields are counted after its ')'.
@@ -21,6 +26,27 @@ pub fn used(pid: u32) -> Duration {
     // SAFETY: sysconf only reads a constant of the running system.
     let per_second = unsafe { libc::sysconf(libc::_SC_CLK_TCK) }.max(1) as u64;
     Duration::from_nanos(ticks * 1_000_000_000 / per_second)
+}
+
+/// CPU time each of a process's threads has used so far, summed by thread
+/// name (tokio's workers share one).
+pub fn by_thread(pid: u32) -> std::collections::BTreeMap<String, Duration> {
+    let mut threads = std::collections::BTreeMap::new();
+    let Ok(tasks) = std::fs::read_dir(format!("/proc/{pid}/task")) else {
+        return threads;
+    };
+    for task in tasks.flatten() {
+        let name = std::fs::read_to_string(task.path().join("comm")).unwrap_or_default();
+        let Some(tid) = task.file_name().to_str().and_then(|t| t.parse().ok()) else {
+            continue;
+        };
+        *threads.entry(name.trim().to_string()).or_default() += used_by_task(pid, tid);
+    }
+    threads
+}
+
+fn used_by_task(pid: u32, tid: u32) -> Duration {
+    ticks_in(&format!("/proc/{pid}/task/{tid}/stat"))
 }
 
 /// The CPU time of groups of processes, read at a start and compared later.

@@ -17,7 +17,7 @@
 //! metrics = "127.0.0.1:9464"            # /metrics, /healthz, /readyz over HTTP; off by default
 //! events_per_volume = 10                # each volume keeps its latest events (0: none)
 //! decision_log = 1000                   # policy decisions kept per kind, in the store (0: none)
-//! shadow_every_decision = false         # shadow modules within 5 % of a core, dropping the rest (counted)
+//! shadow_every_decision = false         # shadows in idle time, within 5 % of a core, dropping the rest (counted)
 //! docker_create_from = ["node-b"]       # agents' nodes whose Docker may create and remove volumes ("*": all)
 //!
 //! [store]                               # default: the embedded store in `state`

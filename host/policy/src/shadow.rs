@@ -84,8 +84,66 @@ impl Budget {
     }
 }
 
+/// How much of the machine was idle lately, from `/proc/stat`: a shadow
+/// decision starts only in the time live work leaves (all processes', the
+/// plugins' included). Deciding when to start, not preempting a decision
+/// under way, keeps clear of what a low-priority thread did (held the
+/// instance pool's locks while preempted).
+struct IdleGate {
+    last: Option<(u64, u64)>,
+    at: std::time::Instant,
+    idle_cores: f64,
+    cores: f64,
+}
+
+/// A quarter of a core idle: enough that a shadow decision takes nothing
+/// live work was about to use.
+const IDLE_NEEDED: f64 = 0.25;
+const IDLE_SAMPLE: std::time::Duration = std::time::Duration::from_millis(100);
+
+impl IdleGate {
+    fn new() -> IdleGate {
+        IdleGate {
+            last: machine_times(),
+            at: std::time::Instant::now(),
+            idle_cores: f64::MAX,
+            cores: std::thread::available_parallelism().map_or(1.0, |n| n.get() as f64),
+        }
+    }
+
+    /// Whether the machine has been idle enough over the last sample.
+    fn open(&mut self) -> bool {
+        if self.at.elapsed() >= IDLE_SAMPLE {
+            let now = machine_times();
+            if let (Some(then), Some(now)) = (self.last, now) {
+                self.idle_cores = idle_cores(then, now, self.cores);
+            }
+            self.last = now;
+            self.at = std::time::Instant::now();
+        }
+        self.idle_cores >= IDLE_NEEDED
+    }
+}
+
+/// Cores' worth of idle time between two readings of (idle, total) ticks.
+fn idle_cores((idle0, total0): (u64, u64), (idle1, total1): (u64, u64), cores: f64) -> f64 {
+    let total = total1.saturating_sub(total0).max(1) as f64;
+    idle1.saturating_sub(idle0) as f64 / total * cores
+}
+
+/// The machine's idle and total CPU time (clock ticks), when `/proc/stat` says.
+fn machine_times() -> Option<(u64, u64)> {
+    let stat = std::fs::read_to_string("/proc/stat").ok()?;
+    let line = stat.lines().next()?.strip_prefix("cpu ")?;
+    let ticks: Vec<u64> = line.split_whitespace().filter_map(|t| t.parse().ok()).collect();
+    // user nice system idle iowait irq softirq steal: idle and iowait are free time.
+    let idle = ticks.get(3)? + ticks.get(4).copied().unwrap_or(0);
+    Some((idle, ticks.iter().take(8).sum()))
+}
+
 async fn work(engine: Arc<PolicyEngine>, mut rx: mpsc::Receiver<(Arc<PolicyModule>, Logged)>, s: Arc<State>) {
     let mut budget = engine.options().shadow_share.map(Budget::new);
+    let mut gate = budget.as_ref().map(|_| IdleGate::new());
     // Everything the worker does is held to the budget, not only the module's run.
     let mut cpu = thread_cpu();
     while let Some((module, live)) = rx.recv().await {
@@ -97,6 +155,13 @@ async fn work(engine: Arc<PolicyEngine>, mut rx: mpsc::Receiver<(Arc<PolicyModul
         if let Some(pause) = budget.as_mut().and_then(Budget::wait) {
             // Over budget: the queue fills meanwhile, and what overflows is dropped.
             tokio::time::sleep(pause).await;
+        }
+        if let Some(g) = gate.as_mut() {
+            while !g.open() {
+                // No idle time: live work has the machine.
+                let next = IDLE_SAMPLE.saturating_sub(g.at.elapsed());
+                tokio::time::sleep(next.max(std::time::Duration::from_millis(10))).await;
+            }
         }
         let decision = live.input.decision();
         let input = live.input.clone().with_settings(module.settings());
@@ -205,10 +270,11 @@ impl State {
 
 impl Shadows {
     /// Starts the worker, on a thread of its own: within the engine's
-    /// `shadow_share` of one core's time (a priority below live work's was
-    /// tried, and cost more: an idle thread preempted while holding the
-    /// instance pool's locks stalls the live decisions waiting on them).
-    /// What a busy queue cannot take is dropped and counted.
+    /// `shadow_share` of one core's time, and only while the machine has
+    /// idle time (a priority below live work's was tried, and cost more: an
+    /// idle thread preempted while holding the instance pool's locks stalls
+    /// the live decisions waiting on them). What a busy queue cannot take
+    /// is dropped and counted.
     pub fn start(engine: Arc<PolicyEngine>) -> Shadows {
         let (tx, rx) = mpsc::channel::<(Arc<PolicyModule>, Logged)>(QUEUE);
         let state = Arc::new(State::default());
@@ -283,6 +349,19 @@ impl Shadows {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn the_gate_opens_on_a_quarter_of_a_core_idle() {
+        // Half the ticks idle on two cores: a core's worth.
+        assert_eq!(idle_cores((100, 1000), (150, 1100), 2.0), 1.0);
+        // A tenth idle on two cores: a fifth of a core, not enough.
+        let busy = idle_cores((100, 1000), (110, 1100), 2.0);
+        assert!(busy < IDLE_NEEDED, "{busy}");
+        // No ticks between readings (a coarse clock): nothing idle, no division by zero.
+        assert_eq!(idle_cores((100, 1000), (100, 1000), 2.0), 0.0);
+        let (idle, total) = machine_times().expect("/proc/stat on Linux");
+        assert!(idle <= total && total > 0);
+    }
 
     #[test]
     fn the_budget_makes_the_worker_wait_once_spent() {
