@@ -9,6 +9,9 @@ use std::time::{Duration, Instant};
 
 use crate::texts;
 
+#[path = "../../xtask/src/dockerd.rs"]
+mod dockerd;
+
 /// The image every test container runs: a static busybox, `sh` included.
 pub const IMAGE: &str = "berth-test/busybox:1";
 
@@ -30,24 +33,7 @@ impl Dockerd {
             .expect("a directory for dockerd");
         let socket = dir.path().join("docker.sock");
         let log = std::fs::File::create(dir.path().join("dockerd.log")).unwrap();
-        let child = Command::new("dockerd")
-            .arg("--data-root")
-            .arg(dir.path().join("data"))
-            .arg("--exec-root")
-            .arg(dir.path().join("exec"))
-            .arg("--pidfile")
-            .arg(dir.path().join("dockerd.pid"))
-            .arg("-H")
-            .arg(format!("unix://{}", socket.display()))
-            .args([
-                "--storage-driver",
-                "vfs",
-                "--bridge",
-                "none",
-                "--iptables=false",
-                "--ip-forward=false",
-                "--ip-masq=false",
-            ])
+        let child = dockerd::command(dir.path(), &socket)
             .stdin(Stdio::null())
             .stdout(log.try_clone().unwrap())
             .stderr(log)

@@ -25,23 +25,7 @@ impl Dockerd {
     fn start(dir: &Path) -> anyhow::Result<Dockerd> {
         let socket = dir.join("docker.sock");
         let log = std::fs::File::create(dir.join("dockerd.log"))?;
-        let child = Command::new("dockerd")
-            .arg("--data-root")
-            .arg(dir.join("data"))
-            .arg("--exec-root")
-            .arg(dir.join("exec"))
-            .arg("--pidfile")
-            .arg(dir.join("dockerd.pid"))
-            .arg("-H")
-            .arg(format!("unix://{}", socket.display()))
-            .args([
-                "--storage-driver",
-                "vfs",
-                "--bridge",
-                "none",
-                "--iptables=false",
-                "--ip-masq=false",
-            ])
+        let child = crate::dockerd::command(dir, &socket)
             .stdout(log.try_clone()?)
             .stderr(log)
             .spawn()
@@ -140,23 +124,7 @@ pub fn demo_docker() -> anyhow::Result<()> {
     std::fs::create_dir_all(&dockerd_dir)?;
     println!("==> dockerd of its own (vfs, no bridge, no iptables), a busybox image");
     let docker = Dockerd::start(&dockerd_dir)?;
-    let run_with = |script: &str| -> anyhow::Result<String> {
-        docker.docker(
-            &[
-                "run",
-                "--rm",
-                "--network",
-                "none",
-                "-v",
-                "notes:/data",
-                IMAGE,
-                "sh",
-                "-c",
-                script,
-            ],
-            true,
-        )
-    };
+    let run_with = |script: &str| docker.docker(&run_args("--rm", true, &["sh", "-c", script]), true);
 
     docker.docker(
         &[
@@ -181,20 +149,7 @@ pub fn demo_docker() -> anyhow::Result<()> {
     }
 
     println!("\n==> two containers on one volume: published while either holds it");
-    let holder = docker.docker(
-        &[
-            "run",
-            "-d",
-            "--network",
-            "none",
-            "-v",
-            "notes:/data",
-            IMAGE,
-            "sleep",
-            "300",
-        ],
-        false,
-    )?;
+    let holder = docker.docker(&run_args("-d", true, &["sleep", "300"]), false)?;
     run_with("cat /data/greeting")?;
     d.berth(&["volume", "get", "notes"])?;
     docker.docker(&["rm", "-f", holder.trim()], true)?;
@@ -202,23 +157,10 @@ pub fn demo_docker() -> anyhow::Result<()> {
     println!(
         "\n==> what a volume adds to `docker run` (median of 5, publish and unpublish on the sample plugin)"
     );
-    let plain = median_ms(&docker, &["run", "--rm", "--network", "none", IMAGE, "true"], 5)?;
-    let with_volume = median_ms(
-        &docker,
-        &[
-            "run",
-            "--rm",
-            "--network",
-            "none",
-            "-v",
-            "notes:/data",
-            IMAGE,
-            "true",
-        ],
-        5,
-    )?;
+    let plain = median_ms(&docker, &run_args("--rm", false, &["true"]), 5)?;
+    let with_volume = median_ms(&docker, &run_args("--rm", true, &["true"]), 5)?;
     println!(
-        "docker run: {plain:.0} ms; with -v notes:/data: {with_volume:.0} ms (+{:.0} ms)",
+        "docker run: {plain:.0} ms; with -v notes:/data: {with_volume:.0} ms ({:+.0} ms)",
         with_volume - plain
     );
 
@@ -231,4 +173,16 @@ pub fn demo_docker() -> anyhow::Result<()> {
     drop(docker);
     let _ = std::fs::remove_file(&socket);
     Ok(())
+}
+
+/// `docker run MODE` (`--rm` or `-d`) of `command` in the busybox image,
+/// without a network, with the demo's volume at /data when `volume`.
+fn run_args<'a>(mode: &'a str, volume: bool, command: &[&'a str]) -> Vec<&'a str> {
+    let mut args = vec!["run", mode, "--network", "none"];
+    if volume {
+        args.extend(["-v", "notes:/data"]);
+    }
+    args.push(IMAGE);
+    args.extend(command);
+    args
 }

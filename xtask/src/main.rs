@@ -17,6 +17,7 @@ use anyhow::{Context, bail};
 
 mod demo;
 mod demo_docker;
+mod dockerd;
 mod python;
 mod scaffold;
 
