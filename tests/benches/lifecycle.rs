@@ -327,6 +327,7 @@ fn run(n: usize, setup: &Setup, volumes_dir: Option<&Path>) -> Run {
         // the policy modules are compiled: timing starts after a first answer,
         // so no module's compile is counted as the volumes' work.
         summary(&mut client).await.expect("a first answer from Berth");
+        let writes = setup.metrics.then(|| berth_tests::scrape::record_writes(port));
         let timing = Timing::start(&berth, &plugins);
         each(n, |i| {
             let mut cl = client.clone();
@@ -355,6 +356,7 @@ fn run(n: usize, setup: &Setup, volumes_dir: Option<&Path>) -> Run {
         })
         .await;
         let up = timing.end();
+        let writes = writes.map(|then| print_writes("create+publish", n, then, port));
         let timing = Timing::start(&berth, &plugins);
         each(n, |i| {
             let mut cl = client.clone();
@@ -370,12 +372,28 @@ fn run(n: usize, setup: &Setup, volumes_dir: Option<&Path>) -> Run {
         .await;
         wait_for(&mut client, "deleted", |s| s.volumes == 0).await;
         let down = timing.end();
+        if let Some(then) = writes {
+            print_writes("unpublish+delete", n, then, port);
+        }
         assert_eq!(c.plugin_volumes(), 0);
         Run { up, down }
     });
     scraping.store(false, std::sync::atomic::Ordering::Relaxed);
     scraper.join().expect("the scraper");
     run
+}
+
+/// Prints the durable record writes and commits per volume since `then`;
+/// the counts now.
+fn print_writes(phase: &str, volumes: usize, then: (f64, f64), port: u16) -> (f64, f64) {
+    let now = berth_tests::scrape::record_writes(port);
+    let per = |a: f64, b: f64| (a - b) / volumes as f64;
+    eprintln!(
+        "{phase}: {:.2} record writes and {:.2} commits per volume",
+        per(now.0, then.0),
+        per(now.1, then.1)
+    );
+    now
 }
 
 fn arg<'a>(args: &'a [String], name: &str) -> Option<&'a str> {

@@ -24,6 +24,21 @@ pub fn get(port: u16, path: &str) -> Result<(u16, String), String> {
     Ok((status, body))
 }
 
+/// Record writes (the store's and the in-process agents' records together)
+/// and their commits so far, from the committers' batch-size histogram.
+pub fn record_writes(port: u16) -> (f64, f64) {
+    let (_, body) = get(port, "/metrics").expect("scraping /metrics");
+    let read = |name: &str| {
+        body.lines()
+            .find_map(|l| l.strip_prefix(name).and_then(|v| v.trim().parse::<f64>().ok()))
+            .unwrap_or(0.0)
+    };
+    (
+        read("berth_store_commit_batch_size_sum "),
+        read("berth_store_commit_batch_size_count "),
+    )
+}
+
 /// `/metrics`, parsed.
 pub fn scrape(port: u16) -> Scrape {
     let (status, body) = get(port, "/metrics").expect("scraping /metrics");

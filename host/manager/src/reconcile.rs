@@ -46,11 +46,19 @@ impl VolumeManager {
         loop {
             let current = self.table.generation(id);
             if current != Some(record.generation) && current != unwritten.written {
-                // An operator changed the volume: plan from the latest record.
-                match self.sync(id, &mut unwritten).await {
-                    Ok(Some(latest)) => record = latest,
-                    Ok(None) => return,
-                    Err(e) => return self.retry_soon(&record, e),
+                // An operator changed the volume: plan from the latest record
+                // with this worker's outcomes on it, still unwritten: they go
+                // with the next write (every step that needs them durable
+                // first writes them), not in a write of their own.
+                let Some(latest) = self.table.by_id(id) else {
+                    return;
+                };
+                record = latest;
+                if !unwritten.effects.is_empty() {
+                    for effect in &unwritten.effects {
+                        effect(&mut record);
+                    }
+                    record.retrying = None;
                 }
             }
             if record.failure.is_some() {
@@ -152,7 +160,11 @@ impl VolumeManager {
 
     /// Writes what is unwritten and stops.
     async fn finish(self: &Arc<Self>, id: &str, record: &VolumeRecord, unwritten: &mut Unwritten) {
-        if let Err(e) = self.sync(id, unwritten).await {
+        // Nothing to write: the latest record is not needed (and not copied).
+        if unwritten.effects.is_empty() {
+            return;
+        }
+        if let Err(e) = self.write_unwritten(id, unwritten, |_| {}).await {
             self.retry_soon(record, e);
         }
     }

@@ -418,21 +418,6 @@ fn socket_from(from: &str, port: u16) -> std::net::TcpStream {
     })
 }
 
-/// Record writes (store and in-process agent record together) and commits
-/// so far, from the committers' histogram.
-fn writes(port: u16) -> (f64, f64) {
-    let (_, body) = get(port, "/metrics").unwrap();
-    let read = |name: &str| {
-        body.lines()
-            .find_map(|l| l.strip_prefix(name).and_then(|v| v.trim().parse::<f64>().ok()))
-            .unwrap_or(0.0)
-    };
-    (
-        read("berth_store_commit_batch_size_sum "),
-        read("berth_store_commit_batch_size_count "),
-    )
-}
-
 /// How many durable record writes a volume costs, one at a time (so no
 /// batching hides any): a node step is made durable once, by the agent that
 /// owns the node's state, and the server writes intent and the controller's
@@ -456,20 +441,20 @@ fn a_volume_costs_few_durable_writes_and_a_node_step_one() {
             (after.1 - before.1) / VOLUMES as f64,
         )
     };
-    let start = writes(port);
+    let start = berth_tests::scrape::record_writes(port);
     for i in 0..VOLUMES {
         let name = format!("w{i}");
         c.create_in(&name, "zone=a");
         c.ok(&["volume", "publish", &name, "--node", "node-a", "--wait"]);
     }
-    let up = per_volume(start, writes(port));
-    let middle = writes(port);
+    let up = per_volume(start, berth_tests::scrape::record_writes(port));
+    let middle = berth_tests::scrape::record_writes(port);
     for i in 0..VOLUMES {
         let name = format!("w{i}");
         c.ok(&["volume", "unpublish", &name, "--node", "node-a", "--wait"]);
         c.ok(&["volume", "delete", &name, "--wait"]);
     }
-    let down = per_volume(middle, writes(port));
+    let down = per_volume(middle, berth_tests::scrape::record_writes(port));
     eprintln!(
         "durable writes per volume: create+publish {:.1} ({:.1} commits), unpublish+delete {:.1} ({:.1} commits)",
         up.0, up.1, down.0, down.1
