@@ -75,11 +75,7 @@ async fn create_and_publish(api: &std::path::Path, name: &str) -> bool {
 /// a backend, and its latest 10 events.
 fn realistic(i: usize) -> berth::model::VolumeRecord {
     use berth::model::{Backend, VecMap, VolumeRecord, VolumeSpec};
-    let mut r = VolumeRecord::new(
-        format!("{:032x}", 0xfa11_u128 << 64 | i as u128),
-        VolumeSpec::default(),
-    );
-    r.spec = VolumeSpec {
+    let spec = VolumeSpec {
         name: format!("stored-{i:07}"),
         plugin: "hostpath".into(),
         required_bytes: 1 << 30,
@@ -87,6 +83,7 @@ fn realistic(i: usize) -> berth::model::VolumeRecord {
         labels: VecMap::from([("app".into(), format!("app-{}", i % 100))]),
         ..Default::default()
     };
+    let mut r = VolumeRecord::new(format!("{:032x}", 0xfa11_u128 << 64 | i as u128), spec);
     r.csi_name = Some(format!("pv-stored-{i:07}"));
     r.create_sent = true;
     r.backend = Some(Backend {

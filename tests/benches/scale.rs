@@ -23,11 +23,7 @@ use berth_tests::{Cluster, ClusterSpec, summary};
 
 /// A published volume as `berth serve` would have stored it.
 fn record(i: usize) -> VolumeRecord {
-    let mut r = VolumeRecord::new(
-        format!("{:032x}", 0x5ca1e_u128 << 64 | i as u128),
-        VolumeSpec::default(),
-    );
-    r.spec = VolumeSpec {
+    let spec = VolumeSpec {
         name: format!("vol-{i:07}"),
         plugin: "hostpath".into(),
         required_bytes: 1 << 30,
@@ -36,6 +32,7 @@ fn record(i: usize) -> VolumeRecord {
         labels: VecMap::from([("app".into(), format!("app-{}", i % 100))]),
         ..Default::default()
     };
+    let mut r = VolumeRecord::new(format!("{:032x}", 0x5ca1e_u128 << 64 | i as u128), spec);
     r.csi_name = Some(format!("pv-vol-{i:07}"));
     r.create_sent = true;
     r.backend = Some(Backend {

@@ -98,7 +98,11 @@ impl VolumeManager {
         }
         let anchor = members[0].volume.clone();
         if let Err(crate::table::TakenBy(owner)) = self.table.claim_snapshot_name(name, &anchor) {
-            let of = self.table.by_id(&owner).map(|v| v.spec.name).unwrap_or_default();
+            let of = self
+                .table
+                .by_id(&owner)
+                .map(|v| v.spec.name.clone())
+                .unwrap_or_default();
             return Err(RequestError::AlreadyExists(format!(
                 "a snapshot named {} already exists, of volume {}",
                 echo(name),

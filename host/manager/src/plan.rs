@@ -273,7 +273,7 @@ mod tests {
             ready: true,
         });
         assert_eq!(next_step(&r, caps(true, true)), None);
-        r.spec.required_bytes = 2;
+        r.spec_mut().required_bytes = 2;
         assert_eq!(next_step(&r, caps(true, true)), Some(Step::ControllerExpand));
         r.backend.as_mut().unwrap().capacity_bytes = 2;
         r.publications.get_mut("n1").unwrap().expand_pending = true;
@@ -304,16 +304,20 @@ mod tests {
     #[test]
     fn mutable_parameters_reach_the_plugin_until_it_has_them_but_not_when_deleting() {
         let mut r = record();
-        r.spec.mutable_parameters.insert("iops".into(), "300".into());
+        r.spec_mut()
+            .mutable_parameters
+            .insert("iops".into(), "300".into());
         assert_eq!(next_step(&r, caps(true, true)), Some(Step::ControllerModify));
         // Growth first: both are due.
-        r.spec.required_bytes = 2;
+        r.spec_mut().required_bytes = 2;
         assert_eq!(next_step(&r, caps(true, true)), Some(Step::ControllerExpand));
         r.backend.as_mut().unwrap().capacity_bytes = 2;
         assert_eq!(next_step(&r, caps(true, true)), Some(Step::ControllerModify));
         r.backend.as_mut().unwrap().mutable_parameters = r.spec.mutable_parameters.clone();
         assert_eq!(next_step(&r, caps(true, true)), None);
-        r.spec.mutable_parameters.insert("tier".into(), "gold".into());
+        r.spec_mut()
+            .mutable_parameters
+            .insert("tier".into(), "gold".into());
         r.deleting = true;
         assert_eq!(next_step(&r, caps(true, true)), Some(Step::Delete));
     }

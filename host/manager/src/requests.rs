@@ -153,10 +153,10 @@ impl VolumeManager {
             if let Some(b) = r.backend.as_mut().filter(|b| b.capacity_bytes == 0) {
                 b.sized_for.get_or_insert(asked);
             }
-            r.spec.required_bytes = required_bytes;
+            r.spec_mut().required_bytes = required_bytes;
             if r.spec.limit_bytes > 0 && r.spec.limit_bytes < required_bytes {
                 // The operator asked for this size: the old ceiling gives way.
-                r.spec.limit_bytes = required_bytes;
+                r.spec_mut().limit_bytes = required_bytes;
             }
             r.failure = None;
             r.retrying = None;
@@ -181,7 +181,7 @@ impl VolumeManager {
             ));
         }
         self.require(&current.spec.plugin, ControllerCap::ModifyVolume, "modification")?;
-        let mut wanted = current.spec.clone();
+        let mut wanted = (*current.spec).clone();
         wanted.mutable_parameters.extend(changes.clone());
         validate_spec(&wanted, &self.config)?;
         let what = changes
@@ -196,7 +196,7 @@ impl VolumeManager {
                     echo(name)
                 )));
             }
-            r.spec.mutable_parameters.extend(changes);
+            r.spec_mut().mutable_parameters.extend(changes);
             r.failure = None;
             r.retrying = None;
             Ok(())

@@ -50,7 +50,11 @@ impl VolumeManager {
             "snapshots",
         )?;
         if let Err(crate::table::TakenBy(owner)) = self.table.claim_snapshot_name(name, &id) {
-            let of = self.table.by_id(&owner).map(|v| v.spec.name).unwrap_or_default();
+            let of = self
+                .table
+                .by_id(&owner)
+                .map(|v| v.spec.name.clone())
+                .unwrap_or_default();
             return Err(RequestError::AlreadyExists(format!(
                 "a snapshot named {} already exists, of volume {}",
                 echo(name),

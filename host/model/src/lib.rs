@@ -17,6 +17,7 @@ pub mod text;
 pub mod units;
 
 use serde::{Deserialize, Serialize};
+use std::sync::Arc;
 
 pub use explanation::{DecisionNote, Explanation, NodeVerdict};
 pub use map::VecMap;
@@ -217,10 +218,14 @@ fn is_zero_u64(n: &u64) -> bool {
     *n == 0
 }
 
+/// The parts that rarely change after they are set (the spec, events, the
+/// explanation) are shared (`Arc`): a record is copied on every step and
+/// read, and a copy then costs a count, not their every string. On disk
+/// they are written as before.
 #[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
 pub struct VolumeRecord {
     pub id: String,
-    pub spec: VolumeSpec,
+    pub spec: Arc<VolumeSpec>,
     /// Sent as CreateVolumeRequest.name; stored before the first CreateVolume,
     /// so a retry or a restart reuses it and never creates a second volume.
     pub csi_name: Option<String>,
@@ -245,13 +250,17 @@ pub struct VolumeRecord {
     pub generation: u64,
     /// The volume's latest events, oldest first, written with the change
     /// they describe. Records from before events had none.
-    #[serde(default, skip_serializing_if = "Vec::is_empty")]
-    pub events: Vec<VolumeEvent>,
+    #[serde(default, skip_serializing_if = "no_events")]
+    pub events: Arc<Vec<VolumeEvent>>,
     /// The policy decisions that shaped the volume. Records from before
     /// the decision log had none.
-    /// Boxed: a record without one costs a pointer (a million records in memory).
+    /// Behind a pointer: a record without one costs a pointer (a million records in memory).
     #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub explanation: Option<Box<Explanation>>,
+    pub explanation: Option<Arc<Explanation>>,
+}
+
+fn no_events(events: &Arc<Vec<VolumeEvent>>) -> bool {
+    events.is_empty()
 }
 
 /// Something that happened to a volume: a request, a step done, a step failed.
@@ -273,7 +282,7 @@ impl VolumeRecord {
     pub fn new(id: String, spec: VolumeSpec) -> Self {
         VolumeRecord {
             id,
-            spec,
+            spec: Arc::new(spec),
             csi_name: None,
             create_sent: false,
             backend: None,
@@ -284,14 +293,19 @@ impl VolumeRecord {
             failure: None,
             retrying: None,
             generation: 0,
-            events: Vec::new(),
+            events: Arc::default(),
             explanation: None,
         }
     }
 
     /// The decisions that shaped the volume, made room for.
     pub fn explain_mut(&mut self) -> &mut Explanation {
-        self.explanation.get_or_insert_with(Default::default)
+        Arc::make_mut(self.explanation.get_or_insert_with(Default::default))
+    }
+
+    /// The spec, to change (an expansion, a modification).
+    pub fn spec_mut(&mut self) -> &mut VolumeSpec {
+        Arc::make_mut(&mut self.spec)
     }
 
     /// Adds an event, keeping only the latest `keep`.
@@ -300,10 +314,11 @@ impl VolumeRecord {
             return;
         }
         let seq = self.events.last().map_or(1, |e| e.seq + 1);
-        if self.events.len() >= keep {
-            self.events.drain(..=self.events.len() - keep);
+        let events = Arc::make_mut(&mut self.events);
+        if events.len() >= keep {
+            events.drain(..=events.len() - keep);
         }
-        self.events.push(VolumeEvent {
+        events.push(VolumeEvent {
             seq,
             at_ms,
             step: cut(step, EVENT_STEP_MAX),

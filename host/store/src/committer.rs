@@ -163,10 +163,15 @@ impl Owner {
         // commit under load waits out the window before the next starts.
         let mut last: Option<(Instant, bool)> = None;
         while let Ok(first) = rx.recv() {
-            let gather_until = last
-                .filter(|(_, busy)| *busy)
-                .map(|(started, _)| started + GATHER)
-                .filter(|until| *until > Instant::now());
+            // Asleep, not waiting on the channel: the writes that come
+            // meanwhile do not each wake this thread. A read (its caller
+            // blocks) is not held back.
+            if let (Some((started, true)), Job::Write(..)) = (last, &first) {
+                let wait = (started + GATHER).saturating_duration_since(Instant::now());
+                if !wait.is_zero() {
+                    std::thread::sleep(wait);
+                }
+            }
             let mut writes = Vec::new();
             let mut probe = false;
             let mut next = Some(first);
@@ -183,12 +188,7 @@ impl Owner {
                     }
                 }
                 if writes.len() < MAX_BATCH {
-                    next = match gather_until {
-                        Some(until) => rx
-                            .recv_timeout(until.saturating_duration_since(Instant::now()))
-                            .ok(),
-                        None => rx.try_recv().ok(),
-                    };
+                    next = rx.try_recv().ok();
                 }
             }
             if !writes.is_empty() || probe {

@@ -258,7 +258,7 @@ pub fn encode(record: &VolumeRecord) -> Result<Vec<u8>, StoreError> {
     let mut smaller = record.clone();
     while bytes.len() > MAX_RECORD_BYTES && !smaller.events.is_empty() {
         let drop = smaller.events.len().div_ceil(4);
-        smaller.events.drain(..drop);
+        std::sync::Arc::make_mut(&mut smaller.events).drain(..drop);
         bytes = encoded(&smaller)?;
     }
     if bytes.len() > MAX_RECORD_BYTES {
@@ -347,8 +347,8 @@ mod tests {
     fn a_record_at_every_bound_is_stored_within_the_limit_its_oldest_events_making_room() {
         let mut r = VolumeRecord::new(new_id(), VolumeSpec::default());
         // What a request may carry (4 KiB of parameters and of labels)...
-        r.spec.parameters.insert("p".into(), "x".repeat(4 << 10));
-        r.spec.labels.insert("l".into(), "y".repeat(4 << 10));
+        r.spec_mut().parameters.insert("p".into(), "x".repeat(4 << 10));
+        r.spec_mut().labels.insert("l".into(), "y".repeat(4 << 10));
         // ...and what plugins and guests may say, at the most kept.
         for i in 0..1000u64 {
             r.note(

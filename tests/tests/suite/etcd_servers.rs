@@ -363,12 +363,12 @@ fn a_prefix_written_without_an_election_is_served_as_it_was() {
         let settings = EtcdSettings::new(etcd.endpoints(), Some("/berth-before".into())).unwrap();
         let store = EtcdStore::connect(settings, None).await.unwrap();
         let mut record = VolumeRecord::new("00000000000000000000000000000001".into(), VolumeSpec::default());
-        record.spec = VolumeSpec {
+        record.spec = std::sync::Arc::new(VolumeSpec {
             name: "kept".into(),
             plugin: "hostpath".into(),
             required_bytes: 1 << 20,
             ..Default::default()
-        };
+        });
         store.put(&record).await.unwrap();
     });
     let c = Cluster::start(ClusterSpec {

@@ -142,13 +142,13 @@ fn a_store_larger_than_one_grpc_message_is_read_whole() {
         let mut puts = tokio::task::JoinSet::new();
         for i in 0..VOLUMES {
             let mut r = VolumeRecord::new(new_id(), VolumeSpec::default());
-            r.spec = VolumeSpec {
+            r.spec = std::sync::Arc::new(VolumeSpec {
                 name: format!("big-{i:04}"),
                 plugin: "hostpath".into(),
                 parameters: VecMap::from([("p".into(), "x".repeat(4000))]),
                 labels: VecMap::from([("l".into(), "y".repeat(4000))]),
                 ..Default::default()
-            };
+            });
             // Waiting for an operator: nothing is asked of the plugin for them.
             r.give_up("kept failed for this test".into());
             let store = store.clone();
@@ -223,7 +223,7 @@ fn a_warm_copy_resumes_on_another_member_and_reads_again_after_a_compaction() {
     let settings = EtcdSettings::new(etcd.endpoints(), Some("/berth-mirror".into())).unwrap();
     let record = |name: &str| {
         let mut r = VolumeRecord::new(new_id(), VolumeSpec::default());
-        r.spec.name = name.into();
+        r.spec_mut().name = name.into();
         r
     };
     let (v1, v2, v3) = (record("v1"), record("v2"), record("v3"));

@@ -740,7 +740,7 @@ fn a_stored_volume_id_that_would_leave_the_node_directory_is_refused() {
     berth_tests::block_on(async {
         let store = RedbStore::open(&state).unwrap();
         let mut r = VolumeRecord::new("../../escape".into(), VolumeSpec::default());
-        r.spec.name = "escape".into();
+        r.spec_mut().name = "escape".into();
         store.put(&r).await.unwrap();
     });
     let config = dir.path().join("berth.toml");
