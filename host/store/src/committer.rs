@@ -129,10 +129,23 @@ impl Committer {
         read: impl FnOnce(&Database) -> Result<T, StoreError> + Send + 'static,
     ) -> Result<T, StoreError> {
         let (tx, rx) = mpsc::sync_channel(1);
-        self.send(Job::Read(Box::new(move |db| {
-            let _ = tx.send(db.map_err(StoreError::Commit).and_then(read));
-        })))?;
+        self.send(read_job(read, move |answer| {
+            let _ = tx.send(answer);
+        }))?;
         rx.recv().map_err(|_| StoreError::Closed)?
+    }
+
+    /// [`Committer::read`] for async callers: the runtime's thread is not
+    /// blocked while the read waits its turn behind the writes.
+    pub async fn read_async<T: Send + 'static>(
+        &self,
+        read: impl FnOnce(&Database) -> Result<T, StoreError> + Send + 'static,
+    ) -> Result<T, StoreError> {
+        let (tx, rx) = oneshot::channel();
+        self.send(read_job(read, move |answer| {
+            let _ = tx.send(answer);
+        }))?;
+        rx.await.map_err(|_| StoreError::Closed)?
     }
 
     /// Whether writes succeed: the last commit's error while it failed. A
@@ -148,6 +161,16 @@ impl Committer {
             }
         }
     }
+}
+
+/// A read that hands its answer to `reply`.
+fn read_job<T: Send + 'static>(
+    read: impl FnOnce(&Database) -> Result<T, StoreError> + Send + 'static,
+    reply: impl FnOnce(Result<T, StoreError>) + Send + 'static,
+) -> Job {
+    Job::Read(Box::new(move |db| {
+        reply(db.map_err(StoreError::Commit).and_then(read))
+    }))
 }
 
 /// The committer thread's side.

@@ -399,28 +399,31 @@ impl Store for RedbStore {
             .map(|b| (b.kind.clone(), b.entries.len()))
             .collect();
         // Each kind's count and oldest keys first, then one write of it all.
-        let stored: Vec<(usize, Vec<String>)> = self.committer.read(move |db| {
-            let txn = db.begin_read().map_err(failed)?;
-            let Some(table) = open_read(&txn, DECISIONS)? else {
-                return Ok(vec![(0, Vec::new()); kinds.len()]);
-            };
-            let mut out = Vec::with_capacity(kinds.len());
-            for (kind, added) in &kinds {
-                let (first, end) = (format!("{kind}/"), format!("{kind}0"));
-                let count = table.range(first.as_str()..end.as_str()).map_err(failed)?.count();
-                let excess = (count + added).saturating_sub(keep).min(count);
-                let mut keys = Vec::with_capacity(excess);
-                for entry in table
-                    .range(first.as_str()..end.as_str())
-                    .map_err(failed)?
-                    .take(excess)
-                {
-                    keys.push(entry.map_err(failed)?.0.value().to_string());
+        let stored: Vec<(usize, Vec<String>)> = self
+            .committer
+            .read_async(move |db| {
+                let txn = db.begin_read().map_err(failed)?;
+                let Some(table) = open_read(&txn, DECISIONS)? else {
+                    return Ok(vec![(0, Vec::new()); kinds.len()]);
+                };
+                let mut out = Vec::with_capacity(kinds.len());
+                for (kind, added) in &kinds {
+                    let (first, end) = (format!("{kind}/"), format!("{kind}0"));
+                    let count = table.range(first.as_str()..end.as_str()).map_err(failed)?.count();
+                    let excess = (count + added).saturating_sub(keep).min(count);
+                    let mut keys = Vec::with_capacity(excess);
+                    for entry in table
+                        .range(first.as_str()..end.as_str())
+                        .map_err(failed)?
+                        .take(excess)
+                    {
+                        keys.push(entry.map_err(failed)?.0.value().to_string());
+                    }
+                    out.push((count, keys));
                 }
-                out.push((count, keys));
-            }
-            Ok(out)
-        })?;
+                Ok(out)
+            })
+            .await?;
         let mut changes = Vec::new();
         for (batch, (count, stale)) in batches.into_iter().zip(stored) {
             let (_, skipped) = batch.trim(count, keep);
@@ -445,25 +448,27 @@ impl Store for RedbStore {
     ) -> Result<Vec<(String, Vec<u8>)>, StoreError> {
         let (start, end, prefix) = (format!("{kind}/{after}"), format!("{kind}0"), format!("{kind}/"));
         let after = after.to_string();
-        self.committer.read(move |db| {
-            let txn = db.begin_read().map_err(failed)?;
-            let Some(table) = open_read(&txn, DECISIONS)? else {
-                return Ok(Vec::new());
-            };
-            let mut out = Vec::new();
-            for entry in table.range(start.as_str()..end.as_str()).map_err(failed)? {
-                let (key, value) = entry.map_err(failed)?;
-                let key = key.value().strip_prefix(prefix.as_str()).unwrap_or_default();
-                if key == after {
-                    continue;
+        self.committer
+            .read_async(move |db| {
+                let txn = db.begin_read().map_err(failed)?;
+                let Some(table) = open_read(&txn, DECISIONS)? else {
+                    return Ok(Vec::new());
+                };
+                let mut out = Vec::new();
+                for entry in table.range(start.as_str()..end.as_str()).map_err(failed)? {
+                    let (key, value) = entry.map_err(failed)?;
+                    let key = key.value().strip_prefix(prefix.as_str()).unwrap_or_default();
+                    if key == after {
+                        continue;
+                    }
+                    out.push((key.to_string(), value.value().to_vec()));
+                    if out.len() >= limit {
+                        break;
+                    }
                 }
-                out.push((key.to_string(), value.value().to_vec()));
-                if out.len() >= limit {
-                    break;
-                }
-            }
-            Ok(out)
-        })
+                Ok(out)
+            })
+            .await
     }
 }
 
