@@ -86,7 +86,7 @@ fn realistic(i: usize) -> berth::model::VolumeRecord {
     let mut r = VolumeRecord::new(format!("{:032x}", 0xfa11_u128 << 64 | i as u128), spec);
     r.csi_name = Some(format!("pv-stored-{i:07}"));
     r.create_sent = true;
-    r.backend = Some(Backend {
+    r.backend = Some(std::sync::Arc::new(Backend {
         volume_id: format!("hp-{i:032x}"),
         capacity_bytes: 1 << 30,
         sized_for: None,
@@ -94,7 +94,7 @@ fn realistic(i: usize) -> berth::model::VolumeRecord {
         accessible_topology: vec![VecMap::from([("zone".into(), "a".into())])],
         node_expansion_required: false,
         mutable_parameters: Default::default(),
-    });
+    }));
     for e in 0..10u64 {
         r.note(
             10,

@@ -35,7 +35,7 @@ fn record(i: usize) -> VolumeRecord {
     let mut r = VolumeRecord::new(format!("{:032x}", 0x5ca1e_u128 << 64 | i as u128), spec);
     r.csi_name = Some(format!("pv-vol-{i:07}"));
     r.create_sent = true;
-    r.backend = Some(Backend {
+    r.backend = Some(std::sync::Arc::new(Backend {
         volume_id: format!("hp-{:032x}", i),
         capacity_bytes: 1 << 30,
         sized_for: None,
@@ -43,7 +43,7 @@ fn record(i: usize) -> VolumeRecord {
         accessible_topology: vec![VecMap::from([("zone".into(), "a".into())])],
         node_expansion_required: false,
         mutable_parameters: Default::default(),
-    });
+    }));
     r.publications.insert(
         "node-a".into(),
         Publication {

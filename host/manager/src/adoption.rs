@@ -38,7 +38,7 @@ impl VolumeManager {
         }
         let found = self.look_up(&spec.plugin, volume_id).await?;
         let mut record = VolumeRecord::new(new_id(), spec);
-        record.backend = Some(found);
+        record.backend = Some(std::sync::Arc::new(found));
         match self.table.insert_new(record, |_| false).await? {
             Inserted::New(r) => {
                 self.queue.push(&r.id);

@@ -209,7 +209,7 @@ mod tests {
         r.csi_name = Some("n".into());
         r.create_sent = true;
         r.deleting = true;
-        r.backend = Some(Backend {
+        r.backend = Some(std::sync::Arc::new(Backend {
             volume_id: "v".into(),
             capacity_bytes: 1,
             sized_for: None,
@@ -217,7 +217,7 @@ mod tests {
             accessible_topology: vec![],
             node_expansion_required: false,
             mutable_parameters: Default::default(),
-        });
+        }));
         let caps = |_: &str| Caps {
             controller_publish: true,
             node_stage: true,

@@ -224,7 +224,7 @@ mod tests {
     fn record() -> VolumeRecord {
         let mut r = VolumeRecord::new("id".into(), VolumeSpec::default());
         r.csi_name = Some("n".into());
-        r.backend = Some(Backend {
+        r.backend = Some(std::sync::Arc::new(Backend {
             volume_id: "v".into(),
             capacity_bytes: 1,
             sized_for: None,
@@ -232,7 +232,7 @@ mod tests {
             accessible_topology: vec![],
             node_expansion_required: false,
             mutable_parameters: Default::default(),
-        });
+        }));
         r
     }
 
@@ -275,7 +275,7 @@ mod tests {
         assert_eq!(next_step(&r, caps(true, true)), None);
         r.spec_mut().required_bytes = 2;
         assert_eq!(next_step(&r, caps(true, true)), Some(Step::ControllerExpand));
-        r.backend.as_mut().unwrap().capacity_bytes = 2;
+        r.backend_mut().unwrap().capacity_bytes = 2;
         r.publications.get_mut("n1").unwrap().expand_pending = true;
         assert_eq!(
             next_step(&r, caps(true, true)),
@@ -311,9 +311,9 @@ mod tests {
         // Growth first: both are due.
         r.spec_mut().required_bytes = 2;
         assert_eq!(next_step(&r, caps(true, true)), Some(Step::ControllerExpand));
-        r.backend.as_mut().unwrap().capacity_bytes = 2;
+        r.backend_mut().unwrap().capacity_bytes = 2;
         assert_eq!(next_step(&r, caps(true, true)), Some(Step::ControllerModify));
-        r.backend.as_mut().unwrap().mutable_parameters = r.spec.mutable_parameters.clone();
+        r.backend_mut().unwrap().mutable_parameters = r.spec.mutable_parameters.clone();
         assert_eq!(next_step(&r, caps(true, true)), None);
         r.spec_mut()
             .mutable_parameters

@@ -150,7 +150,7 @@ impl VolumeManager {
             }
             // A capacity never said is measured against the size asked before.
             let asked = r.spec.required_bytes;
-            if let Some(b) = r.backend.as_mut().filter(|b| b.capacity_bytes == 0) {
+            if let Some(b) = r.backend_mut().filter(|b| b.capacity_bytes == 0) {
                 b.sized_for.get_or_insert(asked);
             }
             r.spec_mut().required_bytes = required_bytes;

@@ -112,7 +112,7 @@ impl VolumeManager {
                         if let Some(p) = r.publications.get_mut(&node) {
                             p.expand_pending = false;
                         }
-                        if let Some(b) = &mut r.backend {
+                        if let Some(b) = r.backend_mut() {
                             b.node_expansion_required = false;
                         }
                     }
@@ -184,7 +184,7 @@ impl VolumeManager {
                     any = true;
                 }
             }
-            if let Some(b) = &mut r.backend {
+            if let Some(b) = r.backend_mut() {
                 b.sized(resp.capacity_bytes, asked);
                 // Nowhere to do it now: the next publication does.
                 b.node_expansion_required = resp.node_expansion_required && !any;
@@ -207,7 +207,7 @@ impl VolumeManager {
             })
             .await?;
         Ok(Box::new(move |r: &mut VolumeRecord| {
-            if let Some(b) = &mut r.backend {
+            if let Some(b) = r.backend_mut() {
                 b.mutable_parameters = sent.clone();
             }
         }))
@@ -409,6 +409,7 @@ impl VolumeManager {
         let mut backend = backend_of(v);
         backend.sized(backend.capacity_bytes, spec.required_bytes);
         backend.mutable_parameters = spec.mutable_parameters.clone();
+        let backend = std::sync::Arc::new(backend);
         Ok(Box::new(move |r: &mut VolumeRecord| {
             r.backend = Some(backend.clone());
             mark_wanted_sent(r);

@@ -234,7 +234,7 @@ pub struct VolumeRecord {
     /// volume may exist on the plugin, so deleting asks CreateVolume for its id.
     #[serde(default)]
     pub create_sent: bool,
-    pub backend: Option<Backend>,
+    pub backend: Option<Arc<Backend>>,
     pub deleting: bool,
     pub publications: VecMap<Publication>,
     /// Snapshots of this volume, by their Berth name (unique across volumes).
@@ -272,10 +272,11 @@ pub struct VolumeEvent {
     pub at_ms: u64,
     /// What happened to: `request`, or the step (`CreateVolume`,
     /// `NodePublishVolume on node-a`, ...).
-    pub step: String,
+    /// Shared, as the texts below: a new event copies the list, not the texts.
+    pub step: Arc<str>,
     /// `OK`, or the gRPC code the step failed with.
-    pub code: String,
-    pub message: String,
+    pub code: Arc<str>,
+    pub message: Arc<str>,
 }
 
 impl VolumeRecord {
@@ -303,6 +304,11 @@ impl VolumeRecord {
         Arc::make_mut(self.explanation.get_or_insert_with(Default::default))
     }
 
+    /// The backend, to change (a size, parameters), if the volume has one.
+    pub fn backend_mut(&mut self) -> Option<&mut Backend> {
+        self.backend.as_mut().map(Arc::make_mut)
+    }
+
     /// The spec, to change (an expansion, a modification).
     pub fn spec_mut(&mut self) -> &mut VolumeSpec {
         Arc::make_mut(&mut self.spec)
@@ -321,9 +327,9 @@ impl VolumeRecord {
         events.push(VolumeEvent {
             seq,
             at_ms,
-            step: cut(step, EVENT_STEP_MAX),
-            code: code.to_string(),
-            message: cut(message, EVENT_MESSAGE_MAX),
+            step: cut(step, EVENT_STEP_MAX).into(),
+            code: code.into(),
+            message: cut(message, EVENT_MESSAGE_MAX).into(),
         });
     }
 
@@ -445,7 +451,7 @@ mod tests {
         }
         let seqs: Vec<u64> = r.events.iter().map(|e| e.seq).collect();
         assert_eq!(seqs, [5, 6, 7]);
-        assert_eq!(r.events[0].step, "step 4");
+        assert_eq!(&*r.events[0].step, "step 4");
         r.note(0, 9, "ignored".into(), "OK", String::new());
         assert_eq!(r.events.len(), 3, "0 keeps nothing new");
     }

@@ -104,9 +104,9 @@ pub fn volume_to_api(m: &VolumeManager, r: &VolumeRecord) -> api::Volume {
             .map(|e| api::VolumeEvent {
                 seq: e.seq,
                 at_ms: e.at_ms,
-                step: e.step.clone(),
-                code: e.code.clone(),
-                message: e.message.clone(),
+                step: e.step.to_string(),
+                code: e.code.to_string(),
+                message: e.message.to_string(),
             })
             .collect(),
         explanation: r
