@@ -178,13 +178,16 @@ pub fn storm(
     })
 }
 
-/// Waits until no volume has work queued, running or waiting for a retry.
+/// Waits until no volume has work queued, running, waiting for a retry, or
+/// waiting for something else (a plugin's fingerprint, a node): in a storm
+/// every plugin comes back, so a volume still waiting has not converged.
 pub fn wait_converged(c: &Cluster, within: Duration) -> api::SummaryResponse {
     let deadline = Instant::now() + within;
     loop {
         if let Some(s) = c.summary()
             && s.busy == 0
             && s.retrying == 0
+            && s.waiting == 0
         {
             return s;
         }
