@@ -77,6 +77,16 @@ impl Unwritten {
     }
 }
 
+/// Applies outcomes to a record; any outcome ends a retry in progress.
+pub(super) fn apply_all(effects: &[Apply], r: &mut VolumeRecord) {
+    for effect in effects {
+        effect(r);
+    }
+    if !effects.is_empty() {
+        r.retrying = None;
+    }
+}
+
 /// A failed step: the code and message the retry policy decides on.
 pub(super) struct StepError {
     pub code: Code,

@@ -6,7 +6,7 @@
 use std::sync::Arc;
 use std::time::Duration;
 
-use crate::outcome::{Apply, PolicyFailure, StepError, Unwritten, done_effect, refused_outright};
+use crate::outcome::{Apply, PolicyFailure, StepError, Unwritten, apply_all, done_effect, refused_outright};
 use crate::plan::{Caps, Step, next_step};
 use crate::{RequestError, VolumeManager, now_ms};
 use berth_csi::proto::controller_service_capability::rpc::Type as ControllerCap;
@@ -54,12 +54,7 @@ impl VolumeManager {
                     return;
                 };
                 record = latest;
-                if !unwritten.effects.is_empty() {
-                    for effect in &unwritten.effects {
-                        effect(&mut record);
-                    }
-                    record.retrying = None;
-                }
+                apply_all(&unwritten.effects, &mut record);
             }
             if record.failure.is_some() {
                 // Kept since the give-up (or since the start, after a restart).
@@ -198,12 +193,7 @@ impl VolumeManager {
         match self
             .table
             .modify(id, |r| {
-                for effect in &pending {
-                    effect(r);
-                }
-                if !pending.is_empty() {
-                    r.retrying = None;
-                }
+                apply_all(&pending, r);
                 also(r);
                 Ok(())
             })

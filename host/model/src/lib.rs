@@ -218,8 +218,8 @@ fn is_zero_u64(n: &u64) -> bool {
     *n == 0
 }
 
-/// The parts that rarely change after they are set (the spec, events, the
-/// explanation) are shared (`Arc`): a record is copied on every step and
+/// The parts that rarely change after they are set (the spec, the backend,
+/// events, the explanation) are shared (`Arc`): a record is copied on every step and
 /// read, and a copy then costs a count, not their every string. On disk
 /// they are written as before.
 #[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
