@@ -1,15 +1,16 @@
 //! The sample plugin driven directly, without Berth: the same plugin
 //! processes, and for each volume the calls Berth makes, with the paths and
 //! capability it uses. What this reaches is the plugin's own speed, the
-//! limit Berth's throughput is measured against.
+//! limit Berth's throughput is measured against. It talks to them over the
+//! same HTTP/2 channel Berth's CSI client uses.
 
 use std::collections::HashMap;
 use std::path::{Path, PathBuf};
 
+use berth::csi::PluginChannel;
 use berth::csi::proto;
 use proto::controller_client::ControllerClient;
 use proto::node_client::NodeClient;
-use tonic::transport::Channel;
 
 use crate::{ClusterSpec, Plugin, spawn_plugins, test_dir, volumes_dir_in};
 
@@ -20,9 +21,9 @@ pub struct Direct {
     volumes_dir: PathBuf,
     own_volumes_dir: bool,
     controller_plugin: Plugin,
-    controller: ControllerClient<Channel>,
+    controller: ControllerClient<PluginChannel>,
     /// (node name, its plugin's client), in node order.
-    nodes: Vec<(String, NodeClient<Channel>, Plugin)>,
+    nodes: Vec<(String, NodeClient<PluginChannel>, Plugin)>,
     zone: String,
 }
 
@@ -56,12 +57,12 @@ impl Direct {
             .iter()
             .zip(plugins)
             .map(|((name, _), p)| {
-                let client = NodeClient::new(berth::csi::unix_channel(&p.socket));
+                let client = NodeClient::new(PluginChannel::new(&p.socket));
                 (name.to_string(), client, p)
             })
             .collect();
         Direct {
-            controller: ControllerClient::new(berth::csi::unix_channel(&controller.socket)),
+            controller: ControllerClient::new(PluginChannel::new(&controller.socket)),
             controller_plugin: controller,
             _dir: dir,
             own_volumes_dir: spec.volumes_dir.is_some(),

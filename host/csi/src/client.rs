@@ -11,6 +11,8 @@ use hyper_util::rt::TokioIo;
 use tokio::net::UnixStream;
 use tonic::transport::{Channel, Uri};
 
+use crate::channel::PluginChannel;
+
 use crate::endpoint::Endpoint;
 use crate::error::{CsiError, Failure};
 use crate::proto;
@@ -47,7 +49,7 @@ pub struct CsiClient {
     /// The driver name for metrics: learnt from the plugin's own
     /// GetPluginInfo, `unknown-driver` until then (as the CSI sidecars do).
     driver: Arc<RwLock<Text>>,
-    channel: Channel,
+    channel: PluginChannel,
     deadline: Duration,
 }
 
@@ -62,7 +64,7 @@ impl CsiClient {
 
     /// A client that connects on first use and never waits up front.
     pub fn lazy(endpoint: Endpoint, options: ClientOptions) -> Self {
-        let channel = unix_channel(endpoint.path());
+        let channel = PluginChannel::new(endpoint.path());
         CsiClient {
             label: endpoint.to_string().into(),
             driver: Arc::new(RwLock::new(Text::from_static("unknown-driver"))),
@@ -93,7 +95,7 @@ impl CsiClient {
         names_driver: impl FnOnce(&Resp) -> Option<&str>,
     ) -> Result<Resp, CsiError>
     where
-        F: FnOnce(Channel, tonic::Request<Req>) -> Fut,
+        F: FnOnce(PluginChannel, tonic::Request<Req>) -> Fut,
         Fut: Future<Output = Result<tonic::Response<Resp>, tonic::Status>>,
     {
         let mut request = tonic::Request::new(req);

@@ -1,6 +1,7 @@
 //! Talking to CSI plugins: endpoints, the gRPC client with deadlines, errors
 //! that keep the plugin's gRPC status, fingerprinting and the plugin registry.
 
+mod channel;
 mod client;
 mod endpoint;
 mod error;
@@ -8,6 +9,7 @@ pub mod fingerprint;
 pub mod registry;
 
 pub use berth_proto::csi::v1 as proto;
+pub use channel::{ChannelError, PluginChannel};
 pub use client::{ClientOptions, CsiClient, unix_channel};
 pub use endpoint::{Endpoint, EndpointError};
 pub use error::error_chain;

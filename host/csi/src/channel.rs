@@ -1,0 +1,381 @@
+//! The HTTP/2 connection to one plugin socket, spoken with `h2` directly.
+//!
+//! tonic's own channel puts a buffer task in front of hyper, and hyper spawns
+//! a task per request to stream its body: three task hops for a unary call
+//! whose request is one small message known in full up front. Here the
+//! caller's task sends the headers and the whole message itself, and one
+//! task per connection drives the socket. The generated CSI clients run on
+//! it unchanged, so decoding, status and message-size limits stay tonic's.
+
+use std::future::Future;
+use std::io;
+use std::path::{Path, PathBuf};
+use std::pin::Pin;
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::{Arc, Mutex};
+use std::task::{Context, Poll, ready};
+
+use bytes::Bytes;
+use h2::client::SendRequest;
+use http_body::{Body, Frame};
+use http_body_util::BodyExt;
+use tokio::net::UnixStream;
+
+/// Headers a plugin may answer with, in all: gRPC's are a few hundred bytes.
+const MAX_HEADER_LIST: u32 = 64 << 10;
+/// Flow-control windows wide enough that a page of ListVolumes (up to
+/// tonic's 4 MiB message limit) is not held up waiting for window updates.
+const STREAM_WINDOW: u32 = 2 << 20;
+const CONNECTION_WINDOW: u32 = 8 << 20;
+
+/// A cheap-to-clone channel to one unix socket. It dials on first use, and
+/// again on the first call after the connection is lost.
+#[derive(Clone)]
+pub struct PluginChannel {
+    shared: Arc<Shared>,
+}
+
+struct Shared {
+    path: PathBuf,
+    /// The live connection's sender and its number; `None` until dialled
+    /// and after the connection ends.
+    live: Mutex<Option<(u64, SendRequest<Bytes>)>>,
+    /// One dial at a time: callers that find no connection wait for it.
+    dialling: tokio::sync::Mutex<()>,
+    dials: AtomicU64,
+}
+
+impl std::fmt::Debug for PluginChannel {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("PluginChannel")
+            .field("path", &self.shared.path)
+            .finish()
+    }
+}
+
+/// Why a call did not reach the plugin, or lost it midway. tonic turns it
+/// into a status whose source is this error, which is how a transport
+/// failure is told from a status the plugin sent.
+#[derive(Debug, thiserror::Error)]
+pub enum ChannelError {
+    #[error("connecting to {path}: {source}")]
+    Dial { path: String, source: io::Error },
+    #[error("HTTP/2 handshake with {path}: {source}")]
+    Handshake { path: String, source: h2::Error },
+    #[error("reading the request body: {0}")]
+    Body(tonic::Status),
+    #[error(transparent)]
+    Http2(#[from] h2::Error),
+    #[error("request URI: {0}")]
+    Uri(#[from] http::Error),
+}
+
+impl PluginChannel {
+    pub fn new(path: &Path) -> PluginChannel {
+        PluginChannel {
+            shared: Arc::new(Shared {
+                path: path.to_path_buf(),
+                live: Mutex::new(None),
+                dialling: tokio::sync::Mutex::new(()),
+                dials: AtomicU64::new(0),
+            }),
+        }
+    }
+
+    fn live(&self) -> Option<(u64, SendRequest<Bytes>)> {
+        self.shared.live.lock().unwrap_or_else(|p| p.into_inner()).clone()
+    }
+
+    /// Forgets connection `number` if it is still the live one.
+    fn forget(shared: &Shared, number: u64) {
+        let mut live = shared.live.lock().unwrap_or_else(|p| p.into_inner());
+        if live.as_ref().is_some_and(|(n, _)| *n == number) {
+            *live = None;
+        }
+    }
+
+    async fn sender(&self) -> Result<(u64, SendRequest<Bytes>), ChannelError> {
+        if let Some(live) = self.live() {
+            return Ok(live);
+        }
+        let _dialling = self.shared.dialling.lock().await;
+        if let Some(live) = self.live() {
+            return Ok(live);
+        }
+        let path = || self.shared.path.display().to_string();
+        let io = UnixStream::connect(&self.shared.path)
+            .await
+            .map_err(|source| ChannelError::Dial { path: path(), source })?;
+        let (send, connection) = h2::client::Builder::new()
+            .max_header_list_size(MAX_HEADER_LIST)
+            .initial_window_size(STREAM_WINDOW)
+            .initial_connection_window_size(CONNECTION_WINDOW)
+            .handshake::<_, Bytes>(io)
+            .await
+            .map_err(|source| ChannelError::Handshake { path: path(), source })?;
+        let number = self.shared.dials.fetch_add(1, Ordering::Relaxed);
+        let shared = Arc::downgrade(&self.shared);
+        tokio::spawn(async move {
+            if let Err(e) = connection.await {
+                tracing::debug!(error = %e, "plugin connection ended");
+            }
+            if let Some(shared) = shared.upgrade() {
+                PluginChannel::forget(&shared, number);
+            }
+        });
+        *self.shared.live.lock().unwrap_or_else(|p| p.into_inner()) = Some((number, send.clone()));
+        Ok((number, send))
+    }
+
+    async fn unary(
+        self,
+        request: http::Request<tonic::body::Body>,
+    ) -> Result<http::Response<tonic::body::Body>, ChannelError> {
+        let (mut parts, body) = request.into_parts();
+        // The request is one message, already encoded when first polled.
+        let message = body.collect().await.map_err(ChannelError::Body)?.to_bytes();
+        let path = parts.uri.path_and_query().map_or("/", |p| p.as_str());
+        parts.uri = http::Uri::builder()
+            .scheme("http")
+            .authority("localhost")
+            .path_and_query(path)
+            .build()?;
+        parts.version = http::Version::HTTP_2;
+        let (number, send) = self.sender().await?;
+        let sent = async {
+            let mut send = send.ready().await?;
+            let (response, mut stream) =
+                send.send_request(http::Request::from_parts(parts, ()), message.is_empty())?;
+            if !message.is_empty() {
+                stream.send_data(message, true)?;
+            }
+            response.await
+        };
+        match sent.await {
+            Ok(response) => Ok(response.map(|recv| {
+                tonic::body::Body::new(Answer {
+                    recv,
+                    data_done: false,
+                })
+            })),
+            Err(e) => {
+                // A connection that failed is not used again; a stream the
+                // plugin reset leaves the connection as it is.
+                if !e.is_reset() {
+                    PluginChannel::forget(&self.shared, number);
+                }
+                Err(e.into())
+            }
+        }
+    }
+}
+
+impl tower::Service<http::Request<tonic::body::Body>> for PluginChannel {
+    type Response = http::Response<tonic::body::Body>;
+    type Error = ChannelError;
+    type Future = Pin<Box<dyn Future<Output = Result<Self::Response, ChannelError>> + Send>>;
+
+    fn poll_ready(&mut self, _: &mut Context<'_>) -> Poll<Result<(), ChannelError>> {
+        // Waiting for a stream slot happens in the call, on the connection.
+        Poll::Ready(Ok(()))
+    }
+
+    fn call(&mut self, request: http::Request<tonic::body::Body>) -> Self::Future {
+        Box::pin(self.clone().unary(request))
+    }
+}
+
+/// A plugin's answer: its data frames, then its trailers (where gRPC puts
+/// the status). Received data is handed back to flow control as it is read.
+struct Answer {
+    recv: h2::RecvStream,
+    data_done: bool,
+}
+
+impl Body for Answer {
+    type Data = Bytes;
+    type Error = h2::Error;
+
+    fn poll_frame(
+        mut self: Pin<&mut Self>,
+        cx: &mut Context<'_>,
+    ) -> Poll<Option<Result<Frame<Bytes>, h2::Error>>> {
+        if !self.data_done {
+            match ready!(self.recv.poll_data(cx)) {
+                Some(Ok(data)) => {
+                    let _ = self.recv.flow_control().release_capacity(data.len());
+                    return Poll::Ready(Some(Ok(Frame::data(data))));
+                }
+                Some(Err(e)) => return Poll::Ready(Some(Err(e))),
+                None => self.data_done = true,
+            }
+        }
+        match ready!(self.recv.poll_trailers(cx)) {
+            Ok(Some(trailers)) => Poll::Ready(Some(Ok(Frame::trailers(trailers)))),
+            Ok(None) => Poll::Ready(None),
+            Err(e) => Poll::Ready(Some(Err(e))),
+        }
+    }
+
+    fn is_end_stream(&self) -> bool {
+        self.recv.is_end_stream()
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use std::path::Path;
+    use std::time::Duration;
+
+    use tokio::sync::oneshot;
+    use tonic::{Code, Request, Response, Status};
+
+    use crate::proto::identity_server::{Identity, IdentityServer};
+    use crate::{ClientOptions, CsiClient, Endpoint, Failure, proto};
+
+    /// An Identity service whose GetPluginInfo answers with a manifest of
+    /// `manifest_bytes`, and whose Probe answers `probe`.
+    #[derive(Clone)]
+    struct Plugin {
+        manifest_bytes: usize,
+        probe: Code,
+    }
+
+    #[tonic::async_trait]
+    impl Identity for Plugin {
+        async fn get_plugin_info(
+            &self,
+            _: Request<proto::GetPluginInfoRequest>,
+        ) -> Result<Response<proto::GetPluginInfoResponse>, Status> {
+            Ok(Response::new(proto::GetPluginInfoResponse {
+                name: "test.csi.berth.dev".into(),
+                vendor_version: "1".into(),
+                manifest: [("blob".to_string(), "x".repeat(self.manifest_bytes))].into(),
+            }))
+        }
+
+        async fn get_plugin_capabilities(
+            &self,
+            _: Request<proto::GetPluginCapabilitiesRequest>,
+        ) -> Result<Response<proto::GetPluginCapabilitiesResponse>, Status> {
+            Ok(Response::new(Default::default()))
+        }
+
+        async fn probe(
+            &self,
+            _: Request<proto::ProbeRequest>,
+        ) -> Result<Response<proto::ProbeResponse>, Status> {
+            match self.probe {
+                Code::Ok => Ok(Response::new(proto::ProbeResponse { ready: Some(true) })),
+                code => Err(Status::new(code, "not today")),
+            }
+        }
+    }
+
+    /// Serves `plugin` on `socket` until the sender is dropped or fired.
+    fn serve(plugin: Plugin, socket: &Path) -> oneshot::Sender<()> {
+        let _ = std::fs::remove_file(socket);
+        let listener = tokio::net::UnixListener::bind(socket).unwrap();
+        let (stop, stopped) = oneshot::channel::<()>();
+        let server = tonic::transport::Server::builder()
+            .add_service(IdentityServer::new(plugin))
+            .serve_with_incoming_shutdown(tokio_stream::wrappers::UnixListenerStream::new(listener), async {
+                let _ = stopped.await;
+            });
+        tokio::spawn(server);
+        stop
+    }
+
+    fn client(socket: &Path) -> CsiClient {
+        let options = ClientOptions {
+            deadline: Duration::from_secs(10),
+            wait: Duration::from_secs(1),
+        };
+        CsiClient::lazy(Endpoint::parse(socket.to_str().unwrap()).unwrap(), options)
+    }
+
+    const HEALTHY: Plugin = Plugin {
+        manifest_bytes: 0,
+        probe: Code::Ok,
+    };
+
+    #[tokio::test]
+    async fn a_plugin_that_restarts_is_dialled_again_and_its_absence_is_unreachable() {
+        let dir = tempfile::tempdir().unwrap();
+        let socket = dir.path().join("csi.sock");
+        let client = client(&socket);
+        let absent = client.probe(Default::default()).await.unwrap_err();
+        assert!(matches!(absent.failure, Failure::Unreachable(_)), "{absent}");
+
+        let stop = serve(HEALTHY, &socket);
+        assert_eq!(client.probe(Default::default()).await.unwrap().ready, Some(true));
+        stop.send(()).unwrap();
+        // The old connection closes; until something listens again, calls
+        // find nobody there.
+        let gone = loop {
+            match client.probe(Default::default()).await {
+                Ok(_) => tokio::time::sleep(Duration::from_millis(5)).await,
+                Err(e) => break e,
+            }
+        };
+        assert!(matches!(gone.failure, Failure::Unreachable(_)), "{gone}");
+        let _stop = serve(HEALTHY, &socket);
+        assert_eq!(client.probe(Default::default()).await.unwrap().ready, Some(true));
+    }
+
+    #[tokio::test]
+    async fn a_status_the_plugin_sends_is_kept_as_the_plugins() {
+        let dir = tempfile::tempdir().unwrap();
+        let socket = dir.path().join("csi.sock");
+        let _stop = serve(
+            Plugin {
+                probe: Code::FailedPrecondition,
+                ..HEALTHY
+            },
+            &socket,
+        );
+        let e = client(&socket).probe(Default::default()).await.unwrap_err();
+        assert_eq!(
+            e.failure,
+            Failure::Status {
+                code: Code::FailedPrecondition,
+                message: "not today".into()
+            }
+        );
+    }
+
+    #[tokio::test]
+    async fn answers_wider_than_the_flow_control_windows_arrive_whole_and_many_share_a_connection() {
+        let dir = tempfile::tempdir().unwrap();
+        let socket = dir.path().join("csi.sock");
+        // Each answer is wider than a stream's window, and together wider
+        // than the connection's: only read data handed back lets them finish.
+        let size = (super::STREAM_WINDOW as usize * 3) / 2;
+        let _stop = serve(
+            Plugin {
+                manifest_bytes: size,
+                ..HEALTHY
+            },
+            &socket,
+        );
+        let client = client(&socket);
+        let calls = (0..8).map(|_| {
+            let client = client.clone();
+            tokio::spawn(async move { client.get_plugin_info(Default::default()).await })
+        });
+        for call in calls {
+            let info = call.await.unwrap().unwrap();
+            assert_eq!(info.manifest["blob"].len(), size);
+        }
+        // More calls at once than the server takes streams: they wait their turn.
+        let calls: Vec<_> = (0..600)
+            .map(|_| {
+                let client = client.clone();
+                tokio::spawn(async move { client.probe(Default::default()).await })
+            })
+            .collect();
+        for call in calls {
+            assert_eq!(call.await.unwrap().unwrap().ready, Some(true));
+        }
+    }
+}
