@@ -12,7 +12,6 @@ use tokio::net::UnixStream;
 use tonic::transport::{Channel, Uri};
 
 use crate::channel::PluginChannel;
-
 use crate::endpoint::Endpoint;
 use crate::error::{CsiError, Failure};
 use crate::proto;
