@@ -19,11 +19,12 @@ use std::path::Path;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
+use berth::csi::PluginChannel;
 use berth_proto::berth::v1 as api;
 use berth_proto::berth::v1::berth_client::BerthClient;
 use berth_tests::cpu::CpuMeter;
 use berth_tests::direct::{Created, Direct};
-use berth_tests::{Cluster, ClusterSpec, EtcdCluster, summary};
+use berth_tests::{Cluster, ClusterSpec, EtcdCluster};
 use tokio::sync::Semaphore;
 
 /// Requests in flight at once from the driver.
@@ -105,15 +106,20 @@ impl Timing {
     }
 }
 
+async fn summary(client: &mut BerthClient<PluginChannel>) -> api::SummaryResponse {
+    let answer = client.summary(api::SummaryRequest {}).await;
+    answer.expect("Berth's summary").into_inner()
+}
+
 /// Polls the summary (cheap at any scale) until `done` holds.
 async fn wait_for(
-    client: &mut BerthClient<tonic::transport::Channel>,
+    client: &mut BerthClient<PluginChannel>,
     what: &str,
     done: impl Fn(&api::SummaryResponse) -> bool,
 ) {
     let deadline = Instant::now() + Duration::from_secs(1800);
     loop {
-        let s = summary(client).await.expect("summary");
+        let s = summary(client).await;
         if done(&s) {
             return;
         }
@@ -320,13 +326,15 @@ fn run(n: usize, setup: &Setup, volumes_dir: Option<&Path>) -> Run {
         })
     };
     let run = rt.block_on(async {
-        let mut client = BerthClient::new(berth::csi::unix_channel(&c.api));
+        // The API client speaks HTTP/2 over the same channel as the direct
+        // driver's CSI calls: the two drivers cost alike per call.
+        let mut client = BerthClient::new(PluginChannel::new(&c.api));
         let nodes = setup.nodes;
         let (berth, plugins) = c.pids();
         // The API socket takes connections from the start, but answers once
         // the policy modules are compiled: timing starts after a first answer,
         // so no module's compile is counted as the volumes' work.
-        summary(&mut client).await.expect("a first answer from Berth");
+        summary(&mut client).await;
         let writes = setup.metrics.then(|| berth_tests::scrape::record_writes(port));
         let timing = Timing::start(&berth, &plugins);
         each(n, |i| {

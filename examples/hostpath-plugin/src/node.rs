@@ -210,6 +210,13 @@ impl csi::node_server::Node for Node {
         self.faults.inject("NodePublishVolume").await?;
         let req = request.into_inner();
         let target = required_path("target_path", &req.target_path)?;
+        // CSI: the CO makes the target's parent; the plugin, the target.
+        if !target.parent().is_some_and(Path::is_dir) {
+            return Err(Status::failed_precondition(format!(
+                "the parent of target_path {} is not a directory: the CO makes it",
+                target.display()
+            )));
+        }
         let rec = self.volume_for_attach(
             &req.volume_id,
             req.volume_capability.as_ref(),

@@ -81,7 +81,11 @@ pub async fn publish(client: &CsiClient, paths: &Paths, berth_id: &str, p: &Para
     let target = paths
         .target(berth_id)
         .map_err(|e| refused_id("NodePublishVolume", e))?;
-    std::fs::create_dir_all(&paths.publish_dir).map_err(|e| local_io("NodePublishVolume", &target, e))?;
+    // Checked before it is made: a `mkdir` of a directory that exists fails
+    // only after locking its parent, and this runs on every publish.
+    if !paths.publish_dir.is_dir() {
+        std::fs::create_dir_all(&paths.publish_dir).map_err(|e| local_io("NodePublishVolume", &target, e))?;
+    }
     client
         .node_publish_volume(proto::NodePublishVolumeRequest {
             volume_id: p.volume_id.clone(),

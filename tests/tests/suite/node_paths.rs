@@ -78,3 +78,23 @@ fn lost_mounts_are_published_again_and_intact_ones_are_left_alone() {
     assert_eq!(calls(&c, "published", kept), 1);
     assert_eq!(get(&c, "kept")["state"], "published");
 }
+
+/// The publish directory is the CO's to make (CSI: the target's parent), and
+/// the agent makes it again when someone removed it between two publishes.
+#[test]
+fn a_removed_publish_directory_is_made_again() {
+    let c = Cluster::start(ClusterSpec::default());
+    c.create_in("v", "zone=a");
+    c.ok(&["volume", "publish", "v", "--node", "node-a", "--wait"]);
+    c.ok(&["volume", "unpublish", "v", "--node", "node-a", "--wait"]);
+    let publish_dir = c.volumes_dir.join("nodes/node-a/publish");
+    remove_path(&publish_dir);
+
+    c.ok(&["volume", "publish", "v", "--node", "node-a", "--wait"]);
+    let v = get(&c, "v");
+    assert_eq!(v["state"], "published", "{v:#}");
+    let id = v["id"].as_str().unwrap();
+    assert!(publish_dir.join(id).exists(), "the target path is there again");
+    let volume_id = v["volume_id"].as_str().unwrap();
+    assert_eq!(calls(&c, "published", volume_id), 2);
+}
