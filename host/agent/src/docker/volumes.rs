@@ -113,7 +113,7 @@ impl LeaderVolumes {
             let mut request = tonic::Request::new(message.clone());
             request.metadata_mut().insert(NODE_HEADER, self.node.clone());
             match call(NodeVolumesClient::new(channel), request).await {
-                Err(s) if s.code() == tonic::Code::Unavailable && tokio::time::Instant::now() < deadline => {
+                Err(s) if cut_off(&s) && tokio::time::Instant::now() < deadline => {
                     tracing::debug!(error = %s, "a Docker request's call to the leader is made again");
                     tokio::time::sleep(Duration::from_millis(100)).await;
                 }
@@ -121,6 +121,15 @@ impl LeaderVolumes {
             }
         }
     }
+}
+
+/// Whether a call failed on its way to the leader rather than being answered
+/// by it: UNAVAILABLE, or a status tonic made from a transport error (it
+/// carries that error as its source; one the server sent does not). A
+/// connection the leader's death cut mid-call comes back as `UNKNOWN:
+/// transport error`.
+fn cut_off(status: &Status) -> bool {
+    status.code() == tonic::Code::Unavailable || std::error::Error::source(status).is_some()
 }
 
 #[tonic::async_trait]
@@ -173,5 +182,25 @@ impl Volumes for LeaderVolumes {
         self.call(request, |mut c, r| async move { c.unpublish_volume(r).await })
             .await
             .map(drop)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_call_cut_off_on_its_way_is_made_again_and_an_answer_is_not() {
+        let lost = Status::from_error(Box::new(std::io::Error::other("connection reset")));
+        assert_eq!(lost.code(), tonic::Code::Unknown);
+        assert!(cut_off(&lost), "a transport error, whatever its code");
+        assert!(cut_off(&Status::unavailable("no leader yet")));
+        for answered in [
+            Status::unknown("the server's own UNKNOWN"),
+            Status::not_found("no such volume"),
+            Status::failed_precondition("not published here"),
+        ] {
+            assert!(!cut_off(&answered), "{answered}");
+        }
     }
 }
