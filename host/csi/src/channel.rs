@@ -299,6 +299,16 @@ mod tests {
         CsiClient::lazy(Endpoint::parse(socket.to_str().unwrap()).unwrap(), options)
     }
 
+    /// `n` calls made at once, each by `call` on its own clone of `client`.
+    fn at_once<T, F, Fut>(client: &CsiClient, n: usize, call: F) -> Vec<tokio::task::JoinHandle<T>>
+    where
+        F: Fn(CsiClient) -> Fut,
+        Fut: Future<Output = T> + Send + 'static,
+        T: Send + 'static,
+    {
+        (0..n).map(|_| tokio::spawn(call(client.clone()))).collect()
+    }
+
     const HEALTHY: Plugin = Plugin {
         manifest_bytes: 0,
         probe: Code::Ok,
@@ -360,12 +370,9 @@ mod tests {
         let socket = dir.path().join("csi.sock");
         let _stop = serve(HEALTHY, &socket);
         let client = client(&socket);
-        let calls: Vec<_> = (0..200)
-            .map(|_| {
-                let client = client.clone();
-                tokio::spawn(async move { client.node_get_capabilities(Default::default()).await })
-            })
-            .collect();
+        let calls = at_once(&client, 200, |c| async move {
+            c.node_get_capabilities(Default::default()).await
+        });
         for call in calls {
             let e = call.await.unwrap().unwrap_err();
             assert!(
@@ -396,21 +403,15 @@ mod tests {
             &socket,
         );
         let client = client(&socket);
-        let calls = (0..8).map(|_| {
-            let client = client.clone();
-            tokio::spawn(async move { client.get_plugin_info(Default::default()).await })
+        let calls = at_once(&client, 8, |c| async move {
+            c.get_plugin_info(Default::default()).await
         });
         for call in calls {
             let info = call.await.unwrap().unwrap();
             assert_eq!(info.manifest["blob"].len(), size);
         }
         // More calls at once than the server takes streams: they wait their turn.
-        let calls: Vec<_> = (0..600)
-            .map(|_| {
-                let client = client.clone();
-                tokio::spawn(async move { client.probe(Default::default()).await })
-            })
-            .collect();
+        let calls = at_once(&client, 600, |c| async move { c.probe(Default::default()).await });
         for call in calls {
             assert_eq!(call.await.unwrap().unwrap().ready, Some(true));
         }
