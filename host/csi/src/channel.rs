@@ -151,7 +151,9 @@ impl PluginChannel {
             {
                 // A plugin may answer before it reads the request (a service
                 // it does not serve is answered UNIMPLEMENTED at once) and
-                // close the stream: its answer, when there is one, wins.
+                // close the stream: its answer, when there is one, wins. A
+                // stream still open is reset, so the wait cannot hang.
+                stream.send_reset(h2::Reason::CANCEL);
                 return response.await.map_err(|_| e);
             }
             response.await
