@@ -12,9 +12,10 @@
 //! `cargo xtask bench-scale [--volumes N[,N...]]` (release binaries;
 //! default 10000,100000).
 
+use std::path::PathBuf;
 use std::time::{Duration, Instant};
 
-use berth::agent::record::{Held, Level, NodeRecord};
+use berth::agent::record::{Held, Level, NodeRecord, RecordPlace};
 use berth::model::{
     Backend, DecisionNote, NodeLevel, NodeVerdict, Publication, VecMap, VolumeRecord, VolumeSpec,
 };
@@ -84,14 +85,21 @@ fn record(i: usize) -> VolumeRecord {
     r
 }
 
-/// The node's side of `n` published volumes: its agent's record, and staging
-/// and target paths that show a volume, as the agent checks on start.
-fn mount(node_dir: &std::path::Path, n: usize) {
-    let path = node_dir.join("agent.redb");
-    let _ = std::fs::remove_file(&path);
+/// The node's side of `n` published volumes: its agent's record (in the
+/// store, as an in-process node keeps it), and staging and target paths that
+/// show a volume, as the agent checks on start.
+fn mount(store: &std::path::Path, node_dir: &std::path::Path, n: usize) {
+    let _ = std::fs::remove_file(node_dir.join("agent.redb"));
     let rt = tokio::runtime::Runtime::new().unwrap();
     rt.block_on(async {
-        let held = std::sync::Arc::new(NodeRecord::open(&path).expect("node record"));
+        let store = RedbStore::open(store).expect("store");
+        let place = RecordPlace::Store {
+            committer: store.committer(),
+            store: PathBuf::new(),
+            node: "node-a".into(),
+            file: node_dir.join("agent.redb"),
+        };
+        let held = std::sync::Arc::new(NodeRecord::open_at(&place).await.expect("node record").0);
         for chunk in (0..n).collect::<Vec<_>>().chunks(4096) {
             let mut puts = tokio::task::JoinSet::new();
             for &i in chunk {
@@ -239,7 +247,7 @@ fn main() {
         c.kill_serve();
         let _ = std::fs::remove_file(c.store_path());
         fill(&c.store_path(), n);
-        mount(&c.volumes_dir.join("nodes/node-a"), n);
+        mount(&c.store_path(), &c.volumes_dir.join("nodes/node-a"), n);
         let r = restart(&mut c, n as u64);
         let per_volume = r.rss.saturating_sub(empty.rss) as f64 / n as f64;
         // Beyond what an empty store costs, so the fixed start-up does not hide the growth.

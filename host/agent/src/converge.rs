@@ -128,7 +128,7 @@ impl Converger {
         record: NodeRecord,
         plugins: Arc<NodePlugins>,
         paths: Paths,
-        record_path: &std::path::Path,
+        record_place: &str,
     ) -> Result<Arc<Self>, OpenError> {
         let mut held = record.load()?;
         held.retain(|id, _| match berth_model::bounds::plain("volume id", id) {
@@ -145,7 +145,7 @@ impl Converger {
                     let shown: Vec<String> =
                         unknown.iter().take(5).map(|p| p.display().to_string()).collect();
                     return Err(OpenError::UnknownMounts {
-                        record: record_path.to_path_buf(),
+                        record: record_place.to_string(),
                         count: unknown.len(),
                         shown: format!(
                             "{}{}",

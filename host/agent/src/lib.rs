@@ -41,15 +41,15 @@ use calls::Paths;
 use converge::Converger;
 use failures::failure_to_wire;
 use plugins::NodePlugins;
-use record::NodeRecord;
+use record::{NodeRecord, RecordPlace};
 
 /// What an agent is started with, from `agent.toml` or a `[[node]]`.
 #[derive(Clone, Debug)]
 pub struct AgentSpec {
     pub node: String,
     pub labels: BTreeMap<String, String>,
-    /// The record file; staging and publish paths are in `paths`.
-    pub record: PathBuf,
+    /// Where the node's record is kept; staging and publish paths are in `paths`.
+    pub record: RecordPlace,
     pub paths: Paths,
     pub plugins: BTreeMap<String, Endpoint>,
     pub plugin_dir: Option<PathBuf>,
@@ -67,11 +67,10 @@ pub enum OpenError {
     #[error(transparent)]
     Record(#[from] berth_store::StoreError),
     #[error(
-        "the node record {} does not name {count} volume path(s) in use ({shown}): it was lost or damaged. Restore it from a backup, or unpublish those paths by hand (umount, then remove them) and start again",
-        .record.display()
+        "the node record {record} does not name {count} volume path(s) in use ({shown}): it was lost or damaged. Restore it from a backup, or unpublish those paths by hand (umount, then remove them) and start again"
     )]
     UnknownMounts {
-        record: PathBuf,
+        record: String,
         count: usize,
         shown: String,
     },
@@ -117,8 +116,7 @@ impl Agent {
     /// Opens the record (checking it against the mount table), fingerprints
     /// the plugins once, and keeps fingerprinting them in the background.
     pub async fn open(spec: AgentSpec) -> Result<Arc<Agent>, OpenError> {
-        let new = !spec.record.exists();
-        let record = NodeRecord::open(&spec.record)?;
+        let (record, new) = NodeRecord::open_at(&spec.record).await?;
         let plugins = NodePlugins::new(spec.plugins.clone(), spec.plugin_dir.clone(), spec.deadline);
         plugins.scan().await;
         plugins.refresh().await;
@@ -136,7 +134,13 @@ impl Agent {
                 tracing::info!(node = %spec.node, volumes = spec.seed.len(), "node record started from the store's publications");
             }
         }
-        let converger = Converger::open(record, plugins.clone(), spec.paths.clone(), &spec.record).await?;
+        let converger = Converger::open(
+            record,
+            plugins.clone(),
+            spec.paths.clone(),
+            &spec.record.describe(),
+        )
+        .await?;
         let (plugins_changed, _) = watch::channel(plugins.reports());
         let agent = Arc::new(Agent {
             spec,

@@ -50,6 +50,8 @@ pub struct CsiClient {
     driver: Arc<RwLock<Text>>,
     channel: PluginChannel,
     deadline: Duration,
+    /// The deadline as `grpc-timeout` says it, made once: not formatted on every call.
+    timeout: tonic::metadata::AsciiMetadataValue,
 }
 
 impl CsiClient {
@@ -70,6 +72,7 @@ impl CsiClient {
             endpoint,
             channel,
             deadline: options.deadline,
+            timeout: grpc_timeout(options.deadline),
         }
     }
 
@@ -98,7 +101,9 @@ impl CsiClient {
         Fut: Future<Output = Result<tonic::Response<Resp>, tonic::Status>>,
     {
         let mut request = tonic::Request::new(req);
-        request.set_timeout(self.deadline);
+        request
+            .metadata_mut()
+            .insert("grpc-timeout", self.timeout.clone());
         let started = Instant::now();
         let deadline_passed = || CsiError {
             plugin: self.label.to_string(),
@@ -164,6 +169,18 @@ impl CsiClient {
     pub fn invalid(&self, call: &'static str, why: impl Into<String>) -> CsiError {
         CsiError::invalid(&self.label, call, why)
     }
+}
+
+/// `deadline` in gRPC's `grpc-timeout` form: whole milliseconds (rounded up),
+/// or seconds past what eight digits of milliseconds hold.
+fn grpc_timeout(deadline: Duration) -> tonic::metadata::AsciiMetadataValue {
+    let ms = deadline.as_nanos().div_ceil(1_000_000).max(1);
+    let text = if ms < 100_000_000 {
+        format!("{ms}m")
+    } else {
+        format!("{}S", deadline.as_secs().clamp(1, 99_999_999))
+    };
+    text.parse().expect("digits and a unit are valid metadata")
 }
 
 /// A gRPC channel to a unix socket that connects on first use and reconnects
@@ -288,5 +305,40 @@ fn unreachable(endpoint: &Endpoint, why: String) -> CsiError {
         plugin: endpoint.to_string(),
         call: "connect",
         failure: Failure::Unreachable(why),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn the_deadline_is_sent_as_grpc_says_a_timeout() {
+        let header = |d| grpc_timeout(d).to_str().unwrap().to_string();
+        assert_eq!(header(Duration::from_secs(30)), "30000m");
+        assert_eq!(header(Duration::from_micros(1500)), "2m", "rounded up");
+        assert_eq!(header(Duration::ZERO), "1m", "never zero");
+        assert_eq!(
+            header(Duration::from_secs(200_000)),
+            "200000S",
+            "past eight digits of ms"
+        );
+        // At most eight digits, never shorter than the deadline, never a second longer.
+        for d in [
+            Duration::from_millis(250),
+            Duration::from_secs(30),
+            Duration::from_secs(200_000),
+        ] {
+            let text = header(d);
+            let (n, unit) = text.split_at(text.len() - 1);
+            let n: u64 = n.parse().unwrap();
+            assert!(n <= 99_999_999 && text.len() <= 9, "{text}");
+            let back = match unit {
+                "m" => Duration::from_millis(n),
+                "S" => Duration::from_secs(n),
+                _ => unreachable!(),
+            };
+            assert!(back >= d && back - d < Duration::from_secs(1), "{text} for {d:?}");
+        }
     }
 }

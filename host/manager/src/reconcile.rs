@@ -395,7 +395,8 @@ impl VolumeManager {
     pub(super) fn event(&self, step: String, code: &'static str, message: String) -> Apply {
         let keep = self.config.events_per_volume;
         let at = now_ms();
-        Box::new(move |r: &mut VolumeRecord| r.note(keep, at, step.clone(), code, message.clone()))
+        let texts = berth_model::EventTexts::new(step, code, message);
+        Box::new(move |r: &mut VolumeRecord| r.note_texts(keep, at, texts.clone()))
     }
 
     /// A plugin this volume's next steps depend on that has no fingerprint yet.

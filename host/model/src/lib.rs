@@ -279,6 +279,24 @@ pub struct VolumeEvent {
     pub message: Arc<str>,
 }
 
+/// An event's texts, bounded, shared by every copy they are noted in.
+#[derive(Clone, Debug)]
+pub struct EventTexts {
+    step: Arc<str>,
+    code: Arc<str>,
+    message: Arc<str>,
+}
+
+impl EventTexts {
+    pub fn new(step: String, code: &str, message: String) -> EventTexts {
+        EventTexts {
+            step: cut(step, EVENT_STEP_MAX).into(),
+            code: code.into(),
+            message: cut(message, EVENT_MESSAGE_MAX).into(),
+        }
+    }
+}
+
 impl VolumeRecord {
     pub fn new(id: String, spec: VolumeSpec) -> Self {
         VolumeRecord {
@@ -316,6 +334,12 @@ impl VolumeRecord {
 
     /// Adds an event, keeping only the latest `keep`.
     pub fn note(&mut self, keep: usize, at_ms: u64, step: String, code: &str, message: String) {
+        self.note_texts(keep, at_ms, EventTexts::new(step, code, message));
+    }
+
+    /// [`VolumeRecord::note`] with texts made (and bounded) once, for an
+    /// event added to several copies of a record.
+    pub fn note_texts(&mut self, keep: usize, at_ms: u64, texts: EventTexts) {
         if keep == 0 {
             return;
         }
@@ -327,9 +351,9 @@ impl VolumeRecord {
         events.push(VolumeEvent {
             seq,
             at_ms,
-            step: cut(step, EVENT_STEP_MAX).into(),
-            code: code.into(),
-            message: cut(message, EVENT_MESSAGE_MAX).into(),
+            step: texts.step,
+            code: texts.code,
+            message: texts.message,
         });
     }
 

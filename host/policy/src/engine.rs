@@ -2,7 +2,7 @@
 //! epoch ticker behind deadlines, and the sandbox each decision runs in.
 
 use std::sync::Arc;
-use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
 use std::time::{Duration, Instant};
 
 use wasmtime::component::{Component, Linker, ResourceTable};
@@ -83,7 +83,7 @@ pub struct PolicyEngine {
     linker: Linker<GuestState>,
     options: EngineOptions,
     pools: Pools,
-    ticker: Arc<AtomicBool>,
+    ticker: Arc<Ticker>,
     /// Components compiled in this process, by their bytes' SHA-256.
     compiled: std::sync::Mutex<Vec<(String, Component)>>,
     on_disk: Option<crate::compiled::CompiledCache>,
@@ -127,8 +127,7 @@ impl PolicyEngine {
         for contract in crate::Contract::ALL {
             linker.instance(&format!("{}/types@{}", crate::PACKAGE, contract.version()))?;
         }
-        let ticker = Arc::new(AtomicBool::new(true));
-        spawn_ticker(engine.clone(), ticker.clone());
+        let ticker = Ticker::spawn(engine.clone());
         let on_disk = options.compiled_dir.as_deref().map(|dir| {
             let settings = format!(
                 "pooling={} max_memory={} perfmap={}",
@@ -243,13 +242,18 @@ impl PolicyEngine {
         // The first tick checks the clock; a decision shorter than a tick
         // (nearly all) never does.
         store.set_epoch_deadline(1);
-        Sandbox { store, _slot: slot }
+        Sandbox {
+            store,
+            _slot: slot,
+            _ticking: self.ticker.hold(),
+        }
     }
 }
 
 impl Drop for PolicyEngine {
     fn drop(&mut self) {
-        self.ticker.store(false, Ordering::Relaxed);
+        self.ticker.running.store(false, Ordering::Relaxed);
+        self.ticker.thread.unpark();
     }
 }
 
@@ -284,16 +288,57 @@ fn config(options: &EngineOptions, pooling: bool) -> Config {
     config
 }
 
-fn spawn_ticker(engine: Engine, running: Arc<AtomicBool>) {
-    std::thread::Builder::new()
-        .name("berth-policy-epoch".into())
-        .spawn(move || {
-            while running.load(Ordering::Relaxed) {
-                std::thread::sleep(EPOCH_TICK);
-                engine.increment_epoch();
-            }
-        })
-        .expect("spawning the policy epoch thread");
+/// The thread that advances the engine's epoch, every [`EPOCH_TICK`] while a
+/// sandbox exists and asleep while none does: with built-in policies only, or
+/// between decisions, it does not wake a thousand times a second for nothing.
+struct Ticker {
+    running: AtomicBool,
+    sandboxes: AtomicUsize,
+    thread: std::thread::Thread,
+}
+
+impl Ticker {
+    fn spawn(engine: Engine) -> Arc<Ticker> {
+        let (tx, rx) = std::sync::mpsc::sync_channel::<Arc<Ticker>>(1);
+        let handle = std::thread::Builder::new()
+            .name("berth-policy-epoch".into())
+            .spawn(move || {
+                let Ok(ticker) = rx.recv() else { return };
+                while ticker.running.load(Ordering::Relaxed) {
+                    if ticker.sandboxes.load(Ordering::Acquire) == 0 {
+                        // A sandbox made meanwhile unparks first: park returns at once.
+                        std::thread::park();
+                        continue;
+                    }
+                    std::thread::sleep(EPOCH_TICK);
+                    engine.increment_epoch();
+                }
+            })
+            .expect("spawning the policy epoch thread");
+        let ticker = Arc::new(Ticker {
+            running: AtomicBool::new(true),
+            sandboxes: AtomicUsize::new(0),
+            thread: handle.thread().clone(),
+        });
+        let _ = tx.send(ticker.clone());
+        ticker
+    }
+
+    /// Counts a sandbox until the guard drops, waking the thread for the first.
+    fn hold(self: &Arc<Ticker>) -> Ticking {
+        if self.sandboxes.fetch_add(1, Ordering::AcqRel) == 0 {
+            self.thread.unpark();
+        }
+        Ticking(self.clone())
+    }
+}
+
+struct Ticking(Arc<Ticker>);
+
+impl Drop for Ticking {
+    fn drop(&mut self) {
+        self.0.sandboxes.fetch_sub(1, Ordering::AcqRel);
+    }
 }
 
 /// What one decision's store holds.
@@ -359,6 +404,7 @@ impl ResourceLimiter for MemoryLimiter {
 pub struct Sandbox<'a> {
     pub store: Store<GuestState>,
     _slot: Admission<'a>,
+    _ticking: Ticking,
 }
 
 type Permit<'a> = tokio::sync::SemaphorePermit<'a>;

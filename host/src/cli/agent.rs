@@ -49,7 +49,7 @@ pub async fn run(args: AgentArgs) -> anyhow::Result<ExitCode> {
     let agent = Agent::open(AgentSpec {
         node: c.node,
         labels: c.labels,
-        record: c.dir.join("agent.redb"),
+        record: berth::agent::record::RecordPlace::File(c.dir.join("agent.redb")),
         paths: Paths::under(&c.dir),
         plugins: c.plugins,
         plugin_dir: c.plugin_dir,

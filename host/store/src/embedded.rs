@@ -2,6 +2,7 @@
 //! [`Committer`], so under load many changes share one fsync.
 
 use std::path::Path;
+use std::sync::Arc;
 
 use redb::{Database, ReadOnlyDatabase, ReadableDatabase, ReadableTable, TableDefinition};
 
@@ -28,7 +29,7 @@ const SCHEMA_KEY: &str = "schema_version";
 const CACHE_BYTES: usize = 16 << 20;
 
 pub struct RedbStore {
-    committer: Committer,
+    committer: Arc<Committer>,
 }
 
 /// A new redb file at `path`: made under a temporary name beside it,
@@ -143,7 +144,15 @@ impl RedbStore {
         let reopen_path = path.to_path_buf();
         let committer = Committer::start(db, Box::new(move || open_db(&reopen_path)), "berth-store")
             .map_err(|e| open_error(e.to_string()))?;
-        Ok(RedbStore { committer })
+        Ok(RedbStore {
+            committer: Arc::new(committer),
+        })
+    }
+
+    /// The store's committer, for what shares its file and its commits: the
+    /// records of the server's in-process nodes.
+    pub fn committer(&self) -> Arc<Committer> {
+        self.committer.clone()
     }
 
     /// Whether the store can write now (for `/readyz`).

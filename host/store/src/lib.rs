@@ -13,7 +13,7 @@ use std::path::PathBuf;
 
 use berth_model::VolumeRecord;
 
-pub use committer::{Change, CommitError, Committer};
+pub use committer::{Change, CommitError, Committer, Table};
 pub use embedded::RedbStore;
 pub use embedded::create_beside;
 pub use embedded::{private_dir, private_file};
@@ -241,15 +241,23 @@ pub trait Store: Send + Sync {
 /// (1.5 MiB) with room for the key and the transaction around it.
 pub const MAX_RECORD_BYTES: usize = 1 << 20;
 
+/// What a record's encoding starts with: a published volume with its events
+/// and explanation takes 1–3 KiB.
+const ENCODE_ROOM: usize = 4096;
+
 /// A record's stored form, within [`MAX_RECORD_BYTES`]: when its events
 /// would take it past that, the oldest of them make room (the record in
 /// memory keeps them until its next change).
 pub fn encode(record: &VolumeRecord) -> Result<Vec<u8>, StoreError> {
-    let encoded = |r: &VolumeRecord| {
-        serde_json::to_vec(r).map_err(|e| StoreError::Encode {
+    let encoded = |r: &VolumeRecord| -> Result<Vec<u8>, StoreError> {
+        // Room for a usual record from the start: grown in steps, the buffer
+        // was copied four or five times on every write.
+        let mut bytes = Vec::with_capacity(ENCODE_ROOM);
+        serde_json::to_writer(&mut bytes, r).map_err(|e| StoreError::Encode {
             id: record.id.clone(),
             message: e.to_string(),
-        })
+        })?;
+        Ok(bytes)
     };
     let mut bytes = encoded(record)?;
     if bytes.len() <= MAX_RECORD_BYTES {

@@ -104,9 +104,14 @@ controller = "unix://{socket}"
         core.manager.act_only_while(tenure);
     }
     let workers = core.manager.start();
-    crate::serve::endpoints::start_node_agents(core.manager.clone(), core.directory.clone(), core.deadline)
-        .await
-        .unwrap();
+    crate::serve::endpoints::start_node_agents(
+        core.manager.clone(),
+        core.directory.clone(),
+        core.deadline,
+        None,
+    )
+    .await
+    .unwrap();
     Core {
         plugin,
         store,

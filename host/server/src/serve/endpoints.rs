@@ -10,6 +10,7 @@ use berth_proto::berth::v1::node_volumes_server::NodeVolumesServer;
 use tokio_stream::wrappers::UnixListenerStream;
 
 use super::ServeError;
+use crate::agent::record::RecordPlace;
 use crate::agent::{Agent, AgentSpec};
 use crate::api::{BerthApi, NodeVolumesApi};
 use crate::cluster::Directory;
@@ -19,23 +20,33 @@ use crate::cluster::tokens::JoinTokens;
 use crate::leadership::forward::only_servers;
 use crate::manager::VolumeManager;
 use crate::model::Paths;
+use crate::store::Committer;
 
-/// The in-process agents of the `[[node]]`s: each keeps its record beside
-/// its node's paths and has a session like any agent. Returns once every
-/// one has had its first session (or 30 s have passed); the sessions go on.
+/// The in-process agents of the `[[node]]`s: each keeps its record in the
+/// embedded store's file (`records`, the store's committer), or with etcd
+/// beside its node's paths, and has a session like any agent. Returns once
+/// every one has had its first session (or 30 s have passed); the sessions go on.
 pub(crate) async fn start_node_agents(
     manager: Arc<VolumeManager>,
     directory: Arc<Directory>,
     deadline: Duration,
+    records: Option<Arc<Committer>>,
 ) -> Result<(), ServeError> {
     let config = manager.config();
     for n in &config.nodes {
-        let record = n.dir.join("agent.redb");
-        // Only a new record is started from the store's publications.
-        let seed = match record.exists() {
-            true => Vec::new(),
-            false => manager.recorded_on(&n.name),
+        // Where releases before kept it, and still do beside etcd.
+        let file = n.dir.join("agent.redb");
+        let record = match &records {
+            Some(committer) => RecordPlace::Store {
+                committer: committer.clone(),
+                store: config.state.clone(),
+                node: n.name.clone(),
+                file,
+            },
+            None => RecordPlace::File(file),
         };
+        // Used only if the record turns out new: started from the store's publications.
+        let seed = manager.recorded_on(&n.name);
         let agent = Agent::open(AgentSpec {
             node: n.name.clone(),
             labels: n.labels.clone(),

@@ -271,6 +271,7 @@ async fn embedded(
     shutdown: impl Future<Output = ()> + Send + 'static,
 ) -> Result<(), ServeError> {
     let store = Arc::new(RedbStore::open(&config.state)?);
+    let node_records = store.committer();
     let (weak, path) = (Arc::downgrade(&store), config.state.display().to_string());
     metrics::readiness().set(
         "store",
@@ -295,6 +296,7 @@ async fn embedded(
             api: term::TermSocket::Own(listener),
             ca,
             election: None,
+            node_records: Some(node_records),
         },
         shutdown,
     )

@@ -339,6 +339,7 @@ async fn term(
                     api: TermSocket::Routed(routed),
                     ca,
                     election: Some(election),
+                    node_records: None,
                 },
                 std::future::pending(),
             )

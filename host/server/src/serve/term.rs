@@ -27,7 +27,7 @@ use crate::metrics::{self, live::Observed};
 use crate::model::Paths;
 use crate::policy::builtin::Builtins;
 use crate::policy::{EngineOptions, Policies, PolicyEngine};
-use crate::store::{NodeRecord, Store};
+use crate::store::{Committer, NodeRecord, Store};
 
 /// What a term is handed.
 pub(super) struct Term {
@@ -39,6 +39,9 @@ pub(super) struct Term {
     pub ca: Option<ClusterCa>,
     /// With etcd: the election this term was won in.
     pub election: Option<Arc<Election>>,
+    /// With the embedded store: its committer, which the in-process nodes'
+    /// records share (with etcd each keeps a file beside its paths).
+    pub node_records: Option<Arc<Committer>>,
 }
 
 /// How a term's API is reached.
@@ -223,6 +226,7 @@ pub(super) async fn lead(
         api: socket,
         ca,
         election,
+        node_records,
     } = term;
     metrics::set_leader(true);
     // Not ready until the API answers (after the in-process nodes connect).
@@ -316,7 +320,7 @@ pub(super) async fn lead(
         let weak = Arc::downgrade(&directory);
         metrics::readiness().set("nodes", Box::new(move || nodes_ready(&weak, &in_process)));
     }
-    start_node_agents(manager.clone(), directory.clone(), deadline).await?;
+    start_node_agents(manager.clone(), directory.clone(), deadline, node_records).await?;
     metrics::readiness().set_ok("api", format!("serving on {}", api_path.display()));
     let result = match socket {
         TermSocket::Own(listener) => tonic::transport::Server::builder()
