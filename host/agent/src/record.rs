@@ -110,7 +110,7 @@ impl NodeRecord {
                     true => record.move_in(file).await?,
                     false => false,
                 };
-                let new = !moved && record.load()?.is_empty();
+                let new = !moved && !record.holds_any()?;
                 Ok((record, new))
             }
         }
@@ -188,6 +188,33 @@ impl NodeRecord {
     pub fn load(&self) -> Result<BTreeMap<String, Held>, StoreError> {
         let (table, prefix) = (self.table, self.prefix.clone());
         self.committer.read(move |db| load(db, table, &prefix))
+    }
+
+    /// Whether anything is held, read without loading it all (a node of
+    /// 100,000 volumes is loaded once, by the converger).
+    fn holds_any(&self) -> Result<bool, StoreError> {
+        let (table, prefix) = (self.table, self.prefix.clone());
+        self.committer.read(move |db| {
+            let failed = |e: redb::Error| StoreError::Failed(e.to_string());
+            let txn = db.begin_read().map_err(|e| failed(e.into()))?;
+            let table = match txn.open_table(table) {
+                Ok(t) => t,
+                Err(redb::TableError::TableDoesNotExist(_)) => return Ok(false),
+                Err(e) => return Err(failed(e.into())),
+            };
+            let first = table
+                .range(prefix.as_str()..)
+                .map_err(|e| failed(e.into()))?
+                .next();
+            match first {
+                Some(entry) => Ok(entry
+                    .map_err(|e| failed(e.into()))?
+                    .0
+                    .value()
+                    .starts_with(&prefix)),
+                None => Ok(false),
+            }
+        })
     }
 
     /// Records `held`, or forgets the volume when it is absent; returns once durable.

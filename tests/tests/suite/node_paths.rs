@@ -98,3 +98,69 @@ fn a_removed_publish_directory_is_made_again() {
     let volume_id = v["volume_id"].as_str().unwrap();
     assert_eq!(calls(&c, "published", volume_id), 2);
 }
+
+/// An in-process node's record as an earlier release kept it, in
+/// `agent.redb` in the node's directory, is moved into the store on start:
+/// the node holds the same volumes, publishes nothing again, and a record
+/// the store no longer has for it is not taken for "the node holds nothing".
+#[test]
+fn a_node_record_file_of_before_is_moved_into_the_store() {
+    use berth::agent::record::{NodeRecord, RecordPlace};
+
+    let mut c = Cluster::start(ClusterSpec::default());
+    c.create_in("v", "zone=a");
+    c.ok(&["volume", "publish", "v", "--node", "node-a", "--wait"]);
+    let v = get(&c, "v");
+    let (id, volume_id) = (v["id"].as_str().unwrap(), v["volume_id"].as_str().unwrap());
+    c.kill_serve();
+
+    // Back to what an earlier release left: the node's record in a file of
+    // its own, none in the store.
+    let node_dir = c.volumes_dir.join("nodes/node-a");
+    let file = node_dir.join("agent.redb");
+    assert!(!file.exists(), "this release keeps the record in the store");
+    berth_tests::block_on(async {
+        let store = berth::store::RedbStore::open(&c.store_path()).unwrap();
+        let place = RecordPlace::Store {
+            committer: store.committer(),
+            store: c.store_path(),
+            node: "node-a".into(),
+            file: file.clone(),
+        };
+        let (in_store, new) = NodeRecord::open_at(&place).await.unwrap();
+        assert!(!new, "the store held the node's record");
+        let held = in_store.load().unwrap();
+        let old = NodeRecord::open(&file).unwrap();
+        for (id, h) in &held {
+            old.put(id, h).await.unwrap();
+            let gone = berth::agent::record::Held {
+                level: berth::model::NodeLevel::Absent,
+                ..h.clone()
+            };
+            in_store.put(id, &gone).await.unwrap();
+        }
+        assert!(held.contains_key(id), "{held:?}");
+    });
+
+    c.start_serve();
+    // The API answers once the in-process node is connected: its record opened.
+    berth_tests::wait_for(
+        "the API",
+        Duration::from_secs(30),
+        || c.summary().is_some(),
+        || c.log(),
+    );
+    assert!(!file.exists(), "the file is gone once moved");
+    assert!(
+        c.log().contains("the node record was moved into the store"),
+        "{}",
+        c.log()
+    );
+    assert_eq!(get(&c, "v")["state"], "published");
+    // The record named the mounts: nothing was refused, nothing done again.
+    assert_eq!(calls(&c, "staged", volume_id), 1);
+    assert_eq!(calls(&c, "published", volume_id), 1);
+    // And a record moved in is kept: unpublishing works from it.
+    c.ok(&["volume", "unpublish", "v", "--node", "node-a", "--wait"]);
+    assert!(!node_dir.join("publish").join(id).exists());
+}

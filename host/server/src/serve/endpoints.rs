@@ -45,8 +45,12 @@ pub(crate) async fn start_node_agents(
             },
             None => RecordPlace::File(file),
         };
-        // Used only if the record turns out new: started from the store's publications.
-        let seed = manager.recorded_on(&n.name);
+        // Used only if the record turns out new: started from the store's
+        // publications. A record file that is there is not new.
+        let seed = match &record {
+            RecordPlace::File(f) | RecordPlace::Store { file: f, .. } if f.exists() => Vec::new(),
+            _ => manager.recorded_on(&n.name),
+        };
         let agent = Agent::open(AgentSpec {
             node: n.name.clone(),
             labels: n.labels.clone(),
