@@ -195,25 +195,12 @@ impl NodeRecord {
     fn holds_any(&self) -> Result<bool, StoreError> {
         let (table, prefix) = (self.table, self.prefix.clone());
         self.committer.read(move |db| {
-            let failed = |e: redb::Error| StoreError::Failed(e.to_string());
-            let txn = db.begin_read().map_err(|e| failed(e.into()))?;
-            let table = match txn.open_table(table) {
-                Ok(t) => t,
-                Err(redb::TableError::TableDoesNotExist(_)) => return Ok(false),
-                Err(e) => return Err(failed(e.into())),
-            };
-            let first = table
-                .range(prefix.as_str()..)
-                .map_err(|e| failed(e.into()))?
-                .next();
-            match first {
-                Some(entry) => Ok(entry
-                    .map_err(|e| failed(e.into()))?
-                    .0
-                    .value()
-                    .starts_with(&prefix)),
-                None => Ok(false),
-            }
+            let mut any = false;
+            scan(db, table, &prefix, |_, _| {
+                any = true;
+                Ok(false)
+            })?;
+            Ok(any)
         })
     }
 
@@ -241,27 +228,44 @@ fn load(
     table: berth_store::Table,
     prefix: &str,
 ) -> Result<BTreeMap<String, Held>, StoreError> {
+    let mut out = BTreeMap::new();
+    scan(db, table, prefix, |id, bytes| {
+        let held = serde_json::from_slice(bytes).map_err(|e| StoreError::Unreadable {
+            id: id.to_string(),
+            message: e.to_string(),
+        })?;
+        out.insert(id.to_string(), held);
+        Ok(true)
+    })?;
+    Ok(out)
+}
+
+/// Hands `each` every entry of `table` under `prefix` (its Berth id and
+/// bytes), in key order, for as long as it answers `true`.
+fn scan(
+    db: &Database,
+    table: berth_store::Table,
+    prefix: &str,
+    mut each: impl FnMut(&str, &[u8]) -> Result<bool, StoreError>,
+) -> Result<(), StoreError> {
     let failed = |e: redb::Error| StoreError::Failed(e.to_string());
     let txn = db.begin_read().map_err(|e| failed(e.into()))?;
     let table = match txn.open_table(table) {
         Ok(t) => t,
         // The store's table is made by the first write to it.
-        Err(redb::TableError::TableDoesNotExist(_)) => return Ok(BTreeMap::new()),
+        Err(redb::TableError::TableDoesNotExist(_)) => return Ok(()),
         Err(e) => return Err(failed(e.into())),
     };
-    let mut out = BTreeMap::new();
     for entry in table.range(prefix..).map_err(|e| failed(e.into()))? {
         let (key, value) = entry.map_err(|e| failed(e.into()))?;
         let Some(id) = key.value().strip_prefix(prefix) else {
             break;
         };
-        let held = serde_json::from_slice(value.value()).map_err(|e| StoreError::Unreadable {
-            id: id.to_string(),
-            message: e.to_string(),
-        })?;
-        out.insert(id.to_string(), held);
+        if !each(id, value.value())? {
+            break;
+        }
     }
-    Ok(out)
+    Ok(())
 }
 
 #[cfg(test)]

@@ -252,7 +252,7 @@ impl PolicyEngine {
 
 impl Drop for PolicyEngine {
     fn drop(&mut self) {
-        self.ticker.running.store(false, Ordering::Relaxed);
+        self.ticker.state.running.store(false, Ordering::Relaxed);
         self.ticker.thread.unpark();
     }
 }
@@ -292,20 +292,27 @@ fn config(options: &EngineOptions, pooling: bool) -> Config {
 /// sandbox exists and asleep while none does: with built-in policies only, or
 /// between decisions, it does not wake a thousand times a second for nothing.
 struct Ticker {
+    state: Arc<TickState>,
+    thread: std::thread::Thread,
+}
+
+struct TickState {
     running: AtomicBool,
     sandboxes: AtomicUsize,
-    thread: std::thread::Thread,
 }
 
 impl Ticker {
     fn spawn(engine: Engine) -> Arc<Ticker> {
-        let (tx, rx) = std::sync::mpsc::sync_channel::<Arc<Ticker>>(1);
+        let state = Arc::new(TickState {
+            running: AtomicBool::new(true),
+            sandboxes: AtomicUsize::new(0),
+        });
+        let ticks = state.clone();
         let handle = std::thread::Builder::new()
             .name("berth-policy-epoch".into())
             .spawn(move || {
-                let Ok(ticker) = rx.recv() else { return };
-                while ticker.running.load(Ordering::Relaxed) {
-                    if ticker.sandboxes.load(Ordering::Acquire) == 0 {
+                while ticks.running.load(Ordering::Relaxed) {
+                    if ticks.sandboxes.load(Ordering::Acquire) == 0 {
                         // A sandbox made meanwhile unparks first: park returns at once.
                         std::thread::park();
                         continue;
@@ -315,18 +322,15 @@ impl Ticker {
                 }
             })
             .expect("spawning the policy epoch thread");
-        let ticker = Arc::new(Ticker {
-            running: AtomicBool::new(true),
-            sandboxes: AtomicUsize::new(0),
+        Arc::new(Ticker {
+            state,
             thread: handle.thread().clone(),
-        });
-        let _ = tx.send(ticker.clone());
-        ticker
+        })
     }
 
     /// Counts a sandbox until the guard drops, waking the thread for the first.
     fn hold(self: &Arc<Ticker>) -> Ticking {
-        if self.sandboxes.fetch_add(1, Ordering::AcqRel) == 0 {
+        if self.state.sandboxes.fetch_add(1, Ordering::AcqRel) == 0 {
             self.thread.unpark();
         }
         Ticking(self.clone())
@@ -337,7 +341,7 @@ struct Ticking(Arc<Ticker>);
 
 impl Drop for Ticking {
     fn drop(&mut self) {
-        self.0.sandboxes.fetch_sub(1, Ordering::AcqRel);
+        self.0.state.sandboxes.fetch_sub(1, Ordering::AcqRel);
     }
 }
 
