@@ -219,7 +219,10 @@ impl VolumeManager {
             // Deleting is the operator's answer to a give-up too.
             r.failure = None;
             r.retrying = None;
-            for p in r.publications.values_mut() {
+            for (node, p) in r.publications.iter_mut() {
+                if self.table.withdraw_uncalled(&id, node) {
+                    p.sent = false;
+                }
                 p.unwant();
             }
             Ok(())
@@ -280,8 +283,19 @@ impl VolumeManager {
                     access(readonly)
                 )));
             }
+            // A node whose agent is there is called next: the publication is
+            // marked sent with this write, which saves the write of its own
+            // the first call would need. Withdrawn before that call, it is
+            // unmarked again (`withdraw_uncalled`), so it still goes without
+            // a call. A node that is away is left unmarked: a restart forgets
+            // what was not called, and undoing would then wait for the node.
+            let connected = self.nodes.connected(&node);
             let p = r.publications.get_or_insert_with(&node, || Publication::new(readonly));
             p.want(readonly);
+            if !p.sent && connected {
+                p.sent = true;
+                self.table.note_uncalled(&id, &node);
+            }
             if let Some(note) = &placed {
                 r.explain_mut().placement = Some(Box::new(note.clone()));
             }
@@ -416,6 +430,9 @@ impl VolumeManager {
         }
         self.modify(&id, format!("unpublish from {node}"), |r| {
             if let Some(p) = r.publications.get_mut(node) {
+                if self.table.withdraw_uncalled(&id, node) {
+                    p.sent = false;
+                }
                 p.unwant();
             }
             Ok(())

@@ -430,7 +430,15 @@ impl VolumeManager {
         // The durable record decides, not this worker's copy: outcomes applied
         // to the copy (CreateVolume's marks publications sent) may not be
         // written yet, and a call must never go out before its `sent` is.
-        if r.publications.get(node).is_none() || self.table.publication_sent(&r.id, node) {
+        if r.publications.get(node).is_none() {
+            return Ok(());
+        }
+        if self.table.publication_sent(&r.id, node) {
+            // Marked sent by the request that asked for it, perhaps: then
+            // the call goes only if no operator withdrew it meanwhile.
+            if !self.table.first_call(&r.id, node).await {
+                return Err(withdrawn_error());
+            }
             return Ok(());
         }
         // Marked sent only if still wanted: an operator who withdrew it
@@ -447,10 +455,7 @@ impl VolumeManager {
         .await
         .map_err(|e| step_error(Code::Unavailable, e.to_string()))?;
         if withdrawn {
-            return Err(step_error(
-                Code::Aborted,
-                "the publication was withdrawn before its first call; planning again",
-            ));
+            return Err(withdrawn_error());
         }
         Ok(())
     }
@@ -571,6 +576,13 @@ fn content_source(source: &VolumeSource) -> proto::VolumeContentSource {
             }),
         }),
     }
+}
+
+fn withdrawn_error() -> StepError {
+    step_error(
+        Code::Aborted,
+        "the publication was withdrawn before its first call; planning again",
+    )
 }
 
 /// `effect`, and the publication on `node` marked sent.

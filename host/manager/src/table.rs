@@ -62,6 +62,11 @@ pub struct VolumeTable {
     /// How many volumes wait: the common case, none, needs no lock.
     waiting_count: AtomicUsize,
     locks: Mutex<HashMap<String, Arc<tokio::sync::Mutex<()>>>>,
+    /// Publications a request marked sent (durably, with the request's own
+    /// write) whose first call has not gone out, by volume id: withdrawn
+    /// before it, they need no call to undo. Kept in memory only: after a
+    /// restart every sent publication may have been called.
+    uncalled: Mutex<HashMap<String, Vec<String>>>,
     /// Bumped on every change, for watchers.
     changes: watch::Sender<u64>,
 }
@@ -80,6 +85,60 @@ impl VolumeTable {
             .is_some_and(|p| p.sent)
     }
 
+    fn uncalled(&self) -> std::sync::MutexGuard<'_, HashMap<String, Vec<String>>> {
+        self.uncalled.lock().unwrap_or_else(|p| p.into_inner())
+    }
+
+    /// Notes that a request marked the publication on `node` sent before any
+    /// call for it: to be called from inside that request's change.
+    pub fn note_uncalled(&self, id: &str, node: &str) {
+        let mut u = self.uncalled();
+        let nodes = u.entry(id.to_string()).or_default();
+        if !nodes.iter().any(|n| n == node) {
+            nodes.push(node.to_string());
+        }
+    }
+
+    /// Forgets the note; whether there was one, i.e. whether no call for
+    /// the publication has gone out. From inside a change, or under the
+    /// volume's lock.
+    pub fn withdraw_uncalled(&self, id: &str, node: &str) -> bool {
+        let mut u = self.uncalled();
+        let Some(nodes) = u.get_mut(id) else {
+            return false;
+        };
+        let before = nodes.len();
+        nodes.retain(|n| n != node);
+        let was = nodes.len() < before;
+        if nodes.is_empty() {
+            u.remove(id);
+        }
+        was
+    }
+
+    /// Before the first call for a publication: whether it may go out. One
+    /// a request marked sent goes only if it still stands, decided in turn
+    /// with the changes that would withdraw it (they take the volume's lock).
+    pub async fn first_call(&self, id: &str, node: &str) -> bool {
+        if !self
+            .uncalled()
+            .get(id)
+            .is_some_and(|n| n.iter().any(|n| n == node))
+        {
+            return true;
+        }
+        let lock = self.volume_lock(id);
+        let _held = lock.lock().await;
+        let stands = self
+            .lock()
+            .volumes
+            .get(id)
+            .is_some_and(|r| !r.deleting && r.publications.get(node).is_some_and(|p| p.wanted && p.sent));
+        // Gone either way: from now on the publication may have been called.
+        self.withdraw_uncalled(id, node);
+        stands
+    }
+
     pub fn store(&self) -> &Arc<dyn Store> {
         &self.store
     }
@@ -96,6 +155,7 @@ impl VolumeTable {
             waiting: Mutex::new(HashMap::new()),
             waiting_count: AtomicUsize::new(0),
             locks: Mutex::new(HashMap::new()),
+            uncalled: Mutex::new(HashMap::new()),
             changes: watch::channel(0).0,
         })
     }
@@ -357,6 +417,7 @@ impl VolumeTable {
         self.store.remove(id).await.map_err(RemoveError::Store)?;
         self.lock().remove(id);
         self.clear_waiting(id);
+        self.uncalled().remove(id);
         self.locks.lock().unwrap_or_else(|p| p.into_inner()).remove(id);
         self.changed();
         Ok(())

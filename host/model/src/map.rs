@@ -101,6 +101,10 @@ impl<V> VecMap<V> {
         self.0.iter().map(|(_, v)| v)
     }
 
+    pub fn iter_mut(&mut self) -> impl Iterator<Item = (&String, &mut V)> {
+        self.0.iter_mut().map(|(k, v)| (&*k, v))
+    }
+
     pub fn values_mut(&mut self) -> impl Iterator<Item = &mut V> {
         self.0.iter_mut().map(|(_, v)| v)
     }

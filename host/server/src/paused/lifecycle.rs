@@ -148,6 +148,68 @@ async fn a_publication_converges_through_the_agent_in_the_spec_order_both_ways()
 }
 
 #[tokio::test(start_paused = true)]
+async fn a_publication_is_marked_sent_by_its_request_and_needs_no_write_of_its_own() {
+    let core = start(retry(SECOND, 3), true, None).await;
+    core.node_ready().await;
+    core.create("v1").await;
+    core.until("created", |c| c.volume("v1").state() == VolumeState::Available)
+        .await;
+    let before = core.record_writes();
+    core.manager.publish("v1", Some("n1"), false).await.unwrap();
+    assert!(
+        core.volume("v1").publications["n1"].sent,
+        "marked sent with the request's own write"
+    );
+    core.until("published", |c| c.volume("v1").state() == VolumeState::Published)
+        .await;
+    assert_eq!(
+        core.record_writes() - before,
+        2,
+        "the request's write and the outcomes': none before the first call"
+    );
+}
+
+#[tokio::test(start_paused = true)]
+async fn a_publication_withdrawn_before_its_first_call_is_dropped_without_one() {
+    let core = start(retry(SECOND, 3), true, None).await;
+    core.node_ready().await;
+    core.plugin.fail("CreateVolume", Code::Unavailable, usize::MAX);
+    core.create("v1").await;
+    core.until("CreateVolume tried", |c| {
+        !c.plugin.calls("CreateVolume").is_empty()
+    })
+    .await;
+    core.manager.publish("v1", Some("n1"), false).await.unwrap();
+    assert!(core.volume("v1").publications["n1"].sent, "marked by the request");
+    core.manager.unpublish("v1", "n1").await.unwrap();
+    assert!(
+        !core.volume("v1").publications["n1"].sent,
+        "unmarked by the withdrawal: no plugin has heard of it"
+    );
+    core.plugin.heal("CreateVolume");
+    core.until("created, the publication dropped", |c| {
+        let v = c.volume("v1");
+        v.state() == VolumeState::Available && v.publications.is_empty()
+    })
+    .await;
+    assert!(
+        core.plugin.log().iter().all(|c| *c == "CreateVolume"),
+        "nothing but CreateVolume was called: {:?}",
+        core.plugin.log()
+    );
+
+    // A publication whose first call went out is undone with calls.
+    core.manager.publish("v1", Some("n1"), false).await.unwrap();
+    core.until("published", |c| c.volume("v1").state() == VolumeState::Published)
+        .await;
+    core.manager.delete("v1").await.unwrap();
+    core.until("deleted", |c| c.manager.get("v1").is_none()).await;
+    assert_eq!(core.plugin.calls("NodeUnpublishVolume").len(), 1);
+    assert_eq!(core.plugin.calls("ControllerUnpublishVolume").len(), 1);
+    assert_eq!(core.plugin.volumes(), 0);
+}
+
+#[tokio::test(start_paused = true)]
 async fn a_server_that_cannot_vouch_for_its_lease_calls_no_plugin() {
     let vouches = Arc::new(AtomicBool::new(false));
     let tenure = {

@@ -150,6 +150,22 @@ impl Core {
         self.manager.create(spec).await.unwrap()
     }
 
+    /// Volume records written to the store so far.
+    pub fn record_writes(&self) -> usize {
+        self.store.puts()
+    }
+
+    /// Waits until node `n1`'s agent is linked and its plugin known.
+    pub async fn node_ready(&self) {
+        self.until("n1 ready", |c| {
+            c.manager
+                .node_views(Some("mem"))
+                .iter()
+                .any(|v| v.node == "n1" && v.health == crate::csi::registry::Health::Healthy)
+        })
+        .await;
+    }
+
     pub fn volume(&self, name: &str) -> VolumeRecord {
         self.manager.get(name).expect("the volume is known")
     }

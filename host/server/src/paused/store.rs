@@ -15,6 +15,14 @@ pub struct MemoryStore {
     tokens: Mutex<BTreeMap<String, TokenRecord>>,
     policy_set: Mutex<Option<PolicySetRecord>>,
     decisions: Mutex<BTreeMap<(String, String), Vec<u8>>>,
+    /// Volume records written, for counting a lifecycle's writes.
+    puts: std::sync::atomic::AtomicUsize,
+}
+
+impl MemoryStore {
+    pub fn puts(&self) -> usize {
+        self.puts.load(std::sync::atomic::Ordering::SeqCst)
+    }
 }
 
 #[tonic::async_trait]
@@ -23,6 +31,7 @@ impl Store for MemoryStore {
         Ok(self.volumes.lock().unwrap().values().cloned().collect())
     }
     async fn put(&self, record: &VolumeRecord) -> Result<(), StoreError> {
+        self.puts.fetch_add(1, std::sync::atomic::Ordering::SeqCst);
         self.volumes
             .lock()
             .unwrap()
