@@ -446,6 +446,9 @@ impl VolumeManager {
         // not have a call go out that nothing would undo.
         let mut withdrawn = false;
         self.write_unwritten(&r.id, unwritten, |latest| {
+            // A request may have marked it meanwhile: its note goes now, in
+            // turn with a withdrawal, since the call follows this write.
+            self.table.withdraw_uncalled(&r.id, node);
             let deleting = latest.deleting;
             match latest.publications.get_mut(node) {
                 Some(p) if p.wanted && !deleting => p.sent = true,
