@@ -191,12 +191,23 @@ pub fn wait_converged(c: &Cluster, within: Duration) -> api::SummaryResponse {
         {
             return s;
         }
-        assert!(
-            Instant::now() < deadline,
-            "not converged after {within:?}: {:?}\n{}",
-            c.summary(),
-            tail(&c.log())
-        );
+        if Instant::now() >= deadline {
+            // What each stuck volume says of itself, before the log's tail.
+            let stuck: Vec<String> = c
+                .volumes()
+                .iter()
+                .filter(|v| {
+                    v["failure"].as_str().is_some_and(|f| !f.is_empty())
+                        || v["waiting"].as_str().is_some_and(|w| !w.is_empty())
+                })
+                .map(|v| v.to_string())
+                .collect();
+            panic!(
+                "not converged after {within:?}: {:?}\nstuck: {stuck:#?}\n{}",
+                c.summary(),
+                tail(&c.log())
+            );
+        }
         std::thread::sleep(Duration::from_millis(100));
     }
 }

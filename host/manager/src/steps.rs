@@ -434,8 +434,8 @@ impl VolumeManager {
             return Ok(());
         }
         if self.table.publication_sent(&r.id, node) {
-            // Marked sent by the request that asked for it, perhaps: then
-            // the call goes only if no operator withdrew it meanwhile.
+            // Marked sent already (by the request that asked for it,
+            // perhaps): the call goes only if no operator withdrew it since.
             if !self.table.first_call(&r.id, node).await {
                 return Err(withdrawn_error());
             }
@@ -581,11 +581,16 @@ fn content_source(source: &VolumeSource) -> proto::VolumeContentSource {
     }
 }
 
+/// Not a failure, so the retry policy is not asked: the volume is planned
+/// again at once from the latest record.
 fn withdrawn_error() -> StepError {
-    step_error(
-        Code::Aborted,
-        "the publication was withdrawn before its first call; planning again",
-    )
+    StepError {
+        not_yet: Some(std::time::Duration::ZERO),
+        ..step_error(
+            Code::Aborted,
+            "the publication was withdrawn before its first call; planning again",
+        )
+    }
 }
 
 /// `effect`, and the publication on `node` marked sent.

@@ -116,17 +116,11 @@ impl VolumeTable {
         was
     }
 
-    /// Before the first call for a publication: whether it may go out. One
-    /// a request marked sent goes only if it still stands, decided in turn
-    /// with the changes that would withdraw it (they take the volume's lock).
+    /// Before the first call for a publication marked sent: whether it may
+    /// go out. Decided under the volume's lock, so in turn with the changes
+    /// that would withdraw it (the record and a request's note agree only
+    /// there); the note, if any, goes either way.
     pub async fn first_call(&self, id: &str, node: &str) -> bool {
-        if !self
-            .uncalled()
-            .get(id)
-            .is_some_and(|n| n.iter().any(|n| n == node))
-        {
-            return true;
-        }
         let lock = self.volume_lock(id);
         let _held = lock.lock().await;
         let stands = self
@@ -134,7 +128,6 @@ impl VolumeTable {
             .volumes
             .get(id)
             .is_some_and(|r| !r.deleting && r.publications.get(node).is_some_and(|p| p.wanted && p.sent));
-        // Gone either way: from now on the publication may have been called.
         self.withdraw_uncalled(id, node);
         stands
     }
