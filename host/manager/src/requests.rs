@@ -220,10 +220,7 @@ impl VolumeManager {
             r.failure = None;
             r.retrying = None;
             for (node, p) in r.publications.iter_mut() {
-                if self.table.withdraw_uncalled(&id, node) {
-                    p.sent = false;
-                }
-                p.unwant();
+                self.unwant(&id, node, p);
             }
             Ok(())
         })
@@ -430,10 +427,7 @@ impl VolumeManager {
         }
         self.modify(&id, format!("unpublish from {node}"), |r| {
             if let Some(p) = r.publications.get_mut(node) {
-                if self.table.withdraw_uncalled(&id, node) {
-                    p.sent = false;
-                }
-                p.unwant();
+                self.unwant(&id, node, p);
             }
             Ok(())
         })
@@ -448,6 +442,16 @@ impl VolumeManager {
             Ok(())
         })
         .await
+    }
+
+    /// Withdraws a publication, inside a change of its volume: one its
+    /// request marked sent and never called is unmarked, so it goes without
+    /// a call.
+    fn unwant(&self, id: &str, node: &str, p: &mut Publication) {
+        if self.table.withdraw_uncalled(id, node) {
+            p.sent = false;
+        }
+        p.unwant();
     }
 
     /// An operator's change: durable with its event, then queued for the reconciler.
