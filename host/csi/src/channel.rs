@@ -159,12 +159,7 @@ impl PluginChannel {
             response.await
         };
         match sent.await {
-            Ok(response) => Ok(response.map(|recv| {
-                tonic::body::Body::new(Answer {
-                    recv,
-                    data_done: false,
-                })
-            })),
+            Ok(response) => Ok(response.map(|recv| tonic::body::Body::new(StreamBody::new(recv)))),
             Err(e) => {
                 // A connection that failed is not used again; a stream the
                 // plugin reset leaves the connection as it is.
@@ -192,14 +187,25 @@ impl tower::Service<http::Request<tonic::body::Body>> for PluginChannel {
     }
 }
 
-/// A plugin's answer: its data frames, then its trailers (where gRPC puts
-/// the status). Received data is handed back to flow control as it is read.
-struct Answer {
+/// What one HTTP/2 stream carries in: its data frames, then its trailers
+/// (where gRPC puts the status), with received data handed back to flow
+/// control as it is read. A plugin's answer here; a caller's request in the
+/// API server, which speaks `h2` the same way.
+pub struct StreamBody {
     recv: h2::RecvStream,
     data_done: bool,
 }
 
-impl Body for Answer {
+impl StreamBody {
+    pub fn new(recv: h2::RecvStream) -> StreamBody {
+        StreamBody {
+            recv,
+            data_done: false,
+        }
+    }
+}
+
+impl Body for StreamBody {
     type Data = Bytes;
     type Error = h2::Error;
 

@@ -9,7 +9,7 @@ pub mod fingerprint;
 pub mod registry;
 
 pub use berth_proto::csi::v1 as proto;
-pub use channel::{ChannelError, PluginChannel};
+pub use channel::{ChannelError, PluginChannel, StreamBody};
 pub use client::{ClientOptions, CsiClient, unix_channel};
 pub use endpoint::{Endpoint, EndpointError};
 pub use error::error_chain;

@@ -4,6 +4,7 @@
 //! etcd, several servers share the store and only the elected one leads
 //! ([`replicated`]); what a leader runs is a [`term`] either way.
 
+mod api_h2;
 pub(crate) mod endpoints;
 mod error;
 pub mod modules;

@@ -7,7 +7,6 @@ use std::sync::{Arc, Weak};
 use std::time::Duration;
 
 use berth_proto::berth::v1::berth_server::BerthServer;
-use tokio_stream::wrappers::UnixListenerStream;
 
 use super::endpoints::{bind_tls, serve_cluster, serve_cluster_tls, start_node_agents};
 use super::{Reloader, ServeError};
@@ -323,13 +322,16 @@ pub(super) async fn lead(
     start_node_agents(manager.clone(), directory.clone(), deadline, node_records).await?;
     metrics::readiness().set_ok("api", format!("serving on {}", api_path.display()));
     let result = match socket {
-        TermSocket::Own(listener) => tonic::transport::Server::builder()
-            .add_service(BerthServer::from_arc(api))
-            .add_service(api::introspection::health().await)
-            .add_service(api::introspection::reflection()?)
-            .serve_with_incoming_shutdown(UnixListenerStream::new(listener), shutdown)
-            .await
-            .map_err(ServeError::Serving),
+        TermSocket::Own(listener) => {
+            let others = tonic::service::Routes::new(api::introspection::health().await)
+                .add_service(api::introspection::reflection()?);
+            let dispatch = super::api_h2::Dispatch {
+                api: BerthServer::from_arc(api),
+                others,
+            };
+            super::api_h2::serve(listener, dispatch, super::api_h2::MAX_CONNECTIONS, shutdown).await;
+            Ok(())
+        }
         TermSocket::Routed(routed) => {
             routed.send_replace(Some(TermApi {
                 server: tower::util::BoxCloneSyncService::new(BerthServer::from_arc(api)),
