@@ -2,8 +2,9 @@
 //! speaks it: one task per connection drives the socket, one per call
 //! answers it, and the generated services answer as they would under
 //! tonic's server (`berth.v1.Berth` called at once, health and reflection
-//! behind tonic's router). hyper's server and tonic's layers in front of it
-//! cost about a tenth of Berth's CPU per volume.
+//! behind tonic's router). hyper's server, axum's router and tower's layers
+//! in front of every call were about a tenth of Berth's CPU per volume;
+//! without them Berth spends 3–7 % less (README, "The API on `h2` directly").
 
 use std::future::{Future, poll_fn};
 use std::time::Duration;
