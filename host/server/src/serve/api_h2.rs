@@ -146,10 +146,8 @@ pub(super) trait Answers: Clone + Send + 'static {
 
 impl Answers for tonic::service::Routes {
     async fn answer(self, request: http::Request<StreamBody>) -> http::Response<tonic::body::Body> {
-        match self.oneshot(request).await {
-            Ok(response) => response,
-            Err(never) => match never {},
-        }
+        let Ok(response) = self.oneshot(request).await;
+        response
     }
 }
 
@@ -166,10 +164,8 @@ impl Answers for Dispatch {
         if !request.uri().path().starts_with(API_PATH) {
             return self.others.answer(request).await;
         }
-        match self.api.oneshot(request).await {
-            Ok(response) => response,
-            Err(never) => match never {},
-        }
+        let Ok(response) = self.api.oneshot(request).await;
+        response
     }
 }
 
@@ -206,19 +202,9 @@ async fn answer(response: http::Response<tonic::body::Body>, mut respond: h2::se
             }
         };
         match frame.into_data() {
-            Ok(mut data) => {
-                while !data.is_empty() {
-                    send.reserve_capacity(data.len());
-                    match poll_fn(|cx| send.poll_capacity(cx)).await {
-                        Some(Ok(0)) => continue,
-                        Some(Ok(n)) => {
-                            let chunk = data.split_to(n.min(data.len()));
-                            if send.send_data(chunk, false).is_err() {
-                                return;
-                            }
-                        }
-                        _ => return,
-                    }
+            Ok(data) => {
+                if !send_within_window(&mut send, data).await {
+                    return;
                 }
             }
             Err(frame) => {
@@ -229,6 +215,25 @@ async fn answer(response: http::Response<tonic::body::Body>, mut respond: h2::se
             }
         }
     }
+}
+
+/// Sends `data` in pieces the peer's window takes; false once the stream
+/// is gone.
+async fn send_within_window(send: &mut h2::SendStream<Bytes>, mut data: Bytes) -> bool {
+    while !data.is_empty() {
+        send.reserve_capacity(data.len());
+        match poll_fn(|cx| send.poll_capacity(cx)).await {
+            Some(Ok(0)) => continue,
+            Some(Ok(n)) => {
+                let chunk = data.split_to(n.min(data.len()));
+                if send.send_data(chunk, false).is_err() {
+                    return false;
+                }
+            }
+            _ => return false,
+        }
+    }
+    true
 }
 
 #[cfg(test)]
