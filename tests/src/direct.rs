@@ -1,16 +1,13 @@
 //! The sample plugin driven directly, without Berth: the same plugin
 //! processes, and for each volume the calls Berth makes, with the paths and
 //! capability it uses. What this reaches is the plugin's own speed, the
-//! limit Berth's throughput is measured against. It talks to them over the
-//! same HTTP/2 channel Berth's CSI client uses.
+//! limit Berth's throughput is measured against. It talks to them with
+//! Berth's own CSI client, so both sides pay the same for a call.
 
 use std::collections::HashMap;
 use std::path::{Path, PathBuf};
 
-use berth::csi::PluginChannel;
-use berth::csi::proto;
-use proto::controller_client::ControllerClient;
-use proto::node_client::NodeClient;
+use berth::csi::{ClientOptions, CsiClient, Endpoint, proto};
 
 use crate::{ClusterSpec, Plugin, spawn_plugins, test_dir, volumes_dir_in};
 
@@ -21,9 +18,9 @@ pub struct Direct {
     volumes_dir: PathBuf,
     own_volumes_dir: bool,
     controller_plugin: Plugin,
-    controller: ControllerClient<PluginChannel>,
+    controller: CsiClient,
     /// (node name, its plugin's client), in node order.
-    nodes: Vec<(String, NodeClient<PluginChannel>, Plugin)>,
+    nodes: Vec<(String, CsiClient, Plugin)>,
     zone: String,
 }
 
@@ -57,12 +54,12 @@ impl Direct {
             .iter()
             .zip(plugins)
             .map(|((name, _), p)| {
-                let client = NodeClient::new(PluginChannel::new(&p.socket));
+                let client = client(&p.socket);
                 (name.to_string(), client, p)
             })
             .collect();
         Direct {
-            controller: ControllerClient::new(PluginChannel::new(&controller.socket)),
+            controller: client(&controller.socket),
             controller_plugin: controller,
             _dir: dir,
             own_volumes_dir: spec.volumes_dir.is_some(),
@@ -97,8 +94,8 @@ impl Direct {
 
     /// CreateVolume, ControllerPublishVolume, NodeStageVolume and
     /// NodePublishVolume of volume `i` on node `node`, one after the other.
-    pub async fn create_and_publish(&self, i: usize, node: usize) -> Result<Created, tonic::Status> {
-        let mut ctl = self.controller.clone();
+    pub async fn create_and_publish(&self, i: usize, node: usize) -> Result<Created, String> {
+        let ctl = &self.controller;
         let volume = ctl
             .create_volume(proto::CreateVolumeRequest {
                 name: format!("vol-{i:06}"),
@@ -110,11 +107,11 @@ impl Direct {
                 accessibility_requirements: Some(self.topology()),
                 ..Default::default()
             })
-            .await?
-            .into_inner()
+            .await
+            .map_err(text)?
             .volume
-            .ok_or_else(|| tonic::Status::internal("CreateVolume answered without a volume"))?;
-        let (name, mut node_client) = (self.nodes[node].0.clone(), self.nodes[node].1.clone());
+            .ok_or("CreateVolume answered without a volume")?;
+        let (name, node_client) = (self.nodes[node].0.clone(), &self.nodes[node].1);
         let publish_context = ctl
             .controller_publish_volume(proto::ControllerPublishVolumeRequest {
                 volume_id: volume.volume_id.clone(),
@@ -124,8 +121,8 @@ impl Direct {
                 volume_context: volume.volume_context.clone(),
                 ..Default::default()
             })
-            .await?
-            .into_inner()
+            .await
+            .map_err(text)?
             .publish_context;
         let c = Created {
             berth_id: format!("direct-{i:06}"),
@@ -145,7 +142,8 @@ impl Direct {
                 volume_context: c.volume_context.clone(),
                 ..Default::default()
             })
-            .await?;
+            .await
+            .map_err(text)?;
         let target = self.target(&c);
         std::fs::create_dir_all(target.parent().expect("a parent")).map_err(io)?;
         node_client
@@ -159,40 +157,45 @@ impl Direct {
                 volume_context: c.volume_context.clone(),
                 ..Default::default()
             })
-            .await?;
+            .await
+            .map_err(text)?;
         Ok(c)
     }
 
     /// NodeUnpublishVolume, NodeUnstageVolume, ControllerUnpublishVolume and
     /// DeleteVolume, one after the other.
-    pub async fn unpublish_and_delete(&self, c: Created) -> Result<(), tonic::Status> {
-        let (name, mut node_client) = (self.nodes[c.node].0.clone(), self.nodes[c.node].1.clone());
+    pub async fn unpublish_and_delete(&self, c: Created) -> Result<(), String> {
+        let (name, node_client) = (self.nodes[c.node].0.clone(), &self.nodes[c.node].1);
         node_client
             .node_unpublish_volume(proto::NodeUnpublishVolumeRequest {
                 volume_id: c.volume_id.clone(),
                 target_path: path(&self.target(&c)),
             })
-            .await?;
+            .await
+            .map_err(text)?;
         let staging = self.staging(&c);
         node_client
             .node_unstage_volume(proto::NodeUnstageVolumeRequest {
                 volume_id: c.volume_id.clone(),
                 staging_target_path: path(&staging),
             })
-            .await?;
+            .await
+            .map_err(text)?;
         let _ = std::fs::remove_dir(&staging);
-        let mut ctl = self.controller.clone();
+        let ctl = &self.controller;
         ctl.controller_unpublish_volume(proto::ControllerUnpublishVolumeRequest {
             volume_id: c.volume_id.clone(),
             node_id: name,
             secrets: Default::default(),
         })
-        .await?;
+        .await
+        .map_err(text)?;
         ctl.delete_volume(proto::DeleteVolumeRequest {
             volume_id: c.volume_id,
             secrets: Default::default(),
         })
-        .await?;
+        .await
+        .map_err(text)?;
         Ok(())
     }
 
@@ -214,8 +217,17 @@ fn path(p: &Path) -> String {
     p.display().to_string()
 }
 
-fn io(e: std::io::Error) -> tonic::Status {
-    tonic::Status::internal(e.to_string())
+fn io(e: std::io::Error) -> String {
+    e.to_string()
+}
+
+fn text(e: berth::csi::CsiError) -> String {
+    e.to_string()
+}
+
+fn client(socket: &Path) -> CsiClient {
+    let endpoint = Endpoint::parse(&socket.display().to_string()).expect("a plugin socket path");
+    CsiClient::lazy(endpoint, ClientOptions::default())
 }
 
 impl Drop for Direct {

@@ -4,8 +4,13 @@
 //! a task per request to stream its body: three task hops for a unary call
 //! whose request is one small message known in full up front. Here the
 //! caller's task sends the headers and the whole message itself, and one
-//! task per connection drives the socket. The generated CSI clients run on
-//! it unchanged, so decoding, status and message-size limits stay tonic's.
+//! task per connection drives the socket.
+//!
+//! Berth's CSI calls ([`PluginChannel::call`]) are framed and read here too
+//! ([`crate::grpc_frame`]): one message each way, with tonic's status
+//! parsing and its 4 MiB limit on an answer, without the streaming codec
+//! built for many messages. Generated tonic clients (the benchmark's API
+//! client, tests') still run on the channel as a tower service.
 
 use std::future::Future;
 use std::io;
@@ -20,6 +25,8 @@ use h2::client::SendRequest;
 use http_body::{Body, Frame};
 use http_body_util::BodyExt;
 use tokio::net::UnixStream;
+
+use crate::grpc_frame;
 
 /// Headers a plugin may answer with, in all: gRPC's are a few hundred bytes.
 const MAX_HEADER_LIST: u32 = 64 << 10;
@@ -127,20 +134,13 @@ impl PluginChannel {
         Ok((number, send))
     }
 
-    async fn unary(
-        self,
-        request: http::Request<tonic::body::Body>,
-    ) -> Result<http::Response<tonic::body::Body>, ChannelError> {
-        let (mut parts, body) = request.into_parts();
-        // The request is one message, already encoded when first polled.
-        let message = body.collect().await.map_err(ChannelError::Body)?.to_bytes();
-        let path = parts.uri.path_and_query().map_or("/", |p| p.as_str());
-        parts.uri = http::Uri::builder()
-            .scheme("http")
-            .authority("localhost")
-            .path_and_query(path)
-            .build()?;
-        parts.version = http::Version::HTTP_2;
+    /// Sends a request whose body is `message` in full, and returns the
+    /// answer's head and the stream its body comes on.
+    async fn send(
+        &self,
+        parts: http::request::Parts,
+        message: Bytes,
+    ) -> Result<http::Response<h2::RecvStream>, ChannelError> {
         let (number, send) = self.sender().await?;
         let sent = async {
             let mut send = send.ready().await?;
@@ -158,17 +158,104 @@ impl PluginChannel {
             }
             response.await
         };
-        match sent.await {
-            Ok(response) => Ok(response.map(|recv| tonic::body::Body::new(StreamBody::new(recv)))),
-            Err(e) => {
-                // A connection that failed is not used again; a stream the
-                // plugin reset leaves the connection as it is.
-                if !e.is_reset() {
-                    PluginChannel::forget(&self.shared, number);
-                }
-                Err(e.into())
+        sent.await.map_err(|e| {
+            // A connection that failed is not used again; a stream the
+            // plugin reset leaves the connection as it is.
+            if !e.is_reset() {
+                PluginChannel::forget(&self.shared, number);
             }
+            e.into()
+        })
+    }
+
+    async fn unary(
+        self,
+        request: http::Request<tonic::body::Body>,
+    ) -> Result<http::Response<tonic::body::Body>, ChannelError> {
+        let (mut parts, body) = request.into_parts();
+        // The request is one message, already encoded when first polled.
+        let message = body.collect().await.map_err(ChannelError::Body)?.to_bytes();
+        let path = parts.uri.path_and_query().map_or("/", |p| p.as_str());
+        parts.uri = http::Uri::builder()
+            .scheme("http")
+            .authority("localhost")
+            .path_and_query(path)
+            .build()?;
+        parts.version = http::Version::HTTP_2;
+        let response = self.send(parts, message).await?;
+        Ok(response.map(|recv| tonic::body::Body::new(StreamBody::new(recv))))
+    }
+
+    /// One unary gRPC call of `method` (its path, `/csi.v1.Node/NodeStageVolume`),
+    /// framed and read here rather than through tonic's streaming codec: a
+    /// CSI call is one message each way, known in full before it is sent.
+    pub async fn call<Req, Resp>(
+        &self,
+        method: &'static str,
+        timeout: &http::HeaderValue,
+        request: &Req,
+    ) -> Result<Resp, CallError>
+    where
+        Req: prost::Message,
+        Resp: prost::Message + Default,
+    {
+        let message = grpc_frame::encode(request);
+        let mut uri = http::uri::Parts::default();
+        uri.scheme = Some(http::uri::Scheme::HTTP);
+        uri.authority = Some(http::uri::Authority::from_static("localhost"));
+        uri.path_and_query = Some(http::uri::PathAndQuery::from_static(method));
+        let mut head = http::Request::new(());
+        *head.method_mut() = http::Method::POST;
+        *head.uri_mut() = http::Uri::from_parts(uri).map_err(|e| ChannelError::Uri(e.into()))?;
+        *head.version_mut() = http::Version::HTTP_2;
+        let headers = head.headers_mut();
+        headers.insert(
+            http::header::CONTENT_TYPE,
+            http::HeaderValue::from_static("application/grpc"),
+        );
+        headers.insert(http::header::TE, http::HeaderValue::from_static("trailers"));
+        headers.insert(
+            http::header::USER_AGENT,
+            http::HeaderValue::from_static(USER_AGENT),
+        );
+        headers.insert("grpc-timeout", timeout.clone());
+        let (parts, ()) = head.into_parts();
+        let (answer, mut recv) = self.send(parts, message).await?.into_parts();
+        // An error answered at once comes as headers only (gRPC's trailers-only form).
+        if let Some(status) = tonic::Status::from_header_map(&answer.headers) {
+            return match status.code() {
+                tonic::Code::Ok => Err(CallError::Invalid("answered OK without a message".into())),
+                _ => Err(CallError::Status(status)),
+            };
         }
+        let body = grpc_frame::read_body(&mut recv).await?;
+        let trailers = recv.trailers().await.map_err(ChannelError::Http2)?;
+        match trailers.as_ref().and_then(tonic::Status::from_header_map) {
+            Some(status) if status.code() == tonic::Code::Ok => {}
+            Some(status) => return Err(CallError::Status(status)),
+            None => return Err(CallError::Status(grpc_frame::without_status(answer.status))),
+        }
+        grpc_frame::decode(body)
+    }
+}
+
+/// What `User-Agent` a plugin sees Berth's calls come from.
+const USER_AGENT: &str = concat!("berth/", env!("CARGO_PKG_VERSION"));
+
+/// Why a unary call failed.
+#[derive(Debug)]
+pub enum CallError {
+    /// The plugin answered with this status.
+    Status(tonic::Status),
+    /// The call did not reach the plugin, or its connection was lost.
+    Channel(ChannelError),
+    /// The plugin answered, but not in gRPC's form.
+    Invalid(String),
+}
+
+impl From<ChannelError> for CallError {
+    fn from(e: ChannelError) -> CallError {
+        CallError::Channel(e)
     }
 }
 
@@ -394,6 +481,28 @@ mod tests {
                 "{e}"
             );
         }
+    }
+
+    #[tokio::test]
+    async fn an_answer_over_the_message_limit_is_invalid_and_the_connection_serves_on() {
+        let dir = tempfile::tempdir().unwrap();
+        let socket = dir.path().join("csi.sock");
+        let _stop = serve(
+            Plugin {
+                manifest_bytes: crate::grpc_frame::MAX_ANSWER + 1,
+                ..HEALTHY
+            },
+            &socket,
+        );
+        let client = client(&socket);
+        let e = client.get_plugin_info(Default::default()).await.unwrap_err();
+        assert!(
+            matches!(&e.failure, Failure::Invalid(why) if why.contains("4 MiB limit")),
+            "{e}"
+        );
+        assert_eq!(e.code(), Code::Internal);
+        let probed = client.probe(Default::default()).await.unwrap();
+        assert_eq!(probed.ready, Some(true), "the next call on the same connection");
     }
 
     #[tokio::test]

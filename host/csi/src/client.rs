@@ -1,6 +1,5 @@
 //! gRPC client for one CSI plugin socket (Identity, Controller and Node).
 
-use std::future::Future;
 use std::io;
 use std::sync::{Arc, RwLock};
 use std::time::Duration;
@@ -11,14 +10,10 @@ use hyper_util::rt::TokioIo;
 use tokio::net::UnixStream;
 use tonic::transport::{Channel, Uri};
 
-use crate::channel::PluginChannel;
+use crate::channel::{CallError, PluginChannel};
 use crate::endpoint::Endpoint;
-use crate::error::{CsiError, Failure};
+use crate::error::{CsiError, Failure, error_chain};
 use crate::proto;
-use crate::proto::controller_client::ControllerClient;
-use crate::proto::group_controller_client::GroupControllerClient;
-use crate::proto::identity_client::IdentityClient;
-use crate::proto::node_client::NodeClient;
 use berth_metrics::{self as metrics, Text};
 
 /// How a client talks to its plugin.
@@ -51,7 +46,7 @@ pub struct CsiClient {
     channel: PluginChannel,
     deadline: Duration,
     /// The deadline as `grpc-timeout` says it, made once: not formatted on every call.
-    timeout: tonic::metadata::AsciiMetadataValue,
+    timeout: http::HeaderValue,
 }
 
 impl CsiClient {
@@ -89,30 +84,26 @@ impl CsiClient {
         self.label = format!("{label} ({})", self.endpoint).into();
     }
 
-    async fn call<Req, Resp, F, Fut>(
+    async fn call<Req, Resp>(
         &self,
         (call, method): (&'static str, &'static str),
         req: Req,
-        f: F,
         names_driver: impl FnOnce(&Resp) -> Option<&str>,
     ) -> Result<Resp, CsiError>
     where
-        F: FnOnce(PluginChannel, tonic::Request<Req>) -> Fut,
-        Fut: Future<Output = Result<tonic::Response<Resp>, tonic::Status>>,
+        Req: prost::Message,
+        Resp: prost::Message + Default,
     {
-        let mut request = tonic::Request::new(req);
-        request
-            .metadata_mut()
-            .insert("grpc-timeout", self.timeout.clone());
         let started = Instant::now();
         let deadline_passed = || CsiError {
             plugin: self.label.to_string(),
             call,
             failure: Failure::Deadline(self.deadline),
         };
-        let answer = tokio::time::timeout(self.deadline, f(self.channel.clone(), request)).await;
+        let answer =
+            tokio::time::timeout(self.deadline, self.channel.call(method, &self.timeout, &req)).await;
         if let Ok(Ok(resp)) = &answer
-            && let Some(name) = names_driver(resp.get_ref()).filter(|n| !n.is_empty())
+            && let Some(name) = names_driver(resp).filter(|n| !n.is_empty())
         {
             let mut driver = self.driver.write().unwrap_or_else(|p| p.into_inner());
             if driver.as_str() != name {
@@ -122,27 +113,41 @@ impl CsiClient {
         if metrics::get().is_some() {
             let code = match &answer {
                 Ok(Ok(_)) => tonic::Code::Ok,
-                Ok(Err(status)) => status.code(),
+                Ok(Err(CallError::Status(status))) => status.code(),
+                Ok(Err(CallError::Channel(_))) => tonic::Code::Unavailable,
+                Ok(Err(CallError::Invalid(_))) => tonic::Code::Internal,
                 Err(_) => tonic::Code::DeadlineExceeded,
             };
             let driver = self.driver.read().unwrap_or_else(|p| p.into_inner()).clone();
             metrics::csi_call(&driver, method, code, started.elapsed());
         }
-        match answer {
-            Ok(Ok(resp)) => Ok(resp.into_inner()),
+        let failure = match answer {
+            Ok(Ok(resp)) => return Ok(resp),
             // The plugin saw the same grpc-timeout expire; servers differ in the
             // code they answer with (tonic says CANCELLED), so trust the clock.
-            Ok(Err(status))
+            Ok(Err(CallError::Status(status)))
                 if matches!(
                     status.code(),
                     tonic::Code::Cancelled | tonic::Code::DeadlineExceeded
                 ) && started.elapsed() >= self.deadline =>
             {
-                Err(deadline_passed())
+                return Err(deadline_passed());
             }
-            Ok(Err(status)) => Err(CsiError::from_status(&self.label, call, status)),
-            Err(_) => Err(deadline_passed()),
-        }
+            Ok(Err(CallError::Status(status))) => Failure::Status {
+                code: status.code(),
+                message: status.message().to_string(),
+            },
+            // Refused or lost midway: the plugin is unreachable, which is
+            // retryable, not a plugin bug.
+            Ok(Err(CallError::Channel(e))) => Failure::Unreachable(error_chain(&e)),
+            Ok(Err(CallError::Invalid(why))) => Failure::Invalid(why),
+            Err(_) => return Err(deadline_passed()),
+        };
+        Err(CsiError {
+            plugin: self.label.to_string(),
+            call,
+            failure,
+        })
     }
 
     /// Every volume ListVolumes returns, following `next_token` page by page.
@@ -173,14 +178,14 @@ impl CsiClient {
 
 /// `deadline` in gRPC's `grpc-timeout` form: whole milliseconds (rounded up),
 /// or seconds past what eight digits of milliseconds hold.
-fn grpc_timeout(deadline: Duration) -> tonic::metadata::AsciiMetadataValue {
+fn grpc_timeout(deadline: Duration) -> http::HeaderValue {
     let ms = deadline.as_nanos().div_ceil(1_000_000).max(1);
     let text = if ms < 100_000_000 {
         format!("{ms}m")
     } else {
         format!("{}S", deadline.as_secs().clamp(1, 99_999_999))
     };
-    text.parse().expect("digits and a unit are valid metadata")
+    http::HeaderValue::try_from(text).expect("digits and a unit are a valid header value")
 }
 
 /// A gRPC channel to a unix socket that connects on first use and reconnects
@@ -198,12 +203,12 @@ pub fn unix_channel(path: &std::path::Path) -> Channel {
 
 /// One wrapper per CSI method, each with the deadline and error context applied.
 macro_rules! rpcs {
-    ($($client:ident :: $method:ident ($req:ident) -> $resp:ident as $service:literal $call:literal;)*) => {
+    ($($method:ident ($req:ident) -> $resp:ident as $service:literal $call:literal;)*) => {
         impl CsiClient {
             $(
                 pub async fn $method(&self, req: proto::$req) -> Result<proto::$resp, CsiError> {
                     let names = ($call, concat!("/csi.v1.", $service, "/", $call));
-                    self.call(names, req, |ch, r| async move { $client::new(ch).$method(r).await }, |_| None).await
+                    self.call(names, req, |_| None).await
                 }
             )*
         }
@@ -217,46 +222,43 @@ impl CsiClient {
         req: proto::GetPluginInfoRequest,
     ) -> Result<proto::GetPluginInfoResponse, CsiError> {
         let names = ("GetPluginInfo", "/csi.v1.Identity/GetPluginInfo");
-        self.call(
-            names,
-            req,
-            |ch, r| async move { IdentityClient::new(ch).get_plugin_info(r).await },
-            |info: &proto::GetPluginInfoResponse| Some(info.name.as_str()),
-        )
+        self.call(names, req, |info: &proto::GetPluginInfoResponse| {
+            Some(info.name.as_str())
+        })
         .await
     }
 }
 
 rpcs! {
-    IdentityClient::get_plugin_capabilities(GetPluginCapabilitiesRequest) -> GetPluginCapabilitiesResponse as "Identity" "GetPluginCapabilities";
-    IdentityClient::probe(ProbeRequest) -> ProbeResponse as "Identity" "Probe";
-    ControllerClient::create_volume(CreateVolumeRequest) -> CreateVolumeResponse as "Controller" "CreateVolume";
-    ControllerClient::delete_volume(DeleteVolumeRequest) -> DeleteVolumeResponse as "Controller" "DeleteVolume";
-    ControllerClient::controller_publish_volume(ControllerPublishVolumeRequest) -> ControllerPublishVolumeResponse as "Controller" "ControllerPublishVolume";
-    ControllerClient::controller_unpublish_volume(ControllerUnpublishVolumeRequest) -> ControllerUnpublishVolumeResponse as "Controller" "ControllerUnpublishVolume";
-    ControllerClient::validate_volume_capabilities(ValidateVolumeCapabilitiesRequest) -> ValidateVolumeCapabilitiesResponse as "Controller" "ValidateVolumeCapabilities";
-    ControllerClient::list_volumes(ListVolumesRequest) -> ListVolumesResponse as "Controller" "ListVolumes";
-    ControllerClient::get_capacity(GetCapacityRequest) -> GetCapacityResponse as "Controller" "GetCapacity";
-    ControllerClient::controller_get_capabilities(ControllerGetCapabilitiesRequest) -> ControllerGetCapabilitiesResponse as "Controller" "ControllerGetCapabilities";
-    ControllerClient::controller_get_volume(ControllerGetVolumeRequest) -> ControllerGetVolumeResponse as "Controller" "ControllerGetVolume";
-    ControllerClient::controller_expand_volume(ControllerExpandVolumeRequest) -> ControllerExpandVolumeResponse as "Controller" "ControllerExpandVolume";
-    ControllerClient::controller_modify_volume(ControllerModifyVolumeRequest) -> ControllerModifyVolumeResponse as "Controller" "ControllerModifyVolume";
-    ControllerClient::create_snapshot(CreateSnapshotRequest) -> CreateSnapshotResponse as "Controller" "CreateSnapshot";
-    ControllerClient::delete_snapshot(DeleteSnapshotRequest) -> DeleteSnapshotResponse as "Controller" "DeleteSnapshot";
-    ControllerClient::list_snapshots(ListSnapshotsRequest) -> ListSnapshotsResponse as "Controller" "ListSnapshots";
-    ControllerClient::get_snapshot(GetSnapshotRequest) -> GetSnapshotResponse as "Controller" "GetSnapshot";
-    GroupControllerClient::group_controller_get_capabilities(GroupControllerGetCapabilitiesRequest) -> GroupControllerGetCapabilitiesResponse as "GroupController" "GroupControllerGetCapabilities";
-    GroupControllerClient::create_volume_group_snapshot(CreateVolumeGroupSnapshotRequest) -> CreateVolumeGroupSnapshotResponse as "GroupController" "CreateVolumeGroupSnapshot";
-    GroupControllerClient::delete_volume_group_snapshot(DeleteVolumeGroupSnapshotRequest) -> DeleteVolumeGroupSnapshotResponse as "GroupController" "DeleteVolumeGroupSnapshot";
-    GroupControllerClient::get_volume_group_snapshot(GetVolumeGroupSnapshotRequest) -> GetVolumeGroupSnapshotResponse as "GroupController" "GetVolumeGroupSnapshot";
-    NodeClient::node_expand_volume(NodeExpandVolumeRequest) -> NodeExpandVolumeResponse as "Node" "NodeExpandVolume";
-    NodeClient::node_stage_volume(NodeStageVolumeRequest) -> NodeStageVolumeResponse as "Node" "NodeStageVolume";
-    NodeClient::node_unstage_volume(NodeUnstageVolumeRequest) -> NodeUnstageVolumeResponse as "Node" "NodeUnstageVolume";
-    NodeClient::node_publish_volume(NodePublishVolumeRequest) -> NodePublishVolumeResponse as "Node" "NodePublishVolume";
-    NodeClient::node_unpublish_volume(NodeUnpublishVolumeRequest) -> NodeUnpublishVolumeResponse as "Node" "NodeUnpublishVolume";
-    NodeClient::node_get_volume_stats(NodeGetVolumeStatsRequest) -> NodeGetVolumeStatsResponse as "Node" "NodeGetVolumeStats";
-    NodeClient::node_get_capabilities(NodeGetCapabilitiesRequest) -> NodeGetCapabilitiesResponse as "Node" "NodeGetCapabilities";
-    NodeClient::node_get_info(NodeGetInfoRequest) -> NodeGetInfoResponse as "Node" "NodeGetInfo";
+    get_plugin_capabilities(GetPluginCapabilitiesRequest) -> GetPluginCapabilitiesResponse as "Identity" "GetPluginCapabilities";
+    probe(ProbeRequest) -> ProbeResponse as "Identity" "Probe";
+    create_volume(CreateVolumeRequest) -> CreateVolumeResponse as "Controller" "CreateVolume";
+    delete_volume(DeleteVolumeRequest) -> DeleteVolumeResponse as "Controller" "DeleteVolume";
+    controller_publish_volume(ControllerPublishVolumeRequest) -> ControllerPublishVolumeResponse as "Controller" "ControllerPublishVolume";
+    controller_unpublish_volume(ControllerUnpublishVolumeRequest) -> ControllerUnpublishVolumeResponse as "Controller" "ControllerUnpublishVolume";
+    validate_volume_capabilities(ValidateVolumeCapabilitiesRequest) -> ValidateVolumeCapabilitiesResponse as "Controller" "ValidateVolumeCapabilities";
+    list_volumes(ListVolumesRequest) -> ListVolumesResponse as "Controller" "ListVolumes";
+    get_capacity(GetCapacityRequest) -> GetCapacityResponse as "Controller" "GetCapacity";
+    controller_get_capabilities(ControllerGetCapabilitiesRequest) -> ControllerGetCapabilitiesResponse as "Controller" "ControllerGetCapabilities";
+    controller_get_volume(ControllerGetVolumeRequest) -> ControllerGetVolumeResponse as "Controller" "ControllerGetVolume";
+    controller_expand_volume(ControllerExpandVolumeRequest) -> ControllerExpandVolumeResponse as "Controller" "ControllerExpandVolume";
+    controller_modify_volume(ControllerModifyVolumeRequest) -> ControllerModifyVolumeResponse as "Controller" "ControllerModifyVolume";
+    create_snapshot(CreateSnapshotRequest) -> CreateSnapshotResponse as "Controller" "CreateSnapshot";
+    delete_snapshot(DeleteSnapshotRequest) -> DeleteSnapshotResponse as "Controller" "DeleteSnapshot";
+    list_snapshots(ListSnapshotsRequest) -> ListSnapshotsResponse as "Controller" "ListSnapshots";
+    get_snapshot(GetSnapshotRequest) -> GetSnapshotResponse as "Controller" "GetSnapshot";
+    group_controller_get_capabilities(GroupControllerGetCapabilitiesRequest) -> GroupControllerGetCapabilitiesResponse as "GroupController" "GroupControllerGetCapabilities";
+    create_volume_group_snapshot(CreateVolumeGroupSnapshotRequest) -> CreateVolumeGroupSnapshotResponse as "GroupController" "CreateVolumeGroupSnapshot";
+    delete_volume_group_snapshot(DeleteVolumeGroupSnapshotRequest) -> DeleteVolumeGroupSnapshotResponse as "GroupController" "DeleteVolumeGroupSnapshot";
+    get_volume_group_snapshot(GetVolumeGroupSnapshotRequest) -> GetVolumeGroupSnapshotResponse as "GroupController" "GetVolumeGroupSnapshot";
+    node_expand_volume(NodeExpandVolumeRequest) -> NodeExpandVolumeResponse as "Node" "NodeExpandVolume";
+    node_stage_volume(NodeStageVolumeRequest) -> NodeStageVolumeResponse as "Node" "NodeStageVolume";
+    node_unstage_volume(NodeUnstageVolumeRequest) -> NodeUnstageVolumeResponse as "Node" "NodeUnstageVolume";
+    node_publish_volume(NodePublishVolumeRequest) -> NodePublishVolumeResponse as "Node" "NodePublishVolume";
+    node_unpublish_volume(NodeUnpublishVolumeRequest) -> NodeUnpublishVolumeResponse as "Node" "NodeUnpublishVolume";
+    node_get_volume_stats(NodeGetVolumeStatsRequest) -> NodeGetVolumeStatsResponse as "Node" "NodeGetVolumeStats";
+    node_get_capabilities(NodeGetCapabilitiesRequest) -> NodeGetCapabilitiesResponse as "Node" "NodeGetCapabilities";
+    node_get_info(NodeGetInfoRequest) -> NodeGetInfoResponse as "Node" "NodeGetInfo";
 }
 
 async fn wait_for_socket(endpoint: &Endpoint, wait: Duration) -> Result<(), CsiError> {

@@ -85,25 +85,6 @@ impl CsiError {
         self.failure.code()
     }
 
-    pub fn from_status(plugin: &str, call: &'static str, status: tonic::Status) -> Self {
-        // A status tonic made from a transport error carries that error as its
-        // source; one the plugin sent does not. A connection refused or lost
-        // mid-call (which tonic may report as UNKNOWN) is the plugin being
-        // unreachable, whatever code tonic chose: retryable, not a plugin bug.
-        let failure = match std::error::Error::source(&status) {
-            Some(source) => Failure::Unreachable(error_chain(source)),
-            _ => Failure::Status {
-                code: status.code(),
-                message: status.message().to_string(),
-            },
-        };
-        CsiError {
-            plugin: plugin.to_string(),
-            call,
-            failure,
-        }
-    }
-
     pub fn invalid(plugin: &str, call: &'static str, why: impl Into<String>) -> Self {
         CsiError {
             plugin: plugin.to_string(),
@@ -125,24 +106,4 @@ pub fn error_chain(err: &(dyn std::error::Error + 'static)) -> String {
         cur = e.source();
     }
     parts.join(": ")
-}
-
-#[cfg(test)]
-mod tests {
-    use super::*;
-
-    #[test]
-    fn a_lost_connection_is_unreachable_whatever_code_tonic_gives_it() {
-        let lost = std::io::Error::new(std::io::ErrorKind::ConnectionReset, "connection reset by peer");
-        let status = tonic::Status::from_error(Box::new(lost));
-        assert_eq!(status.code(), Code::Unknown, "tonic's own choice");
-        let e = CsiError::from_status("hp", "CreateVolume", status);
-        assert!(
-            matches!(&e.failure, Failure::Unreachable(why) if why.contains("reset")),
-            "{e}"
-        );
-        assert_eq!(e.code(), Code::Unavailable);
-        let sent = CsiError::from_status("hp", "CreateVolume", tonic::Status::unknown("plugin bug"));
-        assert_eq!(sent.code(), Code::Unknown, "a code the plugin sent is kept");
-    }
 }

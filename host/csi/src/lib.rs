@@ -6,10 +6,11 @@ mod client;
 mod endpoint;
 mod error;
 pub mod fingerprint;
+mod grpc_frame;
 pub mod registry;
 
 pub use berth_proto::csi::v1 as proto;
-pub use channel::{ChannelError, PluginChannel, StreamBody};
+pub use channel::{CallError, ChannelError, PluginChannel, StreamBody};
 pub use client::{ClientOptions, CsiClient, unix_channel};
 pub use endpoint::{Endpoint, EndpointError};
 pub use error::error_chain;

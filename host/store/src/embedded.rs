@@ -30,6 +30,10 @@ const CACHE_BYTES: usize = 16 << 20;
 
 pub struct RedbStore {
     committer: Arc<Committer>,
+    /// How many entries each decision kind holds, once counted: the log is
+    /// this store's own (one writer), so a count stays true until a write
+    /// fails, and the ring need not be counted again on every batch.
+    decisions_held: std::sync::Mutex<std::collections::HashMap<String, usize>>,
 }
 
 /// A new redb file at `path`: made under a temporary name beside it,
@@ -146,6 +150,7 @@ impl RedbStore {
             .map_err(|e| open_error(e.to_string()))?;
         Ok(RedbStore {
             committer: Arc::new(committer),
+            decisions_held: Default::default(),
         })
     }
 
@@ -403,11 +408,15 @@ impl Store for RedbStore {
         batches: Vec<crate::LoggedBatch>,
         keep: usize,
     ) -> Result<(), StoreError> {
-        let kinds: Vec<(String, usize)> = batches
-            .iter()
-            .map(|b| (b.kind.clone(), b.entries.len()))
-            .collect();
-        // Each kind's count and oldest keys first, then one write of it all.
+        let kinds: Vec<(String, usize, Option<usize>)> = {
+            let held = self.decisions_held.lock().unwrap_or_else(|p| p.into_inner());
+            batches
+                .iter()
+                .map(|b| (b.kind.clone(), b.entries.len(), held.get(&b.kind).copied()))
+                .collect()
+        };
+        // Each kind's count (when not known) and oldest keys first, then one
+        // write of it all.
         let stored: Vec<(usize, Vec<String>)> = self
             .committer
             .read_async(move |db| {
@@ -416,9 +425,12 @@ impl Store for RedbStore {
                     return Ok(vec![(0, Vec::new()); kinds.len()]);
                 };
                 let mut out = Vec::with_capacity(kinds.len());
-                for (kind, added) in &kinds {
+                for (kind, added, known) in &kinds {
                     let (first, end) = (format!("{kind}/"), format!("{kind}0"));
-                    let count = table.range(first.as_str()..end.as_str()).map_err(failed)?.count();
+                    let count = match known {
+                        Some(n) => *n,
+                        None => table.range(first.as_str()..end.as_str()).map_err(failed)?.count(),
+                    };
                     let excess = (count + added).saturating_sub(keep).min(count);
                     let mut keys = Vec::with_capacity(excess);
                     for entry in table
@@ -434,9 +446,11 @@ impl Store for RedbStore {
             })
             .await?;
         let mut changes = Vec::new();
+        let mut counts = Vec::with_capacity(batches.len());
         for (batch, (count, stale)) in batches.into_iter().zip(stored) {
             let (_, skipped) = batch.trim(count, keep);
             let kind = batch.kind;
+            counts.push((kind.clone(), count - stale.len() + batch.entries.len() - skipped));
             changes.extend(stale.into_iter().map(|key| Change::Remove(DECISIONS, key)));
             changes.extend(
                 batch
@@ -446,7 +460,16 @@ impl Store for RedbStore {
                     .map(|(key, json)| Change::Put(DECISIONS, format!("{kind}/{key}"), json)),
             );
         }
-        self.committer.write_all(changes).await
+        let written = self.committer.write_all(changes).await;
+        let mut held = self.decisions_held.lock().unwrap_or_else(|p| p.into_inner());
+        for (kind, count) in counts {
+            match written {
+                Ok(()) => held.insert(kind, count),
+                // Part of it may have been committed: counted again next time.
+                Err(_) => held.remove(&kind),
+            };
+        }
+        written
     }
 
     async fn read_decisions(
@@ -584,6 +607,58 @@ mod tests {
         assert!(
             std::fs::read(&path).unwrap() == before,
             "the file is not rewritten"
+        );
+    }
+
+    fn logged(kind: &str, from: usize, n: usize) -> crate::LoggedBatch {
+        crate::LoggedBatch {
+            kind: kind.into(),
+            entries: (from..from + n)
+                .map(|i| (format!("{i:06}"), i.to_string().into_bytes()))
+                .collect(),
+        }
+    }
+
+    async fn logged_keys(store: &RedbStore, kind: &str) -> Vec<String> {
+        let page = store.read_decisions(kind, "", 100).await.unwrap();
+        page.into_iter().map(|(key, _)| key).collect()
+    }
+
+    #[tokio::test]
+    async fn the_decision_ring_keeps_the_newest_across_batches_kinds_and_reopening() {
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("state.redb");
+        let keys = |r: std::ops::Range<usize>| r.map(|i| format!("{i:06}")).collect::<Vec<_>>();
+        {
+            let store = RedbStore::open(&path).unwrap();
+            for round in 0..3 {
+                let batches = vec![logged("naming", round * 4, 4), logged("placement", round * 2, 2)];
+                store.append_decisions(batches, 5).await.unwrap();
+            }
+            assert_eq!(logged_keys(&store, "naming").await, keys(7..12));
+            assert_eq!(logged_keys(&store, "placement").await, keys(1..6));
+            // Larger than the ring: only its newest are stored.
+            store
+                .append_decisions(vec![logged("naming", 20, 8)], 5)
+                .await
+                .unwrap();
+            assert_eq!(logged_keys(&store, "naming").await, keys(23..28));
+        }
+        // Opened again, the ring is counted from the file.
+        let store = RedbStore::open(&path).unwrap();
+        store
+            .append_decisions(vec![logged("placement", 6, 3)], 5)
+            .await
+            .unwrap();
+        assert_eq!(logged_keys(&store, "placement").await, keys(4..9));
+        store
+            .append_decisions(vec![logged("placement", 9, 1)], 3)
+            .await
+            .unwrap();
+        assert_eq!(
+            logged_keys(&store, "placement").await,
+            keys(7..10),
+            "a smaller ring trims to it"
         );
     }
 }
