@@ -7,7 +7,7 @@
 use std::collections::HashMap;
 use std::path::{Path, PathBuf};
 
-use berth::csi::{ClientOptions, CsiClient, Endpoint, proto};
+use berth::csi::{ClientOptions, CsiClient, CsiError, Endpoint, proto};
 
 use crate::{ClusterSpec, Plugin, spawn_plugins, test_dir, volumes_dir_in};
 
@@ -22,6 +22,38 @@ pub struct Direct {
     /// (node name, its plugin's client), in node order.
     nodes: Vec<(String, CsiClient, Plugin)>,
     zone: String,
+}
+
+/// Why a volume driven directly did not get through.
+#[derive(Debug)]
+pub enum DirectError {
+    Csi(CsiError),
+    /// Making a staging or target directory, which CSI leaves to the caller.
+    Io(std::io::Error),
+    /// CreateVolume answered without a volume.
+    NoVolume,
+}
+
+impl From<CsiError> for DirectError {
+    fn from(e: CsiError) -> DirectError {
+        DirectError::Csi(e)
+    }
+}
+
+impl From<std::io::Error> for DirectError {
+    fn from(e: std::io::Error) -> DirectError {
+        DirectError::Io(e)
+    }
+}
+
+impl std::fmt::Display for DirectError {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match self {
+            DirectError::Csi(e) => e.fmt(f),
+            DirectError::Io(e) => write!(f, "making a node directory: {e}"),
+            DirectError::NoVolume => f.write_str("CreateVolume answered without a volume"),
+        }
+    }
 }
 
 /// What CreateVolume and ControllerPublishVolume answered, for the node calls.
@@ -94,7 +126,7 @@ impl Direct {
 
     /// CreateVolume, ControllerPublishVolume, NodeStageVolume and
     /// NodePublishVolume of volume `i` on node `node`, one after the other.
-    pub async fn create_and_publish(&self, i: usize, node: usize) -> Result<Created, String> {
+    pub async fn create_and_publish(&self, i: usize, node: usize) -> Result<Created, DirectError> {
         let ctl = &self.controller;
         let volume = ctl
             .create_volume(proto::CreateVolumeRequest {
@@ -107,10 +139,9 @@ impl Direct {
                 accessibility_requirements: Some(self.topology()),
                 ..Default::default()
             })
-            .await
-            .map_err(text)?
+            .await?
             .volume
-            .ok_or("CreateVolume answered without a volume")?;
+            .ok_or(DirectError::NoVolume)?;
         let (name, node_client) = (self.nodes[node].0.clone(), &self.nodes[node].1);
         let publish_context = ctl
             .controller_publish_volume(proto::ControllerPublishVolumeRequest {
@@ -121,8 +152,7 @@ impl Direct {
                 volume_context: volume.volume_context.clone(),
                 ..Default::default()
             })
-            .await
-            .map_err(text)?
+            .await?
             .publish_context;
         let c = Created {
             berth_id: format!("direct-{i:06}"),
@@ -132,7 +162,7 @@ impl Direct {
             node,
         };
         let staging = self.staging(&c);
-        std::fs::create_dir_all(&staging).map_err(io)?;
+        std::fs::create_dir_all(&staging)?;
         node_client
             .node_stage_volume(proto::NodeStageVolumeRequest {
                 volume_id: c.volume_id.clone(),
@@ -142,10 +172,9 @@ impl Direct {
                 volume_context: c.volume_context.clone(),
                 ..Default::default()
             })
-            .await
-            .map_err(text)?;
+            .await?;
         let target = self.target(&c);
-        std::fs::create_dir_all(target.parent().expect("a parent")).map_err(io)?;
+        std::fs::create_dir_all(target.parent().expect("a parent"))?;
         node_client
             .node_publish_volume(proto::NodePublishVolumeRequest {
                 volume_id: c.volume_id.clone(),
@@ -157,30 +186,27 @@ impl Direct {
                 volume_context: c.volume_context.clone(),
                 ..Default::default()
             })
-            .await
-            .map_err(text)?;
+            .await?;
         Ok(c)
     }
 
     /// NodeUnpublishVolume, NodeUnstageVolume, ControllerUnpublishVolume and
     /// DeleteVolume, one after the other.
-    pub async fn unpublish_and_delete(&self, c: Created) -> Result<(), String> {
+    pub async fn unpublish_and_delete(&self, c: Created) -> Result<(), DirectError> {
         let (name, node_client) = (self.nodes[c.node].0.clone(), &self.nodes[c.node].1);
         node_client
             .node_unpublish_volume(proto::NodeUnpublishVolumeRequest {
                 volume_id: c.volume_id.clone(),
                 target_path: path(&self.target(&c)),
             })
-            .await
-            .map_err(text)?;
+            .await?;
         let staging = self.staging(&c);
         node_client
             .node_unstage_volume(proto::NodeUnstageVolumeRequest {
                 volume_id: c.volume_id.clone(),
                 staging_target_path: path(&staging),
             })
-            .await
-            .map_err(text)?;
+            .await?;
         let _ = std::fs::remove_dir(&staging);
         let ctl = &self.controller;
         ctl.controller_unpublish_volume(proto::ControllerUnpublishVolumeRequest {
@@ -188,14 +214,12 @@ impl Direct {
             node_id: name,
             secrets: Default::default(),
         })
-        .await
-        .map_err(text)?;
+        .await?;
         ctl.delete_volume(proto::DeleteVolumeRequest {
             volume_id: c.volume_id,
             secrets: Default::default(),
         })
-        .await
-        .map_err(text)?;
+        .await?;
         Ok(())
     }
 
@@ -215,14 +239,6 @@ impl Direct {
 
 fn path(p: &Path) -> String {
     p.display().to_string()
-}
-
-fn io(e: std::io::Error) -> String {
-    e.to_string()
-}
-
-fn text(e: berth::csi::CsiError) -> String {
-    e.to_string()
 }
 
 fn client(socket: &Path) -> CsiClient {
