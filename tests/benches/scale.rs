@@ -17,7 +17,7 @@ use std::time::{Duration, Instant};
 
 use berth::agent::record::{Held, Level, NodeRecord, RecordPlace};
 use berth::model::{
-    Backend, DecisionNote, NodeLevel, NodeVerdict, Publication, VecMap, VolumeRecord, VolumeSpec,
+    Backend, DecisionNote, NodeLevel, NodeVerdict, Origin, Publication, VecMap, VolumeRecord, VolumeSpec,
 };
 use berth::store::{RedbStore, Store};
 use berth_tests::{Cluster, ClusterSpec, summary};
@@ -55,6 +55,7 @@ fn record(i: usize) -> VolumeRecord {
             publish_context: VecMap::from([("hostpath.csi.berth.dev/node".into(), "node-a".into())]),
             sent: true,
             expand_pending: false,
+            by: Origin::Api,
         },
     );
     r.generation = 5;

@@ -79,33 +79,32 @@ pub(crate) fn docker(
     }))
 }
 
-/// The agents' nodes whose Docker may create and remove volumes
-/// (`docker_create_from`); every other node's may only use them.
+/// A list of names a key allows, none by default or every one with `["*"]`:
+/// the agents' nodes whose Docker may create and remove volumes
+/// (`docker_create_from`; every other node's may only use them), the
+/// secrets a Docker user may name (`docker_secrets`).
 #[derive(Clone, Debug, Default, PartialEq)]
 pub enum CreateFrom {
     #[default]
     None,
     Nodes(Vec<String>),
-    /// `["*"]`: every node.
+    /// `["*"]`: every one.
     Every,
 }
 
 impl CreateFrom {
-    pub(crate) fn parse(raw: Vec<String>) -> Result<CreateFrom, ConfigError> {
+    pub(crate) fn parse(key: &str, raw: Vec<String>) -> Result<CreateFrom, ConfigError> {
         if raw.is_empty() {
             return Ok(CreateFrom::None);
         }
         if raw.iter().any(|n| n == "*") {
             if raw.len() > 1 {
-                return Err(invalid(
-                    "docker_create_from",
-                    "\"*\" already means every node: list it alone",
-                ));
+                return Err(invalid(key, "\"*\" already means every one: list it alone"));
             }
             return Ok(CreateFrom::Every);
         }
         for n in &raw {
-            name_ok("docker_create_from", n)?;
+            name_ok(key, n)?;
         }
         Ok(CreateFrom::Nodes(raw))
     }

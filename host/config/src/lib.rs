@@ -19,6 +19,7 @@
 //! decision_log = 1000                   # policy decisions kept per kind, in the store (0: none)
 //! shadow_every_decision = false         # shadows in idle time, within 5 % of a core, dropping the rest (counted)
 //! docker_create_from = ["node-b"]       # agents' nodes whose Docker may create and remove volumes ("*": all)
+//! docker_secrets = ["docker-db"]        # the secrets a Docker user may name with -o secret= (default none; "*": all)
 //!
 //! [store]                               # default: the embedded store in `state`
 //! etcd = ["http://10.0.0.1:2379", "http://10.0.0.2:2379"]  # the members' client URLs
@@ -103,6 +104,8 @@ struct Raw {
     docker: Option<docker::RawDocker>,
     #[serde(default)]
     docker_create_from: Vec<String>,
+    #[serde(default)]
+    docker_secrets: Vec<String>,
     #[serde(default, rename = "plugin")]
     plugins: Vec<RawPlugin>,
     #[serde(default, rename = "node")]
@@ -192,6 +195,8 @@ pub struct Config {
     pub docker: Option<docker::DockerConfig>,
     /// Which agents' nodes may create and remove volumes from their Docker.
     pub docker_create_from: docker::CreateFrom,
+    /// The secrets a volume made through Docker may name (none by default).
+    pub docker_secrets: docker::CreateFrom,
 }
 
 #[derive(Clone, Debug)]
@@ -396,7 +401,8 @@ impl Config {
         )?;
         Ok(Config {
             docker,
-            docker_create_from: docker::CreateFrom::parse(raw.docker_create_from)?,
+            docker_create_from: docker::CreateFrom::parse("docker_create_from", raw.docker_create_from)?,
+            docker_secrets: docker::CreateFrom::parse("docker_secrets", raw.docker_secrets)?,
             oci,
             policy_cache,
             policy_trust,

@@ -210,3 +210,16 @@ fn docker_create_from_names_nodes_or_every_node() {
         assert_eq!(parse(bad).unwrap_err().key(), Some("docker_create_from"), "{bad}");
     }
 }
+
+#[test]
+fn docker_secrets_are_none_by_default() {
+    let parse = |line: &str| Config::parse(&format!("{line}\n{GOOD}"), Path::new("/etc/berth"));
+    assert!(
+        !parse("").unwrap().docker_secrets.allows("db"),
+        "no secret by default"
+    );
+    let some = parse("docker_secrets = [\"docker-db\"]").unwrap().docker_secrets;
+    assert!(some.allows("docker-db") && !some.allows("db"));
+    let err = parse("docker_secrets = [\"*\", \"db\"]").unwrap_err();
+    assert_eq!(err.key(), Some("docker_secrets"));
+}

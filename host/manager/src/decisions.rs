@@ -212,7 +212,10 @@ impl VolumeManager {
         }
         // Where the plugin said it is reachable, or else where the operator
         // required it to be: a requirement is never dropped.
-        let accessible = crate::requests::allowed_topology(r).iter().map(pairs).collect();
+        let accessible = crate::topology_checks::allowed_topology(r)
+            .iter()
+            .map(pairs)
+            .collect();
         let (nodes, verdicts, logged) = self
             .place(r, Purpose::Publish, accessible)
             .await

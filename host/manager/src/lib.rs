@@ -41,6 +41,8 @@ pub mod secrets;
 mod snapshots;
 mod steps;
 mod table;
+pub mod tenancy;
+mod topology_checks;
 
 pub use groups::{GroupView, MAX_GROUP_MEMBERS};
 pub use inquiries::{Health, NodeHealth, Orphans};
@@ -83,6 +85,9 @@ pub enum RequestError {
     Exhausted(String),
     #[error("{0}")]
     Unavailable(String),
+    /// What the caller may not touch (a node's Docker, beyond its scope).
+    #[error(transparent)]
+    Denied(#[from] tenancy::Denied),
 }
 
 /// Counts for operators and monitoring, without listing every volume.

@@ -1,20 +1,29 @@
 //! The operators' requests: declare, delete, publish, unpublish, retry.
 //! Each is checked, then made durable; the reconciler acts on it after.
 
-use std::collections::BTreeMap;
-
-use crate::nodes::NodeState;
 use crate::table::Inserted;
 use crate::{RequestError, VolumeManager};
 use berth_config::Config;
 use berth_csi::proto::controller_service_capability::rpc::Type as ControllerCap;
 use berth_model::text::echo;
 use berth_model::{
-    AccessType, Publication, Segments, SourceKind, VolumeRecord, VolumeSource, VolumeSpec, new_id,
+    AccessType, DockerScope, Origin, Publication, Segments, SourceKind, VolumeRecord, VolumeSource,
+    VolumeSpec, new_id,
 };
 
 impl VolumeManager {
-    pub async fn create(&self, mut spec: VolumeSpec) -> Result<VolumeRecord, RequestError> {
+    pub async fn create(&self, spec: VolumeSpec) -> Result<VolumeRecord, RequestError> {
+        self.create_as(spec, Origin::Api, DockerScope::ByOrigin).await
+    }
+
+    /// Declares a volume made by `made_by`, in `docker`'s scope. Declaring
+    /// one that exists with the same spec answers it as it is.
+    pub(crate) async fn create_as(
+        &self,
+        mut spec: VolumeSpec,
+        made_by: Origin,
+        docker: DockerScope,
+    ) -> Result<VolumeRecord, RequestError> {
         validate_spec(&spec, &self.config)?;
         self.check_requisite(&spec)?;
         if !spec.mutable_parameters.is_empty() {
@@ -25,6 +34,8 @@ impl VolumeManager {
             self.resolve_source(&spec.plugin, source)?;
         }
         let mut record = VolumeRecord::new(new_id(), spec);
+        record.made_by = made_by;
+        record.docker = docker;
         let what = format!("create on plugin {}", record.spec.plugin);
         self.event("request".into(), "OK", what)(&mut record);
         let spec = record.spec.clone();
@@ -205,9 +216,20 @@ impl VolumeManager {
     }
 
     pub async fn delete(&self, name: &str) -> Result<VolumeRecord, RequestError> {
+        self.delete_checked(name, |_| Ok(())).await
+    }
+
+    /// Deletes the volume if `may` allows it, judged on the record under
+    /// the volume's lock.
+    pub(crate) async fn delete_checked(
+        &self,
+        name: &str,
+        may: impl FnOnce(&VolumeRecord) -> Result<(), RequestError>,
+    ) -> Result<VolumeRecord, RequestError> {
         let id = self.id_of(name)?;
         self.refuse_if_grouped(&id, name)?;
         self.modify(&id, "delete".into(), |r| {
+            may(r)?;
             if let Some((snap, _)) = r.snapshots.iter().find(|(_, s)| !s.deleting) {
                 return Err(RequestError::Conflict(format!(
                     "volume {} has snapshot {}: delete its snapshots first",
@@ -245,7 +267,22 @@ impl VolumeManager {
         node: Option<&str>,
         readonly: bool,
     ) -> Result<VolumeRecord, RequestError> {
+        self.publish_as(name, node, readonly, Origin::Api, |_| Ok(()))
+            .await
+    }
+
+    /// Publishes for `by` if `may` allows it (judged on the record as it
+    /// is, and again under the volume's lock).
+    pub(crate) async fn publish_as(
+        &self,
+        name: &str,
+        node: Option<&str>,
+        readonly: bool,
+        by: Origin,
+        may: impl Fn(&VolumeRecord) -> Result<(), RequestError>,
+    ) -> Result<VolumeRecord, RequestError> {
         let current = self.named(name)?;
+        may(&current)?;
         let id = current.id.clone();
         let (node, placed) = match node {
             Some(n) => {
@@ -258,6 +295,7 @@ impl VolumeManager {
             }
         };
         self.modify(&id, format!("publish on {node}, {}", access(readonly)), |r| {
+            may(r)?;
             if r.deleting {
                 return Err(RequestError::Conflict(format!(
                     "volume {name:?} is being deleted"
@@ -287,8 +325,11 @@ impl VolumeManager {
             // a call. A node that is away is left unmarked: a restart forgets
             // what was not called, and undoing would then wait for the node.
             let connected = self.nodes.connected(&node);
-            let p = r.publications.get_or_insert_with(&node, || Publication::new(readonly));
-            p.want(readonly);
+            let p = r.publications.get_or_insert_with(&node, || Publication {
+                by: by.clone(),
+                ..Publication::new(readonly)
+            });
+            p.want_for(readonly, by);
             if !p.sent && connected {
                 p.sent = true;
                 self.table.note_uncalled(&id, &node);
@@ -301,116 +342,20 @@ impl VolumeManager {
         .await
     }
 
-    /// Refuses a required topology that neither the plugin (it takes no
-    /// accessibility requirements) nor placement (no node is there) can
-    /// honour. While the plugins are not fingerprinted yet it cannot be told;
-    /// publishing enforces it then.
-    fn check_requisite(&self, spec: &VolumeSpec) -> Result<(), RequestError> {
-        if spec.requisite_topology.is_empty() || self.constrained(&spec.plugin) != Some(false) {
-            return Ok(());
-        }
-        let views = self.node_views(Some(&spec.plugin));
-        let mut unknown = false;
-        for v in &views {
-            match &v.info {
-                Some(info)
-                    if spec
-                        .requisite_topology
-                        .iter()
-                        .any(|t| reaches(&info.accessible_topology, t)) =>
-                {
-                    return Ok(());
-                }
-                Some(_) => {}
-                None => unknown = true,
-            }
-        }
-        if unknown {
-            return Ok(());
-        }
-        Err(RequestError::Invalid(format!(
-            "requisite_topology: {} cannot be honoured: plugin {:?} takes no accessibility requirements (it does not offer VOLUME_ACCESSIBILITY_CONSTRAINTS), and none of its nodes is there",
-            spec.requisite_topology
-                .iter()
-                .map(|t| show(t.iter()))
-                .collect::<Vec<_>>()
-                .join(" or "),
-            spec.plugin
-        )))
-    }
-
-    /// Whether the volume may be published on `node`, named by the operator:
-    /// the node serves its plugin, has room under its volume limit, and is
-    /// inside the volume's topology.
-    fn check_node(&self, r: &VolumeRecord, node: &str) -> Result<(), RequestError> {
-        let plugin = &r.spec.plugin;
-        let Some(view) = self.node_views(Some(plugin)).into_iter().find(|v| v.node == node) else {
-            return Err(RequestError::Invalid(match self.nodes.node(node) {
-                None => format!("node: there is no node named {}", echo(node)),
-                Some(_) => format!("node: {node:?} has no node plugin for {plugin:?}"),
-            }));
-        };
-        let already = r.publications.get(node).is_some_and(|p| p.wanted);
-        if let Some(n) = self
-            .nodes
-            .node(node)
-            .filter(|n| !already && (n.draining || n.state == NodeState::Forgotten))
-        {
-            return Err(RequestError::Invalid(format!(
-                "node: {node:?} is {}; publish elsewhere{}",
-                if n.draining { "draining" } else { "forgotten" },
-                if n.draining {
-                    format!(", or `berth node drain {node} --undo` first")
-                } else {
-                    String::new()
-                }
-            )));
-        }
-        if let Some(max) = view.info.as_ref().and_then(|i| i.max_volumes_per_node)
-            && !already
-            && view.published_volumes >= max
-        {
-            return Err(RequestError::Exhausted(format!(
-                "node {node:?} already has {} volumes of {plugin:?} published, its plugin's limit is {max}",
-                view.published_volumes
-            )));
-        }
-        let allowed = allowed_topology(r);
-        if allowed.is_empty() {
-            return Ok(());
-        }
-        let Some(info) = &view.info else {
-            return Err(RequestError::Unavailable(format!(
-                "the node plugin of {plugin:?} on {node:?} has not reported its topology yet, so Berth cannot tell whether it reaches {name:?}; try again shortly",
-                name = r.spec.name
-            )));
-        };
-        if allowed.iter().any(|t| reaches(&info.accessible_topology, t)) {
-            return Ok(());
-        }
-        Err(RequestError::Invalid(format!(
-            "node: {node:?} ({}) is outside the topology volume {:?} is {} ({})",
-            show(info.accessible_topology.iter()),
-            r.spec.name,
-            if r.backend
-                .as_ref()
-                .is_some_and(|b| !b.accessible_topology.is_empty())
-            {
-                "accessible from"
-            } else {
-                "required in"
-            },
-            allowed
-                .iter()
-                .map(|t| show(t.iter()))
-                .collect::<Vec<_>>()
-                .join(" or ")
-        )))
-    }
-
     /// Unpublishes from `node`; a volume not published there is already
     /// where the operator wants it (as CSI's unpublish calls answer).
     pub async fn unpublish(&self, name: &str, node: &str) -> Result<VolumeRecord, RequestError> {
+        self.unpublish_checked(name, node, |_| Ok(())).await
+    }
+
+    /// Unpublishes from `node` if `may` allows it (judged on the
+    /// publication as it is, and again under the volume's lock).
+    pub(crate) async fn unpublish_checked(
+        &self,
+        name: &str,
+        node: &str,
+        may: impl Fn(&Publication) -> Result<(), RequestError>,
+    ) -> Result<VolumeRecord, RequestError> {
         let id = self.id_of(name)?;
         if self.nodes.node(node).is_none() {
             return Err(RequestError::Invalid(format!(
@@ -422,11 +367,13 @@ impl VolumeManager {
             .table
             .by_id(&id)
             .ok_or_else(|| RequestError::NotFound(format!("no volume named {}", echo(name))))?;
-        if !current.publications.get(node).is_some_and(|p| p.wanted) {
-            return Ok(current);
+        match current.publications.get(node).filter(|p| p.wanted) {
+            None => return Ok(current),
+            Some(p) => may(p)?,
         }
         self.modify(&id, format!("unpublish from {node}"), |r| {
-            if let Some(p) = r.publications.get_mut(node) {
+            if let Some(p) = r.publications.get_mut(node).filter(|p| p.wanted) {
+                may(p)?;
                 self.unwant(&id, node, p);
             }
             Ok(())
@@ -477,27 +424,6 @@ impl VolumeManager {
 
 fn access(readonly: bool) -> &'static str {
     if readonly { "read-only" } else { "read-write" }
-}
-
-/// Where a volume may be published: what the plugin said it is accessible
-/// from, or else what the operator required (empty: anywhere).
-pub(super) fn allowed_topology(r: &VolumeRecord) -> &[Segments] {
-    match &r.backend {
-        Some(b) if !b.accessible_topology.is_empty() => &b.accessible_topology,
-        _ => &r.spec.requisite_topology,
-    }
-}
-
-/// Whether a node with `topology` has every segment of `required`.
-pub(super) fn reaches(topology: &BTreeMap<String, String>, required: &Segments) -> bool {
-    required.iter().all(|(k, v)| topology.get(k) == Some(v))
-}
-
-fn show<'a>(segments: impl Iterator<Item = (&'a String, &'a String)>) -> String {
-    segments
-        .map(|(k, v)| format!("{k}={v}"))
-        .collect::<Vec<_>>()
-        .join(",")
 }
 
 /// CSI's size limits (spec, "Size Limits"): a string field at most 128

@@ -13,6 +13,7 @@ mod publication;
 pub mod settings;
 mod spec;
 mod state;
+mod tenancy;
 pub mod text;
 pub mod units;
 
@@ -21,10 +22,11 @@ use std::sync::Arc;
 
 pub use explanation::{DecisionNote, Explanation, NodeVerdict};
 pub use map::VecMap;
-pub use node::{NODE_HEADER, NodeLevel, Paths};
+pub use node::{DOCKER_NODE_HEADER, NODE_HEADER, NodeLevel, Paths};
 pub use publication::Publication;
 pub use spec::{AccessMode, AccessType, SourceKind, VolumeSource, VolumeSpec};
 pub use state::{PublicationState, VolumeState};
+pub use tenancy::{DockerScope, Origin, SCOPE_NODES_MAX, ScopeError};
 
 /// Bounds on text from outside (plugins, agents, guests) as a record keeps
 /// it, so no record outgrows what a store or a view can carry: an event's
@@ -257,6 +259,12 @@ pub struct VolumeRecord {
     /// Behind a pointer: a record without one costs a pointer (a million records in memory).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub explanation: Option<Arc<Explanation>>,
+    /// Who made the volume (records from before read as [`Origin::Before`]).
+    #[serde(default, skip_serializing_if = "tenancy::is_before")]
+    pub made_by: Origin,
+    /// Which nodes' Docker may see and publish it.
+    #[serde(default, skip_serializing_if = "tenancy::is_by_origin")]
+    pub docker: DockerScope,
 }
 
 fn no_events(events: &Arc<Vec<VolumeEvent>>) -> bool {
@@ -314,6 +322,8 @@ impl VolumeRecord {
             generation: 0,
             events: Arc::default(),
             explanation: None,
+            made_by: Origin::Api,
+            docker: DockerScope::ByOrigin,
         }
     }
 

@@ -13,6 +13,11 @@ use super::bounds::{self, OutOfBounds};
 /// the node-bounded volume calls (on the TLS endpoint, the certificate does).
 pub const NODE_HEADER: &str = "berth-node";
 
+/// The header with which a caller of the whole Berth API (`berth serve`'s
+/// own Docker plugin, on the API socket) asks to be bounded to a node's
+/// Docker: its volume calls are then judged as that Docker's.
+pub const DOCKER_NODE_HEADER: &str = "berth-docker-node";
+
 /// How far a volume is on a node, in the order steps take it.
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq, PartialOrd, Ord, Serialize, Deserialize)]
 #[serde(rename_all = "kebab-case")]

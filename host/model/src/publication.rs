@@ -5,7 +5,7 @@
 
 use serde::{Deserialize, Serialize};
 
-use super::{NodeLevel, PublicationState, Segments};
+use super::{NodeLevel, Origin, PublicationState, Segments};
 
 /// A volume on one node, keyed by the node's name in
 /// [`VolumeRecord::publications`](super::VolumeRecord::publications).
@@ -31,6 +31,8 @@ pub struct Publication {
     /// The volume grew and this node's side of it (its file system) has
     /// not yet: NodeExpandVolume is due once it is published.
     pub expand_pending: bool,
+    /// Who asked for it: an operator's publication is never undone by Docker.
+    pub by: Origin,
 }
 
 impl Publication {
@@ -44,6 +46,7 @@ impl Publication {
             publish_context: Segments::new(),
             sent: false,
             expand_pending: false,
+            by: Origin::Api,
         }
     }
 
@@ -66,6 +69,16 @@ impl Publication {
         }
         self.wanted = true;
         self.readonly = readonly;
+    }
+
+    /// Asks for the publication for `by`: a publication being undone
+    /// becomes the new asker's, and an operator's claim outranks Docker's
+    /// (Docker never undoes what an operator asked for).
+    pub fn want_for(&mut self, readonly: bool, by: Origin) {
+        if !self.wanted || by == Origin::Api {
+            self.by = by;
+        }
+        self.want(readonly);
     }
 
     /// Asks for the publication to be undone, from the top: calls made
@@ -104,6 +117,9 @@ struct Stored {
     sent: bool,
     #[serde(default, skip_serializing_if = "super::is_false")]
     expand_pending: bool,
+    /// Records from before this field read as [`Origin::Before`].
+    #[serde(default, skip_serializing_if = "super::tenancy::is_before")]
+    by: Origin,
 }
 
 #[derive(Clone, Copy, Serialize, Deserialize)]
@@ -140,6 +156,7 @@ impl From<Stored> for Publication {
             publish_context: s.publish_context,
             sent: s.sent,
             expand_pending: s.expand_pending,
+            by: s.by,
         }
     }
 }
@@ -159,6 +176,7 @@ impl From<Publication> for Stored {
             publish_context: p.publish_context,
             sent: p.sent,
             expand_pending: p.expand_pending,
+            by: p.by,
         }
     }
 }

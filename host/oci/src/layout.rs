@@ -28,10 +28,32 @@ fn blob_path(dir: &Path, digest: &Digest) -> PathBuf {
 }
 
 fn write(path: &Path, bytes: &[u8]) -> Result<(), OciError> {
-    let tmp = path.with_extension("partial");
-    std::fs::write(&tmp, bytes)
-        .and_then(|()| std::fs::rename(&tmp, path))
-        .map_err(|e| OciError::file(path, e))
+    write_whole(path, bytes).map_err(|e| OciError::file(path, e))
+}
+
+/// Writes `bytes` to `path` whole or not at all: into a new file of this
+/// write's own name beside it (created exclusively, so never through a link
+/// planted there), synced, then renamed into place.
+pub fn write_whole(path: &Path, bytes: &[u8]) -> std::io::Result<()> {
+    use std::io::Write;
+    static WRITES: std::sync::atomic::AtomicU64 = std::sync::atomic::AtomicU64::new(0);
+    let n = WRITES.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+    let mut name = path.file_name().unwrap_or_default().to_os_string();
+    name.push(format!(".{}-{n}.partial", std::process::id()));
+    let tmp = path.with_file_name(name);
+    let written = (|| {
+        let mut f = std::fs::OpenOptions::new()
+            .write(true)
+            .create_new(true)
+            .open(&tmp)?;
+        f.write_all(bytes)?;
+        f.sync_all()?;
+        std::fs::rename(&tmp, path)
+    })();
+    if written.is_err() {
+        let _ = std::fs::remove_file(&tmp);
+    }
+    written
 }
 
 /// Adds a pulled module to the layout in `dir` (made if missing), named by
@@ -119,8 +141,8 @@ pub async fn fetch(
             let pulled = registry()?.pull(reference, crate::MODULE_MAX).await?;
             // Signatures before the module is kept: a refused module never enters the cache.
             if trust.required || !trust.keys.is_empty() {
-                let signatures = registry()?.signatures(reference, digest).await?;
-                check_signatures(cache, module, digest, trust, &signatures)?;
+                let verified = registry()?.verify(module, reference, digest, trust).await?;
+                keep_signature(cache, module, digest, verified)?;
             }
             store(cache, &pulled, None)?;
             return module_path(cache, digest);
@@ -128,10 +150,10 @@ pub async fn fetch(
     };
     if trust.required || !trust.keys.is_empty() {
         let kept = kept_signatures(cache, digest);
-        if trust.check(module, digest, &kept).is_err() {
+        if !matches!(trust.check(module, digest, &kept), Ok(Some(_))) {
             // Perhaps signed since it was fetched: the registry has the last word.
-            let signatures = registry()?.signatures(reference, digest).await?;
-            check_signatures(cache, module, digest, trust, &signatures)?;
+            let verified = registry()?.verify(module, reference, digest, trust).await?;
+            keep_signature(cache, module, digest, verified)?;
         }
     }
     Ok(path)
@@ -141,30 +163,39 @@ fn signatures_path(cache: &Path, digest: &Digest) -> PathBuf {
     cache.join("signatures").join(format!("{}.json", digest.hex()))
 }
 
+/// The most a kept signature file is read: one signature, its payload
+/// at most 64 KiB before base64.
+const KEPT_MAX: u64 = 256 << 10;
+
 fn kept_signatures(cache: &Path, digest: &Digest) -> Vec<crate::Signature> {
-    std::fs::read(signatures_path(cache, digest))
+    let path = signatures_path(cache, digest);
+    if std::fs::metadata(&path).map_or(true, |m| m.len() > KEPT_MAX) {
+        return Vec::new();
+    }
+    std::fs::read(path)
         .ok()
         .and_then(|b| serde_json::from_slice(&b).ok())
         .unwrap_or_default()
 }
 
-/// Checks `signatures` and keeps them beside the module when they pass.
-fn check_signatures(
+/// Keeps the one signature that passed beside the module (nothing when
+/// none did and none is required: the registry is asked again next time).
+fn keep_signature(
     cache: &Path,
     module: &str,
     digest: &Digest,
-    trust: &crate::Trust,
-    signatures: &[crate::Signature],
+    verified: Option<crate::signature::Verified<'_>>,
 ) -> Result<(), OciError> {
-    if let Some(key) = trust.check(module, digest, signatures)? {
-        tracing::info!(%module, %digest, key = %key.path.display(), "policy module signature checked");
-    }
+    let Some(verified) = verified else {
+        return Ok(());
+    };
+    tracing::info!(%module, %digest, key = %verified.key.path.display(), "policy module signature checked");
     let path = signatures_path(cache, digest);
     let dir = cache.join("signatures");
     std::fs::create_dir_all(&dir).map_err(|e| OciError::file(&dir, e))?;
     write(
         &path,
-        &serde_json::to_vec(signatures).expect("signatures serialize"),
+        &serde_json::to_vec(&[verified.signature]).expect("signatures serialize"),
     )
 }
 

@@ -203,7 +203,69 @@ pub struct Trust {
     pub required: bool,
 }
 
+/// `seen` with each reason once, in the order first seen, counted.
+fn dedup(seen: Vec<Rejected>) -> Vec<Rejected> {
+    let mut out: Vec<(Rejected, usize)> = Vec::new();
+    for r in seen {
+        match out.iter_mut().find(|(o, _)| *o == r) {
+            Some((_, n)) => *n += 1,
+            None => out.push((r, 1)),
+        }
+    }
+    out.into_iter()
+        .map(|(r, n)| match (r, n) {
+            (r, 1) => r,
+            (Rejected::Skipped(why), n) => Rejected::Skipped(format!("{why} ×{n}")),
+            (Rejected::Claim(why), n) => Rejected::Claim(format!("{why} ×{n}")),
+        })
+        .collect()
+}
+
+/// A signature that a trusted key made for this module.
+#[derive(Clone, Debug)]
+pub struct Verified<'a> {
+    pub key: &'a PublicKey,
+    pub signature: Signature,
+}
+
+/// Why one signature did not count.
+#[derive(Clone, Debug, PartialEq, Eq)]
+enum Rejected {
+    /// Junk or someone else's: skipped, the next one may do.
+    Skipped(String),
+    /// A trusted key's claim about another module: never passed over in silence.
+    Claim(String),
+}
+
 impl Trust {
+    /// Judges one signature: the trusted key that made it for `digest`, or why not.
+    fn judge(&self, digest: &Digest, s: &Signature) -> Result<&PublicKey, Rejected> {
+        let b64 = base64::engine::general_purpose::STANDARD;
+        let (Ok(payload), Ok(sig)) = (b64.decode(&s.payload), b64.decode(&s.signature)) else {
+            return Err(Rejected::Skipped("a signature that is not base64".into()));
+        };
+        let Some(key) = self.keys.iter().find(|k| k.verifies(&payload, &sig)) else {
+            return Err(Rejected::Skipped("a signature by a key not trusted".into()));
+        };
+        // Signed by a trusted key: it must be about this module.
+        let claim: Payload = serde_json::from_slice(&payload)
+            .map_err(|e| Rejected::Claim(format!("its signed payload does not parse: {e}")))?;
+        if claim.critical.kind != PAYLOAD_TYPE {
+            return Err(Rejected::Claim(format!(
+                "its signed payload is a {:?}",
+                claim.critical.kind
+            )));
+        }
+        if claim.critical.image.docker_manifest_digest != digest.as_str() {
+            return Err(Rejected::Claim(format!(
+                "{} signed {}, not this module's {digest}",
+                key.path.display(),
+                claim.critical.image.docker_manifest_digest
+            )));
+        }
+        Ok(key)
+    }
+
     /// The key among `keys` that signed `digest`, from `signatures`; an
     /// error naming `module` and why when none did and one must have.
     pub fn check(
@@ -212,42 +274,34 @@ impl Trust {
         digest: &Digest,
         signatures: &[Signature],
     ) -> Result<Option<&PublicKey>, OciError> {
+        let mut seen = Vec::new();
+        for s in signatures {
+            match self.judge(digest, s) {
+                Ok(key) => return Ok(Some(key)),
+                Err(why) => seen.push(why),
+            }
+        }
+        self.none_verified(module, seen)
+    }
+
+    /// The verdict when no signature passed: `seen` says what was found.
+    fn none_verified<T>(&self, module: &str, seen: Vec<Rejected>) -> Result<Option<T>, OciError> {
         let refuse = |why: String| OciError::Signature {
             module: module.to_string(),
             why,
         };
-        let mut seen = Vec::new();
-        for s in signatures {
-            let b64 = base64::engine::general_purpose::STANDARD;
-            let (Ok(payload), Ok(sig)) = (b64.decode(&s.payload), b64.decode(&s.signature)) else {
-                seen.push("a signature that is not base64".to_string());
-                continue;
-            };
-            let Some(key) = self.keys.iter().find(|k| k.verifies(&payload, &sig)) else {
-                seen.push("a signature by a key not trusted".to_string());
-                continue;
-            };
-            // Signed by a trusted key: it must be about this module.
-            let claim: Payload = serde_json::from_slice(&payload)
-                .map_err(|e| refuse(format!("its signed payload does not parse: {e}")))?;
-            if claim.critical.kind != PAYLOAD_TYPE {
-                return Err(refuse(format!(
-                    "its signed payload is a {:?}",
-                    claim.critical.kind
-                )));
-            }
-            if claim.critical.image.docker_manifest_digest != digest.as_str() {
-                return Err(refuse(format!(
-                    "{} signed {}, not this module's {digest}",
-                    key.path.display(),
-                    claim.critical.image.docker_manifest_digest
-                )));
-            }
-            return Ok(Some(key));
+        if let Some(Rejected::Claim(why)) = seen.iter().find(|r| matches!(r, Rejected::Claim(_))) {
+            return Err(refuse(why.clone()));
         }
         if !self.required {
             return Ok(None);
         }
+        let seen: Vec<String> = seen
+            .into_iter()
+            .map(|r| match r {
+                Rejected::Skipped(why) | Rejected::Claim(why) => why,
+            })
+            .collect();
         Err(refuse(match (self.keys.is_empty(), seen.is_empty()) {
             (true, _) => "signatures are required and no key is trusted ([policy_trust] keys)".into(),
             (false, true) => "it is not signed, and signatures are required".into(),
@@ -255,6 +309,11 @@ impl Trust {
         }))
     }
 }
+
+/// The most layers of one signature image Berth reads: cosign adds one per
+/// signing, so a module signed by each key of a rotation has a few. Layers
+/// past it are not fetched.
+pub const SIGNATURE_LAYERS_MAX: usize = 32;
 
 /// The media type of a container image's config: what a signature image has.
 const IMAGE_CONFIG_MEDIA_TYPE: &str = "application/vnd.oci.image.config.v1+json";
@@ -278,18 +337,23 @@ impl Registry {
         .await
     }
 
-    /// The signatures stored beside manifest `digest` in cosign's layout
-    /// (none when there are none), each payload checked against its digest.
-    pub async fn signatures(
+    /// The first signature stored beside manifest `digest` (cosign's
+    /// layout) that `trust` accepts, read one layer at a time: junk layers
+    /// (too large, unreadable, not signed by a trusted key) are skipped,
+    /// at most [`SIGNATURE_LAYERS_MAX`] are read, and reading stops at the
+    /// first that passes. `None` when none passed and none is required.
+    pub async fn verify<'t>(
         &self,
+        module: &str,
         reference: &Reference,
         digest: &Digest,
-    ) -> Result<Vec<Signature>, OciError> {
+        trust: &'t Trust,
+    ) -> Result<Option<Verified<'t>>, OciError> {
         let repo = &reference.repository;
         let tag = signature_tag(digest);
         let response = self.signature_image(reference, &tag).await?;
         if response.status == 404 {
-            return Ok(Vec::new());
+            return trust.none_verified(module, Vec::new());
         }
         if response.status != 200 {
             return Err(OciError::Status {
@@ -305,25 +369,50 @@ impl Registry {
             why: format!("its signature manifest does not parse: {e}"),
         })?;
         let b64 = base64::engine::general_purpose::STANDARD;
-        let mut out = Vec::new();
-        for layer in manifest
+        let mut seen = Vec::new();
+        let layers: Vec<&Descriptor> = manifest
             .layers
             .iter()
-            .filter(|l| l.media_type == PAYLOAD_MEDIA_TYPE)
-        {
-            let Some(sig) = layer.annotations.get(SIGNATURE_ANNOTATION) else {
+            .filter(|l| {
+                l.media_type == PAYLOAD_MEDIA_TYPE && l.annotations.contains_key(SIGNATURE_ANNOTATION)
+            })
+            .collect();
+        for layer in layers.iter().take(SIGNATURE_LAYERS_MAX) {
+            let skip = |why: String| Rejected::Skipped(why);
+            if layer.size > PAYLOAD_MAX as u64 {
+                seen.push(skip(format!(
+                    "a payload of {} bytes (at most {PAYLOAD_MAX})",
+                    layer.size
+                )));
                 continue;
+            }
+            let payload = match Digest::parse(&layer.digest) {
+                Ok(d) => self.blob(repo, &d, PAYLOAD_MAX, "a signed payload", &at).await,
+                Err(e) => Err(e),
             };
-            let digest = Digest::parse(&layer.digest)?;
-            let payload = self
-                .blob(repo, &digest, PAYLOAD_MAX, "a signed payload", &at)
-                .await?;
-            out.push(Signature {
+            let payload = match payload {
+                Ok(payload) => payload,
+                Err(e) => {
+                    seen.push(skip(format!("a payload that could not be read ({e})")));
+                    continue;
+                }
+            };
+            let signature = Signature {
                 payload: b64.encode(&payload),
-                signature: sig.clone(),
-            });
+                signature: layer.annotations[SIGNATURE_ANNOTATION].clone(),
+            };
+            match trust.judge(digest, &signature) {
+                Ok(key) => return Ok(Some(Verified { key, signature })),
+                Err(why) => seen.push(why),
+            }
         }
-        Ok(out)
+        if layers.len() > SIGNATURE_LAYERS_MAX {
+            seen.push(Rejected::Skipped(format!(
+                "{} more signature layers not read (at most {SIGNATURE_LAYERS_MAX})",
+                layers.len() - SIGNATURE_LAYERS_MAX
+            )));
+        }
+        trust.none_verified(module, dedup(seen))
     }
 
     /// Signs manifest `digest` with `key` and adds the signature to those
@@ -345,6 +434,14 @@ impl Registry {
                 .unwrap_or_default(),
             _ => Vec::new(),
         };
+        // Only what could be a signature, the newest, so the new one is read.
+        layers.retain(|l| {
+            l.media_type == PAYLOAD_MEDIA_TYPE
+                && l.size <= PAYLOAD_MAX as u64
+                && l.annotations.contains_key(SIGNATURE_ANNOTATION)
+        });
+        let old = layers.len().saturating_sub(SIGNATURE_LAYERS_MAX - 1);
+        layers.drain(..old);
         let payload_digest = Digest::of(&payload);
         self.upload(repo, Bytes::from(payload.clone())).await?;
         layers.push(Descriptor {

@@ -193,11 +193,11 @@ pub async fn verify(args: VerifyArgs, output: Output) -> anyhow::Result<ExitCode
     let trust = trust(&args.keys)?;
     let registry = Registry::new(&reference, &args.registry.access())?;
     let digest = registry.resolve(&reference).await?;
-    let signatures = registry.signatures(&reference, &digest).await?;
     let name = reference.to_string();
-    let key = trust
-        .check(&name, &digest, &signatures)?
-        .map(|k| k.path.display().to_string());
+    let key = registry
+        .verify(&name, &reference, &digest, &trust)
+        .await?
+        .map(|v| v.key.path.display().to_string());
     signed(
         &Signed {
             reference: reference.pinned(digest.clone()).to_string(),
@@ -291,8 +291,10 @@ pub async fn pull(args: PullArgs, output: Output) -> anyhow::Result<ExitCode> {
             .digest
             .clone()
             .expect("a pulled reference is pinned");
-        let signatures = registry.signatures(&reference, &digest).await?;
-        trust(&args.keys)?.check(&reference.to_string(), &digest, &signatures)?;
+        let trust = trust(&args.keys)?;
+        registry
+            .verify(&reference.to_string(), &reference, &digest, &trust)
+            .await?;
     }
     let default = || {
         PathBuf::from(format!(
@@ -310,9 +312,7 @@ pub async fn pull(args: PullArgs, output: Output) -> anyhow::Result<ExitCode> {
         layout::store(&target, &pulled, reference.tag.as_deref())?;
     } else {
         // Checked already; written whole or not at all.
-        let tmp = target.with_extension("partial");
-        std::fs::write(&tmp, &pulled.module)
-            .and_then(|()| std::fs::rename(&tmp, &target))
+        layout::write_whole(&target, &pulled.module)
             .with_context(|| format!("writing {}", target.display()))?;
     }
     report(

@@ -85,6 +85,21 @@ pub enum VolumeCommand {
     /// Refused while the volume is published, has snapshots, or may be
     /// being created: forgetting then would lose track of it.
     Forget { name: String },
+    /// Say which nodes' Docker may see and publish a volume.
+    ///
+    /// A volume made through the API is no Docker's until marked; one made
+    /// through a node's Docker is every node's Docker's. Docker users never
+    /// remove a volume the API made, nor undo a publication the API asked for.
+    #[command(after_help = "Examples:
+  berth volume docker pg-data all              # every node's Docker
+  berth volume docker pg-data node-a,node-b    # these nodes' Docker only
+  berth volume docker pg-data none             # no Docker
+  berth volume docker pg-data origin           # as who made it says (the default)")]
+    Docker {
+        name: String,
+        /// origin, none, all, or node names separated by commas.
+        scope: String,
+    },
     /// Try a failed volume again.
     Retry {
         name: String,
@@ -149,6 +164,10 @@ pub struct CreateArgs {
     /// Start as a copy of this volume (the plugin must offer CLONE_VOLUME).
     #[arg(long)]
     pub from_volume: Option<String>,
+    /// Which nodes' Docker may see and publish it: none (the default for
+    /// a volume made here), all, or node names separated by commas.
+    #[arg(long, default_value = "")]
+    pub docker: String,
     #[command(flatten)]
     pub wait: WaitArgs,
 }
@@ -377,6 +396,7 @@ pub async fn run(cmd: VolumeCommand, api: ApiArgs, output: Output) -> anyhow::Re
                 from_snapshot: a.from_snapshot.unwrap_or_default(),
                 from_volume: a.from_volume.unwrap_or_default(),
                 mutable_parameters: a.mutable_params.into_iter().collect(),
+                docker_scope: a.docker,
             };
             let v = client
                 .create_volume(api::CreateVolumeRequest { spec: Some(spec) })
@@ -510,6 +530,15 @@ pub async fn run(cmd: VolumeCommand, api: ApiArgs, output: Output) -> anyhow::Re
                     }
                 ),
             }
+            return Ok(ExitCode::SUCCESS);
+        }
+        VolumeCommand::Docker { name, scope } => {
+            let v = client
+                .set_docker_scope(api::SetDockerScopeRequest { name, scope })
+                .await
+                .map_err(grpc)?
+                .into_inner();
+            print_volume(&v, output)?;
             return Ok(ExitCode::SUCCESS);
         }
         VolumeCommand::Retry { name, wait } => {

@@ -38,6 +38,11 @@ pub struct VolumeView {
     /// What it was made from: `snapshot NAME` or `volume NAME`.
     source: String,
     labels: BTreeMap<String, String>,
+    /// Who made it: `api`, `docker:NODE`, or empty (before Berth kept it).
+    made_by: String,
+    /// Which nodes' Docker may see and publish it: `origin` (by who made
+    /// it), `none`, `all`, or node names.
+    docker_scope: String,
     /// The latest events, oldest first (only in answers about one volume).
     #[serde(skip_serializing_if = "Vec::is_empty")]
     events: Vec<EventView>,
@@ -94,6 +99,8 @@ struct PublicationView {
     state: String,
     readonly: bool,
     target_path: String,
+    /// Who asked for it: `api`, `docker:NODE`, or empty (before Berth kept it).
+    by: String,
 }
 
 pub fn view(v: &api::Volume) -> VolumeView {
@@ -120,6 +127,7 @@ pub fn view(v: &api::Volume) -> VolumeView {
                 state: p.state.clone(),
                 readonly: p.readonly,
                 target_path: p.target_path.clone(),
+                by: p.by.clone(),
             })
             .collect(),
         failure: v.failure.clone(),
@@ -137,8 +145,27 @@ pub fn view(v: &api::Volume) -> VolumeView {
             String::new()
         },
         labels: spec.labels.into_iter().collect(),
+        made_by: v.made_by.clone(),
+        docker_scope: spec.docker_scope,
         events: v.events.iter().map(event_view).collect(),
     }
+}
+
+/// Who made a volume and whose Docker may use it, in words.
+fn tenancy_lines(w: &VolumeView) -> (String, String) {
+    let made_by = match w.made_by.as_str() {
+        "" => "not recorded (made before Berth kept it)".to_string(),
+        "api" => "the API".to_string(),
+        other => other.replace("docker:", "Docker on "),
+    };
+    let docker = match (w.docker_scope.as_str(), w.made_by.as_str()) {
+        ("origin" | "", "api") => "none (`berth volume docker` shares it)".to_string(),
+        ("origin" | "", _) => "every node's".to_string(),
+        ("none", _) => "none".to_string(),
+        ("all", _) => "every node's".to_string(),
+        (nodes, _) => format!("on {nodes}"),
+    };
+    (made_by, docker)
 }
 
 /// `waiting for ... (since 12s)`, or nothing.
@@ -198,6 +225,9 @@ pub fn print_volume(v: &api::Volume, output: Output) -> anyhow::Result<()> {
             row("volume id", &w.volume_id);
             row("access mode", &w.access_mode);
             row("made from", &w.source);
+            let (made_by, docker) = tenancy_lines(&w);
+            row("made by", &made_by);
+            row("docker", &docker);
             if w.expanding {
                 row("expanding", "yes");
             }
@@ -229,9 +259,13 @@ pub fn print_volume(v: &api::Volume, output: Output) -> anyhow::Result<()> {
             }
             for p in &w.publications {
                 let ro = if p.readonly { " (read-only)" } else { "" };
+                let by = match p.by.as_str() {
+                    "" => String::new(),
+                    by => format!(" for {by}"),
+                };
                 row(
                     "published",
-                    &format!("{}: {}{ro} at {}", p.node, p.state, p.target_path),
+                    &format!("{}: {}{ro} at {}{by}", p.node, p.state, p.target_path),
                 );
             }
             row("retrying", &w.retrying);

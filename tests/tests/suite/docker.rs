@@ -204,6 +204,81 @@ fn podman_uses_the_same_socket() {
     assert_eq!(c.plugin_volumes(), 0);
 }
 
+/// `berth serve`'s own Docker socket is bounded as an agent's is, whatever
+/// is sent on it (raw requests, as a hostile local Docker user could make):
+/// volumes made through the API are not seen, used or removed, secrets are
+/// only those allowed, and an Unmount undoes only what this Docker mounted.
+#[test]
+fn a_servers_docker_socket_reaches_only_what_docker_owns() {
+    let socket = PluginSocket::new();
+    let c = berth(&socket);
+    let err = |answer: Value| answer["Err"].as_str().unwrap_or_default().to_string();
+    c.ok(&[
+        "volume",
+        "create",
+        "private",
+        "--plugin",
+        "hostpath",
+        "--size",
+        "1MiB",
+        "--param",
+        "tier=gold",
+        "--wait",
+    ]);
+    let listed = socket.post("/VolumeDriver.List", "{}");
+    assert_eq!(listed["Volumes"], serde_json::json!([]), "{listed}");
+    assert!(err(socket.post("/VolumeDriver.Get", r#"{"Name":"private"}"#)).contains("no volume"));
+    let mount = socket.post("/VolumeDriver.Mount", r#"{"Name":"private","ID":"m1"}"#);
+    assert!(!err(mount.clone()).is_empty(), "{mount}");
+    assert!(err(socket.post("/VolumeDriver.Remove", r#"{"Name":"private"}"#)).contains("no volume"));
+    assert!(published_on(&c, "private").is_empty());
+    assert_eq!(volume(&c, "private")["state"], "available");
+
+    // Secrets: only those docker_secrets names (none here).
+    let secret = socket.post("/VolumeDriver.Create", r#"{"Name":"s","Opts":{"secret":"db"}}"#);
+    assert!(err(secret).contains("docker_secrets"));
+    assert!(c.berth(&["volume", "get", "s"]).status.code() != Some(0));
+
+    // Marked for Docker by the operator and published through the API: an
+    // Unmount with an ID Docker never mounted leaves it published.
+    c.ok(&["volume", "docker", "private", "all"]);
+    let remove = err(socket.post("/VolumeDriver.Remove", r#"{"Name":"private"}"#));
+    assert!(remove.contains("not made through Docker"), "{remove}");
+    c.ok(&["volume", "publish", "private", "--node", "node-a", "--wait"]);
+    let forged = socket.post("/VolumeDriver.Unmount", r#"{"Name":"private","ID":"never"}"#);
+    assert_eq!(err(forged), "");
+    assert_eq!(published_on(&c, "private"), ["node-a"]);
+    // A container's own mount of it comes and goes; the operator's stays.
+    let mount = socket.post("/VolumeDriver.Mount", r#"{"Name":"private","ID":"m2"}"#);
+    assert_eq!(err(mount.clone()), "", "{mount}");
+    assert_eq!(
+        err(socket.post("/VolumeDriver.Unmount", r#"{"Name":"private","ID":"m2"}"#)),
+        ""
+    );
+    assert_eq!(published_on(&c, "private"), ["node-a"]);
+    let v = volume(&c, "private");
+    assert_eq!(v["publications"][0]["by"], "api", "{v:#}");
+
+    // What Docker makes is Docker's: removed through Docker once unmounted.
+    let made = socket.post(
+        "/VolumeDriver.Create",
+        r#"{"Name":"mine","Opts":{"size":"1MiB","requisite.zone":"a"}}"#,
+    );
+    assert_eq!(err(made), "");
+    assert_eq!(volume(&c, "mine")["made_by"], "docker:node-a");
+    assert_eq!(
+        err(socket.post("/VolumeDriver.Mount", r#"{"Name":"mine","ID":"m3"}"#)),
+        ""
+    );
+    assert_eq!(volume(&c, "mine")["publications"][0]["by"], "docker:node-a");
+    assert_eq!(
+        err(socket.post("/VolumeDriver.Unmount", r#"{"Name":"mine","ID":"m3"}"#)),
+        ""
+    );
+    wait_unpublished(&c, "mine");
+    assert_eq!(err(socket.post("/VolumeDriver.Remove", r#"{"Name":"mine"}"#)), "");
+}
+
 /// A volume's publications, by node.
 fn published_on(c: &Cluster, name: &str) -> Vec<String> {
     volume(c, name)["publications"]
@@ -299,90 +374,192 @@ fn an_agents_docker_uses_volumes_through_the_leader_bounded_to_its_node() {
     assert_eq!(c.plugin_volumes(), 0);
 }
 
-/// The node-bounded calls themselves, as a node other than the plugin's
-/// would make them: over TLS with node-b's own certificate, and on the
-/// unix endpoint with the header naming the node.
+/// A request as a node makes it on the cluster endpoint: the header names
+/// the node (on the TLS endpoint, its certificate must agree).
+fn with<M>(node: &str, message: M) -> tonic::Request<M> {
+    let mut request = tonic::Request::new(message);
+    request.metadata_mut().insert("berth-node", node.parse().unwrap());
+    request
+}
+
+/// The node-bounded calls themselves, as a node's certificate (or the
+/// unix endpoint's header) makes them, whatever its Docker plugin would
+/// send: a node reaches only its Docker's scope, publishes on itself only,
+/// sees no parameters or secret names, creates only where the server
+/// allows and with the secrets it allows, removes only what Docker made
+/// and undoes only what its own Docker asked for.
 #[test]
-fn a_node_publishes_only_to_itself_and_creates_only_where_the_server_allows() {
+fn a_node_reaches_only_what_its_docker_owns() {
     use berth::agent::config::{AgentConfig, ServerAddress};
     use berth_proto::berth::v1 as api;
     use berth_proto::berth::v1::node_volumes_client::NodeVolumesClient;
+    use tonic::Code;
 
     for tls in [true, false] {
         let mut c = Cluster::start(ClusterSpec {
             agents: true,
             tls,
-            extra: "docker_create_from = [\"node-a\"]\n",
+            extra: "docker_create_from = [\"node-a\"]\ndocker_secrets = [\"docker-db\"]\n",
             controller_topology: None,
             ..ClusterSpec::default()
         });
         c.ok(&[
-            "volume", "create", "v", "--plugin", "hostpath", "--size", "1MiB", "--wait",
+            "volume",
+            "create",
+            "v",
+            "--plugin",
+            "hostpath",
+            "--size",
+            "1MiB",
+            "--param",
+            "tier=gold",
+            "--label",
+            "team=db",
+            "--wait",
         ]);
-        let config = AgentConfig::load(&c.agent("node-b").config).unwrap();
-        let c = c;
         let rt = tokio::runtime::Runtime::new().unwrap();
         let _entered = rt.enter();
-        let channel = match &config.servers[0] {
-            ServerAddress::Tls { host, port } => {
-                let creds = berth::agent::tls::Credentials::load(&config.dir)
-                    .unwrap()
-                    .unwrap();
-                berth::agent::tls::session_channel(host, *port, &creds).unwrap()
+        let mut channel_of = |node: &str| {
+            let config = AgentConfig::load(&c.agent(node).config).unwrap();
+            match &config.servers[0] {
+                ServerAddress::Tls { host, port } => {
+                    let creds = berth::agent::tls::Credentials::load(&config.dir)
+                        .unwrap()
+                        .unwrap();
+                    berth::agent::tls::session_channel(host, *port, &creds).unwrap()
+                }
+                ServerAddress::Unix(e) => berth::csi::unix_channel(e.path()),
             }
-            ServerAddress::Unix(e) => berth::csi::unix_channel(e.path()),
         };
-        let call = |node: Option<&str>, publish_on: &str| {
-            let mut request = tonic::Request::new(api::PublishVolumeRequest {
-                name: "v".into(),
-                node: publish_on.into(),
-                readonly: false,
-            });
-            if let Some(n) = node {
-                request.metadata_mut().insert("berth-node", n.parse().unwrap());
-            }
-            rt.block_on(NodeVolumesClient::new(channel.clone()).publish_volume(request))
-        };
-        let create = |node: &str| {
-            let mut request = tonic::Request::new(api::CreateVolumeRequest {
-                spec: Some(api::VolumeSpec {
-                    name: format!("from-{node}"),
-                    plugin: "hostpath".into(),
-                    required_bytes: 1 << 20,
-                    ..Default::default()
-                }),
-            });
-            request.metadata_mut().insert("berth-node", node.parse().unwrap());
-            rt.block_on(NodeVolumesClient::new(channel.clone()).create_volume(request))
+        let (chan_a, chan_b) = (channel_of("node-a"), channel_of("node-b"));
+        let c = c;
+        let client = |node: &str| {
+            let channel = if node == "node-a" { &chan_a } else { &chan_b };
+            NodeVolumesClient::new(channel.clone())
         };
         let code = |r: Result<tonic::Response<api::Volume>, tonic::Status>| r.map(drop).map_err(|s| s.code());
-        assert_eq!(
-            code(call(Some("node-b"), "node-a")),
-            Err(tonic::Code::PermissionDenied),
-            "tls {tls}: another node's publish"
+        let get = |node: &str, name: &str| {
+            rt.block_on(client(node).get_volume(with(node, api::GetVolumeRequest { name: name.into() })))
+        };
+        let list = |node: &str| {
+            let r = rt.block_on(client(node).list_volumes(with(node, api::ListVolumesRequest {})));
+            let names: Vec<String> = r
+                .unwrap()
+                .into_inner()
+                .volumes
+                .into_iter()
+                .map(|v| v.spec.unwrap().name)
+                .collect();
+            names
+        };
+        let publish = |node: &str, name: &str, on: &str| {
+            let request = api::PublishVolumeRequest {
+                name: name.into(),
+                node: on.into(),
+                readonly: false,
+            };
+            rt.block_on(client(node).publish_volume(with(node, request)))
+        };
+        let unpublish = |node: &str, name: &str| {
+            let request = api::UnpublishVolumeRequest {
+                name: name.into(),
+                node: node.into(),
+            };
+            rt.block_on(client(node).unpublish_volume(with(node, request)))
+        };
+        let create = |node: &str, name: &str, secret: &str| {
+            let spec = api::VolumeSpec {
+                name: name.into(),
+                plugin: "hostpath".into(),
+                required_bytes: 1 << 20,
+                secret: secret.into(),
+                ..Default::default()
+            };
+            rt.block_on(client(node).create_volume(with(node, api::CreateVolumeRequest { spec: Some(spec) })))
+        };
+        let delete = |node: &str, name: &str| {
+            rt.block_on(
+                client(node).delete_volume(with(node, api::DeleteVolumeRequest { name: name.into() })),
+            )
+        };
+
+        // A volume made through the API is no Docker's: not listed, not
+        // found, not publishable, and no call reaches the plugin for it.
+        assert!(list("node-b").is_empty(), "tls {tls}");
+        assert_eq!(code(get("node-b", "v")), Err(Code::NotFound), "tls {tls}");
+        assert_eq!(code(publish("node-b", "v", "")), Err(Code::NotFound), "tls {tls}");
+        assert!(published_on(&c, "v").is_empty());
+
+        // Marked for node-b's Docker: node-b sees it without its parameters,
+        // and publishes it on itself only; node-a still sees nothing.
+        c.ok(&["volume", "docker", "v", "node-b"]);
+        let seen = get("node-b", "v").unwrap().into_inner();
+        let spec = seen.spec.clone().unwrap();
+        assert!(
+            spec.parameters.is_empty() && spec.secret.is_empty() && seen.csi_name.is_empty(),
+            "{seen:?}"
         );
-        if tls {
-            // The certificate names the caller: a header claiming otherwise is refused,
-            // and none is needed.
-            assert_eq!(code(call(Some("node-a"), "")), Err(tonic::Code::PermissionDenied));
-            assert_eq!(code(create("node-a")), Err(tonic::Code::PermissionDenied));
-            assert_eq!(code(call(None, "")), Ok(()));
-        } else {
-            assert_eq!(
-                code(call(None, "")),
-                Err(tonic::Code::InvalidArgument),
-                "no header"
-            );
-            assert_eq!(code(create("node-a")), Ok(()), "node-a may create");
-            assert_eq!(code(call(Some("node-b"), "")), Ok(()));
-        }
-        assert_eq!(code(create("node-b")), Err(tonic::Code::PermissionDenied));
+        assert_eq!(spec.labels.get("team").map(String::as_str), Some("db"));
+        assert_eq!(code(get("node-a", "v")), Err(Code::NotFound));
+        assert_eq!(
+            code(publish("node-b", "v", "node-a")),
+            Err(Code::PermissionDenied)
+        );
+        assert_eq!(code(publish("node-b", "v", "")), Ok(()));
         wait_for(
             "the publish on node-b",
             Duration::from_secs(30),
-            || published_on(&c, "v") == ["node-b"],
+            || volume(&c, "v")["publications"][0]["state"] == "published",
             || c.log(),
         );
+        // Another node's target path is not shown to node-a.
+        c.ok(&["volume", "docker", "v", "all"]);
+        let from_a = get("node-a", "v").unwrap().into_inner();
+        assert_eq!(from_a.publications[0].node, "node-b");
+        assert!(from_a.publications[0].target_path.is_empty(), "{from_a:?}");
+        // Docker removes nothing the API made, even where it may create.
+        assert_eq!(code(delete("node-a", "v")), Err(Code::PermissionDenied));
+
+        // Creating: only where the server allows, naming only allowed secrets.
+        assert_eq!(code(create("node-b", "from-b", "")), Err(Code::PermissionDenied));
+        assert_eq!(
+            code(create("node-a", "secretive", "db")),
+            Err(Code::PermissionDenied)
+        );
+        assert!(c.berth(&["volume", "get", "secretive"]).status.code() != Some(0));
+        assert_eq!(code(create("node-a", "from-a", "")), Ok(()));
+        let made = volume(&c, "from-a");
+        assert_eq!(made["made_by"], "docker:node-a", "{made:#}");
+        // A name the API holds is not Docker's to take over.
+        c.ok(&["volume", "docker", "v", "none"]);
+        assert_eq!(code(create("node-a", "v", "")), Err(Code::AlreadyExists));
+        // Volumes made through Docker are every node's Docker's.
+        assert_eq!(list("node-b"), ["from-a"]);
+
+        // An operator's publication is never undone by Docker.
+        wait_for(
+            "from-a to be created",
+            Duration::from_secs(30),
+            || volume(&c, "from-a")["state"] == "available",
+            || c.log(),
+        );
+        c.ok(&["volume", "publish", "from-a", "--node", "node-b", "--wait"]);
+        assert_eq!(code(unpublish("node-b", "from-a")), Err(Code::PermissionDenied));
+        assert_eq!(published_on(&c, "from-a"), ["node-b"]);
+        // node-b's own publication of it is node-b's to undo (and node-a's Docker
+        // cannot remove it while it is published).
+        c.ok(&["volume", "unpublish", "from-a", "--node", "node-b", "--wait"]);
+        let again = publish("node-b", "from-a", "");
+        assert!(again.is_ok(), "tls {tls}: {again:?}");
+        assert_eq!(code(delete("node-a", "from-a")), Err(Code::FailedPrecondition));
+        assert_eq!(code(unpublish("node-b", "from-a")), Ok(()));
+        wait_for(
+            "from-a to be unpublished",
+            Duration::from_secs(30),
+            || published_on(&c, "from-a").is_empty(),
+            || c.log(),
+        );
+        assert_eq!(code(delete("node-a", "from-a")), Ok(()));
     }
 }
 

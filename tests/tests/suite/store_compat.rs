@@ -94,6 +94,20 @@ fn a_store_written_by_0_1_0_opens_and_is_served() {
     }
     let ro = by_name(&now, "published-ro");
     assert_eq!(ro["publications"][0]["readonly"], true);
+    // 0.1.0 kept no owners: its volumes and publications read as made before
+    // ownership was recorded, and keep the access every Docker had then.
+    for v in &now {
+        assert_eq!(v["made_by"], "", "{v:#}");
+        assert_eq!(v["docker_scope"], "origin", "{v:#}");
+        for p in v["publications"].as_array().unwrap() {
+            assert_eq!(p["by"], "", "{v:#}");
+        }
+    }
+    let text = c.ok(&["volume", "get", "published-ro"]);
+    assert!(
+        text.contains("made before Berth kept it") && text.contains("every node's"),
+        "{text}"
+    );
     let get: Value = serde_json::from_str(&c.ok(&["volume", "get", "available", "-o", "json"])).unwrap();
     assert_eq!(get["access_mode"], "multi-node-multi-writer");
     // 0.1.0 kept no events: an old volume has none until something happens

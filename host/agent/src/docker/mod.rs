@@ -284,6 +284,14 @@ impl DockerPlugin {
         if left > 0 {
             return Ok(Answer::default());
         }
+        // An operator's publication here is the operator's to undo.
+        if let Some(v) = self.get(&req.name).await?
+            && let Some(p) = v.publications.iter().find(|p| p.node == self.settings.node)
+            && p.by == "api"
+        {
+            tracing::info!(volume = %req.name, "the last container let go; the volume stays published here for the operator's publication");
+            return Ok(Answer::default());
+        }
         self.api.unpublish(&req.name, &self.settings.node).await?;
         self.until(&req.name, "unpublished here", |v| {
             v.is_none_or(|v| !self.held_here(v))

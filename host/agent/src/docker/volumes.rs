@@ -5,7 +5,7 @@
 
 use std::time::Duration;
 
-use berth_model::NODE_HEADER;
+use berth_model::{DOCKER_NODE_HEADER, NODE_HEADER};
 use berth_proto::berth::v1 as api;
 use berth_proto::berth::v1::berth_client::BerthClient;
 use berth_proto::berth::v1::node_volumes_client::NodeVolumesClient;
@@ -24,52 +24,70 @@ pub trait Volumes: Send + Sync {
     async fn unpublish(&self, name: &str, node: &str) -> Result<(), Status>;
 }
 
-/// Through the Berth API socket, which answers for whichever server leads.
-pub struct ApiVolumes(BerthClient<Channel>);
+/// Through the Berth API socket, which answers for whichever server leads:
+/// every call carries the `berth-docker-node` header, so the server judges
+/// it as the node's Docker's (its scope, its volumes, its publications).
+pub struct ApiVolumes {
+    client: BerthClient<Channel>,
+    node: tonic::metadata::MetadataValue<tonic::metadata::Ascii>,
+}
 
 impl ApiVolumes {
-    pub fn new(channel: Channel) -> ApiVolumes {
-        ApiVolumes(BerthClient::new(channel))
+    /// `node` is a plain name (checked when the config was read).
+    pub fn new(channel: Channel, node: &str) -> ApiVolumes {
+        ApiVolumes {
+            client: BerthClient::new(channel),
+            node: node.parse().expect("a node name is plain ASCII"),
+        }
+    }
+
+    fn request<M>(&self, message: M) -> tonic::Request<M> {
+        let mut request = tonic::Request::new(message);
+        request
+            .metadata_mut()
+            .insert(DOCKER_NODE_HEADER, self.node.clone());
+        request
     }
 }
 
 #[tonic::async_trait]
 impl Volumes for ApiVolumes {
     async fn get(&self, name: &str) -> Result<api::Volume, Status> {
-        let request = api::GetVolumeRequest { name: name.into() };
-        Ok(self.0.clone().get_volume(request).await?.into_inner())
+        let request = self.request(api::GetVolumeRequest { name: name.into() });
+        Ok(self.client.clone().get_volume(request).await?.into_inner())
     }
 
     async fn list(&self) -> Result<Vec<api::Volume>, Status> {
-        let all = self.0.clone().list_volumes(api::ListVolumesRequest {}).await?;
+        let request = self.request(api::ListVolumesRequest {});
+        let all = self.client.clone().list_volumes(request).await?;
         Ok(all.into_inner().volumes)
     }
 
     async fn create(&self, spec: api::VolumeSpec) -> Result<(), Status> {
-        let request = api::CreateVolumeRequest { spec: Some(spec) };
-        self.0.clone().create_volume(request).await.map(drop)
+        let request = self.request(api::CreateVolumeRequest { spec: Some(spec) });
+        self.client.clone().create_volume(request).await.map(drop)
     }
 
     async fn delete(&self, name: &str) -> Result<(), Status> {
-        let request = api::DeleteVolumeRequest { name: name.into() };
-        self.0.clone().delete_volume(request).await.map(drop)
+        let request = self.request(api::DeleteVolumeRequest { name: name.into() });
+        self.client.clone().delete_volume(request).await.map(drop)
     }
 
     async fn publish(&self, name: &str, node: &str) -> Result<(), Status> {
-        let request = api::PublishVolumeRequest {
+        let request = self.request(api::PublishVolumeRequest {
             name: name.into(),
             node: node.into(),
             readonly: false,
-        };
-        self.0.clone().publish_volume(request).await.map(drop)
+        });
+        self.client.clone().publish_volume(request).await.map(drop)
     }
 
     async fn unpublish(&self, name: &str, node: &str) -> Result<(), Status> {
-        let request = api::UnpublishVolumeRequest {
+        let request = self.request(api::UnpublishVolumeRequest {
             name: name.into(),
             node: node.into(),
-        };
-        self.0.clone().unpublish_volume(request).await.map(drop)
+        });
+        self.client.clone().unpublish_volume(request).await.map(drop)
     }
 }
 

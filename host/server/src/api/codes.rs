@@ -6,6 +6,7 @@ use tonic::{Code, Status};
 use super::ReloadError;
 use super::node_volumes::NodeBound;
 use crate::manager::RequestError;
+use crate::manager::tenancy::Denied;
 use crate::store::StoreError;
 
 /// Whatever a handler refuses a call with.
@@ -36,12 +37,14 @@ pub(super) fn code(refusal: &Refusal) -> Code {
             RequestError::AlreadyExists(_) => Code::AlreadyExists,
             RequestError::Exhausted(_) => Code::ResourceExhausted,
             RequestError::Unavailable(_) => Code::Unavailable,
+            RequestError::Denied(Denied::InUse { .. }) => Code::FailedPrecondition,
+            RequestError::Denied(Denied::Taken(_)) => Code::AlreadyExists,
+            RequestError::Denied(_) => Code::PermissionDenied,
         },
         Refusal::Reload(ReloadError::Stopped(_)) => Code::Internal,
         Refusal::Reload(_) | Refusal::NoCluster => Code::FailedPrecondition,
         Refusal::Store(_) => Code::Unavailable,
         Refusal::Missing(_) => Code::InvalidArgument,
-        Refusal::Node(NodeBound::InUse { .. }) => Code::FailedPrecondition,
         Refusal::Node(_) => Code::PermissionDenied,
     }
 }
@@ -64,14 +67,17 @@ mod tests {
         assert_eq!((s.code(), s.message()), (Code::InvalidArgument, "spec: required"));
         assert_eq!(status(ReloadError::NoConfig).code(), Code::FailedPrecondition);
         assert_eq!(status(StoreError::Closed).code(), Code::Unavailable);
-        assert_eq!(
-            status(NodeBound::NoCreate("n".into())).code(),
-            Code::PermissionDenied
-        );
-        let in_use = NodeBound::InUse {
+        let other = NodeBound::OtherNode {
+            caller: "a".into(),
+            asked: "b".into(),
+        };
+        assert_eq!(status(other).code(), Code::PermissionDenied);
+        let no_create = RequestError::from(Denied::NoCreate("n".into()));
+        assert_eq!(status(no_create).code(), Code::PermissionDenied);
+        let in_use = RequestError::from(Denied::InUse {
             name: "v".into(),
             on: "n".into(),
-        };
+        });
         assert_eq!(status(in_use).code(), Code::FailedPrecondition);
     }
 }

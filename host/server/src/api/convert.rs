@@ -84,6 +84,7 @@ fn spec_to_api(s: &VolumeSpec) -> api::VolumeSpec {
         from_snapshot: source_name(s, SourceKind::Snapshot),
         from_volume: source_name(s, SourceKind::Volume),
         mutable_parameters: s.mutable_parameters.clone().into_iter().collect(),
+        docker_scope: String::new(),
     }
 }
 
@@ -125,7 +126,10 @@ pub(super) fn volume_summary(m: &VolumeManager, r: &VolumeRecord) -> api::Volume
     let waiting = m.waiting(&r.id);
     api::Volume {
         id: r.id.clone(),
-        spec: Some(spec_to_api(&r.spec)),
+        spec: Some(api::VolumeSpec {
+            docker_scope: r.docker.to_string(),
+            ..spec_to_api(&r.spec)
+        }),
         state: r.state().to_string(),
         csi_name: r.csi_name.clone().unwrap_or_default(),
         volume_id: b.map(|b| b.volume_id.clone()).unwrap_or_default(),
@@ -141,6 +145,7 @@ pub(super) fn volume_summary(m: &VolumeManager, r: &VolumeRecord) -> api::Volume
                 state: p.state().to_string(),
                 readonly: p.readonly,
                 target_path: m.target_path(node, &r.id).display().to_string(),
+                by: p.by.to_string(),
             })
             .collect(),
         failure: r.failure.clone().unwrap_or_default(),
@@ -159,5 +164,6 @@ pub(super) fn volume_summary(m: &VolumeManager, r: &VolumeRecord) -> api::Volume
         modifying: b.is_some_and(|b| b.mutable_parameters != r.spec.mutable_parameters) && !r.deleting,
         events: Vec::new(),
         explanation: String::new(),
+        made_by: r.made_by.to_string(),
     }
 }

@@ -8,6 +8,7 @@ use tonic::{Request, Response, Status};
 
 mod codes;
 mod convert;
+mod docker_calls;
 mod inquiries;
 pub mod introspection;
 mod node_volumes;
@@ -22,6 +23,7 @@ use crate::csi::registry::Health;
 use crate::manager::{RequestError, VolumeManager};
 use crate::policy::{OnError, PolicyStats};
 use codes::{Refusal, status};
+use docker_calls::{DockerCall, docker_node};
 
 /// The most decisions one ListDecisions answer carries (each up to 256 KiB
 /// logged, most a few hundred bytes).
@@ -157,17 +159,39 @@ impl api::berth_server::Berth for BerthApi {
         &self,
         req: Request<api::CreateVolumeRequest>,
     ) -> Result<Response<api::Volume>, Status> {
+        let docker = docker_node(&req)?;
         let spec = req
             .into_inner()
             .spec
             .ok_or_else(|| status(Refusal::Missing("spec")))?;
+        if let Some(node) = docker {
+            return self
+                .docker_call(&node, DockerCall::Create(Box::new(spec)))
+                .await
+                .map(Response::new);
+        }
+        let scope = spec
+            .docker_scope
+            .parse()
+            .map_err(|e| status(RequestError::Invalid(format!("docker_scope: {e}"))))?;
         let spec = spec_from_api(spec).map_err(status)?;
-        let r = self.manager.create(spec).await.map_err(status)?;
+        let r = self
+            .manager
+            .create_with_scope(spec, scope)
+            .await
+            .map_err(status)?;
         Ok(Response::new(volume_to_api(&self.manager, &r)))
     }
 
     async fn get_volume(&self, req: Request<api::GetVolumeRequest>) -> Result<Response<api::Volume>, Status> {
+        let docker = docker_node(&req)?;
         let name = req.into_inner().name;
+        if let Some(node) = docker {
+            return self
+                .docker_call(&node, DockerCall::Get(name))
+                .await
+                .map(Response::new);
+        }
         let r = self.manager.get(&name).ok_or_else(|| {
             status(RequestError::NotFound(format!(
                 "no volume named {}",
@@ -179,8 +203,11 @@ impl api::berth_server::Berth for BerthApi {
 
     async fn list_volumes(
         &self,
-        _: Request<api::ListVolumesRequest>,
+        req: Request<api::ListVolumesRequest>,
     ) -> Result<Response<api::ListVolumesResponse>, Status> {
+        if let Some(node) = docker_node(&req)? {
+            return Ok(Response::new(self.docker_list(&node)));
+        }
         let volumes = self
             .manager
             .list()
@@ -194,6 +221,10 @@ impl api::berth_server::Berth for BerthApi {
         &self,
         req: Request<api::DeleteVolumeRequest>,
     ) -> Result<Response<api::Volume>, Status> {
+        if let Some(node) = docker_node(&req)? {
+            let call = DockerCall::Delete(req.into_inner().name);
+            return self.docker_call(&node, call).await.map(Response::new);
+        }
         let r = self
             .manager
             .delete(&req.into_inner().name)
@@ -206,7 +237,15 @@ impl api::berth_server::Berth for BerthApi {
         &self,
         req: Request<api::PublishVolumeRequest>,
     ) -> Result<Response<api::Volume>, Status> {
+        let docker = docker_node(&req)?;
         let req = req.into_inner();
+        if let Some(node) = docker {
+            let call = DockerCall::Publish {
+                name: req.name,
+                readonly: req.readonly,
+            };
+            return self.docker_call(&node, call).await.map(Response::new);
+        }
         let node = (!req.node.is_empty()).then_some(req.node.as_str());
         let r = self
             .manager
@@ -220,7 +259,12 @@ impl api::berth_server::Berth for BerthApi {
         &self,
         req: Request<api::UnpublishVolumeRequest>,
     ) -> Result<Response<api::Volume>, Status> {
+        let docker = docker_node(&req)?;
         let req = req.into_inner();
+        if let Some(node) = docker {
+            let call = DockerCall::Unpublish(req.name);
+            return self.docker_call(&node, call).await.map(Response::new);
+        }
         if req.node.is_empty() {
             return Err(status(Refusal::Missing("node")));
         }
@@ -277,6 +321,23 @@ impl api::berth_server::Berth for BerthApi {
         let r = self
             .manager
             .forget(&req.into_inner().name)
+            .await
+            .map_err(status)?;
+        Ok(Response::new(volume_to_api(&self.manager, &r)))
+    }
+
+    async fn set_docker_scope(
+        &self,
+        req: Request<api::SetDockerScopeRequest>,
+    ) -> Result<Response<api::Volume>, Status> {
+        let req = req.into_inner();
+        let scope = req
+            .scope
+            .parse()
+            .map_err(|e| status(RequestError::Invalid(format!("scope: {e}"))))?;
+        let r = self
+            .manager
+            .set_docker_scope(&req.name, scope)
             .await
             .map_err(status)?;
         Ok(Response::new(volume_to_api(&self.manager, &r)))

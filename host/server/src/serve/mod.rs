@@ -257,7 +257,7 @@ fn docker_plugin(
         wait: d.wait,
         holders: config.state.with_file_name("docker-holders.json"),
     };
-    let api = ApiVolumes::new(crate::csi::unix_channel(config.api.path()));
+    let api = ApiVolumes::new(crate::csi::unix_channel(config.api.path()), &d.node);
     let plugin = DockerPlugin::new(Box::new(api), settings).map_err(ServeError::io(
         "reading which containers hold which volume (docker-holders.json)",
     ))?;
