@@ -61,7 +61,7 @@ impl RegistryServer {
         let port = free_port();
         let address = format!("127.0.0.1:{port}");
         let mut config = format!(
-            "version: 0.1\nlog:\n  level: warn\nstorage:\n  filesystem:\n    rootdirectory: {}\n  delete:\n    enabled: true\nhttp:\n  addr: {address}\n  secret: berth-test\n",
+            "version: 0.1\nlog:\n  level: info\nstorage:\n  filesystem:\n    rootdirectory: {}\n  delete:\n    enabled: true\nhttp:\n  addr: {address}\n  secret: berth-test\n",
             dir.path().join("data").display()
         );
         let mut ca = None;
@@ -208,6 +208,64 @@ impl RegistryServer {
             self.log()
         );
         serde_json::from_str(&stdout).unwrap()
+    }
+
+    /// The registry's HTTP API, as a client that is not Berth's (a registry
+    /// writer's): status, body and `Location`.
+    pub fn http(&self, method: &str, path: &str, body: &[u8], kind: &str) -> (u16, Vec<u8>, Option<String>) {
+        let agent = ureq::Agent::new_with_config(
+            ureq::Agent::config_builder()
+                .http_status_as_error(false)
+                .timeout_global(Some(Duration::from_secs(10)))
+                .build(),
+        );
+        let url = if path.starts_with("http") {
+            path.to_string()
+        } else {
+            format!("http://{}{path}", self.address)
+        };
+        let accept = "application/vnd.oci.image.manifest.v1+json";
+        let mut response = match method {
+            "GET" => agent.get(&url).header("Accept", accept).call(),
+            "POST" => agent.post(&url).send(body),
+            _ => agent.put(&url).header("Content-Type", kind).send(body),
+        }
+        .unwrap();
+        let location = response
+            .headers()
+            .get("location")
+            .and_then(|v| v.to_str().ok())
+            .map(str::to_string);
+        let bytes = response.body_mut().read_to_vec().unwrap();
+        (response.status().as_u16(), bytes, location)
+    }
+
+    /// Uploads `blob` to `repo` as a registry writer would: its digest.
+    pub fn upload(&self, repo: &str, blob: &[u8]) -> String {
+        let digest = berth::oci::Digest::of(blob).to_string();
+        let (status, _, location) = self.http("POST", &format!("/v2/{repo}/blobs/uploads/"), b"", "");
+        assert_eq!(status, 202);
+        let location = location.unwrap();
+        let sep = if location.contains('?') { '&' } else { '?' };
+        let (status, body, _) = self.http(
+            "PUT",
+            &format!("{location}{sep}digest={digest}"),
+            blob,
+            "application/octet-stream",
+        );
+        assert_eq!(status, 201, "{}", String::from_utf8_lossy(&body));
+        digest
+    }
+
+    /// Puts `manifest` under `tag` in `repo`, as a registry writer would.
+    pub fn put_manifest(&self, repo: &str, tag: &str, manifest: &serde_json::Value) {
+        let (status, body, _) = self.http(
+            "PUT",
+            &format!("/v2/{repo}/manifests/{tag}"),
+            &serde_json::to_vec(manifest).unwrap(),
+            "application/vnd.oci.image.manifest.v1+json",
+        );
+        assert_eq!(status, 201, "{}", String::from_utf8_lossy(&body));
     }
 
     /// `berth policy push MODULE oci://THIS/REPO_TAG`: its JSON answer.

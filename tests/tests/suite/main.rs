@@ -26,6 +26,7 @@ mod policy_set;
 mod registry;
 mod reliability;
 mod sample_plugin;
+mod signatures;
 mod spec_rules;
 mod split_roles;
 mod store_compat;

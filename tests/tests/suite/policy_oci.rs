@@ -249,7 +249,6 @@ fn serve_refuses_a_module_that_is_not_where_its_digest_says() {
     }
 }
 
-/// The registry's HTTP API, as a client that is not Berth's.
 fn http(
     registry: &RegistryServer,
     method: &str,
@@ -257,48 +256,11 @@ fn http(
     body: &[u8],
     kind: &str,
 ) -> (u16, Vec<u8>, Option<String>) {
-    let agent = ureq::Agent::new_with_config(
-        ureq::Agent::config_builder()
-            .http_status_as_error(false)
-            .timeout_global(Some(Duration::from_secs(10)))
-            .build(),
-    );
-    let url = if path.starts_with("http") {
-        path.to_string()
-    } else {
-        format!("http://{}{path}", registry.address)
-    };
-    let accept = "application/vnd.oci.image.manifest.v1+json";
-    let mut response = match method {
-        "GET" => agent.get(&url).header("Accept", accept).call(),
-        "POST" => agent.post(&url).send(body),
-        _ => agent.put(&url).header("Content-Type", kind).send(body),
-    }
-    .unwrap();
-    let location = response
-        .headers()
-        .get("location")
-        .and_then(|v| v.to_str().ok())
-        .map(str::to_string);
-    let bytes = response.body_mut().read_to_vec().unwrap();
-    (response.status().as_u16(), bytes, location)
+    registry.http(method, path, body, kind)
 }
 
 fn upload(registry: &RegistryServer, repo: &str, blob: &[u8]) -> String {
-    let digest = berth::oci::Digest::of(blob).to_string();
-    let (status, _, location) = http(registry, "POST", &format!("/v2/{repo}/blobs/uploads/"), b"", "");
-    assert_eq!(status, 202);
-    let location = location.unwrap();
-    let sep = if location.contains('?') { '&' } else { '?' };
-    let (status, body, _) = http(
-        registry,
-        "PUT",
-        &format!("{location}{sep}digest={digest}"),
-        blob,
-        "application/octet-stream",
-    );
-    assert_eq!(status, 201, "{}", String::from_utf8_lossy(&body));
-    digest
+    registry.upload(repo, blob)
 }
 
 #[test]

@@ -187,6 +187,10 @@ const PREPARE_EVERY: Duration = Duration::from_secs(2);
 /// while it is, and says why not in `/readyz` ("policy").
 async fn keep_set_prepared(config: Config, election: Arc<Election>) {
     let mut prepared: Option<Option<u64>> = None;
+    // A set that failed to prepare is tried again after a pause that grows
+    // (a registry that is down, or answers junk, is not hammered); a new
+    // version is tried at once.
+    let mut failing = PrepareBackoff::default();
     loop {
         match election.policy_set().await {
             Ok(stored) => {
@@ -196,7 +200,7 @@ async fn keep_set_prepared(config: Config, election: Arc<Election>) {
                 if stored.is_none() {
                     election.set_eligible(true);
                 }
-                if prepared != Some(version) {
+                if prepared != Some(version) && failing.due(version) {
                     match super::policy_set::prepare(&config, stored.as_ref()).await {
                         Ok(_) => {
                             election.set_eligible(true);
@@ -207,6 +211,7 @@ async fn keep_set_prepared(config: Config, election: Arc<Election>) {
                             election.publish_prepared(Some(version.unwrap_or(0)), None).await;
                             tracing::info!(server = %election.me().name, version = ?version, "policy set prepared; standing for the lead");
                             prepared = Some(version);
+                            failing = PrepareBackoff::default();
                         }
                         Err(e) => {
                             election.set_eligible(stored.is_none());
@@ -222,6 +227,7 @@ async fn keep_set_prepared(config: Config, election: Arc<Election>) {
                                 }
                             }
                             prepared = None;
+                            failing.failed(version);
                         }
                     }
                 }
@@ -229,6 +235,38 @@ async fn keep_set_prepared(config: Config, election: Arc<Election>) {
             Err(e) => tracing::debug!(error = %e, "reading the policy set failed"),
         }
         tokio::time::sleep(PREPARE_EVERY).await;
+    }
+}
+
+/// The longest pause before a set that failed to prepare is tried again.
+const PREPARE_BACKOFF_MAX: Duration = Duration::from_secs(120);
+
+/// When a policy set that failed to prepare is tried again: after
+/// [`PREPARE_EVERY`], doubling with each failure up to
+/// [`PREPARE_BACKOFF_MAX`]; at once for another version.
+#[derive(Default)]
+struct PrepareBackoff {
+    /// The version that failed, how many times in a row, and when it is due.
+    failed: Option<(Option<u64>, u32, tokio::time::Instant)>,
+}
+
+impl PrepareBackoff {
+    fn due(&self, version: Option<u64>) -> bool {
+        match self.failed {
+            Some((v, _, at)) if v == version => tokio::time::Instant::now() >= at,
+            _ => true,
+        }
+    }
+
+    fn failed(&mut self, version: Option<u64>) {
+        let times = match self.failed {
+            Some((v, n, _)) if v == version => n + 1,
+            _ => 1,
+        };
+        let pause = PREPARE_EVERY
+            .saturating_mul(1 << (times - 1).min(16))
+            .min(PREPARE_BACKOFF_MAX);
+        self.failed = Some((version, times, tokio::time::Instant::now() + pause));
     }
 }
 
@@ -363,4 +401,26 @@ async fn term(
     term_api.send_replace(None);
     crate::metrics::set_leader(false);
     ended
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[tokio::test(start_paused = true)]
+    async fn a_set_that_fails_to_prepare_is_tried_again_less_and_less_often() {
+        let mut b = PrepareBackoff::default();
+        assert!(b.due(Some(3)));
+        let mut pauses = Vec::new();
+        for _ in 0..8 {
+            b.failed(Some(3));
+            let start = tokio::time::Instant::now();
+            while !b.due(Some(3)) {
+                assert!(b.due(Some(4)), "another version is tried at once");
+                tokio::time::sleep(Duration::from_millis(500)).await;
+            }
+            pauses.push(start.elapsed().as_secs());
+        }
+        assert_eq!(pauses, [2, 4, 8, 16, 32, 64, 120, 120]);
+    }
 }
