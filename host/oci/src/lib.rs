@@ -23,7 +23,7 @@ pub use digest::Digest;
 pub use error::{FetchError, OciError};
 pub use reference::Reference;
 pub use registry::{Access, Pulled, Registry};
-pub use signature::{PASSWORD_VARIABLE, PublicKey, Signature, SigningKey, Trust};
+pub use signature::{PASSWORD_VARIABLE, PublicKey, Signature, SigningKey, Trust, blob_signature_path};
 
 /// The most a module may weigh: larger layers are refused before they are read.
 pub const MODULE_MAX: usize = 64 << 20;

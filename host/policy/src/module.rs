@@ -71,6 +71,10 @@ pub struct ModuleConfig {
     pub settings: BTreeMap<String, String>,
     pub limits: Limits,
     pub on_error: OnError,
+    /// The SHA-256 (hex) the file's bytes must have (a module pinned by a
+    /// policy set, or fetched by digest): the bytes compiled are the bytes
+    /// read and hashed once, never a file swapped in after a check.
+    pub sha256: Option<String>,
 }
 
 impl ModuleConfig {
@@ -154,6 +158,12 @@ impl PolicyModule {
         }
         let initial_memory = initial_memory(&wasm);
         let sha256 = crate::compiled::sha256_hex(&wasm);
+        if let Some(expected) = config.sha256.as_deref().filter(|e| *e != sha256) {
+            return Err(fail(GuestFailure::Load(format!(
+                "{} is not the module pinned: its SHA-256 is {sha256}, not {expected}",
+                config.path.display()
+            ))));
+        }
         let component = engine.compile_known(&wasm, &sha256).map_err(|e| {
             let hint = if wasm.starts_with(b"\0asm\x01\0\0\0") {
                 " (this is a core module; build a component, e.g. with --target wasm32-wasip2)"

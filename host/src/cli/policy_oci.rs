@@ -68,7 +68,10 @@ pub struct PullArgs {
 #[derive(Debug, Args)]
 pub struct SignArgs {
     /// The module to sign: oci://HOST[:PORT]/REPOSITORY:TAG or …@sha256:DIGEST
-    /// (a tag is resolved to its digest, and the digest is what is signed).
+    /// (a tag is resolved once to its digest, and that digest is what is
+    /// signed and printed); or a module file, signed as `cosign sign-blob`
+    /// does into FILE.sig beside it (what `[policy_trust] required = true`
+    /// asks of a module given by path).
     pub reference: String,
     /// The signing key, ECDSA P-256: cosign's encrypted key (`cosign.key`, from
     /// `berth policy generate-key` or `cosign generate-key-pair`; its password
@@ -164,6 +167,8 @@ fn trust(keys: &[PathBuf]) -> anyhow::Result<Trust> {
 #[derive(Serialize)]
 struct Signed {
     reference: String,
+    /// What was signed: the manifest's digest, or the file's SHA-256.
+    digest: String,
     /// Where the signatures are stored: cosign's tag beside the module.
     signatures: String,
     /// The key that signed (verify).
@@ -172,16 +177,37 @@ struct Signed {
 }
 
 pub async fn sign(args: SignArgs, output: Output) -> anyhow::Result<ExitCode> {
-    let reference = Reference::parse(&args.reference)?;
     let password = std::env::var_os(PASSWORD_VARIABLE).map(|p| p.into_encoded_bytes());
     let key = SigningKey::from_pem(&args.key, password.as_deref())?;
+    if !args.reference.starts_with("oci://") {
+        return sign_file(Path::new(&args.reference), &key, output);
+    }
+    let reference = Reference::parse(&args.reference)?;
     let registry = Registry::new(&reference, &args.registry.access())?;
     let digest = registry.resolve(&reference).await?;
     let tag = registry.sign(&reference, &digest, &key).await?;
     signed(
         &Signed {
+            digest: digest.to_string(),
             reference: reference.pinned(digest).to_string(),
             signatures: format!("oci://{}/{}:{tag}", reference.registry, reference.repository),
+            key: None,
+        },
+        output,
+    )
+}
+
+/// Signs module file `file` into FILE.sig (cosign's `sign-blob` format).
+fn sign_file(file: &Path, key: &SigningKey, output: Output) -> anyhow::Result<ExitCode> {
+    let bytes = std::fs::read(file).with_context(|| format!("reading {}", file.display()))?;
+    let signature = key.sign(&bytes)?;
+    let at = berth::oci::blob_signature_path(file);
+    layout::write_whole(&at, signature.as_bytes()).with_context(|| format!("writing {}", at.display()))?;
+    signed(
+        &Signed {
+            reference: file.display().to_string(),
+            digest: berth::oci::Digest::of(&bytes).to_string(),
+            signatures: at.display().to_string(),
             key: None,
         },
         output,
@@ -200,6 +226,7 @@ pub async fn verify(args: VerifyArgs, output: Output) -> anyhow::Result<ExitCode
         .map(|v| v.key.path.display().to_string());
     signed(
         &Signed {
+            digest: digest.to_string(),
             reference: reference.pinned(digest.clone()).to_string(),
             signatures: format!(
                 "oci://{}/{}:{}",
@@ -220,6 +247,7 @@ fn signed(s: &Signed, output: Output) -> anyhow::Result<ExitCode> {
             if let Some(k) = &s.key {
                 say!("{:<12}{k}", "signed by");
             }
+            say!("{:<12}{}", "digest", s.digest);
             say!("{:<12}{}", "signatures", s.signatures);
             say!("{}", s.reference);
         }

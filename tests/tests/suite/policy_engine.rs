@@ -432,3 +432,16 @@ fn a_trapping_guest_called_from_async_code_is_still_contained() {
         .unwrap()
         .block_on(check());
 }
+
+/// A module pinned to a digest is compiled only from bytes that have it:
+/// the bytes read are the bytes hashed and compiled.
+#[test]
+fn a_pinned_module_loads_only_from_the_bytes_pinned() {
+    let bytes = std::fs::read(guest("berth_naming_guest")).unwrap();
+    let mut c = config("berth_naming_guest", &[]);
+    c.sha256 = Some(berth::oci::Digest::of(&bytes).hex().to_string());
+    assert!(PolicyModule::load(&engine(), c.clone()).is_ok());
+    c.sha256 = Some(berth::oci::Digest::of(b"other bytes").hex().to_string());
+    let err = PolicyModule::load(&engine(), c).err().unwrap().to_string();
+    assert!(err.contains("is not the module pinned"), "{err}");
+}

@@ -4,7 +4,7 @@
 //! registry (`docker-registry`), signatures made by Berth's signer and
 //! stored, then tampered with, through the registry's own HTTP API.
 
-use berth_tests::{RegistryServer, guest, openssl_keys, test_dir, texts};
+use berth_tests::{Cluster, ClusterSpec, RegistryServer, guest, openssl_keys, test_dir, texts};
 use serde_json::{Value, json};
 
 /// The signature image of `digest` in `repo`, as Berth's signer stored it.
@@ -104,4 +104,168 @@ fn a_signature_image_flooded_with_junk_is_read_within_bounds_and_junk_never_hide
     assert_eq!(kept.len(), 32, "{} layers kept", kept.len());
     let (ok, _, stderr) = verify();
     assert!(ok, "{stderr}");
+}
+
+/// A key removed from `[policy_trust]` is distrusted at the next reload: a
+/// set signed only by it is refused with the modules in service kept (and
+/// the refusal says what to do); a restart with that set starts, acts on no
+/// volume, and takes up the work once a set that verifies is in service.
+#[test]
+fn a_revoked_key_is_distrusted_on_reload_and_a_restart_waits_for_a_set_that_verifies() {
+    let registry = RegistryServer::start();
+    let dir = test_dir();
+    let (team_key, team) = openssl_keys(dir.path(), "team");
+    let (old_key, old) = openssl_keys(dir.path(), "old");
+    let pushed = registry.push(&guest("berth_naming_guest"), "berth/naming:v1");
+    let reference = pushed["reference"].as_str().unwrap();
+    registry.policy_json(&["sign", reference, "--key", &old_key]);
+    let tables = format!(
+        "[[policy]]\nmodule = \"{reference}\"\nsettings = {{ prefix = \"signed\" }}\n[policy_trust]\nkeys = [\"{team}\", \"{old}\"]\nrequired = true\n[oci]\nplain_http = true\n"
+    );
+    let mut c = Cluster::start(ClusterSpec {
+        policy_tables: Some(&tables),
+        ..ClusterSpec::default()
+    });
+    let name_of = |c: &Cluster, v: &str| -> String {
+        let v: Value = serde_json::from_str(&c.ok(&["volume", "get", v, "-o", "json"])).unwrap();
+        v["csi_name"].as_str().unwrap().to_string()
+    };
+    c.create_in("v1", "zone=a");
+    assert!(name_of(&c, "v1").starts_with("signed-"));
+
+    // The old key removed: the reload is refused, the module keeps deciding.
+    let config = std::fs::read_to_string(&c.config).unwrap();
+    let revoked = config.replace(
+        &format!("keys = [\"{team}\", \"{old}\"]"),
+        &format!("keys = [\"{team}\"]"),
+    );
+    assert_ne!(config, revoked);
+    std::fs::write(&c.config, &revoked).unwrap();
+    let out = c.berth(&["policy", "reload"]);
+    let (_, stderr) = texts(&out);
+    assert!(!out.status.success());
+    assert!(
+        stderr.contains("no signature by a trusted key") && stderr.contains("berth policy rollback"),
+        "{stderr}"
+    );
+    c.create_in("v2", "zone=a");
+    assert!(
+        name_of(&c, "v2").starts_with("signed-"),
+        "the modules in service stay"
+    );
+
+    // A restart with that set: the server starts and answers, but acts on nothing.
+    c.kill_serve();
+    c.start_serve();
+    c.ok(&[
+        "volume",
+        "create",
+        "v3",
+        "--plugin",
+        "hostpath",
+        "--requisite",
+        "zone=a",
+    ]);
+    let plugin_before = c.plugin_volumes();
+    assert!(c.log().contains("acting on no volume"), "{}", c.log());
+    let status: Value = serde_json::from_str(&c.ok(&["volume", "get", "v3", "-o", "json"])).unwrap();
+    assert_eq!(status["state"], "pending", "{status:#}");
+    assert_eq!(plugin_before, 2);
+
+    // Signed again with a trusted key and reloaded: the work goes on.
+    registry.policy_json(&["sign", reference, "--key", &team_key]);
+    c.ok(&["policy", "reload"]);
+    c.wait_until("v3 to be created", |v| {
+        v.iter().any(|x| x["name"] == "v3" && x["state"] == "available")
+    });
+    assert!(name_of(&c, "v3").starts_with("signed-"));
+}
+
+/// `required = true` covers a module given by path: unsigned, it is refused;
+/// signed as `cosign sign-blob` signs (by Berth, or by openssl standing in
+/// for another implementation), it goes into service; a file changed after
+/// signing is refused.
+#[test]
+fn required_signatures_cover_module_files() {
+    let dir = test_dir();
+    let (key, public) = openssl_keys(dir.path(), "team");
+    let tables = format!("[policy_trust]\nkeys = [\"{public}\"]\nrequired = true\n");
+    let c = Cluster::start(ClusterSpec {
+        policy_tables: Some(&tables),
+        ..ClusterSpec::default()
+    });
+    let module = c.dir.path().join("naming.wasm");
+    std::fs::copy(guest("berth_naming_guest"), &module).unwrap();
+    let set = c.dir.path().join("set.toml");
+    std::fs::write(
+        &set,
+        format!(
+            "[[policy]]\nmodule = \"{}\"\nsettings = {{ prefix = \"filed\" }}\n",
+            module.display()
+        ),
+    )
+    .unwrap();
+    let apply = || {
+        let out = c.berth(&["policy", "apply", &set.display().to_string()]);
+        let (_, stderr) = texts(&out);
+        (out.status.success(), stderr)
+    };
+    let (ok, stderr) = apply();
+    assert!(
+        !ok && stderr.contains("it is not signed, and signatures are required"),
+        "{stderr}"
+    );
+
+    // Signed by openssl over the file's bytes, base64 beside it: taken.
+    let der = dir.path().join("sig.der");
+    let out = std::process::Command::new("openssl")
+        .args(["dgst", "-sha256", "-sign", &key, "-out"])
+        .arg(&der)
+        .arg(&module)
+        .output()
+        .unwrap();
+    assert!(out.status.success());
+    let sig = base64::Engine::encode(
+        &base64::engine::general_purpose::STANDARD,
+        std::fs::read(&der).unwrap(),
+    );
+    let sig_path = c.dir.path().join("naming.wasm.sig");
+    std::fs::write(&sig_path, format!("{sig}\n")).unwrap();
+    let (ok, stderr) = apply();
+    assert!(ok, "{stderr}");
+    c.create_in("v", "zone=a");
+    let v: Value = serde_json::from_str(&c.ok(&["volume", "get", "v", "-o", "json"])).unwrap();
+    assert!(v["csi_name"].as_str().unwrap().starts_with("filed-"), "{v:#}");
+
+    // Berth's own signature of a changed file, checked by openssl.
+    std::fs::copy(guest("berth_placement_guest"), &module).unwrap();
+    let (ok, stderr) = apply();
+    assert!(
+        !ok && stderr.contains("no signature by a trusted key"),
+        "{stderr}"
+    );
+    let signed = c.ok(&[
+        "policy",
+        "sign",
+        &module.display().to_string(),
+        "--key",
+        &key,
+        "-o",
+        "json",
+    ]);
+    let signed: Value = serde_json::from_str(&signed).unwrap();
+    assert_eq!(signed["signatures"], sig_path.display().to_string());
+    let sig = std::fs::read_to_string(&sig_path).unwrap();
+    std::fs::write(
+        &der,
+        base64::Engine::decode(&base64::engine::general_purpose::STANDARD, sig.trim()).unwrap(),
+    )
+    .unwrap();
+    let out = std::process::Command::new("openssl")
+        .args(["dgst", "-sha256", "-verify", &public, "-signature"])
+        .arg(&der)
+        .arg(&module)
+        .output()
+        .unwrap();
+    assert_eq!(String::from_utf8_lossy(&out.stdout).trim(), "Verified OK");
 }

@@ -62,6 +62,12 @@ pub enum ReloadError {
     Policies(#[from] crate::policy::SetError),
     #[error(transparent)]
     Fetch(#[from] berth_oci::FetchError),
+    /// The set in service (or asked for) is not signed by a key
+    /// `[policy_trust]` trusts now: what the operator can do about it.
+    #[error(
+        "{0}; the modules in service keep running: roll back to a version signed by a trusted key (`berth policy rollback --to N`), or sign the module with a trusted key (`berth policy sign`) and reload"
+    )]
+    Untrusted(#[source] berth_oci::FetchError),
     #[error("storing the policy set: {0}")]
     Store(#[from] crate::store::StoreError),
     #[error("starting the WebAssembly engine: {0}")]
@@ -81,6 +87,19 @@ pub struct BerthApi {
     /// With the etcd store: this server's part in the election (it leads
     /// while this API answers).
     election: Option<Arc<crate::leadership::Election>>,
+}
+
+impl ReloadError {
+    /// The same error, said as a trust failure when a module's signature
+    /// did not pass.
+    pub fn as_trust_failure(self) -> ReloadError {
+        match self {
+            ReloadError::Fetch(e) if matches!(*e.error, berth_oci::OciError::Signature { .. }) => {
+                ReloadError::Untrusted(e)
+            }
+            other => other,
+        }
+    }
 }
 
 impl BerthApi {

@@ -62,6 +62,12 @@ pub struct Reloader {
     pub(super) set: tokio::sync::Mutex<Option<crate::store::PolicySetRecord>>,
     /// This server's name, recorded with a set it stores.
     pub(super) server: String,
+    /// `[policy_trust]` as last read: a reload reads it again, and every
+    /// module put in service from then on is checked against it.
+    pub(super) trust: std::sync::RwLock<berth_oci::Trust>,
+    /// Whether a set that verifies is in service: a server that started with
+    /// one that does not acts on no volume until one is put in service.
+    pub(super) trusted: tokio::sync::watch::Sender<bool>,
 }
 
 #[tonic::async_trait]
@@ -131,12 +137,16 @@ impl Reloader {
             let config = tokio::task::spawn_blocking(move || Config::load(&path))
                 .await
                 .map_err(ReloadError::Stopped)??;
+            // A key removed is distrusted from now on, whatever comes next.
+            *self.trust.write().unwrap_or_else(|p| p.into_inner()) = config.policy_trust.clone();
             match config.policy_set {
                 Some(draft) => self.put_in_service(draft).await,
                 None => {
                     let stored = self.set.lock().await.clone();
                     let text = stored.as_ref().map(|s| s.text.clone()).unwrap_or_default();
-                    let config = policy_set::effective(&self.config, &text).await?;
+                    let config = policy_set::effective(&self.settings(), &text)
+                        .await
+                        .map_err(ReloadError::as_trust_failure)?;
                     self.swap(config).await?;
                     Ok(crate::api::SetInService {
                         set: stored,
@@ -157,7 +167,7 @@ impl Reloader {
         &self,
         draft: crate::config::policy_set::SetDraft,
     ) -> Result<crate::api::SetInService, ReloadError> {
-        let pinned = policy_set::pin(draft, &self.config).await?;
+        let pinned = policy_set::pin(draft, &self.settings()).await?;
         self.store_version(pinned.text(), "apply".into(), Vec::new(), |_| Ok(()))
             .await
     }
@@ -173,7 +183,9 @@ impl Reloader {
         promoted: Vec<String>,
         check: impl FnOnce(Option<&crate::store::PolicySetRecord>) -> Result<(), ReloadError>,
     ) -> Result<crate::api::SetInService, ReloadError> {
-        let config = policy_set::effective(&self.config, &text).await?;
+        let config = policy_set::effective(&self.settings(), &text)
+            .await
+            .map_err(ReloadError::as_trust_failure)?;
         let mut current = self.set.lock().await;
         check(current.as_ref())?;
         self.swap(config).await?;
@@ -196,7 +208,18 @@ impl Reloader {
         tokio::task::spawn_blocking(move || put_modules(&policies, &config))
             .await
             .map_err(ReloadError::Stopped)??;
+        if !self.trusted.send_replace(true) {
+            metrics::readiness().set_ok("policy", "a policy set that verifies is in service".into());
+            tracing::info!("a policy set that verifies is in service: volumes are acted on again");
+        }
         Ok(())
+    }
+
+    /// This server's settings with `[policy_trust]` as last read.
+    pub(super) fn settings(&self) -> Config {
+        let mut config = self.config.clone();
+        config.policy_trust = self.trust.read().unwrap_or_else(|p| p.into_inner()).clone();
+        config
     }
 
     /// Reloads on every SIGHUP, for as long as the server runs.

@@ -6,13 +6,28 @@
 use crate::config::Config;
 use berth_oci::{Digest, FetchError, OciError};
 
-/// A module file pinned by a policy set must still be those bytes.
-fn check_file(module: &str, path: &std::path::Path, digest: &str) -> Result<(), FetchError> {
+/// A module file of a policy set: it must carry its digest (a set stored
+/// without one, as only a writer of the store could make, is refused), its
+/// bytes must have it, and with `[policy_trust]` it must be signed by a
+/// trusted key (`<file>.sig`, cosign's `sign-blob` format; required when
+/// signatures are). Returns the SHA-256 (hex) the module is compiled with.
+fn check_file(
+    module: &str,
+    path: &std::path::Path,
+    digest: Option<&str>,
+    trust: &berth_oci::Trust,
+) -> Result<String, FetchError> {
     let fail = |error| FetchError {
         module: module.to_string(),
         reference: path.display().to_string(),
         error: Box::new(error),
     };
+    let digest = digest.ok_or_else(|| {
+        fail(OciError::Reference(
+            path.display().to_string(),
+            "a module file of a policy set carries its digest; apply the set again (`berth policy apply`)",
+        ))
+    })?;
     let expected = Digest::parse(digest).map_err(fail)?;
     let bytes = std::fs::read(path).map_err(|e| {
         fail(OciError::File {
@@ -22,16 +37,29 @@ fn check_file(module: &str, path: &std::path::Path, digest: &str) -> Result<(), 
     })?;
     expected
         .check("the module file", &path.display().to_string(), &bytes)
-        .map_err(fail)
+        .map_err(fail)?;
+    if (trust.required || !trust.keys.is_empty())
+        && let Some(key) = trust.check_file(module, path, &bytes).map_err(fail)?
+    {
+        tracing::info!(%module, file = %path.display(), key = %key.path.display(), "policy module file signature checked");
+    }
+    Ok(expected.hex().to_string())
 }
 
-/// `config` with every module from a registry pointed at its checked file.
+/// `config` with every module from a registry pointed at its checked file,
+/// and every module's bytes pinned to the digest checked.
 pub async fn fetch_modules(mut config: Config) -> Result<Config, FetchError> {
     for p in &mut config.policies {
-        if let (None, Some(digest)) = (&p.source, &p.digest) {
-            check_file(&p.module.name, &p.module.path, digest)?;
-        }
-        let Some(reference) = &p.source else { continue };
+        let Some(reference) = &p.source else {
+            let sha256 = check_file(
+                &p.module.name,
+                &p.module.path,
+                p.digest.as_deref(),
+                &config.policy_trust,
+            )?;
+            p.module.sha256 = Some(sha256);
+            continue;
+        };
         let path = berth_oci::layout::fetch(
             &config.policy_cache,
             &p.module.name,
@@ -46,7 +74,38 @@ pub async fn fetch_modules(mut config: Config) -> Result<Config, FetchError> {
             error: Box::new(error),
         })?;
         tracing::info!(module = %p.module.name, %reference, path = %path.display(), "policy module fetched and checked");
+        // The layer's blob is named by its digest.
+        p.module.sha256 = path.file_name().map(|n| n.to_string_lossy().into_owned());
         p.module.path = path;
     }
     Ok(config)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_module_file_of_a_set_needs_its_digest_and_those_bytes() {
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("m.wasm");
+        std::fs::write(&path, b"\0asm module").unwrap();
+        let open = berth_oci::Trust::default();
+        let err = check_file("m", &path, None, &open).unwrap_err().to_string();
+        assert!(err.contains("carries its digest"), "{err}");
+        let digest = Digest::of(b"\0asm module").to_string();
+        let sha = check_file("m", &path, Some(&digest), &open).unwrap();
+        assert_eq!(format!("sha256:{sha}"), digest);
+        std::fs::write(&path, b"\0asm swapped").unwrap();
+        assert!(check_file("m", &path, Some(&digest), &open).is_err());
+        let required = berth_oci::Trust {
+            keys: Vec::new(),
+            required: true,
+        };
+        std::fs::write(&path, b"\0asm module").unwrap();
+        let err = check_file("m", &path, Some(&digest), &required)
+            .unwrap_err()
+            .to_string();
+        assert!(err.contains("no key is trusted"), "{err}");
+    }
 }

@@ -238,8 +238,9 @@ async fn keep_set_prepared(config: Config, election: Arc<Election>) {
     }
 }
 
-/// The longest pause before a set that failed to prepare is tried again.
-const PREPARE_BACKOFF_MAX: Duration = Duration::from_secs(120);
+/// The longest pause before a set that failed to prepare is tried again
+/// (an attempt reads at most a few MiB of a registry's answers).
+const PREPARE_BACKOFF_MAX: Duration = Duration::from_secs(16);
 
 /// When a policy set that failed to prepare is tried again: after
 /// [`PREPARE_EVERY`], doubling with each failure up to
@@ -421,6 +422,6 @@ mod tests {
             }
             pauses.push(start.elapsed().as_secs());
         }
-        assert_eq!(pauses, [2, 4, 8, 16, 32, 64, 120, 120]);
+        assert_eq!(pauses, [2, 4, 8, 16, 16, 16, 16, 16]);
     }
 }

@@ -10,7 +10,7 @@ use berth_proto::berth::v1::berth_server::BerthServer;
 
 use super::endpoints::{bind_tls, serve_cluster, serve_cluster_tls, start_node_agents};
 use super::{Reloader, ServeError};
-use crate::api::{self, BerthApi};
+use crate::api::{self, BerthApi, ReloadError};
 use crate::cluster::Directory;
 use crate::cluster::pki::ClusterCa;
 use crate::cluster::tokens::JoinTokens;
@@ -213,6 +213,25 @@ pub(crate) async fn core(
     })
 }
 
+/// The manager's workers, started once a policy set that verifies is in
+/// service (at once, unless the stored set did not verify at start).
+/// Dropped with the term, they stop.
+fn start_when_trusted(
+    manager: &Arc<VolumeManager>,
+    mut trusted: tokio::sync::watch::Receiver<bool>,
+) -> tokio::task::JoinSet<()> {
+    let manager = manager.clone();
+    let mut workers = tokio::task::JoinSet::new();
+    workers.spawn(async move {
+        if trusted.wait_for(|t| *t).await.is_err() {
+            return;
+        }
+        let mut workers = manager.start();
+        while workers.join_next().await.is_some() {}
+    });
+    workers
+}
+
 /// Runs the term until `shutdown` completes (or an in-process agent cannot start).
 pub(super) async fn lead(
     term: Term,
@@ -235,7 +254,25 @@ pub(super) async fn lead(
         .etcd
         .as_ref()
         .map_or_else(|| "berth".to_string(), |e| e.name.clone());
-    let (config, set) = super::policy_set::in_service(config, &store, &server).await?;
+    let (trusted, _) = tokio::sync::watch::channel(true);
+    let (config, set) = match super::policy_set::in_service(config.clone(), &store, &server).await {
+        Ok(in_service) => in_service,
+        // One server on its own store: it starts (so an operator can roll
+        // back or re-sign), is not ready, and acts on no volume meanwhile.
+        Err(e) if election.is_none() => match e.as_trust_failure() {
+            ReloadError::Untrusted(e) => {
+                let e = ReloadError::Untrusted(e);
+                tracing::error!(error = %e, "the stored policy set does not verify with [policy_trust]: serving the API, acting on no volume until a set that verifies is in service");
+                metrics::readiness().set_failing("policy", e.to_string());
+                trusted.send_replace(false);
+                let mut config = config;
+                config.policies.clear();
+                (config, store.load_policy_set()?)
+            }
+            other => return Err(other.into()),
+        },
+        Err(e) => return Err(e.into()),
+    };
     let set_store = store.clone();
     let policies = policies(&config)?;
     let api_path = config.api.path().to_path_buf();
@@ -270,14 +307,16 @@ pub(super) async fn lead(
         let observed: Weak<dyn Observed> = Arc::downgrade(&manager) as Weak<VolumeManager>;
         m.live().set("manager", observed);
     }
-    let _workers = manager.start();
+    let _workers = start_when_trusted(&manager, trusted.subscribe());
     let reloader = Arc::new(Reloader {
         path: config_path,
         policies: manager.policies().clone(),
+        trust: std::sync::RwLock::new(own.policy_trust.clone()),
         config: own,
         store: set_store,
         set: tokio::sync::Mutex::new(set),
         server,
+        trusted,
     });
     let sighup = reloader.clone().on_sighup()?;
     let guard = reloader.clone().guard();
