@@ -72,8 +72,22 @@ pub fn credentials_for(path: &Path, registry: &str) -> Result<Option<Credentials
     if text.len() > 1 << 20 {
         return Err(OciError::file(path, "larger than 1 MiB"));
     }
-    let config: ConfigFile = serde_json::from_str(&text)
-        .map_err(|e| OciError::file(path, format!("not a Docker config file: {e}")))?;
+    // serde's messages quote the values they met: where, and what kind of
+    // fault, only (a password must not reach a log).
+    let config: ConfigFile = serde_json::from_str(&text).map_err(|e| {
+        let kind = match e.classify() {
+            serde_json::error::Category::Syntax | serde_json::error::Category::Eof => "not JSON",
+            _ => "a value of the wrong kind",
+        };
+        OciError::file(
+            path,
+            format!(
+                "not a Docker config file: {kind} at line {}, column {}",
+                e.line(),
+                e.column()
+            ),
+        )
+    })?;
     // Keys are written as `host`, `host:port` or a URL of it.
     let entry = config.auths.iter().find(|(key, _)| {
         let key = key
@@ -137,5 +151,17 @@ mod tests {
         assert_eq!(credentials_for(&dir.path().join("none.json"), "x").unwrap(), None);
         std::fs::write(&path, "{not json").unwrap();
         assert!(credentials_for(&path, "x").is_err());
+        // A malformed entry is reported without what it holds.
+        for bad in [
+            r#"{"auths": {"r.io": {"username": "u", "password": ["s3cret-pw"]}}}"#,
+            r#"{"auths": {"r.io": "berth:s3cret-pw"}}"#,
+            r#"{"auths": "YmVydGg6czNjcmV0LXB3", "s3cret": 1}"#,
+            r#"{"auths": {"r.io": {"password": "s3cret-pw", "username": 7}}}"#,
+        ] {
+            std::fs::write(&path, bad).unwrap();
+            let err = credentials_for(&path, "r.io").unwrap_err().to_string();
+            assert!(!err.contains("s3cret") && !err.contains("YmVydGg6"), "{err}");
+            assert!(err.contains("line 1"), "{err}");
+        }
     }
 }

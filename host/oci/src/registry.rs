@@ -332,7 +332,7 @@ impl Registry {
                 })?;
             let mut headers = headers.clone();
             // The registry's credentials are for the registry, not for wherever it points.
-            if next.authority == self.name
+            if self.is_own(&next)
                 && let Some(a) = self.authorization()
             {
                 headers.push(("Authorization", a));
@@ -357,7 +357,9 @@ impl Registry {
     /// A call answered whatever way, after answering an authentication challenge once.
     pub(crate) async fn call_any(&self, call: Call<'_>) -> Result<Response, OciError> {
         let first = self.send(&call, self.authorization()).await?;
-        if first.status != 401 {
+        // Credentials are the registry's: another host (an upload's
+        // `Location` elsewhere) is never answered with them.
+        if first.status != 401 || !self.is_own(&call.target) {
             return Ok(first);
         }
         let Some(challenge) = first.header("www-authenticate").map(str::to_string) else {
@@ -381,9 +383,14 @@ impl Registry {
         token.map(|t| format!("Bearer {t}"))
     }
 
+    /// Whether `target` is this registry itself (its name: host and port).
+    fn is_own(&self, target: &Target) -> bool {
+        target.authority == self.name
+    }
+
     async fn send(&self, call: &Call<'_>, authorization: Option<String>) -> Result<Response, OciError> {
         let mut headers = call.headers.clone();
-        if let Some(a) = authorization {
+        if let Some(a) = authorization.filter(|_| self.is_own(&call.target)) {
             headers.push(("Authorization", a));
         }
         self.transport

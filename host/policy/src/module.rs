@@ -91,12 +91,36 @@ impl ModuleConfig {
     }
 }
 
-/// Counters for one module, for status output and tests.
+/// Counters for one module, for status output, the promotion guard and tests.
 #[derive(Debug, Default)]
 pub struct Counters {
     pub decisions: AtomicU64,
     pub failures: AtomicU64,
     pub fallbacks: AtomicU64,
+    /// The distinct inputs decided, and those that failed: one volume whose
+    /// naming fails, retried a hundred times, is one failing input.
+    pub inputs: DistinctInputs,
+    pub failing_inputs: DistinctInputs,
+}
+
+/// How many distinct inputs were seen (by a hash of what identifies one),
+/// counted exactly up to [`DistinctInputs::MAX`], then no further.
+#[derive(Debug, Default)]
+pub struct DistinctInputs(std::sync::Mutex<std::collections::HashSet<u64>>);
+
+impl DistinctInputs {
+    pub const MAX: usize = 1 << 16;
+
+    pub fn note(&self, key: u64) {
+        let mut seen = self.0.lock().unwrap_or_else(|p| p.into_inner());
+        if seen.len() < Self::MAX {
+            seen.insert(key);
+        }
+    }
+
+    pub fn count(&self) -> u64 {
+        self.0.lock().unwrap_or_else(|p| p.into_inner()).len() as u64
+    }
 }
 
 /// A loaded, validated, pre-instantiated policy module.

@@ -163,6 +163,8 @@ impl Policies {
         shadows: &[(ModuleConfig, Vec<Decision>)],
     ) -> Result<(), SetError> {
         let serving = self.load_slots(&self.engine, modules, 0)?;
+        let shadows = bounded_by_live(modules, shadows);
+        let shadows = shadows.as_slice();
         let shadow_engine = match shadows.is_empty() {
             true => self.engine.clone(),
             false => self.shadow_engine().clone(),
@@ -288,6 +290,7 @@ impl Policies {
     async fn decide<T>(
         &self,
         decision: Decision,
+        input: impl std::hash::Hash,
         wasm: impl AsyncFnOnce(&PolicyModule) -> Result<T, PolicyError>,
         builtin: impl FnOnce() -> T,
     ) -> (Result<T, PolicyError>, Served) {
@@ -309,6 +312,11 @@ impl Policies {
         };
         let counters = &module.counters;
         counters.decisions.fetch_add(1, Ordering::Relaxed);
+        let input = {
+            use std::hash::{BuildHasher, BuildHasherDefault};
+            BuildHasherDefault::<std::collections::hash_map::DefaultHasher>::default().hash_one(input)
+        };
+        counters.inputs.note(input);
         let answer = wasm(&module).await;
         let name = || Text::from(module.name());
         match answer {
@@ -318,6 +326,7 @@ impl Policies {
             }
             Err(error) => {
                 counters.failures.fetch_add(1, Ordering::Relaxed);
+                counters.failing_inputs.note(input);
                 let trapped = error.failure.is_trap();
                 served.error = Some(error.to_string());
                 match module.config().on_error {
@@ -353,6 +362,7 @@ impl Policies {
         let (answer, served) = self
             .decide(
                 Decision::Naming,
+                &request.volume.name,
                 async |m| {
                     Ok(match m.volume_name(&self.engine, &request).await? {
                         Ok(name) => NamingOutcome::Named(name),
@@ -402,6 +412,7 @@ impl Policies {
         let (answer, served) = self
             .decide(
                 Decision::Placement,
+                (&request.volume.name, format!("{:?}", request.purpose)),
                 async |m| m.place(&self.engine, &request, candidates).await,
                 || self.builtins.placement.place(&request, candidates),
             )
@@ -441,6 +452,7 @@ impl Policies {
             failure.settings = settings_of(module.as_deref());
             self.decide(
                 Decision::Retry,
+                (volume, format!("{:?}", failure.operation)),
                 async |m| m.classify(&self.engine, &failure).await,
                 || self.builtins.retry.classify(&failure),
             )
@@ -520,4 +532,38 @@ impl Served {
 
 fn settings_of(module: Option<&PolicyModule>) -> Vec<(String, String)> {
     module.map(|m| m.settings().to_vec()).unwrap_or_default()
+}
+
+/// `shadows` with each deadline at most the live one's for the decisions it
+/// shadows (the built-in policies' default where no module is live): a
+/// shadow runs off the hot path, but never longer than what it shadows.
+fn bounded_by_live(
+    live: &[(ModuleConfig, Vec<Decision>)],
+    shadows: &[(ModuleConfig, Vec<Decision>)],
+) -> Vec<(ModuleConfig, Vec<Decision>)> {
+    let default = crate::Limits::default().deadline;
+    shadows
+        .iter()
+        .map(|(config, decisions)| {
+            let bound = live
+                .iter()
+                .filter(|(_, d)| {
+                    decisions.is_empty() || d.is_empty() || d.iter().any(|d| decisions.contains(d))
+                })
+                .map(|(c, _)| c.limits.deadline)
+                .max()
+                .unwrap_or(default);
+            let mut config = config.clone();
+            if config.limits.deadline > bound {
+                tracing::warn!(
+                    module = %config.name,
+                    asked = ?config.limits.deadline,
+                    bound = ?bound,
+                    "a shadow's deadline is bounded by the live module's"
+                );
+                config.limits.deadline = bound;
+            }
+            (config, decisions.clone())
+        })
+        .collect()
 }

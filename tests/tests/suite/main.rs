@@ -24,6 +24,7 @@ mod policy_python;
 mod policy_rollout;
 mod policy_set;
 mod registry;
+mod registry_credentials;
 mod reliability;
 mod sample_plugin;
 mod signatures;

@@ -445,3 +445,43 @@ fn a_pinned_module_loads_only_from_the_bytes_pinned() {
     let err = PolicyModule::load(&engine(), c).err().unwrap().to_string();
     assert!(err.contains("is not the module pinned"), "{err}");
 }
+
+/// A shadow never runs longer than what it shadows: its deadline is bounded
+/// by the live module's (or the built-in policies' default).
+#[test]
+fn a_shadows_deadline_is_bounded_by_the_live_modules() {
+    let p = policies();
+    let mut live = config("berth_naming_guest", &[]);
+    live.limits.deadline = Duration::from_millis(250);
+    let mut shadow = config("berth_naming_guest", &[]);
+    shadow.name = "shadow".into();
+    shadow.limits.deadline = Duration::from_secs(120);
+    p.replace_set(
+        &[(live, vec![Decision::Naming])],
+        &[(shadow.clone(), vec![Decision::Naming])],
+    )
+    .unwrap();
+    let bounded = p.shadow(Decision::Naming).unwrap().config().limits.deadline;
+    assert_eq!(bounded, Duration::from_millis(250));
+    // Shadowing the built-in policy: its default.
+    p.replace_set(&[], &[(shadow, vec![Decision::Naming])]).unwrap();
+    let bounded = p.shadow(Decision::Naming).unwrap().config().limits.deadline;
+    assert_eq!(bounded, Duration::from_millis(100));
+}
+
+/// The promotion guard counts inputs, not calls: one volume whose naming
+/// fails, decided again and again, is one failing input.
+#[tokio::test]
+async fn failures_are_counted_by_distinct_input_for_the_guard() {
+    let p = naming_with("berth_hostile_guest", &[("behaviour", "trap")], OnError::Fail);
+    for _ in 0..20 {
+        assert!(p.volume_name(volume("stuck")).await.is_err());
+    }
+    assert!(p.volume_name(volume("other")).await.is_err());
+    let counters = &p.module(Decision::Naming).unwrap().counters;
+    use std::sync::atomic::Ordering;
+    assert_eq!(counters.decisions.load(Ordering::Relaxed), 21);
+    assert_eq!(counters.failures.load(Ordering::Relaxed), 21);
+    assert_eq!(counters.inputs.count(), 2);
+    assert_eq!(counters.failing_inputs.count(), 2);
+}

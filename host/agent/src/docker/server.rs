@@ -21,6 +21,8 @@ const MAX_BODY: usize = 1 << 20;
 /// Containers starting at once each make a request or two.
 const MAX_CONNECTIONS: usize = 64;
 const HEADER_READ: Duration = Duration::from_secs(5);
+/// How long a request's body may take to arrive (Docker sends it at once).
+const BODY_READ: Duration = Duration::from_secs(10);
 
 #[derive(Debug, thiserror::Error)]
 pub enum ServeError {
@@ -93,9 +95,12 @@ pub fn serve(listener: UnixListener, plugin: Arc<DockerPlugin>) -> tokio::task::
                     let plugin = plugin.clone();
                     async move { Ok::<_, Infallible>(answer(&plugin, req).await) }
                 });
+                // One request a connection: a slot is held for one request's
+                // header, body and answer, never by an idle peer.
                 let _ = hyper::server::conn::http1::Builder::new()
                     .timer(hyper_util::rt::TokioTimer::new())
                     .header_read_timeout(HEADER_READ)
+                    .keep_alive(false)
                     .serve_connection(TokioIo::new(stream), service)
                     .await;
             });
@@ -111,9 +116,16 @@ async fn answer(plugin: &DockerPlugin, req: Request<Incoming>) -> Response<Full<
         );
     }
     let path = req.uri().path().to_string();
-    let body = match Limited::new(req.into_body(), MAX_BODY).collect().await {
-        Ok(b) => b.to_bytes(),
-        Err(e) => return reply(StatusCode::PAYLOAD_TOO_LARGE, format!("reading the request: {e}")),
+    let body = match tokio::time::timeout(BODY_READ, Limited::new(req.into_body(), MAX_BODY).collect()).await
+    {
+        Ok(Ok(b)) => b.to_bytes(),
+        Ok(Err(e)) => return reply(StatusCode::PAYLOAD_TOO_LARGE, format!("reading the request: {e}")),
+        Err(_) => {
+            return reply(
+                StatusCode::REQUEST_TIMEOUT,
+                format!("the request's body did not arrive within {BODY_READ:?}"),
+            );
+        }
     };
     match plugin.answer(&path, &body).await {
         Ok(json) => reply(StatusCode::OK, json),
@@ -133,4 +145,79 @@ fn reply(status: StatusCode, body: String) -> Response<Full<Bytes>> {
         )
         .body(Full::new(Bytes::from(body)))
         .unwrap_or_default()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::docker::{DockerSettings, Volumes};
+    use berth_proto::berth::v1 as api;
+    use tokio::io::{AsyncReadExt, AsyncWriteExt};
+    use tonic::Status;
+
+    /// Berth's side, for a test of the socket alone.
+    struct NoVolumes;
+
+    #[tonic::async_trait]
+    impl Volumes for NoVolumes {
+        async fn get(&self, _: &str) -> Result<api::Volume, Status> {
+            Err(Status::not_found("none"))
+        }
+        async fn list(&self) -> Result<Vec<api::Volume>, Status> {
+            Ok(Vec::new())
+        }
+        async fn create(&self, _: api::VolumeSpec) -> Result<(), Status> {
+            Err(Status::permission_denied("no"))
+        }
+        async fn delete(&self, _: &str) -> Result<(), Status> {
+            Err(Status::permission_denied("no"))
+        }
+        async fn publish(&self, _: &str, _: &str) -> Result<(), Status> {
+            Err(Status::permission_denied("no"))
+        }
+        async fn unpublish(&self, _: &str, _: &str) -> Result<(), Status> {
+            Err(Status::permission_denied("no"))
+        }
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn peers_that_never_finish_their_bodies_hold_no_slot_for_long() {
+        let dir = tempfile::tempdir().unwrap();
+        let socket = dir.path().join("berth.sock");
+        let settings = DockerSettings {
+            node: "node-a".into(),
+            create_volumes: false,
+            plugin: None,
+            wait: Duration::from_secs(1),
+            holders: dir.path().join("holders.json"),
+        };
+        let plugin = Arc::new(DockerPlugin::new(Box::new(NoVolumes), settings).unwrap());
+        let served = serve(bind(&socket, 0o600).unwrap(), plugin);
+        // Every slot taken by a request whose body never comes.
+        let mut stalled = Vec::new();
+        for _ in 0..MAX_CONNECTIONS {
+            let mut s = tokio::net::UnixStream::connect(&socket).await.unwrap();
+            s.write_all(b"POST /VolumeDriver.List HTTP/1.1\r\nHost: p\r\nContent-Length: 100\r\n\r\n{")
+                .await
+                .unwrap();
+            stalled.push(s);
+        }
+        let whole = async {
+            let mut s = tokio::net::UnixStream::connect(&socket).await.unwrap();
+            s.write_all(b"POST /VolumeDriver.List HTTP/1.1\r\nHost: p\r\nContent-Length: 2\r\n\r\n{}")
+                .await
+                .unwrap();
+            let mut answer = String::new();
+            s.read_to_string(&mut answer).await.unwrap();
+            answer
+        };
+        let answer = tokio::time::timeout(Duration::from_secs(60), whole)
+            .await
+            .expect("answered once the stalled bodies time out");
+        assert!(answer.starts_with("HTTP/1.1 200"), "{answer}");
+        let mut first = String::new();
+        stalled[0].read_to_string(&mut first).await.unwrap();
+        assert!(first.starts_with("HTTP/1.1 408"), "{first}");
+        served.abort();
+    }
 }

@@ -174,18 +174,14 @@ impl Reloader {
                 }
                 let failing = set.promoted.iter().find_map(|d| {
                     let module = self.policies.module(d.parse().ok()?)?;
-                    let calls = module
-                        .counters
-                        .decisions
-                        .load(std::sync::atomic::Ordering::Relaxed);
-                    let failures = module
-                        .counters
-                        .failures
-                        .load(std::sync::atomic::Ordering::Relaxed);
+                    // Distinct inputs, not calls: the retries of one input
+                    // that fails are one failure.
+                    let calls = module.counters.inputs.count();
+                    let failures = module.counters.failing_inputs.count();
                     (calls >= guard.min_decisions && failures as f64 > guard.failure_share * calls as f64)
                         .then(|| {
                             format!(
-                                "guard: {} failed {failures} of {calls} decisions after its promotion",
+                                "guard: {} failed on {failures} of {calls} distinct inputs after its promotion",
                                 module.name()
                             )
                         })

@@ -257,19 +257,21 @@ pub(super) async fn lead(
     let (trusted, _) = tokio::sync::watch::channel(true);
     let (config, set) = match super::policy_set::in_service(config.clone(), &store, &server).await {
         Ok(in_service) => in_service,
-        // One server on its own store: it starts (so an operator can roll
-        // back or re-sign), is not ready, and acts on no volume meanwhile.
-        Err(e) if election.is_none() => match e.as_trust_failure() {
-            ReloadError::Untrusted(e) => {
+        // One server on its own store, with a stored set it cannot verify:
+        // it starts (so an operator can roll back or re-sign through the
+        // API), is not ready, and acts on no volume meanwhile. berth.toml's
+        // own tables that do not verify are refused at start instead.
+        Err(e) if election.is_none() => match (e.as_trust_failure(), store.load_policy_set()?) {
+            (ReloadError::Untrusted(e), Some(stored)) => {
                 let e = ReloadError::Untrusted(e);
-                tracing::error!(error = %e, "the stored policy set does not verify with [policy_trust]: serving the API, acting on no volume until a set that verifies is in service");
+                tracing::error!(error = %e, version = stored.version, "the stored policy set does not verify with [policy_trust]: serving the API, acting on no volume until a set that verifies is in service");
                 metrics::readiness().set_failing("policy", e.to_string());
                 trusted.send_replace(false);
                 let mut config = config;
                 config.policies.clear();
-                (config, store.load_policy_set()?)
+                (config, Some(stored))
             }
-            other => return Err(other.into()),
+            (other, _) => return Err(other.into()),
         },
         Err(e) => return Err(e.into()),
     };
