@@ -20,6 +20,10 @@ use crate::OciError;
 /// How long one request may take, connecting and reading included.
 const REQUEST_TIMEOUT: Duration = Duration::from_secs(120);
 
+/// How long one registry operation (a pull, a push, a signature check) may
+/// take in all, whatever its requests and redirects.
+pub(crate) const OPERATION_TIMEOUT: Duration = Duration::from_secs(300);
+
 /// The system's CA bundles, the first that exists.
 const SYSTEM_CAS: &[&str] = &[
     "/etc/ssl/certs/ca-certificates.crt",
@@ -133,6 +137,8 @@ impl Transport {
     }
 
     /// Sends one request; the answer's body is read up to `limit` bytes.
+    /// It ends at `deadline` (the whole operation's) if not before.
+    #[allow(clippy::too_many_arguments)]
     pub async fn send(
         &self,
         registry: &str,
@@ -141,15 +147,23 @@ impl Transport {
         headers: &[(&str, String)],
         body: Bytes,
         limit: usize,
+        deadline: tokio::time::Instant,
     ) -> Result<Response, OciError> {
-        tokio::time::timeout(
-            REQUEST_TIMEOUT,
+        let own = tokio::time::Instant::now() + REQUEST_TIMEOUT;
+        tokio::time::timeout_at(
+            own.min(deadline),
             self.exchange(registry, method, target, headers, body, limit),
         )
         .await
         .map_err(|_| OciError::Http {
             registry: registry.to_string(),
-            why: format!("{method} {} took longer than {REQUEST_TIMEOUT:?}", target.path),
+            why: match deadline < own {
+                true => format!(
+                    "{method} {}: the operation took longer than {OPERATION_TIMEOUT:?} (one deadline for all its requests and redirects)",
+                    target.path
+                ),
+                false => format!("{method} {} took longer than {REQUEST_TIMEOUT:?}", target.path),
+            },
         })?
     }
 

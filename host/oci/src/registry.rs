@@ -41,6 +41,8 @@ pub struct Registry {
     credentials: Option<Credentials>,
     /// The last bearer token the registry's realm gave.
     token: Mutex<Option<String>>,
+    /// When the operation this client was made for must be done by.
+    deadline: tokio::time::Instant,
 }
 
 #[derive(Deserialize)]
@@ -98,6 +100,7 @@ impl Registry {
             transport,
             credentials,
             token: Mutex::new(None),
+            deadline: tokio::time::Instant::now() + crate::http::OPERATION_TIMEOUT,
         })
     }
 
@@ -339,7 +342,15 @@ impl Registry {
             }
             response = self
                 .transport
-                .send(&self.name, "GET", &next, &headers, Bytes::new(), limit)
+                .send(
+                    &self.name,
+                    "GET",
+                    &next,
+                    &headers,
+                    Bytes::new(),
+                    limit,
+                    self.deadline,
+                )
                 .await?;
             at = next;
         }
@@ -401,6 +412,7 @@ impl Registry {
                 &headers,
                 call.body.clone(),
                 call.limit,
+                self.deadline,
             )
             .await
     }
@@ -433,7 +445,15 @@ impl Registry {
             .collect();
         let response = self
             .transport
-            .send(&self.name, "GET", &target, &headers, Bytes::new(), DOCUMENT_MAX)
+            .send(
+                &self.name,
+                "GET",
+                &target,
+                &headers,
+                Bytes::new(),
+                DOCUMENT_MAX,
+                self.deadline,
+            )
             .await?;
         if response.status != 200 {
             return Err(OciError::Status {
@@ -546,5 +566,45 @@ mod tests {
         assert!(err.contains("loopback only"), "{err}");
         let local = Reference::parse("oci://127.0.0.1:5000/a:v1").unwrap();
         assert!(Registry::new(&local, &access).is_ok());
+    }
+
+    /// A registry whose every answer is a redirect given after 100 s: each
+    /// request is within its own timeout, the operation is not.
+    #[tokio::test(start_paused = true)]
+    async fn one_deadline_holds_a_whole_operation_through_its_redirects() {
+        use tokio::io::{AsyncReadExt, AsyncWriteExt};
+        let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+        let port = listener.local_addr().unwrap().port();
+        tokio::spawn(async move {
+            let mut n = 0;
+            loop {
+                let (mut stream, _) = listener.accept().await.unwrap();
+                n += 1;
+                tokio::spawn(async move {
+                    let mut request = [0u8; 4096];
+                    let _ = stream.read(&mut request).await;
+                    tokio::time::sleep(std::time::Duration::from_secs(100)).await;
+                    let answer = format!(
+                        "HTTP/1.1 302 Found\r\nLocation: /v2/a/manifests/hop-{n}\r\nContent-Length: 0\r\nConnection: close\r\n\r\n"
+                    );
+                    let _ = stream.write_all(answer.as_bytes()).await;
+                });
+            }
+        });
+        let r = Reference::parse(&format!("oci://127.0.0.1:{port}/a:v1")).unwrap();
+        let access = Access {
+            plain_http: true,
+            docker_config: Some(PathBuf::from("/nonexistent/config.json")),
+            ..Access::default()
+        };
+        let started = tokio::time::Instant::now();
+        let err = Registry::new(&r, &access)
+            .unwrap()
+            .pull(&r, 1 << 20)
+            .await
+            .unwrap_err()
+            .to_string();
+        assert!(err.contains("the operation took longer than 300s"), "{err}");
+        assert_eq!(started.elapsed().as_secs(), 300);
     }
 }

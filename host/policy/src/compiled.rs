@@ -3,15 +3,21 @@
 //! by the module's SHA-256 and a digest of what makes compiled code fit an
 //! engine (wasmtime's version, the target, every code-generation setting,
 //! Berth's own engine settings): an engine set up otherwise finds no entry
-//! and compiles afresh. Beside the code, a record of its SHA-256 and of the
-//! file as it was written (size, inode, modification time). Code is mapped
-//! only when it is that very file, or when it matches the SHA-256 in full:
-//! only what this cache wrote, whole, is ever used.
+//! and compiles afresh. Beside the code, a record of its HMAC-SHA256 under a
+//! key only this server reads (`policy-compiled.key` beside the cache
+//! directory, mode 0600, made on first use), and of the file as it was
+//! written (size, inode, modification time, under the same key). Code is
+//! mapped only when the record vouches for that very file, or for its
+//! contents in full: code this server did not write (planted in the
+//! directory with a record of its own) is compiled again, never run.
+//! Records written before the key existed vouch for nothing: their modules
+//! are compiled once more and kept under the key.
 
 use std::hash::Hash;
 use std::os::unix::fs::MetadataExt;
 use std::path::{Path, PathBuf};
 
+use hmac::{Hmac, Mac};
 use serde::{Deserialize, Serialize};
 use sha2::{Digest as _, Sha256};
 use wasmtime::Engine;
@@ -44,23 +50,125 @@ pub(crate) struct CompiledCache {
     dir: PathBuf,
     /// What compiled code must have been made for, as hex.
     engine: String,
+    /// The key records are authenticated under.
+    key: [u8; 32],
+}
+
+/// The key beside the cache directory `dir`: read, or made (mode 0600,
+/// created exclusively) when there is none.
+fn cache_key(dir: &Path) -> std::io::Result<[u8; 32]> {
+    use std::io::{Read, Write};
+    use std::os::unix::fs::OpenOptionsExt;
+    let mut name = dir.file_name().unwrap_or_default().to_os_string();
+    name.push(".key");
+    let path = dir.with_file_name(name);
+    let mut key = [0u8; 32];
+    match std::fs::OpenOptions::new()
+        .write(true)
+        .create_new(true)
+        .mode(0o600)
+        .open(&path)
+    {
+        Ok(mut f) => {
+            rand::fill(&mut key);
+            f.write_all(&key)?;
+            f.sync_all()?;
+            Ok(key)
+        }
+        Err(e) if e.kind() == std::io::ErrorKind::AlreadyExists => {
+            let mut f = std::fs::File::open(&path)?;
+            if f.metadata()?.mode() & 0o077 != 0 {
+                return Err(std::io::Error::other(format!(
+                    "{} is readable by others: remove it, a new one is made",
+                    path.display()
+                )));
+            }
+            f.read_exact(&mut key)?;
+            Ok(key)
+        }
+        Err(e) => Err(e),
+    }
 }
 
 impl CompiledCache {
     /// `settings` names Berth's own engine settings, kept apart even where
-    /// wasmtime would take the code.
-    pub fn new(dir: &Path, engine: &Engine, settings: &str) -> CompiledCache {
+    /// wasmtime would take the code. None when the key cannot be had (then
+    /// every module is compiled, as without a cache).
+    pub fn new(dir: &Path, engine: &Engine, settings: &str) -> Option<CompiledCache> {
+        let key = match std::fs::create_dir_all(dir.parent().unwrap_or(dir)).and_then(|()| cache_key(dir)) {
+            Ok(key) => key,
+            Err(e) => {
+                tracing::warn!(dir = %dir.display(), error = %e, "no key for the compiled-module cache: every module is compiled at load");
+                return None;
+            }
+        };
         let mut feed = Feed(Sha256::new());
         engine.precompile_compatibility_hash().hash(&mut feed);
         std::hash::Hasher::write(&mut feed, settings.as_bytes());
-        CompiledCache {
+        Some(CompiledCache {
             dir: dir.to_path_buf(),
             engine: hex(&feed.0.finalize()[..16]),
+            key,
+        })
+    }
+
+    fn mac(&self, parts: &[&[u8]]) -> Hmac<Sha256> {
+        let mut mac = Hmac::<Sha256>::new_from_slice(&self.key).expect("any key length");
+        for p in parts {
+            mac.update(&(p.len() as u64).to_le_bytes());
+            mac.update(p);
+        }
+        mac
+    }
+
+    /// The record of `code` (its contents' MAC) as the file `meta` is.
+    fn record(&self, code_mac: Vec<u8>, meta: &std::fs::Metadata) -> Record {
+        let (size, inode, modified_ns) = file_identity(meta);
+        let file = self.mac(&[
+            &code_mac,
+            &size.to_le_bytes(),
+            &inode.to_le_bytes(),
+            &modified_ns.to_le_bytes(),
+        ]);
+        Record {
+            code: hex(&code_mac),
+            file: hex(&file.finalize().into_bytes()),
         }
     }
 
+    /// Whether `record` vouches for the code file `meta` is of (the entry
+    /// named `stem`), as the very file written (no read), or else for its
+    /// contents read in full.
+    fn vouches(&self, stem: &str, record: &Record, meta: &std::fs::Metadata, code: &Path) -> bool {
+        let (size, inode, modified_ns) = file_identity(meta);
+        let Ok(code_mac) = unhex(&record.code) else {
+            return false;
+        };
+        let same_file = self
+            .mac(&[
+                &code_mac,
+                &size.to_le_bytes(),
+                &inode.to_le_bytes(),
+                &modified_ns.to_le_bytes(),
+            ])
+            .verify_slice(&unhex(&record.file).unwrap_or_default())
+            .is_ok();
+        same_file
+            || std::fs::read(code).is_ok_and(|bytes| {
+                self.mac(&[stem.as_bytes(), &bytes])
+                    .verify_slice(&code_mac)
+                    .is_ok()
+            })
+    }
+
+    /// An entry's name: the module's SHA-256 and the engine's digest. The
+    /// MACs cover it, so one entry's files never vouch under another's name.
+    fn stem(&self, sha256: &str) -> String {
+        format!("{sha256}-{}", self.engine)
+    }
+
     fn paths(&self, sha256: &str) -> (PathBuf, PathBuf) {
-        let stem = format!("{sha256}-{}", self.engine);
+        let stem = self.stem(sha256);
         (
             self.dir.join(format!("{stem}.cwasm")),
             self.dir.join(format!("{stem}.json")),
@@ -72,18 +180,14 @@ impl CompiledCache {
         let (code, record) = self.paths(sha256);
         let record: Record = serde_json::from_slice(&std::fs::read(&record).ok()?).ok()?;
         let meta = std::fs::metadata(&code).ok()?;
-        let whole = record.is(&meta) || {
-            // Not the file written: only its contents can vouch for it.
-            let bytes = std::fs::read(&code).ok()?;
-            hex(&Sha256::digest(&bytes)) == record.sha256
-        };
-        if !whole {
-            tracing::warn!(path = %code.display(), "a compiled component does not match its checksum; compiling again");
+        if !self.vouches(&self.stem(sha256), &record, &meta, &code) {
+            tracing::warn!(path = %code.display(), "a compiled component is not what this server wrote; compiling again");
             return None;
         }
         // SAFETY: the file is what `put` wrote with this engine's
-        // compatibility digest in its name, checked against its record (as
-        // that very file, or by its SHA-256); wasmtime checks the engine again.
+        // compatibility digest in its name, vouched for by a record under
+        // this server's key (as that very file, or by its contents' MAC);
+        // wasmtime checks the engine again.
         match unsafe { Component::deserialize_file(engine, &code) } {
             Ok(c) => Some(c),
             Err(e) => {
@@ -102,7 +206,13 @@ impl CompiledCache {
             let bytes = component.serialize().map_err(std::io::Error::other)?;
             // The code first, synced: a record never names code that is not there whole.
             let meta = write(&code, &bytes)?;
-            let r = Record::of(hex(&Sha256::digest(&bytes)), &meta);
+            let stem = self.stem(sha256);
+            let code_mac = self
+                .mac(&[stem.as_bytes(), &bytes])
+                .finalize()
+                .into_bytes()
+                .to_vec();
+            let r = self.record(code_mac, &meta);
             write(&record, &serde_json::to_vec(&r).map_err(std::io::Error::other)?).map(drop)
         })();
         if let Err(e) = written {
@@ -129,30 +239,31 @@ fn write(path: &Path, data: &[u8]) -> std::io::Result<std::fs::Metadata> {
     std::fs::metadata(path)
 }
 
-/// What the cache knows of compiled code it wrote.
+/// What the cache knows of compiled code it wrote, under its key.
 #[derive(Serialize, Deserialize)]
 struct Record {
-    sha256: String,
-    size: u64,
-    inode: u64,
-    modified_ns: i64,
+    /// HMAC-SHA256 of the code's bytes (hex).
+    code: String,
+    /// HMAC-SHA256 of that and the file's size, inode and modification time.
+    file: String,
 }
 
-impl Record {
-    fn of(sha256: String, meta: &std::fs::Metadata) -> Record {
-        Record {
-            sha256,
-            size: meta.len(),
-            inode: meta.ino(),
-            modified_ns: meta.mtime() * 1_000_000_000 + meta.mtime_nsec(),
-        }
-    }
+fn file_identity(meta: &std::fs::Metadata) -> (u64, u64, i64) {
+    (
+        meta.len(),
+        meta.ino(),
+        meta.mtime() * 1_000_000_000 + meta.mtime_nsec(),
+    )
+}
 
-    /// Whether `meta` is of the very file this record was written for.
-    fn is(&self, meta: &std::fs::Metadata) -> bool {
-        let now = Record::of(String::new(), meta);
-        (now.size, now.inode, now.modified_ns) == (self.size, self.inode, self.modified_ns)
+fn unhex(text: &str) -> Result<Vec<u8>, ()> {
+    if !text.len().is_multiple_of(2) {
+        return Err(());
     }
+    (0..text.len())
+        .step_by(2)
+        .map(|i| u8::from_str_radix(text.get(i..i + 2).ok_or(())?, 16).map_err(|_| ()))
+        .collect()
 }
 
 #[cfg(test)]
@@ -245,5 +356,44 @@ mod tests {
             entry.1, restored,
             "its contents vouched for it: not compiled again"
         );
+    }
+
+    #[test]
+    fn code_this_server_did_not_write_is_compiled_again_never_run() {
+        let dir = tempfile::tempdir().unwrap();
+        let cache = dir.path().join("policy-compiled");
+        let a = wat::parse_str("(component (core module (func (export \"a\"))))").unwrap();
+        let b = wat::parse_str("(component (core module (func (export \"b\"))))").unwrap();
+        engine(&cache, 64 << 20).compile(&a).unwrap();
+        engine(&cache, 64 << 20).compile(&b).unwrap();
+        let key = dir.path().join("policy-compiled.key");
+        assert_eq!(std::fs::metadata(&key).unwrap().mode() & 0o777, 0o600);
+        let files = kept(&cache);
+        let (name_a, name_b) = (&files[0].0, &files[1].0);
+        let stem = |n: &str| n.trim_end_matches(".cwasm").to_string();
+        // B's code and its own record planted under A's name: refused, as is
+        // a record written without the key.
+        for (code, record) in [
+            (
+                cache.join(name_b),
+                std::fs::read(cache.join(format!("{}.json", stem(name_b)))).unwrap(),
+            ),
+            (cache.join(name_b), br#"{"code":"00","file":"00"}"#.to_vec()),
+        ] {
+            std::fs::copy(&code, cache.join(name_a)).unwrap();
+            std::fs::write(cache.join(format!("{}.json", stem(name_a))), &record).unwrap();
+            let planted = std::fs::read(cache.join(name_a)).unwrap();
+            engine(&cache, 64 << 20).compile(&a).unwrap();
+            assert_ne!(
+                std::fs::read(cache.join(name_a)).unwrap(),
+                planted,
+                "compiled again and rewritten"
+            );
+        }
+        // A key others may read is not used.
+        std::fs::set_permissions(&key, std::os::unix::fs::PermissionsExt::from_mode(0o644)).unwrap();
+        let before = kept(&cache);
+        engine(&cache, 32 << 20).compile(&a).unwrap();
+        assert_eq!(kept(&cache), before, "no cache without a private key");
     }
 }

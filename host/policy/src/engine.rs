@@ -128,7 +128,7 @@ impl PolicyEngine {
             linker.instance(&format!("{}/types@{}", crate::PACKAGE, contract.version()))?;
         }
         let ticker = Ticker::spawn(engine.clone());
-        let on_disk = options.compiled_dir.as_deref().map(|dir| {
+        let on_disk = options.compiled_dir.as_deref().and_then(|dir| {
             let settings = format!(
                 "pooling={} max_memory={} perfmap={}",
                 options.pooling,
