@@ -12,6 +12,8 @@ use crate::{Digest, OciError};
 pub const MANIFEST_MEDIA_TYPE: &str = "application/vnd.oci.image.manifest.v1+json";
 pub const WASM_CONFIG_MEDIA_TYPE: &str = "application/vnd.wasm.config.v0+json";
 pub const LAYER_MEDIA_TYPE: &str = "application/wasm";
+/// An OCI 1.1 artifact's empty config (what `oras push --artifact-type` writes).
+pub const EMPTY_CONFIG_MEDIA_TYPE: &str = "application/vnd.oci.empty.v1+json";
 /// The most a manifest or a config may weigh.
 pub(crate) const DOCUMENT_MAX: usize = 4 << 20;
 
@@ -31,6 +33,9 @@ pub(crate) struct Manifest {
     pub schema_version: u32,
     #[serde(rename = "mediaType", default)]
     pub media_type: Option<String>,
+    /// An OCI 1.1 artifact's type (with an empty config).
+    #[serde(rename = "artifactType", default, skip_serializing_if = "Option::is_none")]
+    pub artifact_type: Option<String>,
     pub config: Descriptor,
     pub layers: Vec<Descriptor>,
     #[serde(default, skip_serializing_if = "BTreeMap::is_empty")]
@@ -92,6 +97,7 @@ pub(crate) fn pack(module: &[u8], component: Component, title: Option<&str>) -> 
             annotations: layer_annotations,
         }],
         annotations: BTreeMap::from([("org.opencontainers.image.created".to_string(), created)]),
+        artifact_type: None,
     };
     let manifest = serde_json::to_vec(&manifest).expect("a manifest serializes");
     (config, manifest)
@@ -112,14 +118,19 @@ pub(crate) fn module_layer(at: &str, manifest: &[u8]) -> Result<(Digest, u64), O
     if let Some(t) = m.media_type.as_deref().filter(|t| *t != MANIFEST_MEDIA_TYPE) {
         return Err(bad(format!("a manifest of type {t}")));
     }
-    if m.config.media_type != WASM_CONFIG_MEDIA_TYPE {
+    // An OCI 1.1 artifact (a type, an empty config) whose one layer is a
+    // component: its bytes are checked to be one when pulled.
+    let artifact = m.artifact_type.is_some() && m.config.media_type == EMPTY_CONFIG_MEDIA_TYPE;
+    if m.config.media_type != WASM_CONFIG_MEDIA_TYPE && !artifact {
         return Err(bad(format!(
-            "its config is {}, not {WASM_CONFIG_MEDIA_TYPE}",
+            "its config is {}, not {WASM_CONFIG_MEDIA_TYPE} (nor an OCI 1.1 artifact's empty config with an artifactType)",
             m.config.media_type
         )));
     }
     match &m.layers[..] {
-        [layer] if layer.media_type == LAYER_MEDIA_TYPE => Ok((Digest::parse(&layer.digest)?, layer.size)),
+        [layer] if layer.media_type == LAYER_MEDIA_TYPE || artifact => {
+            Ok((Digest::parse(&layer.digest)?, layer.size))
+        }
         [layer] => Err(bad(format!(
             "its layer is {}, not {LAYER_MEDIA_TYPE}",
             layer.media_type

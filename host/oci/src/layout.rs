@@ -150,7 +150,12 @@ pub async fn fetch(
     };
     if trust.required || !trust.keys.is_empty() {
         let kept = kept_signatures(cache, digest);
-        if !matches!(trust.check(module, digest, &kept), Ok(Some(_))) {
+        let kept_passes = matches!(trust.check(module, digest, &kept), Ok(Some(_)))
+            || kept_bundle(cache, digest).is_some_and(|bundle| {
+                read_blob(cache, digest, DOCUMENT_MAX, "the manifest")
+                    .is_ok_and(|manifest| crate::bundle::judge(trust, digest, &manifest, &bundle).is_ok())
+            });
+        if !kept_passes {
             // Perhaps signed since it was fetched: the registry has the last word.
             let verified = registry()?.verify(module, reference, digest, trust).await?;
             keep_signature(cache, module, digest, verified)?;
@@ -190,13 +195,30 @@ fn keep_signature(
         return Ok(());
     };
     tracing::info!(%module, %digest, key = %verified.key.path.display(), "policy module signature checked");
-    let path = signatures_path(cache, digest);
     let dir = cache.join("signatures");
     std::fs::create_dir_all(&dir).map_err(|e| OciError::file(&dir, e))?;
-    write(
-        &path,
-        &serde_json::to_vec(&[verified.signature]).expect("signatures serialize"),
-    )
+    match verified.kept {
+        crate::signature::Kept::Simple(signature) => write(
+            &signatures_path(cache, digest),
+            &serde_json::to_vec(&[signature]).expect("signatures serialize"),
+        ),
+        crate::signature::Kept::Bundle(bundle) => write(&bundle_path(cache, digest), &bundle),
+    }
+}
+
+fn bundle_path(cache: &Path, digest: &Digest) -> PathBuf {
+    cache
+        .join("signatures")
+        .join(format!("{}.bundle.json", digest.hex()))
+}
+
+/// The Sigstore bundle kept beside a module, if one is (bounded).
+fn kept_bundle(cache: &Path, digest: &Digest) -> Option<Vec<u8>> {
+    let path = bundle_path(cache, digest);
+    if std::fs::metadata(&path).map_or(true, |m| m.len() > KEPT_MAX) {
+        return None;
+    }
+    std::fs::read(path).ok()
 }
 
 /// The module file of manifest `digest` in the layout, once checked.

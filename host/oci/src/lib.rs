@@ -8,6 +8,7 @@
 
 mod artifact;
 mod auth;
+mod bundle;
 mod digest;
 mod error;
 mod http;

@@ -173,6 +173,12 @@ impl Registry {
             .blob(repo, &config_digest, DOCUMENT_MAX, "the config", &at)
             .await?;
         let module = self.blob(repo, &layer, size as usize, "the module", &at).await?;
+        if !module.starts_with(b"\0asm") {
+            return Err(OciError::Artifact {
+                at,
+                why: "its layer is not a WebAssembly component (no \\0asm header)".into(),
+            });
+        }
         Ok(Pulled {
             reference: reference.pinned(digest),
             manifest,

@@ -179,7 +179,7 @@ impl PublicKey {
         })
     }
 
-    fn verifies(&self, payload: &[u8], signature: &[u8]) -> bool {
+    pub(crate) fn verifies(&self, payload: &[u8], signature: &[u8]) -> bool {
         UnparsedPublicKey::new(&ECDSA_P256_SHA256_ASN1, &self.point)
             .verify(payload, signature)
             .is_ok()
@@ -225,12 +225,22 @@ fn dedup(seen: Vec<Rejected>) -> Vec<Rejected> {
 #[derive(Clone, Debug)]
 pub struct Verified<'a> {
     pub key: &'a PublicKey,
-    pub signature: Signature,
+    /// What to keep beside the module, to check again without the registry.
+    pub kept: Kept,
+}
+
+/// A signature as kept beside a cached module.
+#[derive(Clone, Debug)]
+pub enum Kept {
+    /// cosign's `.sig` format.
+    Simple(Signature),
+    /// A Sigstore bundle's JSON (checked against the cached manifest).
+    Bundle(bytes::Bytes),
 }
 
 /// Why one signature did not count.
 #[derive(Clone, Debug, PartialEq, Eq)]
-enum Rejected {
+pub(crate) enum Rejected {
     /// Junk or someone else's: skipped, the next one may do.
     Skipped(String),
     /// A trusted key's claim about another module: never passed over in silence.
@@ -285,7 +295,7 @@ impl Trust {
     }
 
     /// The verdict when no signature passed: `seen` says what was found.
-    fn none_verified<T>(&self, module: &str, seen: Vec<Rejected>) -> Result<Option<T>, OciError> {
+    pub(crate) fn none_verified<T>(&self, module: &str, seen: Vec<Rejected>) -> Result<Option<T>, OciError> {
         let refuse = |why: String| OciError::Signature {
             module: module.to_string(),
             why,
@@ -398,11 +408,34 @@ impl Registry {
         digest: &Digest,
         trust: &'t Trust,
     ) -> Result<Option<Verified<'t>>, OciError> {
+        let mut seen = Vec::new();
+        if let Some(verified) = self.verify_simple(reference, digest, trust, &mut seen).await? {
+            return Ok(Some(verified));
+        }
+        // cosign's current format: a bundle attached as a referrer.
+        if let Some((key, bundle)) = self.verify_bundles(reference, digest, trust, &mut seen).await? {
+            return Ok(Some(Verified {
+                key,
+                kept: Kept::Bundle(bundle),
+            }));
+        }
+        trust.none_verified(module, dedup(seen))
+    }
+
+    /// The first `.sig`-tag signature that `trust` accepts; what else was
+    /// found goes to `seen`.
+    async fn verify_simple<'t>(
+        &self,
+        reference: &Reference,
+        digest: &Digest,
+        trust: &'t Trust,
+        seen: &mut Vec<Rejected>,
+    ) -> Result<Option<Verified<'t>>, OciError> {
         let repo = &reference.repository;
         let tag = signature_tag(digest);
         let response = self.signature_image(reference, &tag).await?;
         if response.status == 404 {
-            return trust.none_verified(module, Vec::new());
+            return Ok(None);
         }
         if response.status != 200 {
             return Err(OciError::Status {
@@ -418,7 +451,6 @@ impl Registry {
             why: format!("its signature manifest does not parse: {e}"),
         })?;
         let b64 = base64::engine::general_purpose::STANDARD;
-        let mut seen = Vec::new();
         let layers: Vec<&Descriptor> = manifest
             .layers
             .iter()
@@ -451,7 +483,12 @@ impl Registry {
                 signature: layer.annotations[SIGNATURE_ANNOTATION].clone(),
             };
             match trust.judge(digest, &signature) {
-                Ok(key) => return Ok(Some(Verified { key, signature })),
+                Ok(key) => {
+                    return Ok(Some(Verified {
+                        key,
+                        kept: Kept::Simple(signature),
+                    }));
+                }
                 Err(why) => seen.push(why),
             }
         }
@@ -461,7 +498,7 @@ impl Registry {
                 layers.len() - SIGNATURE_LAYERS_MAX
             )));
         }
-        trust.none_verified(module, dedup(seen))
+        Ok(None)
     }
 
     /// Signs manifest `digest` with `key` and adds the signature to those
@@ -519,6 +556,7 @@ impl Registry {
                 size: config.len() as u64,
                 annotations: Default::default(),
             },
+            artifact_type: None,
             layers,
             annotations: Default::default(),
         };

@@ -269,3 +269,161 @@ fn required_signatures_cover_module_files() {
         .unwrap();
     assert_eq!(String::from_utf8_lossy(&out.stdout).trim(), "Verified OK");
 }
+
+/// Signs `data` with openssl (an implementation that is not Berth's): base64 DER.
+fn openssl_sign(dir: &std::path::Path, key: &str, data: &[u8]) -> String {
+    use base64::Engine as _;
+    let input = dir.join("to-sign.bin");
+    let output = dir.join("signed.der");
+    std::fs::write(&input, data).unwrap();
+    let out = std::process::Command::new("openssl")
+        .args(["dgst", "-sha256", "-sign", key, "-out"])
+        .arg(&output)
+        .arg(&input)
+        .output()
+        .unwrap();
+    assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
+    base64::engine::general_purpose::STANDARD.encode(std::fs::read(&output).unwrap())
+}
+
+/// Attaches `bundle` to manifest `subject` of `repo` as cosign 3 does: a
+/// referrer manifest (artifactType the bundle's, an empty config), listed in
+/// the referrers tag `sha256-<hex>` (this registry has no referrers API).
+fn attach_bundle(registry: &RegistryServer, repo: &str, subject: &str, bundles: &[Value]) {
+    let empty = registry.upload(repo, b"{}");
+    let mut listed = Vec::new();
+    for bundle in bundles {
+        let bytes = serde_json::to_vec(bundle).unwrap();
+        let layer = registry.upload(repo, &bytes);
+        let manifest = json!({
+            "schemaVersion": 2,
+            "mediaType": "application/vnd.oci.image.manifest.v1+json",
+            "artifactType": "application/vnd.dev.sigstore.bundle.v0.3+json",
+            "config": {"mediaType": "application/vnd.oci.empty.v1+json", "digest": empty, "size": 2},
+            "layers": [{"mediaType": "application/vnd.dev.sigstore.bundle.v0.3+json", "digest": layer, "size": bytes.len()}],
+            "subject": {"mediaType": "application/vnd.oci.image.manifest.v1+json", "digest": subject, "size": 1},
+        });
+        let text = serde_json::to_vec(&manifest).unwrap();
+        let digest = berth::oci::Digest::of(&text).to_string();
+        registry.put_manifest(repo, &digest, &manifest);
+        listed.push(json!({
+            "mediaType": "application/vnd.oci.image.manifest.v1+json",
+            "digest": digest,
+            "size": text.len(),
+            "artifactType": "application/vnd.dev.sigstore.bundle.v0.3+json",
+        }));
+    }
+    let index = json!({"schemaVersion": 2, "mediaType": "application/vnd.oci.image.index.v1+json", "manifests": listed});
+    let (status, body, _) = registry.http(
+        "PUT",
+        &format!(
+            "/v2/{repo}/manifests/sha256-{}",
+            subject.trim_start_matches("sha256:")
+        ),
+        &serde_json::to_vec(&index).unwrap(),
+        "application/vnd.oci.image.index.v1+json",
+    );
+    assert_eq!(status, 201, "{}", String::from_utf8_lossy(&body));
+}
+
+/// cosign 3's default: a keyed Sigstore bundle attached as an OCI 1.1
+/// referrer, as a DSSE-wrapped in-toto statement or a message signature,
+/// made here by openssl and the test's own JSON (not Berth's signer), is
+/// read and checked with the trusted keys; a keyless one is said to be so;
+/// an OCI 1.1 artifact (an empty config and a type, what `oras push
+/// --artifact-type` makes) is taken as a module.
+#[test]
+fn keyed_sigstore_bundles_attached_as_referrers_are_read() {
+    use base64::Engine as _;
+    let b64 = base64::engine::general_purpose::STANDARD;
+    let registry = RegistryServer::start();
+    let dir = test_dir();
+    let (key, public) = openssl_keys(dir.path(), "team");
+    let verify = |reference: &str| {
+        let out = registry.policy(&["verify", reference, "--key", &public, "-o", "json"]);
+        let (stdout, stderr) = texts(&out);
+        (out.status.success(), stdout, stderr)
+    };
+
+    // A DSSE envelope over an in-toto statement naming the manifest.
+    let pushed = registry.push(&guest("berth_naming_guest"), "berth/naming:v1");
+    let digest = pushed["digest"].as_str().unwrap();
+    let reference = pushed["reference"].as_str().unwrap();
+    let (ok, _, stderr) = verify(reference);
+    assert!(!ok && stderr.contains("it is not signed"), "{stderr}");
+    let statement = json!({
+        "_type": "https://in-toto.io/Statement/v1",
+        "subject": [{"name": format!("{}/berth/naming", registry.address), "digest": {"sha256": digest.trim_start_matches("sha256:")}}],
+        "predicateType": "https://sigstore.dev/cosign/sign/v1",
+        "predicate": {},
+    });
+    let payload = serde_json::to_vec(&statement).unwrap();
+    let kind = "application/vnd.in-toto+json";
+    let mut pae = format!("DSSEv1 {} {kind} {} ", kind.len(), payload.len()).into_bytes();
+    pae.extend_from_slice(&payload);
+    let dsse = json!({
+        "mediaType": "application/vnd.dev.sigstore.bundle.v0.3+json",
+        "verificationMaterial": {"publicKey": {"hint": "team"}, "tlogEntries": []},
+        "dsseEnvelope": {"payload": b64.encode(&payload), "payloadType": kind, "signatures": [{"sig": openssl_sign(dir.path(), &key, &pae), "keyid": ""}]},
+    });
+    // A keyless bundle beside it is skipped, not fatal.
+    let keyless = json!({
+        "mediaType": "application/vnd.dev.sigstore.bundle.v0.3+json",
+        "verificationMaterial": {"certificate": {"rawBytes": "MIIB"}, "tlogEntries": []},
+        "dsseEnvelope": {"payload": b64.encode(&payload), "payloadType": kind, "signatures": [{"sig": "MEUC"}]},
+    });
+    attach_bundle(&registry, "berth/naming", digest, &[keyless.clone(), dsse]);
+    let (ok, stdout, stderr) = verify(reference);
+    assert!(ok, "{stderr}");
+    assert!(stdout.contains(&public), "{stdout}");
+
+    // A message signature over the manifest's bytes.
+    let pushed = registry.push(&guest("berth_retry_guest"), "berth/retry:v1");
+    let digest = pushed["digest"].as_str().unwrap();
+    let (status, manifest, _) = registry.http("GET", &format!("/v2/berth/retry/manifests/{digest}"), b"", "");
+    assert_eq!(status, 200);
+    let raw = hex_bytes(digest.trim_start_matches("sha256:"));
+    let message = json!({
+        "mediaType": "application/vnd.dev.sigstore.bundle.v0.3+json",
+        "verificationMaterial": {"publicKey": {"hint": "team"}},
+        "messageSignature": {"messageDigest": {"algorithm": "SHA2_256", "digest": b64.encode(&raw)}, "signature": openssl_sign(dir.path(), &key, &manifest)},
+    });
+    attach_bundle(&registry, "berth/retry", digest, &[message]);
+    let (ok, _, stderr) = verify(pushed["reference"].as_str().unwrap());
+    assert!(ok, "{stderr}");
+
+    // Only a keyless bundle: refused, saying what was found.
+    let pushed = registry.push(&guest("berth_placement_guest"), "berth/placement:v1");
+    let digest = pushed["digest"].as_str().unwrap();
+    attach_bundle(&registry, "berth/placement", digest, &[keyless]);
+    let (ok, _, stderr) = verify(pushed["reference"].as_str().unwrap());
+    assert!(!ok && stderr.contains("keyless"), "{stderr}");
+
+    // An OCI 1.1 artifact: an empty config, a type, one layer that is a component.
+    let module = std::fs::read(guest("berth_naming_guest")).unwrap();
+    let empty = registry.upload("berth/artifact", b"{}");
+    let layer = registry.upload("berth/artifact", &module);
+    let artifact = json!({
+        "schemaVersion": 2,
+        "mediaType": "application/vnd.oci.image.manifest.v1+json",
+        "artifactType": "application/vnd.example.berth.policy",
+        "config": {"mediaType": "application/vnd.oci.empty.v1+json", "digest": empty, "size": 2},
+        "layers": [{"mediaType": "application/vnd.oci.image.layer.v1.tar", "digest": layer, "size": module.len()}],
+    });
+    registry.put_manifest("berth/artifact", "v1", &artifact);
+    let to = dir.path().join("artifact.wasm");
+    let pulled = registry.policy_json(&[
+        "pull",
+        &format!("oci://{}/berth/artifact:v1", registry.address),
+        "--to",
+        &to.display().to_string(),
+    ]);
+    assert_eq!(std::fs::read(&to).unwrap(), module, "{pulled}");
+}
+
+fn hex_bytes(hex: &str) -> Vec<u8> {
+    (0..hex.len())
+        .step_by(2)
+        .map(|i| u8::from_str_radix(&hex[i..i + 2], 16).unwrap())
+        .collect()
+}
