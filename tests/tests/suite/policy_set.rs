@@ -295,3 +295,65 @@ fn the_last_server_never_leads(c: &mut Cluster) {
     let log = std::fs::read_to_string(&c.serves[2].log).unwrap();
     assert!(!log.contains("elected"), "{log}");
 }
+
+/// An etcd writer (no key, no server certificate) who stores a set whose
+/// module file carries no digest gets it run nowhere: every server refuses
+/// to prepare it, so none stands for the lead on it, and a failover does not
+/// put it in service.
+#[test]
+fn a_set_an_etcd_writer_stored_without_digests_is_run_by_no_server() {
+    use base64::Engine as _;
+    let b64 = base64::engine::general_purpose::STANDARD;
+    let etcd = EtcdCluster::start(3);
+    let naming = guest("berth_naming_guest").display().to_string();
+    let tables = format!("[[policy]]\nmodule = \"{naming}\"\nsettings = {{ prefix = \"fleet\" }}\n");
+    let mut c = three_servers(&etcd, "/berth-writer", &tables, vec![]);
+    let leader = c.wait_leader(&[0, 1, 2], Duration::from_secs(30));
+    // The writer's copy of the module, changed, stored without a digest.
+    let planted = c.dir.path().join("planted.wasm");
+    std::fs::copy(guest("berth_naming_guest"), &planted).unwrap();
+    let agent =
+        ureq::Agent::new_with_config(ureq::Agent::config_builder().http_status_as_error(false).build());
+    let gateway = |path: &str, body: Value| -> Value {
+        let url = format!("{}{path}", etcd.endpoints()[0]);
+        let mut r = agent.post(&url).send(serde_json::to_vec(&body).unwrap()).unwrap();
+        serde_json::from_slice(&r.body_mut().read_to_vec().unwrap()).unwrap()
+    };
+    let key = b64.encode("/berth-writer/policy/set");
+    let stored = gateway("/v3/kv/range", serde_json::json!({ "key": key }));
+    let value = stored["kvs"][0]["value"].as_str().expect("the set is stored");
+    let mut set: Value = serde_json::from_slice(&b64.decode(value).unwrap()).unwrap();
+    set["version"] = (set["version"].as_u64().unwrap() + 1).into();
+    set["text"] = format!(
+        "[[policy]]\nmodule = \"{}\"\nsettings = {{ prefix = \"evil\" }}\n",
+        planted.display()
+    )
+    .into();
+    gateway(
+        "/v3/kv/put",
+        serde_json::json!({ "key": key, "value": b64.encode(serde_json::to_vec(&set).unwrap()) }),
+    );
+    let others: Vec<usize> = (0..3).filter(|i| *i != leader).collect();
+    for &i in &others {
+        logged(&c, i, "carries its digest", 1);
+    }
+    // The leader gone: no other server takes the lead on that set.
+    c.kill_server(leader);
+    let [a, b] = others[..] else { unreachable!() };
+    logged(
+        &c,
+        a,
+        "cannot prepare the policy set; not standing for the lead",
+        2,
+    );
+    logged(
+        &c,
+        b,
+        "cannot prepare the policy set; not standing for the lead",
+        2,
+    );
+    for i in [a, b] {
+        let log = std::fs::read_to_string(&c.serves[i].log).unwrap();
+        assert!(!log.contains("elected"), "{log}");
+    }
+}

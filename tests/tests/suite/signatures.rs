@@ -43,7 +43,9 @@ fn a_signature_image_flooded_with_junk_is_read_within_bounds_and_junk_never_hide
     let pushed = registry.push(&guest("berth_naming_guest"), "berth/naming:v1");
     let digest = pushed["digest"].as_str().unwrap();
     let reference = format!("oci://{}/berth/naming:v1", registry.address);
-    registry.policy_json(&["sign", &reference, "--key", &key]);
+    // A tag is resolved once, and the digest signed is the one said.
+    let signed = registry.policy_json(&["sign", &reference, "--key", &key]);
+    assert_eq!(signed["digest"], digest);
     let (tag, mut image) = signature_image(&registry, "berth/naming", digest);
     let valid = image["layers"][0].clone();
     let filler = registry.upload("berth/naming", &vec![b'x'; 64 << 10]);
@@ -426,4 +428,30 @@ fn hex_bytes(hex: &str) -> Vec<u8> {
         .step_by(2)
         .map(|i| u8::from_str_radix(&hex[i..i + 2], 16).unwrap())
         .collect()
+}
+
+/// `policy pull --to` writes its file whole through a temporary file of its
+/// own, created exclusively: a link planted where one was once written
+/// (`<target>.partial`) is never written through.
+#[test]
+fn a_pull_never_writes_through_a_planted_link() {
+    let registry = RegistryServer::start();
+    let dir = test_dir();
+    let pushed = registry.push(&guest("berth_naming_guest"), "berth/naming:v1");
+    let target = dir.path().join("naming.wasm");
+    let victim = dir.path().join("victim");
+    std::fs::write(&victim, "untouched").unwrap();
+    std::os::unix::fs::symlink(&victim, dir.path().join("naming.partial")).unwrap();
+    std::os::unix::fs::symlink(&victim, dir.path().join("naming.wasm.partial")).unwrap();
+    registry.policy_json(&[
+        "pull",
+        pushed["reference"].as_str().unwrap(),
+        "--to",
+        &target.display().to_string(),
+    ]);
+    assert_eq!(std::fs::read_to_string(&victim).unwrap(), "untouched");
+    assert_eq!(
+        std::fs::read(&target).unwrap(),
+        std::fs::read(guest("berth_naming_guest")).unwrap()
+    );
 }
