@@ -64,13 +64,18 @@ pub(crate) fn access(raw: Option<RawOci>, resolve: impl Fn(&Path) -> PathBuf) ->
 }
 
 /// The registry reference a module names, if it names one: it must be
-/// pinned by digest, so that every start runs the same bytes.
-pub(crate) fn module_reference(key: &str, module: &Path) -> Result<Option<Reference>, ConfigError> {
+/// pinned by digest, so that every start runs the same bytes (unless
+/// `tag_allowed`: a set being applied, whose tags are resolved before it is stored).
+pub(crate) fn module_reference(
+    key: &str,
+    module: &Path,
+    tag_allowed: bool,
+) -> Result<Option<Reference>, ConfigError> {
     let Some(text) = module.to_str().filter(|t| t.starts_with("oci://")) else {
         return Ok(None);
     };
     let reference = Reference::parse(text).map_err(|e| invalid(key, e))?;
-    if reference.digest.is_none() {
+    if reference.digest.is_none() && !tag_allowed {
         return Err(invalid(
             key,
             format!(

@@ -123,6 +123,20 @@ impl SetDraft {
 
     /// A set file's text; relative module paths are taken from `base`.
     pub fn parse(text: &str, base: &Path) -> Result<SetDraft, ConfigError> {
+        let draft = SetDraft::parse_unchecked(text, base)?;
+        draft.policies()?;
+        Ok(draft)
+    }
+
+    /// A set file being applied: a module may name a registry tag, which
+    /// the server resolves to its digest (and pins) before storing the set.
+    pub fn parse_to_apply(text: &str, base: &Path) -> Result<SetDraft, ConfigError> {
+        let draft = SetDraft::parse_unchecked(text, base)?;
+        draft.checked(true)?;
+        Ok(draft)
+    }
+
+    fn parse_unchecked(text: &str, base: &Path) -> Result<SetDraft, ConfigError> {
         if text.len() > SET_MAX {
             return Err(invalid(
                 "policy",
@@ -130,9 +144,7 @@ impl SetDraft {
             ));
         }
         let raw: RawSet = toml::from_str(text).map_err(|e| ConfigError::Syntax(e.to_string()))?;
-        let draft = SetDraft::from_raw(raw.policies, base);
-        draft.policies()?;
-        Ok(draft)
+        Ok(SetDraft::from_raw(raw.policies, base))
     }
 
     /// The set as stored: `[[policy]]` tables.
@@ -143,8 +155,12 @@ impl SetDraft {
         .expect("a policy set serializes")
     }
 
-    /// The modules, checked as `berth.toml`'s are.
+    /// The modules, checked as `berth.toml`'s are (registry modules pinned).
     pub fn policies(&self) -> Result<Vec<PolicyConfig>, ConfigError> {
+        self.checked(false)
+    }
+
+    fn checked(&self, tag_allowed: bool) -> Result<Vec<PolicyConfig>, ConfigError> {
         let mut policies: Vec<PolicyConfig> = Vec::new();
         for (i, p) in self.tables.iter().enumerate() {
             let at = format!("policy[{i}]");
@@ -157,7 +173,7 @@ impl SetDraft {
                 })
                 .collect::<Result<Vec<_>, _>>()?;
             let defaults = Limits::default();
-            let source = oci::module_reference(&format!("{at}.module"), Path::new(&p.module))?;
+            let source = oci::module_reference(&format!("{at}.module"), Path::new(&p.module), tag_allowed)?;
             if let Some(d) = &p.digest
                 && berth_oci::Digest::parse(d).is_err()
             {

@@ -223,3 +223,76 @@ fn docker_secrets_are_none_by_default() {
     let err = parse("docker_secrets = [\"*\", \"db\"]").unwrap_err();
     assert_eq!(err.key(), Some("docker_secrets"));
 }
+
+/// The keys the parsers take: every field of the `Raw*` structs of this
+/// crate and of `agent.toml`'s, under its serde name.
+fn parsed_keys() -> std::collections::BTreeSet<String> {
+    let here = Path::new(env!("CARGO_MANIFEST_DIR"));
+    let mut keys = std::collections::BTreeSet::new();
+    for file in [
+        "src/lib.rs",
+        "src/docker.rs",
+        "src/guard.rs",
+        "src/oci.rs",
+        "src/policy_set.rs",
+        "../agent/src/config.rs",
+    ] {
+        let text = std::fs::read_to_string(here.join(file)).unwrap();
+        let mut inside = false;
+        let mut rename: Option<String> = None;
+        for line in text.lines().map(str::trim) {
+            if line.contains("struct Raw") && line.ends_with('{') {
+                inside = true;
+                continue;
+            }
+            if !inside {
+                continue;
+            }
+            if line == "}" {
+                inside = false;
+                continue;
+            }
+            if let Some(r) = line.split("rename = \"").nth(1) {
+                rename = r.split('"').next().map(str::to_string);
+                continue;
+            }
+            let field = line.trim_start_matches("pub(crate) ").trim_start_matches("pub ");
+            if let Some((name, _)) = field.split_once(':')
+                && name.chars().all(|c| c.is_ascii_lowercase() || c == '_')
+            {
+                keys.insert(rename.take().unwrap_or_else(|| name.to_string()));
+            }
+        }
+    }
+    keys
+}
+
+#[test]
+fn the_configuration_reference_names_every_key_and_no_other() {
+    let page = Path::new(env!("CARGO_MANIFEST_DIR")).join("../../docs/src/reference/config.md");
+    let page = std::fs::read_to_string(page).unwrap();
+    // Keys are table rows (`| `key` |`); tables are headings (`[store]`, `[[plugin]]`).
+    let rows = page.lines().filter_map(|l| l.strip_prefix("| `"));
+    let tables = page
+        .lines()
+        .filter(|l| l.starts_with('#'))
+        .filter_map(|l| l.split("`[").nth(1))
+        .map(|t| t.trim_start_matches('['));
+    let documented: std::collections::BTreeSet<String> = rows
+        .chain(tables)
+        .filter_map(|l| l.split(['`', ']']).next())
+        .map(str::to_string)
+        .collect();
+    let parsed = parsed_keys();
+    assert!(parsed.len() > 50, "the parsers' keys were not found: {parsed:?}");
+    let missing: Vec<_> = parsed.difference(&documented).collect();
+    assert!(
+        missing.is_empty(),
+        "keys missing from docs/src/reference/config.md: {missing:?}"
+    );
+    let unknown: Vec<_> = documented.difference(&parsed).collect();
+    assert!(
+        unknown.is_empty(),
+        "keys the reference names but no parser takes: {unknown:?}"
+    );
+}

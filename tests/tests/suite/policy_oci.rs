@@ -548,3 +548,31 @@ fn serve_runs_only_modules_signed_by_a_trusted_key() {
     let v: Value = serde_json::from_str(&c.ok(&["volume", "get", "still", "-o", "json"])).unwrap();
     assert!(v["csi_name"].as_str().unwrap().starts_with("signed-"));
 }
+
+/// `berth policy apply` takes a module named by a registry tag, as its
+/// help and the book's walk say: the tag is resolved to its digest, and the
+/// set is stored pinned by it (`berth.toml` itself still needs a digest).
+#[test]
+fn apply_resolves_a_tag_to_the_digest_it_names_and_stores_that() {
+    let registry = RegistryServer::start();
+    let pushed = registry.push(&guest("berth_naming_guest"), "berth/naming:v1");
+    let c = Cluster::start(ClusterSpec {
+        policy_tables: Some("[oci]\nplain_http = true\n"),
+        ..ClusterSpec::default()
+    });
+    let set = c.dir.path().join("policies.toml");
+    std::fs::write(
+        &set,
+        format!(
+            "[[policy]]\nmodule = \"oci://{}/berth/naming:v1\"\nsettings = {{ prefix = \"tagged\" }}\n",
+            registry.address
+        ),
+    )
+    .unwrap();
+    c.ok(&["policy", "apply", &set.display().to_string()]);
+    let status: Value = serde_json::from_str(&c.ok(&["policy", "status", "-o", "json"])).unwrap();
+    assert_eq!(status["modules"][0]["module"], pushed["reference"], "{status:#}");
+    c.create_in("v", "zone=a");
+    let v: Value = serde_json::from_str(&c.ok(&["volume", "get", "v", "-o", "json"])).unwrap();
+    assert!(v["csi_name"].as_str().unwrap().starts_with("tagged-"), "{v:#}");
+}

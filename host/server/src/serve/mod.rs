@@ -82,7 +82,7 @@ impl crate::api::PolicyReload for Arc<Reloader> {
         base: &std::path::Path,
     ) -> Result<crate::api::SetInService, ReloadError> {
         let outcome = async {
-            let draft = crate::config::policy_set::SetDraft::parse(text, base)?;
+            let draft = crate::config::policy_set::SetDraft::parse_to_apply(text, base)?;
             self.put_in_service(draft).await
         }
         .await;
