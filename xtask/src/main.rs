@@ -8,7 +8,9 @@
 //! - `bench`: the policy benchmark (WASM guests against the built-in policies);
 //! - `bench-e2e`, `bench-scale`: end-to-end throughput; memory and restart at scale;
 //! - `reliability`: the long crash-loop, plugin-fault and hostile-input runs;
-//! - `lint`: rustfmt and clippy, as CI runs them.
+//! - `lint`: rustfmt and clippy, as CI runs them;
+//! - `docs`: build the book (docs/) and check its links;
+//! - `walks`: run every walk of the book and the README as written.
 
 use std::path::{Path, PathBuf};
 use std::process::Command;
@@ -18,6 +20,7 @@ use anyhow::{Context, bail};
 mod demo;
 mod demo_docker;
 mod dockerd;
+mod docs;
 mod python;
 mod scaffold;
 
@@ -66,7 +69,9 @@ commands:
           Berth as a plain Docker engine's volume plugin (installs docker.io and
           busybox-static): a container writes, the next reads, two share a volume, the
           volume removed and nothing left on the plugin; and what -v adds to docker run
-  lint    cargo fmt --check and cargo clippy --all-targets -D warnings";
+  lint    cargo fmt --check and cargo clippy --all-targets -D warnings
+  docs    build the book (docs/, mdBook from PyPI) into target/book; fail on a broken link
+  walks   run every walk of the book and the README (blocks fenced sh,walk) as written";
 
 fn main() {
     let args: Vec<String> = std::env::args().skip(1).collect();
@@ -76,6 +81,8 @@ fn main() {
         Some("demo-docker") => demo_docker::demo_docker(),
         Some("test") => test(&args[1..]),
         Some("lint") => lint(),
+        Some("docs") => docs::docs(),
+        Some("walks") => docs::walks(),
         Some("guests") => guests(),
         Some("policy-new") => build_bins().and_then(|()| scaffold::check()),
         Some("bench") => bench(&args[1..]),

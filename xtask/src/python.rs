@@ -26,15 +26,24 @@ fn venv() -> PathBuf {
     root().join("target/python/venv")
 }
 
-/// `python3 -m venv` and componentize-py, once.
+/// The project's Python environment (`target/python/venv`), made once.
+pub fn ensure_venv() -> anyhow::Result<PathBuf> {
+    if venv().join("bin/pip").exists() {
+        return Ok(venv());
+    }
+    let mut make = Command::new("python3");
+    make.args(["-m", "venv"]).arg(venv());
+    run(make).context("making a Python virtual environment (needs python3 with venv)")?;
+    Ok(venv())
+}
+
+/// componentize-py in the project's Python environment, once.
 pub fn ensure_componentize_py() -> anyhow::Result<PathBuf> {
     let tool = venv().join("bin/componentize-py");
     if tool.exists() {
         return Ok(tool);
     }
-    let mut make = Command::new("python3");
-    make.args(["-m", "venv"]).arg(venv());
-    run(make).context("making a Python virtual environment (needs python3 with venv)")?;
+    ensure_venv()?;
     let mut pip = Command::new(venv().join("bin/pip"));
     pip.args(["install", "--quiet"])
         .arg(format!("componentize-py=={}", componentize_py_version()?));

@@ -244,7 +244,7 @@ impl PolicyModule {
         let bytes = self.initial_memory.filter(|b| *b > LARGE_INITIAL_MEMORY)?;
         Some(format!(
             "{} starts with {} of linear memory, which every decision resets; a Rust guest built \
-             without the SDK's stack setting (-zstack-size=131072, see guests/README.md) reserves a 1 MiB stack \
+             without the SDK's stack setting (-zstack-size=131072, see the book, Writing a policy) reserves a 1 MiB stack \
              (a Python guest carries its interpreter's heap, about 12 MiB)",
             self.config.name,
             bytes_shown(bytes)

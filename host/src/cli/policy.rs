@@ -28,8 +28,10 @@ pub enum PolicyCommand {
     Check(CheckArgs),
     /// Run a file of cases (inputs and expected answers) against a module and
     /// report each pass or failure. Exits 1 when any case fails.
-    #[command(after_help = "The case file format is documented in guests/README.md; \
-the sample guests' case files are in guests/*/cases.toml.\n\nExample:\n  berth policy test my_policy.wasm cases.toml")]
+    #[command(
+        after_help = "The case file format is documented in the Berth book (Writing a policy); \
+the sample guests' case files are in guests/*/cases.toml.\n\nExample:\n  berth policy test my_policy.wasm cases.toml"
+    )]
     Test(TestArgs),
     /// Make a policy project of its own, in Rust or Python, that builds and
     /// passes its cases as generated; its README says how.

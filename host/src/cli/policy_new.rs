@@ -153,7 +153,7 @@ fn fill(template: &str, name: &str, decisions: &[Decision]) -> String {
 fn cases(decisions: &[Decision]) -> String {
     let mut text = String::from(
         "# Inputs and the answers expected: berth policy test <module .wasm> cases.toml\n\
-         # The format is documented in Berth's guests/README.md.\n",
+         # The format is documented in the Berth book, Writing a policy.\n",
     );
     for d in decisions {
         text.push('\n');

@@ -8,7 +8,7 @@ use clap::Args;
 
 #[derive(Debug, Args)]
 pub struct ServeArgs {
-    /// The configuration file (TOML); see the module docs of berth::config or the README.
+    /// The configuration file (TOML); every key is in the book: docs/src/reference/config.md.
     #[arg(long, short, default_value = "berth.toml", env = "BERTH_CONFIG")]
     pub config: PathBuf,
 }
