@@ -64,6 +64,8 @@ pub enum Command {
     Policy(policy::PolicyCommand),
     /// Run the volume manager: the API, the reconciler and the plugin registry.
     Serve(serve::ServeArgs),
+    /// Write a commented berth.toml to start from (a store, one plugin, one node).
+    Init(serve::InitArgs),
     /// Run the node agent: this node's CSI node plugins, driven by `berth serve`.
     Agent(agent::AgentArgs),
     /// Create, publish, inspect and delete volumes (through `berth serve`).
@@ -132,6 +134,7 @@ pub async fn run(cli: Cli) -> anyhow::Result<ExitCode> {
         Command::Plugin(cmd) => plugin::run(cmd, cli.output).await,
         Command::Policy(cmd) => policy::run(cmd, cli.output).await,
         Command::Serve(args) => serve::run(args).await,
+        Command::Init(args) => serve::init(args),
         Command::Agent(args) => agent::run(args).await,
         Command::Volume { command, api } => volume::run(*command, api, cli.output).await,
         Command::Snapshot { command, api } => snapshot::run(command, api, cli.output).await,

@@ -205,3 +205,23 @@ fn the_first_answer_comes_with_the_in_process_nodes_ready() {
         );
     }
 }
+
+/// `berth serve --check` says whether a configuration is valid and exits,
+/// naming the key at fault; nothing is started.
+#[test]
+fn serve_check_validates_a_configuration_and_exits() {
+    let dir = berth_tests::test_dir();
+    let config = dir.path().join("berth.toml");
+    let init = berth_tests::berth(&["init", &config.display().to_string()]);
+    assert!(init.status.success(), "{:?}", berth_tests::texts(&init));
+    let out = berth_tests::berth(&["serve", "--check", "--config", &config.display().to_string()]);
+    let (stdout, stderr) = berth_tests::texts(&out);
+    assert!(out.status.success(), "{stderr}");
+    assert!(stdout.contains("valid") && stdout.contains("1 plugin(s), 1 node(s)"), "{stdout}");
+    assert!(!dir.path().join("state").exists(), "nothing started, nothing made");
+    std::fs::write(&config, "state = \"s.redb\"\nworkers = \"many\"\n").unwrap();
+    let out = berth_tests::berth(&["serve", "--check", "--config", &config.display().to_string()]);
+    let (_, stderr) = berth_tests::texts(&out);
+    assert_eq!(out.status.code(), Some(1));
+    assert!(stderr.contains("workers"), "{stderr}");
+}
