@@ -12,7 +12,8 @@ static ALLOCATOR: mimalloc::MiMalloc = mimalloc::MiMalloc;
 
 fn main() -> ExitCode {
     let args = cli::Cli::parse();
-    let serve = matches!(args.command, cli::Command::Serve(_));
+    // Long-running processes say what they start and change; commands only warn.
+    let serve = matches!(args.command, cli::Command::Serve(_) | cli::Command::Agent(_));
     cli::init_logging(serve);
     let json = args.output == cli::Output::Json;
     let runtime = match tokio::runtime::Builder::new_multi_thread().enable_all().build() {

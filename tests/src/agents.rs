@@ -1,5 +1,6 @@
-//! `berth agent` processes for the tests: one per node, each with its own
-//! config, log and sample node plugin, dialing the cluster's `berth serve`.
+//! Agent processes for the tests (the `berth-agent` binary nodes install):
+//! one per node, each with its own config, log and sample node plugin,
+//! dialing the cluster's `berth serve`.
 
 use std::path::{Path, PathBuf};
 use std::process::Child;
@@ -7,7 +8,7 @@ use std::time::{Duration, Instant};
 
 use berth_proto::berth::v1 as api;
 
-use crate::{Cluster, berth_logged};
+use crate::{Cluster, agent_logged};
 
 /// A `berth agent` process. Killed when dropped.
 pub struct AgentProcess {
@@ -85,7 +86,7 @@ impl AgentProcess {
     }
 
     pub fn start(&mut self) {
-        self.child = Some(berth_logged("agent", &self.config, &self.log));
+        self.child = Some(agent_logged(&self.config, &self.log));
     }
 
     /// The process id, while it runs.

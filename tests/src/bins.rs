@@ -46,9 +46,10 @@ fn check_bins(dir: &Path) -> Result<(), String> {
         Some(other) => format!(" --profile {other}"),
         None => return Err(format!("{} is not a profile directory", dir.display())),
     };
-    let build = format!("cargo build --bins -p berth -p hostpath-plugin{profile}");
+    let build = format!("cargo build --bins -p berth -p berth-agent-bin -p hostpath-plugin{profile}");
     for (bin, sources) in [
         ("berth", &["host", "proto", "wit", "Cargo.lock"][..]),
+        ("berth-agent", &["host", "proto", "Cargo.lock"][..]),
         (
             "hostpath-plugin",
             &["examples/hostpath-plugin/src", "proto", "Cargo.lock"][..],

@@ -69,13 +69,23 @@ pub fn free_port() -> u16 {
 
 /// Starts `berth COMMAND --config CONFIG` (info logs appended to `log`).
 pub fn berth_logged(command: &str, config: &Path, log: &Path) -> Child {
+    logged(Command::new(bin("berth")).arg(command), config, log)
+}
+
+/// Starts the `berth-agent` binary (what nodes install) with `--config CONFIG`.
+pub fn agent_logged(config: &Path, log: &Path) -> Child {
+    logged(&mut Command::new(bin("berth-agent")), config, log)
+}
+
+fn logged(command: &mut Command, config: &Path, log: &Path) -> Child {
+    let shown = format!("{command:?}");
     let log = std::fs::OpenOptions::new()
         .create(true)
         .append(true)
         .open(log)
         .unwrap();
-    Command::new(bin("berth"))
-        .args([command, "--config"])
+    command
+        .arg("--config")
         .arg(config)
         .env(
             "BERTH_LOG",
@@ -85,7 +95,7 @@ pub fn berth_logged(command: &str, config: &Path, log: &Path) -> Child {
         .stdout(log.try_clone().unwrap())
         .stderr(log)
         .spawn()
-        .unwrap_or_else(|e| panic!("starting berth {command}: {e}"))
+        .unwrap_or_else(|e| panic!("starting {shown}: {e}"))
 }
 
 /// Runs the `berth` CLI to completion.

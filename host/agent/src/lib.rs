@@ -14,6 +14,7 @@
 //! agent keeps tearing down what it was told to and dials again.
 
 pub mod calls;
+pub mod command;
 pub mod config;
 pub mod converge;
 pub mod dial;

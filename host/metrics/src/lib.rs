@@ -11,6 +11,7 @@ pub mod http;
 mod labels;
 pub mod listener;
 pub mod live;
+pub mod logging;
 pub mod readiness;
 
 use std::sync::{LazyLock, OnceLock};

@@ -189,6 +189,42 @@ fn only_the_policy_crate_links_wasmtime_and_the_agent_builds_without_it() {
     assert!(!agent.contains("policy"), "the agent builds on {agent:?}");
 }
 
+/// The packages in `package`'s dependency tree (normal dependencies), as
+/// cargo resolves them.
+fn dependency_tree(package: &str) -> BTreeSet<String> {
+    let cargo = std::env::var("CARGO").unwrap_or_else(|_| "cargo".into());
+    let out = std::process::Command::new(cargo)
+        .args([
+            "tree",
+            "--offline",
+            "-e",
+            "normal",
+            "--prefix",
+            "none",
+            "-p",
+            package,
+        ])
+        .current_dir(host())
+        .output()
+        .expect("running cargo tree");
+    assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
+    String::from_utf8_lossy(&out.stdout)
+        .lines()
+        .filter_map(|l| l.split_whitespace().next())
+        .map(str::to_string)
+        .collect()
+}
+
+#[test]
+fn the_berth_agent_binary_has_no_wasmtime_in_its_dependency_tree() {
+    let agent = dependency_tree("berth-agent-bin");
+    assert!(agent.contains("berth-agent"), "{agent:?}");
+    let engine: Vec<&String> = agent.iter().filter(|p| p.starts_with("wasmtime")).collect();
+    assert!(engine.is_empty(), "berth-agent links {engine:?}");
+    // The same look at the server finds the engine: the check can fail.
+    assert!(dependency_tree("berth").iter().any(|p| p == "wasmtime"));
+}
+
 #[test]
 fn the_layers_have_no_cycle() {
     let declared = declared();

@@ -93,7 +93,8 @@ pub fn init(args: InitArgs) -> anyhow::Result<ExitCode> {
 mod tests {
     #[test]
     fn the_example_configuration_is_valid_as_written() {
-        let config = berth::config::Config::parse(super::EXAMPLE, std::path::Path::new("/etc/berth")).unwrap();
+        let config =
+            berth::config::Config::parse(super::EXAMPLE, std::path::Path::new("/etc/berth")).unwrap();
         assert_eq!(config.plugins.len(), 1);
         assert_eq!(config.nodes.len(), 1);
     }

@@ -217,8 +217,14 @@ fn serve_check_validates_a_configuration_and_exits() {
     let out = berth_tests::berth(&["serve", "--check", "--config", &config.display().to_string()]);
     let (stdout, stderr) = berth_tests::texts(&out);
     assert!(out.status.success(), "{stderr}");
-    assert!(stdout.contains("valid") && stdout.contains("1 plugin(s), 1 node(s)"), "{stdout}");
-    assert!(!dir.path().join("state").exists(), "nothing started, nothing made");
+    assert!(
+        stdout.contains("valid") && stdout.contains("1 plugin(s), 1 node(s)"),
+        "{stdout}"
+    );
+    assert!(
+        !dir.path().join("state").exists(),
+        "nothing started, nothing made"
+    );
     std::fs::write(&config, "state = \"s.redb\"\nworkers = \"many\"\n").unwrap();
     let out = berth_tests::berth(&["serve", "--check", "--config", &config.display().to_string()]);
     let (_, stderr) = berth_tests::texts(&out);

@@ -1,0 +1,37 @@
+//! `berth-agent`: the node agent on its own (`berth agent` without the
+//! server, the CLI's other commands and the policy engine), for every node.
+
+use std::process::ExitCode;
+
+use berth_agent::command::{AgentArgs, run};
+use clap::Parser;
+
+#[global_allocator]
+static ALLOCATOR: mimalloc::MiMalloc = mimalloc::MiMalloc;
+
+/// The Berth node agent: this node's CSI node plugins, driven by `berth serve`.
+#[derive(Parser)]
+#[command(name = "berth-agent", version)]
+struct Cli {
+    #[command(flatten)]
+    agent: AgentArgs,
+}
+
+fn main() -> ExitCode {
+    let cli = Cli::parse();
+    berth_metrics::logging::init(true);
+    let runtime = match tokio::runtime::Builder::new_multi_thread().enable_all().build() {
+        Ok(rt) => rt,
+        Err(e) => {
+            eprintln!("error: cannot start the async runtime: {e}");
+            return ExitCode::FAILURE;
+        }
+    };
+    match runtime.block_on(run(cli.agent)) {
+        Ok(code) => code,
+        Err(e) => {
+            eprintln!("error: {}", berth_model::text::printable_lines(&format!("{e:#}")));
+            ExitCode::FAILURE
+        }
+    }
+}
