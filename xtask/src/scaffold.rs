@@ -53,6 +53,12 @@ fn project_cargo(dir: &Path) -> Command {
 
 fn rust(base: &Path) -> anyhow::Result<()> {
     let dir = new_project(base, "sample-rust-policy", "rust")?;
+    // Nothing of this checkout is named: the SDK travels with the project.
+    let manifest = std::fs::read_to_string(dir.join("Cargo.toml"))?;
+    let checkout = crate::root().display().to_string();
+    if manifest.contains(&checkout) || !dir.join("berth-guest/wit/worlds.wit").is_file() {
+        anyhow::bail!("the generated project does not carry its SDK:\n{manifest}");
+    }
     let mut unit = project_cargo(&dir);
     unit.arg("test");
     run(unit)?;

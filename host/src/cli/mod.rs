@@ -12,6 +12,7 @@ mod policy_diff;
 mod policy_new;
 mod policy_oci;
 mod policy_replay;
+mod policy_sdk;
 mod policy_set;
 mod serve;
 mod snapshot;

@@ -1,8 +1,8 @@
 //! `berth policy new`: a policy project of its own, in Rust or Python, that
 //! builds and passes its cases as generated. The templates, the WIT package
-//! and the Python SDK are built into the binary, so a project can be made
-//! anywhere; only a Rust project needs the SDK's source (a path or git
-//! dependency).
+//! and both SDKs are built into the binary, so a project can be made and
+//! built anywhere: a Rust project carries the SDK (`berth-guest/`) with it,
+//! unless it is pointed at Berth's source (`--sdk-path`, `--sdk-git`).
 
 use std::path::{Path, PathBuf};
 
@@ -31,8 +31,8 @@ pub struct NewArgs {
     #[arg(long)]
     pub dir: Option<PathBuf>,
     /// Rust: the berth-guest SDK (guests/sdk in Berth's source) as a path
-    /// dependency [default: the one of the source this berth was built from,
-    /// when it is still there].
+    /// dependency [default: the SDK built into this berth, written into the
+    /// project as berth-guest/].
     #[arg(long, conflicts_with = "sdk_git")]
     pub sdk_path: Option<PathBuf>,
     /// Rust: the berth-guest SDK from a git repository of Berth's source.
@@ -42,9 +42,6 @@ pub struct NewArgs {
     #[arg(long, requires = "sdk_git")]
     pub sdk_rev: Option<String>,
 }
-
-/// The SDK of the source this binary was built from.
-const BUILT_SDK: &str = concat!(env!("CARGO_MANIFEST_DIR"), "/../guests/sdk");
 
 const COMPONENTIZE_PY: &str = include_str!("../../../guests/python/componentize-py.version");
 
@@ -70,7 +67,17 @@ pub fn run(args: NewArgs) -> anyhow::Result<()> {
     decisions.dedup();
     let dir = args.dir.clone().unwrap_or_else(|| PathBuf::from(&args.name));
     let files = match args.lang {
-        Lang::Rust => rust(&args.name, &decisions, &sdk_dependency(&args)?),
+        Lang::Rust => {
+            let mut files = rust(&args.name, &decisions, &sdk_dependency(&args)?);
+            if args.sdk_path.is_none() && args.sdk_git.is_none() {
+                files.extend(
+                    super::policy_sdk::files()
+                        .into_iter()
+                        .map(|f| file(format!("berth-guest/{}", f.path), f.text)),
+                );
+            }
+            files
+        }
         Lang::Python => python(&args.name, &decisions),
     };
     write_project(&dir, &files)?;
@@ -112,7 +119,8 @@ fn shown(decisions: &[Decision]) -> String {
     names.join(", ")
 }
 
-/// `berth-guest`'s entry in the project's Cargo.toml.
+/// `berth-guest`'s entry in the project's Cargo.toml: Berth's source when
+/// named, else the SDK vendored into the project (`berth-guest/`).
 fn sdk_dependency(args: &NewArgs) -> anyhow::Result<String> {
     if let Some(url) = &args.sdk_git {
         return Ok(match &args.sdk_rev {
@@ -120,11 +128,12 @@ fn sdk_dependency(args: &NewArgs) -> anyhow::Result<String> {
             None => format!("{{ git = {} }}", toml_string(url)),
         });
     }
-    let path = args.sdk_path.clone().unwrap_or_else(|| PathBuf::from(BUILT_SDK));
+    let Some(path) = args.sdk_path.clone() else {
+        return Ok("{ path = \"berth-guest\" }".into());
+    };
     let path = path.canonicalize().with_context(|| {
         format!(
-            "the berth-guest SDK is not at {}; pass --sdk-path to Berth's guests/sdk, \
-             or --sdk-git with the URL of Berth's repository",
+            "the berth-guest SDK is not at {}; --sdk-path names Berth's guests/sdk",
             path.display()
         )
     })?;
