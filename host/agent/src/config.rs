@@ -115,6 +115,16 @@ impl ServerAddress {
     }
 }
 
+/// `host:port` (a name or address and a port, no path): what an operator
+/// means as the TLS endpoint, never a socket file's name.
+fn looks_like_host_and_port(text: &str) -> bool {
+    !text.contains('/')
+        && !text.starts_with("unix:")
+        && text.rsplit_once(':').is_some_and(|(host, port)| {
+            !host.is_empty() && !port.is_empty() && port.bytes().all(|b| b.is_ascii_digit())
+        })
+}
+
 impl std::fmt::Display for ServerAddress {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         match self {
@@ -197,6 +207,16 @@ impl AgentConfig {
             .iter()
             .map(|text| match text.strip_prefix("https://") {
                 Some(rest) => ServerAddress::parse_tls(rest),
+                None if text.starts_with("http://") => Err(invalid(
+                    "server",
+                    format!("{text}: the cluster endpoint speaks TLS only: write https://…"),
+                )),
+                None if looks_like_host_and_port(text) => Err(invalid(
+                    "server",
+                    format!(
+                        "{text:?} is a host and port: write \"https://{text}\" for the server's TLS endpoint (or unix:///path for a socket on this machine)"
+                    ),
+                )),
                 None => Ok(ServerAddress::Unix(endpoint("server", text)?)),
             })
             .collect::<Result<Vec<_>, _>>()?;
@@ -367,5 +387,25 @@ mod tests {
             matches!(with("create_volumes = true\n"), Err(ConfigError::Syntax(_))),
             "the server's to say"
         );
+    }
+
+    #[test]
+    fn a_host_and_port_without_a_scheme_is_refused_with_what_to_write() {
+        for (server, says) in [
+            ("127.0.0.1:7443", "write \"https://127.0.0.1:7443\""),
+            ("berth.example:7443", "https://berth.example:7443"),
+            ("http://berth.example:7443", "TLS only"),
+        ] {
+            let text = format!("node = \"n\"\nserver = \"{server}\"\ndir = \"d\"\nplugin_dir = \"p\"\n");
+            let err = AgentConfig::parse(&text, Path::new("/etc/berth"))
+                .unwrap_err()
+                .to_string();
+            assert!(err.contains("server") && err.contains(says), "{server}: {err}");
+        }
+        let unix = AgentConfig::parse(
+            "node = \"n\"\nserver = \"cluster.sock\"\ndir = \"d\"\nplugin_dir = \"p\"\n",
+            Path::new("/etc/berth"),
+        );
+        assert!(unix.is_ok(), "a socket's file name is still a socket");
     }
 }
