@@ -326,6 +326,8 @@ fn release_bench(name: &str, extra: &[String]) -> anyhow::Result<()> {
         "--package",
         "berth",
         "--package",
+        "berth-agent-bin",
+        "--package",
         "hostpath-plugin",
     ]);
     run(bins)?;
