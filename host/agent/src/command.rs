@@ -111,8 +111,8 @@ fn docker_plugin(
     Ok((serve(listener, Arc::new(plugin)), d.socket.socket.clone()))
 }
 
-/// Until SIGTERM or Ctrl-C.
-async fn shutdown() {
+/// Until SIGTERM or Ctrl-C: when a Berth process (`serve`, an agent) stops.
+pub async fn shutdown() {
     use tokio::signal::unix::{SignalKind, signal};
     match signal(SignalKind::terminate()) {
         Ok(mut term) => {

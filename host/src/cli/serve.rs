@@ -42,19 +42,7 @@ pub async fn run(args: ServeArgs) -> anyhow::Result<ExitCode> {
 }
 
 pub(super) async fn shutdown() {
-    use tokio::signal::unix::{SignalKind, signal};
-    match signal(SignalKind::terminate()) {
-        Ok(mut term) => {
-            tokio::select! {
-                _ = term.recv() => {}
-                _ = tokio::signal::ctrl_c() => {}
-            }
-        }
-        Err(_) => {
-            let _ = tokio::signal::ctrl_c().await;
-        }
-    }
-    tracing::info!("shutting down");
+    berth::agent::command::shutdown().await;
 }
 
 /// What `berth init` writes: a commented `berth.toml` that runs as it is.
