@@ -45,11 +45,12 @@ pub enum VolumeCommand {
         #[command(flatten)]
         wait: WaitArgs,
     },
-    /// Unpublish from a node.
+    /// Unpublish from a node (the one it is published on, when there is one only).
     Unpublish {
         name: String,
+        /// The node to unpublish from; needed only when the volume is published on several.
         #[arg(long)]
-        node: String,
+        node: Option<String>,
         #[command(flatten)]
         wait: WaitArgs,
     },
@@ -452,6 +453,10 @@ pub async fn run(cmd: VolumeCommand, api: ApiArgs, output: Output) -> anyhow::Re
             .await;
         }
         VolumeCommand::Unpublish { name, node, wait } => {
+            let node = match node {
+                Some(node) => node,
+                None => the_one_node(&mut client, &name).await?,
+            };
             let v = client
                 .unpublish_volume(api::UnpublishVolumeRequest {
                     name: name.clone(),
@@ -571,5 +576,25 @@ pub async fn run(cmd: VolumeCommand, api: ApiArgs, output: Output) -> anyhow::Re
             );
         }
         Ok(ExitCode::SUCCESS)
+    }
+}
+
+/// The node a volume is published on, when it is published on one only.
+async fn the_one_node(client: &mut BerthClient<Channel>, name: &str) -> anyhow::Result<String> {
+    let v = client
+        .get_volume(api::GetVolumeRequest {
+            name: name.to_string(),
+        })
+        .await
+        .map_err(grpc)?
+        .into_inner();
+    let nodes: Vec<&str> = v.publications.iter().map(|p| p.node.as_str()).collect();
+    match nodes[..] {
+        [one] => Ok(one.to_string()),
+        [] => anyhow::bail!("{name} is not published on any node: nothing to unpublish"),
+        _ => anyhow::bail!(
+            "{name} is published on {}: say which with --node",
+            nodes.join(", ")
+        ),
     }
 }

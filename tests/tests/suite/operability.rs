@@ -231,3 +231,43 @@ fn serve_check_validates_a_configuration_and_exits() {
     assert_eq!(out.status.code(), Some(1));
     assert!(stderr.contains("workers"), "{stderr}");
 }
+
+/// `volume unpublish` without `--node` takes the one node a volume is
+/// published on, and asks which when there are several.
+#[test]
+fn unpublish_without_a_node_takes_the_only_one() {
+    let c = Cluster::start(ClusterSpec {
+        controller_topology: None,
+        ..ClusterSpec::default()
+    });
+    c.ok(&[
+        "volume",
+        "create",
+        "shared",
+        "--plugin",
+        "hostpath",
+        "--access-mode",
+        "multi-node-multi-writer",
+        "--wait",
+    ]);
+    c.ok(&["volume", "publish", "shared", "--node", "node-a", "--wait"]);
+    c.ok(&["volume", "publish", "shared", "--node", "node-b", "--wait"]);
+    let out = c.berth(&["volume", "unpublish", "shared"]);
+    let (_, stderr) = berth_tests::texts(&out);
+    assert!(!out.status.success());
+    assert!(
+        stderr.contains("node-a, node-b") && stderr.contains("--node"),
+        "{stderr}"
+    );
+    c.ok(&["volume", "unpublish", "shared", "--node", "node-b", "--wait"]);
+    c.ok(&["volume", "unpublish", "shared", "--wait"]);
+    let v: serde_json::Value =
+        serde_json::from_str(&c.ok(&["volume", "get", "shared", "-o", "json"])).unwrap();
+    assert_eq!(v["publications"], serde_json::json!([]), "{v:#}");
+    let out = c.berth(&["volume", "unpublish", "shared"]);
+    let (_, stderr) = berth_tests::texts(&out);
+    assert!(
+        !out.status.success() && stderr.contains("not published"),
+        "{stderr}"
+    );
+}
