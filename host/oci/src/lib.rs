@@ -8,6 +8,7 @@
 
 mod artifact;
 mod auth;
+mod blob_signature;
 mod bundle;
 mod digest;
 mod error;
@@ -17,14 +18,16 @@ mod reference;
 mod registry;
 mod sealed_key;
 pub mod signature;
+mod signature_image;
 
 pub use artifact::{Component, LAYER_MEDIA_TYPE, MANIFEST_MEDIA_TYPE, WASM_CONFIG_MEDIA_TYPE};
 pub use auth::{Credentials, docker_config_path};
+pub use blob_signature::blob_signature_path;
 pub use digest::Digest;
 pub use error::{FetchError, OciError};
 pub use reference::Reference;
 pub use registry::{Access, Pulled, Registry};
-pub use signature::{PASSWORD_VARIABLE, PublicKey, Signature, SigningKey, Trust, blob_signature_path};
+pub use signature::{PASSWORD_VARIABLE, PublicKey, Signature, SigningKey, Trust};
 
 /// The most a module may weigh: larger layers are refused before they are read.
 pub const MODULE_MAX: usize = 64 << 20;

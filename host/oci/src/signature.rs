@@ -3,7 +3,9 @@
 //! payload naming the module's manifest digest, signed with ECDSA P-256 over
 //! SHA-256 (ASN.1 DER, base64 in the layer's
 //! `dev.cosignproject.cosign/signature` annotation), one layer per signature
-//! in an image stored under the tag `sha256-<hex>.sig` beside the module.
+//! in an image stored under the tag `sha256-<hex>.sig` beside the module
+//! (read and written in `signature_image.rs`; file signatures in
+//! `blob_signature.rs`, bundles in `bundle.rs`).
 //! Keys are PEM: a PKCS#8 private key (`openssl genpkey -algorithm EC
 //! -pkeyopt ec_paramgen_curve:P-256`), a PKIX public key (`cosign.pub`).
 
@@ -18,11 +20,7 @@ use rustls::pki_types::SubjectPublicKeyInfoDer;
 use rustls::pki_types::pem::PemObject;
 use serde::{Deserialize, Serialize};
 
-use bytes::Bytes;
-
-use crate::artifact::{DOCUMENT_MAX, Descriptor, MANIFEST_MEDIA_TYPE, Manifest};
-use crate::registry::{Call, error_message};
-use crate::{Digest, OciError, Reference, Registry};
+use crate::{Digest, OciError, Reference};
 
 pub const PAYLOAD_MEDIA_TYPE: &str = "application/vnd.dev.cosign.simplesigning.v1+json";
 pub const SIGNATURE_ANNOTATION: &str = "dev.cosignproject.cosign/signature";
@@ -204,7 +202,7 @@ pub struct Trust {
 }
 
 /// `seen` with each reason once, in the order first seen, counted.
-fn dedup(seen: Vec<Rejected>) -> Vec<Rejected> {
+pub(crate) fn dedup(seen: Vec<Rejected>) -> Vec<Rejected> {
     let mut out: Vec<(Rejected, usize)> = Vec::new();
     for r in seen {
         match out.iter_mut().find(|(o, _)| *o == r) {
@@ -249,7 +247,7 @@ pub(crate) enum Rejected {
 
 impl Trust {
     /// Judges one signature: the trusted key that made it for `digest`, or why not.
-    fn judge(&self, digest: &Digest, s: &Signature) -> Result<&PublicKey, Rejected> {
+    pub(crate) fn judge(&self, digest: &Digest, s: &Signature) -> Result<&PublicKey, Rejected> {
         let b64 = base64::engine::general_purpose::STANDARD;
         let (Ok(payload), Ok(sig)) = (b64.decode(&s.payload), b64.decode(&s.signature)) else {
             return Err(Rejected::Skipped("a signature that is not base64".into()));
@@ -320,258 +318,10 @@ impl Trust {
     }
 }
 
-/// Where a module file's signature is kept: `<file>.sig`, base64 of the DER
-/// signature over the file's bytes, as `cosign sign-blob --key` writes it.
-pub fn blob_signature_path(file: &Path) -> PathBuf {
-    let mut name = file.as_os_str().to_os_string();
-    name.push(".sig");
-    PathBuf::from(name)
-}
-
-/// The most a blob signature file may weigh (one is about 100 bytes).
-const BLOB_SIGNATURE_MAX: u64 = 4 << 10;
-
-impl Trust {
-    /// The key that signed module file `file` (whose bytes are `bytes`), by
-    /// the signature beside it (`<file>.sig`, cosign's `sign-blob` format);
-    /// an error naming `module` when none did and one must have.
-    pub fn check_file(
-        &self,
-        module: &str,
-        file: &Path,
-        bytes: &[u8],
-    ) -> Result<Option<&PublicKey>, OciError> {
-        let at = blob_signature_path(file);
-        let mut seen = Vec::new();
-        match std::fs::metadata(&at) {
-            Err(e) if e.kind() == std::io::ErrorKind::NotFound => {}
-            Err(e) => return Err(OciError::file(&at, e)),
-            Ok(m) if m.len() > BLOB_SIGNATURE_MAX => seen.push(Rejected::Skipped(format!(
-                "{} is larger than {BLOB_SIGNATURE_MAX} bytes",
-                at.display()
-            ))),
-            Ok(_) => {
-                let text = std::fs::read_to_string(&at).map_err(|e| OciError::file(&at, e))?;
-                let b64 = base64::engine::general_purpose::STANDARD;
-                match b64.decode(text.trim()) {
-                    Err(_) => seen.push(Rejected::Skipped(format!("{} is not base64", at.display()))),
-                    Ok(sig) => match self.keys.iter().find(|k| k.verifies(bytes, &sig)) {
-                        Some(key) => return Ok(Some(key)),
-                        None => seen.push(Rejected::Skipped(format!(
-                            "{} is not by a key trusted",
-                            at.display()
-                        ))),
-                    },
-                }
-            }
-        }
-        self.none_verified(module, seen)
-    }
-}
-
 /// The most layers of one signature image Berth reads: cosign adds one per
 /// signing, so a module signed by each key of a rotation has a few. Layers
 /// past it are not fetched.
 pub const SIGNATURE_LAYERS_MAX: usize = 32;
-
-/// The media type of a container image's config: what a signature image has.
-const IMAGE_CONFIG_MEDIA_TYPE: &str = "application/vnd.oci.image.config.v1+json";
-
-impl Registry {
-    /// The manifest of the image holding `reference`'s signatures, answered
-    /// whatever way (404: none yet).
-    async fn signature_image(
-        &self,
-        reference: &Reference,
-        tag: &str,
-    ) -> Result<crate::http::Response, OciError> {
-        self.call_any(Call {
-            method: "GET",
-            target: self.target(format!("/v2/{}/manifests/{tag}", reference.repository)),
-            headers: vec![("Accept", MANIFEST_MEDIA_TYPE.to_string())],
-            body: Bytes::new(),
-            limit: DOCUMENT_MAX,
-            what: format!("the signatures of {reference}"),
-        })
-        .await
-    }
-
-    /// The first signature stored beside manifest `digest` (cosign's
-    /// layout) that `trust` accepts, read one layer at a time: junk layers
-    /// (too large, unreadable, not signed by a trusted key) are skipped,
-    /// at most [`SIGNATURE_LAYERS_MAX`] are read, and reading stops at the
-    /// first that passes. `None` when none passed and none is required.
-    pub async fn verify<'t>(
-        &self,
-        module: &str,
-        reference: &Reference,
-        digest: &Digest,
-        trust: &'t Trust,
-    ) -> Result<Option<Verified<'t>>, OciError> {
-        let mut seen = Vec::new();
-        if let Some(verified) = self.verify_simple(reference, digest, trust, &mut seen).await? {
-            return Ok(Some(verified));
-        }
-        // cosign's current format: a bundle attached as a referrer.
-        if let Some((key, bundle)) = self.verify_bundles(reference, digest, trust, &mut seen).await? {
-            return Ok(Some(Verified {
-                key,
-                kept: Kept::Bundle(bundle),
-            }));
-        }
-        trust.none_verified(module, dedup(seen))
-    }
-
-    /// The first `.sig`-tag signature that `trust` accepts; what else was
-    /// found goes to `seen`.
-    async fn verify_simple<'t>(
-        &self,
-        reference: &Reference,
-        digest: &Digest,
-        trust: &'t Trust,
-        seen: &mut Vec<Rejected>,
-    ) -> Result<Option<Verified<'t>>, OciError> {
-        let repo = &reference.repository;
-        let tag = signature_tag(digest);
-        let response = self.signature_image(reference, &tag).await?;
-        if response.status == 404 {
-            return Ok(None);
-        }
-        if response.status != 200 {
-            return Err(OciError::Status {
-                registry: self.name.clone(),
-                what: format!("the signatures of {reference}"),
-                status: response.status,
-                message: error_message(&response),
-            });
-        }
-        let at = format!("{reference} ({tag})");
-        let manifest: Manifest = serde_json::from_slice(&response.body).map_err(|e| OciError::Artifact {
-            at: at.clone(),
-            why: format!("its signature manifest does not parse: {e}"),
-        })?;
-        let b64 = base64::engine::general_purpose::STANDARD;
-        let layers: Vec<&Descriptor> = manifest
-            .layers
-            .iter()
-            .filter(|l| {
-                l.media_type == PAYLOAD_MEDIA_TYPE && l.annotations.contains_key(SIGNATURE_ANNOTATION)
-            })
-            .collect();
-        for layer in layers.iter().take(SIGNATURE_LAYERS_MAX) {
-            let skip = |why: String| Rejected::Skipped(why);
-            if layer.size > PAYLOAD_MAX as u64 {
-                seen.push(skip(format!(
-                    "a payload of {} bytes (at most {PAYLOAD_MAX})",
-                    layer.size
-                )));
-                continue;
-            }
-            let payload = match Digest::parse(&layer.digest) {
-                Ok(d) => self.blob(repo, &d, PAYLOAD_MAX, "a signed payload", &at).await,
-                Err(e) => Err(e),
-            };
-            let payload = match payload {
-                Ok(payload) => payload,
-                Err(e) => {
-                    seen.push(skip(format!("a payload that could not be read ({e})")));
-                    continue;
-                }
-            };
-            let signature = Signature {
-                payload: b64.encode(&payload),
-                signature: layer.annotations[SIGNATURE_ANNOTATION].clone(),
-            };
-            match trust.judge(digest, &signature) {
-                Ok(key) => {
-                    return Ok(Some(Verified {
-                        key,
-                        kept: Kept::Simple(signature),
-                    }));
-                }
-                Err(why) => seen.push(why),
-            }
-        }
-        if layers.len() > SIGNATURE_LAYERS_MAX {
-            seen.push(Rejected::Skipped(format!(
-                "{} more signature layers not read (at most {SIGNATURE_LAYERS_MAX})",
-                layers.len() - SIGNATURE_LAYERS_MAX
-            )));
-        }
-        Ok(None)
-    }
-
-    /// Signs manifest `digest` with `key` and adds the signature to those
-    /// stored beside it; returns the tag they are stored under.
-    pub async fn sign(
-        &self,
-        reference: &Reference,
-        digest: &Digest,
-        key: &SigningKey,
-    ) -> Result<String, OciError> {
-        let repo = &reference.repository;
-        let tag = signature_tag(digest);
-        let payload = payload(reference, digest);
-        let annotation = key.sign(&payload)?;
-        let existing = self.signature_image(reference, &tag).await?;
-        let mut layers = match existing.status {
-            200 => serde_json::from_slice::<Manifest>(&existing.body)
-                .map(|m| m.layers)
-                .unwrap_or_default(),
-            _ => Vec::new(),
-        };
-        // Only what could be a signature, the newest, so the new one is read.
-        layers.retain(|l| {
-            l.media_type == PAYLOAD_MEDIA_TYPE
-                && l.size <= PAYLOAD_MAX as u64
-                && l.annotations.contains_key(SIGNATURE_ANNOTATION)
-        });
-        let old = layers.len().saturating_sub(SIGNATURE_LAYERS_MAX - 1);
-        layers.drain(..old);
-        let payload_digest = Digest::of(&payload);
-        self.upload(repo, Bytes::from(payload.clone())).await?;
-        layers.push(Descriptor {
-            media_type: PAYLOAD_MEDIA_TYPE.into(),
-            digest: payload_digest.to_string(),
-            size: payload.len() as u64,
-            annotations: [(SIGNATURE_ANNOTATION.to_string(), annotation)].into(),
-        });
-        // The image config cosign writes: one diff id per layer, nothing else.
-        let config = serde_json::json!({
-            "architecture": "",
-            "created": "0001-01-01T00:00:00Z",
-            "history": [{"created": "0001-01-01T00:00:00Z"}],
-            "os": "",
-            "rootfs": {"type": "layers", "diff_ids": layers.iter().map(|l| l.digest.clone()).collect::<Vec<_>>()},
-            "config": {},
-        });
-        let config = serde_json::to_vec(&config).expect("a config serializes");
-        self.upload(repo, Bytes::from(config.clone())).await?;
-        let manifest = Manifest {
-            schema_version: 2,
-            media_type: Some(MANIFEST_MEDIA_TYPE.into()),
-            config: Descriptor {
-                media_type: IMAGE_CONFIG_MEDIA_TYPE.into(),
-                digest: Digest::of(&config).to_string(),
-                size: config.len() as u64,
-                annotations: Default::default(),
-            },
-            artifact_type: None,
-            layers,
-            annotations: Default::default(),
-        };
-        self.call(Call {
-            method: "PUT",
-            target: self.target(format!("/v2/{repo}/manifests/{tag}")),
-            headers: vec![("Content-Type", MANIFEST_MEDIA_TYPE.to_string())],
-            body: Bytes::from(serde_json::to_vec(&manifest).expect("a manifest serializes")),
-            limit: DOCUMENT_MAX,
-            what: format!("storing the signatures of {reference}"),
-        })
-        .await?;
-        Ok(tag)
-    }
-}
 
 #[cfg(test)]
 mod tests {
