@@ -86,7 +86,17 @@ impl AgentProcess {
     }
 
     pub fn start(&mut self) {
-        self.child = Some(agent_logged(&self.config, &self.log));
+        self.child = Some(agent_logged(&self.config, &self.log, &[]));
+    }
+
+    /// Starts it with `env` set besides the test's own environment.
+    pub fn start_with(&mut self, env: &[(&str, &Path)]) {
+        self.child = Some(agent_logged(&self.config, &self.log, env));
+    }
+
+    /// SIGTERM: the agent stops as a service manager stops it.
+    pub fn terminate(&self) {
+        self.signal(libc::SIGTERM);
     }
 
     /// The process id, while it runs.

@@ -73,8 +73,10 @@ pub fn berth_logged(command: &str, config: &Path, log: &Path) -> Child {
 }
 
 /// Starts the `berth-agent` binary (what nodes install) with `--config CONFIG`.
-pub fn agent_logged(config: &Path, log: &Path) -> Child {
-    logged(&mut Command::new(bin("berth-agent")), config, log)
+pub fn agent_logged(config: &Path, log: &Path, env: &[(&str, &Path)]) -> Child {
+    let mut command = Command::new(bin("berth-agent"));
+    command.envs(env.iter().copied());
+    logged(&mut command, config, log)
 }
 
 fn logged(command: &mut Command, config: &Path, log: &Path) -> Child {

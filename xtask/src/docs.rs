@@ -175,7 +175,17 @@ fn walk_of(text: &str) -> Option<String> {
 
 pub fn walks() -> anyhow::Result<()> {
     crate::build_bins()?;
-    let bins = root().join("target/debug");
+    walk_all(Some(&root().join("target/debug")))
+}
+
+/// The walks with the binaries the packages installed (`/usr/bin`), nothing
+/// of `target/` on the PATH.
+pub fn walks_installed() -> anyhow::Result<()> {
+    walk_all(None)
+}
+
+/// Every walk, with `bins` first on the PATH if given.
+fn walk_all(bins: Option<&Path>) -> anyhow::Result<()> {
     let mut ran = 0;
     for page in pages()? {
         let Some(script) = walk_of(&std::fs::read_to_string(&page)?) else {
@@ -183,7 +193,7 @@ pub fn walks() -> anyhow::Result<()> {
         };
         let name = page.strip_prefix(root()).unwrap_or(&page).display().to_string();
         println!("xtask: walking {name}");
-        walk(&name, &script, &bins)?;
+        walk(&name, &script, bins)?;
         ran += 1;
     }
     if ran == 0 {
@@ -193,10 +203,18 @@ pub fn walks() -> anyhow::Result<()> {
     Ok(())
 }
 
-fn walk(name: &str, script: &str, bins: &Path) -> anyhow::Result<()> {
+fn walk(name: &str, script: &str, bins: Option<&Path>) -> anyhow::Result<()> {
     use std::os::unix::process::CommandExt;
     let dir = tempfile_dir(name)?;
-    let path = format!("{}:{}", bins.display(), std::env::var("PATH").unwrap_or_default());
+    let system = std::env::var("PATH").unwrap_or_default();
+    let path = match bins {
+        Some(bins) => format!("{}:{system}", bins.display()),
+        None => system
+            .split(':')
+            .filter(|p| !p.contains("/target/") && !p.ends_with("/.cargo/bin"))
+            .collect::<Vec<_>>()
+            .join(":"),
+    };
     let mut child = Command::new("bash")
         .args(["-euo", "pipefail", "-c", script])
         .current_dir(&dir)

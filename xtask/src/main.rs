@@ -10,7 +10,8 @@
 //! - `reliability`: the long crash-loop, plugin-fault and hostile-input runs;
 //! - `lint`: rustfmt and clippy, as CI runs them;
 //! - `docs`: build the book (docs/) and check its links;
-//! - `walks`: run every walk of the book and the README as written.
+//! - `walks`: run every walk of the book and the README as written;
+//! - `dist`, `dist-check`: the packages and the image; installed and run.
 
 use std::path::{Path, PathBuf};
 use std::process::Command;
@@ -19,6 +20,9 @@ use anyhow::{Context, bail};
 
 mod demo;
 mod demo_docker;
+mod dist;
+mod dist_check;
+mod dist_image;
 mod dockerd;
 mod docs;
 mod python;
@@ -71,7 +75,14 @@ commands:
           volume removed and nothing left on the plugin; and what -v adds to docker run
   lint    cargo fmt --check and cargo clippy --all-targets -D warnings
   docs    build the book (docs/, mdBook from PyPI) into target/book; fail on a broken link
-  walks   run every walk of the book and the README (blocks fenced sh,walk) as written";
+  walks   run every walk of the book and the README (blocks fenced sh,walk) as written
+  dist    what operators install, into target/dist: the berth, berth-agent and
+          berth-hostpath-plugin Debian packages (units, config, man pages, completions)
+          and an OCI image built from scratch (--profile P, default dist; --no-image)
+  dist-check
+          as root: install the packages with dpkg, check them and their units
+          (systemd-analyze verify), run every walk with the installed binaries, run the
+          image with podman (a server in a container publishes a volume), purge";
 
 fn main() {
     let args: Vec<String> = std::env::args().skip(1).collect();
@@ -83,6 +94,8 @@ fn main() {
         Some("lint") => lint(),
         Some("docs") => docs::docs(),
         Some("walks") => docs::walks(),
+        Some("dist") => dist::dist(&args[1..]),
+        Some("dist-check") => dist_check::dist_check(),
         Some("guests") => guests(),
         Some("policy-new") => build_bins().and_then(|()| scaffold::check()),
         Some("bench") => bench(&args[1..]),
@@ -233,7 +246,7 @@ fn ensure_pynacl() -> anyhow::Result<()> {
 
 /// `program` on the PATH, from Debian's `package` (apt-get, as root
 /// directly, otherwise through sudo) when it is not there yet.
-fn ensure_package(program: &str, package: &str) -> anyhow::Result<()> {
+pub(crate) fn ensure_package(program: &str, package: &str) -> anyhow::Result<()> {
     ensure_installed(program, package, || {
         succeeds(Command::new(program).arg("--version"))
     })
@@ -272,7 +285,7 @@ fn ensure_installed(program: &str, package: &str, found: impl Fn() -> bool) -> a
 }
 
 /// Whether this process runs as root (uid 0).
-fn found_root() -> bool {
+pub(crate) fn found_root() -> bool {
     std::fs::read_to_string("/proc/self/status").is_ok_and(|s| {
         s.lines()
             .find_map(|l| l.strip_prefix("Uid:"))
@@ -315,22 +328,21 @@ fn reliability(extra: &[String]) -> anyhow::Result<()> {
     run(cmd)
 }
 
+/// The binaries Berth ships (`berth`, `berth-agent`, the sample plugin),
+/// built with cargo profile `profile`.
+fn build_shipped(profile: &str) -> anyhow::Result<()> {
+    let mut bins = cargo();
+    bins.args(["build", "--profile", profile, "--bins"]);
+    for package in ["berth", "berth-agent-bin", "hostpath-plugin"] {
+        bins.args(["--package", package]);
+    }
+    run(bins)
+}
+
 /// A benchmark of `berth-tests` that starts the release binaries.
 fn release_bench(name: &str, extra: &[String]) -> anyhow::Result<()> {
     guests()?;
-    let mut bins = cargo();
-    bins.args([
-        "build",
-        "--release",
-        "--bins",
-        "--package",
-        "berth",
-        "--package",
-        "berth-agent-bin",
-        "--package",
-        "hostpath-plugin",
-    ]);
-    run(bins)?;
+    build_shipped("release")?;
     let mut cmd = cargo();
     cmd.env("BERTH_TEST_PREBUILT", "1")
         .args(["bench", "--package", "berth-tests", "--bench", name, "--"])

@@ -3,15 +3,14 @@
 
 use std::process::ExitCode;
 
-use berth_agent::command::{AgentArgs, run};
+use berth_agent::command::{ABOUT, AgentArgs, run};
 use clap::Parser;
 
 #[global_allocator]
 static ALLOCATOR: mimalloc::MiMalloc = mimalloc::MiMalloc;
 
-/// The Berth node agent: this node's CSI node plugins, driven by `berth serve`.
 #[derive(Parser)]
-#[command(name = "berth-agent", version)]
+#[command(name = "berth-agent", version, about = ABOUT)]
 struct Cli {
     #[command(flatten)]
     agent: AgentArgs,

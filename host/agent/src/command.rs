@@ -14,6 +14,9 @@ use crate::config::{AgentConfig, AgentDocker};
 use crate::docker::{DockerPlugin, DockerSettings, LeaderVolumes, bind, serve};
 use crate::{Agent, AgentSpec, dial};
 
+/// What `berth-agent --help` and its man page say it is.
+pub const ABOUT: &str = "The Berth node agent: this node's CSI node plugins, driven by `berth serve`.";
+
 #[derive(Debug, Args)]
 #[command(after_help = "\
 The agent owns this node's CSI node plugins: it fingerprints them, registers the node with
@@ -30,11 +33,29 @@ pub struct AgentArgs {
     /// agent has its certificate; overrides `token` in the config.
     #[arg(long, env = "BERTH_JOIN_TOKEN", hide_env_values = true)]
     pub token: Option<String>,
+    /// Read and check the configuration, say what it sets up, and exit
+    /// (0 when valid); nothing is dialed or opened.
+    #[arg(long)]
+    pub check: bool,
 }
 
 /// Runs the agent until SIGTERM or Ctrl-C (or the server refuses it).
 pub async fn run(args: AgentArgs) -> anyhow::Result<ExitCode> {
     let c = AgentConfig::load(&args.config).map_err(anyhow::Error::msg)?;
+    if args.check {
+        let watched = c.plugin_dir.as_ref().map_or(String::new(), |d| {
+            format!(" and those appearing in {}", d.display())
+        });
+        println!(
+            "{}: valid; node {}, {} server(s), {} node plugin(s){watched}, Docker's plugin {}",
+            args.config.display(),
+            c.node,
+            c.servers.len(),
+            c.plugins.len(),
+            if c.docker.is_some() { "on" } else { "off" },
+        );
+        return Ok(ExitCode::SUCCESS);
+    }
     metrics::listener::raise_descriptor_limit();
     let readiness = metrics::readiness();
     let _http = match c.metrics {
@@ -75,12 +96,17 @@ pub async fn run(args: AgentArgs) -> anyhow::Result<ExitCode> {
         Some(d) => Some(docker_plugin(&agent, &d, &dir)?),
         None => None,
     };
+    let notify = metrics::notify::when_ready(readiness.clone());
     let listed: Vec<String> = servers.iter().map(ToString::to_string).collect();
     tracing::info!(node = %agent.name(), servers = ?listed, "agent started");
     let ended = tokio::select! {
         why = dial::run(agent, servers, token, dir) => Err(anyhow::anyhow!("the server refused this agent: {why}")),
         () = shutdown() => Ok(ExitCode::SUCCESS),
     };
+    metrics::notify::stopping();
+    if let Some(notify) = notify {
+        notify.abort();
+    }
     if let Some((task, socket)) = docker {
         task.abort();
         let _ = std::fs::remove_file(socket);

@@ -12,6 +12,7 @@ mod labels;
 pub mod listener;
 pub mod live;
 pub mod logging;
+pub mod notify;
 pub mod readiness;
 
 use std::sync::{LazyLock, OnceLock};

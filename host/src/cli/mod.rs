@@ -4,6 +4,7 @@ mod agent;
 mod client;
 mod cluster;
 mod health;
+mod manual;
 mod node;
 mod plugin;
 mod plugin_check;
@@ -95,6 +96,12 @@ pub enum Command {
         #[command(flatten)]
         api: client::ApiArgs,
     },
+    /// Shell completions for berth or berth-agent, on stdout (for example
+    /// `berth completions bash > /etc/bash_completion.d/berth`).
+    Completions(manual::CompletionsArgs),
+    /// Man pages for berth, each subcommand and berth-agent, into a directory.
+    #[command(hide = true)]
+    Manual(manual::ManualArgs),
     /// Nodes and their CSI node plugins (through `berth serve`).
     Node {
         #[command(subcommand)]
@@ -142,6 +149,8 @@ pub async fn run(cli: Cli) -> anyhow::Result<ExitCode> {
         Command::Status { api } => status::status(api, cli.output).await,
         Command::Node { command, api } => node::run(command, api, cli.output).await,
         Command::Cluster { command, api } => cluster::run(command, api, cli.output).await,
+        Command::Completions(args) => manual::completions(&args),
+        Command::Manual(args) => manual::manual(&args),
     }
 }
 

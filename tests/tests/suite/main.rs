@@ -27,6 +27,7 @@ mod registry;
 mod registry_credentials;
 mod reliability;
 mod sample_plugin;
+mod service_manager;
 mod signatures;
 mod spec_rules;
 mod split_roles;

@@ -146,45 +146,6 @@ fn json_logs_carry_the_volume_the_step_and_the_attempt() {
     }
 }
 
-/// The example systemd units start real commands, and wait on the `/readyz`
-/// of the port their comment tells the operator to configure.
-#[test]
-fn the_example_systemd_units_start_real_commands_and_wait_for_readyz() {
-    let dir = concat!(env!("CARGO_MANIFEST_DIR"), "/../examples/systemd");
-    for (unit, command) in [("berth-serve.service", "serve"), ("berth-agent.service", "agent")] {
-        let text = std::fs::read_to_string(format!("{dir}/{unit}")).unwrap();
-        let value = |key: &str| {
-            text.lines()
-                .find_map(|l| l.strip_prefix(&format!("{key}=")))
-                .unwrap_or_else(|| panic!("{unit} has no {key}"))
-                .to_string()
-        };
-        let start = value("ExecStart");
-        let words: Vec<&str> = start.split_whitespace().collect();
-        assert_eq!(words[..2], ["/usr/local/bin/berth", command], "{unit}");
-        // The arguments are the command's own: only the missing file is refused.
-        let out = berth_tests::berth(&[command, words[2], "/nonexistent/berth-unit.toml"]);
-        let (_, err) = berth_tests::texts(&out);
-        assert!(!out.status.success());
-        assert!(err.contains("/nonexistent/berth-unit.toml"), "{unit}: {err}");
-
-        let port = text
-            .split("metrics = \"127.0.0.1:")
-            .nth(1)
-            .and_then(|rest| rest.split('"').next())
-            .unwrap_or_else(|| panic!("{unit} names no metrics port"));
-        let post = value("ExecStartPost");
-        assert!(
-            post.ends_with(&format!("http://127.0.0.1:{port}/readyz")),
-            "{unit}: {post}"
-        );
-        assert!(
-            post.contains("--fail") && post.contains("--retry"),
-            "{unit}: {post}"
-        );
-    }
-}
-
 /// `berth serve` answers its first request once its in-process nodes are
 /// connected: the first `node list` shows every node ready and every node
 /// plugin fingerprinted, never "unknown" while the agents start.

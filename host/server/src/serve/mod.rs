@@ -251,10 +251,15 @@ pub async fn run(
         .as_ref()
         .map(|d| docker_plugin(&config, d))
         .transpose()?;
+    let notify = metrics::notify::when_ready(metrics::readiness().clone());
     let result = match config.etcd.clone() {
         Some(settings) => replicated::run(config, config_path, settings, shutdown).await,
         None => embedded(config, config_path, shutdown).await,
     };
+    metrics::notify::stopping();
+    if let Some(notify) = notify {
+        notify.abort();
+    }
     if let Some(http) = http {
         http.abort();
     }

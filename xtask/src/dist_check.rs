@@ -1,0 +1,232 @@
+//! `cargo xtask dist-check`: what `cargo xtask dist` made, installed and run
+//! as an operator would (as root, on this machine):
+//!
+//! 1. the three packages installed with dpkg; the binaries, man pages,
+//!    completions, the berth user and the packaged config checked;
+//! 2. the units checked with `systemd-analyze verify`;
+//! 3. every walk of the README and the book run with the installed
+//!    binaries (nothing of `target/` on the PATH);
+//! 4. the image loaded into podman: its binaries run, and a server in a
+//!    container creates and publishes a volume through the sample plugin;
+//! 5. the packages purged: the store and the berth user stay.
+
+use std::path::{Path, PathBuf};
+use std::process::{Child, Command, Stdio};
+use std::time::{Duration, Instant};
+
+use anyhow::{Context, bail, ensure};
+
+use crate::dist::{VERSION, out_dir};
+use crate::dist_image::{Podman, TAG};
+use crate::run;
+
+const PACKAGES: [&str; 3] = ["berth", "berth-agent", "berth-hostpath-plugin"];
+const UNITS: [&str; 2] = [
+    "/usr/lib/systemd/system/berth-serve.service",
+    "/usr/lib/systemd/system/berth-agent.service",
+];
+
+pub fn dist_check() -> anyhow::Result<()> {
+    ensure!(
+        crate::found_root(),
+        "dist-check installs packages: run it as root"
+    );
+    let out = out_dir();
+    let debs: Vec<PathBuf> = PACKAGES
+        .iter()
+        .map(|p| out.join(format!("{p}_{VERSION}_{}.deb", crate::dist::architecture())))
+        .collect();
+    for deb in &debs {
+        ensure!(
+            deb.exists(),
+            "{} is missing: run `cargo xtask dist` first",
+            deb.display()
+        );
+    }
+    let mut install = Command::new("dpkg");
+    install.arg("--install").args(&debs);
+    run(install)?;
+    let checked = installed()
+        .and_then(|()| units())
+        .and_then(|()| crate::docs::walks_installed());
+    let imaged = checked.and_then(|()| image(&out));
+    let purged = purge();
+    imaged?;
+    purged?;
+    println!(
+        "xtask: dist-check passed: packages installed, units verified, walks and image run, packages purged"
+    );
+    Ok(())
+}
+
+fn output(program: &str, args: &[&str]) -> anyhow::Result<String> {
+    let out = Command::new(program)
+        .args(args)
+        .stdin(Stdio::null())
+        .output()
+        .with_context(|| format!("running {program}"))?;
+    let text = format!(
+        "{}{}",
+        String::from_utf8_lossy(&out.stdout),
+        String::from_utf8_lossy(&out.stderr)
+    );
+    ensure!(
+        out.status.success(),
+        "{program} {} failed: {text}",
+        args.join(" ")
+    );
+    Ok(text)
+}
+
+fn installed() -> anyhow::Result<()> {
+    for bin in ["/usr/bin/berth", "/usr/bin/berth-agent"] {
+        let v = output(bin, &["--version"])?;
+        ensure!(v.contains(VERSION), "{bin} --version says {v}");
+    }
+    output("/usr/bin/hostpath-plugin", &["--help"])?;
+    for file in [
+        "/usr/share/man/man1/berth.1.gz",
+        "/usr/share/man/man1/berth-volume-create.1.gz",
+        "/usr/share/man/man1/berth-agent.1.gz",
+        "/usr/share/bash-completion/completions/berth",
+        "/usr/share/zsh/vendor-completions/_berth-agent",
+        "/usr/share/fish/vendor_completions.d/berth.fish",
+        "/usr/lib/docker/plugins/berth.spec",
+    ] {
+        ensure!(Path::new(file).exists(), "the packages did not install {file}");
+    }
+    output("getent", &["passwd", "berth"]).context("the berth user")?;
+    output(
+        "/usr/bin/berth",
+        &["serve", "--check", "--config", "/etc/berth/berth.toml"],
+    )?;
+    println!("xtask: packages installed; binaries, man pages, completions, user and config in place");
+    Ok(())
+}
+
+fn units() -> anyhow::Result<()> {
+    crate::ensure_package("systemd-analyze", "systemd")?;
+    let text = output("systemd-analyze", &[&["verify"][..], &UNITS[..]].concat())?;
+    // verify prints what it finds wrong and may still exit 0 for some of it.
+    let complaints: Vec<&str> = text
+        .lines()
+        .filter(|l| l.contains("berth"))
+        .filter(|l| !l.trim().is_empty())
+        .collect();
+    ensure!(
+        complaints.is_empty(),
+        "systemd-analyze verify: {}",
+        complaints.join("\n")
+    );
+    println!("xtask: systemd-analyze verify passes both units");
+    Ok(())
+}
+
+fn purge() -> anyhow::Result<()> {
+    let mut purge = Command::new("dpkg");
+    purge.arg("--purge").args(PACKAGES);
+    run(purge)?;
+    output("getent", &["passwd", "berth"]).context("the berth user is gone after a purge")?;
+    Ok(())
+}
+
+/// Kills and reaps a process when dropped.
+struct Reaped(Child);
+
+impl Drop for Reaped {
+    fn drop(&mut self) {
+        let _ = self.0.kill();
+        let _ = self.0.wait();
+    }
+}
+
+fn wait_until(what: &str, timeout: Duration, mut done: impl FnMut() -> bool) -> anyhow::Result<()> {
+    let started = Instant::now();
+    while !done() {
+        if started.elapsed() > timeout {
+            bail!("{what}: not within {timeout:?}");
+        }
+        std::thread::sleep(Duration::from_millis(200));
+    }
+    Ok(())
+}
+
+/// The image's binaries run, and `berth serve` in a container, its state
+/// on a mounted directory, creates and publishes a volume through the
+/// sample plugin (installed on this machine) for the installed CLI.
+fn image(out: &Path) -> anyhow::Result<()> {
+    let podman = Podman::new(out.join("podman-check"));
+    let archive = out.join(format!("berth-image-{VERSION}.tar"));
+    let loaded = podman.ok(&["load", "--input", &archive.display().to_string()])?;
+    let image = format!("{TAG}:{VERSION}");
+    ensure!(loaded.contains(&image), "podman load: {loaded}");
+    for (bin, arg) in [("berth", "--version"), ("berth-agent", "--version")] {
+        let v = podman.ok(&[&["run", "--rm"][..], &Podman::RUN, &[&image, bin, arg]].concat())?;
+        ensure!(v.contains(VERSION), "{bin} in the image says {v}");
+    }
+    let dir = out.join("image-check");
+    let _ = std::fs::remove_dir_all(&dir);
+    std::fs::create_dir_all(&dir)?;
+    let plugin = Reaped(
+        Command::new("/usr/bin/hostpath-plugin")
+            .args(["--endpoint", "csi.sock", "--state-dir", "volumes"])
+            .current_dir(&dir)
+            .stdout(Stdio::null())
+            .stderr(Stdio::null())
+            .spawn()
+            .context("starting the sample plugin")?,
+    );
+    std::fs::write(
+        dir.join("berth.toml"),
+        "state = \"state/berth.redb\"\n\n[[plugin]]\nname = \"hostpath\"\ncontroller = \"csi.sock\"\n\n\
+         [[node]]\nname = \"node-a\"\ndir = \"node-a\"\nplugins = { hostpath = \"csi.sock\" }\n",
+    )?;
+    // The same path inside as outside: the plugin, outside, is handed the
+    // node's paths the server chose inside.
+    let mount = format!("{0}:{0}", dir.display());
+    let config = dir.join("berth.toml").display().to_string();
+    let name = "berth-dist-check";
+    let _ = podman.output(&["rm", "--force", name]);
+    let serve = [&image, "berth", "serve", "--config", &config];
+    podman.ok(&[
+        &["run", "--detach", "--name", name, "--volume", &mount][..],
+        &Podman::RUN,
+        &serve,
+    ]
+    .concat())?;
+    let api = dir.join("state/berth.sock").display().to_string();
+    let berth = |args: &[&str]| output("/usr/bin/berth", &[args, &["--api", &api][..]].concat());
+    let result = wait_until(
+        "the server in the container answering",
+        Duration::from_secs(60),
+        || berth(&["status"]).is_ok(),
+    )
+    .and_then(|()| {
+        berth(&[
+            "volume", "create", "smoke", "--plugin", "hostpath", "--size", "1MiB", "--wait",
+        ])
+    })
+    .and_then(|_| berth(&["volume", "publish", "smoke", "--wait"]))
+    .and_then(|_| berth(&["volume", "get", "smoke"]))
+    .and_then(|get| {
+        ensure!(get.contains("published"), "the volume is not published: {get}");
+        berth(&["volume", "unpublish", "smoke", "--wait"])?;
+        berth(&["volume", "delete", "smoke", "--wait"])
+    });
+    let logs = podman.output(&["logs", name]);
+    let _ = podman.output(&["rm", "--force", "--time", "5", name]);
+    drop(plugin);
+    let _ = podman.output(&["rmi", "--all", "--force"]);
+    match result {
+        Ok(_) => {
+            println!("xtask: the image's berth serve created, published and deleted a volume");
+            Ok(())
+        }
+        Err(e) => {
+            if let Ok(l) = logs {
+                eprintln!("{}", String::from_utf8_lossy(&l.stderr));
+            }
+            Err(e)
+        }
+    }
+}
