@@ -11,7 +11,10 @@ use clap::Parser;
 static ALLOCATOR: mimalloc::MiMalloc = mimalloc::MiMalloc;
 
 fn main() -> ExitCode {
-    let args = cli::Cli::parse();
+    let args = match cli::Cli::try_parse() {
+        Ok(args) => args,
+        Err(e) => return cli::usage_error(e),
+    };
     // Long-running processes say what they start and change; commands only warn.
     let serve = matches!(args.command, cli::Command::Serve(_) | cli::Command::Agent(_));
     cli::init_logging(serve);

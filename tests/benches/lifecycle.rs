@@ -372,9 +372,10 @@ fn run(n: usize, setup: &Setup, volumes_dir: Option<&Path>) -> Run {
         each(n, |i| {
             let mut cl = client.clone();
             tokio::spawn(async move {
-                // Deleting unpublishes first.
+                // Deleting with force unpublishes first.
                 cl.delete_volume(api::DeleteVolumeRequest {
                     name: format!("vol-{i:06}"),
+                    force: true,
                 })
                 .await
                 .expect("delete");

@@ -125,7 +125,10 @@ pub async fn run_script(clients: Clients, s: Script) {
     if s.delete {
         let code = until_answered(&format!("delete {}", s.name), |attempt| {
             let mut cl = client(attempt);
-            let request = api::DeleteVolumeRequest { name: s.name.clone() };
+            let request = api::DeleteVolumeRequest {
+                name: s.name.clone(),
+                force: true,
+            };
             async move { cl.delete_volume(request).await }
         })
         .await;

@@ -186,10 +186,11 @@ fn create_volumes(d: &Demo) -> anyhow::Result<()> {
     create("scratch", &["--preferred", "zone=zone-2"])
 }
 
-/// Deletes everything and checks the plugin holds nothing.
+/// Deletes everything (what is still published is unpublished first:
+/// `--force`) and checks the plugin holds nothing.
 fn delete_all(d: &Demo) -> anyhow::Result<()> {
     for v in ["pg-data", "cache", "scratch"] {
-        d.berth(&["volume", "delete", v, "--wait"])?;
+        d.berth(&["volume", "delete", "--force", v, "--wait"])?;
     }
     d.berth(&["volume", "list"])?;
     let left = d.volumes_left()?;

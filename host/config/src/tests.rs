@@ -89,7 +89,7 @@ fn errors_name_the_key_at_fault() {
             "plugin[0].controller",
         ),
         (GOOD.replace("\"naming\"]", "\"nameing\"]"), "policy[0].decisions"),
-        (GOOD.replace("\"16MiB\"", "\"16MB\""), "policy[0].memory"),
+        (GOOD.replace("\"16MiB\"", "\"16XB\""), "policy[0].memory"),
         (
             GOOD.replace("name = \"node-a\"", "name = \"../x\""),
             "node[0].name",

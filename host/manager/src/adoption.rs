@@ -15,6 +15,7 @@ impl VolumeManager {
     /// else LIST_VOLUMES); one it does not know is refused.
     pub async fn import(&self, spec: VolumeSpec, volume_id: &str) -> Result<VolumeRecord, RequestError> {
         crate::validate_spec(&spec, &self.config)?;
+        self.new_name_ok(&spec.name)?;
         if spec.source.is_some() {
             return Err(RequestError::Invalid(
                 "from_snapshot/from_volume: an imported volume exists already".into(),

@@ -34,6 +34,7 @@ mod node_view;
 pub mod nodes;
 mod outcome;
 mod plan;
+mod plugin_waits;
 mod queue;
 mod reconcile;
 mod requests;
@@ -88,6 +89,24 @@ pub enum RequestError {
     /// What the caller may not touch (a node's Docker, beyond its scope).
     #[error(transparent)]
     Denied(#[from] tenancy::Denied),
+    #[error(transparent)]
+    InUse(#[from] InUse),
+    /// A field beyond its bounds (a new volume's name outside the rule...).
+    #[error(transparent)]
+    OutOfBounds(#[from] berth_model::bounds::OutOfBounds),
+}
+
+/// A volume asked to be deleted while it is published: a workload may be
+/// using it. Deleting it anyway (`force`) unpublishes it first.
+#[derive(Debug, thiserror::Error)]
+#[error(
+    "volume {volume} is published on {}: unpublish it first (`berth volume unpublish {volume}`), or delete it with --force to unpublish it everywhere and then delete it",
+    nodes.join(", ")
+)]
+pub struct InUse {
+    /// The volume's name, as the caller wrote it (shown escaped).
+    pub volume: String,
+    pub nodes: Vec<String>,
 }
 
 /// Counts for operators and monitoring, without listing every volume.

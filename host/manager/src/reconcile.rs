@@ -75,19 +75,19 @@ impl VolumeManager {
                     return self.finish(id, &record, &mut unwritten).await;
                 }
             }
-            // Capabilities decide which steps exist: never plan before they are known.
-            if let Some(waiting) = self.unfingerprinted(&record) {
-                tracing::debug!(volume = %record.spec.name, %waiting, "waiting for a fingerprint");
-                self.table.set_waiting(
-                    id,
-                    format!("waiting for the {waiting} to be fingerprinted"),
-                    now_ms(),
-                );
+            // Capabilities decide which steps exist: never plan before they
+            // are known, nor send work to a plugin that is not the driver
+            // configured.
+            if let Some(waiting) = self.held_back(&record) {
+                tracing::debug!(volume = %record.spec.name, %waiting, "held back");
+                self.table.set_waiting(id, waiting, now_ms());
                 self.wake_after(id, Duration::from_secs(1));
                 return self.finish(id, &record, &mut unwritten).await;
             }
-            self.table.clear_waiting(id);
+            // What it waited for is cleared once a step runs, not before:
+            // a volume that still waits keeps the time it began to.
             let Some(step) = next_step(&record, |node| self.caps(&record.spec.plugin, node)) else {
+                self.table.clear_waiting(id);
                 return self.finish(id, &record, &mut unwritten).await;
             };
             // A forgotten node's side is skipped: an operator declared it dead.
@@ -125,6 +125,7 @@ impl VolumeManager {
                 .await
             {
                 Ok(apply) => {
+                    self.table.clear_waiting(id);
                     apply(&mut record);
                     if record.retrying.take().is_some() {
                         self.deadlines.clear(id);
@@ -144,11 +145,14 @@ impl VolumeManager {
                     self.wake_after(id, after);
                     return self.finish(id, &record, &mut unwritten).await;
                 }
-                Err(e) => match self.failed(&record, &step, e, &mut unwritten).await {
-                    Ok(Some(latest)) => record = latest,
-                    Ok(None) => return,
-                    Err(e) => return self.retry_soon(&record, e),
-                },
+                Err(e) => {
+                    self.table.clear_waiting(id);
+                    match self.failed(&record, &step, e, &mut unwritten).await {
+                        Ok(Some(latest)) => record = latest,
+                        Ok(None) => return,
+                        Err(e) => return self.retry_soon(&record, e),
+                    }
+                }
             }
         }
     }
@@ -388,7 +392,38 @@ impl VolumeManager {
             step if step.operation().is_some() => format!("the volume is {}", r.state()),
             _ => return None,
         };
-        Some(self.event(step.label(), "OK", message))
+        let done = self.event(step.label(), "OK", message);
+        // A node plugin that stages does it within the node's step: its
+        // own event comes first on the way up, last on the way down.
+        let staging = match step {
+            Step::NodePublish(node) | Step::NodeUnpublish(node)
+                if self.caps(&r.spec.plugin, node).node_stage =>
+            {
+                node
+            }
+            _ => return Some(done),
+        };
+        Some(if let Step::NodePublish(_) = step {
+            let staged = self.event(
+                format!("NodeStageVolume on {staging}"),
+                "OK",
+                "the volume is staged on the node".into(),
+            );
+            Box::new(move |r: &mut VolumeRecord| {
+                staged(r);
+                done(r);
+            })
+        } else {
+            let unstaged = self.event(
+                format!("NodeUnstageVolume on {staging}"),
+                "OK",
+                "the volume is no longer staged on the node".into(),
+            );
+            Box::new(move |r: &mut VolumeRecord| {
+                done(r);
+                unstaged(r);
+            })
+        })
     }
 
     /// An event, as an effect to write with the change it describes.
@@ -397,41 +432,6 @@ impl VolumeManager {
         let at = now_ms();
         let texts = berth_model::EventTexts::new(step, code, message);
         Box::new(move |r: &mut VolumeRecord| r.note_texts(keep, at, texts.clone()))
-    }
-
-    /// A plugin this volume's next steps depend on that has no fingerprint yet.
-    /// Only the plugins the next steps can involve are waited for: a volume
-    /// that never reached its plugin is forgotten without any, and no node
-    /// step comes before the volume exists.
-    fn unfingerprinted(&self, r: &VolumeRecord) -> Option<String> {
-        if r.deleting && r.backend.is_none() && (r.csi_name.is_none() || !r.create_sent) {
-            return None;
-        }
-        let plugin = &r.spec.plugin;
-        let has_controller = self.config.plugin(plugin).is_some_and(|p| p.controller.is_some());
-        if has_controller
-            && self
-                .registry
-                .get(plugin)
-                .and_then(|p| p.status().fingerprint)
-                .is_none()
-        {
-            return Some(format!("controller of {plugin}"));
-        }
-        // No node step comes before the volume exists.
-        r.backend.as_ref()?;
-        // A publication no plugin has heard of is dropped without one.
-        r.publications
-            .iter()
-            .filter(|(_, p)| p.sent || (p.wanted && !r.deleting))
-            .map(|(node, _)| node)
-            .find(|node| {
-                self.nodes
-                    .plugin_status(node, plugin)
-                    .and_then(|s| s.fingerprint)
-                    .is_none()
-            })
-            .map(|node| format!("node plugin of {plugin} on {node}"))
     }
 
     pub(super) fn caps(&self, plugin: &str, node: &str) -> Caps {

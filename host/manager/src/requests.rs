@@ -25,6 +25,7 @@ impl VolumeManager {
         docker: DockerScope,
     ) -> Result<VolumeRecord, RequestError> {
         validate_spec(&spec, &self.config)?;
+        self.new_name_ok(&spec.name)?;
         self.check_requisite(&spec)?;
         if !spec.mutable_parameters.is_empty() {
             // CSI: CreateVolume carries them only to a plugin that can change them.
@@ -51,6 +52,15 @@ impl VolumeManager {
             }
             Inserted::Existing(r) => Ok(r),
         }
+    }
+
+    /// A name for a new volume follows Docker's rule; one that exists
+    /// already (made before the rule) keeps working, re-created included.
+    pub(super) fn new_name_ok(&self, name: &str) -> Result<(), RequestError> {
+        if self.id_of(name).is_ok() {
+            return Ok(());
+        }
+        Ok(berth_model::bounds::volume_name(name)?)
     }
 
     /// The volume of that operator name, as it is now.
@@ -215,8 +225,26 @@ impl VolumeManager {
         .await
     }
 
-    pub async fn delete(&self, name: &str) -> Result<VolumeRecord, RequestError> {
-        self.delete_checked(name, |_| Ok(())).await
+    /// Deletes the volume. One published somewhere is refused ([`InUse`])
+    /// unless `force`: then it is unpublished everywhere, then deleted.
+    pub async fn delete(&self, name: &str, force: bool) -> Result<VolumeRecord, RequestError> {
+        self.delete_checked(name, |r| {
+            let nodes: Vec<String> = r
+                .publications
+                .iter()
+                .filter(|(_, p)| p.wanted)
+                .map(|(node, _)| node.clone())
+                .collect();
+            if force || nodes.is_empty() {
+                return Ok(());
+            }
+            Err(crate::InUse {
+                volume: echo(name),
+                nodes,
+            }
+            .into())
+        })
+        .await
     }
 
     /// Deletes the volume if `may` allows it, judged on the record under

@@ -15,6 +15,8 @@ pub const LABEL_KEY_MAX: usize = 128;
 pub const LABEL_VALUE_MAX: usize = 256;
 /// An operator's name: bytes.
 pub const NAME_MAX: usize = 63;
+/// The longest name a new volume may have (Kubernetes' longest object name).
+pub const VOLUME_NAME_MAX: usize = 253;
 /// A plain name (a path component): bytes.
 pub const PLAIN_MAX: usize = 128;
 /// A node plugin's fingerprint as an agent reports it.
@@ -87,6 +89,29 @@ pub fn name(name: &str) -> Result<(), OutOfBounds> {
     }
 }
 
+/// A new volume's name, by Docker's rule for volume names: 1 to 253 ASCII
+/// letters, digits, '_', '.' or '-', starting with a letter or a digit. So
+/// every volume can be used from Docker (`docker run -v NAME:/data`) and
+/// named in a path or a shell without quoting. Volumes made before the rule
+/// keep their names.
+pub fn volume_name(name: &str) -> Result<(), OutOfBounds> {
+    let ok = name.len() <= VOLUME_NAME_MAX
+        && name.as_bytes().first().is_some_and(u8::is_ascii_alphanumeric)
+        && name
+            .bytes()
+            .all(|b| b.is_ascii_alphanumeric() || matches!(b, b'_' | b'.' | b'-'));
+    if ok {
+        Ok(())
+    } else {
+        Err(out(
+            format!("name {:?}", shown(name)),
+            format!(
+                "must be 1 to {VOLUME_NAME_MAX} letters, digits, '_', '.' or '-', starting with a letter or a digit (Docker's rule for volume names)"
+            ),
+        ))
+    }
+}
+
 /// Text of at most `max` bytes with no control characters.
 pub fn text(what: impl fmt::Display, value: &str, max: usize) -> Result<(), OutOfBounds> {
     if value.len() > max {
@@ -155,6 +180,28 @@ pub fn dir(what: &str, path: &str) -> Result<(), OutOfBounds> {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn new_volume_names_follow_dockers_rule() {
+        for ok in ["v", "pg-data", "db_1.main", "0abc", &"a".repeat(VOLUME_NAME_MAX)] {
+            assert_eq!(volume_name(ok), Ok(()), "{ok}");
+        }
+        for bad in [
+            "",
+            "../etc",
+            "vol/a",
+            "my vol",
+            ".hidden",
+            "a:b",
+            "-dash",
+            "_under",
+            "é",
+            &"a".repeat(VOLUME_NAME_MAX + 1),
+        ] {
+            let e = volume_name(bad).unwrap_err().to_string();
+            assert!(e.contains("Docker's rule"), "{bad:?}: {e}");
+        }
+    }
 
     #[test]
     fn plain_names_are_one_path_component() {

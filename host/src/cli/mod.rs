@@ -158,6 +158,45 @@ pub fn init_logging(serve: bool) {
     berth::metrics::logging::init(serve);
 }
 
+/// Bad usage: clap's own message, or with `-o json` on the command line the
+/// same as one JSON document on stderr (`code` null: refused on this side);
+/// exit status 2 either way. Help and version print as usual.
+pub fn usage_error(e: clap::Error) -> ExitCode {
+    use clap::error::ErrorKind;
+    let informational = matches!(
+        e.kind(),
+        ErrorKind::DisplayHelp
+            | ErrorKind::DisplayVersion
+            | ErrorKind::DisplayHelpOnMissingArgumentOrSubcommand
+    );
+    if informational || !json_asked(std::env::args().skip(1)) {
+        e.exit();
+    }
+    let rendered = e.render().to_string();
+    let message = rendered.trim().trim_start_matches("error: ");
+    eprintln!(
+        "{}",
+        serde_json::json!({"error": {"code": null, "message": message}})
+    );
+    ExitCode::from(2)
+}
+
+/// Whether `-o json` (in any of its spellings) is among `args`.
+fn json_asked(args: impl Iterator<Item = String>) -> bool {
+    let mut previous_was_flag = false;
+    for a in args {
+        if a == "--" {
+            return false;
+        }
+        if (previous_was_flag && a == "json") || ["--output=json", "-ojson", "-o=json"].contains(&a.as_str())
+        {
+            return true;
+        }
+        previous_was_flag = a == "-o" || a == "--output";
+    }
+    false
+}
+
 /// A failure as `-o json` reports it on stderr.
 pub fn error_json(e: &anyhow::Error) -> String {
     let api = e.downcast_ref::<client::ApiError>();

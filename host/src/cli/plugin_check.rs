@@ -36,7 +36,7 @@ pub struct CheckArgs {
     pub node_id: Option<String>,
 
     /// Capacity to ask for the check's volume (e.g. 1GiB).
-    #[arg(long, default_value = "1GiB", value_parser = berth::model::units::parse_bytes)]
+    #[arg(long, default_value = "1GiB", value_parser = berth::model::units::parse_size_flag)]
     pub size: usize,
 
     /// A CreateVolume parameter, KEY=VALUE; repeatable.

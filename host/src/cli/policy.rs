@@ -163,13 +163,13 @@ pub struct ShadowArgs {
 #[derive(Debug, Args)]
 pub struct LimitArgs {
     /// Linear memory a decision may use (e.g. 32MiB).
-    #[arg(long, default_value = "32MiB", value_parser = berth::model::units::parse_bytes)]
+    #[arg(long, default_value = "32MiB", value_parser = berth::model::units::parse_size_flag)]
     pub memory: usize,
     /// Time a decision may take, instantiation included (e.g. 100ms).
     #[arg(long, default_value = "100ms", value_parser = humantime::parse_duration)]
     pub deadline: Duration,
     /// Largest answer the host accepts (e.g. 1MiB).
-    #[arg(long, default_value = "1MiB", value_parser = berth::model::units::parse_bytes)]
+    #[arg(long, default_value = "1MiB", value_parser = berth::model::units::parse_size_flag)]
     pub max_answer: usize,
 }
 

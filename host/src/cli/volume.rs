@@ -29,9 +29,14 @@ pub enum VolumeCommand {
     /// could put it and why not elsewhere (each node's verdict and score),
     /// and the latest retry decisions, each with the module, digest and time.
     Explain { name: String },
-    /// Unpublish everywhere, then delete on the plugin.
+    /// Delete on the plugin. A volume published anywhere is refused, naming
+    /// the nodes, unless --force.
     Delete {
         name: String,
+        /// Delete it even while published: unpublish it everywhere (the
+        /// workloads using it lose it), then delete it.
+        #[arg(long)]
+        force: bool,
         #[command(flatten)]
         wait: WaitArgs,
     },
@@ -59,7 +64,7 @@ pub enum VolumeCommand {
     Expand {
         name: String,
         /// The new size (e.g. 2GiB); volumes only grow.
-        #[arg(long, value_parser = berth::model::units::parse_bytes)]
+        #[arg(long, allow_hyphen_values = true, value_parser = berth::model::units::parse_size_flag)]
         size: usize,
         #[command(flatten)]
         wait: WaitArgs,
@@ -126,10 +131,10 @@ pub struct CreateArgs {
     #[arg(long)]
     pub plugin: String,
     /// Capacity it must have at least (e.g. 1GiB).
-    #[arg(long, value_parser = berth::model::units::parse_bytes)]
+    #[arg(long, allow_hyphen_values = true, value_parser = berth::model::units::parse_size_flag)]
     pub size: Option<usize>,
     /// Capacity it may have at most.
-    #[arg(long, value_parser = berth::model::units::parse_bytes)]
+    #[arg(long, allow_hyphen_values = true, value_parser = berth::model::units::parse_size_flag)]
     pub limit: Option<usize>,
     #[arg(long, default_value = "single-node-writer")]
     pub access_mode: String,
@@ -405,9 +410,12 @@ pub async fn run(cmd: VolumeCommand, api: ApiArgs, output: Output) -> anyhow::Re
                 .map_err(grpc)?;
             (v.into_inner(), a.name, Goal::Ready, a.wait)
         }
-        VolumeCommand::Delete { name, wait } => {
+        VolumeCommand::Delete { name, force, wait } => {
             let v = client
-                .delete_volume(api::DeleteVolumeRequest { name: name.clone() })
+                .delete_volume(api::DeleteVolumeRequest {
+                    name: name.clone(),
+                    force,
+                })
                 .await
                 .map_err(grpc)?;
             (v.into_inner(), name, Goal::Deleted, wait)

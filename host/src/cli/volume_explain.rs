@@ -14,6 +14,12 @@ use super::{Output, say};
 struct Explained<'a> {
     volume: &'a str,
     state: &'a str,
+    /// Where the volume was asked to be accessible from, which placement
+    /// and the plugin worked within.
+    #[serde(skip_serializing_if = "Vec::is_empty")]
+    requisite_topology: Vec<String>,
+    #[serde(skip_serializing_if = "Vec::is_empty")]
+    preferred_topology: Vec<String>,
     #[serde(flatten)]
     explanation: &'a Explanation,
 }
@@ -24,16 +30,26 @@ pub fn print(v: &api::Volume, output: Output) -> anyhow::Result<()> {
     } else {
         serde_json::from_str(&v.explanation).context("the server's explanation does not read")?
     };
-    let name = v.spec.as_ref().map_or("", |s| s.name.as_str());
+    let spec = v.spec.clone().unwrap_or_default();
+    let explained = Explained {
+        volume: &spec.name,
+        state: &v.state,
+        requisite_topology: spec.requisite_topology.iter().map(segment).collect(),
+        preferred_topology: spec.preferred_topology.iter().map(segment).collect(),
+        explanation: &explanation,
+    };
     match output {
-        Output::Json => super::print_json(&Explained {
-            volume: name,
-            state: &v.state,
-            explanation: &explanation,
-        })?,
-        Output::Text => text(name, &v.state, &explanation),
+        Output::Json => super::print_json(&explained)?,
+        Output::Text => text(&explained),
     }
     Ok(())
+}
+
+/// `zone=a,rack=1`
+fn segment(t: &api::Topology) -> String {
+    let mut pairs: Vec<String> = t.segments.iter().map(|(k, v)| format!("{k}={v}")).collect();
+    pairs.sort();
+    pairs.join(",")
 }
 
 fn by(n: &DecisionNote) -> String {
@@ -44,8 +60,15 @@ fn by(n: &DecisionNote) -> String {
     }
 }
 
-fn text(name: &str, state: &str, e: &Explanation) {
-    say!("volume {name} ({state})");
+fn text(x: &Explained) {
+    let e = x.explanation;
+    say!("volume {} ({})", x.volume, x.state);
+    for t in &x.requisite_topology {
+        say!("asked      requisite {t}");
+    }
+    for t in &x.preferred_topology {
+        say!("asked      preferred {t}");
+    }
     if e.is_empty() {
         say!("no decision recorded yet (volumes from before the decision log have none)");
         return;

@@ -20,7 +20,17 @@ pub struct VolumeView {
     csi_name: String,
     volume_id: String,
     capacity_bytes: i64,
+    /// What was asked: at least this many bytes (0: the plugin's default).
+    required_bytes: i64,
+    /// At most this many bytes (0: no limit).
+    limit_bytes: i64,
     access_mode: String,
+    /// Where it was asked to be accessible from: each a topology segment
+    /// the plugin must pick from (requisite) or should prefer (preferred).
+    #[serde(skip_serializing_if = "Vec::is_empty")]
+    requisite_topology: Vec<BTreeMap<String, String>>,
+    #[serde(skip_serializing_if = "Vec::is_empty")]
+    preferred_topology: Vec<BTreeMap<String, String>>,
     accessible_topology: Vec<BTreeMap<String, String>>,
     publications: Vec<PublicationView>,
     failure: String,
@@ -113,12 +123,12 @@ pub fn view(v: &api::Volume) -> VolumeView {
         csi_name: v.csi_name.clone(),
         volume_id: v.volume_id.clone(),
         capacity_bytes: v.capacity_bytes,
+        required_bytes: spec.required_bytes,
+        limit_bytes: spec.limit_bytes,
         access_mode: spec.access_mode,
-        accessible_topology: v
-            .accessible_topology
-            .iter()
-            .map(|t| t.segments.clone().into_iter().collect())
-            .collect(),
+        requisite_topology: segments(&spec.requisite_topology),
+        preferred_topology: segments(&spec.preferred_topology),
+        accessible_topology: segments(&v.accessible_topology),
         publications: v
             .publications
             .iter()
@@ -148,6 +158,32 @@ pub fn view(v: &api::Volume) -> VolumeView {
         made_by: v.made_by.clone(),
         docker_scope: spec.docker_scope,
         events: v.events.iter().map(event_view).collect(),
+    }
+}
+
+fn segments(topologies: &[api::Topology]) -> Vec<BTreeMap<String, String>> {
+    topologies
+        .iter()
+        .map(|t| t.segments.clone().into_iter().collect())
+        .collect()
+}
+
+/// `zone=a,rack=1`
+fn pairs(map: &BTreeMap<String, String>) -> String {
+    map.iter()
+        .map(|(k, v)| format!("{k}={v}"))
+        .collect::<Vec<_>>()
+        .join(",")
+}
+
+/// What was asked of the size: `at least 10GiB, at most 20GiB`, or nothing.
+fn asked_size(w: &VolumeView) -> String {
+    let bytes = |n: i64| berth::model::units::format_bytes(n.max(0) as usize);
+    match (w.required_bytes, w.limit_bytes) {
+        (0, 0) => String::new(),
+        (r, 0) => format!("at least {}", bytes(r)),
+        (0, l) => format!("at most {}", bytes(l)),
+        (r, l) => format!("at least {}, at most {}", bytes(r), bytes(l)),
     }
 }
 
@@ -232,13 +268,8 @@ pub fn print_volume(v: &api::Volume, output: Output) -> anyhow::Result<()> {
                 row("expanding", "yes");
             }
             if !w.mutable_parameters.is_empty() {
-                let pairs: Vec<String> = w
-                    .mutable_parameters
-                    .iter()
-                    .map(|(k, v)| format!("{k}={v}"))
-                    .collect();
                 let due = if w.modifying { " (being applied)" } else { "" };
-                row("mutable", &format!("{}{due}", pairs.join(",")));
+                row("mutable", &format!("{}{due}", pairs(&w.mutable_parameters)));
             }
             if w.capacity_bytes > 0 {
                 row(
@@ -248,15 +279,17 @@ pub fn print_volume(v: &api::Volume, output: Output) -> anyhow::Result<()> {
             } else if !w.volume_id.is_empty() {
                 row("capacity", "unknown (the plugin does not say)");
             }
-            for t in &w.accessible_topology {
-                row(
-                    "accessible",
-                    &t.iter()
-                        .map(|(k, v)| format!("{k}={v}"))
-                        .collect::<Vec<_>>()
-                        .join(","),
-                );
+            row("size asked", &asked_size(&w));
+            for t in &w.requisite_topology {
+                row("requisite", &pairs(t));
             }
+            for t in &w.preferred_topology {
+                row("preferred", &pairs(t));
+            }
+            for t in &w.accessible_topology {
+                row("accessible", &pairs(t));
+            }
+            row("labels", &pairs(&w.labels));
             for p in &w.publications {
                 let ro = if p.readonly { " (read-only)" } else { "" };
                 let by = match p.by.as_str() {

@@ -588,3 +588,45 @@ fn an_agent_whose_record_was_lost_refuses_to_forget_its_mounts() {
     let v = get(&c, "kept");
     assert_eq!(v["state"], "published", "{v}");
 }
+
+/// A volume waiting for a node whose agent is away keeps the time it began
+/// to wait across the server's looks at it (every 5 s), so a volume stuck
+/// for minutes does not look freshly stuck.
+#[test]
+fn a_volume_waiting_for_a_node_keeps_when_it_began_to_wait() {
+    let mut c = agents(vec![("node-a", "a")]);
+    c.create_in("stuck", "zone=a");
+    c.agent("node-a").kill();
+    c.wait_nodes(&["node-a"], "down", Duration::from_secs(30));
+    c.ok(&["volume", "publish", "stuck", "--node", "node-a"]);
+    let waiting = |c: &Cluster| {
+        let v = get(c, "stuck");
+        (
+            v["waiting"].as_str().unwrap_or("").to_string(),
+            v["waiting_since_ms"].as_u64().unwrap_or(0),
+        )
+    };
+    wait_for(
+        "the volume to wait for its node",
+        Duration::from_secs(20),
+        || waiting(&c).0.contains("waiting for node"),
+        || format!("{:?}", waiting(&c)),
+    );
+    let since = waiting(&c).1;
+    // Past the server's next looks at it: the start of the wait stays.
+    let now_ms = || {
+        std::time::SystemTime::now()
+            .duration_since(std::time::UNIX_EPOCH)
+            .unwrap()
+            .as_millis() as u64
+    };
+    wait_for(
+        "a wait longer than the server's 5 s between looks, from the same start",
+        Duration::from_secs(30),
+        || {
+            let (reason, at) = waiting(&c);
+            reason.contains("waiting for node") && at == since && now_ms() > since + 7_000
+        },
+        || format!("{:?} (began at {since})", waiting(&c)),
+    );
+}

@@ -102,7 +102,7 @@ fn expansion_reaches_the_plugin_and_the_node_through_a_crash() {
     // Volumes only grow, and say so.
     let (_, stderr) = texts(&c.berth(&["volume", "expand", "v", "--size", "2GiB"]));
     assert!(stderr.contains("volumes only grow"), "{stderr}");
-    c.ok(&["volume", "delete", "v", "--wait"]);
+    c.ok(&["volume", "delete", "--force", "v", "--wait"]);
     assert_eq!(c.plugin_volumes(), 0);
 }
 

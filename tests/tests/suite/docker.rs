@@ -478,9 +478,13 @@ fn a_node_reaches_only_what_its_docker_owns() {
             rt.block_on(client(node).create_volume(with(node, api::CreateVolumeRequest { spec: Some(spec) })))
         };
         let delete = |node: &str, name: &str| {
-            rt.block_on(
-                client(node).delete_volume(with(node, api::DeleteVolumeRequest { name: name.into() })),
-            )
+            rt.block_on(client(node).delete_volume(with(
+                node,
+                api::DeleteVolumeRequest {
+                    name: name.into(),
+                    force: false,
+                },
+            )))
         };
 
         // A volume made through the API is no Docker's: not listed, not

@@ -47,7 +47,7 @@ fn volumes_live_in_etcd_through_restarts_and_a_lost_member() {
         create_and_publish(&c, &format!("v{i}"));
     }
     for i in 0..2 {
-        c.ok(&["volume", "delete", &format!("v{i}"), "--wait"]);
+        c.ok(&["volume", "delete", "--force", &format!("v{i}"), "--wait"]);
     }
     assert!(!c.store_path().exists(), "no embedded store is made beside etcd");
     let want: Vec<String> = (2..6).map(|i| format!("v{i}")).collect();

@@ -95,3 +95,79 @@ fn events_tell_a_volumes_story_and_survive_a_kill() {
     assert_eq!(last["step"], "request");
     assert_eq!(last["message"], "unpublish from node-a");
 }
+
+/// Every node step is an event, staging included (the sample plugin
+/// stages); and what was asked — size, requisite and preferred topology,
+/// labels — stays visible in `volume get` and `explain` when the plugin
+/// reports no topology of its own.
+#[test]
+fn every_node_step_is_an_event_and_what_was_asked_stays_shown() {
+    let c = Cluster::start(ClusterSpec {
+        guests: false,
+        controller_topology: None,
+        ..ClusterSpec::default()
+    });
+    c.ok(&[
+        "volume",
+        "create",
+        "asked",
+        "--plugin",
+        "hostpath",
+        "--size",
+        "2GiB",
+        "--limit",
+        "3GiB",
+        "--requisite",
+        "zone=a",
+        "--preferred",
+        "zone=a",
+        "--label",
+        "team=db",
+        "--wait",
+    ]);
+    c.ok(&["volume", "publish", "asked", "--wait"]);
+    c.ok(&["volume", "unpublish", "asked", "--wait"]);
+    let steps: Vec<String> = events(&c, "asked")
+        .iter()
+        .map(|e| e["step"].as_str().unwrap().to_string())
+        .filter(|s| s != "request")
+        .collect();
+    let node_steps: Vec<&str> = steps
+        .iter()
+        .map(String::as_str)
+        .filter(|s| s.ends_with(" on node-a"))
+        .collect();
+    assert_eq!(
+        node_steps,
+        [
+            "ControllerPublishVolume on node-a",
+            "NodeStageVolume on node-a",
+            "NodePublishVolume on node-a",
+            "NodeUnpublishVolume on node-a",
+            "NodeUnstageVolume on node-a",
+            "ControllerUnpublishVolume on node-a",
+        ],
+        "{steps:?}"
+    );
+
+    let v: Value = serde_json::from_str(&c.ok(&["volume", "get", "asked", "-o", "json"])).unwrap();
+    assert_eq!(v["required_bytes"], 2u64 << 30, "{v}");
+    assert_eq!(v["limit_bytes"], 3u64 << 30, "{v}");
+    assert_eq!(v["requisite_topology"][0]["zone"], "a", "{v}");
+    assert_eq!(v["preferred_topology"][0]["zone"], "a", "{v}");
+    assert!(v["accessible_topology"].as_array().unwrap().is_empty(), "{v}");
+    let text = c.ok(&["volume", "get", "asked"]);
+    for line in [
+        "size asked    at least 2GiB, at most 3GiB",
+        "requisite     zone=a",
+        "preferred     zone=a",
+        "labels        team=db",
+    ] {
+        assert!(text.contains(line), "{line:?} missing from:\n{text}");
+    }
+    let explained = c.ok(&["volume", "explain", "asked"]);
+    assert!(explained.contains("asked      requisite zone=a"), "{explained}");
+    let explained: Value =
+        serde_json::from_str(&c.ok(&["volume", "explain", "asked", "-o", "json"])).unwrap();
+    assert_eq!(explained["requisite_topology"][0], "zone=a", "{explained}");
+}

@@ -317,7 +317,7 @@ fn the_cli_says_what_happened() {
             "--plugin",
             "hostpath",
             "--size",
-            "9223372036854775808",
+            "9223372036854775808B",
         ],
     );
     assert_eq!(code, 2, "{stderr}");

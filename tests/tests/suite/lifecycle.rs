@@ -84,7 +84,7 @@ fn lifecycle(c: &Cluster) {
     c.ok(&["volume", "publish", "data", "--wait"]);
     assert_eq!(volume(c, "data")["publications"][0]["node"], "node-a");
 
-    c.ok(&["volume", "delete", "data", "--wait"]);
+    c.ok(&["volume", "delete", "--force", "data", "--wait"]);
     assert_eq!(c.volumes().len(), 0);
     assert_eq!(c.plugin_volumes(), 0, "the plugin's volume is deleted too");
     assert!(!c.volume_data(&volume_id).exists());
@@ -241,7 +241,7 @@ fn a_crash_mid_flight_loses_nothing_and_duplicates_nothing() {
     assert_eq!(c.plugin_volumes(), 16);
     // Another crash in the middle of deleting everything.
     for i in 0..16 {
-        c.ok(&["volume", "delete", &format!("v{i}")]);
+        c.ok(&["volume", "delete", "--force", &format!("v{i}")]);
     }
     c.kill_serve();
     c.start_serve();
@@ -298,7 +298,7 @@ fn a_plugin_named_hostpath_csi_k8s_io_on_node1() {
         v["csi_name"].as_str().unwrap().starts_with("berth-"),
         "built-in naming: {v}"
     );
-    run(&["volume", "delete", "pvc-1", "--wait"]);
+    run(&["volume", "delete", "--force", "pvc-1", "--wait"]);
     let _ = serve.kill();
     let _ = serve.wait();
 }
@@ -459,4 +459,31 @@ fn secrets_never_reach_a_guest() {
     for input in [&naming, &retry] {
         assert!(!input.contains(SECRET), "a guest saw the secret: {input}");
     }
+}
+
+/// Deleting a volume in use is refused, naming where it is published, and
+/// nothing is unpublished; `--force` unpublishes it, then deletes it.
+#[test]
+fn a_published_volume_is_deleted_only_with_force() {
+    let c = Cluster::start(ClusterSpec {
+        guests: false,
+        ..ClusterSpec::default()
+    });
+    c.ok(&["volume", "create", "busy", "--plugin", "hostpath", "--wait"]);
+    c.ok(&["volume", "publish", "busy", "--node", "node-a", "--wait"]);
+    let out = c.berth(&["volume", "delete", "busy", "-o", "json"]);
+    let (_, err) = berth_tests::texts(&out);
+    assert_eq!(out.status.code(), Some(1), "{err}");
+    let doc: serde_json::Value = serde_json::from_str(err.trim()).unwrap();
+    assert_eq!(doc["error"]["code"], "FAILED_PRECONDITION", "{doc}");
+    let message = doc["error"]["message"].as_str().unwrap();
+    assert!(
+        message.contains("node-a") && message.contains("--force"),
+        "{message}"
+    );
+    let v: serde_json::Value = serde_json::from_str(&c.ok(&["volume", "get", "busy", "-o", "json"])).unwrap();
+    assert_eq!(v["state"], "published", "nothing was undone: {v}");
+
+    c.ok(&["volume", "delete", "busy", "--force", "--wait"]);
+    assert_eq!(c.plugin_volumes(), 0);
 }

@@ -232,3 +232,95 @@ fn unpublish_without_a_node_takes_the_only_one() {
         "{stderr}"
     );
 }
+
+/// Sizes as Kubernetes and Docker users write them reach the API as the
+/// bytes they mean; a bare number and a negative size are refused before
+/// any call, and with `-o json` the refusal is JSON too (exit status 2).
+#[test]
+fn sizes_are_quantities_and_usage_errors_follow_the_output_format() {
+    let c = Cluster::start(ClusterSpec {
+        guests: false,
+        ..ClusterSpec::default()
+    });
+    for (name, size, bytes) in [
+        ("ten-g", "10G", 10_000_000_000u64),
+        ("ten-gb", "10GB", 10_000_000_000),
+        ("ten-gib", "10gib", 10 << 30),
+        ("half-mi", "0.5Mi", 1 << 19),
+    ] {
+        c.ok(&["volume", "create", name, "--plugin", "hostpath", "--size", size]);
+        let v: serde_json::Value =
+            serde_json::from_str(&c.ok(&["volume", "get", name, "-o", "json"])).unwrap();
+        assert_eq!(v["required_bytes"], bytes, "{size}: {v}");
+    }
+
+    let out = c.berth(&["volume", "create", "bare", "--plugin", "hostpath", "--size", "10"]);
+    let (_, err) = berth_tests::texts(&out);
+    assert_eq!(out.status.code(), Some(2), "{err}");
+    assert!(err.contains("no unit") && err.contains("10B"), "{err}");
+
+    let out = c.berth(&[
+        "volume", "create", "neg", "--plugin", "hostpath", "--size", "-5GiB", "-o", "json",
+    ]);
+    let (stdout, err) = berth_tests::texts(&out);
+    assert_eq!(out.status.code(), Some(2), "{err}");
+    assert!(stdout.is_empty(), "{stdout}");
+    let doc: serde_json::Value = serde_json::from_str(err.trim()).unwrap_or_else(|e| panic!("{e}: {err}"));
+    assert!(doc["error"]["code"].is_null(), "{doc}");
+    assert!(
+        doc["error"]["message"].as_str().unwrap().contains("negative"),
+        "{doc}"
+    );
+    // Neither refused size reached the server.
+    let names: Vec<String> = c
+        .volumes()
+        .iter()
+        .map(|v| v["name"].as_str().unwrap().to_string())
+        .collect();
+    assert!(!names.iter().any(|n| n == "bare" || n == "neg"), "{names:?}");
+}
+
+/// A plugin that reports another driver than the configured one is shown
+/// unhealthy and gets no work: the volume is held back with the reason,
+/// as for a plugin not there at all, and no CreateVolume reaches it.
+#[test]
+fn a_plugin_reporting_another_driver_gets_no_work() {
+    let c = Cluster::start(ClusterSpec {
+        guests: false,
+        // The plugin reports another name than berth.toml's `driver`.
+        plugin_args: vec!["--name", "other.csi.example"],
+        ..ClusterSpec::default()
+    });
+    let out = c.berth(&[
+        "volume",
+        "create",
+        "held",
+        "--plugin",
+        "hostpath",
+        "--wait",
+        "--timeout",
+        "2s",
+    ]);
+    assert!(!out.status.success());
+    berth_tests::wait_for(
+        "the volume to say why it is held back",
+        std::time::Duration::from_secs(20),
+        || {
+            c.volumes().iter().any(|v| {
+                v["waiting"].as_str().is_some_and(|w| {
+                    w.contains("held back")
+                        && w.contains("other.csi.example")
+                        && w.contains("hostpath.csi.berth.dev")
+                })
+            })
+        },
+        || format!("{:?}", c.volumes()),
+    );
+    assert_eq!(
+        c.plugin_volumes(),
+        0,
+        "CreateVolume reached a plugin that is not the driver configured"
+    );
+    let status = c.ok(&["plugin", "status"]);
+    assert!(status.contains("unhealthy"), "{status}");
+}

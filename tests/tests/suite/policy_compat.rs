@@ -288,7 +288,7 @@ fn a_cluster_runs_on_the_0_1_0_modules() {
     let status = c.ok(&["status"]);
     assert!(status.contains("berth_retry_guest"), "{status}");
     for name in ["a", "b", "c"] {
-        c.ok(&["volume", "delete", name, "--wait"]);
+        c.ok(&["volume", "delete", "--force", name, "--wait"]);
     }
     assert_eq!(c.plugin_volumes(), 0);
 }

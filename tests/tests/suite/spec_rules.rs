@@ -113,7 +113,7 @@ fn optional_fields_left_unset_are_taken_as_the_spec_says() {
 
     c.ok(&["snapshot", "delete", "snap", "--wait"]);
     for name in ["kept-in-a", "anywhere", "restored"] {
-        c.ok(&["volume", "delete", name, "--wait"]);
+        c.ok(&["volume", "delete", "--force", name, "--wait"]);
     }
     assert_eq!((c.plugin_volumes(), c.plugin_snapshots()), (0, 0));
 }

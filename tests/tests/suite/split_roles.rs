@@ -48,7 +48,7 @@ fn node_processes_that_serve_only_the_node_service_are_healthy_and_work() {
     }
     c.create_in("v", "zone=a");
     c.ok(&["volume", "publish", "v", "--node", "node-a", "--wait"]);
-    c.ok(&["volume", "delete", "v", "--wait"]);
+    c.ok(&["volume", "delete", "--force", "v", "--wait"]);
     assert_eq!(c.plugin_volumes(), 0);
 }
 
@@ -94,7 +94,15 @@ fn a_volume_never_created_is_deleted_without_waiting_for_a_node_that_never_answe
     let v = get();
     assert_eq!(v["volume_id"], "", "never created: {v}");
     // Deleting it contacts nothing: no node plugin, no CreateVolume.
-    c.ok(&["volume", "delete", "never", "--wait", "--timeout", "20s"]);
+    c.ok(&[
+        "volume",
+        "delete",
+        "--force",
+        "never",
+        "--wait",
+        "--timeout",
+        "20s",
+    ]);
     assert_eq!(c.plugin_volumes(), 0);
 }
 
@@ -159,6 +167,6 @@ fn a_volume_waiting_for_a_node_plugin_says_so_and_is_counted() {
     assert_eq!(v["publications"].as_array().map(Vec::len), Some(0), "{v}");
     assert_eq!(v["waiting"], "", "{v}");
     c.ok(&["volume", "publish", "w", "--node", "node-a"]);
-    c.ok(&["volume", "delete", "w", "--wait", "--timeout", "20s"]);
+    c.ok(&["volume", "delete", "--force", "w", "--wait", "--timeout", "20s"]);
     assert_eq!(c.plugin_volumes(), 0);
 }

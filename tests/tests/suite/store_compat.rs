@@ -138,7 +138,7 @@ fn a_store_written_by_0_1_0_opens_and_is_served() {
     assert_eq!(c.plugin_volumes(), 1, "one CreateVolume, under the stored name");
 
     for v in c.volumes() {
-        c.ok(&["volume", "delete", v["name"].as_str().unwrap()]);
+        c.ok(&["volume", "delete", "--force", v["name"].as_str().unwrap()]);
     }
     c.wait_until("every volume to be deleted", <[Value]>::is_empty);
     assert_eq!(c.plugin_volumes(), 0);

@@ -69,7 +69,10 @@ impl Volumes for ApiVolumes {
     }
 
     async fn delete(&self, name: &str) -> Result<(), Status> {
-        let request = self.request(api::DeleteVolumeRequest { name: name.into() });
+        let request = self.request(api::DeleteVolumeRequest {
+            name: name.into(),
+            force: false,
+        });
         self.client.clone().delete_volume(request).await.map(drop)
     }
 
@@ -175,7 +178,10 @@ impl Volumes for LeaderVolumes {
     }
 
     async fn delete(&self, name: &str) -> Result<(), Status> {
-        let request = api::DeleteVolumeRequest { name: name.into() };
+        let request = api::DeleteVolumeRequest {
+            name: name.into(),
+            force: false,
+        };
         self.call(request, |mut c, r| async move { c.delete_volume(r).await })
             .await
             .map(drop)

@@ -31,9 +31,9 @@ pub(super) enum Refusal {
 pub(super) fn code(refusal: &Refusal) -> Code {
     match refusal {
         Refusal::Request(e) => match e {
-            RequestError::Invalid(_) => Code::InvalidArgument,
+            RequestError::Invalid(_) | RequestError::OutOfBounds(_) => Code::InvalidArgument,
             RequestError::NotFound(_) => Code::NotFound,
-            RequestError::Conflict(_) => Code::FailedPrecondition,
+            RequestError::Conflict(_) | RequestError::InUse(_) => Code::FailedPrecondition,
             RequestError::AlreadyExists(_) => Code::AlreadyExists,
             RequestError::Exhausted(_) => Code::ResourceExhausted,
             RequestError::Unavailable(_) => Code::Unavailable,

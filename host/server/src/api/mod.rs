@@ -244,11 +244,8 @@ impl api::berth_server::Berth for BerthApi {
             let call = DockerCall::Delete(req.into_inner().name);
             return self.docker_call(&node, call).await.map(Response::new);
         }
-        let r = self
-            .manager
-            .delete(&req.into_inner().name)
-            .await
-            .map_err(status)?;
+        let req = req.into_inner();
+        let r = self.manager.delete(&req.name, req.force).await.map_err(status)?;
         Ok(Response::new(volume_to_api(&self.manager, &r)))
     }
 

@@ -128,7 +128,7 @@ async fn a_publication_converges_through_the_agent_in_the_spec_order_both_ways()
     core.manager.unpublish("v1", "n1").await.unwrap();
     core.until("unpublished", |c| c.volume("v1").publications.is_empty())
         .await;
-    core.manager.delete("v1").await.unwrap();
+    core.manager.delete("v1", false).await.unwrap();
     core.until("deleted", |c| c.manager.get("v1").is_none()).await;
     assert_eq!(
         core.plugin.log(),
@@ -202,7 +202,14 @@ async fn a_publication_withdrawn_before_its_first_call_is_dropped_without_one() 
     core.manager.publish("v1", Some("n1"), false).await.unwrap();
     core.until("published", |c| c.volume("v1").state() == VolumeState::Published)
         .await;
-    core.manager.delete("v1").await.unwrap();
+    // Not while published, unless forced: the refusal names the node.
+    match core.manager.delete("v1", false).await {
+        Err(crate::manager::RequestError::InUse(e)) => assert_eq!(e.nodes, ["n1"]),
+        other => panic!("deleting a published volume: {other:?}"),
+    }
+    assert!(!core.volume("v1").deleting);
+    assert_eq!(core.plugin.calls("NodeUnpublishVolume").len(), 0);
+    core.manager.delete("v1", true).await.unwrap();
     core.until("deleted", |c| c.manager.get("v1").is_none()).await;
     assert_eq!(core.plugin.calls("NodeUnpublishVolume").len(), 1);
     assert_eq!(core.plugin.calls("ControllerUnpublishVolume").len(), 1);
@@ -321,4 +328,43 @@ async fn placement_waits_for_an_agent_not_heard_from_since_the_term_started() {
     })
     .await;
     assert!(core.plugin.calls("CreateVolume").is_empty());
+}
+
+/// New volumes are named by Docker's rule; a volume stored before the rule
+/// with a name outside it keeps working: created, re-created as the same
+/// volume, deleted.
+#[tokio::test(start_paused = true)]
+async fn new_names_follow_dockers_rule_and_a_name_from_before_keeps_working() {
+    use crate::model::{VolumeRecord, VolumeSpec, new_id};
+    use crate::store::Store;
+    let spec = |name: &str| VolumeSpec {
+        name: name.into(),
+        plugin: "mem".into(),
+        required_bytes: 1 << 20,
+        ..VolumeSpec::default()
+    };
+    let store = Arc::new(super::store::MemoryStore::default());
+    store
+        .put(&VolumeRecord::new(new_id(), spec("my vol")))
+        .await
+        .unwrap();
+    let core = super::start_with(super::plugin::MemoryPlugin::default(), store, retry(SECOND, 3)).await;
+
+    for bad in ["../etc", "vol/a", "my other vol", ".hidden", "a:b"] {
+        match core.manager.create(spec(bad)).await {
+            Err(crate::manager::RequestError::OutOfBounds(e)) => {
+                assert!(e.to_string().contains("Docker's rule"), "{e}")
+            }
+            other => panic!("{bad:?}: {other:?}"),
+        }
+    }
+    core.until("the old volume created", |c| {
+        c.volume("my vol").state() == VolumeState::Available
+    })
+    .await;
+    let again = core.manager.create(spec("my vol")).await.unwrap();
+    assert_eq!(again.id, core.volume("my vol").id);
+    core.manager.delete("my vol", false).await.unwrap();
+    core.until("deleted", |c| c.manager.get("my vol").is_none()).await;
+    assert_eq!(core.plugin.volumes(), 0);
 }
