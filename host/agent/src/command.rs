@@ -42,6 +42,15 @@ pub struct AgentArgs {
 /// Runs the agent until SIGTERM or Ctrl-C (or the server refuses it).
 pub async fn run(args: AgentArgs) -> anyhow::Result<ExitCode> {
     let c = AgentConfig::load(&args.config).map_err(anyhow::Error::msg)?;
+    let token = args.token.or(c.token.clone());
+    // A token that cannot be one is this agent's to report, before any dial.
+    if let Some(t) = &token {
+        berth_model::credentials::JoinToken::parse(t).map_err(|e| {
+            anyhow::anyhow!(
+                "the join token given (--token, BERTH_JOIN_TOKEN or `token` in agent.toml) is malformed: {e}"
+            )
+        })?;
+    }
     if args.check {
         let watched = c.plugin_dir.as_ref().map_or(String::new(), |d| {
             format!(" and those appearing in {}", d.display())
@@ -67,7 +76,6 @@ pub async fn run(args: AgentArgs) -> anyhow::Result<ExitCode> {
         None => None,
     };
     let servers = c.servers.clone();
-    let token = args.token.or(c.token.clone());
     let dir = c.dir.clone();
     let docker = c.docker.clone();
     let agent = Agent::open(AgentSpec {

@@ -37,6 +37,14 @@ fn sha256_hex(text: &str) -> String {
     hex(&Sha256::digest(text.as_bytes()))
 }
 
+/// Two hashes compared in constant time.
+fn same_hash(a: &str, b: &str) -> bool {
+    a.bytes()
+        .zip(b.bytes())
+        .fold(a.len() ^ b.len(), |d, (x, y)| d | usize::from(x ^ y))
+        == 0
+}
+
 use berth_model::clock::now_ms;
 
 /// What an operator asks for.
@@ -119,6 +127,27 @@ pub struct JoinTokens {
     /// and two joins must not both spend its last use.
     records: tokio::sync::Mutex<BTreeMap<String, TokenRecord>>,
     limiter: std::sync::Mutex<Limiter>,
+    /// Tokens that ended since this server started, so a join with one is
+    /// told how it ended; in memory only, the newest [`ENDED_KEPT`].
+    ended: std::sync::Mutex<std::collections::VecDeque<EndedToken>>,
+}
+
+/// Ended tokens remembered for their refusals' sake.
+const ENDED_KEPT: usize = 1024;
+
+/// How a token stopped being valid.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Ended {
+    Revoked,
+    UsedUp,
+}
+
+/// A token that ended: its id and its secret's hash (a refusal says how it
+/// ended only to whoever holds the secret).
+struct EndedToken {
+    id: String,
+    secret_sha256: String,
+    how: Ended,
 }
 
 impl JoinTokens {
@@ -139,6 +168,7 @@ impl JoinTokens {
             max_ttl,
             records: tokio::sync::Mutex::new(records),
             limiter: Default::default(),
+            ended: Default::default(),
         })
     }
 
@@ -223,8 +253,33 @@ impl JoinTokens {
             return Ok(false);
         }
         self.store.remove_token(id).await?;
-        records.remove(id);
+        if let Some(r) = records.remove(id) {
+            self.remember_ended(&r, Ended::Revoked);
+        }
         Ok(true)
+    }
+
+    fn remember_ended(&self, r: &TokenRecord, how: Ended) {
+        let mut ended = self.ended.lock().unwrap_or_else(|p| p.into_inner());
+        if ended.len() >= ENDED_KEPT {
+            ended.pop_front();
+        }
+        ended.push_back(EndedToken {
+            id: r.id.clone(),
+            secret_sha256: r.secret_sha256.clone(),
+            how,
+        });
+    }
+
+    /// How the token `id` with secret hash `presented` ended, if it did
+    /// since this server started.
+    fn ended(&self, id: &str, presented: &str) -> Option<Ended> {
+        let ended = self.ended.lock().unwrap_or_else(|p| p.into_inner());
+        ended
+            .iter()
+            .rev()
+            .find(|e| e.id == id && same_hash(presented, &e.secret_sha256))
+            .map(|e| e.how)
     }
 
     /// Whether a join from `from` may be tried now.
@@ -254,19 +309,17 @@ impl JoinTokens {
             );
         }
         let mut records = self.records.lock().await;
-        let Some(record) = records.get(&token.id).cloned() else {
-            return refused("the join token is not valid (unknown, revoked or used up)".into());
-        };
-        // Constant time: the hash of the secret is what is compared.
         let presented = sha256_hex(token.secret());
-        let same = presented
-            .bytes()
-            .zip(record.secret_sha256.bytes())
-            .fold(presented.len() ^ record.secret_sha256.len(), |d, (a, b)| {
-                d | usize::from(a ^ b)
-            })
-            == 0;
-        if !same {
+        let Some(record) = records.get(&token.id).cloned() else {
+            return refused(match self.ended(&token.id, &presented) {
+                Some(Ended::Revoked) => "the join token was revoked: `berth cluster token` makes a new one".into(),
+                Some(Ended::UsedUp) => {
+                    "the join token is used up (each join spends one use): `berth cluster token` makes a new one".into()
+                }
+                None => "the join token is not known to this cluster (never made here, or ended before the server last started)".into(),
+            });
+        };
+        if !same_hash(&presented, &record.secret_sha256) {
             return refused("the join token is not valid (a wrong or altered token)".into());
         }
         if record.expires_ms < now_ms() {
@@ -294,6 +347,7 @@ impl JoinTokens {
         if spent.uses_left == 0 {
             self.store.remove_token(&spent.id).await?;
             records.remove(&spent.id);
+            self.remember_ended(&spent, Ended::UsedUp);
         } else {
             self.store.put_token(&spent).await?;
             records.insert(spent.id.clone(), spent.clone());
@@ -344,7 +398,7 @@ mod tests {
         );
         t.redeem(&text, "node-a", false).await.unwrap();
         let again = t.redeem(&text, "node-a", false).await.unwrap_err();
-        assert!(again.to_string().contains("used up"), "{again}");
+        assert!(again.to_string().contains("is used up"), "{again}");
         assert!(t.list().await.is_empty());
     }
 
@@ -376,7 +430,19 @@ mod tests {
         );
         assert!(t.revoke(&listed[0].id).await.unwrap());
         assert!(!t.revoke(&listed[0].id).await.unwrap());
-        assert!(t.redeem(&text, "n2", false).await.is_err());
+        let revoked = t.redeem(&text, "n2", false).await.unwrap_err().to_string();
+        assert!(revoked.contains("was revoked"), "{revoked}");
+        // How it ended is told only with its secret: another secret under
+        // the same id is simply unknown.
+        let (head, _) = text.rsplit_once('.').unwrap();
+        let forged = format!("{head}.{}", "0".repeat(text.len() - head.len() - 1));
+        let unknown = t.redeem(&forged, "n2", false).await.unwrap_err().to_string();
+        assert!(unknown.contains("not known to this cluster"), "{unknown}");
+        // After a restart the server no longer knows how it ended.
+        drop(t);
+        let t = tokens(dir.path());
+        let unknown = t.redeem(&text, "n2", false).await.unwrap_err().to_string();
+        assert!(unknown.contains("not known to this cluster"), "{unknown}");
     }
 
     #[tokio::test]

@@ -22,6 +22,7 @@ mod status;
 mod volume;
 mod volume_explain;
 mod volume_view;
+mod volume_wait;
 
 use std::process::ExitCode;
 

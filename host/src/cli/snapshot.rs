@@ -270,7 +270,7 @@ where
         }
         if started.elapsed() > timeout {
             anyhow::bail!(
-                "{name} did not get there within {}",
+                "waited {} for {name}; it stands at: {last} (--timeout waits longer)",
                 humantime::format_duration(timeout)
             );
         }

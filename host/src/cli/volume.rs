@@ -2,7 +2,7 @@
 //! the berth.v1 API, and wait for them to get there.
 
 use std::process::ExitCode;
-use std::time::{Duration, Instant};
+use std::time::Duration;
 
 use berth::model::{PublicationState, VolumeState};
 use berth_proto::berth::v1 as api;
@@ -11,7 +11,8 @@ use clap::{Args, Subcommand};
 use tonic::transport::Channel;
 
 use super::client::{ApiArgs, connect, grpc};
-use super::volume_view::{WithHealth, event_line, event_view, one_line, print_volume, published, view};
+use super::volume_view::{WithHealth, event_line, event_view, one_line, print_volume, view};
+use super::volume_wait::{Goal, wait};
 use super::{Output, say};
 
 #[derive(Debug, Subcommand)]
@@ -212,97 +213,6 @@ fn kv(text: &str) -> Result<(String, String), String> {
 fn topology(text: &str) -> Result<api::Topology, String> {
     let segments = text.split(',').map(kv).collect::<Result<_, _>>()?;
     Ok(api::Topology { segments })
-}
-
-/// What --wait waits for.
-enum Goal<'a> {
-    /// Created (available or published), or failed.
-    Ready,
-    /// Published on this node, or failed.
-    PublishedOn(Option<&'a str>),
-    /// No publication on this node, or failed.
-    GoneFrom(&'a str),
-    /// The volume no longer exists.
-    Deleted,
-    /// At least this large, node side included, or failed.
-    Grown(i64),
-    /// The plugin has the spec's mutable parameters, or failed.
-    Modified,
-}
-
-async fn wait(
-    client: &mut BerthClient<Channel>,
-    from: &api::Volume,
-    goal: Goal<'_>,
-    timeout: Duration,
-    output: Output,
-) -> anyhow::Result<ExitCode> {
-    let name = from.spec.as_ref().map_or("", |s| s.name.as_str());
-    let started = Instant::now();
-    let mut last = String::new();
-    // From the request's own event on.
-    let mut seen = from.events.last().map_or(0, |e| e.seq.saturating_sub(1));
-    loop {
-        let v = match client
-            .get_volume(api::GetVolumeRequest { name: name.into() })
-            .await
-        {
-            Ok(v) => v.into_inner(),
-            Err(e) if e.code() == tonic::Code::NotFound && matches!(goal, Goal::Deleted) => {
-                match output {
-                    Output::Text => say!("{name}: deleted"),
-                    Output::Json => {
-                        super::print_json(&serde_json::json!({ "name": name, "state": "deleted" }))?
-                    }
-                }
-                return Ok(ExitCode::SUCCESS);
-            }
-            Err(e) => return Err(grpc(e)),
-        };
-        if output == Output::Text {
-            let since = seen;
-            for e in v.events.iter().filter(|e| e.seq > since) {
-                say!("  {}", event_line(e));
-                seen = e.seq;
-            }
-            let line = one_line(&v);
-            if line != last {
-                say!("{line}");
-                last = line;
-            }
-        }
-        if !v.failure.is_empty() {
-            if output == Output::Json {
-                super::print_json(&view(&v))?;
-            }
-            return Ok(ExitCode::FAILURE);
-        }
-        let done = match goal {
-            Goal::Ready => v.state.parse().is_ok_and(VolumeState::is_ready),
-            Goal::PublishedOn(node) => v
-                .publications
-                .iter()
-                .any(|p| node.is_none_or(|n| p.node == n) && published(p)),
-            Goal::GoneFrom(node) => !v.publications.iter().any(|p| p.node == node),
-            Goal::Deleted => false,
-            // A capacity the plugin does not say (0) is grown once nothing is due.
-            Goal::Grown(size) => (v.capacity_bytes >= size || v.capacity_bytes == 0) && !v.expanding,
-            Goal::Modified => !v.modifying,
-        };
-        if done {
-            if output == Output::Json {
-                super::print_json(&view(&v))?;
-            }
-            return Ok(ExitCode::SUCCESS);
-        }
-        if started.elapsed() > timeout {
-            anyhow::bail!(
-                "{name} did not get there within {}",
-                humantime::format_duration(timeout)
-            );
-        }
-        tokio::time::sleep(Duration::from_millis(50)).await;
-    }
 }
 
 pub async fn run(cmd: VolumeCommand, api: ApiArgs, output: Output) -> anyhow::Result<ExitCode> {

@@ -598,7 +598,27 @@ fn a_volume_waiting_for_a_node_keeps_when_it_began_to_wait() {
     c.create_in("stuck", "zone=a");
     c.agent("node-a").kill();
     c.wait_nodes(&["node-a"], "down", Duration::from_secs(30));
-    c.ok(&["volume", "publish", "stuck", "--node", "node-a"]);
+    // --wait says once what the volume waits for, not once a second, and
+    // when it gives up, what it waited for and where the volume stands.
+    let out = c.berth(&[
+        "volume",
+        "publish",
+        "stuck",
+        "--node",
+        "node-a",
+        "--wait",
+        "--timeout",
+        "3s",
+    ]);
+    let (stdout, stderr) = berth_tests::texts(&out);
+    assert!(!out.status.success());
+    let lines = stdout.lines().filter(|l| l.contains("waiting for node")).count();
+    assert_eq!(lines, 1, "{stdout}");
+    assert!(
+        stderr.contains("waited 3s for stuck to be published on node-a; it is available")
+            && stderr.contains("waiting for node \"node-a\""),
+        "{stderr}"
+    );
     let waiting = |c: &Cluster| {
         let v = get(c, "stuck");
         (
