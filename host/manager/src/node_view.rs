@@ -67,3 +67,56 @@ impl VolumeManager {
         }
     }
 }
+
+/// Publications on a node berth.toml does not name: most often a `[[node]]`
+/// removed while it held volumes.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct Stranded {
+    pub node: String,
+    /// The volumes published (or being published or undone) there.
+    pub volumes: Vec<String>,
+    /// Whether an agent can attach at all (a cluster endpoint is
+    /// configured); without one, nothing will ever carry the node's steps out.
+    pub agents_may_attach: bool,
+}
+
+impl VolumeManager {
+    /// Every node that holds publications and is not a `[[node]]` of the
+    /// config, with its volumes; for a warning at start.
+    pub fn stranded(&self) -> Vec<Stranded> {
+        let configured: Vec<&str> = self.config.nodes.iter().map(|n| n.name.as_str()).collect();
+        let mut by_node: BTreeMap<String, Vec<String>> = BTreeMap::new();
+        for (node, volume) in self.table.collect(|r, out| {
+            for node in r.publications.keys() {
+                out.push((node.clone(), r.spec.name.clone()));
+            }
+        }) {
+            if !configured.contains(&node.as_str()) && !self.nodes.forgotten(&node) {
+                by_node.entry(node).or_default().push(volume);
+            }
+        }
+        let agents_may_attach = self.config.cluster.is_some() || self.config.cluster_address.is_some();
+        by_node
+            .into_iter()
+            .map(|(node, volumes)| Stranded {
+                node,
+                volumes,
+                agents_may_attach,
+            })
+            .collect()
+    }
+
+    /// Why a node step waits for `node`, with what to do when the node is
+    /// not configured and no agent for it is known.
+    pub(super) fn node_wait_reason(&self, node: &str) -> String {
+        let summary = self.nodes.node(node);
+        let state = summary.as_ref().map_or("unknown", |n| n.state.as_str());
+        let configured = self.config.nodes.iter().any(|n| n.name == node);
+        if configured || state != "unknown" {
+            return format!("waiting for node {node:?}, whose agent is {state}");
+        }
+        format!(
+            "waiting for node {node:?}, which berth.toml does not name and whose agent is unknown: if it was a [[node]] removed from berth.toml, put it back; if it is gone, `berth node forget {node} --force`"
+        )
+    }
+}

@@ -1,7 +1,8 @@
 //! What holds a volume's next steps back on its plugins' side: a plugin not
-//! fingerprinted yet (its capabilities decide which steps exist), or one
-//! that reports another driver than the one configured (`driver` in
-//! berth.toml) — no call goes to a socket that is not the driver asked for.
+//! fingerprinted yet (its capabilities decide which steps exist), or a
+//! controller that reports another driver than the one configured
+//! (`driver` in berth.toml) — no call goes to a socket that is not the
+//! driver asked for.
 
 use std::sync::Arc;
 
@@ -33,10 +34,13 @@ impl VolumeManager {
             .iter()
             .filter(|(_, p)| p.sent || (p.wanted && !r.deleting))
             .find_map(|(node, _)| {
+                // A node plugin's stored fingerprint (a node whose agent is
+                // away) does not carry the driver's name: only its presence
+                // is judged here; the agent checks its own plugins.
                 let fingerprint = self.nodes.plugin_status(node, plugin).and_then(|s| s.fingerprint);
                 judged(
                     fingerprint,
-                    expected,
+                    None,
                     &format!("the node plugin of {plugin} on {node}"),
                 )
             })

@@ -104,12 +104,7 @@ impl VolumeManager {
             if let Some(node) = step.on_node()
                 && !self.nodes.connected(node)
             {
-                let state = self.nodes.node(node).map_or("unknown", |n| n.state.as_str());
-                self.table.set_waiting(
-                    id,
-                    format!("waiting for node {node:?}, whose agent is {state}"),
-                    now_ms(),
-                );
+                self.table.set_waiting(id, self.node_wait_reason(node), now_ms());
                 self.wake_after(id, Duration::from_secs(5));
                 return self.finish(id, &record, &mut unwritten).await;
             }

@@ -324,3 +324,55 @@ fn a_plugin_reporting_another_driver_gets_no_work() {
     let status = c.ok(&["plugin", "status"]);
     assert!(status.contains("unhealthy"), "{status}");
 }
+
+/// A `[[node]]` removed from berth.toml while it holds publications: the
+/// server says so at start, naming the node and its volumes, the volume
+/// says what to do while it waits, and forgetting the node releases it.
+#[test]
+fn a_node_removed_from_the_config_while_it_holds_volumes_is_named_at_start() {
+    let mut c = Cluster::start(ClusterSpec {
+        guests: false,
+        nodes: vec![("node-a", "a"), ("node-b", "a")],
+        ..ClusterSpec::default()
+    });
+    c.ok(&["volume", "create", "kept", "--plugin", "hostpath", "--wait"]);
+    c.ok(&["volume", "publish", "kept", "--node", "node-b", "--wait"]);
+    c.kill_serve();
+    // berth.toml without node-b's table.
+    let config = std::fs::read_to_string(&c.config).unwrap();
+    let start = config.find("[[node]]\nname = \"node-b\"").unwrap();
+    let end = config[start + 1..]
+        .find("[[")
+        .map_or(config.len(), |i| start + 1 + i);
+    std::fs::write(&c.config, format!("{}{}", &config[..start], &config[end..])).unwrap();
+    c.start_serve();
+
+    let log = c.log();
+    let warning = log
+        .lines()
+        .find(|l| l.contains("does not name") && l.contains("node-b"))
+        .unwrap_or_else(|| panic!("no warning about node-b at start:\n{log}"));
+    assert!(
+        warning.contains("kept") && warning.contains("node forget"),
+        "{warning}"
+    );
+
+    c.ok(&["volume", "unpublish", "kept", "--node", "node-b"]);
+    berth_tests::wait_for(
+        "the volume to say what to do",
+        std::time::Duration::from_secs(20),
+        || {
+            c.volumes().iter().any(|v| {
+                v["waiting"]
+                    .as_str()
+                    .is_some_and(|w| w.contains("berth node forget node-b --force"))
+            })
+        },
+        || format!("{:?}", c.volumes()),
+    );
+    c.ok(&["node", "forget", "node-b", "--force"]);
+    c.wait_until("the publication released", |vs| {
+        vs.iter()
+            .all(|v| v["publications"].as_array().is_some_and(Vec::is_empty))
+    });
+}

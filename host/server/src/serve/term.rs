@@ -350,6 +350,14 @@ pub(super) async fn lead(
         modules = manager.config().policies.len(),
         "serving"
     );
+    for s in manager.stranded() {
+        let volumes = s.volumes.join(", ");
+        if s.agents_may_attach {
+            tracing::warn!(node = %s.node, %volumes, "publications on a node berth.toml does not name: they wait for its agent to attach. If it was a [[node]] removed from berth.toml, put it back; if it is gone, `berth node forget NODE --force`");
+        } else {
+            tracing::warn!(node = %s.node, %volumes, "publications on a node berth.toml does not name, and no agent can attach (no cluster endpoint): they wait for ever. Put its [[node]] back, or `berth node forget NODE --force` if it is gone");
+        }
+    }
 
     // The API socket answers once the in-process nodes are connected (or
     // 30 s have passed): a first `node list` shows them ready, their plugins
