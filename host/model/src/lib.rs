@@ -411,9 +411,27 @@ pub fn new_id() -> String {
     format!("{:032x}", time | random)
 }
 
+/// When the record with `id` (made by [`new_id`]) was made, in
+/// milliseconds since the epoch; `None` for an id of another shape.
+pub fn id_created_ms(id: &str) -> Option<u64> {
+    if id.len() != 32 {
+        return None;
+    }
+    u64::from_str_radix(id.get(..12)?, 16).ok().filter(|ms| *ms > 0)
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn an_id_tells_when_it_was_made() {
+        let before = clock::now_ms();
+        let made = id_created_ms(&new_id()).unwrap();
+        assert!(made >= before && made <= clock::now_ms() + 1, "{before} {made}");
+        assert_eq!(id_created_ms("id"), None);
+        assert_eq!(id_created_ms(&"z".repeat(32)), None);
+    }
 
     fn record() -> VolumeRecord {
         VolumeRecord::new("id".into(), VolumeSpec::default())

@@ -132,6 +132,25 @@ fn docker_volumes_keep_their_data_between_containers_and_go_when_removed() {
     assert!(listed.lines().any(|l| l == "data"), "{listed}");
     let inspect: Value = serde_json::from_str(&d.ok(&["volume", "inspect", "data"])).unwrap();
     assert_eq!(inspect[0]["Status"]["plugin"], "hostpath", "{inspect:#}");
+    assert_eq!(inspect[0]["Status"]["labels"]["team"], "db", "{inspect:#}");
+    let created = inspect[0]["CreatedAt"].as_str().unwrap_or_default();
+    assert!(
+        created.len() >= 20 && !created.starts_with("0001") && created.ends_with('Z'),
+        "when the volume was made: {inspect:#}"
+    );
+    // Docker answers a create of a name it knows from its own cache, without
+    // asking the driver (as its documentation says): the volume is left as
+    // it was. Berth's API refuses the same name with another spec.
+    d.ok(&["volume", "create", "-d", &driver, "-o", "size=128MiB", "data"]);
+    assert_eq!(volume(&c, "data")["required_bytes"], 64 << 20);
+    let out = c.berth(&[
+        "volume", "create", "data", "--plugin", "hostpath", "--size", "128MiB",
+    ]);
+    let (_, stderr) = texts(&out);
+    assert!(
+        !out.status.success() && stderr.contains("ALREADY_EXISTS"),
+        "{stderr}"
+    );
 
     run(&d, "data", "echo kept > /data/note");
     assert!(

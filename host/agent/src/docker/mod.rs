@@ -313,8 +313,13 @@ impl DockerPlugin {
 
     fn docker_volume(&self, v: &api::Volume, status: bool) -> Volume {
         let spec = v.spec.clone().unwrap_or_default();
+        let created_at = berth_model::id_created_ms(&v.id).map_or(String::new(), |ms| {
+            humantime::format_rfc3339_seconds(std::time::UNIX_EPOCH + std::time::Duration::from_millis(ms))
+                .to_string()
+        });
         Volume {
             mountpoint: self.published_here(v).unwrap_or_default().to_string(),
+            created_at,
             status: status.then(|| {
                 let nodes: Vec<&str> = v.publications.iter().map(|p| p.node.as_str()).collect();
                 let events = last_events(v, 5);
@@ -324,6 +329,9 @@ impl DockerPlugin {
                     "capacity_bytes": v.capacity_bytes,
                     "volume_id": v.volume_id,
                     "published_on": nodes,
+                    // Berth's labels (`-o label.K=V`); Docker's own
+                    // `--label`s are Docker's, under Labels.
+                    "labels": spec.labels,
                     "failure": v.failure,
                     "events": events,
                 })

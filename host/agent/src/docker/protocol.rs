@@ -44,8 +44,13 @@ impl Answer {
 pub struct Volume {
     #[serde(rename = "Name")]
     pub name: String,
+    /// Where the volume is mounted on this node; empty while it is not
+    /// (Docker asks for the path with Mount, and shows it once mounted).
     #[serde(rename = "Mountpoint", skip_serializing_if = "String::is_empty")]
     pub mountpoint: String,
+    /// When the volume was made (RFC 3339), for `docker volume inspect`.
+    #[serde(rename = "CreatedAt", skip_serializing_if = "String::is_empty")]
+    pub created_at: String,
     /// What `docker volume inspect` shows under Status.
     #[serde(rename = "Status", skip_serializing_if = "Option::is_none")]
     pub status: Option<serde_json::Value>,
