@@ -35,7 +35,9 @@ fn main() -> ExitCode {
         Err(e) => {
             eprintln!(
                 "error: {}",
-                berth::model::text::printable_lines(&format!("{e:#}"))
+                berth::model::text::printable_lines(&berth::model::text::causes_once(
+                    e.chain().map(ToString::to_string)
+                ))
             );
             ExitCode::FAILURE
         }

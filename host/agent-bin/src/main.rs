@@ -29,7 +29,8 @@ fn main() -> ExitCode {
     match runtime.block_on(run(cli.agent)) {
         Ok(code) => code,
         Err(e) => {
-            eprintln!("error: {}", berth_model::text::printable_lines(&format!("{e:#}")));
+            let text = berth_model::text::causes_once(e.chain().map(ToString::to_string));
+            eprintln!("error: {}", berth_model::text::printable_lines(&text));
             ExitCode::FAILURE
         }
     }

@@ -94,6 +94,23 @@ pub fn shell_word(s: &str) -> String {
     }
 }
 
+/// An error and its causes on one line, `outer: cause: root`, each cause
+/// once: a message that already shows its cause's text (most of Berth's
+/// errors do, for logs) is not followed by it again.
+pub fn causes_once(chain: impl IntoIterator<Item = String>) -> String {
+    let mut out = String::new();
+    for text in chain {
+        if text.is_empty() || out.contains(&text) {
+            continue;
+        }
+        if !out.is_empty() {
+            out.push_str(": ");
+        }
+        out.push_str(&text);
+    }
+    out
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -138,5 +155,19 @@ mod tests {
         let e = echo(&long);
         assert!(e.len() < 100 && e.ends_with("(100000 bytes)"), "{e}");
         assert_eq!(echo("a\x1bb"), "\"a\\u{1b}b\"");
+    }
+
+    #[test]
+    fn each_cause_is_said_once() {
+        let chain = |v: &[&str]| causes_once(v.iter().map(|s| s.to_string()));
+        assert_eq!(
+            chain(&[
+                "registry r: connection refused (hint)",
+                "connection refused (hint)"
+            ]),
+            "registry r: connection refused (hint)"
+        );
+        assert_eq!(chain(&["reading x", "no such file"]), "reading x: no such file");
+        assert_eq!(chain(&["only"]), "only");
     }
 }

@@ -64,10 +64,23 @@ struct WasmConfig {
     component: Option<Component>,
 }
 
+/// The artifact's creation time: `SOURCE_DATE_EPOCH` (the reproducible-builds
+/// convention) when set, else the Unix epoch, never the clock. So the same
+/// module packs to the same manifest digest every time, and a digest
+/// pinned or signed for it holds for every push of it.
+fn created_time() -> String {
+    let seconds = std::env::var("SOURCE_DATE_EPOCH")
+        .ok()
+        .and_then(|s| s.trim().parse::<u64>().ok())
+        .unwrap_or(0);
+    humantime::format_rfc3339_seconds(std::time::UNIX_EPOCH + std::time::Duration::from_secs(seconds))
+        .to_string()
+}
+
 /// A component packed as the artifact: (config, manifest) documents.
 pub(crate) fn pack(module: &[u8], component: Component, title: Option<&str>) -> (Vec<u8>, Vec<u8>) {
     let layer = Digest::of(module);
-    let created = humantime::format_rfc3339_seconds(std::time::SystemTime::now()).to_string();
+    let created = created_time();
     let config = WasmConfig {
         created: created.clone(),
         author: None,
@@ -158,11 +171,19 @@ mod tests {
             target: None,
         };
         let (config, manifest) = pack(module, component.clone(), Some("naming.wasm"));
+        // The same bytes pack the same, whenever they are packed.
+        assert_eq!(
+            pack(module, component.clone(), Some("naming.wasm")),
+            (config.clone(), manifest.clone())
+        );
         let (layer, size) = module_layer("here", &manifest).unwrap();
         assert_eq!((layer, size), (Digest::of(module), module.len() as u64));
         let (config_digest, _) = config_of(&manifest).unwrap();
         assert_eq!(config_digest, Digest::of(&config));
         let c: serde_json::Value = serde_json::from_slice(&config).unwrap();
+        if std::env::var_os("SOURCE_DATE_EPOCH").is_none() {
+            assert_eq!(c["created"], "1970-01-01T00:00:00Z", "not the clock's time");
+        }
         assert_eq!(c["architecture"], "wasm");
         assert_eq!(c["os"], "wasip2");
         assert_eq!(c["layerDigests"][0], Digest::of(module).to_string());

@@ -36,6 +36,13 @@ pub(crate) enum Transport {
     Https(Arc<rustls::ClientConfig>),
     /// Plain HTTP, to loopback only.
     Plain,
+    /// A registry on loopback with no transport asked for: HTTPS first, and
+    /// plain HTTP from the first answer that is not TLS on (as Docker and
+    /// crane treat loopback registries). Shared by the operation's requests.
+    Loopback {
+        tls: Arc<rustls::ClientConfig>,
+        plain: Arc<std::sync::atomic::AtomicBool>,
+    },
 }
 
 /// A URL split as the transport needs it.
@@ -132,8 +139,23 @@ impl Transport {
         Ok(Transport::Https(Arc::new(config)))
     }
 
+    /// HTTPS first, plain HTTP if the loopback registry does not speak TLS.
+    pub fn loopback(ca: Option<&Path>) -> Result<Transport, OciError> {
+        let Transport::Https(tls) = Transport::https(ca)? else {
+            unreachable!("https() makes an Https transport")
+        };
+        Ok(Transport::Loopback {
+            tls,
+            plain: Arc::default(),
+        })
+    }
+
     pub fn is_https(&self) -> bool {
-        matches!(self, Transport::Https(_))
+        match self {
+            Transport::Https(_) => true,
+            Transport::Plain => false,
+            Transport::Loopback { plain, .. } => !plain.load(std::sync::atomic::Ordering::Relaxed),
+        }
     }
 
     /// Sends one request; the answer's body is read up to `limit` bytes.
@@ -186,46 +208,77 @@ impl Transport {
         } else {
             format!("{}:{default_port}", target.authority)
         };
-        let tcp = TcpStream::connect(&addr)
-            .await
-            .map_err(|source| OciError::Connect {
-                registry: registry.to_string(),
-                source,
-            })?;
-        let _ = tcp.set_nodelay(true);
-        let mut request = hyper::Request::builder()
-            .method(method)
-            .uri(&target.path)
-            .header(hyper::header::HOST, &target.authority)
-            .header(
-                hyper::header::USER_AGENT,
-                concat!("berth/", env!("CARGO_PKG_VERSION")),
-            )
-            .header(hyper::header::CONTENT_LENGTH, body.len());
-        for (name, value) in headers {
-            let name = HeaderName::from_bytes(name.as_bytes()).map_err(|e| http(e.to_string()))?;
-            let value = HeaderValue::from_str(value).map_err(|e| http(e.to_string()))?;
-            request = request.header(name, value);
-        }
-        let request = request.body(Full::new(body)).map_err(|e| http(e.to_string()))?;
+        let connect = || async {
+            let tcp = TcpStream::connect(&addr)
+                .await
+                .map_err(|source| OciError::Connect {
+                    registry: registry.to_string(),
+                    source,
+                })?;
+            let _ = tcp.set_nodelay(true);
+            Ok::<_, OciError>(tcp)
+        };
+        let make_request = || {
+            let mut request = hyper::Request::builder()
+                .method(method)
+                .uri(&target.path)
+                .header(hyper::header::HOST, &target.authority)
+                .header(
+                    hyper::header::USER_AGENT,
+                    concat!("berth/", env!("CARGO_PKG_VERSION")),
+                )
+                .header(hyper::header::CONTENT_LENGTH, body.len());
+            for (name, value) in headers {
+                let name = HeaderName::from_bytes(name.as_bytes()).map_err(|e| http(e.to_string()))?;
+                let value = HeaderValue::from_str(value).map_err(|e| http(e.to_string()))?;
+                request = request.header(name, value);
+            }
+            request
+                .body(Full::new(body.clone()))
+                .map_err(|e| http(e.to_string()))
+        };
+        let tls_to = |config: Arc<rustls::ClientConfig>, tcp: TcpStream| async move {
+            let name = ServerName::try_from(target.host().to_string())
+                .map_err(|e| http(format!("{:?} is not a TLS server name: {e}", target.host())))?;
+            Ok::<_, OciError>(tokio_rustls::TlsConnector::from(config).connect(name, tcp).await)
+        };
+        let plain_to = |tcp: TcpStream| async {
+            if !loopback(target.host()) {
+                return Err(OciError::PlainHttp(target.authority.clone()));
+            }
+            Ok(round_trip(TokioIo::new(tcp), make_request()?).await)
+        };
         let response = match self {
             Transport::Https(config) => {
-                let name = ServerName::try_from(target.host().to_string())
-                    .map_err(|e| http(format!("{:?} is not a TLS server name: {e}", target.host())))?;
-                let tls = tokio_rustls::TlsConnector::from(config.clone())
-                    .connect(name, tcp)
-                    .await
+                let tls = tls_to(config.clone(), connect().await?)
+                    .await?
                     .map_err(|source| OciError::Connect {
                         registry: registry.to_string(),
                         source: not_tls_hint(source),
                     })?;
-                round_trip(TokioIo::new(tls), request).await
+                round_trip(TokioIo::new(tls), make_request()?).await
             }
-            Transport::Plain => {
-                if !loopback(target.host()) {
-                    return Err(OciError::PlainHttp(target.authority.clone()));
+            Transport::Plain => plain_to(connect().await?).await?,
+            Transport::Loopback { tls, plain } => {
+                use std::sync::atomic::Ordering;
+                if plain.load(Ordering::Relaxed) {
+                    plain_to(connect().await?).await?
+                } else {
+                    match tls_to(tls.clone(), connect().await?).await? {
+                        Ok(stream) => round_trip(TokioIo::new(stream), make_request()?).await,
+                        Err(e) if speaks_plain_http(&e) => {
+                            tracing::debug!(%registry, "the loopback registry does not speak TLS: plain HTTP");
+                            plain.store(true, Ordering::Relaxed);
+                            plain_to(connect().await?).await?
+                        }
+                        Err(source) => {
+                            return Err(OciError::Connect {
+                                registry: registry.to_string(),
+                                source,
+                            });
+                        }
+                    }
                 }
-                round_trip(TokioIo::new(tcp), request).await
             }
         }
         .map_err(|e| http(e.to_string()))?;
@@ -254,9 +307,14 @@ impl Transport {
     }
 }
 
+/// Whether a TLS handshake failed because the server answered in plain HTTP.
+fn speaks_plain_http(e: &std::io::Error) -> bool {
+    e.to_string().contains("InvalidContentType")
+}
+
 /// A registry that answered the TLS handshake with plain HTTP says so.
 fn not_tls_hint(e: std::io::Error) -> std::io::Error {
-    if e.to_string().contains("InvalidContentType") {
+    if speaks_plain_http(&e) {
         std::io::Error::new(
             e.kind(),
             format!(

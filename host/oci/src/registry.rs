@@ -87,6 +87,8 @@ impl Registry {
                 return Err(OciError::PlainHttp(reference.registry.clone()));
             }
             Transport::Plain
+        } else if loopback(reference.host()) && access.ca.is_none() {
+            Transport::loopback(None)?
         } else {
             Transport::https(access.ca.as_deref())?
         };

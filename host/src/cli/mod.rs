@@ -203,7 +203,7 @@ pub fn error_json(e: &anyhow::Error) -> String {
     let api = e.downcast_ref::<client::ApiError>();
     let message = match api {
         Some(a) => a.message.clone(),
-        None => format!("{e:#}"),
+        None => berth::model::text::causes_once(e.chain().map(ToString::to_string)),
     };
     serde_json::json!({
         "error": {

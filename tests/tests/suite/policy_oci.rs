@@ -576,3 +576,47 @@ fn apply_resolves_a_tag_to_the_digest_it_names_and_stores_that() {
     let v: Value = serde_json::from_str(&c.ok(&["volume", "get", "v", "-o", "json"])).unwrap();
     assert!(v["csi_name"].as_str().unwrap().starts_with("tagged-"), "{v:#}");
 }
+
+/// A registry on loopback that speaks plain HTTP is reached without
+/// `--plain-http`, as Docker and crane reach one: HTTPS is tried first.
+#[test]
+fn a_plain_http_registry_on_loopback_needs_no_flag() {
+    let registry = RegistryServer::start();
+    let module = guest("berth_naming_guest");
+    let out = berth_tests::berth(&[
+        "policy",
+        "push",
+        &module.display().to_string(),
+        &format!("oci://{}/berth/naming:v1", registry.address),
+        "-o",
+        "json",
+    ]);
+    let (stdout, stderr) = texts(&out);
+    assert!(out.status.success(), "{stdout}{stderr}");
+    let pushed: Value = serde_json::from_str(&stdout).unwrap();
+    let dir = test_dir();
+    let file = dir.path().join("naming.wasm");
+    let out = berth_tests::berth(&[
+        "policy",
+        "pull",
+        pushed["reference"].as_str().unwrap(),
+        "--to",
+        &file.display().to_string(),
+    ]);
+    assert!(out.status.success(), "{:?}", texts(&out));
+    assert_eq!(std::fs::read(&file).unwrap(), std::fs::read(&module).unwrap());
+
+    // Asked for HTTPS (a CA given), it says once why it cannot be.
+    let out = berth_tests::berth(&[
+        "policy",
+        "pull",
+        pushed["reference"].as_str().unwrap(),
+        "--to",
+        &file.display().to_string(),
+        "--ca",
+        "/etc/ssl/certs/ca-certificates.crt",
+    ]);
+    let (_, stderr) = texts(&out);
+    assert!(!out.status.success());
+    assert_eq!(stderr.matches("does not speak TLS").count(), 1, "{stderr}");
+}
