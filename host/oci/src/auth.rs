@@ -40,6 +40,43 @@ impl Credentials {
 struct ConfigFile {
     #[serde(default)]
     auths: BTreeMap<String, Entry>,
+    /// The credential helper for every registry (`docker-credential-NAME`).
+    #[serde(default, rename = "credsStore")]
+    creds_store: Option<String>,
+    /// Credential helpers by registry.
+    #[serde(default, rename = "credHelpers")]
+    cred_helpers: BTreeMap<String, String>,
+}
+
+/// The credential helper `path` names for `registry`, if it names one; a
+/// file that does not read names none (its errors are `credentials_for`'s).
+pub fn helper_for(path: &Path, registry: &str) -> Option<String> {
+    let text = std::fs::read_to_string(path)
+        .ok()
+        .filter(|t| t.len() <= 1 << 20)?;
+    let config: ConfigFile = serde_json::from_str(&text).ok()?;
+    let helper = config
+        .cred_helpers
+        .iter()
+        .find(|(key, _)| same_registry(key, registry))
+        .map(|(_, h)| h.clone())
+        .or(config.creds_store)?;
+    // A name, not a path or a command line: shown, never run.
+    let plain = !helper.is_empty()
+        && helper.len() <= 64
+        && helper
+            .bytes()
+            .all(|b| b.is_ascii_alphanumeric() || matches!(b, b'-' | b'_' | b'.'));
+    plain.then_some(helper)
+}
+
+/// Whether a config's key (`host`, `host:port` or a URL of it) is `registry`.
+fn same_registry(key: &str, registry: &str) -> bool {
+    let key = key
+        .trim_start_matches("https://")
+        .trim_start_matches("http://")
+        .trim_end_matches('/');
+    key.strip_suffix("/v2").unwrap_or(key) == registry
 }
 
 #[derive(Deserialize)]
@@ -89,14 +126,7 @@ pub fn credentials_for(path: &Path, registry: &str) -> Result<Option<Credentials
         )
     })?;
     // Keys are written as `host`, `host:port` or a URL of it.
-    let entry = config.auths.iter().find(|(key, _)| {
-        let key = key
-            .trim_start_matches("https://")
-            .trim_start_matches("http://")
-            .trim_end_matches('/');
-        let key = key.strip_suffix("/v2").unwrap_or(key);
-        key == registry
-    });
+    let entry = config.auths.iter().find(|(key, _)| same_registry(key, registry));
     let Some((_, entry)) = entry else {
         return Ok(None);
     };

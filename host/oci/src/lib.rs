@@ -17,6 +17,7 @@ pub mod layout;
 mod reference;
 mod registry;
 mod sealed_key;
+mod sec1;
 pub mod signature;
 mod signature_image;
 

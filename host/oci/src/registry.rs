@@ -39,6 +39,9 @@ pub struct Registry {
     pub(crate) name: String,
     transport: Transport,
     credentials: Option<Credentials>,
+    /// The Docker credential helper the config names for this registry
+    /// when it holds no credentials of its own for it (Berth runs none).
+    helper: Option<String>,
     /// The last bearer token the registry's realm gave.
     token: Mutex<Option<String>>,
     /// When the operation this client was made for must be done by.
@@ -93,14 +96,19 @@ impl Registry {
             Transport::https(access.ca.as_deref())?
         };
         let config = access.docker_config.clone().or_else(auth::docker_config_path);
-        let credentials = match config {
-            Some(path) => auth::credentials_for(&path, &reference.registry)?,
+        let credentials = match &config {
+            Some(path) => auth::credentials_for(path, &reference.registry)?,
             None => None,
+        };
+        let helper = match (&config, &credentials) {
+            (Some(path), None) => auth::helper_for(path, &reference.registry),
+            _ => None,
         };
         Ok(Registry {
             name: reference.registry.clone(),
             transport,
             credentials,
+            helper,
             token: Mutex::new(None),
             deadline: tokio::time::Instant::now() + crate::http::OPERATION_TIMEOUT,
         })
@@ -365,12 +373,7 @@ impl Registry {
         if (200..300).contains(&response.status) {
             return Ok(response);
         }
-        Err(OciError::Status {
-            registry: self.name.clone(),
-            what,
-            status: response.status,
-            message: error_message(&response),
-        })
+        Err(self.refusal(what, &response))
     }
 
     /// A call answered whatever way, after answering an authentication challenge once.
@@ -400,6 +403,25 @@ impl Registry {
     fn authorization(&self) -> Option<String> {
         let token = self.token.lock().unwrap_or_else(|p| p.into_inner()).clone();
         token.map(|t| format!("Bearer {t}"))
+    }
+
+    /// The registry's refusal of `what`, with what to do when the
+    /// credentials it wants are with a credential helper Berth does not run.
+    pub(crate) fn refusal(&self, what: String, response: &Response) -> OciError {
+        let mut message = error_message(response);
+        if matches!(response.status, 401 | 403)
+            && let Some(helper) = &self.helper
+        {
+            message.push_str(&format!(
+                " (the Docker config keeps this registry's credentials with the credential helper docker-credential-{helper}, which Berth does not run: give Berth a config file with them under `auths`, with --docker-config or `docker_config` in [oci]; `docker --config DIR login` writes one)"
+            ));
+        }
+        OciError::Status {
+            registry: self.name.clone(),
+            what,
+            status: response.status,
+            message,
+        }
     }
 
     /// Whether `target` is this registry itself (its name: host and port).
@@ -464,12 +486,7 @@ impl Registry {
             )
             .await?;
         if response.status != 200 {
-            return Err(OciError::Status {
-                registry: self.name.clone(),
-                what: "asking for a token".into(),
-                status: response.status,
-                message: error_message(&response),
-            });
+            return Err(self.refusal("asking for a token".into(), &response));
         }
         let token: Token = serde_json::from_slice(&response.body).map_err(|e| OciError::Http {
             registry: self.name.clone(),

@@ -161,6 +161,25 @@ mod b64 {
 }
 
 /// A PEM block's label and content, if `text` holds exactly one.
+/// Every PEM block of `text`, in order (a key file may hold its curve's
+/// parameters first, as `openssl ecparam -genkey` writes it).
+pub fn pem_blocks(text: &str) -> Vec<(&str, Vec<u8>)> {
+    let mut blocks = Vec::new();
+    let mut rest = text;
+    while let Some(begin) = rest.find("-----BEGIN ") {
+        let Some(block) = pem_block(&rest[begin..]) else {
+            break;
+        };
+        let end = format!("-----END {}-----", block.0);
+        let consumed = rest[begin..]
+            .find(&end)
+            .map_or(rest.len(), |i| begin + i + end.len());
+        blocks.push(block);
+        rest = &rest[consumed..];
+    }
+    blocks
+}
+
 pub fn pem_block(text: &str) -> Option<(&str, Vec<u8>)> {
     let begin = text.find("-----BEGIN ")?;
     let rest = &text[begin + "-----BEGIN ".len()..];

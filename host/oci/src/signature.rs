@@ -90,18 +90,23 @@ pub struct SigningKey(EcdsaKeyPair);
 pub const PASSWORD_VARIABLE: &str = "COSIGN_PASSWORD";
 
 impl SigningKey {
-    /// A PKCS#8 PEM private key, or cosign's sealed one opened with `password`.
+    /// A PEM private key: PKCS#8, SEC 1 (`EC PRIVATE KEY`, what `openssl
+    /// ecparam -genkey` writes), or cosign's sealed one opened with `password`.
     pub fn from_pem(path: &Path, password: Option<&[u8]>) -> Result<SigningKey, OciError> {
         let text = std::fs::read_to_string(path).map_err(|e| OciError::file(path, e))?;
         let not_a_key = || {
             OciError::file(
                 path,
-                "not a PKCS#8 PEM private key nor cosign's encrypted one; `openssl pkcs8 -topk8 -nocrypt` converts an EC key",
+                "holds no private key: PKCS#8 (PRIVATE KEY), SEC 1 (EC PRIVATE KEY) or cosign's encrypted one",
             )
         };
-        let (label, der) = crate::sealed_key::pem_block(&text).ok_or_else(not_a_key)?;
+        let (label, der) = crate::sealed_key::pem_blocks(&text)
+            .into_iter()
+            .find(|(label, _)| label.ends_with("PRIVATE KEY"))
+            .ok_or_else(not_a_key)?;
         let pkcs8 = match label {
             "PRIVATE KEY" => der,
+            "EC PRIVATE KEY" => crate::sec1::to_pkcs8(&der).map_err(|why| OciError::file(path, why))?,
             crate::sealed_key::LABEL | crate::sealed_key::LEGACY_LABEL => {
                 let password = password.ok_or_else(|| {
                     OciError::file(

@@ -6,7 +6,7 @@ use base64::Engine as _;
 use bytes::Bytes;
 
 use crate::artifact::{DOCUMENT_MAX, Descriptor, MANIFEST_MEDIA_TYPE, Manifest};
-use crate::registry::{Call, error_message};
+use crate::registry::Call;
 use crate::signature::{
     Kept, PAYLOAD_MAX, PAYLOAD_MEDIA_TYPE, Rejected, SIGNATURE_ANNOTATION, SIGNATURE_LAYERS_MAX, Signature,
     SigningKey, Verified, dedup, payload, signature_tag,
@@ -77,12 +77,7 @@ impl Registry {
             return Ok(None);
         }
         if response.status != 200 {
-            return Err(OciError::Status {
-                registry: self.name.clone(),
-                what: format!("the signatures of {reference}"),
-                status: response.status,
-                message: error_message(&response),
-            });
+            return Err(self.refusal(format!("the signatures of {reference}"), &response));
         }
         let at = format!("{reference} ({tag})");
         let manifest: Manifest = serde_json::from_slice(&response.body).map_err(|e| OciError::Artifact {

@@ -134,6 +134,35 @@ fn a_private_registry_needs_its_ca_and_the_credentials_from_the_docker_config() 
         &none,
     ]);
     let (_, stderr) = texts(&out);
+
+    // A config that keeps them with a credential helper (what `docker login`
+    // writes on most desktops): the refusal says the helper is not run.
+    let helpers = dir.path().join("helpers-docker-config.json");
+    std::fs::write(
+        &helpers,
+        format!(
+            r#"{{"credsStore": "desktop", "credHelpers": {{"{}": "secretservice"}}}}"#,
+            registry.address
+        ),
+    )
+    .unwrap();
+    let out = berth(&[
+        "policy",
+        "pull",
+        &pinned,
+        "--to",
+        &to,
+        "--ca",
+        &ca,
+        "--docker-config",
+        &helpers.display().to_string(),
+    ]);
+    let (_, stderr) = texts(&out);
+    assert!(!out.status.success());
+    assert!(
+        stderr.contains("docker-credential-secretservice") && stderr.contains("does not run"),
+        "{stderr}"
+    );
     assert!(!out.status.success());
     assert!(
         stderr.contains("answered 401") && stderr.contains(&registry.address),

@@ -455,3 +455,51 @@ fn a_pull_never_writes_through_a_planted_link() {
         std::fs::read(guest("berth_naming_guest")).unwrap()
     );
 }
+
+/// `policy sign --key` takes an EC key as `openssl ecparam -genkey` writes
+/// it (SEC 1, after its curve's parameters), as `cosign import-key-pair`
+/// does; the signature is checked by openssl with the key's public half.
+#[test]
+fn a_sec1_ec_key_from_openssl_ecparam_signs() {
+    let dir = berth_tests::test_dir();
+    let key = dir.path().join("ec.pem");
+    let public = dir.path().join("ec.pub");
+    let openssl = |args: &[&str]| {
+        let out = std::process::Command::new("openssl").args(args).output().unwrap();
+        assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
+    };
+    let (k, p) = (key.display().to_string(), public.display().to_string());
+    openssl(&["ecparam", "-name", "prime256v1", "-genkey", "-out", &k]);
+    openssl(&["ec", "-in", &k, "-pubout", "-out", &p]);
+    assert!(
+        std::fs::read_to_string(&key)
+            .unwrap()
+            .contains("BEGIN EC PRIVATE KEY")
+    );
+
+    let module = dir.path().join("naming.wasm");
+    std::fs::copy(guest("berth_naming_guest"), &module).unwrap();
+    let out = berth_tests::berth(&["policy", "sign", &module.display().to_string(), "--key", &k]);
+    let (stdout, stderr) = berth_tests::texts(&out);
+    assert!(out.status.success(), "{stdout}{stderr}");
+    let sig = std::fs::read_to_string(dir.path().join("naming.wasm.sig")).unwrap();
+    let der = dir.path().join("sig.der");
+    std::fs::write(
+        &der,
+        base64::Engine::decode(&base64::engine::general_purpose::STANDARD, sig.trim()).unwrap(),
+    )
+    .unwrap();
+    let out = std::process::Command::new("openssl")
+        .args(["dgst", "-sha256", "-verify", &p, "-signature"])
+        .arg(&der)
+        .arg(&module)
+        .output()
+        .unwrap();
+    assert_eq!(String::from_utf8_lossy(&out.stdout).trim(), "Verified OK");
+
+    // A key of another curve is refused, saying so.
+    openssl(&["ecparam", "-name", "secp384r1", "-genkey", "-out", &k]);
+    let out = berth_tests::berth(&["policy", "sign", &module.display().to_string(), "--key", &k]);
+    let (_, stderr) = berth_tests::texts(&out);
+    assert!(!out.status.success() && stderr.contains("P-256"), "{stderr}");
+}
