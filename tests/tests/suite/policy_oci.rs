@@ -134,6 +134,11 @@ fn a_private_registry_needs_its_ca_and_the_credentials_from_the_docker_config() 
         &none,
     ]);
     let (_, stderr) = texts(&out);
+    assert!(!out.status.success());
+    assert!(
+        stderr.contains("answered 401") && stderr.contains(&registry.address),
+        "{stderr}"
+    );
 
     // A config that keeps them with a credential helper (what `docker login`
     // writes on most desktops): the refusal says the helper is not run.
@@ -161,11 +166,6 @@ fn a_private_registry_needs_its_ca_and_the_credentials_from_the_docker_config() 
     assert!(!out.status.success());
     assert!(
         stderr.contains("docker-credential-secretservice") && stderr.contains("does not run"),
-        "{stderr}"
-    );
-    assert!(!out.status.success());
-    assert!(
-        stderr.contains("answered 401") && stderr.contains(&registry.address),
         "{stderr}"
     );
     assert!(!Path::new(&to).exists());
