@@ -58,7 +58,7 @@ pub(crate) fn access(raw: Option<RawOci>, resolve: impl Fn(&Path) -> PathBuf) ->
     let raw = raw.unwrap_or_default();
     Access {
         ca: raw.ca.as_deref().map(&resolve),
-        plain_http: raw.plain_http.unwrap_or(false),
+        plain_http: raw.plain_http,
         docker_config: raw.docker_config.as_deref().map(&resolve),
     }
 }

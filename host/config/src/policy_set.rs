@@ -46,6 +46,31 @@ impl RawPolicy {
     pub fn set_decisions(&mut self, decisions: &[Decision]) {
         self.decisions = decisions.iter().map(ToString::to_string).collect();
     }
+
+    /// The name the table gives the module, if it gives one.
+    pub fn name(&self) -> Option<&str> {
+        self.name.as_deref()
+    }
+
+    /// The decisions the table names (none: every decision the module exports).
+    pub fn decisions(&self) -> &[String] {
+        &self.decisions
+    }
+}
+
+/// What a module is called when its table gives no name: its file's stem,
+/// or its repository's last component (`oci://r/team/naming:v2` → `naming`).
+pub fn default_name(module: &str) -> String {
+    let last = module.rsplit('/').next().unwrap_or(module);
+    let last = match module.starts_with("oci://") {
+        true => last.split(['@', ':']).next().unwrap_or(last),
+        false => last.strip_suffix(".wasm").unwrap_or(last),
+    };
+    if last.is_empty() {
+        "module".into()
+    } else {
+        last.to_string()
+    }
 }
 
 impl SetDraft {
@@ -66,6 +91,9 @@ impl SetDraft {
         }
         self.tables
             .retain(|t| t.mode == Mode::Live || !t.decisions.is_empty());
+        // Named apart from the live module it shadows, whose file or
+        // repository it often shares a name with.
+        let name = name.or_else(|| Some(format!("{}-shadow", default_name(&module))));
         self.tables.push(RawPolicy {
             module,
             digest: None,
@@ -255,6 +283,29 @@ impl SetDraft {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn a_shadow_is_named_apart_from_the_module_it_shadows() {
+        let draft = SetDraft::parse("[[policy]]\nmodule = \"naming.wasm\"\n", Path::new("/p")).unwrap();
+        let shadowed = draft.clone().with_shadow(
+            "/q/naming.wasm".into(),
+            None,
+            &[Decision::Naming],
+            BTreeMap::new(),
+        );
+        assert_eq!(shadowed.tables[1].name(), Some("naming-shadow"));
+        assert_eq!(shadowed.tables[1].mode, Mode::Shadow);
+        let named = draft.with_shadow(
+            "oci://r.io/team/naming:v2".into(),
+            Some("candidate".into()),
+            &[Decision::Naming],
+            BTreeMap::new(),
+        );
+        assert_eq!(named.tables[1].name(), Some("candidate"));
+        assert_eq!(default_name("oci://r.io/team/naming:v2"), "naming");
+        assert_eq!(default_name("oci://r.io:5000/naming@sha256:ab"), "naming");
+        assert_eq!(default_name("/x/retry.wasm"), "retry");
+    }
 
     #[test]
     fn a_set_round_trips_through_its_stored_text_with_paths_made_absolute() {

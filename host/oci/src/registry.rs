@@ -18,8 +18,10 @@ use crate::{Digest, MODULE_MAX, OciError, Reference};
 pub struct Access {
     /// A PEM file of the CA(s) to trust for HTTPS; the system's when unset.
     pub ca: Option<PathBuf>,
-    /// Plain HTTP, allowed to a registry on loopback only.
-    pub plain_http: bool,
+    /// Plain HTTP (to a registry on loopback only): `Some(true)` at once,
+    /// `Some(false)` never; `None` tries a loopback registry over HTTPS
+    /// first, then plain HTTP if it does not speak TLS.
+    pub plain_http: Option<bool>,
     /// The Docker config file with the credentials; the default place when unset.
     pub docker_config: Option<PathBuf>,
 }
@@ -85,12 +87,12 @@ pub(crate) struct Call<'a> {
 
 impl Registry {
     pub fn new(reference: &Reference, access: &Access) -> Result<Registry, OciError> {
-        let transport = if access.plain_http {
+        let transport = if access.plain_http == Some(true) {
             if !loopback(reference.host()) {
                 return Err(OciError::PlainHttp(reference.registry.clone()));
             }
             Transport::Plain
-        } else if loopback(reference.host()) && access.ca.is_none() {
+        } else if access.plain_http.is_none() && loopback(reference.host()) && access.ca.is_none() {
             Transport::loopback(None)?
         } else {
             Transport::https(access.ca.as_deref())?
@@ -584,7 +586,7 @@ mod tests {
     fn plain_http_is_refused_beyond_loopback() {
         let r = Reference::parse("oci://registry.example.com/a:v1").unwrap();
         let access = Access {
-            plain_http: true,
+            plain_http: Some(true),
             ..Access::default()
         };
         let err = Registry::new(&r, &access).err().unwrap().to_string();
@@ -618,7 +620,7 @@ mod tests {
         });
         let r = Reference::parse(&format!("oci://127.0.0.1:{port}/a:v1")).unwrap();
         let access = Access {
-            plain_http: true,
+            plain_http: Some(true),
             docker_config: Some(PathBuf::from("/nonexistent/config.json")),
             ..Access::default()
         };

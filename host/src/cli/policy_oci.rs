@@ -33,7 +33,7 @@ impl RegistryArgs {
     pub(super) fn access(&self) -> Access {
         Access {
             ca: self.ca.clone(),
-            plain_http: self.plain_http,
+            plain_http: self.plain_http.then_some(true),
             docker_config: self.docker_config.clone(),
         }
     }

@@ -55,6 +55,12 @@ struct ServerView {
 #[derive(Serialize)]
 struct ModuleView {
     module: String,
+    /// The name the set gives it (none: its file's or repository's).
+    name: String,
+    /// `live`, or `shadow`: deciding beside the live module, never used.
+    mode: &'static str,
+    /// The decisions it serves or shadows (none named: all it exports).
+    decisions: Vec<String>,
     /// A module file's SHA-256 (a registry module's digest is in its reference).
     #[serde(skip_serializing_if = "Option::is_none")]
     digest: Option<String>,
@@ -71,6 +77,12 @@ fn view(set: api::PolicySet) -> SetView {
         modules: tables
             .into_iter()
             .map(|t| ModuleView {
+                name: t.name().map_or_else(
+                    || berth::config::policy_set::default_name(&t.module),
+                    str::to_string,
+                ),
+                mode: if t.mode.is_live() { "live" } else { "shadow" },
+                decisions: t.decisions().to_vec(),
                 module: t.module,
                 digest: t.digest,
             })
@@ -127,10 +139,14 @@ fn print(v: &SetView, output: Output) -> anyhow::Result<()> {
                 }
             }
             for m in &v.modules {
-                match &m.digest {
-                    Some(d) => say!("{:<10}{} ({d})", "module", m.module),
-                    None => say!("{:<10}{}", "module", m.module),
-                }
+                let serves = match (m.mode, m.decisions.is_empty()) {
+                    ("shadow", true) => "SHADOW of every decision it exports".to_string(),
+                    ("shadow", false) => format!("SHADOW of {}", m.decisions.join(", ")),
+                    (_, true) => "live".to_string(),
+                    (_, false) => format!("live: {}", m.decisions.join(", ")),
+                };
+                let pinned = m.digest.as_ref().map_or(String::new(), |d| format!(" ({d})"));
+                say!("{:<10}{} [{serves}] {}{pinned}", "module", m.name, m.module);
             }
             print_policies(&v.policies);
             for s in &v.servers {

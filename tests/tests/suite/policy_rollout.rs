@@ -548,6 +548,25 @@ fn replay_from_a_registry_then_shadow_and_promote_from_the_command_line() {
     ]))
     .unwrap();
     assert_eq!(shadowed["version"], 2, "{shadowed:#}");
+    // Before any shadow decision: the shadow is there, and said to be.
+    let said = c.ok(&["policy", "diff"]);
+    assert!(
+        said.contains("naming-v2 shadowing: no shadow decision yet"),
+        "{said}"
+    );
+    let status = c.ok(&["policy", "status"]);
+    assert!(
+        status.lines().any(|l| l.contains("naming-v2 [SHADOW of naming]")),
+        "{status}"
+    );
+    let modules: Value = serde_json::from_str(&c.ok(&["policy", "status", "-o", "json"])).unwrap();
+    let shadow = modules["modules"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .find(|m| m["mode"] == "shadow")
+        .unwrap_or_else(|| panic!("{modules:#}"));
+    assert_eq!(shadow["name"], "naming-v2", "{modules:#}");
     create(&c, "gold-1", &["--label", "tier=gold"]);
     let started = Instant::now();
     while shadow_counts(&diff(&c), "naming").1 < 1 {
@@ -556,6 +575,16 @@ fn replay_from_a_registry_then_shadow_and_promote_from_the_command_line() {
     }
     assert_eq!(shadow_counts(&diff(&c), "naming"), (0, 1, 0, 0));
     assert_eq!(diff(&c)["shadows"][0]["module"], "naming-v2");
+    // In words: when, as a date, and the answers as text.
+    let said = c.ok(&["policy", "diff"]);
+    let line = said
+        .lines()
+        .find(|l| l.contains("for gold-1"))
+        .unwrap_or_else(|| panic!("{said}"));
+    assert!(
+        line.starts_with("20") && line.contains('T') && !line.contains('{'),
+        "{line}"
+    );
 
     let promoted: Value = serde_json::from_str(&c.ok(&["policy", "promote", "-o", "json"])).unwrap();
     assert_eq!(promoted["version"], 3);
