@@ -175,6 +175,12 @@ impl CompiledCache {
         )
     }
 
+    /// Whether an entry for the bytes with this SHA-256 (hex) is kept (not
+    /// yet checked: [`CompiledCache::get`] vouches for it).
+    pub fn holds(&self, sha256: &str) -> bool {
+        self.paths(sha256).1.exists()
+    }
+
     /// The component compiled before from the bytes with this SHA-256 (hex), if this cache holds it whole.
     pub fn get(&self, engine: &Engine, sha256: &str) -> Option<Component> {
         let (code, record) = self.paths(sha256);

@@ -152,6 +152,14 @@ impl PolicyEngine {
         &self.engine
     }
 
+    /// Whether `wasm` was compiled before and kept in the compiled-module
+    /// cache (so loading it does not compile it again).
+    pub fn compiled_before(&self, wasm: &[u8]) -> bool {
+        self.on_disk
+            .as_ref()
+            .is_some_and(|d| d.holds(&crate::compiled::sha256_hex(wasm)))
+    }
+
     pub fn linker(&self) -> &Linker<GuestState> {
         &self.linker
     }

@@ -37,6 +37,8 @@ pub struct PolicyStats {
     pub calls: u64,
     pub failures: u64,
     pub fallbacks: u64,
+    /// `sha256:…` of the module's bytes: what `volume explain` names it by.
+    pub digest: String,
 }
 
 pub struct Policies {
@@ -488,6 +490,7 @@ impl Policies {
                 calls: m.counters.decisions.load(Ordering::Relaxed),
                 failures: m.counters.failures.load(Ordering::Relaxed),
                 fallbacks: m.counters.fallbacks.load(Ordering::Relaxed),
+                digest: m.digest().to_string(),
             })
             .collect()
     }

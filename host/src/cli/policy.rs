@@ -253,6 +253,16 @@ pub async fn run(cmd: PolicyCommand, output: Output) -> anyhow::Result<ExitCode>
     }
 }
 
+/// Where the CLI keeps compiled modules: `$XDG_CACHE_HOME/berth/compiled`,
+/// else `~/.cache/berth/compiled`; none without either (every run compiles).
+fn compiled_dir() -> Option<PathBuf> {
+    let base = std::env::var_os("XDG_CACHE_HOME")
+        .map(PathBuf::from)
+        .filter(|p| p.is_absolute())
+        .or_else(|| std::env::var_os("HOME").map(|h| PathBuf::from(h).join(".cache")))?;
+    Some(base.join("berth").join("compiled"))
+}
+
 pub(super) fn load(
     path: &Path,
     limits: &LimitArgs,
@@ -262,10 +272,23 @@ pub(super) fn load(
         concurrency: 4,
         max_module_memory: limits.memory.max(EngineOptions::default().max_module_memory),
         pooling: true,
-        compiled_dir: None,
+        compiled_dir: compiled_dir(),
         shadow_share: None,
     };
     let engine = PolicyEngine::new(options).context("starting the WebAssembly engine")?;
+    // A large module (Python's, JavaScript's) takes a while to compile the
+    // first time: say so, and that it is kept for the next runs.
+    if let Ok(wasm) = std::fs::read(path)
+        && !engine.compiled_before(&wasm)
+        && wasm.len() > 1 << 20
+    {
+        eprintln!(
+            "compiling {} ({}) once; later runs load it compiled{}",
+            path.display(),
+            berth::model::units::format_bytes(wasm.len()),
+            compiled_dir().map_or(String::new(), |d| format!(" from {}", d.display()))
+        );
+    }
     let mut config = ModuleConfig::from_path(path);
     config.settings = settings;
     config.limits = Limits {

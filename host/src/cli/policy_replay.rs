@@ -57,6 +57,7 @@ pub async fn replay(args: ReplayArgs, output: Output) -> anyhow::Result<ExitCode
         Some(d) => vec![d],
         None => module.decisions(),
     };
+    let next = next_step(&args.module, &decisions);
     let since_ms = args
         .since
         .map(|d| berth::model::clock::now_ms().saturating_sub(d.as_millis() as u64));
@@ -97,9 +98,22 @@ pub async fn replay(args: ReplayArgs, output: Output) -> anyhow::Result<ExitCode
     }
     match output {
         Output::Json => super::print_json(&report)?,
-        Output::Text => print(&report, unreadable),
+        Output::Text => {
+            print(&report, unreadable);
+            say!("{next}");
+        }
     }
     Ok(ExitCode::SUCCESS)
+}
+
+/// What to do after a replay: put the candidate beside the live module.
+fn next_step(module: &str, decisions: &[Decision]) -> String {
+    let flags: Vec<String> = decisions.iter().map(|d| format!("--decision {d}")).collect();
+    format!(
+        "next: `berth policy shadow {} {}` decides beside the live module; `berth policy diff` compares, `berth policy promote` puts it live",
+        berth::model::text::shell_word(module),
+        flags.join(" ")
+    )
 }
 
 /// The module a reference names, checked against its digest, in a file of

@@ -42,6 +42,9 @@ pub struct PolicyView {
     calls: u64,
     failures: u64,
     fallbacks: u64,
+    /// The module's bytes' `sha256:…`, as `volume explain` shows it.
+    #[serde(skip_serializing_if = "String::is_empty")]
+    digest: String,
 }
 
 pub fn policy_views(counters: Vec<api::PolicyCounters>) -> Vec<PolicyView> {
@@ -54,6 +57,7 @@ pub fn policy_views(counters: Vec<api::PolicyCounters>) -> Vec<PolicyView> {
             calls: p.calls,
             failures: p.failures,
             fallbacks: p.fallbacks,
+            digest: p.digest,
         })
         .collect()
 }
@@ -72,6 +76,9 @@ pub fn print_policies(policies: &[PolicyView]) {
             p.failures,
             p.fallbacks
         );
+        if !p.digest.is_empty() {
+            say!("          module {}", p.digest);
+        }
     }
 }
 

@@ -188,3 +188,35 @@ fn a_python_module_shadows_the_rust_sample_and_agrees() {
     assert_eq!((c.same, c.different, c.failed, c.dropped), (3, 0, 0, 0), "{c:?}");
     assert_eq!(c.module, "berth_naming_py");
 }
+
+/// `policy test` of a Python module compiles it once, says so, and keeps
+/// it: the next run loads it from the compiled-module cache.
+#[test]
+fn policy_test_compiles_a_python_module_once() {
+    let home = berth_tests::test_dir();
+    let module = python_guest("berth_naming_py");
+    let cases = Path::new(env!("CARGO_MANIFEST_DIR")).join("../guests/naming/cases.toml");
+    let run = || {
+        let out = berth_tests::berth_with(
+            &[("HOME", home.path().to_str().unwrap()), ("XDG_CACHE_HOME", "")],
+            &[
+                "policy",
+                "test",
+                "--deadline",
+                "5s",
+                module.to_str().unwrap(),
+                cases.to_str().unwrap(),
+            ],
+        );
+        let (stdout, stderr) = texts(&out);
+        assert!(out.status.success(), "{stdout}{stderr}");
+        stderr
+    };
+    let first = run();
+    assert!(first.contains("compiling") && first.contains("once"), "{first}");
+    let kept = home.path().join(".cache/berth/compiled");
+    let entries = std::fs::read_dir(&kept).map(|d| d.count()).unwrap_or(0);
+    assert!(entries > 0, "nothing kept in {}", kept.display());
+    let second = run();
+    assert!(!second.contains("compiling"), "compiled again: {second}");
+}

@@ -533,6 +533,17 @@ fn replay_from_a_registry_then_shadow_and_promote_from_the_command_line() {
         (&1.into(), &1.into()),
         "{report}"
     );
+    // In words, it ends with the next step, ready to run.
+    let said = c.ok(&["policy", "replay", &reference, "--decision", "naming"]);
+    assert!(
+        said.trim_end()
+            .lines()
+            .last()
+            .is_some_and(|l| l.starts_with(&format!(
+                "next: `berth policy shadow {reference} --decision naming`"
+            ))),
+        "{said}"
+    );
 
     let candidate = guest("berth_candidate_guest").display().to_string();
     let shadowed: Value = serde_json::from_str(&c.ok(&[
@@ -591,4 +602,20 @@ fn replay_from_a_registry_then_shadow_and_promote_from_the_command_line() {
     create(&c, "gold-2", &["--label", "tier=gold"]);
     let v: Value = serde_json::from_str(&c.ok(&["volume", "get", "gold-2", "-o", "json"])).unwrap();
     assert!(v["csi_name"].as_str().unwrap().starts_with("gold-pv-"), "{v}");
+    // explain and status name the module by the same digest.
+    let explained: Value =
+        serde_json::from_str(&c.ok(&["volume", "explain", "gold-2", "-o", "json"])).unwrap();
+    let digest = explained["naming"]["digest"]
+        .as_str()
+        .unwrap_or_else(|| panic!("{explained:#}"));
+    let status: Value = serde_json::from_str(&c.ok(&["policy", "status", "-o", "json"])).unwrap();
+    assert!(
+        status["policies"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .any(|p| p["digest"] == digest),
+        "{digest} not in {status:#}"
+    );
+    assert!(c.ok(&["policy", "status"]).contains(&format!("module {digest}")));
 }

@@ -160,6 +160,7 @@ fn counters(stats: Vec<PolicyStats>) -> Vec<api::PolicyCounters> {
             calls: s.calls,
             failures: s.failures,
             fallbacks: s.fallbacks,
+            digest: s.digest,
         })
         .collect()
 }
