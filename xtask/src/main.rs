@@ -11,13 +11,15 @@
 //! - `lint`: rustfmt and clippy, as CI runs them;
 //! - `docs`: build the book (docs/) and check its links;
 //! - `walks`: run every walk of the book and the README as written;
-//! - `dist`, `dist-check`: the packages and the image; installed and run.
+//! - `dist`, `dist-check`: the packages and the image; installed and run;
+//! - `conformance`: csi-sanity against the sample plugin, in every shape.
 
 use std::path::{Path, PathBuf};
 use std::process::Command;
 
 use anyhow::{Context, bail};
 
+mod conformance;
 mod demo;
 mod demo_docker;
 mod dist;
@@ -76,6 +78,9 @@ commands:
   lint    cargo fmt --check and cargo clippy --all-targets -D warnings
   docs    build the book (docs/, mdBook from PyPI) into target/book; fail on a broken link
   walks   run every walk of the book and the README (blocks fenced sh,walk) as written
+  conformance
+          csi-sanity (kubernetes-csi/csi-test; --csi-sanity PATH or BERTH_CSI_SANITY) against
+          the sample plugin in every shape it offers: 0 failures, nothing left behind
   dist    what operators install, into target/dist: the berth, berth-agent and
           berth-hostpath-plugin Debian packages (units, config, man pages, completions)
           and an OCI image built from scratch (--profile P, default dist; --no-image)
@@ -95,6 +100,7 @@ fn main() {
         Some("docs") => docs::docs(),
         Some("walks") => docs::walks(),
         Some("dist") => dist::dist(&args[1..]),
+        Some("conformance") => conformance::conformance(&args[1..]),
         Some("dist-check") => dist_check::dist_check(),
         Some("guests") => guests(),
         Some("policy-new") => build_bins().and_then(|()| scaffold::check()),

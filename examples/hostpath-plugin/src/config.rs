@@ -267,6 +267,9 @@ pub enum Misbehaviour {
     IgnoresSizeConflict,
     /// CreateVolume without a name creates a volume (the spec: INVALID_ARGUMENT).
     AcceptsMissingName,
+    /// NodePublishVolume of a SINGLE_NODE_SINGLE_WRITER volume at a second
+    /// target path succeeds (the spec: FAILED_PRECONDITION).
+    SecondWriter,
 }
 
 #[derive(Clone, Copy, Debug, PartialEq, Eq, ValueEnum)]

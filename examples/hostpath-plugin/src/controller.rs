@@ -638,8 +638,13 @@ impl csi::controller_server::Controller for Controller {
         let req = request.into_inner();
         require("volume_id", &req.volume_id)?;
         self.check_secrets(&req.secrets)?;
-        if req.mutable_parameters.is_empty() {
-            return Err(Status::invalid_argument("mutable_parameters is required"));
+        // A volume that does not exist is NOT_FOUND before its arguments
+        // are judged; no parameter at all is a request that changes nothing.
+        if self.volumes.get(&req.volume_id)?.is_none() {
+            return Err(Status::not_found(format!(
+                "volume {} does not exist",
+                req.volume_id
+            )));
         }
         let changes = mutable(req.mutable_parameters)?;
         self.volumes

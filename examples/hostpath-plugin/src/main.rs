@@ -9,6 +9,7 @@ mod identity;
 mod mounts;
 mod node;
 mod snapshots;
+mod targets;
 mod volumes;
 
 use std::path::PathBuf;

@@ -12,6 +12,7 @@ use crate::config::{Config, Misbehaviour, Omit};
 use crate::controller::check_secrets;
 use crate::faults::Faults;
 use crate::mounts::Mounter;
+use crate::targets::Targets;
 use crate::volumes::{NodeRecord, VolumeRecord, Volumes, reachable};
 
 pub struct Node {
@@ -19,6 +20,7 @@ pub struct Node {
     volumes: Arc<Volumes>,
     mounter: Mounter,
     faults: Arc<Faults>,
+    targets: Targets,
 }
 
 impl Node {
@@ -33,6 +35,7 @@ impl Node {
             tracing::warn!(error = %e.message(), "could not register node");
         }
         Node {
+            targets: Targets::new(&config.state_dir, &config.node_id),
             config,
             volumes,
             mounter,
@@ -89,11 +92,47 @@ impl Node {
         self.usable_volume(volume_id, publish_context)
     }
 
+    /// CSI: a SINGLE_NODE_SINGLE_WRITER volume is published at one target
+    /// path of a node at most; another is FAILED_PRECONDITION. Targets that
+    /// no longer show the volume (a crash between attach and record) do not count.
+    fn one_writer(
+        &self,
+        rec: &VolumeRecord,
+        capability: Option<&csi::VolumeCapability>,
+        target: &Path,
+    ) -> Result<(), Status> {
+        use csi::volume_capability::access_mode::Mode;
+        let mode = capability
+            .and_then(|c| c.access_mode.as_ref())
+            .map_or(0, |m| m.mode);
+        if mode != Mode::SingleNodeSingleWriter as i32 || self.config.misbehaves(Misbehaviour::SecondWriter) {
+            return Ok(());
+        }
+        let data = self.volumes.data_path(&rec.id);
+        let elsewhere = self
+            .targets
+            .of(&rec.id)
+            .into_iter()
+            .find(|t| Path::new(t) != target && self.mounter.shows(&data, Path::new(t)));
+        match elsewhere {
+            Some(other) => Err(Status::failed_precondition(format!(
+                "volume {} is SINGLE_NODE_SINGLE_WRITER and already published at {other}",
+                rec.id
+            ))),
+            None => Ok(()),
+        }
+    }
+
     /// The volume published at `volume_path` (NodeGetVolumeStats,
     /// NodeExpandVolume): NOT_FOUND unless it exists and the path shows it.
     fn published_at(&self, volume_id: &str, volume_path: &str) -> Result<(VolumeRecord, PathBuf), Status> {
         require_volume_id(volume_id)?;
-        let path = required_path("volume_path", volume_path)?;
+        if volume_path.is_empty() {
+            return Err(Status::invalid_argument("volume_path is required"));
+        }
+        // Any other path the volume is not at (a relative one included) is
+        // NOT_FOUND, as the spec has it for a path that does not exist.
+        let path = PathBuf::from(volume_path);
         let rec = self
             .volumes
             .get(volume_id)?
@@ -237,9 +276,11 @@ impl csi::node_server::Node for Node {
         } else {
             data
         };
+        self.one_writer(&rec, req.volume_capability.as_ref(), &target)?;
         self.mounter
             .attach(&source, &target, req.readonly)
             .map_err(|e| io_status("publishing at", &target, e))?;
+        self.targets.add(&rec.id, &target)?;
         tracing::info!(volume = %rec.id, path = %target.display(), "published on the node");
         Ok(Response::new(csi::NodePublishVolumeResponse {}))
     }
@@ -260,6 +301,7 @@ impl csi::node_server::Node for Node {
             )));
         }
         self.detach(&req.volume_id, "target_path", &req.target_path)?;
+        self.targets.remove(&req.volume_id, &req.target_path)?;
         Ok(Response::new(csi::NodeUnpublishVolumeResponse {}))
     }
 

@@ -542,7 +542,7 @@ fn id_for(name: &str) -> String {
     format!("hp-{}", &hash_hex(name)[..32])
 }
 
-fn valid_id(id: &str) -> bool {
+pub(crate) fn valid_id(id: &str) -> bool {
     id.strip_prefix("hp-")
         .is_some_and(|h| h.len() == 32 && h.bytes().all(|b| b.is_ascii_hexdigit()))
 }

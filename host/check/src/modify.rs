@@ -18,7 +18,11 @@ const MODIFY_AGAIN: Rule = ("ControllerModifyVolume twice", "succeeds the second
 const MODIFY_UNKNOWN: Rule = ("ControllerModifyVolume, unknown volume", "answers NOT_FOUND");
 const MODIFY_MISSING: Rule = (
     "ControllerModifyVolume missing a field",
-    "answers INVALID_ARGUMENT without volume_id or mutable_parameters",
+    "answers INVALID_ARGUMENT without volume_id",
+);
+const MODIFY_NOTHING: Rule = (
+    "ControllerModifyVolume with no parameter",
+    "succeeds and changes nothing (an empty mutable_parameters is a valid request)",
 );
 
 impl Run<'_> {
@@ -70,14 +74,24 @@ impl Run<'_> {
             let r = refuses_missing(
                 "ControllerModifyVolume",
                 &self.modify_request(volume_id),
-                &[
-                    ("volume_id", |r| r.volume_id.clear()),
-                    ("mutable_parameters", |r| r.mutable_parameters.clear()),
-                ],
+                &[("volume_id", |r| r.volume_id.clear())],
                 |req| ctl.controller_modify_volume(req),
             )
             .await;
             self.record(MODIFY_MISSING, r);
+        }
+        // Sends no parameter: needs none named.
+        let bare = |run: &Self| {
+            Ok::<_, Why>((
+                run.controller_with(ControllerCap::ModifyVolume)?,
+                run.volume_id()?,
+            ))
+        };
+        if let Some((ctl, volume_id)) = self.needs(MODIFY_NOTHING, bare(self)) {
+            let mut req = self.modify_request(volume_id);
+            req.mutable_parameters.clear();
+            let r = succeeds(ctl.controller_modify_volume(req).await);
+            self.record(MODIFY_NOTHING, r.map(drop));
         }
     }
 }

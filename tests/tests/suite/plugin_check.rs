@@ -96,6 +96,7 @@ fn the_sample_plugin_passes_every_case() {
         "ControllerModifyVolume twice",
         "ControllerModifyVolume, unknown volume",
         "ControllerModifyVolume missing a field",
+        "ControllerModifyVolume with no parameter",
         "GetSnapshot",
         "GetSnapshot, unknown snapshot",
         "CreateVolumeGroupSnapshot twice",

@@ -95,11 +95,11 @@ fn replay_counts_what_a_candidate_changes_and_the_log_survives_a_crash() {
             .is_empty()
     );
 
-    // The text report ends with the line scripts read.
+    // The text report ends with the line scripts read, then the next step.
     let candidate = guest("berth_candidate_guest").display().to_string();
     let text = c.ok(&["policy", "replay", &candidate, "--decision", "naming"]);
     assert_eq!(
-        text.lines().last(),
+        text.lines().rev().nth(1),
         Some("7 decisions replayed: 4 same, 3 different, 0 failed"),
         "{text}"
     );
@@ -115,7 +115,7 @@ fn replay_counts_what_a_candidate_changes_and_the_log_survives_a_crash() {
         "1ms",
     ]);
     assert_eq!(
-        recent.lines().last(),
+        recent.lines().rev().nth(1),
         Some("0 decisions replayed: 0 same, 0 different, 0 failed")
     );
 }

@@ -452,3 +452,78 @@ async fn a_fault_rate_fails_about_that_share_of_calls() {
     assert!((45..=115).contains(&aborted), "ABORTED {aborted}/400");
     assert!((150..=250).contains(&ok), "OK {ok}/400");
 }
+
+/// A SINGLE_NODE_SINGLE_WRITER volume is published at one target path of a
+/// node at most (CSI: FAILED_PRECONDITION at a second), also when the
+/// controller and the node are separate processes; `--misbehave
+/// second-writer` breaks that one rule, for `plugin check` to catch.
+#[tokio::test]
+async fn a_single_writer_volume_is_published_at_one_target_only() {
+    use csi::volume_capability::access_mode::Mode;
+    for misbehave in [false, true] {
+        let dir = test_dir();
+        let mut flags = vec!["--mode", "controller"];
+        let controller = PluginBuilder::new(dir.path(), "controller").args(&flags).spawn();
+        flags[1] = "node";
+        if misbehave {
+            flags.extend(["--misbehave", "second-writer"]);
+        }
+        let node = PluginBuilder::new(dir.path(), "node").args(&flags).spawn();
+        let (ctl, n) = (client(&controller), client(&node));
+        let single_writer = |mut c: csi::VolumeCapability| {
+            c.access_mode = Some(csi::volume_capability::AccessMode {
+                mode: Mode::SingleNodeSingleWriter as i32,
+            });
+            c
+        };
+        let mut req = create("one-writer", 1 << 20);
+        req.volume_capabilities = vec![single_writer(mount_capability())];
+        let vol = ctl.create_volume(req).await.unwrap().volume.unwrap();
+        let mut p = publish(&vol.volume_id, "node1");
+        p.volume_capability = Some(single_writer(mount_capability()));
+        let ctx = ctl.controller_publish_volume(p).await.unwrap().publish_context;
+        let staging = dir.path().join("staging");
+        std::fs::create_dir_all(&staging).unwrap();
+        let mut s = stage(&vol.volume_id, &ctx, &staging);
+        s.volume_capability = Some(single_writer(mount_capability()));
+        n.node_stage_volume(s).await.unwrap();
+        let pods = dir.path().join("pods");
+        std::fs::create_dir_all(&pods).unwrap();
+        let at = |target: &str| {
+            let mut r = node_publish(&vol.volume_id, &ctx, &staging, &pods.join(target));
+            r.volume_capability = Some(single_writer(mount_capability()));
+            r
+        };
+        n.node_publish_volume(at("first")).await.unwrap();
+        n.node_publish_volume(at("first"))
+            .await
+            .expect("the same target again is idempotent");
+        let second = n.node_publish_volume(at("second")).await;
+        match misbehave {
+            false => assert_eq!(second.unwrap_err().code(), Code::FailedPrecondition),
+            true => {
+                second.expect("the fault flag accepts a second writer");
+                n.node_unpublish_volume(csi::NodeUnpublishVolumeRequest {
+                    volume_id: vol.volume_id.clone(),
+                    target_path: pods.join("second").display().to_string(),
+                })
+                .await
+                .unwrap();
+            }
+        }
+        // Once unpublished at the first, a second target is fine.
+        n.node_unpublish_volume(csi::NodeUnpublishVolumeRequest {
+            volume_id: vol.volume_id.clone(),
+            target_path: pods.join("first").display().to_string(),
+        })
+        .await
+        .unwrap();
+        n.node_publish_volume(at("second")).await.unwrap();
+        n.node_unpublish_volume(csi::NodeUnpublishVolumeRequest {
+            volume_id: vol.volume_id.clone(),
+            target_path: pods.join("second").display().to_string(),
+        })
+        .await
+        .unwrap();
+    }
+}
