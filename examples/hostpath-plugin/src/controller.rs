@@ -209,9 +209,10 @@ impl csi::controller_server::Controller for Controller {
         let (required, limit) = req
             .capacity_range
             .map_or((0, 0), |c| (c.required_bytes, c.limit_bytes));
+        // The reference driver refuses a size below the source's, an
+        // unset one (0) included.
         if let Some((_, _, source_size)) = &source
             && self.config.like_reference_driver
-            && required > 0
             && required < *source_size
         {
             return Err(Status::out_of_range(format!(

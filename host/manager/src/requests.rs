@@ -32,7 +32,18 @@ impl VolumeManager {
             self.require(&spec.plugin, ControllerCap::ModifyVolume, "mutable parameters")?;
         }
         if let Some(source) = &mut spec.source {
-            self.resolve_source(&spec.plugin, source)?;
+            let size = self.resolve_source(&spec.plugin, source)?;
+            // As Kubernetes does: a restore or a clone asks for at least its
+            // source's size (a driver may refuse 0 as smaller than the source).
+            if spec.required_bytes == 0 && size > 0 {
+                if spec.limit_bytes > 0 && size > spec.limit_bytes {
+                    return Err(RequestError::Invalid(format!(
+                        "limit_bytes: {} is less than the source's {size} bytes",
+                        spec.limit_bytes
+                    )));
+                }
+                spec.required_bytes = size;
+            }
         }
         let mut record = VolumeRecord::new(new_id(), spec);
         record.made_by = made_by;
@@ -79,8 +90,10 @@ impl VolumeManager {
 
     /// Finds a content source's id on the plugin: it must exist there
     /// already (a snapshot ready to use, a volume created), on the same plugin.
-    fn resolve_source(&self, plugin: &str, source: &mut VolumeSource) -> Result<(), RequestError> {
-        let (owner, id) = match source.kind {
+    /// Resolves the source to its id on `plugin`; its size in bytes (0:
+    /// not known).
+    fn resolve_source(&self, plugin: &str, source: &mut VolumeSource) -> Result<i64, RequestError> {
+        let (owner, id, size) = match source.kind {
             SourceKind::Snapshot => {
                 self.require(
                     plugin,
@@ -92,12 +105,13 @@ impl VolumeManager {
                     // A member of a group snapshot, as GROUP/VOLUME.
                     Err(RequestError::NotFound(_)) if source.name.contains('/') => {
                         let (anchor, id) = self.group_member_snapshot(&source.name)?;
-                        return self.resolved(plugin, source, anchor, id);
+                        let size = volume_size(&anchor);
+                        return self.resolved(plugin, source, anchor, id).map(|()| size);
                     }
                     Err(e) => return Err(e),
                 };
-                let id = match &view.snapshot.backend {
-                    Some(b) if b.ready && !view.snapshot.deleting => b.snapshot_id.clone(),
+                let (id, size) = match &view.snapshot.backend {
+                    Some(b) if b.ready && !view.snapshot.deleting => (b.snapshot_id.clone(), b.size_bytes),
                     _ => {
                         return Err(RequestError::Conflict(format!(
                             "snapshot {} is {}, not ready to restore",
@@ -106,7 +120,8 @@ impl VolumeManager {
                         )));
                     }
                 };
-                (view.volume, id)
+                let size = if size > 0 { size } else { volume_size(&view.volume) };
+                (view.volume, id, size)
             }
             SourceKind::Volume => {
                 self.require(plugin, ControllerCap::CloneVolume, "cloning a volume")?;
@@ -123,10 +138,12 @@ impl VolumeManager {
                         )));
                     }
                 };
-                (v, id)
+                let size = volume_size(&v);
+                (v, id, size)
             }
         };
-        self.resolved(plugin, source, owner, id)
+        self.resolved(plugin, source, owner, id)?;
+        Ok(size)
     }
 
     /// The source's id, once its owner is known to be on `plugin`.
@@ -465,6 +482,22 @@ const MAX_TOPOLOGIES: usize = 64;
 
 fn map_bytes(m: &Segments) -> usize {
     m.iter().map(|(k, v)| k.len() + v.len()).sum()
+}
+
+/// A volume's size as best known: the plugin's capacity, else what it
+/// was last made for, else what was asked (0: none of them).
+fn volume_size(v: &VolumeRecord) -> i64 {
+    v.backend
+        .as_ref()
+        .map(|b| {
+            if b.capacity_bytes > 0 {
+                b.capacity_bytes
+            } else {
+                b.sized_for.unwrap_or(0)
+            }
+        })
+        .filter(|n| *n > 0)
+        .unwrap_or(v.spec.required_bytes)
 }
 
 /// Checks an operator's spec, naming the field at fault. Every field is
