@@ -4,6 +4,7 @@
 //! as separate processes; without ControllerPublish; without staging; an
 //! older CSI version; and the spec's optional fields left out. Each shape
 //! must pass with no failure and leave nothing mounted or on the plugin.
+//! Then `berth plugin check` is judged against it (`conformance_compare`).
 //!
 //! csi-sanity is not part of Berth: give its path with `--csi-sanity`, or
 //! `BERTH_CSI_SANITY`; the project's CI passes the build it is given.
@@ -70,12 +71,12 @@ const SHAPES: &[Shape] = &[
 
 /// csi-sanity's tally of one run.
 #[derive(Debug, Default)]
-struct Tally {
-    passed: u32,
-    failed: u32,
-    skipped: u32,
+pub(crate) struct Tally {
+    pub passed: u32,
+    pub failed: u32,
+    pub skipped: u32,
     /// The names of the failed cases.
-    failures: Vec<String>,
+    pub failures: Vec<String>,
 }
 
 fn sanity_path(args: &[String]) -> anyhow::Result<PathBuf> {
@@ -99,7 +100,7 @@ fn sanity_path(args: &[String]) -> anyhow::Result<PathBuf> {
 pub fn conformance(args: &[String]) -> anyhow::Result<()> {
     let sanity = sanity_path(args)?;
     let mut build = cargo();
-    build.args(["build", "--package", "hostpath-plugin"]);
+    build.args(["build", "--package", "hostpath-plugin", "--package", "berth"]);
     run(build)?;
     let plugin = root().join("target/debug/hostpath-plugin");
     let base = root().join("target/conformance");
@@ -109,7 +110,7 @@ pub fn conformance(args: &[String]) -> anyhow::Result<()> {
         let dir = base.join(format!("s{i}"));
         std::fs::create_dir_all(&dir)?;
         println!("xtask: csi-sanity, {}", shape.name);
-        let outcome = run_shape(&sanity, &plugin, shape, &dir);
+        let outcome = run_shape(&sanity, &plugin, shape.flags, shape.split, &dir);
         let left = left_behind(&dir);
         rows.push((shape.name, outcome, left));
     }
@@ -149,11 +150,19 @@ pub fn conformance(args: &[String]) -> anyhow::Result<()> {
         base.display()
     );
     println!("xtask: csi-sanity passes in every shape, nothing left behind");
-    Ok(())
+    crate::conformance_compare::compare(&sanity, &plugin, &base)
+}
+
+/// csi-sanity against one sample plugin process started with `flags`.
+pub(crate) fn run_one(sanity: &Path, plugin: &Path, flags: &[&str], dir: &Path) -> anyhow::Result<Tally> {
+    let tally = run_shape(sanity, plugin, flags, false, dir)?;
+    let left = left_behind(dir);
+    ensure!(left.is_empty(), "csi-sanity left {left:?} in {}", dir.display());
+    Ok(tally)
 }
 
 /// Kills and reaps a plugin process when dropped.
-struct Process(Child);
+pub(crate) struct Process(Child);
 
 impl Drop for Process {
     fn drop(&mut self) {
@@ -162,7 +171,7 @@ impl Drop for Process {
     }
 }
 
-fn start_plugin(
+pub(crate) fn start_plugin(
     plugin: &Path,
     dir: &Path,
     socket: &Path,
@@ -195,26 +204,26 @@ fn start_plugin(
     Ok(process)
 }
 
-fn run_shape(sanity: &Path, plugin: &Path, shape: &Shape, dir: &Path) -> anyhow::Result<Tally> {
+fn run_shape(sanity: &Path, plugin: &Path, flags: &[&str], split: bool, dir: &Path) -> anyhow::Result<Tally> {
     let node_socket = dir.join("node.sock");
     let mut processes = Vec::new();
     let mut cmd = Command::new(sanity);
-    if shape.split {
+    if split {
         let controller_socket = dir.join("controller.sock");
         processes.push(start_plugin(
             plugin,
             dir,
             &controller_socket,
-            shape.flags,
+            flags,
             "controller",
         )?);
-        processes.push(start_plugin(plugin, dir, &node_socket, shape.flags, "node")?);
+        processes.push(start_plugin(plugin, dir, &node_socket, flags, "node")?);
         cmd.arg(format!(
             "--csi.controllerendpoint=unix://{}",
             controller_socket.display()
         ));
     } else {
-        processes.push(start_plugin(plugin, dir, &node_socket, shape.flags, "all")?);
+        processes.push(start_plugin(plugin, dir, &node_socket, flags, "all")?);
     }
     let work = dir.join("sanity");
     std::fs::create_dir_all(&work)?;

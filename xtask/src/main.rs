@@ -20,6 +20,7 @@ use std::process::Command;
 use anyhow::{Context, bail};
 
 mod conformance;
+mod conformance_compare;
 mod demo;
 mod demo_docker;
 mod dist;

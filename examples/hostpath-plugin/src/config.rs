@@ -270,6 +270,9 @@ pub enum Misbehaviour {
     /// NodePublishVolume of a SINGLE_NODE_SINGLE_WRITER volume at a second
     /// target path succeeds (the spec: FAILED_PRECONDITION).
     SecondWriter,
+    /// ControllerPublishVolume and ControllerModifyVolume of a volume that
+    /// does not exist answer INTERNAL (the spec: NOT_FOUND).
+    InternalForNotFound,
 }
 
 #[derive(Clone, Copy, Debug, PartialEq, Eq, ValueEnum)]

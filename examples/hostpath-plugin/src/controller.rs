@@ -334,10 +334,11 @@ impl csi::controller_server::Controller for Controller {
             Ok(())
         })?;
         if outcome.is_none() {
-            return Err(Status::not_found(format!(
-                "volume {} does not exist",
-                req.volume_id
-            )));
+            let missing = format!("volume {} does not exist", req.volume_id);
+            return Err(match self.config.misbehaves(Misbehaviour::InternalForNotFound) {
+                true => Status::internal(missing),
+                false => Status::not_found(missing),
+            });
         }
         Ok(Response::new(csi::ControllerPublishVolumeResponse {
             publish_context: answers::publish_context(&self.config, req.node_id),
@@ -642,10 +643,11 @@ impl csi::controller_server::Controller for Controller {
         // A volume that does not exist is NOT_FOUND before its arguments
         // are judged; no parameter at all is a request that changes nothing.
         if self.volumes.get(&req.volume_id)?.is_none() {
-            return Err(Status::not_found(format!(
-                "volume {} does not exist",
-                req.volume_id
-            )));
+            let missing = format!("volume {} does not exist", req.volume_id);
+            return Err(match self.config.misbehaves(Misbehaviour::InternalForNotFound) {
+                true => Status::internal(missing),
+                false => Status::not_found(missing),
+            });
         }
         let changes = mutable(req.mutable_parameters)?;
         self.volumes

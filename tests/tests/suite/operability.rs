@@ -347,11 +347,18 @@ fn a_node_removed_from_the_config_while_it_holds_volumes_is_named_at_start() {
     std::fs::write(&c.config, format!("{}{}", &config[..start], &config[end..])).unwrap();
     c.start_serve();
 
-    let log = c.log();
-    let warning = log
-        .lines()
-        .find(|l| l.contains("does not name") && l.contains("node-b"))
-        .unwrap_or_else(|| panic!("no warning about node-b at start:\n{log}"));
+    let warned = |log: &str| {
+        log.lines()
+            .find(|l| l.contains("does not name") && l.contains("node-b"))
+            .map(str::to_string)
+    };
+    berth_tests::wait_for(
+        "a warning about node-b at start",
+        std::time::Duration::from_secs(20),
+        || warned(&c.log()).is_some(),
+        || c.log(),
+    );
+    let warning = warned(&c.log()).unwrap();
     assert!(
         warning.contains("kept") && warning.contains("node forget"),
         "{warning}"
