@@ -106,6 +106,8 @@ fn installed() -> anyhow::Result<()> {
 
 fn units() -> anyhow::Result<()> {
     crate::ensure_package("systemd-analyze", "systemd")?;
+    // verify reads the units' Documentation= man pages with man.
+    crate::ensure_package("man", "man-db")?;
     let text = output("systemd-analyze", &[&["verify"][..], &UNITS[..]].concat())?;
     // verify prints what it finds wrong and may still exit 0 for some of it.
     let complaints: Vec<&str> = text
