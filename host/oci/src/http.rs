@@ -104,48 +104,13 @@ pub(crate) fn loopback(host: &str) -> bool {
 impl Transport {
     /// HTTPS trusting `ca` (a PEM file) if given, else the system's CAs.
     pub fn https(ca: Option<&Path>) -> Result<Transport, OciError> {
-        let mut roots = rustls::RootCertStore::empty();
-        let files: Vec<&Path> = match ca {
-            Some(p) => vec![p],
-            None => SYSTEM_CAS
-                .iter()
-                .map(Path::new)
-                .filter(|p| p.exists())
-                .take(1)
-                .collect(),
-        };
-        for file in files {
-            let certs = CertificateDer::pem_file_iter(file)
-                .map_err(|e| OciError::file(file, e))?
-                .collect::<Result<Vec<_>, _>>()
-                .map_err(|e| OciError::file(file, e))?;
-            if certs.is_empty() && ca.is_some() {
-                return Err(OciError::file(file, "holds no certificate"));
-            }
-            for cert in certs {
-                // A bundle may hold certificates rustls cannot use; the rest still count.
-                let _ = roots.add(cert);
-            }
-        }
-        let config =
-            rustls::ClientConfig::builder_with_provider(Arc::new(rustls::crypto::ring::default_provider()))
-                .with_safe_default_protocol_versions()
-                .map_err(|e| OciError::Http {
-                    registry: String::new(),
-                    why: e.to_string(),
-                })?
-                .with_root_certificates(roots)
-                .with_no_client_auth();
-        Ok(Transport::Https(Arc::new(config)))
+        Ok(Transport::Https(tls_config(ca)?))
     }
 
     /// HTTPS first, plain HTTP if the loopback registry does not speak TLS.
     pub fn loopback(ca: Option<&Path>) -> Result<Transport, OciError> {
-        let Transport::Https(tls) = Transport::https(ca)? else {
-            unreachable!("https() makes an Https transport")
-        };
         Ok(Transport::Loopback {
-            tls,
+            tls: tls_config(ca)?,
             plain: Arc::default(),
         })
     }
@@ -305,6 +270,43 @@ impl Transport {
             body,
         })
     }
+}
+
+/// TLS trusting `ca` (a PEM file) if given, else the system's CAs.
+fn tls_config(ca: Option<&Path>) -> Result<Arc<rustls::ClientConfig>, OciError> {
+    let mut roots = rustls::RootCertStore::empty();
+    let files: Vec<&Path> = match ca {
+        Some(p) => vec![p],
+        None => SYSTEM_CAS
+            .iter()
+            .map(Path::new)
+            .filter(|p| p.exists())
+            .take(1)
+            .collect(),
+    };
+    for file in files {
+        let certs = CertificateDer::pem_file_iter(file)
+            .map_err(|e| OciError::file(file, e))?
+            .collect::<Result<Vec<_>, _>>()
+            .map_err(|e| OciError::file(file, e))?;
+        if certs.is_empty() && ca.is_some() {
+            return Err(OciError::file(file, "holds no certificate"));
+        }
+        for cert in certs {
+            // A bundle may hold certificates rustls cannot use; the rest still count.
+            let _ = roots.add(cert);
+        }
+    }
+    let config =
+        rustls::ClientConfig::builder_with_provider(Arc::new(rustls::crypto::ring::default_provider()))
+            .with_safe_default_protocol_versions()
+            .map_err(|e| OciError::Http {
+                registry: String::new(),
+                why: e.to_string(),
+            })?
+            .with_root_certificates(roots)
+            .with_no_client_auth();
+    Ok(Arc::new(config))
 }
 
 /// Whether a TLS handshake failed because the server answered in plain HTTP.

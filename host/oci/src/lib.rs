@@ -15,6 +15,7 @@ mod error;
 mod http;
 pub mod layout;
 mod reference;
+mod refusal;
 mod registry;
 mod sealed_key;
 mod sec1;

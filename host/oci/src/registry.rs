@@ -43,7 +43,7 @@ pub struct Registry {
     credentials: Option<Credentials>,
     /// The Docker credential helper the config names for this registry
     /// when it holds no credentials of its own for it (Berth runs none).
-    helper: Option<String>,
+    pub(crate) helper: Option<String>,
     /// The last bearer token the registry's realm gave.
     token: Mutex<Option<String>>,
     /// When the operation this client was made for must be done by.
@@ -56,20 +56,6 @@ struct Token {
     token: Option<String>,
     #[serde(default)]
     access_token: Option<String>,
-}
-
-#[derive(Deserialize)]
-struct Errors {
-    #[serde(default)]
-    errors: Vec<ErrorEntry>,
-}
-
-#[derive(Deserialize)]
-struct ErrorEntry {
-    #[serde(default)]
-    code: String,
-    #[serde(default)]
-    message: String,
 }
 
 /// What a request is, for the messages and the limits.
@@ -407,25 +393,6 @@ impl Registry {
         token.map(|t| format!("Bearer {t}"))
     }
 
-    /// The registry's refusal of `what`, with what to do when the
-    /// credentials it wants are with a credential helper Berth does not run.
-    pub(crate) fn refusal(&self, what: String, response: &Response) -> OciError {
-        let mut message = error_message(response);
-        if matches!(response.status, 401 | 403)
-            && let Some(helper) = &self.helper
-        {
-            message.push_str(&format!(
-                " (the Docker config keeps this registry's credentials with the credential helper docker-credential-{helper}, which Berth does not run: give Berth a config file with them under `auths`, with --docker-config or `docker_config` in [oci]; `docker --config DIR login` writes one)"
-            ));
-        }
-        OciError::Status {
-            registry: self.name.clone(),
-            what,
-            status: response.status,
-            message,
-        }
-    }
-
     /// Whether `target` is this registry itself (its name: host and port).
     fn is_own(&self, target: &Target) -> bool {
         target.authority == self.name
@@ -499,33 +466,6 @@ impl Registry {
             why: "the token answer holds no token".into(),
         })
     }
-}
-
-/// The registry's own words for a failure, bounded.
-pub(crate) fn error_message(response: &Response) -> String {
-    let text = match serde_json::from_slice::<Errors>(&response.body) {
-        Ok(e) if !e.errors.is_empty() => e
-            .errors
-            .iter()
-            .map(|e| format!("{}: {}", e.code, e.message))
-            .collect::<Vec<_>>()
-            .join("; "),
-        _ => String::from_utf8_lossy(&response.body).trim().to_string(),
-    };
-    let mut text = if text.is_empty() {
-        "no message".to_string()
-    } else {
-        text
-    };
-    if text.len() > 512 {
-        let mut end = 512;
-        while !text.is_char_boundary(end) {
-            end -= 1;
-        }
-        text.truncate(end);
-        text.push('…');
-    }
-    text
 }
 
 /// `Bearer realm="…",service="…",scope="…"` as a map.
