@@ -14,6 +14,7 @@ use crate::snapshots::{SnapshotRecord, Snapshots};
 use crate::volumes::{NewVolume, Segments, Source, Volumes, reachable};
 
 mod groups;
+mod modify;
 
 pub struct Controller {
     config: Arc<Config>,
@@ -243,7 +244,7 @@ impl csi::controller_server::Controller for Controller {
                     "mutable_parameters given, but MODIFY_VOLUME is not offered",
                 ));
             }
-            false => mutable(req.mutable_parameters)?,
+            false => modify::mutable(req.mutable_parameters)?,
         };
         let rec = self.volumes.create(
             NewVolume {
@@ -334,11 +335,7 @@ impl csi::controller_server::Controller for Controller {
             Ok(())
         })?;
         if outcome.is_none() {
-            let missing = format!("volume {} does not exist", req.volume_id);
-            return Err(match self.config.misbehaves(Misbehaviour::InternalForNotFound) {
-                true => Status::internal(missing),
-                false => Status::not_found(missing),
-            });
+            return Err(self.unknown_volume(&req.volume_id));
         }
         Ok(Response::new(csi::ControllerPublishVolumeResponse {
             publish_context: answers::publish_context(&self.config, req.node_id),
@@ -635,51 +632,6 @@ impl csi::controller_server::Controller for Controller {
         &self,
         request: Request<csi::ControllerModifyVolumeRequest>,
     ) -> Result<Response<csi::ControllerModifyVolumeResponse>, Status> {
-        self.faults.inject("ControllerModifyVolume").await?;
-        self.offered("MODIFY_VOLUME")?;
-        let req = request.into_inner();
-        require("volume_id", &req.volume_id)?;
-        self.check_secrets(&req.secrets)?;
-        // A volume that does not exist is NOT_FOUND before its arguments
-        // are judged; no parameter at all is a request that changes nothing.
-        if self.volumes.get(&req.volume_id)?.is_none() {
-            let missing = format!("volume {} does not exist", req.volume_id);
-            return Err(match self.config.misbehaves(Misbehaviour::InternalForNotFound) {
-                true => Status::internal(missing),
-                false => Status::not_found(missing),
-            });
-        }
-        let changes = mutable(req.mutable_parameters)?;
-        self.volumes
-            .modify(&req.volume_id, changes.clone())?
-            .ok_or_else(|| Status::not_found(format!("volume {} does not exist", req.volume_id)))?;
-        tracing::info!(volume = %req.volume_id, ?changes, "volume modified");
-        self.faults.reply("ControllerModifyVolume").await;
-        Ok(Response::new(csi::ControllerModifyVolumeResponse {}))
+        self.modify_volume(request.into_inner()).await
     }
-}
-
-/// The mutable parameters this plugin knows, checked: `iops` (a whole
-/// number) and `tier` (any text); others are refused, as a driver refuses
-/// what it cannot change.
-fn mutable(
-    parameters: std::collections::HashMap<String, String>,
-) -> Result<BTreeMap<String, String>, Status> {
-    for (key, value) in &parameters {
-        match key.as_str() {
-            "iops" if value.parse::<u32>().is_ok() => {}
-            "tier" if !value.is_empty() => {}
-            "iops" | "tier" => {
-                return Err(Status::invalid_argument(format!(
-                    "mutable parameter {key}={value:?} is not valid"
-                )));
-            }
-            _ => {
-                return Err(Status::invalid_argument(format!(
-                    "{key:?} is not a mutable parameter of this plugin (iops, tier)"
-                )));
-            }
-        }
-    }
-    Ok(parameters.into_iter().collect())
 }

@@ -278,3 +278,62 @@ fn a_driver_from_before_csi_1_5_gets_the_single_node_mode_it_knows() {
     let created = controller_lines(&c, "volume created");
     assert!(created[0].contains("SINGLE_NODE_SINGLE_WRITER"), "{created:#?}");
 }
+
+/// A restore or a clone without a size asks the driver for at least its
+/// source's size, as Kubernetes does: a driver that refuses a size below
+/// the source's (the Kubernetes hostpath driver does, 0 included) restores
+/// and clones.
+#[test]
+fn a_restore_or_clone_without_a_size_asks_for_the_sources() {
+    let c = with_plugin(&["--like-reference-driver"]);
+    c.ok(&[
+        "volume", "create", "src", "--plugin", "hostpath", "--size", "64MiB", "--wait",
+    ]);
+    c.ok(&["snapshot", "create", "s1", "--volume", "src", "--wait"]);
+    c.ok(&[
+        "volume",
+        "create",
+        "restored",
+        "--plugin",
+        "hostpath",
+        "--from-snapshot",
+        "s1",
+        "--wait",
+    ]);
+    c.ok(&[
+        "volume",
+        "create",
+        "cloned",
+        "--plugin",
+        "hostpath",
+        "--from-volume",
+        "src",
+        "--wait",
+    ]);
+    for name in ["restored", "cloned"] {
+        let v = get(&c, name);
+        assert_eq!(v["state"], "available", "{v:#}");
+        assert_eq!(
+            v["required_bytes"],
+            64 << 20,
+            "asked for the source's size: {v:#}"
+        );
+    }
+    // A limit below the source's size is refused before any call.
+    let out = c.berth(&[
+        "volume",
+        "create",
+        "small",
+        "--plugin",
+        "hostpath",
+        "--from-snapshot",
+        "s1",
+        "--limit",
+        "1MiB",
+    ]);
+    let (_, stderr) = texts(&out);
+    assert!(
+        !out.status.success() && stderr.contains("less than the source"),
+        "{stderr}"
+    );
+}
