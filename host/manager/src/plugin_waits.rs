@@ -25,7 +25,7 @@ impl VolumeManager {
         let expected = config.and_then(|p| p.driver.as_deref());
         if config.is_some_and(|p| p.controller.is_some()) {
             let fingerprint = self.registry.get(plugin).and_then(|p| p.status().fingerprint);
-            if let Some(why) = judged(fingerprint, expected, &format!("the controller of {plugin}")) {
+            if let Some(why) = judged(fingerprint, expected, || format!("the controller of {plugin}")) {
                 return Some(why);
             }
         }
@@ -38,23 +38,27 @@ impl VolumeManager {
                 // away) does not carry the driver's name: only its presence
                 // is judged here; the agent checks its own plugins.
                 let fingerprint = self.nodes.plugin_status(node, plugin).and_then(|s| s.fingerprint);
-                judged(
-                    fingerprint,
-                    None,
-                    &format!("the node plugin of {plugin} on {node}"),
-                )
+                judged(fingerprint, None, || {
+                    format!("the node plugin of {plugin} on {node}")
+                })
             })
     }
 }
 
-/// Why `what` may not be called yet, from its latest fingerprint.
-fn judged(fingerprint: Option<Arc<Fingerprint>>, expected: Option<&str>, what: &str) -> Option<String> {
+/// Why `what` may not be called yet, from its latest fingerprint; `what`
+/// is named only when there is a reason (the hot path formats nothing).
+fn judged(
+    fingerprint: Option<Arc<Fingerprint>>,
+    expected: Option<&str>,
+    what: impl FnOnce() -> String,
+) -> Option<String> {
     let Some(fp) = fingerprint else {
-        return Some(format!("waiting for {what} to be fingerprinted"));
+        return Some(format!("waiting for {} to be fingerprinted", what()));
     };
     match expected {
         Some(driver) if fp.name != driver => Some(format!(
-            "held back: {what} reports driver {:?}, not the configured {driver:?} (fix `driver` in berth.toml, or the socket it names)",
+            "held back: {} reports driver {:?}, not the configured {driver:?} (fix `driver` in berth.toml, or the socket it names)",
+            what(),
             fp.name
         )),
         _ => None,
