@@ -19,6 +19,9 @@ struct Pair {
     sanity: (&'static str, &'static str),
     check: &'static str,
     fault: &'static str,
+    /// Other cases of the check that hold the same rule in another
+    /// situation, and so fail with the fault too.
+    also: &'static [&'static str],
 }
 
 const PAIRS: &[Pair] = &[
@@ -27,18 +30,75 @@ const PAIRS: &[Pair] = &[
         sanity: ("DeleteVolume", "should succeed when an invalid volume id is used"),
         check: "DeleteVolume, unknown volume",
         fault: "not-found-on-delete",
+        also: &["DeleteVolume twice"],
     },
     Pair {
         rule: "a known name with another size is ALREADY_EXISTS",
         sanity: ("CreateVolume", "already existing name and different capacity"),
         check: "CreateVolume, same name, larger size",
         fault: "ignores-size-conflict",
+        also: &[],
     },
     Pair {
         rule: "ControllerModifyVolume of a volume that does not exist is NOT_FOUND",
         sanity: ("ModifyVolume", "should fail if volume does not exist"),
         check: "ControllerModifyVolume, unknown volume",
         fault: "internal-for-not-found",
+        also: &["ControllerPublishVolume, unknown volume"],
+    },
+    Pair {
+        rule: "a SINGLE_NODE_SINGLE_WRITER volume is not published at a second target",
+        sanity: (
+            "NodePublishVolume",
+            "single node single writer access mode is already mounted",
+        ),
+        check: "NodePublishVolume, single writer at a second target",
+        fault: "second-writer",
+        also: &[],
+    },
+    Pair {
+        rule: "ControllerPublishVolume to a node that does not exist is NOT_FOUND",
+        sanity: (
+            "ControllerPublishVolume",
+            "should fail when the node does not exist",
+        ),
+        check: "ControllerPublishVolume, unknown node",
+        fault: "accepts-unknown-node",
+        also: &[],
+    },
+    Pair {
+        rule: "NodeStageVolume without volume_capability is INVALID_ARGUMENT",
+        sanity: (
+            "NodeStageVolume",
+            "should fail when no volume capability is provided",
+        ),
+        check: "NodeStageVolume missing a field",
+        fault: "stages-without-capability",
+        also: &[],
+    },
+    Pair {
+        rule: "NodeGetVolumeStats of a volume that does not exist is NOT_FOUND",
+        sanity: ("NodeGetVolumeStats", "should fail when volume is not found"),
+        check: "NodeGetVolumeStats, unknown volume",
+        fault: "stats-for-unknown-volume",
+        also: &[],
+    },
+    Pair {
+        rule: "NodeUnpublishVolume removes the target path",
+        sanity: ("NodeUnpublishVolume", "should remove target path"),
+        check: "NodeUnpublishVolume",
+        fault: "keeps-target-path",
+        also: &[],
+    },
+    Pair {
+        rule: "ValidateVolumeCapabilities of a volume that does not exist is NOT_FOUND",
+        sanity: (
+            "ValidateVolumeCapabilities",
+            "should fail when the requested volume does not exist",
+        ),
+        check: "ValidateVolumeCapabilities, unknown volume",
+        fault: "confirms-unknown-volume",
+        also: &[],
     },
 ];
 
@@ -68,6 +128,16 @@ fn check_failed(report: &serde_json::Value, case: &str) -> anyhow::Result<bool> 
         found["reason"]
     );
     Ok(verdict == "failed")
+}
+
+/// The names of the cases the check failed.
+fn failed_cases(report: &serde_json::Value) -> impl Iterator<Item = &str> {
+    report["cases"]
+        .as_array()
+        .into_iter()
+        .flatten()
+        .filter(|c| c["verdict"] == "failed")
+        .filter_map(|c| c["name"].as_str())
 }
 
 /// `berth plugin check` against a sample plugin started with `flags`.
@@ -102,7 +172,7 @@ pub fn compare(sanity: &Path, plugin: &Path, base: &Path) -> anyhow::Result<()> 
         let flags: Vec<&str> = fault.map_or_else(Vec::new, |f| vec!["--misbehave", f]);
         let dir = base.join(format!("compare-{i}"));
         std::fs::create_dir_all(&dir)?;
-        let tally = run_one(sanity, plugin, &flags, &dir)?;
+        let tally = run_one(sanity, plugin, &flags, &dir, fault.is_some())?;
         let report = check(plugin, &dir, &flags)?;
         for pair in PAIRS
             .iter()
@@ -112,15 +182,31 @@ pub fn compare(sanity: &Path, plugin: &Path, base: &Path) -> anyhow::Result<()> 
             let by_check = check_failed(&report, pair.check)?;
             rows.push((pair.rule, fault.unwrap_or("none"), by_sanity, by_check));
         }
+        // A fault breaks its one rule: any other case the check fails
+        // would make the pair's agreement a coincidence.
+        if let Some(fault) = fault {
+            let pair = PAIRS
+                .iter()
+                .find(|p| p.fault == *fault)
+                .expect("a fault of PAIRS");
+            let others = failed_cases(&report)
+                .filter(|name| *name != pair.check && *name != "clean-up" && !pair.also.contains(name))
+                .map(str::to_string)
+                .collect::<Vec<_>>();
+            ensure!(
+                others.is_empty(),
+                "--misbehave {fault} also fails the check's {others:?}: it breaks more than one rule"
+            );
+        }
     }
     println!(
-        "\n{:<68} {:<24} {:<10} {:<10}",
+        "\n{:<72} {:<26} {:<10} {:<10}",
         "rule", "fault", "csi-sanity", "check"
     );
     let mut disagree = 0;
     for (rule, fault, s, c) in &rows {
         let mark = if s == c { "" } else { "  DISAGREE" };
-        println!("{rule:<68} {fault:<24} {:<10} {:<10}{mark}", word(*s), word(*c));
+        println!("{rule:<72} {fault:<26} {:<10} {:<10}{mark}", word(*s), word(*c));
         disagree += usize::from(s != c);
     }
     // Each fault must be caught, or the comparison proves nothing.

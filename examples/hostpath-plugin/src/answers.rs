@@ -136,3 +136,15 @@ pub fn check_capability(config: &Config, cap: &csi::VolumeCapability) -> Result<
         _ => Ok(()),
     }
 }
+
+/// A mounted, single-node-writer capability: what `--misbehave
+/// stages-without-capability` assumes when the request has none.
+pub fn plain_capability() -> csi::VolumeCapability {
+    use csi::volume_capability::access_mode::Mode;
+    csi::VolumeCapability {
+        access_mode: Some(csi::volume_capability::AccessMode {
+            mode: Mode::SingleNodeWriter as i32,
+        }),
+        access_type: Some(csi::volume_capability::AccessType::Mount(Default::default())),
+    }
+}

@@ -273,6 +273,21 @@ pub enum Misbehaviour {
     /// ControllerPublishVolume and ControllerModifyVolume of a volume that
     /// does not exist answer INTERNAL (the spec: NOT_FOUND).
     InternalForNotFound,
+    /// ControllerPublishVolume to a node it does not know answers OK (the
+    /// spec: NOT_FOUND).
+    AcceptsUnknownNode,
+    /// NodeStageVolume without volume_capability stages the volume (the
+    /// spec: INVALID_ARGUMENT).
+    StagesWithoutCapability,
+    /// NodeGetVolumeStats of a volume that does not exist answers OK with no
+    /// usage (the spec: NOT_FOUND).
+    StatsForUnknownVolume,
+    /// NodeUnpublishVolume leaves the target path behind (the spec: the
+    /// plugin removes it).
+    KeepsTargetPath,
+    /// ValidateVolumeCapabilities of a volume that does not exist confirms
+    /// the capabilities (the spec: NOT_FOUND).
+    ConfirmsUnknownVolume,
 }
 
 #[derive(Clone, Copy, Debug, PartialEq, Eq, ValueEnum)]

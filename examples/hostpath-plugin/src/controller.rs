@@ -303,10 +303,17 @@ impl csi::controller_server::Controller for Controller {
             .ok_or_else(|| Status::invalid_argument("volume_capability is required"))?;
         check_capability(&self.config, cap)?;
         self.check_secrets(&req.secrets)?;
-        let node = self
-            .volumes
-            .node(&req.node_id)?
-            .ok_or_else(|| Status::not_found(format!("node {:?} is not known", req.node_id)))?;
+        let Some(node) = self.volumes.node(&req.node_id)? else {
+            if self.config.misbehaves(Misbehaviour::AcceptsUnknownNode)
+                && self.volumes.get(&req.volume_id)?.is_some()
+            {
+                let publish_context = answers::publish_context(&self.config, req.node_id);
+                return Ok(Response::new(csi::ControllerPublishVolumeResponse {
+                    publish_context,
+                }));
+            }
+            return Err(Status::not_found(format!("node {:?} is not known", req.node_id)));
+        };
         let node_id = req.node_id.clone();
         let single = single_node(cap);
         let outcome = self.volumes.update(&req.volume_id, |index, rec| {
@@ -375,7 +382,9 @@ impl csi::controller_server::Controller for Controller {
         if req.volume_capabilities.is_empty() {
             return Err(Status::invalid_argument("volume_capabilities is required"));
         }
-        if self.volumes.get(&req.volume_id)?.is_none() {
+        if self.volumes.get(&req.volume_id)?.is_none()
+            && !self.config.misbehaves(Misbehaviour::ConfirmsUnknownVolume)
+        {
             return Err(Status::not_found(format!(
                 "volume {} does not exist",
                 req.volume_id

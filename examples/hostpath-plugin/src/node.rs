@@ -219,9 +219,13 @@ impl csi::node_server::Node for Node {
         if self.config.like_reference_driver && self.volumes.get(&req.volume_id)?.is_none() {
             return self.stage_unknown(&req.volume_id, &staging);
         }
+        let any_capability = self
+            .config
+            .misbehaves(Misbehaviour::StagesWithoutCapability)
+            .then(crate::answers::plain_capability);
         let rec = self.volume_for_attach(
             &req.volume_id,
-            req.volume_capability.as_ref(),
+            req.volume_capability.as_ref().or(any_capability.as_ref()),
             &req.secrets,
             &req.publish_context,
         )?;
@@ -302,6 +306,10 @@ impl csi::node_server::Node for Node {
         }
         self.detach(&req.volume_id, "target_path", &req.target_path)?;
         self.targets.remove(&req.volume_id, &req.target_path)?;
+        if self.config.misbehaves(Misbehaviour::KeepsTargetPath) {
+            std::fs::create_dir_all(&req.target_path)
+                .map_err(|e| io_status("keeping", Path::new(&req.target_path), e))?;
+        }
         Ok(Response::new(csi::NodeUnpublishVolumeResponse {}))
     }
 
@@ -314,6 +322,11 @@ impl csi::node_server::Node for Node {
             return Err(Status::unimplemented("GET_VOLUME_STATS is not offered"));
         }
         let req = request.into_inner();
+        if self.config.misbehaves(Misbehaviour::StatsForUnknownVolume)
+            && self.volumes.get(&req.volume_id)?.is_none()
+        {
+            return Ok(Response::new(csi::NodeGetVolumeStatsResponse::default()));
+        }
         let (rec, _) = self.published_at(&req.volume_id, &req.volume_path)?;
         let data = self.volumes.data_path(&rec.id);
         let used = crate::volumes::used_bytes(&data).map_err(|e| io_status("measuring", &data, e))? as i64;

@@ -8,6 +8,7 @@ mod expect;
 mod group;
 mod modify;
 mod node;
+mod single_writer;
 mod snapshot;
 mod volume;
 
@@ -124,6 +125,7 @@ pub async fn run(opts: &CheckOptions) -> std::io::Result<Report> {
         run.modify_cases().await;
         run.publish_cases().await;
         run.node_cases().await;
+        run.single_writer_cases().await;
         run.expand_cases(expand::Phase::Published).await;
         run.snapshot_cases().await;
         run.group_cases().await;

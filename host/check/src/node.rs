@@ -70,7 +70,7 @@ impl Run<'_> {
     }
 
     /// The node to publish to: the node plugin's id, else `--node-id`.
-    fn node_id(&self) -> Result<String, Why> {
+    pub(super) fn node_id(&self) -> Result<String, Why> {
         self.node_fp()
             .map(|n| n.node_id.clone())
             .or_else(|| self.opts.node_id.clone())
@@ -82,7 +82,11 @@ impl Run<'_> {
         Ok((ctl, self.volume_id()?, self.node_id()?))
     }
 
-    fn publish_request(&self, volume_id: String, node_id: String) -> proto::ControllerPublishVolumeRequest {
+    pub(super) fn publish_request(
+        &self,
+        volume_id: String,
+        node_id: String,
+    ) -> proto::ControllerPublishVolumeRequest {
         proto::ControllerPublishVolumeRequest {
             volume_id,
             node_id,
@@ -166,7 +170,7 @@ impl Run<'_> {
         ))
     }
 
-    fn stage_request(&self, volume_id: String, path: String) -> proto::NodeStageVolumeRequest {
+    pub(super) fn stage_request(&self, volume_id: String, path: String) -> proto::NodeStageVolumeRequest {
         proto::NodeStageVolumeRequest {
             volume_id,
             publish_context: self.publish_context.clone(),
@@ -184,7 +188,11 @@ impl Run<'_> {
         Ok((self.node_with(None)?, self.volume_id()?))
     }
 
-    fn node_publish_request(&self, volume_id: String, target: String) -> proto::NodePublishVolumeRequest {
+    pub(super) fn node_publish_request(
+        &self,
+        volume_id: String,
+        target: String,
+    ) -> proto::NodePublishVolumeRequest {
         proto::NodePublishVolumeRequest {
             volume_id,
             publish_context: self.publish_context.clone(),

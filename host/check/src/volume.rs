@@ -107,7 +107,7 @@ impl Run<'_> {
     }
 
     /// Keeps any volume a CreateVolume answer names, for the clean-up.
-    fn created(&mut self, resp: &proto::CreateVolumeResponse) -> Option<proto::Volume> {
+    pub(super) fn created(&mut self, resp: &proto::CreateVolumeResponse) -> Option<proto::Volume> {
         let v = resp.volume.clone()?;
         if !v.volume_id.is_empty() && !self.made.volumes.contains(&v.volume_id) {
             self.made.volumes.push(v.volume_id.clone());

@@ -2,7 +2,7 @@
 //! with the rule broken when told to misbehave, skips what it does not offer,
 //! and leaves nothing behind either way.
 
-use std::path::Path;
+use std::path::{Path, PathBuf};
 
 use berth_tests::{Plugin, PluginBuilder, berth, test_dir, texts};
 use serde_json::Value;
@@ -58,6 +58,19 @@ fn assert_clean(state_dir: &Path, work: &Path) {
         .map(|e| e.path())
         .collect();
     assert!(left.is_empty(), "left in the work directory: {left:?}");
+}
+
+/// The check against a sample plugin started with `--misbehave flag`: it
+/// must fail; its failed cases (name, reason).
+fn check_misbehaving(dir: &Path, flag: &str) -> (Plugin, PathBuf, Vec<(String, String)>) {
+    let work = dir.join("work");
+    std::fs::create_dir(&work).unwrap();
+    let plugin = PluginBuilder::new(dir, "csi")
+        .args(&["--misbehave", flag])
+        .spawn();
+    let (ok, report) = check(&plugin, &work, &[]);
+    assert!(!ok, "{flag}: the check passed");
+    (plugin, work, cases_with(&report, "failed"))
 }
 
 fn set_mode(path: &Path, mode: u32) {
@@ -230,7 +243,7 @@ fn a_split_deployment_passes_with_both_endpoints() {
 
 #[test]
 fn each_misbehaviour_fails_the_rule_it_breaks() {
-    let cases: [(&str, &[&str], &str); 3] = [
+    let cases: [(&str, &[&str], &str); 8] = [
         (
             "not-found-on-delete",
             &["DeleteVolume twice", "DeleteVolume, unknown volume"],
@@ -246,17 +259,35 @@ fn each_misbehaviour_fails_the_rule_it_breaks() {
             &["CreateVolume without name"],
             "made volume",
         ),
+        (
+            "second-writer",
+            &["NodePublishVolume, single writer at a second target"],
+            "NodePublishVolume answered OK",
+        ),
+        (
+            "accepts-unknown-node",
+            &["ControllerPublishVolume, unknown node"],
+            "ControllerPublishVolume answered OK",
+        ),
+        (
+            "stages-without-capability",
+            &["NodeStageVolume missing a field"],
+            "without volume_capability",
+        ),
+        (
+            "stats-for-unknown-volume",
+            &["NodeGetVolumeStats, unknown volume"],
+            "NodeGetVolumeStats answered OK",
+        ),
+        (
+            "confirms-unknown-volume",
+            &["ValidateVolumeCapabilities, unknown volume"],
+            "answered OK",
+        ),
     ];
     for (misbehaviour, failing, reason) in cases {
         let dir = test_dir();
-        let work = dir.path().join("work");
-        std::fs::create_dir(&work).unwrap();
-        let plugin = PluginBuilder::new(dir.path(), "csi")
-            .args(&["--misbehave", misbehaviour])
-            .spawn();
-        let (ok, report) = check(&plugin, &work, &[]);
-        assert!(!ok, "{misbehaviour}: the check passed");
-        let failed = cases_with(&report, "failed");
+        let (plugin, work, failed) = check_misbehaving(dir.path(), misbehaviour);
         let names: Vec<&str> = failed.iter().map(|(n, _)| n.as_str()).collect();
         assert_eq!(names, failing, "{misbehaviour}");
         for (name, why) in &failed {
@@ -270,14 +301,7 @@ fn each_misbehaviour_fails_the_rule_it_breaks() {
 #[test]
 fn a_plugin_that_breaks_identity_rules_fails_before_anything_is_made() {
     let dir = test_dir();
-    let work = dir.path().join("work");
-    std::fs::create_dir(&work).unwrap();
-    let plugin = PluginBuilder::new(dir.path(), "csi")
-        .args(&["--misbehave", "bad-name"])
-        .spawn();
-    let (ok, report) = check(&plugin, &work, &[]);
-    assert!(!ok);
-    let failed = cases_with(&report, "failed");
+    let (plugin, work, failed) = check_misbehaving(dir.path(), "bad-name");
     assert_eq!(failed.len(), 1, "{failed:?}");
     assert_eq!(failed[0].0, "plugin identity");
     assert!(failed[0].1.contains("bad_name.example.com"), "{failed:?}");
@@ -355,4 +379,23 @@ fn secrets_reach_the_plugin_and_never_the_report() {
     let (_, stderr) = texts(&out);
     assert!(!out.status.success());
     assert!(stderr.contains("chmod 600"), "{stderr}");
+}
+
+#[test]
+fn a_target_path_left_behind_fails_unpublish_and_is_named_by_the_clean_up() {
+    let dir = test_dir();
+    let (plugin, _work, failed) = check_misbehaving(dir.path(), "keeps-target-path");
+    let names: Vec<&str> = failed.iter().map(|(n, _)| n.as_str()).collect();
+    assert_eq!(names, ["NodeUnpublishVolume", "clean-up"], "{failed:?}");
+    assert!(
+        failed[0].1.contains("left") && failed[0].1.contains("/target"),
+        "{failed:?}"
+    );
+    // The check never removes what the plugin was to remove, but says so;
+    // the volumes themselves are gone.
+    assert!(failed[1].1.contains("directory"), "{failed:?}");
+    for kind in ["volumes", "snapshots"] {
+        let left = std::fs::read_dir(plugin.state_dir.join(kind)).map_or(0, |d| d.count());
+        assert_eq!(left, 0, "{kind} left on the plugin");
+    }
 }
