@@ -228,6 +228,18 @@ impl EtcdCluster {
         }
     }
 
+    /// SIGSTOP (`true`) or SIGCONT (`false`) to member `i`: its connections
+    /// stay open and nothing answers, as across a partition.
+    pub fn freeze(&self, i: usize, frozen: bool) {
+        if let Some(child) = &self.members[i].child {
+            let sig = if frozen { libc::SIGSTOP } else { libc::SIGCONT };
+            // SAFETY: a plain kill(2) of our own child's pid.
+            unsafe {
+                libc::kill(child.id() as libc::pid_t, sig);
+            }
+        }
+    }
+
     /// Member `i` again, with the data it had.
     pub fn restart(&mut self, i: usize) {
         self.kill(i);

@@ -29,6 +29,11 @@ impl Rng {
                     .as_nanos() as u64
             });
         eprintln!("seed {seed} (set BERTH_SEED to repeat)");
+        Rng::new(seed)
+    }
+
+    /// The same sequence for the same seed.
+    pub fn new(seed: u64) -> Rng {
         Rng(seed | 1)
     }
 

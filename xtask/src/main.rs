@@ -8,6 +8,7 @@
 //! - `bench`: the policy benchmark (WASM guests against the built-in policies);
 //! - `bench-e2e`, `bench-scale`: end-to-end throughput; memory and restart at scale;
 //! - `reliability`: the long crash-loop, plugin-fault and hostile-input runs;
+//! - `nemesis`: partitions and process faults in network namespaces, checked;
 //! - `lint`: rustfmt and clippy, as CI runs them;
 //! - `docs`: build the book (docs/) and check its links;
 //! - `walks`: run every walk of the book and the README as written;
@@ -67,6 +68,10 @@ commands:
           volume is created and published through a follower (--kills N, --lease-ttl S;
           --volumes N fills the store first with N volumes of realistic size; --python runs
           the three Python sample guests as the cluster's policy set)
+  nemesis partitions, packet loss, kill -9 and SIGSTOP (as root: a network namespace per
+          host) against three servers on a three-member etcd and three agents while a
+          workload runs; then a checker of what must never happen and each fault's recovery
+          time (--seconds N, default 3600; --seed S, default 1)
   reliability
           the long reliability runs: kill -9 twenty times during 2,000 operations, 400
           volumes through a plugin that fails, hangs and restarts, 10,000 cases of each
@@ -109,6 +114,7 @@ fn main() {
         Some("bench-e2e") => ensure_etcd().and_then(|()| release_bench("lifecycle", &args[1..])),
         Some("bench-scale") => release_bench("scale", &args[1..]),
         Some("bench-failover") => ensure_etcd().and_then(|()| release_bench("failover", &args[1..])),
+        Some("nemesis") => nemesis(&args[1..]),
         Some("reliability") => reliability(&args[1..]),
         Some("-h" | "--help" | "help") => {
             println!("{USAGE}");
@@ -344,6 +350,23 @@ fn build_shipped(profile: &str) -> anyhow::Result<()> {
         bins.args(["--package", package]);
     }
     run(bins)
+}
+
+/// The nemesis run (`tests/benches/nemesis/`): as root, with etcd,
+/// iproute2 and iptables from Debian's packages; an hour unless told.
+fn nemesis(extra: &[String]) -> anyhow::Result<()> {
+    anyhow::ensure!(
+        found_root(),
+        "the nemesis makes network namespaces and iptables rules: run it as root"
+    );
+    ensure_etcd()?;
+    ensure_installed("ip", "iproute2", || succeeds(Command::new("ip").arg("-V")))?;
+    ensure_package("iptables", "iptables")?;
+    let mut args = extra.to_vec();
+    if !args.iter().any(|a| a == "--seconds") {
+        args.extend(["--seconds".to_string(), "3600".to_string()]);
+    }
+    release_bench("nemesis", &args)
 }
 
 /// A benchmark of `berth-tests` that starts the release binaries.

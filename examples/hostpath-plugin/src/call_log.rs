@@ -17,15 +17,21 @@ pub struct CallLog {
     file: Option<Arc<Mutex<File>>>,
 }
 
+/// A file opened for appending, shared by the calls that write to it
+/// (the call log, the journal); `None` without a path.
+pub fn shared_append(path: Option<&Path>) -> std::io::Result<Option<Arc<Mutex<File>>>> {
+    path.map(|p| {
+        let file = std::fs::OpenOptions::new().create(true).append(true).open(p)?;
+        Ok(Arc::new(Mutex::new(file)))
+    })
+    .transpose()
+}
+
 impl CallLog {
     pub fn open(path: Option<&Path>) -> anyhow::Result<Self> {
-        let file = match path {
-            Some(p) => Some(Arc::new(Mutex::new(
-                std::fs::OpenOptions::new().create(true).append(true).open(p)?,
-            ))),
-            None => None,
-        };
-        Ok(CallLog { file })
+        Ok(CallLog {
+            file: shared_append(path)?,
+        })
     }
 
     fn record(&self, method: &str, code: i32) {

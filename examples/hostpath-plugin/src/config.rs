@@ -164,6 +164,11 @@ pub struct Config {
     /// gRPC code's number (`/csi.v1.Controller/CreateVolume 0`).
     #[arg(long)]
     pub call_log: Option<PathBuf>,
+    /// Append a JSON line to FILE for every call that changed something and
+    /// answered OK (what, which volume, node and path, when): what a
+    /// checker of several plugin processes reads. Processes may share FILE.
+    #[arg(long)]
+    pub journal: Option<PathBuf>,
 }
 
 /// Capabilities `--disable` can take away.

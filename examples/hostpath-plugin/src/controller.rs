@@ -10,17 +10,20 @@ use tonic::{Request, Response, Status};
 use crate::answers::{self, check_capability};
 use crate::config::{Config, Misbehaviour, Omit};
 use crate::faults::Faults;
-use crate::snapshots::{SnapshotRecord, Snapshots};
+use crate::journal::{Entry, Journal};
+use crate::snapshots::Snapshots;
 use crate::volumes::{NewVolume, Segments, Source, Volumes, reachable};
 
 mod groups;
 mod modify;
+mod snapshot;
 
 pub struct Controller {
     config: Arc<Config>,
     volumes: Arc<Volumes>,
     snapshots: Snapshots,
     faults: Arc<Faults>,
+    journal: Journal,
 }
 
 impl Controller {
@@ -29,12 +32,14 @@ impl Controller {
         volumes: Arc<Volumes>,
         snapshots: Snapshots,
         faults: Arc<Faults>,
+        journal: Journal,
     ) -> Self {
         Controller {
             config,
             volumes,
             snapshots,
             faults,
+            journal,
         }
     }
 
@@ -246,7 +251,7 @@ impl csi::controller_server::Controller for Controller {
             }
             false => modify::mutable(req.mutable_parameters)?,
         };
-        let rec = self.volumes.create(
+        let (rec, created) = self.volumes.create(
             NewVolume {
                 name: req.name,
                 required,
@@ -260,6 +265,13 @@ impl csi::controller_server::Controller for Controller {
             !self.config.misbehaves(Misbehaviour::IgnoresSizeConflict),
         )?;
         tracing::info!(name = %rec.name, id = %rec.id, ?modes, "volume created");
+        self.journal.note(Entry {
+            call: "CreateVolume",
+            volume: &rec.id,
+            name: &rec.name,
+            created: Some(created),
+            ..Default::default()
+        });
         self.faults.reply("CreateVolume").await;
         Ok(Response::new(csi::CreateVolumeResponse {
             volume: Some(answers::volume(&self.config, &rec)),
@@ -283,6 +295,11 @@ impl csi::controller_server::Controller for Controller {
             )));
         }
         self.volumes.delete(&req.volume_id)?;
+        self.journal.note(Entry {
+            call: "DeleteVolume",
+            volume: &req.volume_id,
+            ..Default::default()
+        });
         Ok(Response::new(csi::DeleteVolumeResponse {}))
     }
 
@@ -344,6 +361,12 @@ impl csi::controller_server::Controller for Controller {
         if outcome.is_none() {
             return Err(self.unknown_volume(&req.volume_id));
         }
+        self.journal.note(Entry {
+            call: "ControllerPublishVolume",
+            volume: &req.volume_id,
+            node: &req.node_id,
+            ..Default::default()
+        });
         Ok(Response::new(csi::ControllerPublishVolumeResponse {
             publish_context: answers::publish_context(&self.config, req.node_id),
         }))
@@ -369,6 +392,12 @@ impl csi::controller_server::Controller for Controller {
             }
             Ok(())
         })?;
+        self.journal.note(Entry {
+            call: "ControllerUnpublishVolume",
+            volume: &req.volume_id,
+            node: &req.node_id,
+            ..Default::default()
+        });
         Ok(Response::new(csi::ControllerUnpublishVolumeResponse {}))
     }
 
@@ -528,85 +557,28 @@ impl csi::controller_server::Controller for Controller {
         &self,
         request: Request<csi::CreateSnapshotRequest>,
     ) -> Result<Response<csi::CreateSnapshotResponse>, Status> {
-        self.faults.inject("CreateSnapshot").await?;
-        self.offered("CREATE_DELETE_SNAPSHOT")?;
-        let req = request.into_inner();
-        require("name", &req.name)?;
-        require("source_volume_id", &req.source_volume_id)?;
-        self.check_secrets(&req.secrets)?;
-        let vol = self
-            .volumes
-            .get(&req.source_volume_id)?
-            .ok_or_else(|| Status::not_found(format!("volume {} does not exist", req.source_volume_id)))?;
-        let snap = self.snapshots.create(
-            &req.name,
-            &vol.id,
-            vol.capacity_bytes,
-            &self.volumes.data_path(&vol.id),
-            None,
-        )?;
-        tracing::info!(name = %snap.name, id = %snap.id, volume = %vol.id, "snapshot created");
-        self.faults.reply("CreateSnapshot").await;
-        Ok(Response::new(csi::CreateSnapshotResponse {
-            snapshot: Some(answers::snapshot(&self.config, &snap)),
-        }))
+        self.create_snapshot_now(request.into_inner()).await
     }
 
     async fn delete_snapshot(
         &self,
         request: Request<csi::DeleteSnapshotRequest>,
     ) -> Result<Response<csi::DeleteSnapshotResponse>, Status> {
-        self.faults.inject("DeleteSnapshot").await?;
-        self.offered("CREATE_DELETE_SNAPSHOT")?;
-        let req = request.into_inner();
-        require("snapshot_id", &req.snapshot_id)?;
-        self.check_secrets(&req.secrets)?;
-        self.snapshots.delete(&req.snapshot_id)?;
-        Ok(Response::new(csi::DeleteSnapshotResponse {}))
+        self.delete_snapshot_now(request.into_inner()).await
     }
 
     async fn list_snapshots(
         &self,
         request: Request<csi::ListSnapshotsRequest>,
     ) -> Result<Response<csi::ListSnapshotsResponse>, Status> {
-        self.faults.inject("ListSnapshots").await?;
-        self.offered("LIST_SNAPSHOTS")?;
-        let req = request.into_inner();
-        let all: Vec<SnapshotRecord> = self
-            .snapshots
-            .list()
-            .into_iter()
-            .filter(|s| req.snapshot_id.is_empty() || s.id == req.snapshot_id)
-            .filter(|s| req.source_volume_id.is_empty() || s.source_volume_id == req.source_volume_id)
-            .collect();
-        let (page, next_token) = page(all, &req.starting_token, req.max_entries)?;
-        Ok(Response::new(csi::ListSnapshotsResponse {
-            entries: page
-                .iter()
-                .map(|s| csi::list_snapshots_response::Entry {
-                    snapshot: Some(answers::snapshot(&self.config, s)),
-                })
-                .collect(),
-            next_token,
-        }))
+        self.list_snapshots_now(request.into_inner()).await
     }
 
     async fn get_snapshot(
         &self,
         request: Request<csi::GetSnapshotRequest>,
     ) -> Result<Response<csi::GetSnapshotResponse>, Status> {
-        self.faults.inject("GetSnapshot").await?;
-        self.offered("GET_SNAPSHOT")?;
-        let req = request.into_inner();
-        require("snapshot_id", &req.snapshot_id)?;
-        self.check_secrets(&req.secrets)?;
-        let s = self
-            .snapshots
-            .get(&req.snapshot_id)
-            .ok_or_else(|| Status::not_found(format!("snapshot {} does not exist", req.snapshot_id)))?;
-        Ok(Response::new(csi::GetSnapshotResponse {
-            snapshot: Some(answers::snapshot(&self.config, &s)),
-        }))
+        self.get_snapshot_now(request.into_inner()).await
     }
 
     async fn controller_expand_volume(

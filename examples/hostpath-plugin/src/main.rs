@@ -6,6 +6,7 @@ mod config;
 mod controller;
 mod faults;
 mod identity;
+mod journal;
 mod mounts;
 mod node;
 mod snapshots;
@@ -53,6 +54,7 @@ async fn main() -> anyhow::Result<()> {
 
     let identity = identity::Identity::new(config.clone(), faults.clone(), mounter.mode());
     let calls = call_log::CallLog::open(config.call_log.as_deref())?;
+    let journal = journal::Journal::open(config.journal.as_deref())?;
     let mut router = tonic::transport::Server::builder()
         .layer(calls)
         .add_service(IdentityServer::new(identity));
@@ -63,13 +65,14 @@ async fn main() -> anyhow::Result<()> {
             volumes.clone(),
             snapshots,
             faults.clone(),
+            journal.clone(),
         ));
         router = router
             .add_service(ControllerServer::from_arc(svc.clone()))
             .add_service(GroupControllerServer::from_arc(svc));
     }
     if config.serves_node() {
-        let svc = node::Node::new(config.clone(), volumes.clone(), mounter, faults.clone());
+        let svc = node::Node::new(config.clone(), volumes.clone(), mounter, faults.clone(), journal);
         router = router.add_service(NodeServer::new(svc));
     }
     let result = router

@@ -11,6 +11,7 @@ use crate::answers::{PUBLISHED_NODE_KEY, check_capability};
 use crate::config::{Config, Misbehaviour, Omit};
 use crate::controller::check_secrets;
 use crate::faults::Faults;
+use crate::journal::{Entry, Journal};
 use crate::mounts::Mounter;
 use crate::targets::Targets;
 use crate::volumes::{NodeRecord, VolumeRecord, Volumes, reachable};
@@ -21,10 +22,17 @@ pub struct Node {
     mounter: Mounter,
     faults: Arc<Faults>,
     targets: Targets,
+    journal: Journal,
 }
 
 impl Node {
-    pub fn new(config: Arc<Config>, volumes: Arc<Volumes>, mounter: Mounter, faults: Arc<Faults>) -> Self {
+    pub fn new(
+        config: Arc<Config>,
+        volumes: Arc<Volumes>,
+        mounter: Mounter,
+        faults: Arc<Faults>,
+        journal: Journal,
+    ) -> Self {
         // The controller reads this to check topology and limits on ControllerPublish.
         let record = NodeRecord {
             node_id: config.node_id.clone(),
@@ -40,6 +48,7 @@ impl Node {
             volumes,
             mounter,
             faults,
+            journal,
         }
     }
 
@@ -165,6 +174,23 @@ impl Node {
         Ok(Response::new(csi::NodeStageVolumeResponse {}))
     }
 
+    /// A node call that changed something, in the journal.
+    fn note(&self, call: &str, volume: &str, path: &str, capability: Option<&csi::VolumeCapability>) {
+        use csi::volume_capability::access_mode::Mode;
+        let mode = capability
+            .and_then(|c| c.access_mode.as_ref())
+            .and_then(|m| Mode::try_from(m.mode).ok())
+            .map_or("", |m| m.as_str_name());
+        self.journal.note(Entry {
+            call,
+            volume,
+            node: &self.config.node_id,
+            path,
+            mode,
+            ..Default::default()
+        });
+    }
+
     /// NodeUnstage and NodeUnpublish: remove what attach made at `path`.
     fn detach(&self, volume_id: &str, field: &str, path: &str) -> Result<(), Status> {
         require_volume_id(volume_id)?;
@@ -233,6 +259,7 @@ impl csi::node_server::Node for Node {
             .attach(&self.volumes.data_path(&rec.id), &staging, false)
             .map_err(|e| io_status("staging at", &staging, e))?;
         tracing::info!(volume = %rec.id, path = %staging.display(), "staged on the node");
+        self.note("NodeStageVolume", &rec.id, &req.staging_target_path, None);
         Ok(Response::new(csi::NodeStageVolumeResponse {}))
     }
 
@@ -243,6 +270,12 @@ impl csi::node_server::Node for Node {
         self.faults.inject("NodeUnstageVolume").await?;
         let req = request.into_inner();
         self.detach(&req.volume_id, "staging_target_path", &req.staging_target_path)?;
+        self.note(
+            "NodeUnstageVolume",
+            &req.volume_id,
+            &req.staging_target_path,
+            None,
+        );
         Ok(Response::new(csi::NodeUnstageVolumeResponse {}))
     }
 
@@ -286,6 +319,12 @@ impl csi::node_server::Node for Node {
             .map_err(|e| io_status("publishing at", &target, e))?;
         self.targets.add(&rec.id, &target)?;
         tracing::info!(volume = %rec.id, path = %target.display(), "published on the node");
+        self.note(
+            "NodePublishVolume",
+            &rec.id,
+            &req.target_path,
+            req.volume_capability.as_ref(),
+        );
         Ok(Response::new(csi::NodePublishVolumeResponse {}))
     }
 
@@ -306,6 +345,7 @@ impl csi::node_server::Node for Node {
         }
         self.detach(&req.volume_id, "target_path", &req.target_path)?;
         self.targets.remove(&req.volume_id, &req.target_path)?;
+        self.note("NodeUnpublishVolume", &req.volume_id, &req.target_path, None);
         if self.config.misbehaves(Misbehaviour::KeepsTargetPath) {
             std::fs::create_dir_all(&req.target_path)
                 .map_err(|e| io_status("keeping", Path::new(&req.target_path), e))?;

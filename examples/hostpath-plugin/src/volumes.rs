@@ -288,7 +288,8 @@ impl Volumes {
     /// Creates a volume, or returns the existing one of the same name when it
     /// is compatible (the spec's idempotency rule). With a source, its data
     /// is copied in before the record is written (the record commits).
-    pub fn create(&self, new: NewVolume, check_conflicts: bool) -> Result<VolumeRecord, Status> {
+    /// The volume of that name, made unless it exists; and whether this call made it.
+    pub fn create(&self, new: NewVolume, check_conflicts: bool) -> Result<(VolumeRecord, bool), Status> {
         let NewVolume {
             name,
             required,
@@ -322,7 +323,7 @@ impl Volumes {
                             existing.capacity_bytes
                         )));
                     }
-                    return Ok(Outcome::Keep(existing.clone()));
+                    return Ok(Outcome::Keep((existing.clone(), false)));
                 }
                 let size = if required > 0 {
                     required.max(source_size)
@@ -364,7 +365,7 @@ impl Volumes {
                     source: source_id,
                     mutable_parameters,
                 };
-                Ok(Outcome::Put(rec.clone(), rec))
+                Ok(Outcome::Put(rec.clone(), (rec, true)))
             },
             |data| match &copy_from {
                 Some(from) => copy_tree(from, data),
@@ -609,9 +610,11 @@ mod tests {
     #[test]
     fn create_is_idempotent_by_name() {
         let (_d, v) = store();
-        let a = v.create(new("pvc-1", 1 << 20), true).unwrap();
-        let b = v.create(new("pvc-1", 1 << 20), true).unwrap();
+        let (a, made) = v.create(new("pvc-1", 1 << 20), true).unwrap();
+        let (b, again) = v.create(new("pvc-1", 1 << 20), true).unwrap();
         assert_eq!(a.id, b.id);
+        // The journal's `created`: the first call made it, the second did not.
+        assert!(made && !again);
         assert_eq!(v.list().unwrap().len(), 1);
         let err = v.create(new("pvc-1", 2 << 20), true).unwrap_err();
         assert_eq!(err.code(), tonic::Code::AlreadyExists);

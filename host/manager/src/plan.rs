@@ -178,34 +178,44 @@ pub(super) fn next_step(r: &VolumeRecord, caps: impl Fn(&str) -> Caps) -> Option
     if !r.deleting && backend.mutable_parameters != r.spec.mutable_parameters {
         return Some(Step::ControllerModify);
     }
+    // A single-node volume is taken down where it is no longer wanted before
+    // it is brought up elsewhere: on a move, the new node waits (for as long
+    // as the old one cannot be reached) rather than both holding it.
+    if r.spec.access_mode.is_single_node()
+        && let Some((node, p)) = r.publications.iter().find(|(_, p)| !p.wanted || r.deleting)
+    {
+        return Some(undo_step(node, p, caps(node).controller_publish));
+    }
     for (node, p) in &r.publications {
-        let c = caps(node);
-        let wanted = p.wanted && !r.deleting;
-        if wanted {
-            if !p.controller_published {
-                return Some(Step::ControllerPublish(node.clone()));
-            }
-            if p.node < NodeLevel::Published {
-                return Some(Step::NodePublish(node.clone()));
-            }
-            if p.expand_pending || backend.node_expansion_required {
-                return Some(Step::NodeExpand(node.clone()));
-            }
-        } else {
-            if !p.sent {
-                // No plugin has heard of it.
-                return Some(Step::DropPublication(node.clone()));
-            }
-            if p.node > NodeLevel::Absent {
-                return Some(Step::NodeUnpublish(node.clone()));
-            }
-            if p.controller_published && c.controller_publish {
-                return Some(Step::ControllerUnpublish(node.clone()));
-            }
-            return Some(Step::DropPublication(node.clone()));
+        if !p.wanted || r.deleting {
+            return Some(undo_step(node, p, caps(node).controller_publish));
+        }
+        if !p.controller_published {
+            return Some(Step::ControllerPublish(node.clone()));
+        }
+        if p.node < NodeLevel::Published {
+            return Some(Step::NodePublish(node.clone()));
+        }
+        if p.expand_pending || backend.node_expansion_required {
+            return Some(Step::NodeExpand(node.clone()));
         }
     }
     r.deleting.then_some(Step::Delete)
+}
+
+/// The next step taking down a publication that is no longer wanted.
+fn undo_step(node: &str, p: &berth_model::Publication, controller_publish: bool) -> Step {
+    if !p.sent {
+        // No plugin has heard of it.
+        return Step::DropPublication(node.to_string());
+    }
+    if p.node > NodeLevel::Absent {
+        return Step::NodeUnpublish(node.to_string());
+    }
+    if p.controller_published && controller_publish {
+        return Step::ControllerUnpublish(node.to_string());
+    }
+    Step::DropPublication(node.to_string())
 }
 
 #[cfg(test)]
@@ -298,6 +308,39 @@ mod tests {
         assert_eq!(
             next_step(&r, caps(true, true)),
             Some(Step::CreateSnapshot("s1".into()))
+        );
+    }
+
+    #[test]
+    fn a_single_node_volume_leaves_its_old_node_before_it_reaches_the_new_one() {
+        let mut r = record();
+        // Moved from n2 to n1: n1 sorts first, yet n2 is taken down first,
+        // step by step, and only then is n1 brought up.
+        r.publications
+            .insert("n2".into(), publication(true, NodeLevel::Published, false));
+        r.publications
+            .insert("n1".into(), publication(false, NodeLevel::Absent, true));
+        assert_eq!(
+            next_step(&r, caps(true, true)),
+            Some(Step::NodeUnpublish("n2".into()))
+        );
+        r.publications.get_mut("n2").unwrap().node = NodeLevel::Absent;
+        assert_eq!(
+            next_step(&r, caps(true, true)),
+            Some(Step::ControllerUnpublish("n2".into()))
+        );
+        r.publications.remove("n2");
+        assert_eq!(
+            next_step(&r, caps(true, true)),
+            Some(Step::ControllerPublish("n1".into()))
+        );
+        // A volume many nodes may hold is not held back by one going away.
+        r.spec_mut().access_mode = berth_model::AccessMode::MultiNodeMultiWriter;
+        r.publications
+            .insert("n2".into(), publication(true, NodeLevel::Published, false));
+        assert_eq!(
+            next_step(&r, caps(true, true)),
+            Some(Step::ControllerPublish("n1".into()))
         );
     }
 

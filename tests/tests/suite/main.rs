@@ -14,6 +14,7 @@ mod lifecycle;
 mod metrics;
 mod node_paths;
 mod operability;
+mod partitions;
 mod plugin_check;
 mod plugin_probe;
 mod policy_cli;

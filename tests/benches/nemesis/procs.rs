@@ -1,0 +1,111 @@
+//! The nemesis's processes, each started in its host's network namespace
+//! (`ip netns exec`, which execs it: the pid is the process's own), logging
+//! to a file of its own; killed (-9), stopped and continued by pid.
+
+use std::path::{Path, PathBuf};
+use std::process::{Child, Command, Stdio};
+
+/// What a process is, for choosing faults and reading the timeline.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Kind {
+    Etcd,
+    Server,
+    Agent,
+    NodePlugin,
+    Controller,
+}
+
+pub struct Proc {
+    pub name: String,
+    pub kind: Kind,
+    ns: String,
+    program: PathBuf,
+    args: Vec<String>,
+    env: Vec<(String, String)>,
+    log: PathBuf,
+    child: Option<Child>,
+    stopped: bool,
+}
+
+impl Proc {
+    pub fn new(name: &str, kind: Kind, ns: &str, program: &Path, args: Vec<String>, dir: &Path) -> Proc {
+        Proc {
+            name: name.to_string(),
+            kind,
+            ns: ns.to_string(),
+            program: program.to_path_buf(),
+            args,
+            env: Vec::new(),
+            log: dir.join(format!("{name}.log")),
+            child: None,
+            stopped: false,
+        }
+    }
+
+    pub fn env(mut self, key: &str, value: &str) -> Proc {
+        self.env.push((key.to_string(), value.to_string()));
+        self
+    }
+
+    pub fn start(&mut self) -> anyhow::Result<()> {
+        let log = std::fs::OpenOptions::new()
+            .create(true)
+            .append(true)
+            .open(&self.log)?;
+        let child = Command::new("ip")
+            .args(["netns", "exec", &self.ns])
+            .arg(&self.program)
+            .args(&self.args)
+            .envs(self.env.iter().map(|(k, v)| (k, v)))
+            .stdin(Stdio::null())
+            .stdout(log.try_clone()?)
+            .stderr(log)
+            .spawn()?;
+        self.child = Some(child);
+        self.stopped = false;
+        Ok(())
+    }
+
+    pub fn running(&mut self) -> bool {
+        self.child
+            .as_mut()
+            .is_some_and(|c| c.try_wait().ok().flatten().is_none())
+    }
+
+    fn signal(&self, sig: libc::c_int) {
+        if let Some(c) = &self.child {
+            // SAFETY: a plain kill(2) of our own child's pid.
+            unsafe {
+                libc::kill(c.id() as libc::pid_t, sig);
+            }
+        }
+    }
+
+    /// `kill -9`: nothing flushed, nothing cleaned up.
+    pub fn kill(&mut self) {
+        if self.stopped {
+            self.signal(libc::SIGCONT);
+        }
+        if let Some(mut c) = self.child.take() {
+            let _ = c.kill();
+            let _ = c.wait();
+        }
+        self.stopped = false;
+    }
+
+    pub fn stop(&mut self) {
+        self.signal(libc::SIGSTOP);
+        self.stopped = true;
+    }
+
+    pub fn cont(&mut self) {
+        self.signal(libc::SIGCONT);
+        self.stopped = false;
+    }
+}
+
+impl Drop for Proc {
+    fn drop(&mut self) {
+        self.kill();
+    }
+}
