@@ -49,10 +49,9 @@ async fn main() -> anyhow::Result<()> {
     let faults = Arc::new(faults::Faults::new(&config));
     let config = Arc::new(config);
 
-    let listener = bind(&socket)?;
-    tracing::info!(socket = %socket.display(), name = %config.name, node_id = %config.node_id, mount = ?mounter.mode(), "serving");
+    let mount_mode = mounter.mode();
 
-    let identity = identity::Identity::new(config.clone(), faults.clone(), mounter.mode());
+    let identity = identity::Identity::new(config.clone(), faults.clone(), mount_mode);
     let calls = call_log::CallLog::open(config.call_log.as_deref())?;
     let journal = journal::Journal::open(config.journal.as_deref())?;
     let mut router = tonic::transport::Server::builder()
@@ -75,6 +74,10 @@ async fn main() -> anyhow::Result<()> {
         let svc = node::Node::new(config.clone(), volumes.clone(), mounter, faults.clone(), journal);
         router = router.add_service(NodeServer::new(svc));
     }
+    // The socket last: once it is there, the node is registered (the
+    // controller reads that on ControllerPublish) and every service is ready.
+    let listener = bind(&socket)?;
+    tracing::info!(socket = %socket.display(), name = %config.name, node_id = %config.node_id, mount = ?mount_mode, "serving");
     let result = router
         .serve_with_incoming_shutdown(UnixListenerStream::new(listener), shutdown_signal())
         .await;

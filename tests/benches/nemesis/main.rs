@@ -7,8 +7,10 @@
 
 mod check;
 mod cluster;
+mod faults;
 mod net;
 mod procs;
+mod report;
 mod workload;
 
 use std::path::{Path, PathBuf};
@@ -22,7 +24,9 @@ use berth_proto::berth::v1::berth_client::BerthClient;
 pub use berth_tests::storm::Rng;
 use tonic::transport::Channel;
 
-use cluster::{Cluster, ETCD, NODES, SERVERS, api_socket, node_name};
+use cluster::{Cluster, NODES, SERVERS, api_socket, node_name};
+use faults::{FAULTS, Fault, STEPPED_MS, heal, inject, step_clock};
+use report::{Timeline, report};
 use workload::Workload;
 
 pub fn block_on<F: std::future::Future>(f: F) -> F::Output {
@@ -36,28 +40,6 @@ pub fn block_on<F: std::future::Future>(f: F) -> F::Output {
 pub fn client(socket: &Path) -> BerthClient<Channel> {
     BerthClient::new(berth::csi::unix_channel(socket))
 }
-
-/// What the nemesis does for a while, then undoes.
-#[derive(Clone, Copy, Debug, PartialEq, Eq, PartialOrd, Ord)]
-enum Fault {
-    LeaderFromEtcdMajority,
-    AgentFromServers,
-    FollowerFromLeader,
-    EtcdMemberAlone,
-    PacketLoss,
-    Kill,
-    Stop,
-}
-
-const FAULTS: [Fault; 7] = [
-    Fault::LeaderFromEtcdMajority,
-    Fault::AgentFromServers,
-    Fault::FollowerFromLeader,
-    Fault::EtcdMemberAlone,
-    Fault::PacketLoss,
-    Fault::Kill,
-    Fault::Stop,
-];
 
 struct Args {
     seconds: u64,
@@ -89,31 +71,14 @@ fn args() -> anyhow::Result<Args> {
     Ok(a)
 }
 
-/// One entry of the timeline: milliseconds since the run started.
-struct Timeline {
-    started: Instant,
-    started_epoch_ms: u64,
-    events: Vec<(u64, String)>,
-}
-
-impl Timeline {
-    fn note(&mut self, what: String) {
-        let ms = self.started.elapsed().as_millis() as u64;
-        println!("{:>8.1}s  {what}", ms as f64 / 1000.0);
-        self.events.push((ms, what));
-    }
-
-    fn around(&self, at_epoch_ms: u64) -> Vec<&(u64, String)> {
-        let at = at_epoch_ms.saturating_sub(self.started_epoch_ms);
-        self.events
-            .iter()
-            .filter(|(ms, _)| ms.abs_diff(at) <= 15_000)
-            .collect()
-    }
-}
-
 fn main() {
-    if let Err(e) = run() {
+    let outcome = run();
+    // A run that failed mid-fault leaves no step of the machine's clock behind.
+    let stepped = STEPPED_MS.swap(0, Ordering::SeqCst);
+    if stepped != 0 {
+        let _ = step_clock(-stepped);
+    }
+    if let Err(e) = outcome {
         eprintln!("nemesis: {e:#}");
         std::process::exit(1);
     }
@@ -172,7 +137,8 @@ fn run() -> anyhow::Result<()> {
         })
     };
 
-    let mut heals: Vec<(Fault, u64)> = Vec::new();
+    // Each fault: its kind, when it began and when it was healed (ms).
+    let mut heals: Vec<(Fault, u64, u64)> = Vec::new();
     let end = Instant::now() + Duration::from_secs(args.seconds);
     while Instant::now() < end {
         std::thread::sleep(Duration::from_millis(2000 + rng.below(3000)));
@@ -181,9 +147,10 @@ fn run() -> anyhow::Result<()> {
             continue;
         };
         tl.note(format!("{fault:?}: {what}"));
+        let began = tl.started.elapsed().as_millis() as u64;
         std::thread::sleep(Duration::from_millis(3000 + rng.below(7000)));
         heal(&mut c, &mut tl)?;
-        heals.push((fault, tl.started.elapsed().as_millis() as u64));
+        heals.push((fault, began, tl.started.elapsed().as_millis() as u64));
     }
     heal(&mut c, &mut tl)?;
     stop.store(true, Ordering::Relaxed);
@@ -236,74 +203,6 @@ fn epoch_ms() -> u64 {
     std::time::SystemTime::now()
         .duration_since(std::time::UNIX_EPOCH)
         .map_or(0, |d| d.as_millis() as u64)
-}
-
-fn pick<'a>(rng: &mut Rng, from: &[&'a str]) -> &'a str {
-    from[rng.below(from.len() as u64) as usize]
-}
-
-/// Starts `fault`; what it did, or `None` when it cannot be made now (no leader).
-fn inject(c: &mut Cluster, rng: &mut Rng, fault: Fault) -> anyhow::Result<Option<String>> {
-    let leader = || c.leader();
-    Ok(Some(match fault {
-        Fault::LeaderFromEtcdMajority => {
-            let Some(l) = leader() else { return Ok(None) };
-            let kept = pick(rng, &ETCD);
-            let cut: Vec<&str> = ETCD.iter().copied().filter(|e| *e != kept).collect();
-            c.net.partition(&[&l], &cut)?;
-            format!("leader {l} cut from etcd {cut:?}")
-        }
-        Fault::AgentFromServers => {
-            let n = pick(rng, &NODES);
-            c.net.partition(&[n], &SERVERS)?;
-            format!("{n} cut from every server")
-        }
-        Fault::FollowerFromLeader => {
-            let Some(l) = leader() else { return Ok(None) };
-            let others: Vec<&str> = SERVERS.iter().copied().filter(|s| *s != l).collect();
-            let f = pick(rng, &others);
-            c.net.partition(&[f], &[&l])?;
-            format!("follower {f} cut from leader {l}")
-        }
-        Fault::EtcdMemberAlone => {
-            let e = pick(rng, &ETCD);
-            let others: Vec<&str> = ETCD.iter().copied().filter(|x| *x != e).collect();
-            c.net.partition(&[e], &others)?;
-            format!("etcd {e} cut from the other members")
-        }
-        Fault::PacketLoss => {
-            let hosts: Vec<&str> = ETCD.iter().chain(&SERVERS).chain(&NODES).copied().collect();
-            let h = pick(rng, &hosts);
-            c.net.lose(h, 0.5)?;
-            format!("{h} loses half its packets")
-        }
-        Fault::Kill | Fault::Stop => {
-            let names: Vec<String> = c.procs.iter().map(|p| p.name.clone()).collect();
-            let name = names[rng.below(names.len() as u64) as usize].clone();
-            let p = c.proc(&name);
-            let kind = p.kind;
-            if fault == Fault::Kill {
-                p.kill();
-                format!("kill -9 {name} ({kind:?})")
-            } else {
-                p.stop();
-                format!("SIGSTOP {name} ({kind:?})")
-            }
-        }
-    }))
-}
-
-fn heal(c: &mut Cluster, tl: &mut Timeline) -> anyhow::Result<()> {
-    c.net.heal()?;
-    for p in &mut c.procs {
-        p.cont();
-    }
-    let started = c.restart_dead()?;
-    tl.note(match started.is_empty() {
-        true => "healed".into(),
-        false => format!("healed; started again: {}", started.join(", ")),
-    });
-    Ok(())
 }
 
 fn summary(apis: &[PathBuf]) -> Option<api::SummaryResponse> {
@@ -419,79 +318,5 @@ fn drain(apis: &[PathBuf], within: Duration) -> anyhow::Result<()> {
         });
         anyhow::ensure!(Instant::now() < deadline, "not drained within {within:?}");
         std::thread::sleep(Duration::from_millis(500));
-    }
-}
-
-/// Recovery: from a heal to the first request acknowledged after it.
-fn recoveries(history: &[workload::Record], heals: &[(Fault, u64)]) -> Vec<(Fault, Vec<u64>)> {
-    let mut by: std::collections::BTreeMap<Fault, Vec<u64>> = Default::default();
-    for (fault, at) in heals {
-        let first = history
-            .iter()
-            .filter(|r| r.outcome == workload::Outcome::Ok && r.completed >= *at)
-            .map(|r| r.completed)
-            .min();
-        if let Some(done) = first {
-            by.entry(*fault).or_default().push(done - at);
-        }
-    }
-    by.into_iter().collect()
-}
-
-fn report(
-    history: &[workload::Record],
-    heals: &[(Fault, u64)],
-    held: usize,
-    uncertain: usize,
-    journal: &[serde_json::Value],
-    violations: &[check::Violation],
-    tl: &Timeline,
-) {
-    let count = |o: fn(&workload::Outcome) -> bool| history.iter().filter(|r| o(&r.outcome)).count();
-    println!("\nnemesis summary");
-    println!(
-        "  operations: {} ({} acknowledged, {} refused, {} uncertain)",
-        history.len(),
-        count(|o| *o == workload::Outcome::Ok),
-        count(|o| matches!(o, workload::Outcome::Refused(_))),
-        count(|o| *o == workload::Outcome::Unknown),
-    );
-    let mut refused: std::collections::BTreeMap<String, usize> = Default::default();
-    for r in history {
-        if let workload::Outcome::Refused(code) = r.outcome {
-            let op = format!("{:?}", r.op);
-            let op = op.split([' ', '{']).next().unwrap_or_default().to_string();
-            *refused.entry(format!("{op} {code:?}")).or_default() += 1;
-        }
-    }
-    println!("  refused: {refused:?}");
-    println!("  volumes held to their acknowledged state: {held} ({uncertain} with an uncertain answer)");
-    println!("  plugin calls journaled: {}", journal.len());
-    println!("  faults: {}", heals.len());
-    println!(
-        "  {:<24} {:>6} {:>10} {:>10}",
-        "recovery after", "faults", "median ms", "max ms"
-    );
-    for (fault, mut times) in recoveries(history, heals) {
-        times.sort_unstable();
-        let median = times[times.len() / 2];
-        let max = times.last().copied().unwrap_or_default();
-        println!(
-            "  {:<24} {:>6} {:>10} {:>10}",
-            format!("{fault:?}"),
-            times.len(),
-            median,
-            max
-        );
-    }
-    println!("  violations: {}", violations.len());
-    for v in violations {
-        println!("\nVIOLATION: {}\n  {}", v.rule, v.what);
-        if let Some(at) = v.at_ms {
-            println!("  timeline around it:");
-            for (ms, what) in tl.around(at) {
-                println!("    {:>8.1}s  {what}", *ms as f64 / 1000.0);
-            }
-        }
     }
 }
