@@ -102,6 +102,20 @@ impl Snapshots {
         data: &Path,
         group: Option<&str>,
     ) -> Result<SnapshotRecord, Status> {
+        self.create_made(name, source_volume_id, size_bytes, data, group)
+            .map(|(rec, _)| rec)
+    }
+
+    /// As `create`, and whether this call made the snapshot (false: it
+    /// existed, and is answered again).
+    pub fn create_made(
+        &self,
+        name: &str,
+        source_volume_id: &str,
+        size_bytes: i64,
+        data: &Path,
+        group: Option<&str>,
+    ) -> Result<(SnapshotRecord, bool), Status> {
         let id = format!("sn-{}", &hash_hex(name)[..32]);
         let mut index = self.guard();
         if let Some(existing) = index.get(&id) {
@@ -111,7 +125,7 @@ impl Snapshots {
                     existing.source_volume_id
                 )));
             }
-            return Ok(existing.clone());
+            return Ok((existing.clone(), false));
         }
         let rec = SnapshotRecord {
             id: id.clone(),
@@ -133,7 +147,7 @@ impl Snapshots {
             self.sync_dir()
         })?;
         index.insert(id, rec.clone());
-        Ok(rec)
+        Ok((rec, true))
     }
 
     /// Deletes a snapshot; a missing one is already deleted.
@@ -181,6 +195,8 @@ mod tests {
         let a = s.create("snap", "hp-1", 10, &data, None).unwrap();
         assert_eq!(std::fs::read(s.data_path(&a.id).join("sub/f")).unwrap(), b"hello");
         assert_eq!(s.create("snap", "hp-1", 10, &data, None).unwrap(), a);
+        let (_, made) = s.create_made("snap", "hp-1", 10, &data, None).unwrap();
+        assert!(!made, "answered again, not made");
         let err = s.create("snap", "hp-2", 10, &data, None).unwrap_err();
         assert_eq!(err.code(), tonic::Code::AlreadyExists);
         s.delete(&a.id).unwrap();

@@ -5,7 +5,6 @@
 //! (`check.rs`), each fault kind's recovery time, and on a violation the
 //! timeline around it. Needs root (namespaces, iptables).
 
-mod check;
 mod cluster;
 mod faults;
 mod net;
@@ -24,6 +23,7 @@ use berth_proto::berth::v1::berth_client::BerthClient;
 pub use berth_tests::storm::Rng;
 use tonic::transport::Channel;
 
+use berth_tests::nemesis::check;
 use cluster::{Cluster, NODES, SERVERS, api_socket, node_name};
 use faults::{FAULTS, Fault, STEPPED_MS, heal, inject, step_clock};
 use report::{Timeline, report};

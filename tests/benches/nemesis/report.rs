@@ -4,9 +4,9 @@
 
 use std::time::Instant;
 
-use crate::check;
 use crate::faults::Fault;
 use crate::workload;
+use berth_tests::nemesis::check;
 
 /// What happened when: milliseconds since the run started.
 pub struct Timeline {

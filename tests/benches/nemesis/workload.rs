@@ -13,37 +13,7 @@ use berth_proto::berth::v1 as api;
 use tonic::Code;
 
 use crate::Rng;
-
-/// One request of the workload.
-#[derive(Clone, Debug)]
-pub enum Op {
-    Create { mode: &'static str },
-    Publish { node: String },
-    Unpublish { node: String },
-    Snapshot { snapshot: String },
-    DeleteSnapshot { snapshot: String },
-    Expand { bytes: i64 },
-    Delete,
-}
-
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub enum Outcome {
-    Ok,
-    /// Berth refused it: nothing changed.
-    Refused(Code),
-    /// No certain answer: it may or may not have happened.
-    Unknown,
-}
-
-#[derive(Clone, Debug)]
-pub struct Record {
-    pub volume: String,
-    pub op: Op,
-    /// Milliseconds since the run started.
-    pub invoked: u64,
-    pub completed: u64,
-    pub outcome: Outcome,
-}
+pub use berth_tests::nemesis::{Op, Outcome, Record};
 
 /// What the workload believes of one volume, from the answers it had.
 #[derive(Clone, Debug, Default)]

@@ -23,7 +23,7 @@ impl Controller {
             .volumes
             .get(&req.source_volume_id)?
             .ok_or_else(|| Status::not_found(format!("volume {} does not exist", req.source_volume_id)))?;
-        let snap = self.snapshots.create(
+        let (snap, created) = self.snapshots.create_made(
             &req.name,
             &vol.id,
             vol.capacity_bytes,
@@ -36,6 +36,7 @@ impl Controller {
             volume: &vol.id,
             name: &snap.name,
             snapshot: &snap.id,
+            created: Some(created),
             ..Default::default()
         });
         self.faults.reply("CreateSnapshot").await;

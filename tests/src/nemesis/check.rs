@@ -1,4 +1,4 @@
-//! The checker, in the manner of Jepsen's: what must never happen, read from
+//! The nemesis's checker, in the manner of Jepsen's: what must never happen, read from
 //! the plugins' journal (what they did, when), the workload's history (what
 //! Berth acknowledged), Berth's volumes once the faults healed, and the
 //! plugins and mount table after the final drain.
@@ -9,7 +9,7 @@ use std::path::Path;
 use berth_proto::berth::v1 as api;
 use serde_json::Value;
 
-use crate::workload::{Op, Outcome, Record};
+use super::{Op, Outcome, Record};
 
 /// One thing that must never happen, and when (milliseconds since the
 /// epoch when known, for the timeline around it).
@@ -71,21 +71,23 @@ pub fn single_node(journal: &[Value]) -> Vec<Violation> {
     found
 }
 
-/// A backend volume made twice for one name (the workload never reuses a
-/// name, so a second make is a volume brought back after its delete).
+/// A backend volume or snapshot made twice for one name (the workload
+/// never reuses a name, so a second make is one brought back after its
+/// delete).
 pub fn created_twice(journal: &[Value]) -> Vec<Violation> {
-    let mut made: BTreeMap<&str, u64> = BTreeMap::new();
+    let mut made: BTreeMap<(&str, &str), u64> = BTreeMap::new();
     let mut found = Vec::new();
-    for e in journal.iter().filter(|e| text(e, "call") == "CreateVolume") {
-        if e["created"] != true {
+    for e in journal {
+        let call = text(e, "call");
+        if !matches!(call, "CreateVolume" | "CreateSnapshot") || e["created"] != true {
             continue;
         }
         let name = text(e, "name");
         let ms = e["ms"].as_u64().unwrap_or_default();
-        if let Some(first) = made.insert(name, ms) {
+        if let Some(first) = made.insert((call, name), ms) {
             found.push(Violation {
-                rule: "no backend volume is made twice for one Berth volume",
-                what: format!("{name} made at {first} and again"),
+                rule: "no backend volume or snapshot is made twice for one of Berth's",
+                what: format!("{call} made {name} at {first} and again"),
                 at_ms: Some(ms),
             });
         }
@@ -224,4 +226,126 @@ pub fn mounts_below(dir: &Path) -> Vec<String> {
         .filter(|p| Path::new(p).starts_with(dir))
         .map(str::to_string)
         .collect()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use serde_json::json;
+
+    fn publish(volume: &str, node: &str, path: &str, mode: &str) -> Value {
+        json!({"call": "NodePublishVolume", "volume": volume, "node": node, "path": path, "mode": mode, "ms": 1})
+    }
+
+    fn unpublish(volume: &str, node: &str, path: &str) -> Value {
+        json!({"call": "NodeUnpublishVolume", "volume": volume, "node": node, "path": path, "ms": 2})
+    }
+
+    #[test]
+    fn a_single_node_volume_on_two_nodes_at_once_is_seen_and_one_after_the_other_is_not() {
+        let moved = [
+            publish("v", "a", "/a/t", "SINGLE_NODE_WRITER"),
+            unpublish("v", "a", "/a/t"),
+            publish("v", "b", "/b/t", "SINGLE_NODE_WRITER"),
+        ];
+        assert!(single_node(&moved).is_empty());
+        let both = [
+            publish("v", "a", "/a/t", "SINGLE_NODE_WRITER"),
+            publish("v", "b", "/b/t", "SINGLE_NODE_WRITER"),
+            unpublish("v", "a", "/a/t"),
+        ];
+        let found = single_node(&both);
+        assert_eq!(found.len(), 1, "{found:?}");
+        assert!(
+            found[0].what.contains("on b while published at /a/t on a"),
+            "{found:?}"
+        );
+        // Many nodes may hold a multi-node volume; one node two targets of a
+        // single-node writer, but not of a single writer.
+        let multi = [
+            publish("m", "a", "/a/t", "MULTI_NODE_MULTI_WRITER"),
+            publish("m", "b", "/b/t", "MULTI_NODE_MULTI_WRITER"),
+            publish("w", "a", "/a/1", "SINGLE_NODE_WRITER"),
+            publish("w", "a", "/a/2", "SINGLE_NODE_WRITER"),
+        ];
+        assert!(single_node(&multi).is_empty());
+        let single_writer = [
+            publish("s", "a", "/a/1", "SINGLE_NODE_SINGLE_WRITER"),
+            publish("s", "a", "/a/2", "SINGLE_NODE_SINGLE_WRITER"),
+        ];
+        assert_eq!(single_node(&single_writer).len(), 1);
+    }
+
+    #[test]
+    fn a_volume_or_snapshot_made_again_is_seen_and_answered_again_is_not() {
+        let make = |call: &str, name: &str, created: bool| json!({"call": call, "name": name, "created": created, "ms": 1});
+        let fine = [
+            make("CreateVolume", "v", true),
+            make("CreateVolume", "v", false),
+            make("CreateSnapshot", "v", true),
+        ];
+        assert!(created_twice(&fine).is_empty());
+        let again = [
+            make("CreateSnapshot", "s", true),
+            make("CreateSnapshot", "s", true),
+        ];
+        assert_eq!(created_twice(&again).len(), 1);
+    }
+
+    fn record(volume: &str, op: Op, outcome: Outcome) -> Record {
+        Record {
+            volume: volume.into(),
+            op,
+            invoked: 0,
+            completed: 0,
+            outcome,
+        }
+    }
+
+    fn volume(name: &str, nodes: &[&str]) -> api::Volume {
+        api::Volume {
+            spec: Some(api::VolumeSpec {
+                name: name.into(),
+                ..Default::default()
+            }),
+            publications: nodes
+                .iter()
+                .map(|n| api::Publication {
+                    node: n.to_string(),
+                    state: "published".into(),
+                    ..Default::default()
+                })
+                .collect(),
+            ..Default::default()
+        }
+    }
+
+    #[test]
+    fn an_acknowledged_request_missing_after_the_faults_is_seen_and_an_uncertain_one_is_not_held() {
+        let create = Op::Create {
+            mode: "single-node-writer",
+        };
+        let publish = |n: &str| Op::Publish { node: n.into() };
+        let history = [
+            record("kept", create.clone(), Outcome::Ok),
+            record("kept", publish("a"), Outcome::Ok),
+            record("lost", create.clone(), Outcome::Ok),
+            record("moved", create.clone(), Outcome::Ok),
+            record("moved", publish("a"), Outcome::Ok),
+            record("moved", Op::Unpublish { node: "a".into() }, Outcome::Ok),
+            record(
+                "moved",
+                publish("b"),
+                Outcome::Refused(tonic::Code::FailedPrecondition),
+            ),
+            record("unsure", create, Outcome::Unknown),
+        ];
+        let volumes = [volume("kept", &["a"]), volume("moved", &["b"])];
+        let (found, held, uncertain) = acknowledged(&history, &volumes, &[]);
+        assert_eq!((held, uncertain), (3, 1));
+        let named: Vec<&str> = found.iter().map(|v| v.what.split(':').next().unwrap()).collect();
+        // "lost" was acknowledged and is gone; "moved" has a publication
+        // whose request was refused.
+        assert_eq!(named, ["volume lost", "volume moved"], "{found:?}");
+    }
 }
