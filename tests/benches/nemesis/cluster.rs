@@ -47,11 +47,12 @@ impl Cluster {
     /// `controller_publish: false` runs the plugins without ControllerPublish,
     /// so that only Berth's order keeps a single-node volume on one node.
     pub fn start(dir: &Path, controller_publish: bool) -> anyhow::Result<Cluster> {
-        let _ = std::fs::remove_dir_all(dir);
-        std::fs::create_dir_all(dir)?;
         let mut hosts: Vec<&str> = ETCD.iter().chain(&SERVERS).chain(&NODES).copied().collect();
         hosts.push("c0");
+        // The network first: it takes the machine's one-run lock.
         let net = Net::new(&hosts)?;
+        let _ = std::fs::remove_dir_all(dir);
+        std::fs::create_dir_all(dir)?;
         let mut c = Cluster {
             dir: dir.to_path_buf(),
             journal: dir.join("journal.jsonl"),
@@ -297,6 +298,23 @@ impl Cluster {
             }
         }
         Ok(started)
+    }
+}
+
+impl Drop for Cluster {
+    /// Everything the run made goes, after a failure too: the processes,
+    /// then what they left mounted below the run's directory (the
+    /// namespaces go with `net`).
+    fn drop(&mut self) {
+        for p in &mut self.procs {
+            p.kill();
+        }
+        for point in berth_tests::nemesis::check::mounts_below(&self.dir) {
+            let _ = std::process::Command::new("umount")
+                .arg("-l")
+                .arg(&point)
+                .status();
+        }
     }
 }
 

@@ -186,12 +186,6 @@ fn run() -> anyhow::Result<()> {
     let lines: Vec<String> = history.iter().map(|r| format!("{r:?}")).collect();
     std::fs::write(dir.join("history.txt"), lines.join("\n"))?;
     report(&history, &heals, held, uncertain, &journal, &violations, &tl);
-    for point in check::mounts_below(&dir) {
-        let _ = std::process::Command::new("umount")
-            .arg("-l")
-            .arg(&point)
-            .status();
-    }
     drop(c);
     if !violations.is_empty() {
         bail!("{} violations (seed {})", violations.len(), args.seed);

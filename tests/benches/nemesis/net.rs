@@ -26,6 +26,8 @@ pub struct Host {
 
 pub struct Net {
     pub hosts: Vec<Host>,
+    /// Held until the namespaces are gone.
+    _lock: std::fs::File,
 }
 
 fn ip(args: &[&str]) -> anyhow::Result<()> {
@@ -62,9 +64,26 @@ fn leftovers() -> Vec<String> {
         .collect()
 }
 
+/// One run at a time on a machine: the namespaces and the subnet are
+/// fixed, and a run removes what an earlier one left. Held while the run lasts.
+fn one_run_at_a_time() -> anyhow::Result<std::fs::File> {
+    use std::os::fd::AsRawFd;
+    let path = std::env::temp_dir().join("berth-nemesis.lock");
+    let file = std::fs::File::create(&path)?;
+    // SAFETY: flock(2) on a file this process holds open.
+    let taken = unsafe { libc::flock(file.as_raw_fd(), libc::LOCK_EX | libc::LOCK_NB) } == 0;
+    anyhow::ensure!(
+        taken,
+        "another nemesis run holds {} on this machine: one at a time (they share the namespaces)",
+        path.display()
+    );
+    Ok(file)
+}
+
 impl Net {
     /// The hub and one namespace per name, host `i` at `10.213.77.(10 + i)`.
     pub fn new(names: &[&str]) -> anyhow::Result<Net> {
+        let lock = one_run_at_a_time()?;
         for ns in leftovers() {
             let _ = ip(&["netns", "del", &ns]);
         }
@@ -73,7 +92,10 @@ impl Net {
             !String::from_utf8_lossy(&taken.stdout).contains(SUBNET),
             "{SUBNET}.0/24 is one of this machine's own networks: the nemesis needs it free"
         );
-        let mut net = Net { hosts: Vec::new() };
+        let mut net = Net {
+            hosts: Vec::new(),
+            _lock: lock,
+        };
         ip(&["netns", "add", HUB])?;
         ip(&["-n", HUB, "link", "add", "br0", "type", "bridge"])?;
         ip(&["-n", HUB, "link", "set", "br0", "up"])?;
