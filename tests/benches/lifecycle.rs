@@ -128,7 +128,7 @@ async fn wait_for(
         }
         if s.states.get("failed").is_some_and(|n| *n > 0) {
             let list = client
-                .list_volumes(api::ListVolumesRequest {})
+                .list_volumes(api::ListVolumesRequest::default())
                 .await
                 .expect("list")
                 .into_inner();

@@ -10,8 +10,8 @@ use berth_model::{VolumeRecord, VolumeState};
 #[derive(Default)]
 pub(super) struct Indexed {
     pub(super) volumes: HashMap<String, VolumeRecord>,
-    /// Operator name → id, for live volumes.
-    pub(super) names: HashMap<String, String>,
+    /// Operator name → id, for live volumes; in name order, for paged lists.
+    pub(super) names: BTreeMap<String, String>,
     /// CSI name → id: a name given to one volume is never given to another.
     pub(super) csi_names: HashMap<String, String>,
     /// Snapshot name → the id of the volume it is of; group snapshot name →

@@ -279,6 +279,12 @@ impl VolumeManager {
         self.table.list()
     }
 
+    /// A page of the volumes by name: up to `max` named after `after`, and
+    /// the name the next page starts after, if there is one.
+    pub fn list_page(&self, after: &str, max: usize) -> (Vec<VolumeRecord>, Option<String>) {
+        self.table.page(after, max)
+    }
+
     pub fn summary(&self) -> Summary {
         let Counts {
             volumes,

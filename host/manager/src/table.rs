@@ -193,6 +193,25 @@ impl VolumeTable {
         v
     }
 
+    /// Up to `max` volumes (at least one) named after `after`, in name order,
+    /// and the name to continue after when there are more: a page costs its
+    /// own volumes, whatever the table holds.
+    pub fn page(&self, after: &str, max: usize) -> (Vec<VolumeRecord>, Option<String>) {
+        use std::ops::Bound;
+        let s = self.lock();
+        let mut names = s
+            .names
+            .range::<str, _>((Bound::Excluded(after), Bound::Unbounded));
+        let page: Vec<VolumeRecord> = names
+            .by_ref()
+            .take(max.max(1))
+            .filter_map(|(_, id)| s.volumes.get(id).cloned())
+            .collect();
+        let more = names.next().is_some();
+        let next = more.then(|| page.last().map(|r| r.spec.name.clone())).flatten();
+        (page, next)
+    }
+
     /// Picks from every record without copying the records: `pick` runs
     /// under the table's lock, so it must be quick.
     pub fn collect<T>(&self, mut pick: impl FnMut(&VolumeRecord, &mut Vec<T>)) -> Vec<T> {

@@ -21,6 +21,7 @@ mod snapshot_group;
 mod status;
 mod volume;
 mod volume_explain;
+mod volume_list;
 mod volume_view;
 mod volume_wait;
 
@@ -228,9 +229,14 @@ pub(crate) use say;
 /// head`) ends the command quietly, as Unix tools do; SIGPIPE itself stays
 /// ignored, so a socket closed under a call is an error, never a silent death.
 pub fn out(line: &str) {
+    out_raw(&format!("{line}\n"));
+}
+
+/// Text on stdout as it is (no line's end added), ending as [`out`] does.
+pub fn out_raw(text: &str) {
     use std::io::Write;
     let mut stdout = std::io::stdout().lock();
-    if let Err(e) = writeln!(stdout, "{line}") {
+    if let Err(e) = stdout.write_all(text.as_bytes()) {
         if e.kind() == std::io::ErrorKind::BrokenPipe {
             std::process::exit(141);
         }

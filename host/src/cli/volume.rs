@@ -11,7 +11,7 @@ use clap::{Args, Subcommand};
 use tonic::transport::Channel;
 
 use super::client::{ApiArgs, connect, grpc};
-use super::volume_view::{WithHealth, event_line, event_view, one_line, print_volume, view};
+use super::volume_view::{WithHealth, event_line, event_view, print_volume, view};
 use super::volume_wait::{Goal, wait};
 use super::{Output, say};
 
@@ -19,8 +19,8 @@ use super::{Output, say};
 pub enum VolumeCommand {
     /// Declare a volume; Berth names it, creates it, and keeps it.
     Create(Box<CreateArgs>),
-    /// All volumes, one line each.
-    List,
+    /// All volumes, one line each, by name (asked for a page at a time).
+    List(super::volume_list::ListArgs),
     /// One volume in full, with its latest events.
     Get { name: String },
     /// A volume's story: its latest requests, steps done and steps failed,
@@ -219,21 +219,8 @@ pub async fn run(cmd: VolumeCommand, api: ApiArgs, output: Output) -> anyhow::Re
     let mut client = connect(&api.api).await?;
     let created = matches!(cmd, VolumeCommand::Create(_));
     let (volume, name, goal, wait_args) = match cmd {
-        VolumeCommand::List => {
-            let list = client
-                .list_volumes(api::ListVolumesRequest {})
-                .await
-                .map_err(grpc)?
-                .into_inner();
-            match output {
-                Output::Json => super::print_json(&list.volumes.iter().map(view).collect::<Vec<_>>())?,
-                Output::Text => {
-                    say!("{:<24} {:<10} {:<34} PUBLICATIONS", "NAME", "STATE", "VOLUME ID");
-                    for v in &list.volumes {
-                        say!("{}", one_line(v));
-                    }
-                }
-            }
+        VolumeCommand::List(args) => {
+            super::volume_list::list(&mut client, &args, output).await?;
             return Ok(ExitCode::SUCCESS);
         }
         VolumeCommand::Events { name } => {

@@ -217,7 +217,7 @@ fn list(apis: &[PathBuf]) -> Option<Vec<api::Volume>> {
             let mut cl = client(socket);
             tokio::time::timeout(
                 Duration::from_secs(5),
-                cl.list_volumes(api::ListVolumesRequest {}),
+                cl.list_volumes(api::ListVolumesRequest::default()),
             )
             .await
         })

@@ -461,7 +461,7 @@ fn a_node_reaches_only_what_its_docker_owns() {
             rt.block_on(client(node).get_volume(with(node, api::GetVolumeRequest { name: name.into() })))
         };
         let list = |node: &str| {
-            let r = rt.block_on(client(node).list_volumes(with(node, api::ListVolumesRequest {})));
+            let r = rt.block_on(client(node).list_volumes(with(node, api::ListVolumesRequest::default())));
             let names: Vec<String> = r
                 .unwrap()
                 .into_inner()

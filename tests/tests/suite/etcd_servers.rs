@@ -460,7 +460,7 @@ fn etcd_holds_no_key_and_a_lost_ca_is_restored_not_remade() {
     let refused = berth_tests::block_on(async {
         let channel = berth::agent::tls::session_channel("127.0.0.1", leader_port, &creds).unwrap();
         berth_proto::berth::v1::berth_client::BerthClient::new(channel)
-            .list_volumes(berth_proto::berth::v1::ListVolumesRequest {})
+            .list_volumes(berth_proto::berth::v1::ListVolumesRequest::default())
             .await
             .unwrap_err()
     });

@@ -3,6 +3,7 @@
 
 use berth_tests::{Cluster, ClusterSpec};
 use prost::Message;
+use serde_json::Value;
 use tonic_health::pb::health_check_response::ServingStatus;
 use tonic_health::pb::health_client::HealthClient;
 use tonic_reflection::pb::v1::ServerReflectionRequest;
@@ -382,4 +383,61 @@ fn a_node_removed_from_the_config_while_it_holds_volumes_is_named_at_start() {
         vs.iter()
             .all(|v| v["publications"].as_array().is_some_and(Vec::is_empty))
     });
+}
+
+/// `volume list` asks for a page at a time (a store of a million volumes
+/// is never one answer): pages follow name order, a volume made between
+/// pages after the token is seen and one deleted is not, and the CLI's
+/// document is the same whatever the page size.
+#[test]
+fn volumes_are_listed_a_page_at_a_time_in_name_order() {
+    use berth_proto::berth::v1 as api;
+    let c = Cluster::start(ClusterSpec {
+        guests: false,
+        ..ClusterSpec::default()
+    });
+    for name in ["a1", "b1", "c1", "d1", "e1"] {
+        c.ok(&["volume", "create", name, "--plugin", "hostpath", "--size", "1Mi"]);
+    }
+    let page = |token: &str, max: u32| {
+        berth_tests::block_on(async {
+            let request = api::ListVolumesRequest {
+                max_entries: max,
+                starting_token: token.into(),
+            };
+            c.client().list_volumes(request).await.map(|r| r.into_inner())
+        })
+    };
+    let names = |p: &api::ListVolumesResponse| -> Vec<String> {
+        p.volumes
+            .iter()
+            .map(|v| v.spec.as_ref().unwrap().name.clone())
+            .collect()
+    };
+    let first = page("", 2).unwrap();
+    assert_eq!(
+        (names(&first), first.next_token.as_str()),
+        (vec!["a1".into(), "b1".into()], "b1")
+    );
+    // Between pages: one made after the token, one deleted ahead of it.
+    c.ok(&["volume", "create", "c0", "--plugin", "hostpath", "--size", "1Mi"]);
+    c.ok(&["volume", "delete", "d1"]);
+    c.wait_until("d1 gone", |v| v.iter().all(|v| v["name"] != "d1"));
+    let second = page(&first.next_token, 2).unwrap();
+    assert_eq!(names(&second), ["c0", "c1"]);
+    let last = page(&second.next_token, 2).unwrap();
+    assert_eq!((names(&last), last.next_token.as_str()), (vec!["e1".into()], ""));
+    // No page size: everything at once, as before paging.
+    assert_eq!(page("", 0).unwrap().volumes.len(), 5);
+    let bad = page("bad\u{7}token", 2).unwrap_err();
+    assert_eq!(bad.code(), tonic::Code::InvalidArgument, "{bad:?}");
+
+    let whole = c.ok(&["volume", "list", "-o", "json"]);
+    let paged = c.ok(&["volume", "list", "-o", "json", "--page-size", "2"]);
+    assert_eq!(whole, paged);
+    let listed: Vec<Value> = serde_json::from_str(&paged).unwrap();
+    let listed: Vec<&str> = listed.iter().map(|v| v["name"].as_str().unwrap()).collect();
+    assert_eq!(listed, ["a1", "b1", "c0", "c1", "e1"]);
+    let text = c.ok(&["volume", "list", "--page-size", "1"]);
+    assert_eq!(text.lines().count(), 6, "a heading and five volumes:\n{text}");
 }

@@ -58,7 +58,7 @@ impl Volumes for ApiVolumes {
     }
 
     async fn list(&self) -> Result<Vec<api::Volume>, Status> {
-        let request = self.request(api::ListVolumesRequest {});
+        let request = self.request(api::ListVolumesRequest::default());
         let all = self.client.clone().list_volumes(request).await?;
         Ok(all.into_inner().volumes)
     }
@@ -163,7 +163,7 @@ impl Volumes for LeaderVolumes {
 
     async fn list(&self) -> Result<Vec<api::Volume>, Status> {
         let all = self
-            .call(api::ListVolumesRequest {}, |mut c, r| async move {
+            .call(api::ListVolumesRequest::default(), |mut c, r| async move {
                 c.list_volumes(r).await
             })
             .await?;

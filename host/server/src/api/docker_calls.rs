@@ -122,6 +122,8 @@ impl BerthApi {
                 .iter()
                 .map(|r| docker_view(m, r, node, false))
                 .collect(),
+            // Docker's plugin protocol lists in one answer.
+            next_token: String::new(),
         }
     }
 }

@@ -228,13 +228,22 @@ impl api::berth_server::Berth for BerthApi {
         if let Some(node) = docker_node(&req)? {
             return Ok(Response::new(self.docker_list(&node)));
         }
-        let volumes = self
-            .manager
-            .list()
-            .iter()
-            .map(|r| volume_summary(&self.manager, r))
-            .collect();
-        Ok(Response::new(api::ListVolumesResponse { volumes }))
+        let req = req.into_inner();
+        // No page size: every volume at once, as before paging existed.
+        let (records, next) = match req.max_entries {
+            0 => (self.manager.list(), None),
+            max => {
+                // A token is a volume's name, longer ones of earlier releases included.
+                berth_model::bounds::text("starting_token", &req.starting_token, 1024)
+                    .map_err(|e| status(RequestError::from(e)))?;
+                self.manager.list_page(&req.starting_token, max as usize)
+            }
+        };
+        let volumes = records.iter().map(|r| volume_summary(&self.manager, r)).collect();
+        Ok(Response::new(api::ListVolumesResponse {
+            volumes,
+            next_token: next.unwrap_or_default(),
+        }))
     }
 
     async fn delete_volume(
