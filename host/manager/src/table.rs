@@ -12,6 +12,8 @@ use std::sync::{Arc, Mutex};
 
 use tokio::sync::watch;
 
+mod insert;
+
 use crate::RequestError;
 use crate::indexes::Indexed;
 use berth_model::{VolumeRecord, VolumeState};
@@ -341,61 +343,6 @@ impl VolumeTable {
             .is_some_and(|v| v.snapshots.contains_key(name) || v.group_snapshots.contains_key(name));
         if !recorded && s.snapshots.get(name).is_some_and(|owner| owner == id) {
             s.snapshots.remove(name);
-        }
-    }
-
-    /// Adds a new volume under its operator name, durably. `same` says
-    /// whether a live volume already holding the name is the same request
-    /// (then it is returned instead); otherwise the name is a conflict.
-    ///
-    /// A volume is answered only once its write is durable: the request that
-    /// reserves a name holds the new volume's lock until its write is done,
-    /// and a second request for the same volume waits for that lock (the
-    /// nemesis saw a repeated create answered OK from a reservation whose
-    /// write a deposed leader never made).
-    pub async fn insert_new(
-        &self,
-        record: VolumeRecord,
-        same: impl Fn(&VolumeRecord) -> bool,
-    ) -> Result<Inserted, RequestError> {
-        loop {
-            let lock = self.volume_lock(&record.id);
-            let held = lock.lock().await;
-            let existing = {
-                let mut s = self.lock();
-                match s.names.get(&record.spec.name).and_then(|i| s.volumes.get(i)) {
-                    Some(existing) if same(existing) && !existing.deleting => Some(existing.id.clone()),
-                    Some(existing) => {
-                        return Err(RequestError::AlreadyExists(format!(
-                            "a volume named {:?} already exists with a different spec{}",
-                            record.spec.name,
-                            if existing.deleting { " (being deleted)" } else { "" }
-                        )));
-                    }
-                    None => {
-                        // Reserve the name before the write, so two requests cannot both take it.
-                        s.insert(record.clone());
-                        None
-                    }
-                }
-            };
-            let Some(id) = existing else {
-                if let Err(e) = self.store.put(&record).await {
-                    self.lock().remove(&record.id);
-                    return Err(unavailable("the volume", e));
-                }
-                drop(held);
-                self.changed();
-                return Ok(Inserted::New(record));
-            };
-            drop(held);
-            // Once the reserving request is done with it, the volume is durable or gone.
-            let theirs = self.volume_lock(&id);
-            let _done = theirs.lock().await;
-            if let Some(r) = self.by_id(&id).filter(|r| same(r) && !r.deleting) {
-                return Ok(Inserted::Existing(r));
-            }
-            // Its write failed: this request makes the volume itself.
         }
     }
 
