@@ -26,6 +26,7 @@
 //! prefix = "/berth"                     # every key Berth writes is below it
 //! name = "server-a"                     # unique among the servers sharing the prefix (default: host name)
 //! lease_ttl = "5s"                      # a dead leader is replaced after about this long
+//! compact_every = "5m"                  # the leader compacts etcd's history (0s: etcd's own settings do)
 //! ca = "etcd-ca.pem"                    # with https:// members: the CA their certificates chain to
 //! cert = "etcd-client.pem"              # this server's client certificate and key, for
 //! key = "etcd-client.key"               #   etcd's --client-cert-auth
@@ -122,6 +123,7 @@ struct RawStore {
     prefix: Option<String>,
     name: Option<String>,
     lease_ttl: Option<String>,
+    compact_every: Option<String>,
     ca: Option<PathBuf>,
     cert: Option<PathBuf>,
     key: Option<PathBuf>,
@@ -236,6 +238,10 @@ fn etcd_settings(raw: RawStore, base: &Path) -> Result<berth_store::EtcdSettings
         Some(text) => Some(duration("store.lease_ttl", Some(text), "5s")?),
         None => None,
     };
+    let compact_every = match raw.compact_every.as_deref() {
+        Some(text) => Some(duration("store.compact_every", Some(text), "5m")?),
+        None => None,
+    };
     let read = |key: &str, path: &Path| {
         let path = base.join(path);
         std::fs::read_to_string(&path).map_err(|e| invalid(key, format!("reading {}: {e}", path.display())))
@@ -260,6 +266,7 @@ fn etcd_settings(raw: RawStore, base: &Path) -> Result<berth_store::EtcdSettings
     };
     berth_store::EtcdSettings::new(raw.etcd, raw.prefix)
         .and_then(|s| s.server(raw.name, ttl))
+        .and_then(|s| s.compaction(compact_every))
         .and_then(|s| s.tls(tls))
         .map_err(|(key, message)| invalid(key, message))
 }

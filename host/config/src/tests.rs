@@ -129,6 +129,20 @@ fn the_store_is_embedded_unless_etcd_is_named() {
         (etcd.name.as_str(), etcd.lease_ttl),
         ("b", Duration::from_secs(2))
     );
+    assert_eq!(
+        etcd.compact_every,
+        Duration::from_secs(300),
+        "history compacted every 5 min by default"
+    );
+    let c = with("etcd = [\"http://e:2379\"]\ncompact_every = \"0s\"").unwrap();
+    assert!(
+        c.etcd.unwrap().compact_every.is_zero(),
+        "0s leaves compaction to etcd"
+    );
+    let err = with("etcd = [\"http://e:2379\"]\ncompact_every = \"10ms\"")
+        .unwrap_err()
+        .to_string();
+    assert!(err.contains("store.compact_every"), "{err}");
     // The etcd store checks the rest; errors still name the key.
     let err = with("etcd = [\"https://e:2379\"]").unwrap_err().to_string();
     assert!(err.contains("store.ca") && err.contains("https://"), "{err}");

@@ -53,6 +53,7 @@ pub struct Metrics {
     store_commit_seconds: Histogram,
     store_commit_batch: Histogram,
     leader: Gauge,
+    store_compacted: Gauge,
     agent_connected: Family<Labels<1>, Gauge>,
     agent_sessions: Family<Labels<1>, Counter>,
     live: std::sync::Arc<Live>,
@@ -105,6 +106,7 @@ impl Metrics {
             store_commit_seconds: store_histogram(),
             store_commit_batch: Histogram::new(exponential_buckets(1.0, 2.0, 12)),
             leader: Gauge::default(),
+            store_compacted: Gauge::default(),
             agent_connected: Family::default(),
             agent_sessions: Family::default(),
             live: Default::default(),
@@ -165,6 +167,11 @@ impl Metrics {
             "berth_leader",
             "1 while this server leads (always, with the embedded store)",
             m.leader.clone(),
+        );
+        r.register(
+            "berth_store_compacted_revision",
+            "The etcd revision this server, leading, last compacted history to (0: none yet)",
+            m.store_compacted.clone(),
         );
         r.register(
             "berth_agent_connected",
@@ -292,6 +299,13 @@ pub fn store_commit(records: usize, took: Duration) {
     if let Some(m) = get() {
         m.store_commit_seconds.observe(took.as_secs_f64());
         m.store_commit_batch.observe(records as f64);
+    }
+}
+
+/// The leader compacted etcd's history up to `revision`.
+pub fn store_compacted(revision: i64) {
+    if let Some(m) = get() {
+        m.store_compacted.set(revision);
     }
 }
 

@@ -290,3 +290,115 @@ fn a_warm_copy_resumes_on_another_member_and_reads_again_after_a_compaction() {
     assert_eq!(names, ["v2", "v3"]);
     assert!(warm.revision >= revision);
 }
+
+#[test]
+fn the_leader_compacts_etcds_history_and_work_goes_on() {
+    use berth_proto::etcd::etcdserverpb as pb;
+    let etcd = EtcdCluster::start(1);
+    let store = format!("{}compact_every = \"1s\"\n", etcd.store_config("/berth-compact"));
+    let c = on_etcd_with(&store);
+    create_and_publish(&c, "before");
+    let endpoint = etcd.endpoints()[0].clone();
+    // The revision of everything written so far: etcd keeps it until compacted.
+    let written = berth_tests::block_on(async {
+        let mut kv = pb::kv_client::KvClient::connect(endpoint.clone()).await.unwrap();
+        kv.range(pb::RangeRequest {
+            key: b"/berth-compact/schema".to_vec(),
+            count_only: true,
+            ..Default::default()
+        })
+        .await
+        .unwrap()
+        .into_inner()
+        .header
+        .unwrap()
+        .revision
+    });
+    let read_at = |revision: i64| {
+        berth_tests::block_on(async {
+            let mut kv = pb::kv_client::KvClient::connect(endpoint.clone()).await.unwrap();
+            kv.range(pb::RangeRequest {
+                key: b"/berth-compact/schema".to_vec(),
+                revision,
+                ..Default::default()
+            })
+            .await
+            .map(|_| ())
+        })
+    };
+    // A compaction to a revision keeps that revision: the one before it goes.
+    assert!(
+        read_at(written - 1).is_ok(),
+        "history is there before a compaction"
+    );
+    wait_for(
+        "the leader to compact past the first writes",
+        Duration::from_secs(30),
+        || read_at(written - 1).is_err_and(|s| s.message().contains("compacted")),
+        String::new,
+    );
+    // The leader goes on writing after its compaction.
+    create_and_publish(&c, "after");
+    assert_eq!(published(&c), ["after", "before"]);
+}
+
+#[test]
+fn the_compaction_schedule_outlives_terms_shorter_than_its_interval() {
+    use berth::store::{EtcdSettings, EtcdStore, Fence};
+    use berth_proto::etcd::etcdserverpb as pb;
+    let etcd = EtcdCluster::start(1);
+    let endpoint = etcd.endpoints()[0].clone();
+    let settings = EtcdSettings::new(etcd.endpoints(), Some("/berth-terms".into()))
+        .unwrap()
+        .compaction(Some(Duration::from_secs(2)))
+        .unwrap();
+    berth_tests::block_on(async {
+        let mut kv = pb::kv_client::KvClient::connect(endpoint).await.unwrap();
+        let put = kv
+            .put(pb::PutRequest {
+                key: b"/berth-terms/leader".to_vec(),
+                value: b"test".to_vec(),
+                ..Default::default()
+            })
+            .await
+            .unwrap()
+            .into_inner();
+        let first = put.header.unwrap().revision;
+        let fence = Fence {
+            key: b"/berth-terms/leader".to_vec(),
+            create_revision: first,
+        };
+        let compacted = |kv: &mut pb::kv_client::KvClient<_>| {
+            let read = pb::RangeRequest {
+                key: b"/berth-terms/leader".to_vec(),
+                revision: first,
+                ..Default::default()
+            };
+            let mut kv = kv.clone();
+            async move {
+                kv.range(read)
+                    .await
+                    .is_err_and(|s| s.message().contains("compacted"))
+            }
+        };
+        // Terms of 0.5 s, each a leader's store; none lives a whole interval.
+        let started = Instant::now();
+        let mut terms = 0;
+        while !compacted(&mut kv).await {
+            assert!(
+                started.elapsed() < Duration::from_secs(30),
+                "no compaction after {terms} short terms"
+            );
+            let term = EtcdStore::connect(settings.clone(), Some(fence.clone()))
+                .await
+                .unwrap();
+            tokio::time::sleep(Duration::from_millis(500)).await;
+            drop(term);
+            terms += 1;
+        }
+        assert!(
+            terms >= 2,
+            "compacted after {terms} terms: sooner than an interval"
+        );
+    });
+}

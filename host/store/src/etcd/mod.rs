@@ -3,7 +3,8 @@
 //! none of them is the only copy.
 //!
 //! Keys: `<prefix>/schema`, `<prefix>/volumes/<id>`, `<prefix>/nodes/<name>`,
-//! `<prefix>/tokens/<id>`, `<prefix>/policy/set`;
+//! `<prefix>/tokens/<id>`, `<prefix>/policy/set`, `<prefix>/compaction`
+//! (when the leader last compacted etcd's history: see `compact`);
 //! values are the same JSON the embedded store keeps. Writes are grouped as
 //! in the embedded store: everything waiting goes into one etcd transaction
 //! (within etcd's default limits on operations and bytes), one transaction in
@@ -19,6 +20,7 @@ use tokio::sync::{mpsc, oneshot};
 use crate::{NodeRecord, SCHEMA_VERSION, Store, StoreError, TokenRecord, decode, encode, encode_json};
 use berth_model::VolumeRecord;
 
+mod compact;
 mod members;
 mod mirror;
 mod settings;
@@ -52,6 +54,16 @@ pub struct EtcdStore {
     tokens: Mutex<Option<Vec<TokenRecord>>>,
     /// The policy set as last read or written by this store.
     policy_set: Mutex<Option<crate::PolicySetRecord>>,
+    /// A leader's store compacts etcd's history while it lives.
+    _compaction: Option<AbortOnDrop>,
+}
+
+struct AbortOnDrop(tokio::task::JoinHandle<()>);
+
+impl Drop for AbortOnDrop {
+    fn drop(&mut self) {
+        self.0.abort();
+    }
 }
 
 impl EtcdStore {
@@ -138,6 +150,14 @@ impl EtcdStore {
         let policy_set: Option<crate::PolicySetRecord> =
             load_json(&kv, &settings, "policy").await?.into_iter().next();
         let (writes, rx) = mpsc::channel(WRITE_QUEUE);
+        let compaction = (fence.is_some() && !settings.compact_every.is_zero()).then(|| {
+            let marker = format!("{}/compaction", settings.prefix).into_bytes();
+            AbortOnDrop(tokio::spawn(compact::compact_loop(
+                kv.clone(),
+                marker,
+                settings.compact_every,
+            )))
+        });
         tokio::spawn(commit_loop(kv.clone(), rx, fence));
         Ok(EtcdStore {
             settings,
@@ -147,6 +167,7 @@ impl EtcdStore {
             nodes: Mutex::new(Some(nodes)),
             tokens: Mutex::new(Some(tokens)),
             policy_set: Mutex::new(policy_set),
+            _compaction: compaction,
         })
     }
 

@@ -6,6 +6,8 @@ use berth_proto::etcd::etcdserverpb as pb;
 
 /// How long a leader's lease lives without a keep-alive, unless configured.
 const DEFAULT_LEASE_TTL: Duration = Duration::from_secs(5);
+/// How often a leader compacts etcd's history, unless configured.
+const DEFAULT_COMPACT_EVERY: Duration = Duration::from_secs(5 * 60);
 
 /// Where the store lives in etcd.
 #[derive(Clone, Debug, PartialEq, Eq)]
@@ -20,6 +22,9 @@ pub struct EtcdSettings {
     /// How long the leader's lease outlives its last keep-alive: a dead
     /// leader is replaced after about this long.
     pub lease_ttl: Duration,
+    /// How often the leader compacts etcd's history (to the revision of one
+    /// interval before); zero leaves compaction to etcd's own settings.
+    pub compact_every: Duration,
     /// With `https://` members: the CA their certificates chain to, and
     /// this server's client certificate for etcd's `--client-cert-auth`.
     pub tls: Option<EtcdTls>,
@@ -91,6 +96,7 @@ impl EtcdSettings {
             prefix,
             name: host_name(),
             lease_ttl: DEFAULT_LEASE_TTL,
+            compact_every: DEFAULT_COMPACT_EVERY,
             tls: None,
         })
     }
@@ -148,6 +154,24 @@ impl EtcdSettings {
                 ));
             }
             self.lease_ttl = ttl;
+        }
+        Ok(self)
+    }
+
+    /// How often the leader compacts etcd's history (default 5 min; zero:
+    /// never, etcd's `--auto-compaction-retention` does it).
+    pub fn compaction(mut self, every: Option<Duration>) -> Result<Self, (&'static str, String)> {
+        if let Some(every) = every {
+            if !every.is_zero() && every < Duration::from_secs(1) {
+                return Err((
+                    "store.compact_every",
+                    format!(
+                        "{} is too often: at least 1s, or 0s to leave compaction to etcd",
+                        humantime::format_duration(every)
+                    ),
+                ));
+            }
+            self.compact_every = every;
         }
         Ok(self)
     }
