@@ -24,6 +24,7 @@ use crate::calls::{self, Params, Paths};
 use crate::failures::failure_to_wire;
 use crate::mounts::MountTable;
 use crate::plugins::NodePlugins;
+use crate::reconcile;
 use crate::record::{Held, Level, NodeRecord};
 use berth_csi::{CsiError, Failure};
 
@@ -110,20 +111,86 @@ pub struct Converger {
     plugins: Arc<NodePlugins>,
     paths: Paths,
     link: Mutex<Option<crate::ToServer>>,
+    /// Volumes the node does not show whose plugin has not confirmed it let go.
+    unconfirmed: Mutex<Vec<String>>,
 }
 
 impl Converger {
+    /// Asks again, for each volume the node did not show at start, that its
+    /// plugin let go ([`reconcile::let_go`]). True when one was recorded
+    /// lower: the server hears it when the agent registers again.
+    pub async fn confirm_lost(self: &Arc<Self>) -> bool {
+        let ids = std::mem::take(&mut *self.unconfirmed.lock().unwrap_or_else(|p| p.into_inner()));
+        if ids.is_empty() {
+            return false;
+        }
+        let mounts = match MountTable::read() {
+            Ok(m) => m,
+            Err(e) => {
+                tracing::debug!(error = %e, "cannot read the mount table; unconfirmed volumes wait");
+                self.unconfirmed
+                    .lock()
+                    .unwrap_or_else(|p| p.into_inner())
+                    .extend(ids);
+                return false;
+            }
+        };
+        let (mut lowered, mut still) = (false, Vec::new());
+        for id in ids {
+            // Taken as a drive takes a volume; one being driven (the server
+            // undoing it) is asked about next time.
+            let held = {
+                let mut volumes = self.lock();
+                match volumes.get_mut(&id) {
+                    Some(v) if v.running => {
+                        still.push(id);
+                        continue;
+                    }
+                    Some(v) if v.level() > Level::Absent => {
+                        v.running = true;
+                        v.held.clone()
+                    }
+                    _ => None,
+                }
+            };
+            let Some(mut h) = held else { continue };
+            let before = h.level;
+            let result = match reconcile::shown(&self.paths, &mounts, &id, &h) {
+                true => Ok(false),
+                false => {
+                    reconcile::let_go(&self.record, &self.plugins, &self.paths, &mounts, &id, &mut h).await
+                }
+            };
+            if let Some(v) = self.lock().get_mut(&id) {
+                v.running = false;
+                if h.level != before {
+                    (v.recorded, v.bound) = (h.level, h.level);
+                    v.held = Some(h.clone());
+                }
+            }
+            lowered |= h.level != before;
+            if let Err(e) = result {
+                tracing::debug!(volume = %id, error = %e, "the plugin has not confirmed it let go yet");
+                still.push(id.clone());
+            }
+            self.kick(&id);
+        }
+        self.unconfirmed
+            .lock()
+            .unwrap_or_else(|p| p.into_inner())
+            .extend(still);
+        lowered
+    }
+
     /// Whether the node record takes writes.
     pub fn record_health(&self) -> Result<(), berth_store::CommitError> {
         self.record.health()
     }
 
-    /// Loads the record and checks it against the mount table: a volume whose
-    /// target or staging path no longer shows it is recorded a level lower,
-    /// so the server's desired set has it done again. A volume path in use
-    /// that the record does not name is an error: the record was lost or
-    /// damaged, and taking the node as holding nothing would let the server
-    /// believe its mounts undone.
+    /// Loads the record and checks it against the mount table
+    /// ([`reconcile::check`]): a volume whose target or staging path no
+    /// longer shows it is let go through its plugin and recorded lower, so
+    /// the server has it done again.
     pub async fn open(
         record: NodeRecord,
         plugins: Arc<NodePlugins>,
@@ -138,40 +205,7 @@ impl Converger {
                 false
             }
         });
-        match MountTable::read() {
-            Ok(mounts) => {
-                let unknown = unknown_volume_paths(&paths, &held, &mounts);
-                if !unknown.is_empty() {
-                    let shown: Vec<String> =
-                        unknown.iter().take(5).map(|p| p.display().to_string()).collect();
-                    return Err(OpenError::UnknownMounts {
-                        record: record_place.to_string(),
-                        count: unknown.len(),
-                        shown: format!(
-                            "{}{}",
-                            shown.join(", "),
-                            if unknown.len() > shown.len() { ", ..." } else { "" }
-                        ),
-                    });
-                }
-                for (id, h) in held.iter_mut() {
-                    let was = h.level;
-                    let shows =
-                        |path: Result<std::path::PathBuf, _>| path.is_ok_and(|p| mounts.shows_volume(&p));
-                    if h.level == Level::Published && !shows(paths.target(id)) {
-                        h.level = if h.staged { Level::Staged } else { Level::Absent };
-                    }
-                    if h.level == Level::Staged && !shows(paths.staging(id)) {
-                        h.level = Level::Absent;
-                    }
-                    if h.level != was {
-                        tracing::warn!(volume = %id, ?was, now = ?h.level, "the node does not show what the record says; recorded lower");
-                        record.put(id, h).await?;
-                    }
-                }
-            }
-            Err(e) => tracing::warn!(error = %e, "cannot read the mount table; the record is taken as it is"),
-        }
+        let unconfirmed = reconcile::check(&record, &plugins, &paths, record_place, &mut held).await?;
         let volumes = held
             .into_iter()
             .filter(|(_, h)| h.level > Level::Absent)
@@ -195,6 +229,7 @@ impl Converger {
             plugins,
             paths,
             link: Mutex::new(None),
+            unconfirmed: Mutex::new(unconfirmed),
         }))
     }
 
@@ -518,7 +553,7 @@ impl Converger {
 /// NOT_FOUND from an unpublish or unstage: the plugin holds nothing of the
 /// volume there, so that call is done and undoing goes on to the next (a
 /// staging path is never left mounted behind a target already gone).
-fn gone_is_done(id: &str, outcome: Result<(), CsiError>) -> Result<(), CsiError> {
+pub(crate) fn gone_is_done(id: &str, outcome: Result<(), CsiError>) -> Result<(), CsiError> {
     match outcome {
         Err(e) if e.failure.code() == tonic::Code::NotFound => {
             tracing::info!(volume = %id, call = e.call, "the plugin has nothing of the volume here; taken as done");
@@ -530,7 +565,7 @@ fn gone_is_done(id: &str, outcome: Result<(), CsiError>) -> Result<(), CsiError>
 
 /// The node record refused a write: the agent's own failure, which may
 /// pass (a full or failing disk), not the plugin's.
-pub(super) fn recording(e: berth_store::StoreError) -> CsiError {
+pub(crate) fn recording(e: berth_store::StoreError) -> CsiError {
     CsiError {
         plugin: "agent".into(),
         call: "recording the node's state",
@@ -539,26 +574,4 @@ pub(super) fn recording(e: berth_store::StoreError) -> CsiError {
             message: e.to_string(),
         },
     }
-}
-
-/// Volume paths in use below the agent's directories that `held` does not name.
-fn unknown_volume_paths(
-    paths: &Paths,
-    held: &std::collections::BTreeMap<String, Held>,
-    mounts: &MountTable,
-) -> Vec<std::path::PathBuf> {
-    let mut unknown = Vec::new();
-    for dir in [&paths.staging_dir, &paths.publish_dir] {
-        let Ok(entries) = std::fs::read_dir(dir) else {
-            continue;
-        };
-        for e in entries.flatten() {
-            let known = e.file_name().to_str().is_some_and(|name| held.contains_key(name));
-            if !known && mounts.shows_volume(&e.path()) {
-                unknown.push(e.path());
-            }
-        }
-    }
-    unknown.sort();
-    unknown
 }

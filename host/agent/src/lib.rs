@@ -22,6 +22,7 @@ pub mod docker;
 pub mod failures;
 pub mod mounts;
 pub mod plugins;
+mod reconcile;
 pub mod record;
 pub mod tls;
 
@@ -92,6 +93,9 @@ pub struct Agent {
     converger: Arc<Converger>,
     /// Bumped whenever the plugins' reports change.
     plugins_changed: watch::Sender<Vec<wire::NodePluginReport>>,
+    /// Bumped when the node let go of volumes it did not show at start:
+    /// the session ends, and the next registration tells the server.
+    reregister: watch::Sender<u64>,
     /// Whether a session with the server is open.
     connected: std::sync::atomic::AtomicBool,
     /// The channel of the session with the leader, while there is one.
@@ -148,6 +152,7 @@ impl Agent {
             plugins,
             converger,
             plugins_changed,
+            reregister: watch::channel(0).0,
             connected: Default::default(),
             leader: watch::channel(None).0,
         });
@@ -244,6 +249,7 @@ impl Agent {
         let mut ticks = tokio::time::interval(beat);
         ticks.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
         let mut plugins = self.plugins_changed.subscribe();
+        let mut reregister = self.reregister.subscribe();
         let mut last_heard = tokio::time::Instant::now();
         loop {
             tokio::select! {
@@ -284,6 +290,9 @@ impl Agent {
                             return SessionEnd::Lost("the server closed the stream".into());
                         }
                     }
+                }
+                Ok(()) = reregister.changed() => {
+                    return SessionEnd::Lost("registering again: the node let go of volumes it did not show".into());
                 }
                 Ok(()) = plugins.changed() => {
                     let reports = plugins.borrow_and_update().clone();
@@ -375,6 +384,9 @@ async fn watch_plugins(agent: std::sync::Weak<Agent>) {
         if last_refresh.elapsed() >= agent.spec.fingerprint_interval {
             agent.plugins.refresh().await;
             last_refresh = tokio::time::Instant::now();
+        }
+        if agent.converger.confirm_lost().await {
+            agent.reregister.send_modify(|n| *n += 1);
         }
         let reports = agent.plugins.reports();
         agent.plugins_changed.send_if_modified(|old| {

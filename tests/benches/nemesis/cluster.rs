@@ -52,7 +52,13 @@ impl Cluster {
         // The network first: it takes the machine's one-run lock.
         let net = Net::new(&hosts)?;
         let _ = std::fs::remove_dir_all(dir);
-        std::fs::create_dir_all(dir)?;
+        std::fs::create_dir_all(dir.join("bin"))?;
+        // The run's own copies: a build during a long run (it replaces the
+        // target directory's) never changes what a restarted process runs.
+        for name in ["berth", "berth-agent", "hostpath-plugin"] {
+            std::fs::copy(bin(name), dir.join("bin").join(name))
+                .with_context(|| format!("copying {name}"))?;
+        }
         let mut c = Cluster {
             dir: dir.to_path_buf(),
             journal: dir.join("journal.jsonl"),
@@ -66,6 +72,10 @@ impl Cluster {
         c.start_servers()?;
         c.start_agents()?;
         Ok(c)
+    }
+
+    fn bin(&self, name: &str) -> PathBuf {
+        self.dir.join("bin").join(name)
     }
 
     fn add(&mut self, mut p: Proc) -> anyhow::Result<()> {
@@ -146,7 +156,7 @@ impl Cluster {
     }
 
     fn start_plugins(&mut self, controller_publish: bool) -> anyhow::Result<()> {
-        let plugin = bin("hostpath-plugin");
+        let plugin = self.bin("hostpath-plugin");
         let (state, journal) = (self.plugin_state.clone(), self.journal.clone());
         let common = |socket: PathBuf| {
             vec![
@@ -206,7 +216,7 @@ impl Cluster {
             let ns = self.net.host(s).ns.clone();
             let args = vec!["serve".into(), "--config".into(), config.display().to_string()];
             self.add(
-                Proc::new(s, Kind::Server, &ns, &bin("berth"), args, &self.dir).env("BERTH_LOG", "info"),
+                Proc::new(s, Kind::Server, &ns, &self.bin("berth"), args, &self.dir).env("BERTH_LOG", "info"),
             )?;
             wait_for(&api_socket(&self.dir, s), Duration::from_secs(60))?;
             if i == 0 {
@@ -238,7 +248,7 @@ impl Cluster {
             let args = vec!["--config".into(), config.display().to_string()];
             let name = format!("{n}-agent");
             self.add(
-                Proc::new(&name, Kind::Agent, &ns, &bin("berth-agent"), args, &self.dir)
+                Proc::new(&name, Kind::Agent, &ns, &self.bin("berth-agent"), args, &self.dir)
                     .env("BERTH_LOG", "info"),
             )?;
         }

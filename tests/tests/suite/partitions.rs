@@ -176,3 +176,106 @@ fn a_leader_whose_etcd_stops_answering_steps_down_when_its_lease_may_have_run_ou
         c.log()
     );
 }
+
+/// The nemesis saw a single-node volume published on node-1, its agent
+/// killed just after, and the volume then published on node-2 with no
+/// NodeUnpublishVolume on node-1: the restarted agent did not see the mount
+/// (the plugin made it in a mount namespace of its own), lowered its record
+/// and told the server the node held nothing, and the move went on. Here
+/// the paths are emptied while the agent is down, the plugin still holding
+/// the volume: the agent must have the plugin let go before it says so.
+#[test]
+fn a_volume_the_node_does_not_show_is_let_go_by_its_plugin_before_it_moves() {
+    moved_while_node_a_is_away(false);
+}
+
+/// As above, with node-a's plugin down when its agent starts: nothing can
+/// confirm the volume let go, so the agent keeps it as recorded (the move
+/// waits) and asks again until the plugin answers, then registers anew.
+#[test]
+fn a_volume_the_node_does_not_show_waits_for_its_plugin_to_answer_before_it_moves() {
+    moved_while_node_a_is_away(true);
+}
+
+fn moved_while_node_a_is_away(plugin_down: bool) {
+    use berth_tests::nemesis::check;
+    let journal_dir = berth_tests::test_dir();
+    let journal = journal_dir.path().join("journal.jsonl");
+    let journal_arg = journal.display().to_string();
+    let mut c = Cluster::start(ClusterSpec {
+        nodes: vec![("node-a", "a"), ("node-b", "a")],
+        agents: true,
+        controller_topology: None,
+        plugin_args: vec!["--publish-unpublish", "false", "--journal", &journal_arg],
+        ..ClusterSpec::default()
+    });
+    c.ok(&[
+        "volume", "create", "moved", "--plugin", "hostpath", "--size", "1Mi",
+    ]);
+    c.ok(&["volume", "publish", "moved", "--node", "node-a", "--wait"]);
+    let v = get(&c, "moved");
+    let (id, volume_id) = (v["id"].as_str().unwrap(), v["volume_id"].as_str().unwrap());
+
+    c.agent("node-a").kill();
+    if plugin_down {
+        c.nodes[0].1.kill();
+    }
+    // The node shows nothing of the volume; its plugin still holds it.
+    let node_dir = c.volumes_dir.join("nodes/node-a");
+    for path in [
+        node_dir.join("publish").join(id),
+        node_dir.join("staging").join(id),
+    ] {
+        std::fs::remove_file(&path)
+            .or_else(|_| std::fs::remove_dir_all(&path))
+            .unwrap_or_else(|e| panic!("removing {}: {e}", path.display()));
+    }
+    c.ok(&["volume", "unpublish", "moved", "--node", "node-a"]);
+    c.ok(&["volume", "publish", "moved", "--node", "node-b"]);
+    c.agent("node-a").start();
+    let published_on_b = |journal: &[Value]| {
+        journal
+            .iter()
+            .any(|e| e["call"] == "NodePublishVolume" && e["node"] == "node-b")
+    };
+    if plugin_down {
+        wait_for(
+            "node-a's agent to keep the volume it cannot confirm let go",
+            Duration::from_secs(20),
+            || c.agents[0].log_text().contains("kept as recorded"),
+            || c.agents[0].log_text(),
+        );
+        c.wait_nodes(&["node-a"], "ready", Duration::from_secs(20));
+        assert!(
+            !published_on_b(&check::journal(&journal)),
+            "node-b published the volume while node-a's plugin could not say it let go"
+        );
+        c.nodes[0].1.restart();
+    }
+    wait_for(
+        "the volume published on node-b",
+        Duration::from_secs(30),
+        || {
+            let v = get(&c, "moved");
+            v["state"] == "published" && v["publications"].as_array().is_some_and(|p| p.len() == 1)
+        },
+        || format!("{}\n{}", get(&c, "moved"), c.log()),
+    );
+    assert_eq!(get(&c, "moved")["publications"][0]["node"], "node-b");
+    let journal = check::journal(&journal);
+    assert!(published_on_b(&journal));
+    let violations = check::single_node(&journal);
+    assert!(
+        violations.is_empty(),
+        "published on node-b while node-a's plugin still held it: {violations:?}"
+    );
+    let let_go = journal
+        .iter()
+        .filter(|e| e["call"] == "NodeUnpublishVolume" && e["node"] == "node-a" && e["volume"] == volume_id)
+        .count();
+    assert_eq!(let_go, 1, "node-a's plugin let go");
+    if plugin_down {
+        let log = c.agents[0].log_text();
+        assert!(log.contains("registering again"), "{log}");
+    }
+}
