@@ -7,6 +7,7 @@ pub mod cpu;
 pub mod direct;
 pub mod docker;
 mod etcd;
+pub mod interpreted;
 pub mod nemesis;
 mod plugin;
 mod registry;

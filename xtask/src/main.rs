@@ -29,6 +29,8 @@ mod dist_check;
 mod dist_image;
 mod dockerd;
 mod docs;
+mod js;
+mod js_types;
 mod python;
 mod scaffold;
 
@@ -115,6 +117,13 @@ fn main() {
         Some("bench-scale") => release_bench("scale", &args[1..]),
         Some("bench-failover") => ensure_etcd().and_then(|()| release_bench("failover", &args[1..])),
         Some("nemesis") => nemesis(&args[1..]),
+        Some("js-types") => js_types::write().map(|changed| {
+            let path = js_types::contract_file();
+            match changed {
+                true => println!("wrote {}", path.display()),
+                false => println!("{} is up to date", path.display()),
+            }
+        }),
         Some("reliability") => reliability(&args[1..]),
         Some("-h" | "--help" | "help") => {
             println!("{USAGE}");
@@ -142,6 +151,13 @@ fn cargo() -> Command {
     let mut cmd = Command::new(std::env::var("CARGO").unwrap_or_else(|_| "cargo".into()));
     cmd.current_dir(root());
     cmd
+}
+
+/// A tool's release pinned in a file of the repository (`guests/...version`).
+fn pinned_version(file: &str) -> anyhow::Result<String> {
+    let path = root().join(file);
+    let text = std::fs::read_to_string(&path).with_context(|| format!("reading {}", path.display()))?;
+    Ok(text.trim().to_string())
 }
 
 fn run(mut cmd: Command) -> anyhow::Result<()> {
@@ -206,7 +222,8 @@ fn guests() -> anyhow::Result<()> {
         cmd.args(["--package", &g]);
     }
     run(cmd)?;
-    python::build_guests()
+    python::build_guests()?;
+    js::build_guests()
 }
 
 fn test(extra: &[String]) -> anyhow::Result<()> {

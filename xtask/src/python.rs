@@ -12,9 +12,7 @@ use super::{root, run};
 /// The componentize-py release guests are built with; `berth policy new`
 /// writes the same into the projects it makes.
 fn componentize_py_version() -> anyhow::Result<String> {
-    let file = root().join("guests/python/componentize-py.version");
-    let text = std::fs::read_to_string(&file).with_context(|| format!("reading {}", file.display()))?;
-    Ok(text.trim().to_string())
+    super::pinned_version("guests/python/componentize-py.version")
 }
 
 /// Where Python guests are built, beside the Rust ones.

@@ -1,13 +1,14 @@
 //! `berth policy new`, checked as a policy author uses it: a project of each
-//! language made outside this workspace, built there with its own tools and
-//! target directory, and its cases passed by `berth policy test`.
+//! language (Rust, Python, JavaScript, TypeScript) made outside this
+//! workspace, built there with its own tools and target directory, and its
+//! cases passed by `berth policy test`.
 
 use std::path::{Path, PathBuf};
 use std::process::Command;
 
 use anyhow::Context;
 
-use super::{WASM_TARGET, ensure_wasm_target, python, root, run};
+use super::{WASM_TARGET, ensure_wasm_target, js as node, python, root, run};
 
 fn berth() -> PathBuf {
     root().join("target/debug/berth")
@@ -21,6 +22,8 @@ pub fn check() -> anyhow::Result<()> {
     std::fs::create_dir_all(&base).with_context(|| format!("creating {}", base.display()))?;
     rust(&base).context("the generated Rust project")?;
     python(&base).context("the generated Python project")?;
+    js(&base, "js").context("the generated JavaScript project")?;
+    js(&base, "ts").context("the generated TypeScript project")?;
     std::fs::remove_dir_all(&base)?;
     Ok(())
 }
@@ -79,4 +82,28 @@ fn python(base: &Path) -> anyhow::Result<()> {
         run(cmd)?;
     }
     policy_test(&dir, "sample-python-policy.wasm")
+}
+
+/// npm installs the pinned tools and the project's own SDK; the build and
+/// the cases are the project's npm scripts, with this checkout's berth
+/// first on the PATH as an installed one would be.
+fn js(base: &Path, lang: &str) -> anyhow::Result<()> {
+    node::ensure_node()?;
+    let name = format!("sample-{lang}-policy");
+    let dir = new_project(base, &name, lang)?;
+    let path = format!(
+        "{}:{}",
+        berth().parent().unwrap_or(Path::new(".")).display(),
+        std::env::var("PATH").unwrap_or_default()
+    );
+    for args in [
+        &["install", "--no-audit", "--no-fund", "--loglevel=error"][..],
+        &["run", "build"],
+        &["test"],
+    ] {
+        let mut cmd = Command::new("npm");
+        cmd.current_dir(&dir).args(args).env("PATH", &path);
+        run(cmd)?;
+    }
+    Ok(())
 }

@@ -81,6 +81,10 @@ fn guests_dir() -> PathBuf {
         })
 }
 
+fn js_guests_dir() -> PathBuf {
+    PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("../../target/guests/js")
+}
+
 fn python_guests_dir() -> PathBuf {
     PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("../../target/guests/python")
 }
@@ -168,10 +172,18 @@ fn main() {
         volume: volume("postgres-data"),
         settings: vec![],
     };
-    // The Python component is loaded only when its row runs: it carries an
-    // interpreter's worth of memory and core instances, reset every decision.
+    // The Python and JavaScript components are loaded only when their rows
+    // run: each carries an interpreter's heap and core instances, reset every
+    // decision.
     let python_naming = || load_from(&engine, &python_guests_dir().join("berth_naming_py.wasm"));
-    for (name, module) in [("naming", None), ("naming, Python", Some(&python_naming))] {
+    let js_naming = || load_from(&engine, &js_guests_dir().join("berth_naming_js.wasm"));
+    type Loader<'a> = Option<&'a dyn Fn() -> PolicyModule>;
+    let interpreted: [(&str, Loader); 3] = [
+        ("naming", None),
+        ("naming, Python", Some(&python_naming)),
+        ("naming, JavaScript", Some(&js_naming)),
+    ];
+    for (name, module) in interpreted {
         if !wanted(name) {
             continue;
         }
@@ -260,6 +272,10 @@ fn loading(quick: bool, wanted: &dyn Fn(&str) -> bool) {
             "load, Python naming",
             python_guests_dir().join("berth_naming_py.wasm"),
         ),
+        (
+            "load, JavaScript naming",
+            js_guests_dir().join("berth_naming_js.wasm"),
+        ),
     ];
     let modules: Vec<_> = modules.into_iter().filter(|(n, _)| wanted(n)).collect();
     if modules.is_empty() {
@@ -276,8 +292,8 @@ fn loading(quick: bool, wanted: &dyn Fn(&str) -> bool) {
     };
     let (compiles, loads) = if quick { (1, 3) } else { (3, 10) };
     println!();
-    println!("| module                   | compiled   | cached     | cached ÷ compiled |");
-    println!("|--------------------------|-----------:|-----------:|------------------:|");
+    println!("| module                   | size       | compiled   | cached     | cached ÷ compiled |");
+    println!("|--------------------------|-----------:|-----------:|-----------:|------------------:|");
     for (name, path) in modules {
         let timed = |cached: bool, n: usize| {
             let mut samples = Vec::new();
@@ -292,8 +308,10 @@ fn loading(quick: bool, wanted: &dyn Fn(&str) -> bool) {
         let compiled = timed(false, compiles);
         timed(true, 1); // leaves the compiled code in the cache
         let cached = timed(true, loads);
+        let size = std::fs::metadata(&path).map(|m| m.len()).unwrap_or_default();
         println!(
-            "| {name:<24} | {:>10} | {:>10} | {:>16.3}× |",
+            "| {name:<24} | {:>7.1} MB | {:>10} | {:>10} | {:>16.3}× |",
+            size as f64 / 1e6,
             show(compiled.median),
             show(cached.median),
             cached.median.as_secs_f64() / compiled.median.as_secs_f64()

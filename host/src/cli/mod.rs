@@ -11,6 +11,7 @@ mod plugin_check;
 mod policy;
 mod policy_diff;
 mod policy_new;
+mod policy_new_js;
 mod policy_oci;
 mod policy_replay;
 mod policy_sdk;

@@ -1,8 +1,9 @@
-//! `berth policy new`: a policy project of its own, in Rust or Python, that
-//! builds and passes its cases as generated. The templates, the WIT package
-//! and both SDKs are built into the binary, so a project can be made and
-//! built anywhere: a Rust project carries the SDK (`berth-guest/`) with it,
-//! unless it is pointed at Berth's source (`--sdk-path`, `--sdk-git`).
+//! `berth policy new`: a policy project of its own, in Rust, Python,
+//! JavaScript or TypeScript, that builds and passes its cases as generated.
+//! The templates, the WIT package and the SDKs are built into the binary,
+//! so a project can be made and built anywhere: a Rust project carries the
+//! SDK (`berth-guest/`) with it, unless it is pointed at Berth's source
+//! (`--sdk-path`, `--sdk-git`); the others carry theirs in `sdk/`.
 
 use std::path::{Path, PathBuf};
 
@@ -14,6 +15,21 @@ use clap::{Args, ValueEnum};
 pub enum Lang {
     Rust,
     Python,
+    /// JavaScript, built with componentize-qjs (QuickJS) from npm.
+    Js,
+    /// TypeScript: tsc, then as JavaScript.
+    Ts,
+}
+
+impl Lang {
+    pub fn name(self) -> &'static str {
+        match self {
+            Lang::Rust => "Rust",
+            Lang::Python => "Python",
+            Lang::Js => "JavaScript",
+            Lang::Ts => "TypeScript",
+        }
+    }
 }
 
 #[derive(Debug, Args)]
@@ -46,13 +62,13 @@ pub struct NewArgs {
 const COMPONENTIZE_PY: &str = include_str!("../../../guests/python/componentize-py.version");
 
 /// A file of the project: its path inside it, its text, and whether it runs.
-struct File {
-    path: String,
-    text: String,
-    executable: bool,
+pub(super) struct File {
+    pub path: String,
+    pub text: String,
+    pub executable: bool,
 }
 
-fn file(path: impl Into<String>, text: impl Into<String>) -> File {
+pub(super) fn file(path: impl Into<String>, text: impl Into<String>) -> File {
     File {
         path: path.into(),
         text: text.into(),
@@ -79,12 +95,14 @@ pub fn run(args: NewArgs) -> anyhow::Result<()> {
             files
         }
         Lang::Python => python(&args.name, &decisions),
+        Lang::Js => super::policy_new_js::js(&args.name, &decisions, false),
+        Lang::Ts => super::policy_new_js::js(&args.name, &decisions, true),
     };
     write_project(&dir, &files)?;
     println!(
-        "made {} ({:?}, serving {})",
+        "made {} ({}, serving {})",
         dir.display(),
-        args.lang,
+        args.lang.name(),
         shown(&decisions)
     );
     let next = match args.lang {
@@ -93,6 +111,7 @@ pub fn run(args: NewArgs) -> anyhow::Result<()> {
             args.name.replace('-', "_")
         ),
         Lang::Python => format!("./build.sh && berth policy test {}.wasm cases.toml", args.name),
+        Lang::Js | Lang::Ts => "npm install && npm run build && npm test".to_string(),
     };
     println!("next: cd {} && {next}", dir.display());
     Ok(())
@@ -114,7 +133,7 @@ fn check_name(name: &str) -> anyhow::Result<()> {
     Ok(())
 }
 
-fn shown(decisions: &[Decision]) -> String {
+pub(super) fn shown(decisions: &[Decision]) -> String {
     let names: Vec<&str> = decisions.iter().map(|d| d.interface()).collect();
     names.join(", ")
 }
@@ -150,7 +169,7 @@ fn toml_string(s: &str) -> String {
     toml::Value::String(s.to_string()).to_string()
 }
 
-fn fill(template: &str, name: &str, decisions: &[Decision]) -> String {
+pub(super) fn fill(template: &str, name: &str, decisions: &[Decision]) -> String {
     template
         .replace("{name}", name)
         .replace("{crate}", &name.replace('-', "_"))
@@ -159,7 +178,7 @@ fn fill(template: &str, name: &str, decisions: &[Decision]) -> String {
 }
 
 /// The case file: each decision's cases, which name their decision.
-fn cases(decisions: &[Decision]) -> String {
+pub(super) fn cases(decisions: &[Decision]) -> String {
     let mut text = String::from(
         "# Inputs and the answers expected: berth policy test <module .wasm> cases.toml\n\
          # The format is documented in the Berth book, Writing a policy.\n",
@@ -232,9 +251,6 @@ fn python(name: &str, decisions: &[Decision]) -> Vec<File> {
         "\"\"\"{name}: a Berth policy module serving {}.\"\"\"\n\nfrom wit_world import exports\n",
         shown(decisions)
     );
-    let mut world = format!(
-        "package berth:policy@{PACKAGE_VERSION};\n\n/// The decisions this module serves: Berth reads a module's exports.\nworld module {{\n",
-    );
     for d in decisions {
         app.push_str("\n\n");
         app.push_str(match d {
@@ -242,9 +258,7 @@ fn python(name: &str, decisions: &[Decision]) -> Vec<File> {
             Decision::Placement => include_str!("../../templates/policy/python/placement.py"),
             Decision::Retry => include_str!("../../templates/policy/python/retry.py"),
         });
-        world.push_str(&format!("    export {};\n", d.interface()));
     }
-    world.push_str("}\n");
     let mut build = file(
         "build.sh",
         fill(
@@ -254,7 +268,7 @@ fn python(name: &str, decisions: &[Decision]) -> Vec<File> {
         ),
     );
     build.executable = true;
-    vec![
+    let mut files = vec![
         file("app.py", app),
         file("cases.toml", cases(decisions)),
         build,
@@ -278,6 +292,21 @@ fn python(name: &str, decisions: &[Decision]) -> Vec<File> {
             "sdk/berth_policy/cases.py",
             include_str!("../../../guests/python/sdk/berth_policy/cases.py"),
         ),
+    ];
+    files.extend(wit_files(decisions));
+    files
+}
+
+/// The contract, and `wit/module.wit`: a world exporting the decisions asked for.
+pub(super) fn wit_files(decisions: &[Decision]) -> Vec<File> {
+    let mut world = format!(
+        "package berth:policy@{PACKAGE_VERSION};\n\n/// The decisions this module serves: Berth reads a module's exports.\nworld module {{\n",
+    );
+    for d in decisions {
+        world.push_str(&format!("    export {};\n", d.interface()));
+    }
+    world.push_str("}\n");
+    vec![
         file("wit/types.wit", include_str!("../../../wit/types.wit")),
         file("wit/naming.wit", include_str!("../../../wit/naming.wit")),
         file("wit/placement.wit", include_str!("../../../wit/placement.wit")),

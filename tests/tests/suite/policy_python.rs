@@ -6,82 +6,38 @@
 //! is the empty one it was built with.
 
 use std::path::{Path, PathBuf};
-use std::sync::{Arc, OnceLock};
+use std::sync::Arc;
 use std::time::Duration;
 
 use berth::policy::builtin::Builtins;
 use berth::policy::samples::{failure, node, pairs, volume};
 use berth::policy::{
-    Code, Decision, EngineOptions, GuestFailure, ModuleConfig, NamingOutcome, OnError, Operation, Policies,
+    Code, Decision, EngineOptions, GuestFailure, ModuleConfig, NamingOutcome, Operation, Policies,
     PolicyEngine, Purpose, RetryDecision, candidates,
 };
-use berth_tests::{berth, guest, texts};
+use berth_tests::interpreted::{built, engine, samples_pass_the_case_files};
+use berth_tests::{guest, texts};
 
 fn python_guest(name: &str) -> PathBuf {
-    let path = Path::new(env!("CARGO_MANIFEST_DIR")).join(format!("../target/guests/python/{name}.wasm"));
-    assert!(
-        path.exists(),
-        "{} is not built (cargo xtask guests)",
-        path.display()
-    );
-    path
-}
-
-/// One engine for the file: the hostile component compiles once and loads
-/// with each behaviour from the engine's cache.
-fn engine() -> Arc<PolicyEngine> {
-    static ENGINE: OnceLock<Arc<PolicyEngine>> = OnceLock::new();
-    ENGINE
-        .get_or_init(|| Arc::new(PolicyEngine::new(EngineOptions::default()).expect("engine")))
-        .clone()
+    built("python", name)
 }
 
 fn hostile(behaviour: &str) -> Policies {
-    let p = Policies::new(engine(), Builtins::default());
-    let mut c = ModuleConfig::from_path(&python_guest("berth_hostile_py"));
-    c.settings = [("behaviour".to_string(), behaviour.to_string())].into();
-    c.on_error = OnError::Fail;
-    p.load(c, &[]).expect("the hostile Python guest loads");
-    p
+    berth_tests::interpreted::hostile("python", &python_guest("berth_hostile_py"), behaviour)
 }
 
 fn naming_failure(p: &Policies) -> GuestFailure {
-    match berth_tests::block_on(p.volume_name(volume("v"))) {
-        Err(e) => {
-            assert_eq!(
-                (e.decision, e.module.as_str()),
-                (Decision::Naming, "berth_hostile_py")
-            );
-            e.failure
-        }
-        Ok(other) => panic!("expected a failure, got {other:?}"),
-    }
+    berth_tests::interpreted::naming_failure(p, "berth_hostile_py")
 }
 
 #[test]
 fn the_python_samples_pass_the_rust_samples_case_files() {
-    for sample in ["naming", "placement", "retry"] {
-        let module = python_guest(&format!("berth_{sample}_py"));
-        let cases = Path::new(env!("CARGO_MANIFEST_DIR")).join(format!("../guests/{sample}/cases.toml"));
-        // What the answers are, not how fast (a benchmark's matter): a
-        // deadline a busy machine cannot miss.
-        let out = berth(&[
-            "policy",
-            "test",
-            "--deadline",
-            "5s",
-            module.to_str().unwrap(),
-            cases.to_str().unwrap(),
-        ]);
-        let (stdout, stderr) = texts(&out);
-        assert!(out.status.success(), "{sample}: {stdout}{stderr}");
-        assert!(stdout.contains(" 0 failed"), "{stdout}");
-    }
+    samples_pass_the_case_files("python", "py");
 }
 
 #[test]
 fn a_python_module_imports_nothing_but_berths_types_and_decides_beside_rust_ones() {
-    let p = Policies::new(engine(), Builtins::default());
+    let p = Policies::new(engine("python"), Builtins::default());
     p.load(ModuleConfig::from_path(&python_guest("berth_placement_py")), &[])
         .unwrap();
     p.load(ModuleConfig::from_path(&guest("berth_naming_guest")), &[])
