@@ -136,6 +136,8 @@ impl Converger {
             }
         };
         let (mut lowered, mut still) = (false, Vec::new());
+        // One failure per plugin a round: a hung plugin costs one deadline.
+        let mut failed = std::collections::BTreeSet::new();
         for id in ids {
             // Taken as a drive takes a volume; one being driven (the server
             // undoing it) is asked about next time.
@@ -143,6 +145,10 @@ impl Converger {
                 let mut volumes = self.lock();
                 match volumes.get_mut(&id) {
                     Some(v) if v.running => {
+                        still.push(id);
+                        continue;
+                    }
+                    Some(v) if v.held.as_ref().is_some_and(|h| failed.contains(&h.plugin)) => {
                         still.push(id);
                         continue;
                     }
@@ -171,6 +177,7 @@ impl Converger {
             lowered |= h.level != before;
             if let Err(e) = result {
                 tracing::debug!(volume = %id, error = %e, "the plugin has not confirmed it let go yet");
+                failed.insert(h.plugin.clone());
                 still.push(id.clone());
             }
             self.kick(&id);

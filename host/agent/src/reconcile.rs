@@ -101,12 +101,20 @@ pub async fn check(
         });
     }
     let mut unconfirmed = Vec::new();
+    // A plugin that failed once is not asked again at start: a hung one
+    // would otherwise hold the agent's registration a deadline per volume.
+    let mut failed = std::collections::BTreeSet::new();
     for (id, h) in held.iter_mut() {
         if shown(paths, &mounts, id, h) {
             continue;
         }
+        if failed.contains(&h.plugin) {
+            unconfirmed.push(id.clone());
+            continue;
+        }
         if let Err(e) = let_go(record, plugins, paths, &mounts, id, h).await {
             tracing::warn!(volume = %id, level = ?h.level, error = %e, "the node does not show what the record says, and its plugin did not confirm it let go: kept as recorded, asked again while the agent runs");
+            failed.insert(h.plugin.clone());
             unconfirmed.push(id.clone());
         }
     }
