@@ -2,6 +2,7 @@
 //! on a plugin already; forget drops one from Berth and leaves the plugin
 //! alone.
 
+use crate::Missing;
 use crate::table::{Inserted, RemoveError};
 use crate::{RequestError, VolumeManager};
 use berth_csi::proto;
@@ -57,7 +58,11 @@ impl VolumeManager {
             .ok_or_else(|| RequestError::Invalid(format!("plugin {plugin:?} has no controller")))?;
         let unavailable = |e: berth_csi::CsiError| {
             if e.code() == tonic::Code::NotFound {
-                RequestError::NotFound(format!("plugin {plugin:?} has no volume {}", echo(volume_id)))
+                Missing::OnPlugin {
+                    plugin: plugin.to_string(),
+                    volume_id: volume_id.to_string(),
+                }
+                .into()
             } else {
                 RequestError::Unavailable(e.to_string())
             }
@@ -92,9 +97,12 @@ impl VolumeManager {
                 )));
             }
         };
-        let v = volume.filter(|v| v.volume_id == volume_id).ok_or_else(|| {
-            RequestError::NotFound(format!("plugin {plugin:?} has no volume {}", echo(volume_id)))
-        })?;
+        let v = volume
+            .filter(|v| v.volume_id == volume_id)
+            .ok_or_else(|| Missing::OnPlugin {
+                plugin: plugin.to_string(),
+                volume_id: volume_id.to_string(),
+            })?;
         Ok(crate::steps::backend_of(v))
     }
 
@@ -149,7 +157,7 @@ impl VolumeManager {
                     RequestError::Unavailable(format!("the store refused the change: {e}"))
                 }
             })?;
-        let r = forgotten.ok_or_else(|| RequestError::NotFound(format!("no volume named {}", echo(name))))?;
+        let r = forgotten.ok_or_else(|| Missing::Volume(name.to_string()))?;
         tracing::info!(volume = %r.spec.name, volume_id = r.backend.as_ref().map(|b| b.volume_id.as_str()), "forgotten");
         Ok(r)
     }

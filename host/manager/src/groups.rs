@@ -5,6 +5,7 @@
 //! call, so a crash or a retry never takes a second group. Its name shares
 //! one namespace with snapshots; a member is restored as `GROUP/VOLUME`.
 
+use crate::Missing;
 use std::collections::HashMap;
 
 use crate::outcome::{Apply, StepError, Unwritten, look_again, not_found_answer, step_error};
@@ -57,7 +58,7 @@ impl VolumeManager {
             let r = self
                 .table
                 .by_name(v)
-                .ok_or_else(|| RequestError::NotFound(format!("no volume named {}", echo(v))))?;
+                .ok_or_else(|| Missing::Volume(v.to_string()))?;
             if members.iter().any(|m| m.volume == r.id) {
                 return invalid(format!("volumes: {} is named twice", echo(v)));
             }
@@ -207,10 +208,7 @@ impl VolumeManager {
     /// on the plugin once ready, and the record of the group.
     pub(super) fn group_member_snapshot(&self, source: &str) -> Result<(VolumeRecord, String), RequestError> {
         let Some((group, volume)) = source.split_once('/') else {
-            return Err(RequestError::NotFound(format!(
-                "no snapshot named {}",
-                echo(source)
-            )));
+            return Err(Missing::Snapshot(source.to_string()).into());
         };
         let view = self.get_group_snapshot(group)?;
         let member = view
@@ -218,12 +216,9 @@ impl VolumeManager {
             .members
             .iter()
             .find(|m| m.name == volume)
-            .ok_or_else(|| {
-                RequestError::NotFound(format!(
-                    "group snapshot {} has no volume named {}",
-                    echo(group),
-                    echo(volume)
-                ))
+            .ok_or_else(|| Missing::GroupMember {
+                group: group.to_string(),
+                volume: volume.to_string(),
             })?;
         match &member.snapshot {
             Some(s) if s.ready && !view.group.deleting => Ok((view.anchor, s.snapshot_id.clone())),
@@ -403,5 +398,5 @@ fn group_view(name: &str, anchor: VolumeRecord) -> Result<GroupView, RequestErro
 }
 
 fn not_found(name: &str) -> RequestError {
-    RequestError::NotFound(format!("no group snapshot named {}", echo(name)))
+    Missing::Group(name.to_string()).into()
 }

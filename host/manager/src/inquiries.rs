@@ -1,6 +1,7 @@
 //! Questions asked of the plugins on an operator's behalf, changing
 //! nothing: a volume's health and usage, and orphans on either side.
 
+use crate::Missing;
 use crate::{RequestError, VolumeManager};
 use berth_csi::proto;
 use berth_csi::proto::controller_service_capability::rpc::Type as ControllerCap;
@@ -63,7 +64,7 @@ impl VolumeManager {
         let r = self
             .table
             .by_name(name)
-            .ok_or_else(|| RequestError::NotFound(format!("no volume named {}", echo(name))))?;
+            .ok_or_else(|| Missing::Volume(name.to_string()))?;
         let Some(backend) = &r.backend else {
             return Err(RequestError::Conflict(format!(
                 "volume {} is not created yet",
@@ -122,10 +123,7 @@ impl VolumeManager {
     /// Compares the plugin's ListVolumes with Berth's volumes of that plugin.
     pub async fn orphans(&self, plugin: &str) -> Result<Orphans, RequestError> {
         if self.config.plugin(plugin).is_none() {
-            return Err(RequestError::NotFound(format!(
-                "no plugin named {}",
-                echo(plugin)
-            )));
+            return Err(Missing::Plugin(plugin.to_string()).into());
         }
         match self.offers(plugin, ControllerCap::ListVolumes) {
             None => {

@@ -28,6 +28,7 @@ mod gauges;
 mod groups;
 mod indexes;
 mod inquiries;
+mod missing;
 mod node_admin;
 mod node_sync;
 mod node_view;
@@ -64,6 +65,7 @@ use berth_csi::registry::Registry;
 use berth_model::{VolumeRecord, VolumeState};
 use berth_policy::Policies;
 use berth_store::{Store, StoreError};
+pub use missing::Missing;
 use queue::Queue;
 use table::VolumeTable;
 
@@ -72,8 +74,8 @@ use table::VolumeTable;
 pub enum RequestError {
     #[error("{0}")]
     Invalid(String),
-    #[error("{0}")]
-    NotFound(String),
+    #[error(transparent)]
+    NotFound(#[from] Missing),
     #[error("{0}")]
     Conflict(String),
     /// A name already taken by something else: a volume with another spec,

@@ -2,14 +2,14 @@
 //! there and keep placement away), forget (the node is dead: its node-side
 //! steps are skipped so its volumes can be published elsewhere), remove.
 
+use crate::Missing;
 use crate::{RequestError, VolumeManager};
 use berth_model::NodeLevel;
-use berth_model::text::echo;
 use berth_store::NodeRecord;
 
 impl VolumeManager {
     async fn remember_node(&self, record: Option<NodeRecord>, node: &str) -> Result<(), RequestError> {
-        let record = record.ok_or_else(|| RequestError::NotFound(format!("no node named {}", echo(node))))?;
+        let record = record.ok_or_else(|| Missing::Node(node.to_string()))?;
         self.table
             .store()
             .put_node(&record)
@@ -78,7 +78,7 @@ impl VolumeManager {
     pub async fn remove_node(&self, node: &str) -> Result<(), RequestError> {
         let directory = &self.nodes;
         if directory.node_record(node).is_none() {
-            return Err(RequestError::NotFound(format!("no node named {}", echo(node))));
+            return Err(Missing::Node(node.to_string()).into());
         }
         if self.config.node(node).is_some() {
             return Err(RequestError::Invalid(format!(

@@ -1,6 +1,7 @@
 //! The operators' requests: declare, delete, publish, unpublish, retry.
 //! Each is checked, then made durable; the reconciler acts on it after.
 
+use crate::Missing;
 use crate::table::Inserted;
 use crate::{RequestError, VolumeManager};
 use berth_config::Config;
@@ -79,13 +80,13 @@ impl VolumeManager {
         self.id_of(name)
             .ok()
             .and_then(|id| self.table.by_id(&id))
-            .ok_or_else(|| RequestError::NotFound(format!("no volume named {}", echo(name))))
+            .ok_or_else(|| Missing::Volume(name.to_string()).into())
     }
 
     pub(super) fn id_of(&self, name: &str) -> Result<String, RequestError> {
         self.table
             .id_of(name)
-            .ok_or_else(|| RequestError::NotFound(format!("no volume named {}", echo(name))))
+            .ok_or_else(|| Missing::Volume(name.to_string()).into())
     }
 
     /// Finds a content source's id on the plugin: it must exist there
@@ -125,9 +126,10 @@ impl VolumeManager {
             }
             SourceKind::Volume => {
                 self.require(plugin, ControllerCap::CloneVolume, "cloning a volume")?;
-                let v = self.table.by_name(&source.name).ok_or_else(|| {
-                    RequestError::NotFound(format!("no volume named {}", echo(&source.name)))
-                })?;
+                let v = self
+                    .table
+                    .by_name(&source.name)
+                    .ok_or_else(|| Missing::Volume(source.name.clone()))?;
                 let id = match &v.backend {
                     Some(b) if !v.deleting => b.volume_id.clone(),
                     _ => {
@@ -411,7 +413,7 @@ impl VolumeManager {
         let current = self
             .table
             .by_id(&id)
-            .ok_or_else(|| RequestError::NotFound(format!("no volume named {}", echo(name))))?;
+            .ok_or_else(|| Missing::Volume(name.to_string()))?;
         match current.publications.get(node).filter(|p| p.wanted) {
             None => return Ok(current),
             Some(p) => may(p)?,

@@ -2,6 +2,7 @@
 //! of the volume it is of, so it is driven, retried and made durable with
 //! that volume; its name is unique across volumes.
 
+use crate::Missing;
 use crate::{RequestError, VolumeManager, now_ms};
 use berth_csi::proto::controller_service_capability::rpc::Type as ControllerCap;
 use berth_model::text::echo;
@@ -125,7 +126,7 @@ impl VolumeManager {
             Some(v) => vec![
                 self.table
                     .by_name(v)
-                    .ok_or_else(|| RequestError::NotFound(format!("no volume named {}", echo(v))))?,
+                    .ok_or_else(|| Missing::Volume(v.to_string()))?,
             ],
             None => self.table.list(),
         };
@@ -165,5 +166,5 @@ impl VolumeManager {
 }
 
 fn not_found(name: &str) -> RequestError {
-    RequestError::NotFound(format!("no snapshot named {}", echo(name)))
+    Missing::Snapshot(name.to_string()).into()
 }

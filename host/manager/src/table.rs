@@ -6,6 +6,7 @@
 //! `remove`): serialized per volume, written to the store, and only then
 //! visible.
 
+use crate::Missing;
 use std::collections::HashMap;
 use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex};
@@ -364,9 +365,7 @@ impl VolumeTable {
     ) -> Result<(T, VolumeRecord), RequestError> {
         let lock = self.volume_lock(id);
         let _held = lock.lock().await;
-        let mut record = self
-            .by_id(id)
-            .ok_or_else(|| RequestError::NotFound(format!("volume {id} no longer exists")))?;
+        let mut record = self.by_id(id).ok_or_else(|| Missing::VolumeId(id.to_string()))?;
         let out = change(&mut record)?;
         record.generation += 1;
         self.store

@@ -3,6 +3,7 @@
 //! touch: the rules of `berth_model`'s tenancy module, judged on the record
 //! under the volume's lock so no request slips between a check and a write.
 
+use crate::Missing;
 use berth_model::text::echo;
 use berth_model::{DockerScope, Origin, Publication, VolumeRecord, VolumeSpec};
 
@@ -40,10 +41,11 @@ pub enum Denied {
 /// No volume of that name that this Docker may see: the same answer as for
 /// a volume that does not exist, so a Docker user learns nothing of others'.
 fn unseen(name: &str, node: &str) -> RequestError {
-    RequestError::NotFound(format!(
-        "no volume named {} in node {node}'s Docker scope",
-        echo(name)
-    ))
+    Missing::InDockerScope {
+        volume: name.to_string(),
+        node: node.to_string(),
+    }
+    .into()
 }
 
 impl VolumeManager {

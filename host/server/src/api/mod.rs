@@ -212,12 +212,10 @@ impl api::berth_server::Berth for BerthApi {
                 .await
                 .map(Response::new);
         }
-        let r = self.manager.get(&name).ok_or_else(|| {
-            status(RequestError::NotFound(format!(
-                "no volume named {}",
-                crate::model::text::echo(&name)
-            )))
-        })?;
+        let r = self
+            .manager
+            .get(&name)
+            .ok_or_else(|| status(RequestError::from(berth_manager::Missing::Volume(name.clone()))))?;
         Ok(Response::new(volume_to_api(&self.manager, &r)))
     }
 
@@ -631,10 +629,7 @@ impl api::berth_server::Berth for BerthApi {
         let id = req.into_inner().id;
         let revoked = self.cluster()?.tokens.revoke(&id).await.map_err(status)?;
         if !revoked {
-            return Err(status(RequestError::NotFound(format!(
-                "no live join token {} (`berth cluster token list`)",
-                crate::model::text::echo(&id)
-            ))));
+            return Err(status(RequestError::from(berth_manager::Missing::JoinToken(id))));
         }
         tracing::warn!(token = %crate::model::text::echo(&id), "join token revoked");
         Ok(Response::new(api::RevokeJoinTokenResponse {}))
