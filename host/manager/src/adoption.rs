@@ -4,6 +4,7 @@
 
 use crate::Missing;
 use crate::table::{Inserted, RemoveError};
+use crate::{Conflict, Unforgettable};
 use crate::{RequestError, VolumeManager};
 use berth_csi::proto;
 use berth_csi::proto::controller_service_capability::rpc::Type as ControllerCap;
@@ -129,23 +130,21 @@ impl VolumeManager {
         let mut forgotten = None;
         self.table
             .remove_if(&id, |r| {
-                let refuse =
-                    |why: String| Err(RequestError::Conflict(format!("volume {}: {why}", echo(name))));
+                let refuse = |why: Unforgettable| {
+                    Err(Conflict::Unforgettable {
+                        volume: name.to_string(),
+                        why,
+                    }
+                    .into())
+                };
                 if let Some(node) = r.publications.keys().next() {
-                    return refuse(format!(
-                        "it is published on {node:?} (or being undone there): unpublish it first"
-                    ));
+                    return refuse(Unforgettable::Published(node.clone()));
                 }
                 if let Some(snap) = r.snapshots.keys().next() {
-                    return refuse(format!(
-                        "it has snapshot {}: delete its snapshots first",
-                        echo(snap)
-                    ));
+                    return refuse(Unforgettable::HasSnapshot(snap.clone()));
                 }
                 if r.backend.is_none() && r.create_sent {
-                    return refuse(
-                        "it may be being created on the plugin: wait until it is, or delete it".into(),
-                    );
+                    return refuse(Unforgettable::MayBeCreating);
                 }
                 forgotten = Some(r.clone());
                 Ok(())

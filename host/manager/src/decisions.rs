@@ -2,6 +2,7 @@
 //! accessibility requirements and for publishes that name no node. Guests and
 //! built-in policies alike run on the caller's task.
 
+use crate::Conflict;
 use tracing::Instrument;
 
 use crate::outcome::{Apply, StepError, policy_step_error, step_error};
@@ -204,11 +205,11 @@ impl VolumeManager {
     /// The best eligible node for a publish that names none, and the decision.
     pub(super) async fn choose_node(&self, r: &VolumeRecord) -> Result<(String, DecisionNote), RequestError> {
         if r.backend.is_none() {
-            return Err(RequestError::Conflict(format!(
-                "volume {:?} is still {}: name a node, or publish once it is available",
-                r.spec.name,
-                r.state()
-            )));
+            return Err(Conflict::NotAvailable {
+                name: r.spec.name.clone(),
+                state: r.state().to_string(),
+            }
+            .into());
         }
         // Where the plugin said it is reachable, or else where the operator
         // required it to be: a requirement is never dropped.

@@ -5,6 +5,7 @@
 //! call, so a crash or a retry never takes a second group. Its name shares
 //! one namespace with snapshots; a member is restored as `GROUP/VOLUME`.
 
+use crate::Conflict;
 use crate::Missing;
 use std::collections::HashMap;
 
@@ -65,11 +66,11 @@ impl VolumeManager {
             let volume_id = match &r.backend {
                 Some(b) if !r.deleting => b.volume_id.clone(),
                 _ => {
-                    return Err(RequestError::Conflict(format!(
-                        "volume {} is {}, not a volume to snapshot",
-                        echo(v),
-                        r.state()
-                    )));
+                    return Err(Conflict::NotToSnapshot {
+                        name: v.to_string(),
+                        state: r.state().to_string(),
+                    }
+                    .into());
                 }
             };
             match &plugin {
@@ -115,10 +116,7 @@ impl VolumeManager {
         let result = self
             .modify(&anchor, what, |r| {
                 if r.deleting {
-                    return Err(RequestError::Conflict(format!(
-                        "volume {} is being deleted",
-                        echo(&r.spec.name)
-                    )));
+                    return Err(Conflict::VolumeDeleting(r.spec.name.clone()).into());
                 }
                 if r.snapshots.contains_key(name) {
                     return Err(RequestError::AlreadyExists(format!(
@@ -128,10 +126,7 @@ impl VolumeManager {
                     )));
                 }
                 match r.group_snapshots.get(name) {
-                    Some(g) if g.deleting => Err(RequestError::Conflict(format!(
-                        "group snapshot {} is being deleted",
-                        echo(name)
-                    ))),
+                    Some(g) if g.deleting => Err(Conflict::GroupDeleting(name.to_string()).into()),
                     Some(g)
                         if g.members
                             .iter()
@@ -222,11 +217,11 @@ impl VolumeManager {
             })?;
         match &member.snapshot {
             Some(s) if s.ready && !view.group.deleting => Ok((view.anchor, s.snapshot_id.clone())),
-            _ => Err(RequestError::Conflict(format!(
-                "snapshot {} is {}, not ready to restore",
-                echo(source),
-                view.group.state()
-            ))),
+            _ => Err(Conflict::SnapshotNotReady {
+                name: source.to_string(),
+                state: view.group.state().to_string(),
+            }
+            .into()),
         }
     }
 

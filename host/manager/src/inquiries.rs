@@ -1,13 +1,13 @@
 //! Questions asked of the plugins on an operator's behalf, changing
 //! nothing: a volume's health and usage, and orphans on either side.
 
+use crate::Conflict;
 use crate::Missing;
 use crate::{RequestError, VolumeManager};
 use berth_csi::proto;
 use berth_csi::proto::controller_service_capability::rpc::Type as ControllerCap;
 use berth_csi::proto::node_service_capability::rpc::Type as NodeCap;
 use berth_model::VolumeState;
-use berth_model::text::echo;
 
 /// A volume's health as its plugins tell it now.
 #[derive(Debug)]
@@ -66,10 +66,7 @@ impl VolumeManager {
             .by_name(name)
             .ok_or_else(|| Missing::Volume(name.to_string()))?;
         let Some(backend) = &r.backend else {
-            return Err(RequestError::Conflict(format!(
-                "volume {} is not created yet",
-                echo(name)
-            )));
+            return Err(Conflict::NotCreated(name.to_string()).into());
         };
         let plugin = &r.spec.plugin;
         let controller = match (

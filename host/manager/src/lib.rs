@@ -21,6 +21,7 @@
 
 mod adoption;
 mod capacity;
+mod conflict;
 mod deadlines;
 pub mod decision_log;
 mod decisions;
@@ -65,6 +66,7 @@ use berth_csi::registry::Registry;
 use berth_model::{VolumeRecord, VolumeState};
 use berth_policy::Policies;
 use berth_store::{Store, StoreError};
+pub use conflict::{Conflict, Unforgettable};
 pub use missing::Missing;
 use queue::Queue;
 use table::VolumeTable;
@@ -76,8 +78,8 @@ pub enum RequestError {
     Invalid(String),
     #[error(transparent)]
     NotFound(#[from] Missing),
-    #[error("{0}")]
-    Conflict(String),
+    #[error(transparent)]
+    Conflict(#[from] Conflict),
     /// A name already taken by something else: a volume with another spec,
     /// a snapshot of another volume, a backend volume already Berth's, a
     /// publication with other access (CSI's ALREADY_EXISTS, every time).

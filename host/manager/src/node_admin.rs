@@ -2,6 +2,7 @@
 //! there and keep placement away), forget (the node is dead: its node-side
 //! steps are skipped so its volumes can be published elsewhere), remove.
 
+use crate::Conflict;
 use crate::Missing;
 use crate::{RequestError, VolumeManager};
 use berth_model::NodeLevel;
@@ -91,10 +92,12 @@ impl VolumeManager {
             }
         });
         if let Some(first) = left.first() {
-            return Err(RequestError::Conflict(format!(
-                "{} volume(s) are still published on {node:?} (e.g. {first:?}): drain it, or forget it if it is dead",
-                left.len()
-            )));
+            return Err(Conflict::NodeHolds {
+                node: node.to_string(),
+                count: left.len(),
+                first: first.clone(),
+            }
+            .into());
         }
         self.table
             .store()

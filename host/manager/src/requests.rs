@@ -1,6 +1,7 @@
 //! The operators' requests: declare, delete, publish, unpublish, retry.
 //! Each is checked, then made durable; the reconciler acts on it after.
 
+use crate::Conflict;
 use crate::Missing;
 use crate::table::Inserted;
 use crate::{RequestError, VolumeManager};
@@ -114,11 +115,11 @@ impl VolumeManager {
                 let (id, size) = match &view.snapshot.backend {
                     Some(b) if b.ready && !view.snapshot.deleting => (b.snapshot_id.clone(), b.size_bytes),
                     _ => {
-                        return Err(RequestError::Conflict(format!(
-                            "snapshot {} is {}, not ready to restore",
-                            echo(&source.name),
-                            view.snapshot.state()
-                        )));
+                        return Err(Conflict::SnapshotNotReady {
+                            name: source.name.clone(),
+                            state: view.snapshot.state().to_string(),
+                        }
+                        .into());
                     }
                 };
                 let size = if size > 0 { size } else { volume_size(&view.volume) };
@@ -133,11 +134,11 @@ impl VolumeManager {
                 let id = match &v.backend {
                     Some(b) if !v.deleting => b.volume_id.clone(),
                     _ => {
-                        return Err(RequestError::Conflict(format!(
-                            "volume {} is {}, not a volume to clone",
-                            echo(&source.name),
-                            v.state()
-                        )));
+                        return Err(Conflict::NotToClone {
+                            name: source.name.clone(),
+                            state: v.state().to_string(),
+                        }
+                        .into());
                     }
                 };
                 let size = volume_size(&v);
@@ -175,10 +176,7 @@ impl VolumeManager {
         self.require(&current.spec.plugin, ControllerCap::ExpandVolume, "expansion")?;
         self.modify(&id, format!("expand to {required_bytes} bytes"), |r| {
             if r.deleting {
-                return Err(RequestError::Conflict(format!(
-                    "volume {} is being deleted",
-                    echo(name)
-                )));
+                return Err(Conflict::VolumeDeleting(name.to_string()).into());
             }
             let now = r.backend.as_ref().map_or(r.spec.required_bytes, |b| {
                 b.capacity_bytes.max(r.spec.required_bytes)
@@ -231,10 +229,7 @@ impl VolumeManager {
             .join(", ");
         self.modify(&id, format!("modify {what}"), |r| {
             if r.deleting {
-                return Err(RequestError::Conflict(format!(
-                    "volume {} is being deleted",
-                    echo(name)
-                )));
+                return Err(Conflict::VolumeDeleting(name.to_string()).into());
             }
             r.spec_mut().mutable_parameters.extend(changes);
             r.failure = None;
@@ -278,11 +273,11 @@ impl VolumeManager {
         self.modify(&id, "delete".into(), |r| {
             may(r)?;
             if let Some((snap, _)) = r.snapshots.iter().find(|(_, s)| !s.deleting) {
-                return Err(RequestError::Conflict(format!(
-                    "volume {} has snapshot {}: delete its snapshots first",
-                    echo(name),
-                    echo(snap)
-                )));
+                return Err(Conflict::HasSnapshot {
+                    volume: name.to_string(),
+                    snapshot: snap.clone(),
+                }
+                .into());
             }
             r.deleting = true;
             // Deleting is the operator's answer to a give-up too.
@@ -301,10 +296,11 @@ impl VolumeManager {
     pub(super) fn refuse_if_grouped(&self, id: &str, name: &str) -> Result<(), RequestError> {
         match self.table.grouped(id) {
             0 => Ok(()),
-            n => Err(RequestError::Conflict(format!(
-                "volume {} is in {n} group snapshot(s): delete them first (berth snapshot groups)",
-                echo(name)
-            ))),
+            n => Err(Conflict::InGroups {
+                volume: name.to_string(),
+                count: n,
+            }
+            .into()),
         }
     }
 
@@ -344,15 +340,15 @@ impl VolumeManager {
         self.modify(&id, format!("publish on {node}, {}", access(readonly)), |r| {
             may(r)?;
             if r.deleting {
-                return Err(RequestError::Conflict(format!(
-                    "volume {name:?} is being deleted"
-                )));
+                return Err(Conflict::VolumeDeleting(name.to_string()).into());
             }
             let mode = r.spec.access_mode;
             if mode.is_single_node() && r.publications.iter().any(|(n, p)| p.wanted && n != &node) {
-                return Err(RequestError::Conflict(format!(
-                    "volume {name:?} is {mode} and already published to another node"
-                )));
+                return Err(Conflict::PublishedElsewhere {
+                    volume: name.to_string(),
+                    mode: mode.to_string(),
+                }
+                .into());
             }
             if let Some(p) = r.publications.get(&node).filter(|p| p.wanted)
                 && p.readonly != readonly

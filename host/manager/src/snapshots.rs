@@ -2,6 +2,7 @@
 //! of the volume it is of, so it is driven, retried and made durable with
 //! that volume; its name is unique across volumes.
 
+use crate::Conflict;
 use crate::Missing;
 use crate::{RequestError, VolumeManager, now_ms};
 use berth_csi::proto::controller_service_capability::rpc::Type as ControllerCap;
@@ -65,10 +66,7 @@ impl VolumeManager {
         let result = self
             .modify(&id, format!("snapshot {name}"), |r| {
                 if r.deleting {
-                    return Err(RequestError::Conflict(format!(
-                        "volume {} is being deleted",
-                        echo(volume)
-                    )));
+                    return Err(Conflict::VolumeDeleting(volume.to_string()).into());
                 }
                 if r.group_snapshots.contains_key(name) {
                     return Err(RequestError::AlreadyExists(format!(
@@ -77,10 +75,7 @@ impl VolumeManager {
                     )));
                 }
                 if r.snapshots.get(name).is_some_and(|s| s.deleting) {
-                    return Err(RequestError::Conflict(format!(
-                        "snapshot {} is being deleted",
-                        echo(name)
-                    )));
+                    return Err(Conflict::SnapshotDeleting(name.to_string()).into());
                 }
                 r.snapshots.get_or_insert_with(name, || Snapshot {
                     csi_name: format!("snapshot-{}", new_id()),
