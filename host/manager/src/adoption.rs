@@ -3,6 +3,7 @@
 //! alone.
 
 use crate::Missing;
+use crate::Unready;
 use crate::table::{Inserted, RemoveError};
 use crate::{Conflict, Unforgettable};
 use crate::{RequestError, VolumeManager};
@@ -57,7 +58,7 @@ impl VolumeManager {
             .registry
             .get(plugin)
             .ok_or_else(|| RequestError::Invalid(format!("plugin {plugin:?} has no controller")))?;
-        let unavailable = |e: berth_csi::CsiError| {
+        let unavailable = |e: berth_csi::CsiError| -> RequestError {
             if e.code() == tonic::Code::NotFound {
                 Missing::OnPlugin {
                     plugin: plugin.to_string(),
@@ -65,7 +66,7 @@ impl VolumeManager {
                 }
                 .into()
             } else {
-                RequestError::Unavailable(e.to_string())
+                Unready::Plugin(e).into()
             }
         };
         let volume = match (
@@ -73,9 +74,7 @@ impl VolumeManager {
             self.offers(plugin, ControllerCap::ListVolumes),
         ) {
             (None, _) => {
-                return Err(RequestError::Unavailable(format!(
-                    "plugin {plugin:?} is not fingerprinted yet: try again shortly"
-                )));
+                return Err(Unready::NotFingerprinted(plugin.to_string()).into());
             }
             (Some(true), _) => {
                 controller
@@ -117,7 +116,7 @@ impl VolumeManager {
             .client()
             .list_all_volumes()
             .await
-            .map_err(|e| RequestError::Unavailable(e.to_string()))
+            .map_err(|e| Unready::Plugin(e).into())
     }
 
     /// Drops a volume from Berth without a call to any plugin; returns it
@@ -152,9 +151,7 @@ impl VolumeManager {
             .await
             .map_err(|e| match e {
                 RemoveError::Refused(e) => e,
-                RemoveError::Store(e) => {
-                    RequestError::Unavailable(format!("the store refused the change: {e}"))
-                }
+                RemoveError::Store(e) => Unready::store("the change", e).into(),
             })?;
         let r = forgotten.ok_or_else(|| Missing::Volume(name.to_string()))?;
         tracing::info!(volume = %r.spec.name, volume_id = r.backend.as_ref().map(|b| b.volume_id.as_str()), "forgotten");

@@ -3,6 +3,7 @@
 //! built-in policies alike run on the caller's task.
 
 use crate::Conflict;
+use crate::Unready;
 use tracing::Instrument;
 
 use crate::outcome::{Apply, StepError, policy_step_error, step_error};
@@ -220,7 +221,7 @@ impl VolumeManager {
         let (nodes, verdicts, logged) = self
             .place(r, Purpose::Publish, accessible)
             .await
-            .map_err(|e| RequestError::Unavailable(e.to_string()))?;
+            .map_err(Unready::Policy)?;
         let note = placed_note(&logged, &nodes, &verdicts);
         policy::ranked(&verdicts)
             .into_iter()
@@ -228,11 +229,11 @@ impl VolumeManager {
             .find(|n| !r.publications.get(&n.name).is_some_and(|p| p.wanted))
             .map(|n| (n.name.clone(), note))
             .ok_or_else(|| {
-                RequestError::Unavailable(format!(
-                    "no eligible node for {:?} ({})",
-                    r.spec.name,
-                    policy::refusals(&nodes, &verdicts)
-                ))
+                Unready::NoEligibleNode {
+                    volume: r.spec.name.clone(),
+                    refusals: policy::refusals(&nodes, &verdicts),
+                }
+                .into()
             })
     }
 }

@@ -3,6 +3,7 @@
 
 use crate::Conflict;
 use crate::Missing;
+use crate::Unready;
 use crate::{RequestError, VolumeManager};
 use berth_csi::proto;
 use berth_csi::proto::controller_service_capability::rpc::Type as ControllerCap;
@@ -124,9 +125,7 @@ impl VolumeManager {
         }
         match self.offers(plugin, ControllerCap::ListVolumes) {
             None => {
-                return Err(RequestError::Unavailable(format!(
-                    "plugin {plugin:?} is not fingerprinted yet: try again shortly"
-                )));
+                return Err(Unready::NotFingerprinted(plugin.to_string()).into());
             }
             Some(false) => {
                 return Err(RequestError::Invalid(format!(

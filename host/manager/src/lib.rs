@@ -46,6 +46,7 @@ mod steps;
 mod table;
 pub mod tenancy;
 mod topology_checks;
+mod unready;
 
 pub use groups::{GroupView, MAX_GROUP_MEMBERS};
 pub use inquiries::{Health, NodeHealth, Orphans};
@@ -70,6 +71,7 @@ pub use conflict::{Conflict, Unforgettable};
 pub use missing::Missing;
 use queue::Queue;
 use table::VolumeTable;
+pub use unready::Unready;
 
 /// Why an operator's request was refused. The API maps these to gRPC codes.
 #[derive(Debug, thiserror::Error)]
@@ -88,8 +90,8 @@ pub enum RequestError {
     /// A limit would be passed (a node's volume limit, ...).
     #[error("{0}")]
     Exhausted(String),
-    #[error("{0}")]
-    Unavailable(String),
+    #[error(transparent)]
+    Unavailable(#[from] Unready),
     /// What the caller may not touch (a node's Docker, beyond its scope).
     #[error(transparent)]
     Denied(#[from] tenancy::Denied),

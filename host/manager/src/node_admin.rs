@@ -4,6 +4,7 @@
 
 use crate::Conflict;
 use crate::Missing;
+use crate::Unready;
 use crate::{RequestError, VolumeManager};
 use berth_model::NodeLevel;
 use berth_store::NodeRecord;
@@ -15,7 +16,7 @@ impl VolumeManager {
             .store()
             .put_node(&record)
             .await
-            .map_err(|e| RequestError::Unavailable(format!("the store refused the node's change: {e}")))
+            .map_err(|e| Unready::store("the node's change", e).into())
     }
 
     /// Names of volumes with a wanted publication on `node`.
@@ -103,7 +104,7 @@ impl VolumeManager {
             .store()
             .remove_node(node)
             .await
-            .map_err(|e| RequestError::Unavailable(format!("the store refused the node's removal: {e}")))?;
+            .map_err(|e| Unready::store("the node's removal", e))?;
         directory.remove(node);
         tracing::info!(%node, "node removed");
         Ok(())

@@ -7,6 +7,7 @@
 //! visible.
 
 use crate::Missing;
+use crate::Unready;
 use std::collections::HashMap;
 use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex};
@@ -75,7 +76,7 @@ pub struct VolumeTable {
 }
 
 fn unavailable(what: &str, e: StoreError) -> RequestError {
-    RequestError::Unavailable(format!("the store refused {what}: {e}"))
+    Unready::store(what, e).into()
 }
 
 impl VolumeTable {

@@ -1,6 +1,7 @@
 //! Whether a volume's topology can be honoured: by the plugin or by
 //! placement at declaration, and by a node the operator names at publish.
 
+use crate::Unready;
 use std::collections::BTreeMap;
 
 use crate::nodes::NodeState;
@@ -88,10 +89,12 @@ impl VolumeManager {
             return Ok(());
         }
         let Some(info) = &view.info else {
-            return Err(RequestError::Unavailable(format!(
-                "the node plugin of {plugin:?} on {node:?} has not reported its topology yet, so Berth cannot tell whether it reaches {name:?}; try again shortly",
-                name = r.spec.name
-            )));
+            return Err(Unready::TopologyUnknown {
+                plugin: plugin.to_string(),
+                node: node.to_string(),
+                volume: r.spec.name.clone(),
+            }
+            .into());
         };
         if allowed.iter().any(|t| reaches(&info.accessible_topology, t)) {
             return Ok(());
