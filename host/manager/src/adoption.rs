@@ -3,6 +3,7 @@
 //! alone.
 
 use crate::Missing;
+use crate::Taken;
 use crate::Unready;
 use crate::table::{Inserted, RemoveError};
 use crate::{Conflict, Unforgettable};
@@ -33,12 +34,12 @@ impl VolumeManager {
         if let Some(other) = self.table.list().into_iter().find(|r| {
             r.spec.plugin == spec.plugin && r.backend.as_ref().is_some_and(|b| b.volume_id == volume_id)
         }) {
-            return Err(RequestError::AlreadyExists(format!(
-                "volume {} of plugin {:?} is Berth's volume {} already",
-                echo(volume_id),
-                spec.plugin,
-                echo(&other.spec.name)
-            )));
+            return Err(Taken::Adopted {
+                volume_id: volume_id.to_string(),
+                plugin: spec.plugin.clone(),
+                volume: other.spec.name.clone(),
+            }
+            .into());
         }
         let found = self.look_up(&spec.plugin, volume_id).await?;
         let mut record = VolumeRecord::new(new_id(), spec);

@@ -7,6 +7,7 @@
 
 use crate::Conflict;
 use crate::Missing;
+use crate::Taken;
 use std::collections::HashMap;
 
 use crate::outcome::{Apply, StepError, Unwritten, look_again, not_found_answer, step_error};
@@ -105,11 +106,11 @@ impl VolumeManager {
                 .by_id(&owner)
                 .map(|v| v.spec.name.clone())
                 .unwrap_or_default();
-            return Err(RequestError::AlreadyExists(format!(
-                "a snapshot named {} already exists, of volume {}",
-                echo(name),
-                echo(&of)
-            )));
+            return Err(Taken::Snapshot {
+                name: name.to_string(),
+                volume: of,
+            }
+            .into());
         }
         let names: Vec<&str> = members.iter().map(|m| m.name.as_str()).collect();
         let what = format!("group snapshot {name} of {}", names.join(", "));
@@ -119,11 +120,11 @@ impl VolumeManager {
                     return Err(Conflict::VolumeDeleting(r.spec.name.clone()).into());
                 }
                 if r.snapshots.contains_key(name) {
-                    return Err(RequestError::AlreadyExists(format!(
-                        "a snapshot named {} already exists, of volume {}",
-                        echo(name),
-                        echo(&r.spec.name)
-                    )));
+                    return Err(Taken::Snapshot {
+                        name: name.to_string(),
+                        volume: r.spec.name.clone(),
+                    }
+                    .into());
                 }
                 match r.group_snapshots.get(name) {
                     Some(g) if g.deleting => Err(Conflict::GroupDeleting(name.to_string()).into()),
@@ -133,10 +134,7 @@ impl VolumeManager {
                             .map(|m| &m.volume)
                             .ne(members.iter().map(|m| &m.volume)) =>
                     {
-                        Err(RequestError::AlreadyExists(format!(
-                            "group snapshot {} exists, of other volumes",
-                            echo(name)
-                        )))
+                        Err(Taken::GroupOfOthers(name.to_string()).into())
                     }
                     // The same request again.
                     Some(_) => Ok(()),

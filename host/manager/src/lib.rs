@@ -44,6 +44,7 @@ pub mod secrets;
 mod snapshots;
 mod steps;
 mod table;
+mod taken;
 pub mod tenancy;
 mod topology_checks;
 mod unready;
@@ -71,6 +72,7 @@ pub use conflict::{Conflict, Unforgettable};
 pub use missing::Missing;
 use queue::Queue;
 use table::VolumeTable;
+pub use taken::Taken;
 pub use unready::Unready;
 
 /// Why an operator's request was refused. The API maps these to gRPC codes.
@@ -85,11 +87,18 @@ pub enum RequestError {
     /// A name already taken by something else: a volume with another spec,
     /// a snapshot of another volume, a backend volume already Berth's, a
     /// publication with other access (CSI's ALREADY_EXISTS, every time).
-    #[error("{0}")]
-    AlreadyExists(String),
-    /// A limit would be passed (a node's volume limit, ...).
-    #[error("{0}")]
-    Exhausted(String),
+    #[error(transparent)]
+    AlreadyExists(#[from] Taken),
+    /// A limit would be passed: a node's volume limit.
+    #[error(
+        "node {node:?} already has {published} volumes of {plugin:?} published, its plugin's limit is {max}"
+    )]
+    NodeFull {
+        node: String,
+        plugin: String,
+        published: u64,
+        max: u64,
+    },
     #[error(transparent)]
     Unavailable(#[from] Unready),
     /// What the caller may not touch (a node's Docker, beyond its scope).

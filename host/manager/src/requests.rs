@@ -3,6 +3,7 @@
 
 use crate::Conflict;
 use crate::Missing;
+use crate::Taken;
 use crate::table::Inserted;
 use crate::{RequestError, VolumeManager};
 use berth_config::Config;
@@ -355,11 +356,13 @@ impl VolumeManager {
             {
                 // CSI's rule for a repeated publish that differs: the node
                 // keeps what it has, so the record must not claim otherwise.
-                return Err(RequestError::AlreadyExists(format!(
-                    "volume {name:?} is already published {} on {node:?}; unpublish it first to publish it {}",
-                    access(p.readonly),
-                    access(readonly)
-                )));
+                return Err(Taken::PublishedOtherwise {
+                    volume: name.to_string(),
+                    node: node.clone(),
+                    now: access(p.readonly),
+                    asked: access(readonly),
+                }
+                .into());
             }
             // A node whose agent is there is called next: the publication is
             // marked sent with this write, which saves the write of its own

@@ -4,6 +4,7 @@
 
 use crate::Conflict;
 use crate::Missing;
+use crate::Taken;
 use crate::{RequestError, VolumeManager, now_ms};
 use berth_csi::proto::controller_service_capability::rpc::Type as ControllerCap;
 use berth_model::text::echo;
@@ -57,11 +58,11 @@ impl VolumeManager {
                 .by_id(&owner)
                 .map(|v| v.spec.name.clone())
                 .unwrap_or_default();
-            return Err(RequestError::AlreadyExists(format!(
-                "a snapshot named {} already exists, of volume {}",
-                echo(name),
-                echo(&of)
-            )));
+            return Err(Taken::Snapshot {
+                name: name.to_string(),
+                volume: of,
+            }
+            .into());
         }
         let result = self
             .modify(&id, format!("snapshot {name}"), |r| {
@@ -69,10 +70,7 @@ impl VolumeManager {
                     return Err(Conflict::VolumeDeleting(volume.to_string()).into());
                 }
                 if r.group_snapshots.contains_key(name) {
-                    return Err(RequestError::AlreadyExists(format!(
-                        "a group snapshot named {} already exists",
-                        echo(name)
-                    )));
+                    return Err(Taken::Group(name.to_string()).into());
                 }
                 if r.snapshots.get(name).is_some_and(|s| s.deleting) {
                     return Err(Conflict::SnapshotDeleting(name.to_string()).into());

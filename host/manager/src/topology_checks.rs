@@ -79,10 +79,12 @@ impl VolumeManager {
             && !already
             && view.published_volumes >= max
         {
-            return Err(RequestError::Exhausted(format!(
-                "node {node:?} already has {} volumes of {plugin:?} published, its plugin's limit is {max}",
-                view.published_volumes
-            )));
+            return Err(RequestError::NodeFull {
+                node: node.to_string(),
+                plugin: plugin.to_string(),
+                published: view.published_volumes,
+                max,
+            });
         }
         let allowed = allowed_topology(r);
         if allowed.is_empty() {

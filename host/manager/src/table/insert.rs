@@ -2,6 +2,7 @@
 //! durable, and a repeat of the same request answered only from what was
 //! written.
 
+use crate::Taken;
 use berth_model::VolumeRecord;
 
 use super::{Inserted, VolumeTable, unavailable};
@@ -30,11 +31,11 @@ impl VolumeTable {
                 match s.names.get(&record.spec.name).and_then(|i| s.volumes.get(i)) {
                     Some(existing) if same(existing) && !existing.deleting => Some(existing.id.clone()),
                     Some(existing) => {
-                        return Err(RequestError::AlreadyExists(format!(
-                            "a volume named {:?} already exists with a different spec{}",
-                            record.spec.name,
-                            if existing.deleting { " (being deleted)" } else { "" }
-                        )));
+                        return Err(Taken::VolumeSpec {
+                            name: record.spec.name.clone(),
+                            deleting: existing.deleting,
+                        }
+                        .into());
                     }
                     None => {
                         // Reserve the name before the write, so two requests cannot both take it.

@@ -35,7 +35,7 @@ pub(super) fn code(refusal: &Refusal) -> Code {
             RequestError::NotFound(_) => Code::NotFound,
             RequestError::Conflict(_) | RequestError::InUse(_) => Code::FailedPrecondition,
             RequestError::AlreadyExists(_) => Code::AlreadyExists,
-            RequestError::Exhausted(_) => Code::ResourceExhausted,
+            RequestError::NodeFull { .. } => Code::ResourceExhausted,
             RequestError::Unavailable(_) => Code::Unavailable,
             RequestError::Denied(Denied::InUse { .. }) => Code::FailedPrecondition,
             RequestError::Denied(Denied::Taken(_)) => Code::AlreadyExists,
@@ -61,8 +61,11 @@ mod tests {
 
     #[test]
     fn each_refusal_keeps_its_message_under_its_code() {
-        let s = status(RequestError::AlreadyExists("taken".into()));
-        assert_eq!((s.code(), s.message()), (Code::AlreadyExists, "taken"));
+        let s = status(RequestError::from(berth_manager::Taken::Group("g".into())));
+        assert_eq!(
+            (s.code(), s.message()),
+            (Code::AlreadyExists, "a group snapshot named \"g\" already exists")
+        );
         let s = status(Refusal::Missing("spec"));
         assert_eq!((s.code(), s.message()), (Code::InvalidArgument, "spec: required"));
         assert_eq!(status(ReloadError::NoConfig).code(), Code::FailedPrecondition);
