@@ -100,6 +100,7 @@ fn js(base: &Path, lang: &str) -> anyhow::Result<()> {
         &["install", "--no-audit", "--no-fund", "--loglevel=error"][..],
         &["run", "build"],
         &["test"],
+        &["run", "check"],
     ] {
         let mut cmd = Command::new("npm");
         cmd.current_dir(&dir).args(args).env("PATH", &path);
