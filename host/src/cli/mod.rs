@@ -9,6 +9,7 @@ mod node;
 mod plugin;
 mod plugin_check;
 mod policy;
+mod policy_component;
 mod policy_diff;
 mod policy_new;
 mod policy_new_js;
@@ -248,4 +249,26 @@ pub fn out_raw(text: &str) {
 pub fn print_json<T: serde::Serialize>(value: &T) -> anyhow::Result<()> {
     out(&serde_json::to_string_pretty(value)?);
     Ok(())
+}
+
+#[cfg(test)]
+mod tests {
+    /// clap's own checks of the whole command line, and a subcommand whose
+    /// flags once clashed with the global `--output` (a panic at parse time).
+    #[test]
+    fn the_command_line_is_well_formed() {
+        use clap::{CommandFactory, Parser};
+        super::Cli::command().debug_assert();
+        let args = [
+            "berth",
+            "policy",
+            "component",
+            "core.wasm",
+            "--world",
+            "naming-policy",
+            "--to",
+            "x.wasm",
+        ];
+        assert!(super::Cli::try_parse_from(args).is_ok());
+    }
 }

@@ -42,6 +42,14 @@ berth policy new site-policy --lang rust --dir ~/src/site-policy\n  \
 berth policy new edge-placement --lang ts --decisions placement   # then: npm install && npm run build && npm test"
     )]
     New(super::policy_new::NewArgs),
+    /// Make a core WebAssembly module (Go's GOOS=wasip1, C with wasi-libc)
+    /// a component Berth loads: Berth's WIT embedded for the world it
+    /// implements, its WASI preview 1 imports adapted.
+    #[command(
+        after_help = "Example:\n  GOOS=wasip1 GOARCH=wasm go build -buildmode=c-shared -o core.wasm .\n  \
+berth policy component core.wasm --world naming-policy --to naming.wasm"
+    )]
+    Component(super::policy_component::ComponentArgs),
     /// Load the [[policy]] modules of the server's config file again and swap
     /// them in, all at once (as SIGHUP does); if any fails, the modules in
     /// service stay and the error says why.
@@ -239,6 +247,7 @@ pub async fn run(cmd: PolicyCommand, output: Output) -> anyhow::Result<ExitCode>
         PolicyCommand::Check(args) => check(args, output).await,
         PolicyCommand::Test(args) => test(args, output).await,
         PolicyCommand::New(args) => super::policy_new::run(args).map(|()| ExitCode::SUCCESS),
+        PolicyCommand::Component(args) => super::policy_component::run(args).map(|()| ExitCode::SUCCESS),
         PolicyCommand::Reload { api } => reload(api, output).await,
         PolicyCommand::Push(args) => super::policy_oci::push(args, output).await,
         PolicyCommand::Apply { file, api } => super::policy_set::apply(file, api, output).await,

@@ -10,7 +10,7 @@ pub struct SdkFile {
 }
 
 /// The WIT files the SDK's bindings are generated from (the current release).
-const WIT: [(&str, &str); 5] = [
+pub(super) const WIT: [(&str, &str); 5] = [
     ("wit/types.wit", include_str!("../../../wit/types.wit")),
     ("wit/naming.wit", include_str!("../../../wit/naming.wit")),
     ("wit/placement.wit", include_str!("../../../wit/placement.wit")),

@@ -324,3 +324,68 @@ fn policy_new_makes_a_project_and_refuses_what_it_cannot_make() {
         "nothing is left of a refused project"
     );
 }
+
+/// A core module (what Go's wasip1 or C's wasi-libc build) becomes a
+/// component Berth loads: the contract embedded for the world it names, its
+/// WASI preview 1 import adapted; a module that does not implement the world,
+/// a world Berth has not, and a component are each refused saying so.
+#[test]
+fn policy_component_makes_a_core_module_a_policy() {
+    let dir = test_dir();
+    let core = repo("tests/guests/core-naming/naming.wat");
+    let out_path = dir.path().join("naming.wasm").display().to_string();
+    let out = berth(&[
+        "policy",
+        "component",
+        &core,
+        "--world",
+        "naming-policy",
+        "--to",
+        &out_path,
+    ]);
+    let (stdout, stderr) = texts(&out);
+    assert!(out.status.success(), "{stdout}{stderr}");
+    let cases = dir.path().join("cases.toml");
+    std::fs::write(
+        &cases,
+        "[[case]]\nname = \"named\"\ndecision = \"naming\"\nvolume = { name = \"data\" }\nexpect = { name = \"wat-name\" }\n",
+    )
+    .unwrap();
+    let out = berth(&["policy", "test", &out_path, &cases.display().to_string()]);
+    let (stdout, stderr) = texts(&out);
+    assert!(
+        out.status.success() && stdout.contains("1 passed, 0 failed"),
+        "{stdout}{stderr}"
+    );
+    let out = berth(&["policy", "check", &out_path]);
+    let (stdout, _) = texts(&out);
+    assert!(stdout.contains("decisions   naming"), "{stdout}");
+    assert!(
+        stdout.contains("wasi:random/random"),
+        "the adapter's import: {stdout}"
+    );
+
+    let refused = |args: &[&str], says: &str| {
+        let out = berth(args);
+        let (stdout, stderr) = texts(&out);
+        assert!(!out.status.success(), "{stdout}");
+        assert!(stderr.contains(says), "{stderr}");
+    };
+    refused(
+        &[
+            "policy",
+            "component",
+            &core,
+            "--world",
+            "retry-policy",
+            "--to",
+            &out_path,
+        ],
+        "function `classify`",
+    );
+    refused(
+        &["policy", "component", &core, "--world", "nope", "--to", &out_path],
+        "is not a world of Berth's contract",
+    );
+    refused(&["policy", "component", &out_path], "is a component already");
+}
