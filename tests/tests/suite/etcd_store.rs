@@ -39,6 +39,41 @@ fn create_and_publish(c: &Cluster, name: &str) {
     c.ok(&["volume", "publish", name, "--node", "node-a", "--wait"]);
 }
 
+type Kv = berth_proto::etcd::etcdserverpb::kv_client::KvClient<tonic::transport::Channel>;
+
+/// etcd's current revision, as a count of `key`'s range answers it.
+async fn revision_now(kv: &mut Kv, key: &[u8], range_end: &[u8]) -> i64 {
+    use berth_proto::etcd::etcdserverpb as pb;
+    kv.range(pb::RangeRequest {
+        key: key.to_vec(),
+        range_end: range_end.to_vec(),
+        count_only: true,
+        ..Default::default()
+    })
+    .await
+    .unwrap()
+    .into_inner()
+    .header
+    .unwrap()
+    .revision
+}
+
+/// A read of `key` at `revision`.
+async fn read_at(kv: &mut Kv, key: &[u8], revision: i64) -> Result<(), tonic::Status> {
+    use berth_proto::etcd::etcdserverpb as pb;
+    let read = pb::RangeRequest {
+        key: key.to_vec(),
+        revision,
+        ..Default::default()
+    };
+    kv.range(read).await.map(drop)
+}
+
+/// Whether etcd refused a read as compacted away.
+fn compacted(read: Result<(), tonic::Status>) -> bool {
+    read.is_err_and(|s| s.message().contains("compacted"))
+}
+
 #[test]
 fn volumes_live_in_etcd_through_restarts_and_a_lost_member() {
     let mut etcd = EtcdCluster::start(3);
@@ -262,19 +297,7 @@ fn a_warm_copy_resumes_on_another_member_and_reads_again_after_a_compaction() {
         let mut kv = pb::kv_client::KvClient::connect(etcd.endpoints()[1].clone())
             .await
             .unwrap();
-        let now = kv
-            .range(pb::RangeRequest {
-                key: b"/berth-mirror/".to_vec(),
-                range_end: b"/berth-mirror0".to_vec(),
-                count_only: true,
-                ..Default::default()
-            })
-            .await
-            .unwrap()
-            .into_inner()
-            .header
-            .unwrap()
-            .revision;
+        let now = revision_now(&mut kv, b"/berth-mirror/", b"/berth-mirror0").await;
         kv.compact(pb::CompactionRequest {
             revision: now,
             physical: true,
@@ -293,48 +316,24 @@ fn a_warm_copy_resumes_on_another_member_and_reads_again_after_a_compaction() {
 
 #[test]
 fn the_leader_compacts_etcds_history_and_work_goes_on() {
-    use berth_proto::etcd::etcdserverpb as pb;
     let etcd = EtcdCluster::start(1);
     let store = format!("{}compact_every = \"1s\"\n", etcd.store_config("/berth-compact"));
     let c = on_etcd_with(&store);
     create_and_publish(&c, "before");
     let endpoint = etcd.endpoints()[0].clone();
+    let kv = || async { Kv::connect(endpoint.clone()).await.unwrap() };
     // The revision of everything written so far: etcd keeps it until compacted.
-    let written = berth_tests::block_on(async {
-        let mut kv = pb::kv_client::KvClient::connect(endpoint.clone()).await.unwrap();
-        kv.range(pb::RangeRequest {
-            key: b"/berth-compact/schema".to_vec(),
-            count_only: true,
-            ..Default::default()
-        })
-        .await
-        .unwrap()
-        .into_inner()
-        .header
-        .unwrap()
-        .revision
-    });
-    let read_at = |revision: i64| {
-        berth_tests::block_on(async {
-            let mut kv = pb::kv_client::KvClient::connect(endpoint.clone()).await.unwrap();
-            kv.range(pb::RangeRequest {
-                key: b"/berth-compact/schema".to_vec(),
-                revision,
-                ..Default::default()
-            })
-            .await
-            .map(|_| ())
-        })
+    let written =
+        berth_tests::block_on(async { revision_now(&mut kv().await, b"/berth-compact/schema", b"").await });
+    let read_before = || {
+        berth_tests::block_on(async { read_at(&mut kv().await, b"/berth-compact/schema", written - 1).await })
     };
     // A compaction to a revision keeps that revision: the one before it goes.
-    assert!(
-        read_at(written - 1).is_ok(),
-        "history is there before a compaction"
-    );
+    assert!(read_before().is_ok(), "history is there before a compaction");
     wait_for(
         "the leader to compact past the first writes",
         Duration::from_secs(30),
-        || read_at(written - 1).is_err_and(|s| s.message().contains("compacted")),
+        || compacted(read_before()),
         String::new,
     );
     // The leader goes on writing after its compaction.
@@ -368,23 +367,10 @@ fn the_compaction_schedule_outlives_terms_shorter_than_its_interval() {
             key: b"/berth-terms/leader".to_vec(),
             create_revision: first,
         };
-        let compacted = |kv: &mut pb::kv_client::KvClient<_>| {
-            let read = pb::RangeRequest {
-                key: b"/berth-terms/leader".to_vec(),
-                revision: first,
-                ..Default::default()
-            };
-            let mut kv = kv.clone();
-            async move {
-                kv.range(read)
-                    .await
-                    .is_err_and(|s| s.message().contains("compacted"))
-            }
-        };
         // Terms of 0.5 s, each a leader's store; none lives a whole interval.
         let started = Instant::now();
         let mut terms = 0;
-        while !compacted(&mut kv).await {
+        while !compacted(read_at(&mut kv, b"/berth-terms/leader", first).await) {
             assert!(
                 started.elapsed() < Duration::from_secs(30),
                 "no compaction after {terms} short terms"
