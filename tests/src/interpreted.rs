@@ -80,3 +80,67 @@ pub fn samples_pass_the_case_files(language: &str, suffix: &str) {
         assert!(stdout.contains(" 0 failed"), "{stdout}");
     }
 }
+
+/// The naming sample of `language` (`berth_naming_<suffix>`) imports only
+/// Berth's types and names every volume as the Rust sample does: the SDKs
+/// hash alike.
+pub fn names_as_rust_does(language: &str, suffix: &str) {
+    let p = Policies::new(engine(language), Builtins::default());
+    p.load(
+        ModuleConfig::from_path(&built(language, &format!("berth_naming_{suffix}"))),
+        &[],
+    )
+    .unwrap();
+    let module = p.module(Decision::Naming).unwrap();
+    assert_eq!(module.imports(), ["berth:policy/types@0.3.0"]);
+    let rust = Policies::new(engine(language), Builtins::default());
+    rust.load(ModuleConfig::from_path(&crate::guest("berth_naming_guest")), &[])
+        .unwrap();
+    for name in ["data", "Postgres Data", "日本語", ""] {
+        let a = crate::block_on(p.volume_name(volume(name))).unwrap();
+        let b = crate::block_on(rust.volume_name(volume(name))).unwrap();
+        assert_eq!(a, b, "{name:?}");
+    }
+}
+
+/// The naming sample of `language`, pushed to a real registry and named in
+/// a server's `[[policy]]` with the setting `prefix = suffix`, names the
+/// server's volumes.
+pub fn pushed_sample_names_a_servers_volumes(language: &str, suffix: &str) {
+    let registry = crate::RegistryServer::start();
+    let pushed = registry.push(
+        &built(language, &format!("berth_naming_{suffix}")),
+        &format!("berth/naming-{suffix}:v1"),
+    );
+    let tables = format!(
+        "[[policy]]\nmodule = \"{}\"\nsettings = {{ prefix = \"{suffix}\" }}\n[oci]\nplain_http = true\n",
+        pushed["reference"].as_str().unwrap()
+    );
+    let c = crate::Cluster::start(crate::ClusterSpec {
+        policy_tables: Some(&tables),
+        ..crate::ClusterSpec::default()
+    });
+    c.create_in("orders.db", "zone=a");
+    let v: serde_json::Value =
+        serde_json::from_str(&c.ok(&["volume", "get", "orders.db", "-o", "json"])).unwrap();
+    let name = v["csi_name"].as_str().unwrap();
+    let prefix = format!("{suffix}-orders-db-");
+    assert!(
+        name.starts_with(&prefix) && name.len() == prefix.len() + 8,
+        "{v:#}"
+    );
+}
+
+/// The hostile guest `module` of `language`: a loop ends at the deadline
+/// and unbounded allocation at the memory limit.
+pub fn loops_and_hoards_are_stopped(language: &str, module: &Path) {
+    let name = module.file_stem().and_then(|s| s.to_str()).unwrap_or_default();
+    assert_eq!(
+        naming_failure(&hostile(language, module, "loop"), name),
+        GuestFailure::Deadline(std::time::Duration::from_millis(100))
+    );
+    match naming_failure(&hostile(language, module, "memory-bomb"), name) {
+        GuestFailure::MemoryLimit { limit } => assert_eq!(limit, 32 << 20),
+        other => panic!("{other:?}"),
+    }
+}

@@ -29,6 +29,7 @@ mod dist_check;
 mod dist_image;
 mod dockerd;
 mod docs;
+mod go;
 mod js;
 mod js_types;
 mod python;
@@ -223,7 +224,12 @@ fn guests() -> anyhow::Result<()> {
     }
     run(cmd)?;
     python::build_guests()?;
-    js::build_guests()
+    js::build_guests()?;
+    // Go guests are made components by `berth policy component`.
+    let mut berth = cargo();
+    berth.args(["build", "-p", "berth", "--bin", "berth"]);
+    run(berth)?;
+    go::build_guests(&root().join("target/debug/berth"))
 }
 
 fn test(extra: &[String]) -> anyhow::Result<()> {
@@ -233,6 +239,7 @@ fn test(extra: &[String]) -> anyhow::Result<()> {
     ensure_docker()?;
     guests()?;
     python::native_cases()?;
+    go::sdk_tests()?;
     build_bins()?;
     scaffold::check()?;
     let mut cmd = cargo();

@@ -1,5 +1,5 @@
 //! `berth policy new`, checked as a policy author uses it: a project of each
-//! language (Rust, Python, JavaScript, TypeScript) made outside this
+//! language (Rust, Python, JavaScript, TypeScript, Go) made outside this
 //! workspace, built there with its own tools and target directory, and its
 //! cases passed by `berth policy test`.
 
@@ -8,7 +8,7 @@ use std::process::Command;
 
 use anyhow::Context;
 
-use super::{WASM_TARGET, ensure_wasm_target, js as node, python, root, run};
+use super::{WASM_TARGET, ensure_wasm_target, go as golang, js as node, python, root, run};
 
 fn berth() -> PathBuf {
     root().join("target/debug/berth")
@@ -24,6 +24,7 @@ pub fn check() -> anyhow::Result<()> {
     python(&base).context("the generated Python project")?;
     js(&base, "js").context("the generated JavaScript project")?;
     js(&base, "ts").context("the generated TypeScript project")?;
+    go(&base).context("the generated Go project")?;
     std::fs::remove_dir_all(&base)?;
     Ok(())
 }
@@ -105,6 +106,26 @@ fn js(base: &Path, lang: &str) -> anyhow::Result<()> {
         let mut cmd = Command::new("npm");
         cmd.current_dir(&dir).args(args).env("PATH", &path);
         run(cmd)?;
+    }
+    Ok(())
+}
+
+/// The project's Makefile builds, tests and checks it with the Go this
+/// workspace installed and this checkout's berth; the SDK it carries passes
+/// its own tests there too.
+fn go(base: &Path) -> anyhow::Result<()> {
+    let go = golang::ensure_go()?;
+    let dir = new_project(base, "sample-go-policy", "go")?;
+    let mut sdk = golang::go_command(&go);
+    sdk.current_dir(dir.join("sdk")).args(["test", "./..."]);
+    run(sdk)?;
+    for target in ["test", "check"] {
+        let mut make = Command::new("make");
+        golang::go_env(&mut make, &go);
+        make.current_dir(&dir)
+            .arg(format!("BERTH={}", berth().display()))
+            .arg(target);
+        run(make)?;
     }
     Ok(())
 }

@@ -1,14 +1,16 @@
 //! `berth policy component`: a core WebAssembly module, as Go (`GOOS=wasip1`)
 //! or C (wasi-libc) build one, made a component Berth loads. Berth's WIT
 //! package (built into this binary) is embedded as the module's contract for
-//! the world asked for, and the module's WASI preview 1 imports, if any, go
-//! through the preview 1 reactor adapter. Whatever the module exports must
-//! follow the component model's canonical ABI for that world.
+//! the world asked for, and the module's WASI preview 1 imports, if any, are
+//! answered inside the component by Berth's sealed preview 1
+//! (`sealed_wasi`), or, with `--wasi preview2`, passed to the host's WASI
+//! through the standard preview 1 reactor adapter. Whatever the module
+//! exports must follow the component model's canonical ABI for that world.
 
 use std::path::{Path, PathBuf};
 
 use anyhow::{Context, bail};
-use clap::Args;
+use clap::{Args, ValueEnum};
 use wit_parser_component::{Resolve, SourceMap};
 
 #[derive(Debug, Args)]
@@ -16,16 +18,44 @@ pub struct ComponentArgs {
     /// The core module (`.wasm`, or `.wat` text).
     pub module: PathBuf,
     /// The world it implements: `naming-policy`, `placement-policy`,
-    /// `retry-policy` or `policy` (all three).
+    /// `retry-policy` or `policy` (all three), or a world of `--wit`.
     #[arg(long, default_value = "policy")]
     pub world: String,
+    /// A directory holding the contract instead of the one built into
+    /// berth: a policy project's `wit/`, whose `module` world names the
+    /// decisions it exports.
+    #[arg(long)]
+    pub wit: Option<PathBuf>,
     /// Where to write the component [default: MODULE with `.component.wasm`].
     #[arg(long)]
     pub to: Option<PathBuf>,
+    /// How the module's WASI preview 1 imports are answered.
+    #[arg(long, value_enum, default_value_t = Wasi::Sealed)]
+    pub wasi: Wasi,
 }
 
-/// Berth's current WIT package, resolved.
-fn contract() -> anyhow::Result<(Resolve, wit_parser_component::PackageId)> {
+/// Where a core module's WASI preview 1 calls go.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, ValueEnum)]
+pub enum Wasi {
+    /// Inside the component: no clock, fixed randomness, writes dropped; the
+    /// component imports nothing. Needed for Go, whose runtime starts
+    /// before it can serve the standard adapter's allocations.
+    Sealed,
+    /// To the host's WASI through the standard preview 1 reactor adapter
+    /// (Berth's sandbox: no files, network or environment; stderr shows in
+    /// trap messages). For C built with wasi-libc, not for Go.
+    Preview2,
+}
+
+/// Berth's current WIT package, resolved; or the one in `dir`.
+fn contract(dir: Option<&Path>) -> anyhow::Result<(Resolve, wit_parser_component::PackageId)> {
+    if let Some(dir) = dir {
+        let mut resolve = Resolve::default();
+        let (package, _) = resolve
+            .push_dir(dir)
+            .with_context(|| format!("reading the WIT package in {}", dir.display()))?;
+        return Ok((resolve, package));
+    }
     let mut sources = SourceMap::new();
     for (path, text) in super::policy_sdk::WIT {
         sources.push(Path::new(path), text);
@@ -39,10 +69,13 @@ fn contract() -> anyhow::Result<(Resolve, wit_parser_component::PackageId)> {
 }
 
 /// The component's bytes for `core` implementing `world`.
-pub fn componentize(core: &[u8], world: &str) -> anyhow::Result<Vec<u8>> {
-    let (resolve, package) = contract()?;
-    let world_id = resolve.select_world(&[package], Some(world)).with_context(|| {
-        format!("{world:?} is not a world of Berth's contract (naming-policy, placement-policy, retry-policy, policy)")
+pub fn componentize(core: &[u8], wit: Option<&Path>, world: &str, wasi: Wasi) -> anyhow::Result<Vec<u8>> {
+    let (resolve, package) = contract(wit)?;
+    let world_id = resolve.select_world(&[package], Some(world)).with_context(|| match wit {
+        None => format!(
+            "{world:?} is not a world of Berth's contract (naming-policy, placement-policy, retry-policy, policy)"
+        ),
+        Some(dir) => format!("{world:?} is not a world of the package in {}", dir.display()),
     })?;
     let mut module = core.to_vec();
     wit_component::embed_component_metadata(
@@ -51,14 +84,33 @@ pub fn componentize(core: &[u8], world: &str) -> anyhow::Result<Vec<u8>> {
         world_id,
         wit_component::StringEncoding::UTF8,
     )?;
+    let adapter = match wasi {
+        Wasi::Sealed => sealed_adapter()?,
+        Wasi::Preview2 => {
+            wasi_preview1_component_adapter_provider::WASI_SNAPSHOT_PREVIEW1_REACTOR_ADAPTER.to_vec()
+        }
+    };
     wit_component::ComponentEncoder::default()
         .validate(true)
         .module(&module)?
-        .adapter(
-            "wasi_snapshot_preview1",
-            wasi_preview1_component_adapter_provider::WASI_SNAPSHOT_PREVIEW1_REACTOR_ADAPTER,
-        )?
+        .adapter("wasi_snapshot_preview1", &adapter)?
         .encode()
+}
+
+/// The sealed preview 1 with its contract embedded: a world importing
+/// nothing.
+fn sealed_adapter() -> anyhow::Result<Vec<u8>> {
+    let mut resolve = Resolve::default();
+    let package = resolve.push_str("sealed.wit", "package berth:sealed-wasi;\nworld sealed {}\n")?;
+    let world = resolve.select_world(&[package], Some("sealed"))?;
+    let mut module = super::sealed_wasi::module()?;
+    wit_component::embed_component_metadata(
+        &mut module,
+        &resolve,
+        world,
+        wit_component::StringEncoding::UTF8,
+    )?;
+    Ok(module)
 }
 
 pub fn run(args: ComponentArgs) -> anyhow::Result<()> {
@@ -70,7 +122,7 @@ pub fn run(args: ComponentArgs) -> anyhow::Result<()> {
             args.module.display()
         );
     }
-    let component = componentize(&core, &args.world)
+    let component = componentize(&core, args.wit.as_deref(), &args.world, args.wasi)
         .with_context(|| format!("making {} a component of {}", args.module.display(), args.world))?;
     let output = args
         .to

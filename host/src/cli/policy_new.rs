@@ -1,5 +1,5 @@
 //! `berth policy new`: a policy project of its own, in Rust, Python,
-//! JavaScript or TypeScript, that builds and passes its cases as generated.
+//! JavaScript, TypeScript or Go, that builds and passes its cases as generated.
 //! The templates, the WIT package and the SDKs are built into the binary,
 //! so a project can be made and built anywhere: a Rust project carries the
 //! SDK (`berth-guest/`) with it, unless it is pointed at Berth's source
@@ -19,6 +19,9 @@ pub enum Lang {
     Js,
     /// TypeScript: tsc, then as JavaScript.
     Ts,
+    /// Go 1.24 or later with its own toolchain (GOOS=wasip1), made a
+    /// component by `berth policy component`.
+    Go,
 }
 
 impl Lang {
@@ -28,6 +31,7 @@ impl Lang {
             Lang::Python => "Python",
             Lang::Js => "JavaScript",
             Lang::Ts => "TypeScript",
+            Lang::Go => "Go",
         }
     }
 }
@@ -97,6 +101,7 @@ pub fn run(args: NewArgs) -> anyhow::Result<()> {
         Lang::Python => python(&args.name, &decisions),
         Lang::Js => super::policy_new_js::js(&args.name, &decisions, false),
         Lang::Ts => super::policy_new_js::js(&args.name, &decisions, true),
+        Lang::Go => super::policy_new_go::go(&args.name, &decisions),
     };
     write_project(&dir, &files)?;
     println!(
@@ -112,6 +117,7 @@ pub fn run(args: NewArgs) -> anyhow::Result<()> {
         ),
         Lang::Python => format!("./build.sh && berth policy test {}.wasm cases.toml", args.name),
         Lang::Js | Lang::Ts => "npm install && npm run build && npm test".to_string(),
+        Lang::Go => "make test".to_string(),
     };
     println!("next: cd {} && {next}", dir.display());
     Ok(())

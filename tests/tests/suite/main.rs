@@ -20,6 +20,7 @@ mod plugin_probe;
 mod policy_cli;
 mod policy_compat;
 mod policy_engine;
+mod policy_go;
 mod policy_js;
 mod policy_oci;
 mod policy_python;

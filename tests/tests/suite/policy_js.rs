@@ -5,16 +5,12 @@
 //! at all (every WASI import is a trapping stub): no clock, and randomness
 //! seeded when it was built.
 
-use std::time::Duration;
-
-use berth::policy::builtin::Builtins;
 use berth::policy::samples::{failure, volume};
-use berth::policy::{
-    Code, Decision, GuestFailure, ModuleConfig, NamingOutcome, Operation, Policies, RetryDecision,
+use berth::policy::{Code, GuestFailure, NamingOutcome, Operation, Policies, RetryDecision};
+use berth_tests::interpreted::{
+    built, loops_and_hoards_are_stopped, names_as_rust_does, pushed_sample_names_a_servers_volumes,
+    samples_pass_the_case_files,
 };
-use berth_tests::interpreted::{built, engine, samples_pass_the_case_files};
-use berth_tests::{Cluster, ClusterSpec, RegistryServer, guest};
-use serde_json::Value;
 
 fn js_guest(name: &str) -> std::path::PathBuf {
     built("js", name)
@@ -36,56 +32,17 @@ fn the_javascript_samples_pass_the_rust_samples_case_files() {
 /// Same volume, same name, in every language: the SDKs hash alike.
 #[test]
 fn a_javascript_module_imports_nothing_but_berths_types_and_names_as_rust_does() {
-    let p = Policies::new(engine("js"), Builtins::default());
-    p.load(ModuleConfig::from_path(&js_guest("berth_naming_js")), &[])
-        .unwrap();
-    let js = p.module(Decision::Naming).unwrap();
-    assert_eq!(js.imports(), ["berth:policy/types@0.3.0"]);
-    let rust = Policies::new(engine("js"), Builtins::default());
-    rust.load(ModuleConfig::from_path(&guest("berth_naming_guest")), &[])
-        .unwrap();
-    for name in ["data", "Postgres Data", "日本語", ""] {
-        let a = berth_tests::block_on(p.volume_name(volume(name))).unwrap();
-        let b = berth_tests::block_on(rust.volume_name(volume(name))).unwrap();
-        assert_eq!(a, b, "{name:?}");
-    }
+    names_as_rust_does("js", "js");
 }
 
 #[test]
 fn a_javascript_module_pushed_to_a_registry_names_a_servers_volumes() {
-    let registry = RegistryServer::start();
-    let pushed = registry.push(&js_guest("berth_naming_js"), "berth/naming-js:v1");
-    let tables = format!(
-        "[[policy]]\nmodule = \"{}\"\nsettings = {{ prefix = \"js\" }}\n[oci]\nplain_http = true\n",
-        pushed["reference"].as_str().unwrap()
-    );
-    let c = Cluster::start(ClusterSpec {
-        policy_tables: Some(&tables),
-        ..ClusterSpec::default()
-    });
-    c.create_in("orders.db", "zone=a");
-    let v: Value = serde_json::from_str(&c.ok(&["volume", "get", "orders.db", "-o", "json"])).unwrap();
-    let name = v["csi_name"].as_str().unwrap();
-    assert!(
-        name.starts_with("js-orders-db-") && name.len() == "js-orders-db-".len() + 8,
-        "{v:#}"
-    );
+    pushed_sample_names_a_servers_volumes("js", "js");
 }
 
 #[test]
-fn a_javascript_guest_that_loops_hits_the_deadline() {
-    assert_eq!(
-        naming_failure(&hostile("loop")),
-        GuestFailure::Deadline(Duration::from_millis(100))
-    );
-}
-
-#[test]
-fn a_javascript_guest_that_allocates_without_bound_hits_the_memory_limit() {
-    match naming_failure(&hostile("memory-bomb")) {
-        GuestFailure::MemoryLimit { limit } => assert_eq!(limit, 32 << 20),
-        other => panic!("{other:?}"),
-    }
+fn a_javascript_guest_that_loops_or_hoards_is_stopped() {
+    loops_and_hoards_are_stopped("js", &js_guest("berth_hostile_js"));
 }
 
 #[test]
