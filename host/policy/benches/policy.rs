@@ -85,6 +85,10 @@ fn js_guests_dir() -> PathBuf {
     PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("../../target/guests/js")
 }
 
+fn go_guests_dir() -> PathBuf {
+    PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("../../target/guests/go")
+}
+
 fn python_guests_dir() -> PathBuf {
     PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("../../target/guests/python")
 }
@@ -172,18 +176,22 @@ fn main() {
         volume: volume("postgres-data"),
         settings: vec![],
     };
-    // The Python and JavaScript components are loaded only when their rows
-    // run: each carries an interpreter's heap and core instances, reset every
-    // decision.
+    // The Python, JavaScript and Go components are loaded only when their
+    // rows run: each carries a runtime's heap and core instances, reset
+    // every decision.
     let python_naming = || load_from(&engine, &python_guests_dir().join("berth_naming_py.wasm"));
     let js_naming = || load_from(&engine, &js_guests_dir().join("berth_naming_js.wasm"));
+    let go_naming = || load_from(&engine, &go_guests_dir().join("berth_naming_go.wasm"));
     type Loader<'a> = Option<&'a dyn Fn() -> PolicyModule>;
-    let interpreted: [(&str, Loader); 3] = [
+    let languages: [(&str, Loader); 4] = [
         ("naming", None),
         ("naming, Python", Some(&python_naming)),
         ("naming, JavaScript", Some(&js_naming)),
+        ("naming, Go", Some(&go_naming)),
     ];
-    for (name, module) in interpreted {
+    // Each language's naming p50 against the Rust guest's, in this run.
+    let mut against_rust: Vec<(&str, Duration)> = Vec::new();
+    for (name, module) in languages {
         if !wanted(name) {
             continue;
         }
@@ -199,6 +207,7 @@ fn main() {
             },
         );
         row(name, &wasm, &native);
+        against_rust.push((name, wasm.median));
     }
 
     for n in [10, 100, 1_000, 10_000] {
@@ -258,6 +267,16 @@ fn main() {
         row("retry", &wasm, &native);
     }
 
+    if let Some(&(_, rust)) = against_rust.iter().find(|(n, _)| *n == "naming") {
+        println!();
+        for (name, p50) in against_rust.iter().filter(|(n, _)| *n != "naming") {
+            println!(
+                "{name}: p50 {:.1}× the Rust guest's",
+                p50.as_secs_f64() / rust.as_secs_f64()
+            );
+        }
+    }
+
     loading(quick, &wanted);
 }
 
@@ -276,6 +295,7 @@ fn loading(quick: bool, wanted: &dyn Fn(&str) -> bool) {
             "load, JavaScript naming",
             js_guests_dir().join("berth_naming_js.wasm"),
         ),
+        ("load, Go naming", go_guests_dir().join("berth_naming_go.wasm")),
     ];
     let modules: Vec<_> = modules.into_iter().filter(|(n, _)| wanted(n)).collect();
     if modules.is_empty() {

@@ -18,6 +18,7 @@ mod policy_oci;
 mod policy_replay;
 mod policy_sdk;
 mod policy_set;
+mod preinit;
 mod sealed_wasi;
 mod serve;
 mod snapshot;

@@ -13,6 +13,8 @@ use anyhow::{Context, bail};
 use clap::{Args, ValueEnum};
 use wit_parser_component::{Resolve, SourceMap};
 
+use super::sealed_wasi::Sealed;
+
 #[derive(Debug, Args)]
 pub struct ComponentArgs {
     /// The core module (`.wasm`, or `.wat` text).
@@ -77,7 +79,14 @@ pub fn componentize(core: &[u8], wit: Option<&Path>, world: &str, wasi: Wasi) ->
         ),
         Some(dir) => format!("{world:?} is not a world of the package in {}", dir.display()),
     })?;
-    let mut module = core.to_vec();
+    // Start-up done once, for the sealed preview 1 (whose clock and random
+    // source go on from where initialisation left them).
+    let (mut module, start) = match wasi {
+        Wasi::Sealed => super::preinit::preinitialize(core)
+            .context("pre-initialising the module")?
+            .unwrap_or_else(|| (core.to_vec(), Sealed::default())),
+        Wasi::Preview2 => (core.to_vec(), Sealed::default()),
+    };
     wit_component::embed_component_metadata(
         &mut module,
         &resolve,
@@ -85,7 +94,7 @@ pub fn componentize(core: &[u8], wit: Option<&Path>, world: &str, wasi: Wasi) ->
         wit_component::StringEncoding::UTF8,
     )?;
     let adapter = match wasi {
-        Wasi::Sealed => sealed_adapter()?,
+        Wasi::Sealed => sealed_adapter(start)?,
         Wasi::Preview2 => {
             wasi_preview1_component_adapter_provider::WASI_SNAPSHOT_PREVIEW1_REACTOR_ADAPTER.to_vec()
         }
@@ -99,11 +108,11 @@ pub fn componentize(core: &[u8], wit: Option<&Path>, world: &str, wasi: Wasi) ->
 
 /// The sealed preview 1 with its contract embedded: a world importing
 /// nothing.
-fn sealed_adapter() -> anyhow::Result<Vec<u8>> {
+fn sealed_adapter(start: Sealed) -> anyhow::Result<Vec<u8>> {
     let mut resolve = Resolve::default();
     let package = resolve.push_str("sealed.wit", "package berth:sealed-wasi;\nworld sealed {}\n")?;
     let world = resolve.select_world(&[package], Some("sealed"))?;
-    let mut module = super::sealed_wasi::module()?;
+    let mut module = super::sealed_wasi::module(start)?;
     wit_component::embed_component_metadata(
         &mut module,
         &resolve,

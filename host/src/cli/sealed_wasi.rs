@@ -17,9 +17,45 @@ const ESUCCESS: u32 = 0;
 const EBADF: u32 = 8;
 const ENOSYS: u32 = 52;
 
+/// Where the clock and the random source stand: where a component's sealed
+/// preview 1 starts (after pre-initialisation, where it left them).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Sealed {
+    /// Nanoseconds the clock reads: 1 µs more at each reading.
+    pub now: i64,
+    /// The xorshift64 state random bytes come from.
+    pub seed: u64,
+}
+
+impl Default for Sealed {
+    fn default() -> Self {
+        Sealed {
+            now: 0,
+            seed: 0x2545_f491_4f6c_dd1d,
+        }
+    }
+}
+
+impl Sealed {
+    fn tick(&mut self) -> i64 {
+        self.now += TICK;
+        self.now
+    }
+
+    fn next_byte(&mut self) -> u8 {
+        self.seed ^= self.seed << 13;
+        self.seed ^= self.seed >> 7;
+        self.seed ^= self.seed << 17;
+        self.seed as u8
+    }
+}
+
+/// The clock's step and resolution, nanoseconds.
+const TICK: i64 = 1000;
+
 /// What a function does, beyond its signature.
-#[derive(Clone, Copy)]
-enum Body {
+#[derive(Clone, Copy, PartialEq, Eq)]
+pub enum Body {
     /// Nothing to do: success.
     Succeed,
     /// Stores 0 at both pointers (argument and environment counts, sizes).
@@ -45,6 +81,70 @@ enum Body {
 }
 
 use Body::*;
+
+/// What the function `name` does, if preview 1 has it.
+pub fn behaviour(name: &str) -> Option<Body> {
+    FUNCTIONS.iter().find(|(n, _, _)| *n == name).map(|(_, _, b)| *b)
+}
+
+/// A call answered outside the component, as the module's text answers it
+/// inside: `args` are the first four arguments as addresses and sizes
+/// (`clock_time_get`'s second, an i64, is unused). The errno, or the
+/// address where a store fell outside `memory`.
+pub fn answer(what: Body, memory: &mut [u8], state: &mut Sealed, args: [usize; 4]) -> Result<u32, usize> {
+    fn put(memory: &mut [u8], at: usize, bytes: &[u8]) -> Result<(), usize> {
+        memory
+            .get_mut(at..at + bytes.len())
+            .map(|m| m.copy_from_slice(bytes))
+            .ok_or(at)
+    }
+    let stdio = args[0] <= 2;
+    Ok(match what {
+        Succeed => ESUCCESS,
+        ZeroSizes => {
+            put(memory, args[0], &0u32.to_le_bytes())?;
+            put(memory, args[1], &0u32.to_le_bytes())?;
+            ESUCCESS
+        }
+        Trap => return Err(usize::MAX),
+        Stdio if stdio => ESUCCESS,
+        Discard if stdio => {
+            let mut total = 0u32;
+            for i in 0..args[2] {
+                let len = args[1] + i * 8 + 4;
+                let bytes = memory.get(len..len + 4).ok_or(len)?;
+                total = total.wrapping_add(u32::from_le_bytes(bytes.try_into().unwrap_or_default()));
+            }
+            put(memory, args[3], &total.to_le_bytes())?;
+            ESUCCESS
+        }
+        Fdstat if stdio => {
+            put(memory, args[1], &2u64.to_le_bytes())?;
+            put(memory, args[1] + 8, &u64::MAX.to_le_bytes())?;
+            put(memory, args[1] + 16, &0u64.to_le_bytes())?;
+            ESUCCESS
+        }
+        Stdio | Discard | Fdstat | BadDescriptor => EBADF,
+        Clock => {
+            let now = state.tick();
+            put(memory, args[2], &now.to_le_bytes())?;
+            ESUCCESS
+        }
+        Resolution => {
+            put(memory, args[1], &TICK.to_le_bytes())?;
+            ESUCCESS
+        }
+        Random => {
+            let (at, len) = (args[0], args[1]);
+            let out = memory.get_mut(at..at + len).ok_or(at)?;
+            for byte in out {
+                *byte = state.next_byte();
+            }
+            ESUCCESS
+        }
+        Unsupported => ENOSYS,
+    })
+}
 
 /// Every WASI preview 1 function: name, parameter types ('i' i32, 'I'
 /// i64), whether it returns an errno, and what it does.
@@ -129,7 +229,7 @@ fn body(what: Body) -> String {
             "(global.set $now (i64.add (global.get $now) (i64.const 1000))) \
              (i64.store (local.get 2) (global.get $now)) (i32.const {ESUCCESS})"
         ),
-        Resolution => format!("(i64.store (local.get 1) (i64.const 1000)) (i32.const {ESUCCESS})"),
+        Resolution => format!("(i64.store (local.get 1) (i64.const {TICK})) (i32.const {ESUCCESS})"),
         Random => format!(
             "(local.set 2 (i32.const 0)) \
              (block $done (loop $each \
@@ -155,12 +255,13 @@ fn scratch(what: Body, params: usize) -> &'static str {
     }
 }
 
-/// The module's text.
-pub fn wat() -> String {
-    let mut out = String::from(
+/// The module's text, its clock and random source starting at `start`.
+pub fn wat(start: Sealed) -> String {
+    let mut out = format!(
         "(module\n  (import \"env\" \"memory\" (memory 0))\n  \
-         (global $now (mut i64) (i64.const 0))\n  \
-         (global $seed (mut i64) (i64.const 0x2545f4914f6cdd1d))\n",
+         (global $now (mut i64) (i64.const {}))\n  \
+         (global $seed (mut i64) (i64.const {}))\n",
+        start.now, start.seed as i64
     );
     for (name, params, what) in FUNCTIONS {
         let types: Vec<&str> = params
@@ -186,8 +287,8 @@ pub fn wat() -> String {
 }
 
 /// The module's bytes.
-pub fn module() -> anyhow::Result<Vec<u8>> {
-    Ok(wat::parse_str(wat())?)
+pub fn module(start: Sealed) -> anyhow::Result<Vec<u8>> {
+    Ok(wat::parse_str(wat(start))?)
 }
 
 #[cfg(test)]

@@ -297,7 +297,7 @@ fn policy_new_makes_a_project_and_refuses_what_it_cannot_make() {
             ],
             "unknown decision",
         ),
-        (vec!["policy", "new", "p", "--lang", "go"], "invalid value 'go'"),
+        (vec!["policy", "new", "p", "--lang", "cobol"], "invalid value 'cobol'"),
         (
             vec![
                 "policy",
@@ -327,7 +327,8 @@ fn policy_new_makes_a_project_and_refuses_what_it_cannot_make() {
 
 /// A core module (what Go's wasip1 or C's wasi-libc build) becomes a
 /// component Berth loads: the contract embedded for the world it names, its
-/// WASI preview 1 import adapted; a module that does not implement the world,
+/// WASI preview 1 import answered inside the component (or, asked for,
+/// adapted to the host's WASI); a module that does not implement the world,
 /// a world Berth has not, and a component are each refused saying so.
 #[test]
 fn policy_component_makes_a_core_module_a_policy() {
@@ -360,6 +361,25 @@ fn policy_component_makes_a_core_module_a_policy() {
     let out = berth(&["policy", "check", &out_path]);
     let (stdout, _) = texts(&out);
     assert!(stdout.contains("decisions   naming"), "{stdout}");
+    assert!(
+        stdout.contains("imports     berth:policy/types@0.3.0\n"),
+        "sealed: no WASI import: {stdout}"
+    );
+    let adapted = dir.path().join("adapted.wasm").display().to_string();
+    let out = berth(&[
+        "policy",
+        "component",
+        &core,
+        "--world",
+        "naming-policy",
+        "--wasi",
+        "preview2",
+        "--to",
+        &adapted,
+    ]);
+    assert!(out.status.success(), "{:?}", texts(&out));
+    let out = berth(&["policy", "check", &adapted]);
+    let (stdout, _) = texts(&out);
     assert!(
         stdout.contains("wasi:random/random"),
         "the adapter's import: {stdout}"

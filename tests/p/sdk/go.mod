@@ -1,0 +1,3 @@
+module berth.dev/policy
+
+go 1.24
