@@ -215,10 +215,21 @@ fn walk(name: &str, script: &str, bins: Option<&Path>) -> anyhow::Result<()> {
             .collect::<Vec<_>>()
             .join(":"),
     };
-    let mut child = Command::new("bash")
+    // Go, for the Go page's walk: the release Berth pins, with the
+    // project's module cache and no network, after everything else on the
+    // PATH (a Go installed on the machine comes first).
+    let go = crate::go::ensure_go()?;
+    let mut bash = Command::new("bash");
+    crate::go::go_env(&mut bash, &go);
+    let go_bin = go
+        .parent()
+        .map(Path::display)
+        .map(|d| d.to_string())
+        .unwrap_or_default();
+    let mut child = bash
         .args(["-euo", "pipefail", "-c", script])
         .current_dir(&dir)
-        .env("PATH", path)
+        .env("PATH", format!("{path}:{go_bin}"))
         .env("HOME", &dir)
         .env_remove("BERTH_API")
         .process_group(0)

@@ -245,7 +245,7 @@ impl PolicyModule {
         Some(format!(
             "{} starts with {} of linear memory, which every decision resets; a Rust guest built \
              without the SDK's stack setting (-zstack-size=131072, see the book, Writing a policy) reserves a 1 MiB stack \
-             (a runtime's heap comes with its guest: about 1.4 MiB for JavaScript, 2.4 MiB for Go, 12 MiB for Python)",
+             (a runtime's heap comes with its guest: about 1.4 MiB for JavaScript, 3 MiB for Go, 12 MiB for Python)",
             self.config.name,
             bytes_shown(bytes)
         ))

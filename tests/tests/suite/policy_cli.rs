@@ -297,7 +297,10 @@ fn policy_new_makes_a_project_and_refuses_what_it_cannot_make() {
             ],
             "unknown decision",
         ),
-        (vec!["policy", "new", "p", "--lang", "cobol"], "invalid value 'cobol'"),
+        (
+            vec!["policy", "new", "p", "--lang", "cobol"],
+            "invalid value 'cobol'",
+        ),
         (
             vec![
                 "policy",
