@@ -1,3 +1,0 @@
-module berth.dev/policy
-
-go 1.24
