@@ -89,14 +89,13 @@ fn guests() -> Vec<(&'static str, PathBuf, &'static str, &'static str)> {
     ]
 }
 
-fn newest(dir: &Path) -> std::time::SystemTime {
-    let mut newest = std::time::SystemTime::UNIX_EPOCH;
-    for entry in walk(dir) {
-        if let Ok(m) = std::fs::metadata(&entry).and_then(|m| m.modified()) {
-            newest = newest.max(m);
-        }
-    }
-    newest
+/// When `path`, or the newest file under it, last changed.
+fn newest(path: &Path) -> std::time::SystemTime {
+    std::iter::once(path.to_path_buf())
+        .chain(walk(path))
+        .filter_map(|p| std::fs::metadata(p).and_then(|m| m.modified()).ok())
+        .max()
+        .unwrap_or(std::time::SystemTime::UNIX_EPOCH)
 }
 
 fn walk(dir: &Path) -> Vec<PathBuf> {
@@ -122,9 +121,7 @@ pub fn build_guests(berth: &Path) -> anyhow::Result<()> {
     for (package, module_root, world, name) in guests() {
         let out = guest_dir().join(format!("{name}.wasm"));
         let built = std::fs::metadata(&out).and_then(|m| m.modified()).ok();
-        let changed = newest(&module_root.join(package))
-            .max(sdk)
-            .max(newest_file(berth));
+        let changed = newest(&module_root.join(package)).max(sdk).max(newest(berth));
         if built.is_some_and(|b| b > changed) {
             continue;
         }
@@ -149,12 +146,6 @@ pub fn build_guests(berth: &Path) -> anyhow::Result<()> {
         let _ = std::fs::remove_file(&core);
     }
     Ok(())
-}
-
-fn newest_file(path: &Path) -> std::time::SystemTime {
-    std::fs::metadata(path)
-        .and_then(|m| m.modified())
-        .unwrap_or(std::time::SystemTime::UNIX_EPOCH)
 }
 
 /// The SDK's own tests, run natively (`go test`), and every Go source in
