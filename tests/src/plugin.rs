@@ -102,6 +102,11 @@ impl Plugin {
 
     fn start(&mut self) {
         self.launch();
+        self.wait_ready();
+    }
+
+    /// Waits until the socket of a plugin started with `spawn_unready` accepts connections.
+    pub fn wait_ready(&mut self) {
         let deadline = Instant::now() + Duration::from_secs(20);
         while std::os::unix::net::UnixStream::connect(&self.socket).is_err() {
             if let Some(status) = self.child.as_mut().and_then(|c| c.try_wait().ok().flatten()) {

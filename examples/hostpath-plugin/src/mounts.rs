@@ -169,12 +169,21 @@ fn unescape(field: &str) -> String {
 }
 
 fn probe_bind(state_dir: &Path) -> Method {
-    let base = state_dir.join(".mount-probe");
+    // Per process: plugins sharing a state directory probe at once, and one
+    // removing another's probe while it is mounted would leave the mount behind.
+    let base = state_dir.join(format!(".mount-probe-{}", std::process::id()));
     let (a, b) = (base.join("source"), base.join("target"));
     let outcome = std::fs::create_dir_all(&a)
         .and_then(|_| std::fs::create_dir_all(&b))
         .and_then(|_| mount(Some(&a), &b, libc::MS_BIND))
-        .and_then(|_| umount(&b));
+        .and_then(|_| {
+            umount(&b).or_else(|e| {
+                // Never leave the probe mounted: detach it lazily.
+                // SAFETY: a valid NUL-terminated path.
+                let _ = cstr(&b).map(|t| unsafe { libc::umount2(t.as_ptr(), libc::MNT_DETACH) });
+                Err(e)
+            })
+        });
     let _ = std::fs::remove_dir_all(&base);
     match outcome {
         Ok(()) => Method::Bind,

@@ -189,6 +189,39 @@ async fn lifecycle_with_the_mount_method_the_machine_allows() {
     lifecycle("auto").await;
 }
 
+/// Plugins sharing a state directory probe for bind mounts at the same time
+/// (as a node's plugins started together do): none leaves its probe mounted.
+#[tokio::test]
+async fn plugins_probing_one_state_directory_at_once_leave_no_mount_behind() {
+    let dir = test_dir();
+    let state = dir.path().join("state");
+    // The race is narrow: a few rounds of a dozen plugins each.
+    for round in 0..4 {
+        let mut plugins: Vec<_> = (0..12)
+            .map(|i| {
+                PluginBuilder::new(dir.path(), &format!("r{round}p{i}"))
+                    .args(&["--mount-mode", "auto"])
+                    .spawn_unready()
+            })
+            .collect();
+        for p in &mut plugins {
+            p.wait_ready();
+        }
+    }
+    let left = berth_tests::nemesis::check::mounts_below(&state);
+    for point in &left {
+        let _ = std::process::Command::new("umount").args(["-l", point]).status();
+    }
+    assert!(left.is_empty(), "probes left mounted: {left:?}");
+    let probes: Vec<_> = std::fs::read_dir(&state)
+        .unwrap()
+        .flatten()
+        .filter(|e| e.file_name().to_string_lossy().starts_with(".mount-probe"))
+        .map(|e| e.path())
+        .collect();
+    assert!(probes.is_empty(), "probe directories left: {probes:?}");
+}
+
 #[tokio::test]
 async fn create_is_idempotent_by_name() {
     let dir = test_dir();
