@@ -177,11 +177,10 @@ fn probe_bind(state_dir: &Path) -> Method {
         .and_then(|_| std::fs::create_dir_all(&b))
         .and_then(|_| mount(Some(&a), &b, libc::MS_BIND))
         .and_then(|_| {
-            umount(&b).or_else(|e| {
+            umount(&b).inspect_err(|_| {
                 // Never leave the probe mounted: detach it lazily.
                 // SAFETY: a valid NUL-terminated path.
                 let _ = cstr(&b).map(|t| unsafe { libc::umount2(t.as_ptr(), libc::MNT_DETACH) });
-                Err(e)
             })
         });
     let _ = std::fs::remove_dir_all(&base);
