@@ -7,6 +7,7 @@
 //! - `policy-new`: make, build and test a generated policy project of each language;
 //! - `bench`: the policy benchmark (WASM guests against the built-in policies);
 //! - `bench-e2e`, `bench-scale`: end-to-end throughput; memory and restart at scale;
+//! - `bench-nodes`: thousands of agents' sessions, heartbeats and reattaches;
 //! - `reliability`: the long crash-loop, plugin-fault and hostile-input runs;
 //! - `nemesis`: partitions and process faults in network namespaces, checked;
 //! - `lint`: rustfmt and clippy, as CI runs them;
@@ -66,6 +67,13 @@ commands:
   bench-scale
           memory per tracked volume and restart time with 10,000 and 100,000 volumes
           in the store (--volumes N[,N...])
+  bench-nodes
+          N agents' sessions over mutual TLS against one server: memory per session, CPU
+          per heartbeat, time to join and attach, to attach again after a kill -9, and
+          desired-set bytes per reconnect (--agents N[,N...], default 100,1000; --loaded 4
+          nodes holding --volumes 50 each; --steady 30 s; --heartbeat 5 s); --failover adds
+          three servers on etcd: etcd writes/s at steady state and a leader kill's
+          reattach (--lease-ttl 5 s)
   bench-failover
           three servers on a three-member etcd: time from killing the leader until a
           volume is created and published through a follower (--kills N, --lease-ttl S;
@@ -116,6 +124,7 @@ fn main() {
         Some("bench") => bench(&args[1..]),
         Some("bench-e2e") => ensure_etcd().and_then(|()| release_bench("lifecycle", &args[1..])),
         Some("bench-scale") => release_bench("scale", &args[1..]),
+        Some("bench-nodes") => ensure_etcd().and_then(|()| release_bench("nodes", &args[1..])),
         Some("bench-failover") => ensure_etcd().and_then(|()| release_bench("failover", &args[1..])),
         Some("nemesis") => nemesis(&args[1..]),
         Some("js-types") => js_types::write().map(|changed| {

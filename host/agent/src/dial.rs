@@ -20,6 +20,8 @@ const LONGEST_PAUSE: Duration = Duration::from_secs(10);
 /// pause grows to this much only, for this long.
 const ELECTION_PAUSE: Duration = Duration::from_secs(2);
 const ELECTION_WINDOW: Duration = Duration::from_secs(30);
+/// How long a server has to answer an attach.
+const ATTACH_WITHIN: Duration = Duration::from_secs(10);
 /// How often a failure that goes on is said again (with a count).
 const SUMMARY_EVERY: Duration = Duration::from_secs(60);
 
@@ -139,10 +141,19 @@ async fn attempt(
         Err(status) => return (failed(server, &status), false),
     };
     let (up, up_rx) = crate::to_server();
-    match ClusterClient::new(channel.clone())
-        .attach(ReceiverStream::new(up_rx))
-        .await
-    {
+    // A server that took the connection but does not answer (frozen) is
+    // left after this long; once the session runs, its heartbeats tell.
+    let attached = tokio::time::timeout(
+        ATTACH_WITHIN,
+        ClusterClient::new(channel.clone()).attach(ReceiverStream::new(up_rx)),
+    )
+    .await
+    .unwrap_or_else(|_| {
+        Err(tonic::Status::deadline_exceeded(
+            "the server did not answer the attach",
+        ))
+    });
+    match attached {
         Ok(response) => {
             let failures = report.connected();
             tracing::info!(node = %agent.name(), %server, failed_dials = failures, "session with the server");

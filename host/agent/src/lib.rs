@@ -245,7 +245,7 @@ impl Agent {
         to_server: &ToServer,
         from_server: &mut (impl Stream<Item = Result<wire::ServerMessage, tonic::Status>> + Unpin),
     ) -> SessionEnd {
-        let beat = self.spec.heartbeat_interval;
+        let mut beat = self.spec.heartbeat_interval;
         let mut ticks = tokio::time::interval(beat);
         ticks.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
         let mut plugins = self.plugins_changed.subscribe();
@@ -267,6 +267,15 @@ impl Agent {
                             Some(Down::Operation(op)) => self.converger.apply_op(op),
                             Some(Down::Call(call)) => self.answer(call, to_server.clone()),
                             Some(Down::Refusal(r)) => return SessionEnd::Refused(r.reason),
+                            Some(Down::Terms(t)) => {
+                                let asked = paced(self.spec.heartbeat_interval, &t);
+                                if asked != beat {
+                                    tracing::info!(node = %self.spec.node, interval = %humantime::format_duration(asked), "the server paces this node's heartbeats");
+                                    beat = asked;
+                                    ticks = tokio::time::interval_at(tokio::time::Instant::now() + beat, beat);
+                                    ticks.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
+                                }
+                            }
                             Some(Down::Heartbeat(_)) | None => {}
                         },
                     }
@@ -367,6 +376,15 @@ impl Agent {
     }
 }
 
+/// The heartbeat interval for a session: the agent's own, or the server's
+/// when it asks for slower beats (at most [`LONGEST_BEAT`]).
+fn paced(own: Duration, terms: &wire::Terms) -> Duration {
+    own.max(Duration::from_millis(terms.heartbeat_interval_ms).min(LONGEST_BEAT))
+}
+
+/// However large the fleet, a node beats at least this often.
+pub const LONGEST_BEAT: Duration = Duration::from_secs(120);
+
 fn up(message: Up) -> wire::AgentMessage {
     wire::AgentMessage {
         message: Some(message),
@@ -396,5 +414,26 @@ async fn watch_plugins(agent: std::sync::Weak<Agent>) {
             }
             changed
         });
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn the_server_may_slow_heartbeats_never_speed_them_up() {
+        let terms = |ms| wire::Terms {
+            heartbeat_interval_ms: ms,
+        };
+        let own = Duration::from_secs(5);
+        assert_eq!(paced(own, &terms(0)), own, "no terms: the agent's own");
+        assert_eq!(paced(own, &terms(1000)), own, "never faster than its own");
+        assert_eq!(paced(own, &terms(25_000)), Duration::from_secs(25));
+        assert_eq!(
+            paced(own, &terms(u64::MAX)),
+            LONGEST_BEAT,
+            "and never slower than the longest"
+        );
     }
 }

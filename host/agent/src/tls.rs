@@ -218,9 +218,6 @@ fn client_key(text: &str, what: &'static str) -> Result<PrivateKeyDer<'static>, 
     PrivateKeyDer::from_pem_slice(text.as_bytes()).map_err(pem(what))
 }
 
-/// How often an idle TLS connection is checked, and how long an answer may take.
-const KEEPALIVE: Duration = Duration::from_secs(2);
-
 /// A lazily connecting gRPC channel to `host:port` over TLS with `config`.
 fn channel(host: &str, port: u16, mut config: ClientConfig) -> Result<Channel, TlsError> {
     config.alpn_protocols = vec![b"h2".to_vec()];
@@ -236,12 +233,11 @@ fn channel(host: &str, port: u16, mut config: ClientConfig) -> Result<Channel, T
             address: address.clone(),
             source,
         })?;
+    // No HTTP/2 pings: a server that stops answering (frozen, cut off) is
+    // noticed by the session's heartbeats going unanswered, which the
+    // server paces for the whole fleet; pings of their own, every few
+    // seconds from every agent, would cost the server more than those.
     Ok(tonic::transport::Endpoint::from(uri)
-        // A server that stops answering (frozen, cut off) is left within
-        // seconds, so the agent finds the leader that replaced it.
-        .http2_keep_alive_interval(KEEPALIVE)
-        .keep_alive_timeout(KEEPALIVE)
-        .keep_alive_while_idle(true)
         // TCP and the TLS handshake: a frozen server accepts, then never answers.
         .connect_timeout(Duration::from_secs(5))
         .connect_with_connector_lazy(tower::service_fn(move |_: Uri| {

@@ -86,6 +86,12 @@ pub struct Directory {
     /// Which node each (driver, CSI node id) is: a node id is one node's,
     /// down or not, until that node is removed.
     node_ids: NodeIds,
+    /// The fleet's heartbeats, paced to what the server takes in a second.
+    pub pace: crate::pace::Pace,
+    /// Which node holds each certificate (by fingerprint): every attach on
+    /// the TLS endpoint asks, so it is an index, not a walk of every node.
+    /// Taken after a node's own lock, never held while taking one.
+    certs: RwLock<HashMap<String, String>>,
 }
 
 /// Lets go of a session: its agent is told why (and logs it), its task ends.
@@ -114,6 +120,8 @@ impl Directory {
             drivers,
             sessions: Default::default(),
             node_ids: Default::default(),
+            pace: Default::default(),
+            certs: Default::default(),
         })
     }
 
@@ -149,6 +157,9 @@ impl Directory {
         self.node_ids.remember(&record.name, n.plugins.values());
         n.draining |= record.draining;
         n.forgotten |= record.forgotten;
+        if let Some(cert) = &record.cert {
+            self.index_cert(record.name.as_str(), n.cert.as_deref(), cert);
+        }
         n.cert = record.cert.clone().or(n.cert.take());
         // A configured node's own paths come first; the store's are as the agent last registered.
         n.paths = n.paths.take().or(record.paths.clone());
@@ -174,11 +185,25 @@ impl Directory {
 
     /// The node whose agent joined with the certificate of fingerprint `cert`.
     pub fn node_for_cert(&self, cert: &str) -> Option<String> {
-        let nodes = self.nodes.read().unwrap_or_else(|p| p.into_inner());
-        nodes
-            .iter()
-            .find(|(_, n)| lock(n).cert.as_deref() == Some(cert))
-            .map(|(name, _)| name.clone())
+        let name = self
+            .certs
+            .read()
+            .unwrap_or_else(|p| p.into_inner())
+            .get(cert)
+            .cloned()?;
+        // The node itself has the last word: the index only finds it.
+        let node = self.get(&name)?;
+        let holds = lock(&node).cert.as_deref() == Some(cert);
+        holds.then_some(name)
+    }
+
+    /// `node` now holds `cert`, in place of `old`.
+    fn index_cert(&self, node: &str, old: Option<&str>, cert: &str) {
+        let mut certs = self.certs.write().unwrap_or_else(|p| p.into_inner());
+        if let Some(old) = old.filter(|o| *o != cert) {
+            certs.remove(old);
+        }
+        certs.insert(cert.to_string(), node.to_string());
     }
 
     /// Whether `node` has an identity a join would take over: a
@@ -203,7 +228,7 @@ impl Directory {
             return Err(NodeRefused::Forgotten(node.to_string()));
         }
         if n.cert.is_some()
-            && let Some(link) = n.link.take()
+            && let Some(link) = self.unlink(&mut n)
         {
             close(
                 link,
@@ -213,6 +238,7 @@ impl Directory {
             );
             fail_waiting(&mut n, node, "the node joined again");
         }
+        self.index_cert(node, n.cert.as_deref(), &cert);
         n.cert = Some(cert);
         let record = Self::record(node, &n);
         n.remembered = Some(record.clone());
@@ -229,7 +255,7 @@ impl Directory {
         }
         if forgotten {
             n.forgotten = true;
-            if let Some(link) = n.link.take() {
+            if let Some(link) = self.unlink(&mut n) {
                 close(
                     link,
                     format!(
@@ -249,13 +275,16 @@ impl Directory {
         let removed = self.nodes.write().unwrap_or_else(|p| p.into_inner()).remove(node);
         if let Some(entry) = removed {
             let mut n = lock(&entry);
-            if let Some(link) = n.link.take() {
+            if let Some(link) = self.unlink(&mut n) {
                 close(
                     link,
                     format!("node {node:?} was removed (`berth node remove`): its certificate is revoked"),
                 );
             }
             fail_waiting(&mut n, node, "the node was removed");
+            if let Some(cert) = &n.cert {
+                self.certs.write().unwrap_or_else(|p| p.into_inner()).remove(cert);
+            }
             drop(n);
             self.node_ids.release(node);
         }
@@ -329,7 +358,7 @@ impl Directory {
         n.last_seen = Some(SystemTime::now());
         n.last_heard = Some(tokio::time::Instant::now());
         fail_waiting(&mut n, &r.node, "the agent registered again");
-        if let Some(older) = n.link.take() {
+        if let Some(older) = self.unlink(&mut n) {
             tracing::warn!(node = %r.node, "a newer session of the node replaces an open one; the older is closed");
             close(
                 older,
@@ -337,12 +366,16 @@ impl Directory {
             );
         }
         let closed = Arc::new(tokio::sync::Notify::new());
+        if let Some(terms) = self.pace.terms() {
+            let _ = to_agent.try_send(down(Down::Terms(terms)));
+        }
         n.link = Some(Link {
             id,
             to_agent,
             closed: closed.clone(),
             synced: false,
         });
+        self.pace.linked(1);
         let record = Self::record(&r.node, &n);
         let changed = n.remembered.as_ref() != Some(&record);
         if changed {
@@ -360,10 +393,12 @@ impl Directory {
         let Some(link) = n.link.as_mut().filter(|l| l.id == session) else {
             return false;
         };
-        link.synced = link
-            .to_agent
-            .try_send(down(Down::Desired(wire::DesiredSet { version, volumes })))
-            .is_ok();
+        let set = down(Down::Desired(wire::DesiredSet { version, volumes }));
+        let bytes = prost::Message::encoded_len(&set);
+        link.synced = link.to_agent.try_send(set).is_ok();
+        if link.synced {
+            berth_metrics::desired_set(bytes);
+        }
         link.synced
     }
 
@@ -372,8 +407,47 @@ impl Directory {
         let Some(entry) = self.get(node) else { return };
         let mut n = lock(&entry);
         if n.link.as_ref().is_some_and(|l| l.id == session) {
-            n.link = None;
+            self.unlink(&mut n);
             fail_waiting(&mut n, node, "the agent's session ended");
+        }
+    }
+
+    /// Takes the node's session away (to close or drop it), counted.
+    fn unlink(&self, n: &mut Node) -> Option<Link> {
+        let link = n.link.take();
+        if link.is_some() {
+            self.pace.linked(-1);
+        }
+        link
+    }
+
+    /// How long a session may be silent before it is closed: the configured
+    /// timeout, or three of the beats the fleet was asked for.
+    pub fn session_timeout(&self) -> Duration {
+        self.heartbeat_timeout.max(self.pace.asked() * 3)
+    }
+
+    /// Asks every session for slower beats when the fleet has grown past
+    /// what the server takes in a second (never faster: a session's timeout
+    /// only grows). Called after a session attaches.
+    pub(super) fn repace(&self) {
+        let Some(terms) = self.pace.grown() else { return };
+        tracing::info!(
+            sessions = self.pace.sessions(),
+            interval_ms = terms.heartbeat_interval_ms,
+            "the fleet's heartbeats are spread out"
+        );
+        let nodes: Vec<_> = self
+            .nodes
+            .read()
+            .unwrap_or_else(|p| p.into_inner())
+            .values()
+            .cloned()
+            .collect();
+        for node in nodes {
+            if let Some(link) = &lock(&node).link {
+                let _ = link.to_agent.try_send(down(Down::Terms(terms)));
+            }
         }
     }
 
@@ -397,9 +471,8 @@ impl Directory {
     }
 
     pub(super) fn summary(&self, name: &str, n: &Node) -> NodeSummary {
-        let fresh = n
-            .last_heard
-            .is_some_and(|t| t.elapsed() <= self.heartbeat_timeout);
+        let timeout = self.session_timeout();
+        let fresh = n.last_heard.is_some_and(|t| t.elapsed() <= timeout);
         let state = match (&n.link, n.last_seen) {
             _ if n.forgotten => NodeState::Forgotten,
             (Some(l), _) if l.synced && fresh => NodeState::Ready,

@@ -4,6 +4,7 @@
 //! - `directory` — the nodes and their sessions;
 //! - `operations` — node operations and calls sent down a session, settled by the agent;
 //! - `session` — one agent's session, from registration to its end;
+//! - `pace` — a large fleet's heartbeats spread out to what the server takes;
 //! - `service` — the `Cluster` gRPC service agents dial, and the in-process link;
 //! - `tokens` — join tokens: stored hashed, bound to a node or counted, revocable.
 
@@ -13,6 +14,7 @@ pub mod kek;
 mod node_agent;
 mod node_ids;
 mod operations;
+pub mod pace;
 pub mod pki;
 pub mod service;
 pub mod session;

@@ -20,8 +20,8 @@ pub(super) struct Waiter {
 }
 
 /// Sends on the node's session if it has had its complete set. A session
-/// whose agent lets its queue fill is dropped here (its task ends at its
-/// next heartbeat), and what waited on it fails.
+/// whose agent lets its queue fill is told to end (its task lets go of the
+/// link, counted), and what waited on it fails.
 pub(super) fn send_synced(n: &mut Node, node: &str, message: wire::ServerMessage) -> bool {
     let Some(link) = n.link.as_ref().filter(|l| l.synced) else {
         return false;
@@ -31,9 +31,7 @@ pub(super) fn send_synced(n: &mut Node, node: &str, message: wire::ServerMessage
         Err(mpsc::error::TrySendError::Closed(_)) => false,
         Err(mpsc::error::TrySendError::Full(_)) => {
             tracing::warn!(%node, queued = crate::session::DOWN_QUEUE, "agent is not reading its session; session closed");
-            if let Some(link) = n.link.take() {
-                link.closed.notify_one();
-            }
+            link.closed.notify_one();
             fail_waiting(n, node, "the agent is not reading its session");
             false
         }

@@ -198,6 +198,9 @@ pub struct ClusterTls {
     pub tokens: crate::tokens::JoinTokens,
     /// host:port, as agents dial it.
     pub address: String,
+    /// Connections one address may hold open (`cluster_connections_per_address`);
+    /// `None`: half of what the endpoint holds.
+    pub per_address: Option<usize>,
 }
 
 /// Where a server keeps its cluster CA: beside its store.

@@ -82,31 +82,42 @@ pub async fn serve_session(
     if directory.send_set(&node, session, set) {
         sync.node_ready(&node);
     }
-    let timeout = directory.heartbeat_timeout;
+    directory.repace();
+    let mut last = tokio::time::Instant::now();
     loop {
+        // Measured from the last message with the timeout as it is now: a
+        // fleet that grew meanwhile (slower beats asked for) is waited for longer.
+        let deadline = last + directory.session_timeout();
         let next = tokio::select! {
-            next = tokio::time::timeout(timeout, from_agent.next()) => next,
+            next = from_agent.next() => Some(next),
+            () = tokio::time::sleep_until(deadline) => None,
             () = replaced.notified() => {
-                // The directory has sent the refusal and let go of this session.
-                tracing::info!(%node, "a newer session of the node replaced this one");
+                // A newer session, the node removed, or an agent not reading:
+                // the link is let go of here if the directory has not already.
+                tracing::info!(%node, "the directory closed this session");
+                directory.detach(&node, session);
                 return;
             }
         };
         let message = match next {
-            Err(_) => {
+            None if last.elapsed() < directory.session_timeout() => continue,
+            None => {
+                let timeout = directory.session_timeout();
                 tracing::warn!(%node, timeout = %humantime::format_duration(timeout), "agent silent past the heartbeat timeout; session closed");
                 break;
             }
-            Ok(None) => break,
-            Ok(Some(Err(status))) => {
+            Some(None) => break,
+            Some(Some(Err(status))) => {
                 tracing::info!(%node, error = %status.message(), "agent stream failed");
                 break;
             }
-            Ok(Some(Ok(m))) => m,
+            Some(Some(Ok(m))) => m,
         };
+        last = tokio::time::Instant::now();
         directory.heard(&node);
         match message.message {
             Some(Up::Heartbeat(h)) => {
+                berth_metrics::heartbeat();
                 let echo = wire::ServerMessage {
                     message: Some(Down::Heartbeat(h)),
                 };

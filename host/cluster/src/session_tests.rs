@@ -163,3 +163,80 @@ async fn a_stream_that_never_registers_is_refused_after_ten_seconds() {
         other => panic!("{other:?}"),
     }
 }
+
+/// The certificate index answers as the nodes' own records would: a
+/// remembered certificate is found, a replaced or removed one never is.
+#[test]
+fn a_certificate_finds_its_node_until_it_is_replaced_or_the_node_removed() {
+    let (d, _sync) = directory();
+    d.expect(NodeRecord {
+        name: "node-a".into(),
+        labels: Default::default(),
+        plugins: Default::default(),
+        draining: false,
+        forgotten: false,
+        cert: Some("fp-a1".into()),
+        paths: None,
+    });
+    assert_eq!(d.node_for_cert("fp-a1").as_deref(), Some("node-a"));
+    assert_eq!(d.node_for_cert("fp-b1"), None);
+    d.joined("node-b", "fp-b1".into()).unwrap();
+    assert_eq!(d.node_for_cert("fp-b1").as_deref(), Some("node-b"));
+    // A replacing join revokes the certificate before it.
+    d.joined("node-a", "fp-a2".into()).unwrap();
+    assert_eq!(d.node_for_cert("fp-a1"), None);
+    assert_eq!(d.node_for_cert("fp-a2").as_deref(), Some("node-a"));
+    d.remove("node-a");
+    assert_eq!(d.node_for_cert("fp-a2"), None);
+    assert_eq!(d.node_for_cert("fp-b1").as_deref(), Some("node-b"));
+}
+
+/// Six agents against a server taking two heartbeats a second, whose agents
+/// beat every second: past two agents, each is asked to beat less often, and
+/// the server waits three of those beats, not its configured timeout.
+#[tokio::test(start_paused = true)]
+async fn a_fleet_past_its_heartbeat_budget_is_asked_to_beat_slower_and_waited_for() {
+    let (d, _sync) = directory();
+    d.pace.set(2, Duration::from_secs(1));
+    let mut agents = Vec::new();
+    let mut asked: Vec<Option<u64>> = Vec::new();
+    for i in 0..6 {
+        let mut a = attach(&d, &format!("node-{i}")).await;
+        let mut last = None;
+        loop {
+            match a.next().await {
+                Some(Down::Terms(t)) => last = Some(t.heartbeat_interval_ms),
+                Some(Down::Desired(_)) => break,
+                other => panic!("{other:?}"),
+            }
+        }
+        agents.push(a);
+        asked.push(last);
+    }
+    tokio::task::yield_now().await;
+    for (a, last) in agents.iter_mut().zip(&mut asked) {
+        while let Ok(m) = a.down.try_recv() {
+            if let Some(Down::Terms(t)) = m.message {
+                *last = Some(t.heartbeat_interval_ms);
+            }
+        }
+    }
+    assert_eq!(
+        asked,
+        vec![Some(2500); 6],
+        "5 sessions at 2 a second: every 2.5 s"
+    );
+    assert_eq!(d.session_timeout(), Duration::from_millis(7500));
+    // Beating every 5 s, past the configured 3 s, every node stays ready.
+    for _ in 0..12 {
+        tokio::time::sleep(Duration::from_secs(5)).await;
+        for a in &agents {
+            a.beat().await;
+        }
+        tokio::task::yield_now().await;
+        assert_eq!(state(&d, "node-0"), Some(NodeState::Ready));
+    }
+    // Silent past three of the beats asked for: down.
+    tokio::time::sleep(Duration::from_millis(7600)).await;
+    assert_eq!(state(&d, "node-0"), Some(NodeState::Down));
+}

@@ -27,9 +27,10 @@ const MAX_TOKENS: usize = 1000;
 /// Joins one token may allow.
 pub const MAX_USES: u32 = 1000;
 
-/// How often joins may be tried: from one address, and from everywhere.
-const PER_ADDRESS: (u32, Duration) = (10, Duration::from_secs(60));
-const OVERALL: (u32, Duration) = (60, Duration::from_secs(60));
+/// How often joins may be tried from everywhere by default, in a minute
+/// (`joins_per_minute`); one address may take a sixth of it.
+pub const JOINS_PER_MINUTE: u32 = 60;
+const MINUTE: Duration = Duration::from_secs(60);
 /// Addresses remembered by the limiter; past this, the oldest windows go.
 const MAX_ADDRESSES: usize = 4096;
 
@@ -87,10 +88,20 @@ impl From<TokenError> for tonic::Status {
 }
 
 /// Counts attempts in fixed windows, per address and overall.
-#[derive(Default)]
 struct Limiter {
     by_address: HashMap<IpAddr, (Instant, u32)>,
     overall: Option<(Instant, u32)>,
+    per_minute: u32,
+}
+
+impl Limiter {
+    fn new(per_minute: u32) -> Self {
+        Limiter {
+            by_address: HashMap::new(),
+            overall: None,
+            per_minute: per_minute.max(1),
+        }
+    }
 }
 
 fn within(window: &mut (Instant, u32), (most, length): (u32, Duration), now: Instant) -> bool {
@@ -104,18 +115,23 @@ fn within(window: &mut (Instant, u32), (most, length): (u32, Duration), now: Ins
 impl Limiter {
     fn admit(&mut self, from: Option<IpAddr>, now: Instant) -> bool {
         let overall = self.overall.get_or_insert((now, 0));
-        if !within(overall, OVERALL, now) {
+        if !within(overall, (self.per_minute, MINUTE), now) {
             return false;
         }
+        let per_address = (self.per_minute / 6).max(1);
         let Some(ip) = from else { return true };
         if self.by_address.len() >= MAX_ADDRESSES && !self.by_address.contains_key(&ip) {
             self.by_address
-                .retain(|_, (start, _)| now.duration_since(*start) < PER_ADDRESS.1);
+                .retain(|_, (start, _)| now.duration_since(*start) < MINUTE);
             if self.by_address.len() >= MAX_ADDRESSES {
                 return false;
             }
         }
-        within(self.by_address.entry(ip).or_insert((now, 0)), PER_ADDRESS, now)
+        within(
+            self.by_address.entry(ip).or_insert((now, 0)),
+            (per_address, MINUTE),
+            now,
+        )
     }
 }
 
@@ -167,9 +183,16 @@ impl JoinTokens {
             ca_fingerprint,
             max_ttl,
             records: tokio::sync::Mutex::new(records),
-            limiter: Default::default(),
+            limiter: std::sync::Mutex::new(Limiter::new(JOINS_PER_MINUTE)),
             ended: Default::default(),
         })
+    }
+
+    /// How many joins may be tried in a minute from everywhere (one
+    /// address: a sixth of it); [`JOINS_PER_MINUTE`] by default.
+    pub fn with_joins_per_minute(self, per_minute: u32) -> Self {
+        *self.limiter.lock().unwrap_or_else(|p| p.into_inner()) = Limiter::new(per_minute);
+        self
     }
 
     pub fn max_ttl(&self) -> Duration {
@@ -498,19 +521,29 @@ mod tests {
 
     #[test]
     fn joins_are_limited_per_address_and_overall() {
-        let mut l = Limiter::default();
+        let mut l = Limiter::new(JOINS_PER_MINUTE);
         let now = Instant::now();
         let a: IpAddr = "10.0.0.1".parse().unwrap();
-        assert!((0..PER_ADDRESS.0).all(|_| l.admit(Some(a), now)));
+        assert!((0..10).all(|_| l.admit(Some(a), now)));
         assert!(!l.admit(Some(a), now), "one address is held back");
         assert!(
-            l.admit(Some(a), now + PER_ADDRESS.1),
+            l.admit(Some(a), now + MINUTE),
             "and let in once the window passes"
         );
-        let mut l = Limiter::default();
+        let mut l = Limiter::new(JOINS_PER_MINUTE);
         let admitted = (0..200u32)
             .filter(|i| l.admit(Some(IpAddr::from([10, 0, (i / 256) as u8, (i % 256) as u8])), now))
             .count();
-        assert_eq!(admitted, OVERALL.0 as usize);
+        assert_eq!(admitted, 60);
+    }
+
+    #[test]
+    fn a_fleet_sized_rate_lets_a_fleet_join_from_one_address() {
+        let mut l = Limiter::new(60_000);
+        let now = Instant::now();
+        let a: IpAddr = "10.0.0.1".parse().unwrap();
+        assert_eq!((0..20_000).filter(|_| l.admit(Some(a), now)).count(), 10_000);
+        // Every attempt counts toward the overall limit, refused ones too.
+        assert_eq!((0..60_000).filter(|_| l.admit(None, now)).count(), 40_000);
     }
 }

@@ -14,6 +14,9 @@
 //! cluster_names = ["berth.example"]     # names and addresses in the server's certificate
 //! heartbeat_timeout = "15s"             # an agent silent this long is down
 //! join_token_max_ttl = "24h"            # the longest a join token may live
+//! joins_per_minute = 60                 # joins tried from everywhere (one address: a sixth)
+//! heartbeats_per_second = 150           # past this, agents are asked to beat less often
+//! cluster_connections_per_address = 8192 # TLS connections one address may hold (default: half the endpoint's)
 //! metrics = "127.0.0.1:9464"            # /metrics, /healthz, /readyz over HTTP; off by default
 //! events_per_volume = 10                # each volume keeps its latest events (0: none)
 //! decision_log = 1000                   # policy decisions kept per kind, in the store (0: none)
@@ -93,6 +96,9 @@ struct Raw {
     cluster_names: Vec<String>,
     heartbeat_timeout: Option<String>,
     join_token_max_ttl: Option<String>,
+    joins_per_minute: Option<u32>,
+    heartbeats_per_second: Option<u32>,
+    cluster_connections_per_address: Option<usize>,
     metrics: Option<String>,
     events_per_volume: Option<usize>,
     decision_log: Option<usize>,
@@ -170,6 +176,14 @@ pub struct Config {
     pub heartbeat_timeout: Duration,
     /// The longest lifetime `berth cluster token` may give a token.
     pub join_token_max_ttl: Duration,
+    /// Joins tried in a minute from everywhere; one address may take a sixth.
+    pub joins_per_minute: u32,
+    /// The fleet's heartbeats the server takes in a second, at most: past
+    /// it, every agent is asked to beat less often (0: never asked).
+    pub heartbeats_per_second: u32,
+    /// TLS connections one address may hold open; `None`: half of what the
+    /// endpoint holds (half the process's descriptors, at most 16,384).
+    pub cluster_connections_per_address: Option<usize>,
     /// Where `/metrics`, `/healthz` and `/readyz` are served; none by default.
     pub metrics: Option<std::net::SocketAddr>,
     /// How many of its latest events each volume keeps.
@@ -282,6 +296,13 @@ pub const DEFAULT_DECISION_LOG: usize = 1000;
 /// Past this the log is a second store of volumes, not a sample of decisions.
 pub const MAX_DECISION_LOG: usize = 100_000;
 /// No operator may let a join token live longer than this.
+/// Joins tried in a minute from everywhere, by default: a few nodes at a
+/// time, as most sites add them; a fleet brought up at once sets more.
+pub const DEFAULT_JOINS_PER_MINUTE: u32 = 60;
+pub const MAX_JOINS_PER_MINUTE: u32 = 1_000_000;
+/// Heartbeats the server takes in a second, by default: within about 5 % of
+/// a core on a small machine, so 750 agents beat every 5 s, 5,000 every 33 s.
+pub const DEFAULT_HEARTBEATS_PER_SECOND: u32 = 150;
 const MAX_JOIN_TOKEN_TTL: Duration = Duration::from_secs(30 * 24 * 3600);
 
 impl Config {
@@ -457,6 +478,21 @@ impl Config {
                 }
                 ttl => ttl,
             },
+            joins_per_minute: match raw.joins_per_minute {
+                None => DEFAULT_JOINS_PER_MINUTE,
+                Some(n) if (1..=MAX_JOINS_PER_MINUTE).contains(&n) => n,
+                Some(n) => {
+                    return Err(invalid(
+                        "joins_per_minute",
+                        format!("{n} is not between 1 and {MAX_JOINS_PER_MINUTE}"),
+                    ));
+                }
+            },
+            cluster_connections_per_address: match raw.cluster_connections_per_address {
+                Some(0) => return Err(invalid("cluster_connections_per_address", "is 0")),
+                n => n,
+            },
+            heartbeats_per_second: raw.heartbeats_per_second.unwrap_or(DEFAULT_HEARTBEATS_PER_SECOND),
             metrics: metrics_address(raw.metrics.as_deref())?,
             events_per_volume: match raw.events_per_volume {
                 None => DEFAULT_EVENTS_PER_VOLUME,

@@ -49,7 +49,16 @@ impl Observed for VolumeManager {
                 i64::from(p.status().health == Health::Healthy),
             );
         }
-        for n in self.node_summaries() {
+        let summaries = self.node_summaries();
+        for state in NodeState::ALL {
+            out.gauge(
+                "berth_nodes",
+                "Nodes by state (ready: the agent is connected and heard from)",
+                vec![("state", state.as_str().to_string())],
+                summaries.iter().filter(|n| n.state == state).count() as i64,
+            );
+        }
+        for n in summaries {
             out.gauge(
                 "berth_node_ready",
                 "1 while a node's agent is connected and heard from",

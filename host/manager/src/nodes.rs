@@ -43,6 +43,13 @@ pub enum NodeState {
 }
 
 impl NodeState {
+    pub const ALL: [NodeState; 4] = [
+        NodeState::Ready,
+        NodeState::Down,
+        NodeState::Unknown,
+        NodeState::Forgotten,
+    ];
+
     pub fn as_str(self) -> &'static str {
         match self {
             NodeState::Ready => "ready",

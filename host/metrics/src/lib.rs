@@ -56,6 +56,9 @@ pub struct Metrics {
     store_compacted: Gauge,
     agent_connected: Family<Labels<1>, Gauge>,
     agent_sessions: Family<Labels<1>, Counter>,
+    desired_sets: Counter,
+    desired_set_bytes: Counter,
+    heartbeats: Counter,
     live: std::sync::Arc<Live>,
 }
 
@@ -109,6 +112,9 @@ impl Metrics {
             store_compacted: Gauge::default(),
             agent_connected: Family::default(),
             agent_sessions: Family::default(),
+            desired_sets: Counter::default(),
+            desired_set_bytes: Counter::default(),
+            heartbeats: Counter::default(),
             live: Default::default(),
         };
         // Families are shared handles: the registry encodes what `m` records.
@@ -182,6 +188,21 @@ impl Metrics {
             "berth_agent_sessions",
             "Sessions a node's agent opened with a server",
             m.agent_sessions.clone(),
+        );
+        r.register(
+            "berth_desired_sets",
+            "Complete desired sets sent to agents (one each time a session starts)",
+            m.desired_sets.clone(),
+        );
+        r.register(
+            "berth_desired_set_bytes",
+            "Bytes of complete desired sets sent to agents, as encoded on the wire",
+            m.desired_set_bytes.clone(),
+        );
+        r.register(
+            "berth_agent_heartbeats",
+            "Heartbeats received from agents",
+            m.heartbeats.clone(),
         );
         r.register_collector(Box::new(m.live.clone()));
         Metrics { registry: r, ..m }
@@ -313,6 +334,21 @@ pub fn store_compacted(revision: i64) {
 pub fn set_leader(leads: bool) {
     if let Some(m) = get() {
         m.leader.set(i64::from(leads));
+    }
+}
+
+/// A complete desired set of `bytes` (encoded) was sent to an agent.
+pub fn desired_set(bytes: usize) {
+    if let Some(m) = get() {
+        m.desired_sets.inc();
+        m.desired_set_bytes.inc_by(bytes as u64);
+    }
+}
+
+/// A heartbeat was received from an agent.
+pub fn heartbeat() {
+    if let Some(m) = get() {
+        m.heartbeats.inc();
     }
 }
 

@@ -2,7 +2,8 @@
 //! metrics endpoint): a cap on connections at once, overall and from one
 //! address, so idle connections cannot use up the process's descriptors;
 //! a pause that grows after an accept error (out of descriptors) instead of
-//! a busy loop; and, for TLS, a handshake that must finish in time.
+//! a busy loop; and, for TLS, a handshake that must finish in time, with at
+//! most [`HANDSHAKES_AT_ONCE`] under way (admission).
 
 use std::collections::HashMap;
 use std::net::{IpAddr, SocketAddr};
@@ -40,6 +41,12 @@ pub fn raise_descriptor_limit() -> u64 {
         limit.rlim_cur
     }
 }
+
+/// TLS handshakes worked on at once on an endpoint (once the peer has sent
+/// its first bytes): a reconnecting fleet (thousands after a leader dies) is
+/// taken in at the pace the CPU allows, while the API and the sessions
+/// already open keep being served.
+pub const HANDSHAKES_AT_ONCE: usize = 32;
 
 /// How many connections a listener holds at once.
 #[derive(Clone, Copy, Debug)]
@@ -226,6 +233,7 @@ pub fn tls_incoming(
 ) -> tokio_stream::wrappers::ReceiverStream<std::io::Result<tokio_rustls::server::TlsStream<Held>>> {
     let (tx, rx) = tokio::sync::mpsc::channel(64);
     let limiter = Limiter::new(caps);
+    let admission = Arc::new(tokio::sync::Semaphore::new(HANDSHAKES_AT_ONCE));
     tokio::spawn(async move {
         loop {
             let (tcp, peer, place) = tokio::select! {
@@ -234,9 +242,27 @@ pub fn tls_incoming(
             };
             // Small messages both ways: Nagle's algorithm would hold each one back.
             let _ = tcp.set_nodelay(true);
-            let (acceptor, tx) = (acceptor.clone(), tx.clone());
+            let (acceptor, tx, admission) = (acceptor.clone(), tx.clone(), admission.clone());
             tokio::spawn(async move {
-                match tokio::time::timeout(handshake, acceptor.accept(Held::new(tcp, place))).await {
+                let deadline = tokio::time::Instant::now() + handshake;
+                // Admission: a handshake is worked on only with a permit, so a
+                // reconnecting fleet is taken in at the pace the CPU allows while
+                // the API and open sessions go on. A permit is asked for once
+                // the peer has said something: idle strangers hold none.
+                let permit = async {
+                    // `readable` may wake without data; a byte peeked is the peer's.
+                    match tcp.peek(&mut [0u8; 1]).await {
+                        Ok(1..) => admission.acquire_owned().await.ok(),
+                        Ok(0) | Err(_) => None,
+                    }
+                };
+                let Ok(Some(permit)) = tokio::time::timeout_at(deadline, permit).await else {
+                    return tracing::debug!(endpoint = what, %peer, "TLS handshake not begun in time; closed");
+                };
+                let handshaken =
+                    tokio::time::timeout_at(deadline, acceptor.accept(Held::new(tcp, place))).await;
+                drop(permit);
+                match handshaken {
                     Ok(Ok(tls)) => {
                         let _ = tx.send(Ok(tls)).await;
                     }

@@ -112,6 +112,7 @@ pub(super) async fn bind_tls(
     ca: ClusterCa,
     tokens: JoinTokens,
     address: std::net::SocketAddr,
+    per_address: Option<usize>,
 ) -> Result<(Arc<ClusterTls>, tokio::net::TcpListener), ServeError> {
     let listener = tokio::net::TcpListener::bind(address)
         .await
@@ -121,6 +122,7 @@ pub(super) async fn bind_tls(
             ca,
             tokens,
             address: address.to_string(),
+            per_address,
         }),
         listener,
     ))
@@ -131,13 +133,15 @@ const TLS_HANDSHAKE: Duration = Duration::from_secs(10);
 
 /// Connections the TLS endpoint holds at once: half the descriptors this
 /// process may open (the rest are the store's, the plugins', the API's),
-/// and a quarter of that from one address (agents behind one NAT share one).
-fn tls_caps() -> crate::metrics::listener::Caps {
+/// and half of that from one address unless `per_address` says otherwise
+/// (at most all of it): a fleet behind one NAT shares one address (8,192
+/// agents with `LimitNOFILE=65536`, the other half left to the rest).
+fn tls_caps(per_address: Option<usize>) -> crate::metrics::listener::Caps {
     let descriptors = crate::metrics::listener::raise_descriptor_limit();
     let total = (descriptors / 2).clamp(16, 16_384) as usize;
     crate::metrics::listener::Caps {
         total,
-        per_address: (total / 4).max(4),
+        per_address: per_address.unwrap_or(total / 2).clamp(4, total),
     }
 }
 
@@ -195,7 +199,7 @@ pub(super) fn serve_cluster_tls(
         let incoming = crate::metrics::listener::tls_incoming(
             listener,
             tokio_rustls::TlsAcceptor::from(Arc::new(config)),
-            tls_caps(),
+            tls_caps(tls.per_address),
             TLS_HANDSHAKE,
             "cluster",
         );
@@ -203,9 +207,11 @@ pub(super) fn serve_cluster_tls(
         let forwarded = forward.then(|| {
             tonic::service::interceptor::InterceptedService::new(BerthServer::from_arc(api), only_servers())
         });
-        // A peer that stops answering pings is dropped within 30 s.
+        // A connection silent for a minute is pinged, and dropped if the peer
+        // does not answer within 20 s. Sessions have their own heartbeats,
+        // paced for the fleet; pinging each every few seconds would cost more.
         let served = tonic::transport::Server::builder()
-            .http2_keepalive_interval(Some(Duration::from_secs(10)))
+            .http2_keepalive_interval(Some(Duration::from_secs(60)))
             .http2_keepalive_timeout(Some(Duration::from_secs(20)))
             .max_concurrent_streams(Some(256))
             .add_service(ClusterServer::new(ClusterService::new(directory, Some(tls))))

@@ -189,6 +189,10 @@ pub(crate) async fn core(
             .map(|p| (p.name.clone(), p.driver.clone()))
             .collect(),
     );
+    // Agents beat every third of the timeout by default; past that many a second, slower.
+    directory
+        .pace
+        .set(config.heartbeats_per_second, config.heartbeat_timeout / 3);
     for n in &config.nodes {
         directory.expect(NodeRecord {
             name: n.name.clone(),
@@ -288,8 +292,9 @@ pub(super) async fn lead(
     let tls = match (config.cluster_address, ca) {
         (Some(address), Some(ca)) => {
             let tokens = JoinTokens::load(store.clone(), ca.fingerprint(), config.join_token_max_ttl)
-                .map_err(ServeError::Tokens)?;
-            Some(bind_tls(ca, tokens, address).await?)
+                .map_err(ServeError::Tokens)?
+                .with_joins_per_minute(config.joins_per_minute);
+            Some(bind_tls(ca, tokens, address, config.cluster_connections_per_address).await?)
         }
         _ => None,
     };
