@@ -94,16 +94,6 @@ struct Limiter {
     per_minute: u32,
 }
 
-impl Limiter {
-    fn new(per_minute: u32) -> Self {
-        Limiter {
-            by_address: HashMap::new(),
-            overall: None,
-            per_minute: per_minute.max(1),
-        }
-    }
-}
-
 fn within(window: &mut (Instant, u32), (most, length): (u32, Duration), now: Instant) -> bool {
     if now.duration_since(window.0) >= length {
         *window = (now, 0);
@@ -113,6 +103,14 @@ fn within(window: &mut (Instant, u32), (most, length): (u32, Duration), now: Ins
 }
 
 impl Limiter {
+    fn new(per_minute: u32) -> Self {
+        Limiter {
+            by_address: HashMap::new(),
+            overall: None,
+            per_minute: per_minute.max(1),
+        }
+    }
+
     fn admit(&mut self, from: Option<IpAddr>, now: Instant) -> bool {
         let overall = self.overall.get_or_insert((now, 0));
         if !within(overall, (self.per_minute, MINUTE), now) {
