@@ -108,31 +108,13 @@ fn realistic(i: usize) -> berth::model::VolumeRecord {
     r
 }
 
-/// Writes `n` realistic volumes below `prefix`, many writes in flight.
+/// Writes `n` realistic volumes below `prefix`.
 fn fill(etcd: &EtcdCluster, prefix: &str, n: usize) {
-    use berth::store::{EtcdSettings, EtcdStore, Store};
-    let started = Instant::now();
-    let settings = EtcdSettings::new(etcd.endpoints(), Some(prefix.into())).unwrap();
-    let rt = tokio::runtime::Runtime::new().unwrap();
-    rt.block_on(async {
-        let store = std::sync::Arc::new(EtcdStore::connect(settings, None).await.unwrap());
-        let mut puts: tokio::task::JoinSet<Result<(), berth::store::StoreError>> =
-            tokio::task::JoinSet::new();
-        for i in 0..n {
-            if puts.len() >= 512 {
-                puts.join_next().await.unwrap().unwrap().unwrap();
-            }
-            let store = store.clone();
-            puts.spawn(async move { store.put(&realistic(i)).await });
-        }
-        while let Some(put) = puts.join_next().await {
-            put.unwrap().unwrap();
-        }
-    });
+    let took = etcd.fill(prefix, n, realistic);
     let bytes = serde_json::to_vec(&realistic(0)).unwrap().len();
     eprintln!(
         "{n} volumes of {bytes} bytes each written to etcd in {:.1} s",
-        started.elapsed().as_secs_f64()
+        took.as_secs_f64()
     );
 }
 

@@ -9,8 +9,15 @@
 //! node's record and paths show them (its agent checks them on start), so the restart does
 //! no CSI calls and measures Berth alone.
 //!
-//! `cargo xtask bench-scale [--volumes N[,N...]]` (release binaries;
-//! default 10000,100000).
+//! With `--etcd N`, N of the same records are also written to a real etcd
+//! (one member) through Berth's etcd store, and the bench reports what a
+//! record costs in etcd's database file and so how many volumes its quota
+//! (2 GiB by default, 8 GiB at most suggested) holds; then each record is
+//! written once more, as a step would, to show what history costs until
+//! the next compaction.
+//!
+//! `cargo xtask bench-scale [--volumes N[,N...]] [--etcd N]` (release
+//! binaries; default 10000,100000, no etcd).
 
 use std::path::PathBuf;
 use std::time::{Duration, Instant};
@@ -20,7 +27,7 @@ use berth::model::{
     Backend, DecisionNote, NodeLevel, NodeVerdict, Origin, Publication, VecMap, VolumeRecord, VolumeSpec,
 };
 use berth::store::{RedbStore, Store};
-use berth_tests::{Cluster, ClusterSpec, summary};
+use berth_tests::{Cluster, ClusterSpec, EtcdCluster, summary};
 
 /// A published volume as `berth serve` would have stored it.
 fn record(i: usize) -> VolumeRecord {
@@ -63,7 +70,7 @@ fn record(i: usize) -> VolumeRecord {
     let note = |answer: String| DecisionNote {
         at_ms: 1_790_000_000_000 + i as u64,
         module: "berth_naming_guest".into(),
-        digest: Some(format!("sha256:{:064x}", 0xfeed_u128)),
+        digest: Some(format!("sha256:{:064x}", 0xfeed_u128).into()),
         answer,
         ..Default::default()
     };
@@ -216,8 +223,44 @@ fn restart(c: &mut Cluster, expect: u64) -> Restart {
     })
 }
 
+/// What `n` records cost in etcd's database, and where its quota puts the ceiling.
+fn etcd_cost(n: usize) {
+    const MIB: f64 = 1048576.0;
+    let etcd = EtcdCluster::start(1);
+    let (empty, _) = etcd.db_size(0).expect("etcd metrics");
+    let took = etcd.fill("/berth-scale", n, record);
+    let json = serde_json::to_vec(&record(n / 2)).expect("record").len();
+    let (total, in_use) = etcd.db_size(0).expect("etcd metrics");
+    let per_volume = total.saturating_sub(empty) as f64 / n as f64;
+    println!(
+        "\netcd, {n} volumes of {json} B of JSON each (written in {:.1} s): database {:.0} MiB ({:.0} MiB in use), {per_volume:.0} B a volume",
+        took.as_secs_f64(),
+        total as f64 / MIB,
+        in_use as f64 / MIB
+    );
+    for quota_gib in [2u64, 8] {
+        println!(
+            "  a {quota_gib} GiB quota holds about {:.0} volumes with no history",
+            (quota_gib << 30) as f64 / per_volume
+        );
+    }
+    let took = etcd.fill("/berth-scale", n, record);
+    let (again, _) = etcd.db_size(0).expect("etcd metrics");
+    println!(
+        "  each written once more (in {:.1} s), before a compaction: database {:.0} MiB, {:.0} B a volume more",
+        took.as_secs_f64(),
+        again as f64 / MIB,
+        again.saturating_sub(total) as f64 / n as f64
+    );
+}
+
 fn main() {
     let args: Vec<String> = std::env::args().collect();
+    let etcd: Option<usize> = args
+        .iter()
+        .position(|a| a == "--etcd")
+        .and_then(|i| args.get(i + 1))
+        .map(|v| v.parse().expect("--etcd takes N"));
     let sizes: Vec<usize> = args
         .iter()
         .position(|a| a == "--volumes")
@@ -272,5 +315,9 @@ fn main() {
             println!("\nAt {a} volumes the restart is within the start-up's noise; compare larger sizes.")
         }
         _ => {}
+    }
+    drop(c);
+    if let Some(n) = etcd {
+        etcd_cost(n);
     }
 }

@@ -260,6 +260,57 @@ impl EtcdCluster {
         ask().is_ok_and(|r| r.contains("\"health\":\"true\""))
     }
 
+    /// Member `i`'s database file: its size on disk and the part in use
+    /// (read from its metrics), in bytes; what etcd's quota is measured against.
+    pub fn db_size(&self, i: usize) -> Option<(u64, u64)> {
+        let port = self.members[i].health_port;
+        let mut s = std::net::TcpStream::connect(("127.0.0.1", port)).ok()?;
+        s.set_read_timeout(Some(Duration::from_secs(5))).ok()?;
+        s.write_all(b"GET /metrics HTTP/1.0\r\nHost: 127.0.0.1\r\n\r\n")
+            .ok()?;
+        let mut out = String::new();
+        s.read_to_string(&mut out).ok()?;
+        let metric = |name: &str| -> Option<u64> {
+            let line = out.lines().find(|l| l.split_whitespace().next() == Some(name))?;
+            line.split_whitespace()
+                .nth(1)?
+                .parse::<f64>()
+                .ok()
+                .map(|v| v as u64)
+        };
+        Some((
+            metric("etcd_mvcc_db_total_size_in_bytes")?,
+            metric("etcd_mvcc_db_total_size_in_use_in_bytes")?,
+        ))
+    }
+
+    /// Writes `n` volumes (`record(i)` for each `i`) below `prefix` through
+    /// Berth's own etcd store, many writes in flight; how long it took.
+    pub fn fill(&self, prefix: &str, n: usize, record: fn(usize) -> berth::model::VolumeRecord) -> Duration {
+        use berth::store::{EtcdSettings, EtcdStore, Store};
+        let started = Instant::now();
+        let settings = EtcdSettings::new(self.endpoints(), Some(prefix.into())).expect("etcd settings");
+        let rt = tokio::runtime::Runtime::new().expect("runtime");
+        rt.block_on(async {
+            let store = std::sync::Arc::new(EtcdStore::connect(settings, None).await.expect("etcd store"));
+            let mut puts: tokio::task::JoinSet<Result<(), berth::store::StoreError>> =
+                tokio::task::JoinSet::new();
+            for i in 0..n {
+                if puts.len() >= 512
+                    && let Some(put) = puts.join_next().await
+                {
+                    put.expect("put task").expect("put");
+                }
+                let store = store.clone();
+                puts.spawn(async move { store.put(&record(i)).await });
+            }
+            while let Some(put) = puts.join_next().await {
+                put.expect("put task").expect("put");
+            }
+        });
+        started.elapsed()
+    }
+
     /// Waits until every running member is healthy.
     pub fn wait_healthy(&self, within: Duration) {
         let deadline = Instant::now() + within;

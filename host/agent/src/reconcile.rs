@@ -80,14 +80,24 @@ pub async fn check(
     record_place: &str,
     held: &mut BTreeMap<String, Held>,
 ) -> Result<Vec<String>, OpenError> {
-    let mounts = match MountTable::read() {
-        Ok(mounts) => mounts,
-        Err(e) => {
-            tracing::warn!(error = %e, "cannot read the mount table; the record is taken as it is");
-            return Ok(Vec::new());
-        }
+    // Two paths a volume to look at, each a few system calls: off the
+    // runtime's threads, which a server's `[[node]]` agents share with its API.
+    let scan = Scan {
+        paths: paths.clone(),
+        held: std::mem::take(held),
     };
-    let unknown = unknown_volume_paths(paths, held, &mounts);
+    let scanned = tokio::task::spawn_blocking(move || scan.run()).await;
+    let (mounts, unknown, lost) = match scanned {
+        Ok(scanned) => {
+            *held = scanned.held;
+            match scanned.found {
+                Some(found) => found,
+                None => return Ok(Vec::new()),
+            }
+        }
+        // The scan cannot fail but by a panic, which took the held list with it.
+        Err(e) => std::panic::resume_unwind(e.into_panic()),
+    };
     if !unknown.is_empty() {
         let shown: Vec<String> = unknown.iter().take(5).map(|p| p.display().to_string()).collect();
         return Err(OpenError::UnknownMounts {
@@ -104,21 +114,61 @@ pub async fn check(
     // A plugin that failed once is not asked again at start: a hung one
     // would otherwise hold the agent's registration a deadline per volume.
     let mut failed = std::collections::BTreeSet::new();
-    for (id, h) in held.iter_mut() {
-        if shown(paths, &mounts, id, h) {
+    for id in lost {
+        let Some(h) = held.get_mut(&id) else {
             continue;
-        }
+        };
         if failed.contains(&h.plugin) {
             unconfirmed.push(id.clone());
             continue;
         }
-        if let Err(e) = let_go(record, plugins, paths, &mounts, id, h).await {
+        if let Err(e) = let_go(record, plugins, paths, &mounts, &id, h).await {
             tracing::warn!(volume = %id, level = ?h.level, error = %e, "the node does not show what the record says, and its plugin did not confirm it let go: kept as recorded, asked again while the agent runs");
             failed.insert(h.plugin.clone());
             unconfirmed.push(id.clone());
         }
     }
     Ok(unconfirmed)
+}
+
+/// The file system's side of [`check`], run where blocking is allowed.
+struct Scan {
+    paths: Paths,
+    held: BTreeMap<String, Held>,
+}
+
+struct Scanned {
+    held: BTreeMap<String, Held>,
+    /// The mount table, the volume paths in use that the record does not
+    /// name, and the held volumes the node does not show; none when the
+    /// mount table cannot be read (the record is taken as it is).
+    found: Option<(MountTable, Vec<std::path::PathBuf>, Vec<String>)>,
+}
+
+impl Scan {
+    fn run(self) -> Scanned {
+        let mounts = match MountTable::read() {
+            Ok(mounts) => mounts,
+            Err(e) => {
+                tracing::warn!(error = %e, "cannot read the mount table; the record is taken as it is");
+                return Scanned {
+                    held: self.held,
+                    found: None,
+                };
+            }
+        };
+        let unknown = unknown_volume_paths(&self.paths, &self.held, &mounts);
+        let lost = self
+            .held
+            .iter()
+            .filter(|(id, h)| !shown(&self.paths, &mounts, id, h))
+            .map(|(id, _)| id.clone())
+            .collect();
+        Scanned {
+            held: self.held,
+            found: Some((mounts, unknown, lost)),
+        }
+    }
 }
 
 /// Volume paths in use below the agent's directories that `held` does not name.

@@ -11,7 +11,7 @@ use crate::{RequestError, VolumeManager};
 use berth_csi::proto;
 use berth_csi::proto::plugin_capability::service::Type as ServiceCap;
 use berth_csi::registry::Health as PluginHealth;
-use berth_model::{self as model, AccessType, DecisionNote, NodeVerdict, Segments, VolumeRecord};
+use berth_model::{self as model, AccessType, DecisionNote, Interned, NodeVerdict, Segments, VolumeRecord};
 use berth_policy::logged::{Answer, Logged};
 use berth_policy::{
     self as policy, AccessMode, CapacityRange, Code, Decision, Health, NamingOutcome, PlacementNode,
@@ -242,8 +242,8 @@ impl VolumeManager {
 pub(super) fn note(logged: &Logged, answer: String) -> DecisionNote {
     DecisionNote {
         at_ms: logged.at_ms,
-        module: logged.module.clone(),
-        digest: logged.digest.clone(),
+        module: Interned::new(&logged.module),
+        digest: logged.digest.as_deref().map(Interned::new),
         answer,
         ..Default::default()
     }
@@ -290,7 +290,7 @@ fn placed_note(logged: &Logged, nodes: &[PlacementNode], verdicts: &policy::Verd
         None => format!("no eligible node among {}", nodes.len()),
     };
     let verdict = |i: usize| NodeVerdict {
-        node: nodes[i].name.clone(),
+        node: Interned::new(&nodes[i].name),
         eligible: verdicts.is_eligible(i),
         score: verdicts.scores.get(i).copied().unwrap_or_default(),
         reason: verdicts.reason(i).unwrap_or_default().to_string(),

@@ -6,10 +6,12 @@ use std::collections::{BTreeMap, HashMap};
 
 use berth_model::{VolumeRecord, VolumeState};
 
+use crate::records::Records;
+
 /// Records and their indexes.
 #[derive(Default)]
 pub(super) struct Indexed {
-    pub(super) volumes: HashMap<String, VolumeRecord>,
+    pub(super) volumes: Records,
     /// Operator name → id, for live volumes; in name order, for paged lists.
     pub(super) names: BTreeMap<String, String>,
     /// CSI name → id: a name given to one volume is never given to another.
@@ -59,18 +61,22 @@ impl Indexed {
                 self.snapshots.insert(name.clone(), r.id.clone());
             }
             self.groups(&r, true);
-            self.volumes.insert(r.id.clone(), r);
+            self.volumes.insert_new(r);
             return;
         };
         let old = std::mem::replace(slot, r);
         self.tally(&old, false);
-        let new = &self.volumes[&old.id];
+        let Some(new) = self.volumes.get(&old.id) else {
+            return;
+        };
         if !(old.group_snapshots.is_empty() && new.group_snapshots.is_empty()) {
             let new = new.clone();
             self.groups(&old, false);
             self.groups(&new, true);
         }
-        let new = &self.volumes[&old.id];
+        let Some(new) = self.volumes.get(&old.id) else {
+            return;
+        };
         if !(old.snapshots.is_empty() && new.snapshots.is_empty()) {
             for name in old.snapshots.keys().filter(|n| !new.snapshots.contains_key(n)) {
                 if self.snapshots.get(name) == Some(&old.id) {

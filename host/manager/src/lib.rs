@@ -39,6 +39,7 @@ mod plan;
 mod plugin_waits;
 mod queue;
 mod reconcile;
+mod records;
 mod requests;
 pub mod secrets;
 mod snapshots;
@@ -216,6 +217,11 @@ impl VolumeManager {
                     let id = m.queue.take().await;
                     m.reconcile(&id).await;
                     m.queue.done(&id);
+                    // A queue that is never empty (a restart's every volume)
+                    // and volumes that need no call never wait: without this,
+                    // workers kept the runtime's threads from the API until
+                    // the queue drained.
+                    tokio::task::consume_budget().await;
                 }
             });
         }

@@ -355,7 +355,7 @@ impl VolumeManager {
                     policy_failures,
                 };
                 self.deadlines.set(&record.id, &retry, Duration::from_millis(ms));
-                self.write_unwritten(&record.id, unwritten, |r| r.retrying = Some(retry))
+                self.write_unwritten(&record.id, unwritten, |r| r.retrying = Some(Box::new(retry)))
                     .await
             }
             RetryDecision::GiveUp(reason) => {

@@ -397,7 +397,7 @@ impl VolumeManager {
                 volume_capabilities: vec![self.controller_capability(spec)],
                 parameters: spec.parameters.clone().into_iter().collect(),
                 secrets,
-                volume_content_source: spec.source.as_ref().map(content_source),
+                volume_content_source: spec.source.as_deref().map(content_source),
                 accessibility_requirements: requirements,
                 mutable_parameters: spec.mutable_parameters.clone().into_iter().collect(),
             })

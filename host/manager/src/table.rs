@@ -15,6 +15,7 @@ use std::sync::{Arc, Mutex};
 use tokio::sync::watch;
 
 mod insert;
+mod locks;
 
 use crate::RequestError;
 use crate::indexes::Indexed;
@@ -65,7 +66,7 @@ pub struct VolumeTable {
     waiting: Mutex<HashMap<String, Waiting>>,
     /// How many volumes wait: the common case, none, needs no lock.
     waiting_count: AtomicUsize,
-    locks: Mutex<HashMap<String, Arc<tokio::sync::Mutex<()>>>>,
+    locks: locks::VolumeLocks,
     /// Publications a request marked sent (durably, with the request's own
     /// write) whose first call has not gone out, by volume id: withdrawn
     /// before it, they need no call to undo. Kept in memory only: after a
@@ -125,8 +126,7 @@ impl VolumeTable {
     /// that would withdraw it (the record and a request's note agree only
     /// there); the note, if any, goes either way.
     pub async fn first_call(&self, id: &str, node: &str) -> bool {
-        let lock = self.volume_lock(id);
-        let _held = lock.lock().await;
+        let _held = self.locks.hold(id).await;
         let stands = self
             .lock()
             .volumes
@@ -143,15 +143,16 @@ impl VolumeTable {
     /// Loads every record from `store`.
     pub fn load(store: Arc<dyn Store>) -> Result<VolumeTable, StoreError> {
         let mut indexed = Indexed::default();
-        for r in store.load()? {
-            indexed.insert(r);
-        }
+        indexed
+            .volumes
+            .reserve(usize::try_from(store.volume_count()?).unwrap_or(0));
+        store.load_each(&mut |r| indexed.insert(r))?;
         Ok(VolumeTable {
             store,
             indexed: Mutex::new(indexed),
             waiting: Mutex::new(HashMap::new()),
             waiting_count: AtomicUsize::new(0),
-            locks: Mutex::new(HashMap::new()),
+            locks: locks::VolumeLocks::default(),
             uncalled: Mutex::new(HashMap::new()),
             changes: watch::channel(0).0,
         })
@@ -170,7 +171,7 @@ impl VolumeTable {
     }
 
     pub fn ids(&self) -> Vec<String> {
-        self.lock().volumes.keys().cloned().collect()
+        self.lock().volumes.ids().map(str::to_owned).collect()
     }
 
     pub fn by_id(&self, id: &str) -> Option<VolumeRecord> {
@@ -348,15 +349,6 @@ impl VolumeTable {
         }
     }
 
-    fn volume_lock(&self, id: &str) -> Arc<tokio::sync::Mutex<()>> {
-        self.locks
-            .lock()
-            .unwrap_or_else(|p| p.into_inner())
-            .entry(id.to_string())
-            .or_default()
-            .clone()
-    }
-
     /// Applies `change` to the latest record and makes it durable before
     /// anyone sees it. Returns what `change` returned and the new record.
     pub async fn modify<T>(
@@ -364,8 +356,7 @@ impl VolumeTable {
         id: &str,
         change: impl FnOnce(&mut VolumeRecord) -> Result<T, RequestError>,
     ) -> Result<(T, VolumeRecord), RequestError> {
-        let lock = self.volume_lock(id);
-        let _held = lock.lock().await;
+        let _held = self.locks.hold(id).await;
         let mut record = self.by_id(id).ok_or_else(|| Missing::VolumeId(id.to_string()))?;
         let out = change(&mut record)?;
         record.generation += 1;
@@ -392,8 +383,7 @@ impl VolumeTable {
         id: &str,
         check: impl FnOnce(&VolumeRecord) -> Result<(), RequestError>,
     ) -> Result<(), RemoveError> {
-        let lock = self.volume_lock(id);
-        let _held = lock.lock().await;
+        let _held = self.locks.hold(id).await;
         if let Some(r) = self.by_id(id) {
             check(&r).map_err(RemoveError::Refused)?;
         }
@@ -401,7 +391,6 @@ impl VolumeTable {
         self.lock().remove(id);
         self.clear_waiting(id);
         self.uncalled().remove(id);
-        self.locks.lock().unwrap_or_else(|p| p.into_inner()).remove(id);
         self.changed();
         Ok(())
     }
@@ -450,7 +439,7 @@ mod tests {
         t.modify("id1", |r| {
             r.csi_name = Some("pv-data".into());
             r.publications.insert("n1".into(), publication());
-            r.retrying = Some(Retrying {
+            r.retrying = Some(Box::new(Retrying {
                 operation: "CreateVolume".into(),
                 attempt: 1,
                 first_failure_ms: 0,
@@ -458,7 +447,7 @@ mod tests {
                 delay_ms: 0,
                 last_error: String::new(),
                 policy_failures: 0,
-            });
+            }));
             Ok(())
         })
         .await

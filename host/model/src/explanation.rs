@@ -3,6 +3,8 @@
 
 use serde::{Deserialize, Serialize};
 
+use crate::Interned;
+
 /// The most nodes a placement note lists: the best eligible ones first, then refused ones.
 pub const NOTE_NODES: usize = 64;
 /// Retry decisions kept, newest last.
@@ -26,9 +28,11 @@ pub struct DecisionNote {
     /// Milliseconds since the epoch.
     pub at_ms: u64,
     /// The module that decided (`builtin` when none served the decision).
-    pub module: String,
+    /// Module names, digests and node names are shared by every note that
+    /// holds them (see [`Interned`]).
+    pub module: Interned,
     #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub digest: Option<String>,
+    pub digest: Option<Interned>,
     /// What was decided, in words: the name, the chosen node, `retry after 2s`...
     pub answer: String,
     /// Retry: the failed call it was about.
@@ -43,7 +47,7 @@ pub struct DecisionNote {
 
 #[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
 pub struct NodeVerdict {
-    pub node: String,
+    pub node: Interned,
     pub eligible: bool,
     pub score: i32,
     /// Why it was refused.

@@ -7,6 +7,7 @@ pub mod clock;
 pub mod credentials;
 mod explanation;
 pub mod files;
+mod interned;
 mod map;
 mod node;
 mod publication;
@@ -21,6 +22,7 @@ use serde::{Deserialize, Serialize};
 use std::sync::Arc;
 
 pub use explanation::{DecisionNote, Explanation, NodeVerdict};
+pub use interned::Interned;
 pub use map::VecMap;
 pub use node::{DOCKER_NODE_HEADER, NODE_HEADER, NodeLevel, Paths};
 pub use publication::Publication;
@@ -247,7 +249,8 @@ pub struct VolumeRecord {
     pub group_snapshots: VecMap<GroupSnapshot>,
     /// A give-up: the reconciler leaves the volume alone until an operator retries.
     pub failure: Option<String>,
-    pub retrying: Option<Retrying>,
+    /// Boxed: few volumes retry at once, and every record pays for the field.
+    pub retrying: Option<Box<Retrying>>,
     /// Bumped on every change, so watchers see each one.
     pub generation: u64,
     /// The volume's latest events, oldest first, written with the change

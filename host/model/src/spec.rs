@@ -30,7 +30,7 @@ pub struct VolumeSpec {
     pub labels: Segments,
     /// What the volume starts from: a snapshot, or a copy of another volume.
     #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub source: Option<VolumeSource>,
+    pub source: Option<Box<VolumeSource>>,
     /// Parameters the plugin may change after creation (CSI's
     /// ControllerModifyVolume): what the operator wants them to be.
     #[serde(default, skip_serializing_if = "Segments::is_empty")]

@@ -70,7 +70,7 @@ fn create(path: &Path) -> std::io::Result<()> {
     })
 }
 
-fn failed(e: impl std::fmt::Display) -> StoreError {
+pub(crate) fn failed(e: impl std::fmt::Display) -> StoreError {
     StoreError::Failed(e.to_string())
 }
 
@@ -355,6 +355,21 @@ impl Store for RedbStore {
                 out.push(decode(key.value(), value.value())?);
             }
             Ok(out)
+        })
+    }
+
+    fn load_each(&self, each: &mut dyn FnMut(VolumeRecord)) -> Result<(), StoreError> {
+        crate::load::each_volume(&self.committer, VOLUMES, each)
+    }
+
+    fn volume_count(&self) -> Result<u64, StoreError> {
+        self.committer.read(|db| {
+            let txn = db.begin_read().map_err(failed)?;
+            match txn.open_table(VOLUMES) {
+                Ok(t) => redb::ReadableTableMetadata::len(&t).map_err(failed),
+                Err(redb::TableError::TableDoesNotExist(_)) => Ok(0),
+                Err(e) => Err(failed(e)),
+            }
         })
     }
 

@@ -8,6 +8,7 @@
 mod committer;
 mod embedded;
 mod etcd;
+mod load;
 
 use std::path::PathBuf;
 
@@ -203,6 +204,17 @@ impl PolicySetRecord {
 pub trait Store: Send + Sync {
     /// Every stored volume (at start).
     fn load(&self) -> Result<Vec<VolumeRecord>, StoreError>;
+    /// Every stored volume, one at a time and in no particular order, so
+    /// that no list of them all is held at once: what a start uses.
+    fn load_each(&self, each: &mut dyn FnMut(VolumeRecord)) -> Result<(), StoreError> {
+        self.load()?.into_iter().for_each(each);
+        Ok(())
+    }
+    /// How many volumes are stored, when the store can tell without
+    /// reading them (0 otherwise): room is made for them before loading.
+    fn volume_count(&self) -> Result<u64, StoreError> {
+        Ok(0)
+    }
     /// Stores a record, replacing the one with its id.
     async fn put(&self, record: &VolumeRecord) -> Result<(), StoreError>;
     /// Removes a record; removing one that is not there is not an error.

@@ -24,8 +24,7 @@ impl VolumeTable {
         same: impl Fn(&VolumeRecord) -> bool,
     ) -> Result<Inserted, RequestError> {
         loop {
-            let lock = self.volume_lock(&record.id);
-            let held = lock.lock().await;
+            let held = self.locks.hold(&record.id).await;
             let existing = {
                 let mut s = self.lock();
                 match s.names.get(&record.spec.name).and_then(|i| s.volumes.get(i)) {
@@ -55,8 +54,7 @@ impl VolumeTable {
             };
             drop(held);
             // Once the reserving request is done with it, the volume is durable or gone.
-            let theirs = self.volume_lock(&id);
-            let _done = theirs.lock().await;
+            let _done = self.locks.hold(&id).await;
             if let Some(r) = self.by_id(&id).filter(|r| same(r) && !r.deleting) {
                 return Ok(Inserted::Existing(r));
             }

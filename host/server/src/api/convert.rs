@@ -43,7 +43,7 @@ pub fn spec_from_api(s: api::VolumeSpec) -> Result<VolumeSpec, RequestError> {
         requisite_topology: s.requisite_topology.iter().map(segments).collect(),
         preferred_topology: s.preferred_topology.iter().map(segments).collect(),
         labels: s.labels.into_iter().collect(),
-        source: source_from_api(s.from_snapshot, s.from_volume)?,
+        source: source_from_api(s.from_snapshot, s.from_volume)?.map(Box::new),
         mutable_parameters: s.mutable_parameters.into_iter().collect(),
     })
 }

@@ -368,3 +368,51 @@ async fn new_names_follow_dockers_rule_and_a_name_from_before_keeps_working() {
     core.until("deleted", |c| c.manager.get("my vol").is_none()).await;
     assert_eq!(core.plugin.volumes(), 0);
 }
+
+#[tokio::test(start_paused = true)]
+async fn a_restart_with_a_long_queue_leaves_the_runtime_to_others_between_volumes() {
+    use crate::model::{Backend, VolumeRecord, VolumeSpec, new_id};
+    use crate::store::Store;
+    // Created volumes published nowhere: reconciling one needs no call, so
+    // nothing in it ever waits.
+    let store = Arc::new(super::store::MemoryStore::default());
+    for i in 0..2000 {
+        let mut r = VolumeRecord::new(
+            new_id(),
+            VolumeSpec {
+                name: format!("v{i}"),
+                plugin: "mem".into(),
+                required_bytes: 1 << 20,
+                ..VolumeSpec::default()
+            },
+        );
+        r.csi_name = Some(format!("pv-{i}"));
+        r.create_sent = true;
+        r.backend = Some(Arc::new(Backend {
+            volume_id: format!("mem-{i}"),
+            capacity_bytes: 1 << 20,
+            sized_for: None,
+            context: Default::default(),
+            accessible_topology: Vec::new(),
+            node_expansion_required: false,
+            mutable_parameters: Default::default(),
+        }));
+        store.put(&r).await.unwrap();
+    }
+    let core = super::start_with(super::plugin::MemoryPlugin::default(), store, retry(SECOND, 3)).await;
+    let queued = core.manager.summary().busy;
+    // One turn for everyone else: the workers must not drain the queue in it
+    // (the API's tasks waited behind a restart's every volume).
+    tokio::task::yield_now().await;
+    let after_a_turn = core.manager.summary().busy;
+    assert!(
+        after_a_turn > 0 && after_a_turn < queued.max(1),
+        "queued {queued}, after one turn {after_a_turn}"
+    );
+    core.until("every volume looked at", |c| c.manager.summary().busy == 0)
+        .await;
+    assert_eq!(
+        core.manager.summary().states,
+        vec![(VolumeState::Available, 2000)]
+    );
+}
