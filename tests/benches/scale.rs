@@ -210,15 +210,26 @@ fn restart(c: &mut Cluster, expect: u64) -> Restart {
             tokio::time::sleep(Duration::from_millis(5)).await;
         }
         let reconciled = started.elapsed();
-        // Let the allocator settle before reading the resident size.
-        tokio::time::sleep(Duration::from_millis(500)).await;
+        // The resident size at rest: what was sent and queued for the
+        // restart is freed and given back over the next moments.
+        let pid = c.serve_pid().expect("serve runs");
+        let mut last = rss(pid);
+        for _ in 0..30 {
+            tokio::time::sleep(Duration::from_millis(500)).await;
+            let now = rss(pid);
+            let settled = now.abs_diff(last) * 200 < last;
+            last = now;
+            if settled {
+                break;
+            }
+        }
         let s = summary(&mut client).await.expect("summary");
         let published = s.states.get("published").copied().unwrap_or(0);
         assert_eq!(published, expect, "nothing changed state: {s:?}");
         Restart {
             api,
             reconciled,
-            rss: rss(c.serve_pid().expect("serve runs")),
+            rss: last,
         }
     })
 }

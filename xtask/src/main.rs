@@ -66,7 +66,8 @@ commands:
           picks setups; --volumes-dir DIR puts the plugin's volumes on DIR, not /dev/shm)
   bench-scale
           memory per tracked volume and restart time with 10,000 and 100,000 volumes
-          in the store (--volumes N[,N...])
+          in the store (--volumes N[,N...]); --etcd N also writes N of the records to
+          a real etcd and reports what one costs there and what its quota holds
   bench-nodes
           N agents' sessions over mutual TLS against one server: memory per session, CPU
           per heartbeat, time to join and attach, to attach again after a kill -9, and

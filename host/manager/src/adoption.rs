@@ -31,13 +31,20 @@ impl VolumeManager {
                 echo(volume_id)
             )));
         }
-        if let Some(other) = self.table.list().into_iter().find(|r| {
-            r.spec.plugin == spec.plugin && r.backend.as_ref().is_some_and(|b| b.volume_id == volume_id)
-        }) {
+        // Looked for in place: a copy of every record (a million, at scale) to find one.
+        let adopted_as = self.table.collect(|r, out| {
+            if out.is_empty()
+                && r.spec.plugin == spec.plugin
+                && r.backend.as_ref().is_some_and(|b| b.volume_id == volume_id)
+            {
+                out.push(r.spec.name.clone());
+            }
+        });
+        if let Some(volume) = adopted_as.into_iter().next() {
             return Err(Taken::Adopted {
                 volume_id: volume_id.to_string(),
                 plugin: spec.plugin.clone(),
-                volume: other.spec.name.clone(),
+                volume,
             }
             .into());
         }

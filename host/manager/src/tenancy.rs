@@ -74,9 +74,14 @@ impl VolumeManager {
 
     /// The volumes `node`'s Docker may see.
     pub fn docker_list(&self, node: &str) -> Vec<VolumeRecord> {
-        let mut all = self.list();
-        all.retain(|r| Self::in_docker_scope(r, node));
-        all
+        // Only those it may see are copied, not every record first.
+        let mut seen = self.table.collect(|r, out| {
+            if Self::in_docker_scope(r, node) {
+                out.push(r.clone());
+            }
+        });
+        seen.sort_by(|a, b| a.spec.name.cmp(&b.spec.name));
+        seen
     }
 
     /// Creates a volume for `node`'s Docker: made by it, in Docker's scope.
