@@ -76,6 +76,9 @@ pub struct VolumeTable {
     changes: watch::Sender<u64>,
 }
 
+/// Room kept in the map of waiting volumes however few wait.
+const WAITING_ROOM: usize = 1024;
+
 fn unavailable(what: &str, e: StoreError) -> RequestError {
     Unready::store(what, e).into()
 }
@@ -262,6 +265,12 @@ impl VolumeTable {
         let mut w = self.waiting.lock().unwrap_or_else(|p| p.into_inner());
         if w.remove(id).is_some() {
             self.waiting_count.fetch_sub(1, Ordering::Relaxed);
+            // A restart's every volume waits for its node's agent at once;
+            // a map keeps its room when emptied (120 MB after a million).
+            if w.capacity() > WAITING_ROOM && w.len() * 4 < w.capacity() {
+                let room = (w.len() * 2).max(WAITING_ROOM);
+                w.shrink_to(room);
+            }
         }
     }
 
@@ -424,6 +433,32 @@ mod tests {
     fn table(dir: &tempfile::TempDir) -> VolumeTable {
         let store = RedbStore::open(&dir.path().join("s.redb")).unwrap();
         VolumeTable::load(Arc::new(store)).unwrap()
+    }
+
+    #[test]
+    fn the_room_of_a_restarts_waiting_volumes_is_given_back_as_they_stop_waiting() {
+        let dir = tempfile::tempdir().unwrap();
+        let t = table(&dir);
+        let room = || t.waiting.lock().unwrap().capacity();
+        for i in 0..20_000 {
+            t.set_waiting(
+                &format!("v{i}"),
+                "waiting for node \"n1\", whose agent is unknown".into(),
+                1,
+            );
+        }
+        let full = room();
+        assert!(full >= 20_000);
+        for i in 0..19_990 {
+            t.clear_waiting(&format!("v{i}"));
+        }
+        assert!(
+            room() <= WAITING_ROOM * 2,
+            "{} of {full} kept for 10 waiting",
+            room()
+        );
+        assert_eq!(t.waiting("v19995").map(|w| w.since_ms), Some(1));
+        assert!(t.waiting("v5").is_none());
     }
 
     #[tokio::test]
