@@ -265,8 +265,9 @@ impl VolumeTable {
         let mut w = self.waiting.lock().unwrap_or_else(|p| p.into_inner());
         if w.remove(id).is_some() {
             self.waiting_count.fetch_sub(1, Ordering::Relaxed);
-            // A restart's every volume waits for its node's agent at once;
-            // a map keeps its room when emptied (120 MB after a million).
+            // A restart's every volume may wait for its node's agent at
+            // once, and a map keeps its room when emptied: room for a
+            // million entries is over 100 MB.
             if w.capacity() > WAITING_ROOM && w.len() * 4 < w.capacity() {
                 let room = (w.len() * 2).max(WAITING_ROOM);
                 w.shrink_to(room);
