@@ -7,6 +7,7 @@ use std::sync::Arc;
 use redb::{Database, ReadOnlyDatabase, ReadableDatabase, ReadableTable, TableDefinition};
 
 use crate::committer::{Change, CommitError, Committer, Table};
+use crate::private::{private_dir, private_file, warn_if_shared};
 use crate::{NodeRecord, SCHEMA_VERSION, Store, StoreError, TokenRecord, decode, encode};
 use berth_model::VolumeRecord;
 
@@ -247,55 +248,6 @@ fn read_all<T: serde::de::DeserializeOwned>(
         );
     }
     Ok(out)
-}
-
-/// Creates `dir` (and missing parents) for the owner only; warns when an
-/// existing one lets others in. Records hold names, labels, parameters and
-/// contexts: other local users must not read them.
-pub fn private_dir(dir: &Path) -> std::io::Result<()> {
-    use std::os::unix::fs::DirBuilderExt;
-    match std::fs::metadata(dir) {
-        Ok(meta) => {
-            warn_if_shared(
-                dir,
-                &meta,
-                "the state directory is open to other users; chmod 700 it",
-            );
-            Ok(())
-        }
-        Err(_) => std::fs::DirBuilder::new().recursive(true).mode(0o700).create(dir),
-    }
-}
-
-/// Creates the store file for the owner only (before redb writes anything
-/// into it); warns when an existing one lets others read it.
-pub fn private_file(path: &Path) -> std::io::Result<()> {
-    use std::os::unix::fs::OpenOptionsExt;
-    match std::fs::metadata(path) {
-        Ok(meta) => {
-            warn_if_shared(
-                path,
-                &meta,
-                "the store file is readable by other users; chmod 600 it",
-            );
-            Ok(())
-        }
-        Err(_) => std::fs::OpenOptions::new()
-            .write(true)
-            .create_new(true)
-            .mode(0o600)
-            .open(path)
-            .map(drop)
-            .map_err(|e| std::io::Error::new(e.kind(), format!("creating {}: {e}", path.display()))),
-    }
-}
-
-fn warn_if_shared(path: &Path, meta: &std::fs::Metadata, advice: &str) {
-    use std::os::unix::fs::PermissionsExt;
-    let mode = meta.permissions().mode() & 0o777;
-    if mode & 0o077 != 0 {
-        tracing::warn!(path = %path.display(), mode = format!("{mode:04o}"), "{advice}");
-    }
 }
 
 fn refuse_newer(path: &Path, found: Option<u64>) -> Result<(), StoreError> {

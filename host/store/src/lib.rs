@@ -9,6 +9,7 @@ mod committer;
 mod embedded;
 mod etcd;
 mod load;
+mod private;
 
 use std::path::PathBuf;
 
@@ -17,9 +18,9 @@ use berth_model::VolumeRecord;
 pub use committer::{Change, CommitError, Committer, Table};
 pub use embedded::RedbStore;
 pub use embedded::create_beside;
-pub use embedded::{private_dir, private_file};
 pub use etcd::{DEPOSED, EtcdSettings, EtcdStore, EtcdTls, Fence, Mirror, Warm};
 pub use etcd::{EtcdError, Members, range_all, unavailable};
+pub use private::{private_dir, private_file};
 
 /// The record format this release reads and writes.
 pub const SCHEMA_VERSION: u64 = 1;
