@@ -95,8 +95,12 @@ pub async fn check(
                 None => return Ok(Vec::new()),
             }
         }
-        // The scan cannot fail but by a panic, which took the held list with it.
-        Err(e) => std::panic::resume_unwind(e.into_panic()),
+        // The scan fails only by a panic (which took the held list with it),
+        // or is dropped as the runtime shuts down, the store with it.
+        Err(e) => match e.try_into_panic() {
+            Ok(panic) => std::panic::resume_unwind(panic),
+            Err(_) => return Err(berth_store::StoreError::Closed.into()),
+        },
     };
     if !unknown.is_empty() {
         let shown: Vec<String> = unknown.iter().take(5).map(|p| p.display().to_string()).collect();

@@ -9,13 +9,15 @@
 use crate::Missing;
 use crate::Unready;
 use std::collections::HashMap;
-use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex};
 
 use tokio::sync::watch;
 
 mod insert;
 mod locks;
+mod waits;
+
+pub use waits::Waiting;
 
 use crate::RequestError;
 use crate::indexes::Indexed;
@@ -47,13 +49,6 @@ pub enum Inserted {
     Existing(VolumeRecord),
 }
 
-/// Why a volume cannot progress, and since when (ms since the epoch).
-#[derive(Clone, Debug, PartialEq, Eq)]
-pub struct Waiting {
-    pub reason: String,
-    pub since_ms: u64,
-}
-
 /// A name another volume already has: that volume's id.
 #[derive(Debug, PartialEq, Eq)]
 pub struct TakenBy(pub String);
@@ -61,11 +56,8 @@ pub struct TakenBy(pub String);
 pub struct VolumeTable {
     store: Arc<dyn Store>,
     indexed: Mutex<Indexed>,
-    /// Volumes that cannot progress, by id. Derived from the plugins' state
-    /// as the reconciler finds it, so kept in memory only.
-    waiting: Mutex<HashMap<String, Waiting>>,
-    /// How many volumes wait: the common case, none, needs no lock.
-    waiting_count: AtomicUsize,
+    /// Volumes that cannot progress.
+    waits: waits::Waits,
     locks: locks::VolumeLocks,
     /// Publications a request marked sent (durably, with the request's own
     /// write) whose first call has not gone out, by volume id: withdrawn
@@ -75,9 +67,6 @@ pub struct VolumeTable {
     /// Bumped on every change, for watchers.
     changes: watch::Sender<u64>,
 }
-
-/// Room kept in the map of waiting volumes however few wait.
-const WAITING_ROOM: usize = 1024;
 
 fn unavailable(what: &str, e: StoreError) -> RequestError {
     Unready::store(what, e).into()
@@ -153,8 +142,7 @@ impl VolumeTable {
         Ok(VolumeTable {
             store,
             indexed: Mutex::new(indexed),
-            waiting: Mutex::new(HashMap::new()),
-            waiting_count: AtomicUsize::new(0),
+            waits: waits::Waits::default(),
             locks: locks::VolumeLocks::default(),
             uncalled: Mutex::new(HashMap::new()),
             changes: watch::channel(0).0,
@@ -242,53 +230,21 @@ impl VolumeTable {
 
     /// Records why a volume cannot progress; `since` stays while the reason does.
     pub fn set_waiting(&self, id: &str, reason: String, now_ms: u64) {
-        let mut w = self.waiting.lock().unwrap_or_else(|p| p.into_inner());
-        match w.get_mut(id) {
-            Some(old) if old.reason == reason => {}
-            _ => {
-                let new = Waiting {
-                    reason,
-                    since_ms: now_ms,
-                };
-                if w.insert(id.to_string(), new).is_none() {
-                    self.waiting_count.fetch_add(1, Ordering::Relaxed);
-                }
-            }
-        }
+        self.waits.set(id, reason, now_ms);
     }
 
     /// The volume progresses (or is gone): it waits for nothing.
     pub fn clear_waiting(&self, id: &str) {
-        if self.waiting_count.load(Ordering::Relaxed) == 0 {
-            return;
-        }
-        let mut w = self.waiting.lock().unwrap_or_else(|p| p.into_inner());
-        if w.remove(id).is_some() {
-            self.waiting_count.fetch_sub(1, Ordering::Relaxed);
-            // A restart's every volume may wait for its node's agent at
-            // once, and a map keeps its room when emptied: room for a
-            // million entries is over 100 MB.
-            if w.capacity() > WAITING_ROOM && w.len() * 4 < w.capacity() {
-                let room = (w.len() * 2).max(WAITING_ROOM);
-                w.shrink_to(room);
-            }
-        }
+        self.waits.clear(id);
     }
 
     pub fn waiting(&self, id: &str) -> Option<Waiting> {
-        if self.waiting_count.load(Ordering::Relaxed) == 0 {
-            return None;
-        }
-        self.waiting
-            .lock()
-            .unwrap_or_else(|p| p.into_inner())
-            .get(id)
-            .cloned()
+        self.waits.get(id)
     }
 
     pub fn counts(&self) -> Counts {
         let s = self.lock();
-        let waiting = self.waiting_count.load(Ordering::Relaxed) as u64;
+        let waiting = self.waits.count() as u64;
         Counts {
             waiting,
             volumes: s.volumes.len() as u64,
@@ -434,32 +390,6 @@ mod tests {
     fn table(dir: &tempfile::TempDir) -> VolumeTable {
         let store = RedbStore::open(&dir.path().join("s.redb")).unwrap();
         VolumeTable::load(Arc::new(store)).unwrap()
-    }
-
-    #[test]
-    fn the_room_of_a_restarts_waiting_volumes_is_given_back_as_they_stop_waiting() {
-        let dir = tempfile::tempdir().unwrap();
-        let t = table(&dir);
-        let room = || t.waiting.lock().unwrap().capacity();
-        for i in 0..20_000 {
-            t.set_waiting(
-                &format!("v{i}"),
-                "waiting for node \"n1\", whose agent is unknown".into(),
-                1,
-            );
-        }
-        let full = room();
-        assert!(full >= 20_000);
-        for i in 0..19_990 {
-            t.clear_waiting(&format!("v{i}"));
-        }
-        assert!(
-            room() <= WAITING_ROOM * 2,
-            "{} of {full} kept for 10 waiting",
-            room()
-        );
-        assert_eq!(t.waiting("v19995").map(|w| w.since_ms), Some(1));
-        assert!(t.waiting("v5").is_none());
     }
 
     #[tokio::test]

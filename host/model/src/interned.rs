@@ -91,12 +91,6 @@ impl From<&String> for Interned {
     }
 }
 
-impl From<Interned> for String {
-    fn from(text: Interned) -> String {
-        text.0.as_ref().to_owned()
-    }
-}
-
 impl PartialEq<str> for Interned {
     fn eq(&self, other: &str) -> bool {
         &*self.0 == other
