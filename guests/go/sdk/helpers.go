@@ -119,8 +119,17 @@ func StableHash(text string) uint64 {
 
 // ShortHash is the low 32 bits of StableHash(text) as 8 hex digits, as the
 // samples name volumes.
+// (Written out rather than with fmt, whose printer comes from a sync.Pool
+// that a fresh instance sets up in every decision.)
 func ShortHash(text string) string {
-	return fmt.Sprintf("%08x", uint32(StableHash(text)))
+	const digits = "0123456789abcdef"
+	h := uint32(StableHash(text))
+	var out [8]byte
+	for i := 7; i >= 0; i-- {
+		out[i] = digits[h&0xf]
+		h >>= 4
+	}
+	return string(out[:])
 }
 
 // BackoffMs is base * 2^(attempt-1), capped at max.

@@ -1,7 +1,9 @@
 package policy
 
 import (
+	"fmt"
 	"reflect"
+	"strconv"
 	"strings"
 	"testing"
 )
@@ -13,6 +15,23 @@ func TestNamesHashAsInEveryLanguage(t *testing.T) {
 	}
 	if got := StableHash(""); got != 0xcbf29ce484222325 {
 		t.Fatalf("StableHash of nothing = %x", got)
+	}
+}
+
+func TestShortHashIsEightHexDigitsWithLeadingZeros(t *testing.T) {
+	padded := 0
+	for i := 0; i < 1000; i++ {
+		text := strconv.Itoa(i)
+		want := fmt.Sprintf("%08x", uint32(StableHash(text)))
+		if got := ShortHash(text); got != want {
+			t.Fatalf("ShortHash(%q) = %s, want %s", text, got, want)
+		}
+		if want[0] == '0' {
+			padded++
+		}
+	}
+	if padded == 0 {
+		t.Fatal("no hash with a leading zero among the inputs")
 	}
 }
 

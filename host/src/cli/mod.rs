@@ -3,6 +3,7 @@
 mod agent;
 mod client;
 mod cluster;
+mod data_segments;
 mod health;
 mod manual;
 mod node;

@@ -11,6 +11,7 @@
 //! component's sealed preview 1 starts, so the module never sees its clock
 //! go back or a random draw repeat.
 
+use anyhow::Context;
 use wasmtime::{Caller, Engine, Extern, Instance, Linker, Module, Store, Val};
 use wasmtime_wizer::{InstanceState, SnapshotVal, ValType, Wizer};
 
@@ -67,6 +68,9 @@ pub fn preinitialize(core: &[u8]) -> anyhow::Result<Option<(Vec<u8>, Sealed)>> {
         instance,
     };
     let snapshot = ready(wizer.snapshot(&cx, &mut state))?;
+    let snapshot = super::data_segments::merge(&snapshot)
+        .context("merging the snapshot's data segments")?
+        .unwrap_or(snapshot);
     Ok(Some((snapshot, sealed)))
 }
 

@@ -294,7 +294,7 @@ pub fn module(start: Sealed) -> anyhow::Result<Vec<u8>> {
 #[cfg(test)]
 mod tests {
     use super::super::policy_component::{Wasi, componentize};
-    use wasmparser_component::{Parser, Payload};
+    use wasmparser::{Parser, Payload};
 
     /// A core module calling WASI preview 1 the way Go's runtime does, with
     /// one naming export.

@@ -39,6 +39,23 @@ fn a_go_module_imports_nothing_but_berths_types_and_names_as_rust_does() {
     names_as_rust_does("go", "go");
 }
 
+/// `berth policy component` merges the snapshot's data segments: wasmtime
+/// fills a pointer and a length for each one whenever it makes an instance,
+/// and Go's linker and the snapshot left over 41,000.
+#[test]
+fn a_go_components_memory_comes_in_few_data_segments() {
+    use wasmparser::{Parser, Payload};
+    let wasm = std::fs::read(go_guest("berth_naming_go")).unwrap();
+    let segments: u32 = Parser::new(0)
+        .parse_all(&wasm)
+        .filter_map(|payload| match payload.unwrap() {
+            Payload::DataSection(reader) => Some(reader.count()),
+            _ => None,
+        })
+        .sum();
+    assert!((1..1_000).contains(&segments), "{segments} data segments");
+}
+
 #[test]
 fn a_go_module_pushed_to_a_registry_names_a_servers_volumes() {
     pushed_sample_names_a_servers_volumes("go", "go");

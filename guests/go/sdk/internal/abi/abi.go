@@ -10,8 +10,23 @@ package abi
 import "unsafe"
 
 // arena keeps every block handed out since the last Reset reachable, so the
-// collector neither frees nor reuses memory Berth writes or reads.
-var arena [][]uint64
+// collector neither frees nor reuses memory Berth writes or reads. Its room
+// is made at start-up, so a decision does not grow it from nothing (each
+// decision starts from the start-up's memory, where it is empty).
+var arena = make([][]uint64, 0, 64)
+
+// warm holds one object of each small size, with and without pointers,
+// allocated while the module initialises: the allocator then has a span of
+// most small size classes at hand in the snapshot every decision starts
+// from, instead of taking one from the heap in every decision (a naming
+// decision wrote 85 KiB of memory without this, 45 KiB with it).
+var warm []any
+
+func init() {
+	for size := 8; size <= 32<<10; size += size / 8 {
+		warm = append(warm, make([]byte, size), make([]*byte, size/8))
+	}
+}
 
 // Alloc is size bytes aligned to at least align (at most 8), zeroed.
 func Alloc(size, align uint32) uint32 {
