@@ -115,7 +115,7 @@ fn mount(store: &std::path::Path, node_dir: &std::path::Path, n: usize) {
                 puts.spawn(async move {
                     let r = record(i);
                     let h = Held {
-                        plugin: r.spec.plugin.clone(),
+                        plugin: r.spec.plugin.as_str().into(),
                         volume_id: r.backend.as_ref().expect("created").volume_id.clone(),
                         level: Level::Published,
                         staged: true,

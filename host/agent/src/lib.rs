@@ -128,7 +128,7 @@ impl Agent {
         if new {
             for h in &spec.seed {
                 let held = record::Held {
-                    plugin: h.plugin.clone(),
+                    plugin: h.plugin.clone().into(),
                     volume_id: h.volume_id.clone(),
                     level: record::Level::from_wire(h.level),
                     staged: plugins.stages(&h.plugin),

@@ -48,7 +48,7 @@ pub async fn let_go(
     let was = held.level;
     let shows = |path: Result<std::path::PathBuf, _>| path.is_ok_and(|p| mounts.shows_volume(&p));
     let client = plugins.client(&held.plugin).ok_or_else(|| CsiError {
-        plugin: held.plugin.clone(),
+        plugin: held.plugin.to_string(),
         call: "NodeUnpublishVolume",
         failure: Failure::Unreachable(format!("the agent has no node plugin {:?}", held.plugin)),
     })?;

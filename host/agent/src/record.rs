@@ -31,7 +31,8 @@ pub use berth_model::NodeLevel as Level;
 /// One volume the node holds.
 #[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
 pub struct Held {
-    pub plugin: String,
+    /// Shared: every volume of a node names one of a few plugins.
+    pub plugin: berth_model::Interned,
     pub volume_id: String,
     pub level: Level,
     /// The plugin stages: the staging path is in use below `Published`.

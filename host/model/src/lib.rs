@@ -3,6 +3,7 @@
 //! as one record per volume.
 
 pub mod bounds;
+mod by_id;
 pub mod clock;
 pub mod credentials;
 mod explanation;
@@ -21,6 +22,7 @@ pub mod units;
 use serde::{Deserialize, Serialize};
 use std::sync::Arc;
 
+pub use by_id::{ById, Identified};
 pub use explanation::{DecisionNote, Explanation, NodeVerdict};
 pub use interned::Interned;
 pub use map::VecMap;
@@ -421,6 +423,12 @@ pub fn id_created_ms(id: &str) -> Option<u64> {
         return None;
     }
     u64::from_str_radix(id.get(..12)?, 16).ok().filter(|ms| *ms > 0)
+}
+
+impl Identified for VolumeRecord {
+    fn id(&self) -> &str {
+        &self.id
+    }
 }
 
 #[cfg(test)]
