@@ -181,7 +181,9 @@ mod tests {
 
     #[test]
     fn collected_values_keep_the_last_under_an_id() {
-        let things: ById<Thing> = [thing(1), thing(2), Thing { n: 9, ..thing(1) }].into_iter().collect();
+        let things: ById<Thing> = [thing(1), thing(2), Thing { n: 9, ..thing(1) }]
+            .into_iter()
+            .collect();
         assert_eq!(things.len(), 2);
         assert_eq!(things.get(&format!("{:032x}", 1)).map(|t| t.n), Some(9));
     }
