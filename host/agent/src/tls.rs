@@ -187,6 +187,12 @@ fn roots(ca_pem: &str, what: &'static str) -> Result<RootCertStore, TlsError> {
     Ok(roots)
 }
 
+/// What a server offers besides HTTP/2 when it dials another server's TLS
+/// endpoint: the endpoint's admission keeps places for hellos that offer
+/// it, so a follower's calls are not held behind a fleet's handshakes. The
+/// leader answers in HTTP/2 all the same (an earlier release ignores it).
+pub const SERVER_PROTOCOL: &[u8] = b"berth-server";
+
 /// A channel to another server's TLS endpoint (`host:port`), trusting the
 /// cluster CA alone, presenting this server's own certificate (`identity`:
 /// chain and key, PEM) as the client's.
@@ -205,6 +211,8 @@ pub fn server_channel(address: &str, ca_pem: &str, identity: (&str, &str)) -> Re
             client_key(identity.1, "this server's key")?,
         )
         .map_err(rustls_error("this server's certificate"))?;
+    let mut config = config;
+    config.alpn_protocols = vec![SERVER_PROTOCOL.to_vec()];
     channel(host, port, config)
 }
 
@@ -218,9 +226,10 @@ fn client_key(text: &str, what: &'static str) -> Result<PrivateKeyDer<'static>, 
     PrivateKeyDer::from_pem_slice(text.as_bytes()).map_err(pem(what))
 }
 
-/// A lazily connecting gRPC channel to `host:port` over TLS with `config`.
+/// A lazily connecting gRPC channel to `host:port` over TLS with `config`
+/// (HTTP/2, and whatever protocols `config` offers already beside it).
 fn channel(host: &str, port: u16, mut config: ClientConfig) -> Result<Channel, TlsError> {
-    config.alpn_protocols = vec![b"h2".to_vec()];
+    config.alpn_protocols.insert(0, b"h2".to_vec());
     let connector = tokio_rustls::TlsConnector::from(Arc::new(config));
     let name = ServerName::try_from(host.to_string()).map_err(|source| TlsError::Name {
         host: host.into(),

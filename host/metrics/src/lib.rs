@@ -7,6 +7,7 @@
 //! across leadership changes, as Prometheus expects of a process.
 
 pub mod allocator;
+mod client_hello;
 pub mod http;
 mod labels;
 pub mod listener;

@@ -3,7 +3,9 @@
 //! address, so idle connections cannot use up the process's descriptors;
 //! a pause that grows after an accept error (out of descriptors) instead of
 //! a busy loop; and, for TLS, a handshake that must finish in time, with at
-//! most [`HANDSHAKES_AT_ONCE`] under way (admission).
+//! most [`HANDSHAKES_AT_ONCE`] under way (admission), and places of their
+//! own for peers whose hello offers a protocol named by the caller (Berth's
+//! servers passing calls on to the leader).
 
 use std::collections::HashMap;
 use std::net::{IpAddr, SocketAddr};
@@ -47,6 +49,15 @@ pub fn raise_descriptor_limit() -> u64 {
 /// taken in at the pace the CPU allows, while the API and the sessions
 /// already open keep being served.
 pub const HANDSHAKES_AT_ONCE: usize = 32;
+
+/// Handshakes worked on at once for peers whose hello offers the
+/// endpoint's own protocol ([`tls_incoming`]'s `own`): beside the fleet's,
+/// not behind it. Anyone may offer it; a stranger who does so competes for
+/// these few places only, and the handshake's other checks still apply.
+pub const OWN_HANDSHAKES_AT_ONCE: usize = 4;
+
+/// How much of a hello is looked at for the protocols it offers.
+const HELLO_PEEK: usize = 2048;
 
 /// How many connections a listener holds at once.
 #[derive(Clone, Copy, Debug)]
@@ -229,11 +240,21 @@ pub fn tls_incoming(
     acceptor: tokio_rustls::TlsAcceptor,
     caps: Caps,
     handshake: Duration,
+    own: Option<&'static [u8]>,
     what: &'static str,
 ) -> tokio_stream::wrappers::ReceiverStream<std::io::Result<tokio_rustls::server::TlsStream<Held>>> {
     let (tx, rx) = tokio::sync::mpsc::channel(64);
     let limiter = Limiter::new(caps);
-    let admission = Arc::new(tokio::sync::Semaphore::new(HANDSHAKES_AT_ONCE));
+    let admission = Admission {
+        fleet: Arc::new(tokio::sync::Semaphore::new(HANDSHAKES_AT_ONCE)),
+        own: own.map(|protocol| {
+            (
+                protocol,
+                Arc::new(tokio::sync::Semaphore::new(OWN_HANDSHAKES_AT_ONCE)),
+            )
+        }),
+    };
+    let admission = Arc::new(admission);
     tokio::spawn(async move {
         loop {
             let (tcp, peer, place) = tokio::select! {
@@ -252,7 +273,7 @@ pub fn tls_incoming(
                 let permit = async {
                     // `readable` may wake without data; a byte peeked is the peer's.
                     match tcp.peek(&mut [0u8; 1]).await {
-                        Ok(1..) => admission.acquire_owned().await.ok(),
+                        Ok(1..) => admission.places(&tcp).await.acquire_owned().await.ok(),
                         Ok(0) | Err(_) => None,
                     }
                 };
@@ -277,6 +298,28 @@ pub fn tls_incoming(
     tokio_stream::wrappers::ReceiverStream::new(rx)
 }
 
+/// The places handshakes take: the fleet's, and the endpoint's own
+/// protocol's with places of its own.
+struct Admission {
+    fleet: Arc<tokio::sync::Semaphore>,
+    own: Option<(&'static [u8], Arc<tokio::sync::Semaphore>)>,
+}
+
+impl Admission {
+    /// Where a peer that has begun its hello waits for a place.
+    async fn places(&self, tcp: &TcpStream) -> Arc<tokio::sync::Semaphore> {
+        if let Some((protocol, places)) = &self.own {
+            let mut hello = vec![0u8; HELLO_PEEK];
+            if let Ok(n) = tcp.peek(&mut hello).await
+                && crate::client_hello::offers_protocol(&hello[..n], protocol)
+            {
+                return places.clone();
+            }
+        }
+        self.fleet.clone()
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -298,5 +341,78 @@ mod tests {
         drop(a1);
         let _c1 = l.admit(c).unwrap();
         assert_eq!(l.open(), 3);
+    }
+
+    /// A TLS endpoint for "localhost" with a certificate of its own, and a
+    /// client configuration that trusts it, offering `protocols`.
+    fn endpoint_and_client(protocols: &[&[u8]]) -> (tokio_rustls::TlsAcceptor, tokio_rustls::TlsConnector) {
+        use tokio_rustls::rustls;
+        let made = rcgen::generate_simple_self_signed(vec!["localhost".to_string()]).unwrap();
+        let provider = Arc::new(rustls::crypto::ring::default_provider());
+        let key = rustls::pki_types::PrivateKeyDer::Pkcs8(made.signing_key.serialize_der().into());
+        let mut server = rustls::ServerConfig::builder_with_provider(provider.clone())
+            .with_safe_default_protocol_versions()
+            .unwrap()
+            .with_no_client_auth()
+            .with_single_cert(vec![made.cert.der().clone()], key)
+            .unwrap();
+        server.alpn_protocols = vec![b"h2".to_vec()];
+        let mut roots = rustls::RootCertStore::empty();
+        roots.add(made.cert.der().clone()).unwrap();
+        let mut client = rustls::ClientConfig::builder_with_provider(provider)
+            .with_safe_default_protocol_versions()
+            .unwrap()
+            .with_root_certificates(roots)
+            .with_no_client_auth();
+        client.alpn_protocols = protocols.iter().map(|p| p.to_vec()).collect();
+        (
+            tokio_rustls::TlsAcceptor::from(Arc::new(server)),
+            tokio_rustls::TlsConnector::from(Arc::new(client)),
+        )
+    }
+
+    #[tokio::test]
+    async fn a_hello_offering_the_endpoints_own_protocol_is_not_held_behind_the_fleets() {
+        use tokio::io::AsyncWriteExt;
+        use tokio_stream::StreamExt;
+        let (acceptor, client) = endpoint_and_client(&[b"h2", b"berth-server"]);
+        let listener = TcpListener::bind("127.0.0.1:0").await.unwrap();
+        let address = listener.local_addr().unwrap();
+        let caps = Caps {
+            total: 1000,
+            per_address: 1000,
+        };
+        let handshake = Duration::from_secs(600);
+        let mut incoming = tls_incoming(listener, acceptor, caps, handshake, Some(b"berth-server"), "test");
+
+        // Every place of the fleet's taken by peers that say hello, are
+        // answered, and then say nothing more; more of them wait.
+        let fleet_hello = crate::client_hello::tests::hello(&[b"h2"]);
+        let mut stalled = Vec::new();
+        for _ in 0..HANDSHAKES_AT_ONCE + 8 {
+            let mut tcp = TcpStream::connect(address).await.unwrap();
+            tcp.write_all(&fleet_hello).await.unwrap();
+            stalled.push(tcp);
+        }
+        let mut answered = 0;
+        for tcp in &stalled[..HANDSHAKES_AT_ONCE] {
+            tcp.readable().await.unwrap();
+            answered += 1;
+        }
+        assert_eq!(answered, HANDSHAKES_AT_ONCE);
+
+        // A server's hello is worked on at once, not after the fleet's
+        // handshakes time out (ten minutes here).
+        let server = async {
+            let tcp = TcpStream::connect(address).await.unwrap();
+            let name = "localhost".try_into().unwrap();
+            let tls = client.connect(name, tcp).await.unwrap();
+            assert_eq!(tls.get_ref().1.alpn_protocol(), Some(&b"h2"[..]));
+            incoming.next().await.unwrap().unwrap()
+        };
+        tokio::time::timeout(Duration::from_secs(60), server)
+            .await
+            .expect("a server's handshake was held behind the fleet's");
+        drop(stalled);
     }
 }

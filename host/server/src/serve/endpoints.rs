@@ -201,6 +201,7 @@ pub(super) fn serve_cluster_tls(
             tokio_rustls::TlsAcceptor::from(Arc::new(config)),
             tls_caps(tls.per_address),
             TLS_HANDSHAKE,
+            Some(crate::agent::tls::SERVER_PROTOCOL),
             "cluster",
         );
         let volumes = NodeVolumesApi::new(api.clone(), directory.clone(), true);
