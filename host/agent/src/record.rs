@@ -331,6 +331,17 @@ mod tests {
         );
     }
 
+    /// A held volume as the previous release wrote it (the plugin's name a
+    /// plain string); it reads, and is written again, byte for byte.
+    #[test]
+    fn a_held_volume_written_by_the_previous_release_reads_and_writes_the_same() {
+        let before = br#"{"plugin":"hostpath","volume_id":"vol-7","level":"published","staged":true}"#;
+        let read: Held = serde_json::from_slice(before).unwrap();
+        assert_eq!(read.plugin, "hostpath");
+        assert_eq!(read.level, Level::Published);
+        assert_eq!(serde_json::to_vec(&read).unwrap(), before.to_vec());
+    }
+
     fn held(level: Level) -> Held {
         Held {
             plugin: "sample".into(),

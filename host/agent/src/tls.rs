@@ -202,7 +202,7 @@ pub fn server_channel(address: &str, ca_pem: &str, identity: (&str, &str)) -> Re
         .ok_or_else(|| TlsError::NoPort(address.into()))?;
     let port = port.parse().map_err(|_| TlsError::Port(address.into()))?;
     let host = host.trim_start_matches('[').trim_end_matches(']');
-    let config = ClientConfig::builder_with_provider(provider())
+    let mut config = ClientConfig::builder_with_provider(provider())
         .with_safe_default_protocol_versions()
         .map_err(rustls_error("TLS versions"))?
         .with_root_certificates(roots(ca_pem, "the cluster CA")?)
@@ -211,7 +211,6 @@ pub fn server_channel(address: &str, ca_pem: &str, identity: (&str, &str)) -> Re
             client_key(identity.1, "this server's key")?,
         )
         .map_err(rustls_error("this server's certificate"))?;
-    let mut config = config;
     config.alpn_protocols = vec![SERVER_PROTOCOL.to_vec()];
     channel(host, port, config)
 }

@@ -42,7 +42,8 @@ fn alpn(bytes: &[u8]) -> Option<Reader<'_>> {
     hello.vector8()?;
     hello.vector16()?;
     hello.vector8()?;
-    let mut extensions = hello.vector16()?;
+    // Extensions cut short by the peek are read as far as they go too.
+    let mut extensions = hello.vector16().unwrap_or(hello);
     while !extensions.0.is_empty() {
         let kind = extensions.u16()?;
         let mut body = extensions.vector16()?;
@@ -128,6 +129,13 @@ pub(crate) mod tests {
         for end in 0..offered.len() {
             let _ = offers_protocol(&offered[..end], b"berth-server");
         }
+        // A hello cut after its ALPN extension still offers what it listed.
+        let shortest = (0..=offered.len()).find(|&end| offers_protocol(&offered[..end], b"berth-server"));
+        assert!(
+            shortest.is_some_and(|end| end < offered.len()),
+            "{shortest:?} of {}",
+            offered.len()
+        );
         // A quarter of the hello does not reach its extensions.
         assert!(!offers_protocol(&offered[..offered.len() / 4], b"berth-server"));
         let mut flipped = offered.clone();
