@@ -67,7 +67,7 @@ pub fn create_beside(path: &Path, init: impl FnOnce(&Path) -> std::io::Result<()
 fn create(path: &Path) -> std::io::Result<()> {
     create_beside(path, |temporary| {
         let db = open_db(temporary).map_err(std::io::Error::other)?;
-        prepare(&db, None).map_err(std::io::Error::other)
+        prepare(&db, None, false).map_err(std::io::Error::other)
     })
 }
 
@@ -145,9 +145,9 @@ impl RedbStore {
         let db = open_db(path).map_err(|e| open_error(e.to_string()))?;
         let found = schema_version(&db).map_err(|e| open_error(e.to_string()))?;
         refuse_newer(path, found)?;
-        prepare(&db, found).map_err(|e| open_error(e.to_string()))?;
+        prepare(&db, found, crate::committer::quick_repair(path)).map_err(|e| open_error(e.to_string()))?;
         let reopen_path = path.to_path_buf();
-        let committer = Committer::start(db, Box::new(move || open_db(&reopen_path)), "berth-store")
+        let committer = Committer::start(db, path, Box::new(move || open_db(&reopen_path)), "berth-store")
             .map_err(|e| open_error(e.to_string()))?;
         Ok(RedbStore {
             committer: Arc::new(committer),
@@ -281,9 +281,12 @@ fn schema_version(db: &impl ReadableDatabase) -> Result<Option<u64>, redb::Error
     }
 }
 
-/// Creates the tables and records the version where it is missing.
-fn prepare(db: &Database, found: Option<u64>) -> Result<(), redb::Error> {
-    let txn = db.begin_write()?;
+/// Creates the tables and records the version where it is missing; with
+/// `quick_repair`, the commit records the allocator state, so that a crash
+/// before the first write does not leave a walk of the file to the next open.
+fn prepare(db: &Database, found: Option<u64>, quick_repair: bool) -> Result<(), redb::Error> {
+    let mut txn = db.begin_write()?;
+    txn.set_quick_repair(quick_repair);
     txn.open_table(VOLUMES)?;
     {
         let mut meta = txn.open_table(META)?;

@@ -307,7 +307,10 @@ pub fn decode(id: &str, bytes: &[u8]) -> Result<VolumeRecord, StoreError> {
         id: id.to_string(),
         message,
     };
-    let record: VolumeRecord = serde_json::from_slice(bytes).map_err(|e| unreadable(e.to_string()))?;
+    // Checked as text once, whole: decoding from bytes checked each string
+    // on its own, an eighth of the decoding time at start.
+    let text = std::str::from_utf8(bytes).map_err(|e| unreadable(e.to_string()))?;
+    let record: VolumeRecord = serde_json::from_str(text).map_err(|e| unreadable(e.to_string()))?;
     // A volume's id names its paths on nodes: whoever could write the store
     // must not be able to point them elsewhere.
     berth_model::bounds::plain("volume id", &record.id).map_err(|e| unreadable(e.to_string()))?;

@@ -11,7 +11,7 @@
 use std::sync::mpsc::{Receiver, SyncSender, sync_channel};
 use std::sync::{Arc, Mutex};
 
-use redb::{Database, ReadableDatabase, ReadableTable, TableDefinition};
+use redb::{AccessGuard, Database, ReadableDatabase, TableDefinition};
 
 use crate::committer::Committer;
 use crate::{StoreError, decode};
@@ -26,7 +26,11 @@ const QUEUED: usize = 2;
 /// Decoding threads at most, whatever the machine has.
 const DECODERS_MAX: usize = 4;
 
-type Raw = Vec<(String, Vec<u8>)>;
+/// Records as redb holds them: its pages, shared, not copied.
+type Raw = Vec<(
+    AccessGuard<'static, &'static str>,
+    AccessGuard<'static, &'static [u8]>,
+)>;
 type Decoded = Result<Vec<VolumeRecord>, StoreError>;
 
 /// Calls `each` with every record of `table`, decoded; the first record
@@ -82,9 +86,11 @@ fn read_chunks(
         Err(e) => return Err(crate::embedded::failed(e)),
     };
     let mut chunk = Vec::with_capacity(CHUNK);
-    for entry in table.iter().map_err(crate::embedded::failed)? {
+    // A range of a read-only table holds its pages itself: its entries
+    // outlive the table, and are sent as they are.
+    for entry in table.range::<&str>(..).map_err(crate::embedded::failed)? {
         let (key, value) = entry.map_err(crate::embedded::failed)?;
-        chunk.push((key.value().to_owned(), value.value().to_vec()));
+        chunk.push((key, value));
         if chunk.len() == CHUNK
             && raw
                 .send(std::mem::replace(&mut chunk, Vec::with_capacity(CHUNK)))
@@ -106,7 +112,10 @@ fn decode_chunks(raw: &Mutex<Receiver<Raw>>, decoded: &SyncSender<Decoded>) {
         let Ok(chunk) = next else {
             return;
         };
-        let records = chunk.iter().map(|(id, bytes)| decode(id, bytes)).collect();
+        let records = chunk
+            .iter()
+            .map(|(id, bytes)| decode(id.value(), bytes.value()))
+            .collect();
         if decoded.send(records).is_err() {
             return;
         }
