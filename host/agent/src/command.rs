@@ -88,7 +88,7 @@ pub async fn run(args: AgentArgs) -> anyhow::Result<ExitCode> {
         fingerprint_interval: c.fingerprint_interval,
         heartbeat_interval: c.heartbeat_interval,
         deadline: c.deadline,
-        seed: Vec::new(),
+        seed: Default::default(),
     })
     .await
     .map_err(anyhow::Error::msg)?;

@@ -60,7 +60,33 @@ pub struct AgentSpec {
     pub deadline: Duration,
     /// What the node holds if its record is new: written to the record, then
     /// checked against the mount table like the rest.
-    pub seed: Vec<wire::Held>,
+    pub seed: Seed,
+}
+
+/// What a new node record starts from, asked for only when the record
+/// turns out new: a server's `[[node]]` asks the server's table, a walk
+/// over every volume it tracks.
+#[derive(Clone, Default)]
+pub struct Seed(Option<Arc<dyn Fn() -> Vec<wire::Held> + Send + Sync>>);
+
+impl Seed {
+    pub fn from_fn(held: impl Fn() -> Vec<wire::Held> + Send + Sync + 'static) -> Seed {
+        Seed(Some(Arc::new(held)))
+    }
+
+    fn held(&self) -> Vec<wire::Held> {
+        self.0.as_ref().map(|f| f()).unwrap_or_default()
+    }
+}
+
+impl std::fmt::Debug for Seed {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str(if self.0.is_some() {
+            "Seed(asked when the record is new)"
+        } else {
+            "Seed(none)"
+        })
+    }
 }
 
 /// Why an agent could not start on its node.
@@ -126,7 +152,8 @@ impl Agent {
         plugins.scan().await;
         plugins.refresh().await;
         if new {
-            for h in &spec.seed {
+            let seed = spec.seed.held();
+            for h in &seed {
                 let held = record::Held {
                     plugin: h.plugin.clone().into(),
                     volume_id: h.volume_id.clone(),
@@ -135,8 +162,8 @@ impl Agent {
                 };
                 record.put(&h.berth_id, &held).await?;
             }
-            if !spec.seed.is_empty() {
-                tracing::info!(node = %spec.node, volumes = spec.seed.len(), "node record started from the store's publications");
+            if !seed.is_empty() {
+                tracing::info!(node = %spec.node, volumes = seed.len(), "node record started from the store's publications");
             }
         }
         let converger = Converger::open(

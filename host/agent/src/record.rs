@@ -172,7 +172,7 @@ impl NodeRecord {
                 .create(&reopen_path)
         });
         let committer =
-            Committer::start(db, reopen, "berth-agent-record").map_err(|e| open_error(path, e))?;
+            Committer::start(db, path, reopen, "berth-agent-record").map_err(|e| open_error(path, e))?;
         Ok(NodeRecord {
             committer: Arc::new(committer),
             table: HELD,

@@ -231,9 +231,7 @@ impl VolumeManager {
             workers = self.config.workers,
             "reconciler started"
         );
-        for id in ids {
-            self.queue.push(&id);
-        }
+        self.queue.push_all(ids);
         workers
     }
 

@@ -86,6 +86,16 @@ impl VolumeManager {
     pub fn stranded(&self) -> Vec<Stranded> {
         let configured: Vec<&str> = self.config.nodes.iter().map(|n| n.name.as_str()).collect();
         let mut by_node: BTreeMap<String, Vec<String>> = BTreeMap::new();
+        // The index says which nodes have publications: the volumes are
+        // looked through only when one of them is not configured.
+        let stranded = self
+            .table
+            .nodes_published_on()
+            .into_iter()
+            .any(|node| !configured.contains(&node.as_str()) && !self.nodes.forgotten(&node));
+        if !stranded {
+            return Vec::new();
+        }
         // Only publications on nodes not configured are copied: at start,
         // a pair of strings for each of a million publications was seconds.
         for (node, volume) in self.table.collect(|r, out| {

@@ -59,6 +59,27 @@ impl Queue {
         }
     }
 
+    /// Queues every one of `ids` (a start's every volume), under one lock,
+    /// with room made once.
+    pub fn push_all(&self, ids: Vec<String>) {
+        let mut s = self.lock();
+        s.ready.reserve(ids.len());
+        s.queued.reserve(ids.len());
+        for id in ids {
+            if s.running.contains(&id) {
+                s.again.insert(id);
+            } else if s.queued.insert(id.clone()) {
+                s.ready.push_back(id);
+            }
+        }
+        s.peak = s.peak.max(s.ready.len());
+        let any = !s.ready.is_empty();
+        drop(s);
+        if any {
+            self.notify.notify_one();
+        }
+    }
+
     /// The next volume to work on; waits while there is none.
     pub async fn take(&self) -> String {
         loop {

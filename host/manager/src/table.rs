@@ -135,9 +135,11 @@ impl VolumeTable {
     /// Loads every record from `store`.
     pub fn load(store: Arc<dyn Store>) -> Result<VolumeTable, StoreError> {
         let mut indexed = Indexed::default();
-        indexed
-            .volumes
-            .reserve(usize::try_from(store.volume_count()?).unwrap_or(0));
+        let count = usize::try_from(store.volume_count()?).unwrap_or(0);
+        indexed.volumes.reserve(count);
+        // Nearly every stored volume has a CSI name: grown as they came,
+        // the map was rehashed whole some twenty times.
+        indexed.csi_names.reserve(count);
         store.load_each(&mut |r| indexed.insert(r))?;
         Ok(VolumeTable {
             store,
@@ -216,6 +218,16 @@ impl VolumeTable {
             pick(r, &mut out);
         }
         out
+    }
+
+    /// The nodes any volume is published on (or being published on, or
+    /// being undone on), from the index.
+    pub fn nodes_published_on(&self) -> std::collections::BTreeSet<String> {
+        let s = self.lock();
+        s.published
+            .values()
+            .flat_map(|nodes| nodes.keys().cloned())
+            .collect()
     }
 
     /// Volumes of `plugin` published (or being published, or being undone) on `node`.

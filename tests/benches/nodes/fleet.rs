@@ -65,7 +65,7 @@ impl Fleet {
             fingerprint_interval: Duration::from_secs(30),
             heartbeat_interval: self.heartbeat,
             deadline: Duration::from_secs(15),
-            seed: Vec::new(),
+            seed: Default::default(),
         })
         .await
         .unwrap_or_else(|e| panic!("agent {name}: {e}"));

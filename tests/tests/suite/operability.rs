@@ -168,6 +168,36 @@ fn the_first_answer_comes_with_the_in_process_nodes_ready() {
     }
 }
 
+/// An in-process agent slow to start (its node plugin takes seconds over
+/// its first answer) does not hold the API for the whole of its start: the
+/// first answer shows its node unknown, and the node is ready once the
+/// agent has connected.
+#[test]
+fn a_slow_in_process_agent_does_not_hold_the_api() {
+    let c = Cluster::start(ClusterSpec {
+        nodes: vec![("node-a", "a")],
+        guests: false,
+        node_args: vec!["--latency", "8s", "--fault-calls", "GetPluginInfo"],
+        ..ClusterSpec::default()
+    });
+    let first = c.node_list();
+    assert_eq!(first.len(), 1, "{first:?}");
+    assert_eq!(
+        first[0].state, "unknown",
+        "answered before the agent connected: {first:?}"
+    );
+    let deadline = std::time::Instant::now() + std::time::Duration::from_secs(60);
+    while c.node_state("node-a").as_deref() != Some("ready") {
+        assert!(
+            std::time::Instant::now() < deadline,
+            "{:?}\n{}",
+            c.node_list(),
+            c.log()
+        );
+        std::thread::sleep(std::time::Duration::from_millis(100));
+    }
+}
+
 /// `berth serve --check` says whether a configuration is valid and exits,
 /// naming the key at fault; nothing is started.
 #[test]

@@ -104,14 +104,13 @@ controller = "unix://{socket}"
         core.manager.act_only_while(tenure);
     }
     let workers = core.manager.start();
-    crate::serve::endpoints::start_node_agents(
-        core.manager.clone(),
+    let mut agents = crate::serve::endpoints::start_node_agents(
+        &core.manager,
         core.directory.clone(),
         core.deadline,
         None,
-    )
-    .await
-    .unwrap();
+    );
+    agents.connected_within(None).await.unwrap();
     Core {
         plugin,
         store,

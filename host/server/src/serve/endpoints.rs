@@ -11,7 +11,7 @@ use tokio_stream::wrappers::UnixListenerStream;
 
 use super::ServeError;
 use crate::agent::record::RecordPlace;
-use crate::agent::{Agent, AgentSpec};
+use crate::agent::{Agent, AgentSpec, Seed};
 use crate::api::{BerthApi, NodeVolumesApi};
 use crate::cluster::Directory;
 use crate::cluster::pki::{ClusterCa, ClusterTls};
@@ -22,17 +22,33 @@ use crate::manager::VolumeManager;
 use crate::model::Paths;
 use crate::store::Committer;
 
-/// The in-process agents of the `[[node]]`s: each keeps its record in the
-/// embedded store's file (`records`, the store's committer), or with etcd
-/// beside its node's paths, and has a session like any agent. Returns once
-/// every one has had its first session (or 30 s have passed); the sessions go on.
-pub(crate) async fn start_node_agents(
-    manager: Arc<VolumeManager>,
+/// How long the API waits for the in-process agents before it answers,
+/// less however long the volumes took to load: long enough that a first `node list` shows them ready at an ordinary
+/// site; an agent holding a great many volumes (its start is a check of
+/// two paths each) connects later, shown as `unknown` until it does, and
+/// placement waits for it meanwhile.
+pub(super) const AGENTS_GRACE: Duration = Duration::from_secs(2);
+
+/// The in-process agents of the `[[node]]`s, opening and then in session:
+/// each keeps its record in the embedded store's file (`records`, the
+/// store's committer), or with etcd beside its node's paths, and has a
+/// session like any agent.
+pub(crate) struct NodeAgents {
+    names: Vec<String>,
+    directory: Arc<Directory>,
+    /// Each agent's opening; its session goes on, detached, once open.
+    opening: tokio::task::JoinSet<Result<(), ServeError>>,
+}
+
+/// Starts opening every `[[node]]`'s agent; none is waited for here.
+pub(crate) fn start_node_agents(
+    manager: &Arc<VolumeManager>,
     directory: Arc<Directory>,
     deadline: Duration,
     records: Option<Arc<Committer>>,
-) -> Result<(), ServeError> {
+) -> NodeAgents {
     let config = manager.config();
+    let mut opening = tokio::task::JoinSet::new();
     for n in &config.nodes {
         // Where releases before kept it, and still do beside etcd.
         let file = n.dir.join("agent.redb");
@@ -48,10 +64,18 @@ pub(crate) async fn start_node_agents(
         // Used only if the record turns out new: started from the store's
         // publications. A record file that is there is not new.
         let seed = match &record {
-            RecordPlace::File(f) | RecordPlace::Store { file: f, .. } if f.exists() => Vec::new(),
-            _ => manager.recorded_on(&n.name),
+            RecordPlace::File(f) | RecordPlace::Store { file: f, .. } if f.exists() => Seed::default(),
+            _ => {
+                let (manager, node) = (Arc::downgrade(manager), n.name.clone());
+                Seed::from_fn(move || {
+                    manager
+                        .upgrade()
+                        .map(|m| m.recorded_on(&node))
+                        .unwrap_or_default()
+                })
+            }
         };
-        let agent = Agent::open(AgentSpec {
+        let spec = AgentSpec {
             node: n.name.clone(),
             labels: n.labels.clone(),
             record,
@@ -62,28 +86,68 @@ pub(crate) async fn start_node_agents(
             heartbeat_interval: config.heartbeat_timeout / 3,
             deadline,
             seed,
-        })
-        .await
-        .map_err(|error| ServeError::Agent {
-            node: n.name.clone(),
-            error,
-        })?;
-        // Detached: the link serves until the process ends.
-        drop(link_in_process(directory.clone(), agent));
+        };
+        let directory = directory.clone();
+        opening.spawn(async move {
+            let node = spec.node.clone();
+            let agent = Agent::open(spec)
+                .await
+                .map_err(|error| ServeError::Agent { node, error })?;
+            // Detached: the link serves until the process ends.
+            drop(link_in_process(directory, agent));
+            Ok(())
+        });
     }
-    let all_connected = async {
+    NodeAgents {
+        names: config.nodes.iter().map(|n| n.name.clone()).collect(),
+        directory,
+        opening,
+    }
+}
+
+impl NodeAgents {
+    /// Until every agent has had its first session, or `grace` (if any) has
+    /// passed; an agent that could not open meanwhile is the error.
+    pub(crate) async fn connected_within(&mut self, grace: Option<Duration>) -> Result<(), ServeError> {
         use crate::manager::nodes::NodeAgent;
-        while !config.nodes.iter().all(|n| directory.connected(&n.name)) {
-            tokio::time::sleep(Duration::from_millis(5)).await;
+        let directory = self.directory.clone();
+        let names = self.names.clone();
+        let all_connected = async move {
+            while !names.iter().all(|n| directory.connected(n)) {
+                tokio::time::sleep(Duration::from_millis(5)).await;
+            }
+        };
+        tokio::select! {
+            e = self.failed() => Err(e),
+            connected = async move {
+                match grace {
+                    Some(grace) => tokio::time::timeout(grace, all_connected).await.is_ok(),
+                    None => { all_connected.await; true }
+                }
+            } => {
+                if !connected {
+                    tracing::info!(nodes = ?self.names, "serving the API before every in-process agent has connected; a node is shown as unknown until its agent has checked what it holds");
+                }
+                Ok(())
+            }
         }
-    };
-    if tokio::time::timeout(Duration::from_secs(30), all_connected)
-        .await
-        .is_err()
-    {
-        tracing::warn!("not every in-process agent has connected after 30s");
     }
-    Ok(())
+
+    /// The first agent that could not open: pending for ever if every one opens.
+    pub(crate) async fn failed(&mut self) -> ServeError {
+        while let Some(opened) = self.opening.join_next().await {
+            match opened {
+                Ok(Ok(())) => {}
+                Ok(Err(e)) => return e,
+                Err(e) => match e.try_into_panic() {
+                    Ok(panic) => std::panic::resume_unwind(panic),
+                    // Cancelled: the runtime is shutting down.
+                    Err(_) => break,
+                },
+            }
+        }
+        std::future::pending().await
+    }
 }
 
 /// Serves the cluster endpoint agents dial, until the process ends: their

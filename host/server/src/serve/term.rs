@@ -8,7 +8,7 @@ use std::time::Duration;
 
 use berth_proto::berth::v1::berth_server::BerthServer;
 
-use super::endpoints::{bind_tls, serve_cluster, serve_cluster_tls, start_node_agents};
+use super::endpoints::{AGENTS_GRACE, bind_tls, serve_cluster, serve_cluster_tls, start_node_agents};
 use super::{Reloader, ServeError};
 use crate::api::{self, BerthApi, ReloadError};
 use crate::cluster::Directory;
@@ -164,6 +164,8 @@ pub(crate) struct Core {
     /// The longest plugin deadline: what a node operation may take on its node.
     pub deadline: Duration,
     pub refresh: RefreshTasks,
+    /// How long the volumes took to load.
+    pub loaded_in: Duration,
 }
 
 pub(crate) async fn core(
@@ -204,7 +206,9 @@ pub(crate) async fn core(
             paths: Some(Paths::under(&n.dir)),
         });
     }
+    let loading = std::time::Instant::now();
     let manager = VolumeManager::new(config, store, controllers, policies, directory.clone())?;
+    let loaded_in = loading.elapsed();
     directory.set_sync(as_sync(&manager));
     for n in manager.remembered_nodes()? {
         directory.expect(n);
@@ -214,6 +218,7 @@ pub(crate) async fn core(
         directory,
         deadline,
         refresh,
+        loaded_in,
     })
 }
 
@@ -303,6 +308,7 @@ pub(super) async fn lead(
         directory,
         deadline,
         refresh: _refresh,
+        loaded_in,
     } = core(config, store, policies).await?;
     let registry = Arc::downgrade(manager.registry());
     metrics::readiness().set("plugins", Box::new(move || plugins_ready(&registry)));
@@ -365,16 +371,24 @@ pub(super) async fn lead(
     }
 
     // The API socket answers once the in-process nodes are connected (or
-    // 30 s have passed): a first `node list` shows them ready, their plugins
-    // known. The cluster endpoints (and a follower's calls passed on over
-    // TLS) are served already: a failover must not wait on this.
+    // the grace has passed): a first `node list` shows them ready, their
+    // plugins known. The cluster endpoints (and a follower's calls passed
+    // on over TLS) are served already: a failover must not wait on this.
     let in_process: Vec<String> = manager.config().nodes.iter().map(|n| n.name.clone()).collect();
     if !in_process.is_empty() {
         let weak = Arc::downgrade(&directory);
         metrics::readiness().set("nodes", Box::new(move || nodes_ready(&weak, &in_process)));
     }
-    start_node_agents(manager.clone(), directory.clone(), deadline, node_records).await?;
+    let mut agents = start_node_agents(&manager, directory.clone(), deadline, node_records);
+    // Less the time the volumes took to load: a site whose volumes take
+    // seconds to load has agents whose start takes as long, and the API
+    // does not wait for them on top.
+    agents
+        .connected_within(Some(AGENTS_GRACE.saturating_sub(loaded_in)))
+        .await?;
     metrics::readiness().set_ok("api", format!("serving on {}", api_path.display()));
+    // An in-process agent that cannot open (a volume path in use that its
+    // record does not name) ends the term, as before the API answered.
     let result = match socket {
         TermSocket::Own(listener) => {
             let others = tonic::service::Routes::new(api::introspection::health().await)
@@ -383,17 +397,23 @@ pub(super) async fn lead(
                 api: BerthServer::from_arc(api),
                 others,
             };
-            super::api_h2::serve(listener, dispatch, super::api_h2::MAX_CONNECTIONS, shutdown).await;
-            Ok(())
+            let serving = super::api_h2::serve(listener, dispatch, super::api_h2::MAX_CONNECTIONS, shutdown);
+            tokio::select! {
+                () = serving => Ok(()),
+                e = agents.failed() => Err(e),
+            }
         }
         TermSocket::Routed(routed) => {
             routed.send_replace(Some(TermApi {
                 server: tower::util::BoxCloneSyncService::new(BerthServer::from_arc(api)),
                 runtime: tokio::runtime::Handle::current(),
             }));
-            shutdown.await;
+            let ended = tokio::select! {
+                () = shutdown => Ok(()),
+                e = agents.failed() => Err(e),
+            };
             routed.send_replace(None);
-            Ok(())
+            ended
         }
     };
     sighup.abort();
