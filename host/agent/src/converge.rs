@@ -221,7 +221,7 @@ impl Converger {
         paths: Paths,
         record_place: &str,
     ) -> Result<Arc<Self>, OpenError> {
-        let mut held = record.load()?;
+        let mut held = record.load().await?;
         held.retain(|id, _| match berth_model::bounds::plain("volume id", id) {
             Ok(()) => true,
             Err(e) => {

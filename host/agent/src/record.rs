@@ -121,7 +121,7 @@ impl NodeRecord {
     /// record, durably, then removes the file. Killed between the two, it
     /// is copied again at the next start: the same entries, nothing lost.
     async fn move_in(&self, file: &Path) -> Result<bool, StoreError> {
-        let old = NodeRecord::open(file)?.load()?;
+        let old = NodeRecord::open(file)?.load().await?;
         let changes = old
             .iter()
             .map(|(id, held)| self.change(id, held))
@@ -186,9 +186,13 @@ impl NodeRecord {
     }
 
     /// Everything held, by Berth id.
-    pub fn load(&self) -> Result<BTreeMap<String, Held>, StoreError> {
+    pub async fn load(&self) -> Result<BTreeMap<String, Held>, StoreError> {
         let (table, prefix) = (self.table, self.prefix.clone());
-        self.committer.read(move |db| load(db, table, &prefix))
+        // Not on the caller's thread: a server's `[[node]]` agents start
+        // beside its API, and a node of a million volumes takes seconds.
+        self.committer
+            .read_async(move |db| load(db, table, &prefix))
+            .await
     }
 
     /// Whether anything is held, read without loading it all (a node of
@@ -282,7 +286,7 @@ mod tests {
         std::fs::write(dir.path().join("agent.redb.new"), vec![7u8; 64 << 10]).unwrap();
         assert!(!path.exists());
         let record = NodeRecord::open(&path).unwrap();
-        assert!(record.load().unwrap().is_empty());
+        assert!(record.load().await.unwrap().is_empty());
         drop(record);
         assert!(!dir.path().join("agent.redb.new").exists());
         NodeRecord::open(&path).expect("a finished record opens again");
@@ -305,7 +309,7 @@ mod tests {
             r.put("b", &held(Level::Absent)).await.unwrap();
         }
         let r = NodeRecord::open(&path).unwrap();
-        let loaded = r.load().unwrap();
+        let loaded = r.load().await.unwrap();
         assert_eq!(loaded.len(), 1);
         assert_eq!(loaded["a"], held(Level::Published));
         use std::os::unix::fs::PermissionsExt;
@@ -315,13 +319,13 @@ mod tests {
         );
     }
 
-    #[test]
-    fn a_record_file_killed_while_being_made_is_started_again() {
+    #[tokio::test]
+    async fn a_record_file_killed_while_being_made_is_started_again() {
         let dir = tempfile::tempdir().unwrap();
         let path = dir.path().join("record.redb");
         std::fs::write(&path, b"red").unwrap();
         let r = NodeRecord::open(&path).expect("an unfinished file is started again");
-        assert!(r.load().unwrap().is_empty());
+        assert!(r.load().await.unwrap().is_empty());
         drop(r);
         let big = dir.path().join("other.redb");
         std::fs::write(&big, vec![7u8; 8192]).unwrap();
@@ -392,13 +396,13 @@ mod tests {
             .await
             .unwrap();
         assert!(!new);
-        let loaded = a.load().unwrap();
+        let loaded = a.load().await.unwrap();
         assert_eq!(loaded.keys().collect::<Vec<_>>(), ["v1"]);
         assert_eq!(loaded["v1"], held(Level::Published));
         let (ab, _) = NodeRecord::open_at(&in_store(&store, "ab", dir.path()))
             .await
             .unwrap();
-        assert_eq!(ab.load().unwrap().keys().collect::<Vec<_>>(), ["v3"]);
+        assert_eq!(ab.load().await.unwrap().keys().collect::<Vec<_>>(), ["v3"]);
         let (_, new) = NodeRecord::open_at(&in_store(&store, "b", dir.path()))
             .await
             .unwrap();
@@ -425,6 +429,6 @@ mod tests {
             .await
             .unwrap();
         assert!(!new && !file.exists());
-        assert_eq!(a.load().unwrap()["v1"], held(Level::Published));
+        assert_eq!(a.load().await.unwrap()["v1"], held(Level::Published));
     }
 }

@@ -129,7 +129,7 @@ fn a_node_record_file_of_before_is_moved_into_the_store() {
         };
         let (in_store, new) = NodeRecord::open_at(&place).await.unwrap();
         assert!(!new, "the store held the node's record");
-        let held = in_store.load().unwrap();
+        let held = in_store.load().await.unwrap();
         let old = NodeRecord::open(&file).unwrap();
         for (id, h) in &held {
             old.put(id, h).await.unwrap();

@@ -36,9 +36,13 @@ pub(super) const AGENTS_GRACE: Duration = Duration::from_secs(2);
 pub(crate) struct NodeAgents {
     names: Vec<String>,
     directory: Arc<Directory>,
-    /// Each agent's opening; its session goes on, detached, once open.
-    opening: tokio::task::JoinSet<Result<(), ServeError>>,
+    /// Each agent's opening, polled by whoever waits on these (the term's
+    /// own task, not the runtime's workers, which the reconciler keeps
+    /// busy at a start); its session goes on, detached, once open.
+    opening: Vec<Opening>,
 }
+
+type Opening = std::pin::Pin<Box<dyn Future<Output = Result<(), ServeError>> + Send>>;
 
 /// Starts opening every `[[node]]`'s agent; none is waited for here.
 pub(crate) fn start_node_agents(
@@ -48,7 +52,7 @@ pub(crate) fn start_node_agents(
     records: Option<Arc<Committer>>,
 ) -> NodeAgents {
     let config = manager.config();
-    let mut opening = tokio::task::JoinSet::new();
+    let mut opening: Vec<Opening> = Vec::new();
     for n in &config.nodes {
         // Where releases before kept it, and still do beside etcd.
         let file = n.dir.join("agent.redb");
@@ -88,7 +92,7 @@ pub(crate) fn start_node_agents(
             seed,
         };
         let directory = directory.clone();
-        opening.spawn(async move {
+        opening.push(Box::pin(async move {
             let node = spec.node.clone();
             let agent = Agent::open(spec)
                 .await
@@ -96,7 +100,7 @@ pub(crate) fn start_node_agents(
             // Detached: the link serves until the process ends.
             drop(link_in_process(directory, agent));
             Ok(())
-        });
+        }));
     }
     NodeAgents {
         names: config.nodes.iter().map(|n| n.name.clone()).collect(),
@@ -135,18 +139,31 @@ impl NodeAgents {
 
     /// The first agent that could not open: pending for ever if every one opens.
     pub(crate) async fn failed(&mut self) -> ServeError {
-        while let Some(opened) = self.opening.join_next().await {
-            match opened {
-                Ok(Ok(())) => {}
-                Ok(Err(e)) => return e,
-                Err(e) => match e.try_into_panic() {
-                    Ok(panic) => std::panic::resume_unwind(panic),
-                    // Cancelled: the runtime is shutting down.
-                    Err(_) => break,
-                },
+        let opening = &mut self.opening;
+        let failed = std::future::poll_fn(|cx| {
+            let mut i = 0;
+            while i < opening.len() {
+                match opening[i].as_mut().poll(cx) {
+                    std::task::Poll::Pending => i += 1,
+                    std::task::Poll::Ready(opened) => {
+                        drop(opening.swap_remove(i));
+                        if let Err(e) = opened {
+                            return std::task::Poll::Ready(Some(e));
+                        }
+                    }
+                }
             }
+            if opening.is_empty() {
+                std::task::Poll::Ready(None)
+            } else {
+                std::task::Poll::Pending
+            }
+        })
+        .await;
+        match failed {
+            Some(e) => e,
+            None => std::future::pending().await,
         }
-        std::future::pending().await
     }
 }
 
