@@ -23,8 +23,8 @@ use crate::model::Paths;
 use crate::store::Committer;
 
 /// How long the API waits for the in-process agents before it answers,
-/// less however long the volumes took to load: long enough that a first `node list` shows them ready at an ordinary
-/// site; an agent holding a great many volumes (its start is a check of
+/// less however long the volumes took to load: long enough that a first
+/// `node list` shows them ready at an ordinary site; an agent holding a great many volumes (its start is a check of
 /// two paths each) connects later, shown as `unknown` until it does, and
 /// placement waits for it meanwhile.
 pub(super) const AGENTS_GRACE: Duration = Duration::from_secs(2);
