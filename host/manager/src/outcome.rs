@@ -32,6 +32,19 @@ pub(super) fn node_at(node: &str, level: NodeLevel) -> Apply {
     })
 }
 
+/// A publication no longer wanted, and undone, leaves the record. Applied
+/// to the latest record at the write, the check matters: an operator who
+/// published the volume there again meanwhile keeps the publication (the
+/// undo's facts stay on it, and the next pass publishes it anew).
+pub(super) fn drop_publication(node: &str) -> Apply {
+    let node = node.to_string();
+    Box::new(move |r: &mut VolumeRecord| {
+        if r.publications.get(&node).is_some_and(|p| !p.wanted) {
+            r.publications.remove(&node);
+        }
+    })
+}
+
 /// The effect of a step whose work turned out to be done already.
 pub(super) fn done_effect(step: &Step) -> Apply {
     match step {
@@ -236,5 +249,62 @@ mod tests {
         assert_eq!(next_step(&r, caps), Some(Step::Delete));
         done_effect(&Step::Delete)(&mut r);
         assert_eq!(next_step(&r, caps), Some(Step::Forget));
+    }
+
+    /// The undo of a publication is written onto the latest record, which
+    /// may have the volume published there again: the operator's publish
+    /// stays, with the undo's facts, and the next step publishes anew.
+    #[test]
+    fn an_undone_publication_published_again_meanwhile_is_kept() {
+        use berth_model::{NodeLevel, Publication};
+        let caps = |_: &str| Caps {
+            controller_publish: true,
+            node_stage: true,
+            node_expand: true,
+        };
+        let mut r = VolumeRecord::new("id".into(), VolumeSpec::default());
+        r.create_sent = true;
+        r.backend = Some(std::sync::Arc::new(Backend {
+            volume_id: "v".into(),
+            capacity_bytes: 1,
+            sized_for: None,
+            context: Default::default(),
+            accessible_topology: vec![],
+            node_expansion_required: false,
+            mutable_parameters: Default::default(),
+        }));
+        let mut p = Publication::new(false);
+        p.sent = true;
+        p.controller_published = true;
+        p.node = NodeLevel::Published;
+        p.unwant();
+        r.publications.insert("n1".into(), p);
+        // The worker's copy, undone to the end.
+        let mut worker = r.clone();
+        let undo = [
+            done_effect(&Step::NodeUnpublish("n1".into())),
+            done_effect(&Step::ControllerUnpublish("n1".into())),
+        ];
+        for effect in &undo {
+            effect(&mut worker);
+        }
+        assert_eq!(next_step(&worker, caps), Some(Step::DropPublication("n1".into())));
+        let dropped = drop_publication("n1");
+        dropped(&mut worker);
+        assert!(worker.publications.get("n1").is_none());
+
+        // Meanwhile the operator published it again; the write applies the
+        // worker's effects to that record.
+        r.publications
+            .get_or_insert_with("n1", || Publication::new(false))
+            .want(false);
+        for effect in undo.iter().chain([&dropped]) {
+            effect(&mut r);
+        }
+        let kept = r.publications.get("n1").expect("the publication asked for again");
+        assert!(kept.wanted);
+        assert!(!kept.controller_published);
+        assert_eq!(kept.node, NodeLevel::Absent);
+        assert_eq!(next_step(&r, caps), Some(Step::ControllerPublish("n1".into())));
     }
 }

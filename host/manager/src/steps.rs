@@ -7,8 +7,8 @@ use std::sync::Arc;
 use crate::VolumeManager;
 use crate::nodes::NodeVolume;
 use crate::outcome::{
-    Apply, StepError, Unwritten, controller_done, done_effect, look_again, node_at, not_found_answer,
-    step_error,
+    Apply, StepError, Unwritten, controller_done, done_effect, drop_publication, look_again, node_at,
+    not_found_answer, step_error,
 };
 use crate::plan::Step;
 use berth_csi::proto;
@@ -86,12 +86,7 @@ impl VolumeManager {
                     .await?;
                 Ok(controller_done(node, false, None))
             }
-            Step::DropPublication(node) => {
-                let node = node.clone();
-                Ok(Box::new(move |r: &mut VolumeRecord| {
-                    r.publications.remove(&node);
-                }))
-            }
+            Step::DropPublication(node) => Ok(drop_publication(node)),
             Step::Delete => {
                 self.controller(&spec.plugin)?
                     .client()
