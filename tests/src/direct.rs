@@ -9,7 +9,8 @@ use std::path::{Path, PathBuf};
 
 use berth::csi::{ClientOptions, CsiClient, CsiError, Endpoint, proto};
 
-use crate::{ClusterSpec, Plugin, spawn_plugins, test_dir, volumes_dir_in};
+use crate::cluster::{spawn_plugins, volumes_dir_in};
+use crate::{ClusterSpec, Plugin, test_dir};
 
 /// The plugin processes of a [`ClusterSpec`] (controller and node plugins),
 /// with no Berth in front of them.
@@ -233,7 +234,7 @@ impl Direct {
 
     /// Volumes the plugin holds (its records on disk).
     pub fn plugin_volumes(&self) -> usize {
-        crate::plugin_records(&self.volumes_dir, "volumes")
+        crate::cluster::plugin_records(&self.volumes_dir, "volumes")
     }
 }
 

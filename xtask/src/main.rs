@@ -51,7 +51,8 @@ commands:
           `berth policy new` as an author uses it: a Rust and a Python project made
           outside the workspace, built with their own tools, their cases passed
   bench   the policy benchmark: WASM guests against the built-in native policies
-          (release build; add --quick for a short run)
+          (release build; --quick: a short run that it still runs, on the test build
+          `cargo xtask test` made, so its figures are not the release build's)
   demo-cluster
           the same on many machines' terms: berth serve with its TLS cluster endpoint on
           loopback and three berth agent processes joining with a token, each with its own
@@ -235,10 +236,11 @@ fn guests() -> anyhow::Result<()> {
     run(cmd)?;
     python::build_guests()?;
     js::build_guests()?;
-    // Go guests are made components by `berth policy component`.
-    let mut berth = cargo();
-    berth.args(["build", "-p", "berth", "--bin", "berth"]);
-    run(berth)?;
+    // Go guests are made components by `berth policy component`. Every
+    // binary of the workspace, as the tests build them: `berth` alone
+    // resolves its dependencies' features apart, and the next build of
+    // the workspace's binaries compiled a third of the tree again.
+    build_bins()?;
     go::build_guests(&root().join("target/debug/berth"))
 }
 
@@ -344,8 +346,15 @@ pub(crate) fn found_root() -> bool {
 fn bench(extra: &[String]) -> anyhow::Result<()> {
     guests()?;
     let mut cmd = cargo();
-    cmd.args(["bench", "--package", "berth-policy", "--bench", "policy", "--"])
-        .args(extra);
+    if extra.iter().any(|a| a == "--quick") {
+        // The whole workspace's features, as `cargo xtask test` builds it:
+        // only the benchmark itself is compiled, not a second optimised
+        // build of every dependency (a dozen minutes on two cores).
+        cmd.args(["test", "--workspace", "--bench", "policy", "--"]);
+    } else {
+        cmd.args(["bench", "--package", "berth-policy", "--bench", "policy", "--"]);
+    }
+    cmd.args(extra);
     run(cmd)
 }
 

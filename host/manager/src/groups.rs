@@ -11,7 +11,7 @@ use crate::Taken;
 use std::collections::HashMap;
 
 use crate::outcome::{Apply, StepError, Unwritten, look_again, not_found_answer, step_error};
-use crate::steps::snapshot_backend;
+use crate::snapshot_steps::snapshot_backend;
 use crate::{RequestError, VolumeManager, now_ms};
 use berth_csi::proto;
 use berth_csi::proto::group_controller_service_capability::rpc::Type as GroupCap;

@@ -42,6 +42,7 @@ mod reconcile;
 mod records;
 mod requests;
 pub mod secrets;
+mod snapshot_steps;
 mod snapshots;
 mod steps;
 mod table;

@@ -149,6 +149,11 @@ fn main() {
         .and_then(|i| args.get(i + 1))
         .cloned();
     let wanted = |name: &str| only.as_deref().is_none_or(|o| name.contains(o));
+    if cfg!(debug_assertions) {
+        println!(
+            "an unoptimised build (the test profile): the figures say the benchmark runs, not how fast Berth is"
+        );
+    }
     let budget = if quick {
         Duration::from_millis(200)
     } else {

@@ -24,16 +24,9 @@ fn fails(c: &Cluster, args: &[&str]) -> (i32, String, String) {
     (out.status.code().unwrap_or(-1), stdout, stderr)
 }
 
-fn builtin() -> ClusterSpec<'static> {
-    ClusterSpec {
-        guests: false,
-        ..ClusterSpec::default()
-    }
-}
-
 #[test]
 fn a_publish_in_another_mode_is_refused_not_claimed() {
-    let c = Cluster::start(builtin());
+    let c = Cluster::start(ClusterSpec::builtin());
     for (name, first, second) in [
         ("rw", &[][..], &["--readonly"][..]),
         ("ro", &["--readonly"][..], &[][..]),
@@ -67,7 +60,7 @@ fn a_required_topology_is_never_dropped() {
     // can honour a requisite topology.
     let c = Cluster::start(ClusterSpec {
         controller_topology: None,
-        ..builtin()
+        ..ClusterSpec::builtin()
     });
     let (code, _, stderr) = fails(
         &c,
@@ -102,7 +95,7 @@ fn a_required_topology_is_never_dropped() {
 fn a_publish_past_the_node_limit_is_refused_up_front() {
     let c = Cluster::start(ClusterSpec {
         node_args: vec!["--max-volumes", "1"],
-        ..builtin()
+        ..ClusterSpec::builtin()
     });
     for v in ["a", "b"] {
         c.create_in(v, "zone=a");
@@ -162,7 +155,7 @@ fn hostile(decision: &str, behaviour: &str, plugin_args: Vec<&'static str>) -> C
     Cluster::start(ClusterSpec {
         extra: Box::leak(extra.into_boxed_str()),
         plugin_args,
-        ..builtin()
+        ..ClusterSpec::builtin()
     })
 }
 
@@ -253,21 +246,8 @@ fn text_from_guests_reaches_terminals_escaped() {
 }
 
 #[test]
-fn the_store_is_for_its_owner_and_wider_modes_are_reported() {
-    let mut c = Cluster::start(builtin());
-    let mode = |p: &std::path::Path| std::fs::metadata(p).unwrap().permissions().mode() & 0o777;
-    let store = c.store_path();
-    assert_eq!(mode(&store), 0o600);
-    assert_eq!(mode(store.parent().unwrap()), 0o700);
-    c.kill_serve();
-    std::fs::set_permissions(&store, std::fs::Permissions::from_mode(0o644)).unwrap();
-    c.start_serve();
-    assert!(c.log().contains("readable by other users"), "{}", c.log());
-}
-
-#[test]
 fn input_is_bounded_and_never_echoed_whole() {
-    let c = Cluster::start(builtin());
+    let c = Cluster::start(ClusterSpec::builtin());
     let long = "n".repeat(100_000);
     let (code, _, stderr) = fails(&c, &["volume", "get", &long]);
     assert_eq!(code, 1);
@@ -298,7 +278,7 @@ fn input_is_bounded_and_never_echoed_whole() {
 
 #[test]
 fn the_cli_says_what_happened() {
-    let c = Cluster::start(builtin());
+    let c = Cluster::start(ClusterSpec::builtin());
     // Sizes: decimals and TiB are sizes; 2^63 bytes is not.
     let out = c.ok(&[
         "volume", "create", "s", "--plugin", "hostpath", "--size", "1.5GiB", "--limit", "1TiB",
@@ -366,7 +346,7 @@ fn a_user_without_access_to_the_socket_is_told_why() {
         eprintln!("skipped: needs root and runuser to act as another user");
         return;
     }
-    let c = Cluster::start(builtin());
+    let c = Cluster::start(ClusterSpec::builtin());
     // The other user must be able to run the CLI, wherever this checkout is.
     let shared = tempfile::Builder::new()
         .prefix("berth-cli-")
@@ -530,7 +510,7 @@ fn text_from_outside_is_kept_bounded_with_a_marker() {
     let c = Cluster::start(ClusterSpec {
         extra: Box::leak(extra.into_boxed_str()),
         plugin_args: vec!["--fault", "UNAVAILABLE=1.0", "--fault-calls", "CreateVolume"],
-        ..builtin()
+        ..ClusterSpec::builtin()
     });
     for name in ["v0", "v1", "v2"] {
         let (code, _, _) = fails(&c, &["volume", "create", name, "--plugin", "hostpath", "--wait"]);
@@ -568,193 +548,4 @@ fn a_config_parse_error_prints_as_lines() {
     let lines: Vec<&str> = stderr.lines().collect();
     assert!(lines.len() > 2 && lines[0].starts_with("error: "), "{stderr}");
     assert!(lines[1..].iter().all(|l| l.starts_with("  ")), "{stderr}");
-}
-
-/// A small tmpfs mounted over a directory for as long as it lives (root only).
-struct Tmpfs(std::path::PathBuf);
-
-impl Tmpfs {
-    /// Mounts a tmpfs of `size` at `dir`, keeping the regular files that
-    /// were there; `None` when this process may not mount.
-    fn over(dir: &std::path::Path, size: &str) -> Option<Tmpfs> {
-        // SAFETY: geteuid reads the process's own credentials.
-        if unsafe { libc::geteuid() } != 0 {
-            return None;
-        }
-        let kept = berth_tests::test_dir();
-        for entry in std::fs::read_dir(dir).unwrap() {
-            let entry = entry.unwrap();
-            if entry.file_type().unwrap().is_file() {
-                std::fs::copy(entry.path(), kept.path().join(entry.file_name())).unwrap();
-            }
-        }
-        let mounted = std::process::Command::new("mount")
-            .args(["-t", "tmpfs", "-o", &format!("size={size},mode=0700"), "tmpfs"])
-            .arg(dir)
-            .status()
-            .unwrap();
-        assert!(mounted.success(), "mounting a tmpfs at {}", dir.display());
-        for entry in std::fs::read_dir(kept.path()).unwrap() {
-            let entry = entry.unwrap();
-            std::fs::copy(entry.path(), dir.join(entry.file_name())).unwrap();
-        }
-        Some(Tmpfs(dir.to_path_buf()))
-    }
-
-    /// Fills the file system up; the filler file, to remove for space.
-    fn fill(&self) -> std::path::PathBuf {
-        use std::io::Write;
-        let path = self.0.join("filler");
-        let mut f = std::fs::File::create(&path).unwrap();
-        let chunk = vec![0xa5u8; 64 << 10];
-        while f.write_all(&chunk).is_ok() {}
-        let _ = f.sync_all();
-        path
-    }
-}
-
-impl Drop for Tmpfs {
-    fn drop(&mut self) {
-        let _ = std::process::Command::new("umount")
-            .arg("-l")
-            .arg(&self.0)
-            .status();
-    }
-}
-
-/// A full disk fails the writes that need it, visibly (`/readyz` and the
-/// caller's error), and once space returns writes succeed again without a
-/// restart; nothing acknowledged is lost.
-#[test]
-fn a_full_disk_fails_writes_visibly_until_space_returns() {
-    use berth_tests::scrape::wait_ready;
-    let port = berth_tests::free_port();
-    let extra = format!("metrics = \"127.0.0.1:{port}\"");
-    let mut c = Cluster::start(ClusterSpec {
-        extra: &extra,
-        ..builtin()
-    });
-    c.create_in("before", "zone=a");
-    c.kill_serve();
-    let state = c.store_path().parent().unwrap().to_path_buf();
-    let Some(disk) = Tmpfs::over(&state, "16m") else {
-        eprintln!("skipped: mounting a tmpfs needs root");
-        return;
-    };
-    c.start_serve();
-    wait_ready(port, 200, Duration::from_secs(20));
-    let filler = disk.fill();
-    // redb writes into space its file already has until it must grow it.
-    let big = format!("p={}", "x".repeat(4000));
-    let failed = (0..2000).find_map(|i| {
-        let name = format!("full-{i}");
-        let out = c.berth(&["volume", "create", &name, "--plugin", "hostpath", "--param", &big]);
-        (!out.status.success()).then(|| (name, texts(&out).1))
-    });
-    let (full, stderr) = failed.expect("a create fails on a full disk");
-    assert!(
-        stderr.contains("UNAVAILABLE") || stderr.contains("INTERNAL"),
-        "{stderr}"
-    );
-    let not_ready = wait_ready(port, 503, Duration::from_secs(20));
-    assert!(
-        not_ready.contains("[-]store") && not_ready.contains("cannot write"),
-        "{not_ready}"
-    );
-
-    std::fs::remove_file(filler).unwrap();
-    wait_ready(port, 200, Duration::from_secs(20));
-    c.create_in("after", "zone=a");
-    c.kill_serve();
-    c.start_serve();
-    let names: Vec<String> = serde_json::from_str::<Value>(&c.ok(&["volume", "list", "-o", "json"]))
-        .unwrap()
-        .as_array()
-        .unwrap()
-        .iter()
-        .map(|v| v["name"].as_str().unwrap().to_string())
-        .collect();
-    assert!(
-        names.contains(&"before".into()) && names.contains(&"after".into()),
-        "{names:?}"
-    );
-    assert!(
-        !names.contains(&full),
-        "a create that failed is not there: {names:?}"
-    );
-    c.kill_serve();
-    drop(disk);
-}
-
-/// A store file that is there but empty or cut short is refused with what
-/// to do, never taken for a new store; one with damaged pages is an error,
-/// never a panic. Neither is changed.
-#[test]
-fn an_emptied_or_damaged_store_is_refused_and_left_alone() {
-    let mut c = Cluster::start(builtin());
-    c.create_in("v", "zone=a");
-    c.kill_serve();
-    let store = c.store_path();
-    let whole = std::fs::read(&store).unwrap();
-    let serve = |c: &Cluster| {
-        let out = berth_tests::berth(&["serve", "--config", &c.config.display().to_string()]);
-        let (_, stderr) = texts(&out);
-        assert!(!out.status.success(), "{stderr}");
-        assert!(!stderr.contains("panicked"), "{stderr}");
-        stderr
-    };
-
-    std::fs::write(&store, b"").unwrap();
-    let stderr = serve(&c);
-    assert!(
-        stderr.contains("cut short or emptied") && stderr.contains("backup"),
-        "{stderr}"
-    );
-    assert_eq!(std::fs::metadata(&store).unwrap().len(), 0, "left as it was");
-
-    std::fs::write(&store, &whole[..whole.len() / 3]).unwrap();
-    serve(&c);
-
-    let mut damaged = whole.clone();
-    for b in &mut damaged[4096..] {
-        *b = !*b;
-    }
-    std::fs::write(&store, &damaged).unwrap();
-    serve(&c);
-    assert_eq!(std::fs::read(&store).unwrap(), damaged, "left as it was");
-
-    std::fs::write(&store, &whole).unwrap();
-    c.start_serve();
-    assert!(c.ok(&["volume", "get", "v"]).contains("v"));
-}
-
-/// A volume's id names its paths on nodes: a record whose id is not a plain
-/// name (written by whoever could write the store) is refused when the
-/// store is read, naming it, before any node is asked to act on it.
-#[test]
-fn a_stored_volume_id_that_would_leave_the_node_directory_is_refused() {
-    use berth::model::{VolumeRecord, VolumeSpec};
-    use berth::store::{RedbStore, Store};
-    let dir = berth_tests::test_dir();
-    let state = dir.path().join("state.redb");
-    berth_tests::block_on(async {
-        let store = RedbStore::open(&state).unwrap();
-        let mut r = VolumeRecord::new("../../escape".into(), VolumeSpec::default());
-        r.spec_mut().name = "escape".into();
-        store.put(&r).await.unwrap();
-    });
-    let config = dir.path().join("berth.toml");
-    std::fs::write(
-        &config,
-        "state = \"state.redb\"\n[[plugin]]\nname = \"p\"\ncontroller = \"unix:///nowhere.sock\"\n",
-    )
-    .unwrap();
-    let out = berth_tests::berth(&["serve", "--config", config.to_str().unwrap()]);
-    let (_, err) = texts(&out);
-    assert!(!out.status.success());
-    assert!(
-        err.contains("../../escape") && err.contains("not starting with '.'"),
-        "{err}"
-    );
-    assert!(!dir.path().join("escape").exists());
 }

@@ -1,6 +1,7 @@
 //! Berth's integration tests, one binary: real Berth, agent, plugin and etcd
 //! processes on real sockets (see each module for what it covers).
 
+mod agent_plugin_dir;
 mod agents;
 mod cluster_tls;
 mod csi_operations;
@@ -35,3 +36,4 @@ mod signatures;
 mod spec_rules;
 mod split_roles;
 mod store_compat;
+mod store_safety;
