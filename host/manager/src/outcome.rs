@@ -223,29 +223,15 @@ pub(super) fn refused_outright(code: Code) -> bool {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::plan::{Caps, next_step};
-    use berth_model::{Backend, VolumeSpec};
+    use crate::plan::next_step;
+    use crate::plan::tests::{caps, record};
 
     #[test]
     fn a_delete_found_done_leaves_nothing_to_delete() {
-        let mut r = VolumeRecord::new("id".into(), VolumeSpec::default());
-        r.csi_name = Some("n".into());
+        let mut r = record();
         r.create_sent = true;
         r.deleting = true;
-        r.backend = Some(std::sync::Arc::new(Backend {
-            volume_id: "v".into(),
-            capacity_bytes: 1,
-            sized_for: None,
-            context: Default::default(),
-            accessible_topology: vec![],
-            node_expansion_required: false,
-            mutable_parameters: Default::default(),
-        }));
-        let caps = |_: &str| Caps {
-            controller_publish: true,
-            node_stage: true,
-            node_expand: true,
-        };
+        let caps = caps(true, true);
         assert_eq!(next_step(&r, caps), Some(Step::Delete));
         done_effect(&Step::Delete)(&mut r);
         assert_eq!(next_step(&r, caps), Some(Step::Forget));
@@ -257,22 +243,9 @@ mod tests {
     #[test]
     fn an_undone_publication_published_again_meanwhile_is_kept() {
         use berth_model::{NodeLevel, Publication};
-        let caps = |_: &str| Caps {
-            controller_publish: true,
-            node_stage: true,
-            node_expand: true,
-        };
-        let mut r = VolumeRecord::new("id".into(), VolumeSpec::default());
+        let caps = caps(true, true);
+        let mut r = record();
         r.create_sent = true;
-        r.backend = Some(std::sync::Arc::new(Backend {
-            volume_id: "v".into(),
-            capacity_bytes: 1,
-            sized_for: None,
-            context: Default::default(),
-            accessible_topology: vec![],
-            node_expansion_required: false,
-            mutable_parameters: Default::default(),
-        }));
         let mut p = Publication::new(false);
         p.sent = true;
         p.controller_published = true;

@@ -219,11 +219,11 @@ fn undo_step(node: &str, p: &berth_model::Publication, controller_publish: bool)
 }
 
 #[cfg(test)]
-mod tests {
+pub(crate) mod tests {
     use super::*;
     use berth_model::{Backend, Publication, VolumeSpec};
 
-    fn caps(cp: bool, st: bool) -> impl Fn(&str) -> Caps {
+    pub(crate) fn caps(cp: bool, st: bool) -> impl Fn(&str) -> Caps + Copy {
         move |_| Caps {
             controller_publish: cp,
             node_stage: st,
@@ -231,7 +231,8 @@ mod tests {
         }
     }
 
-    fn record() -> VolumeRecord {
+    /// A created volume, its backend known.
+    pub(crate) fn record() -> VolumeRecord {
         let mut r = VolumeRecord::new("id".into(), VolumeSpec::default());
         r.csi_name = Some("n".into());
         r.backend = Some(std::sync::Arc::new(Backend {
