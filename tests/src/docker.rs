@@ -202,6 +202,18 @@ impl Drop for PluginSocket {
     }
 }
 
+/// The OCI runtime podman is to use on a host whose cgroup file system is
+/// at `cgroup_root`: runc where cgroup v1 hierarchies are mounted beside a
+/// unified one that has controllers (as dockerd's init script leaves a host),
+/// which crun refuses ("cgroups in hybrid mode not supported"), even with
+/// `--cgroups=disabled`; podman's own choice elsewhere.
+pub fn podman_runtime(cgroup_root: &Path) -> &'static [&'static str] {
+    match std::fs::read_to_string(cgroup_root.join("unified/cgroup.controllers")) {
+        Ok(controllers) if !controllers.trim().is_empty() => &["--runtime", "runc"],
+        _ => &[],
+    }
+}
+
 /// Podman (Debian's podman), rootful, with its own storage and run roots
 /// and a containers.conf naming Berth's socket as a volume plugin.
 pub struct Podman {
@@ -229,7 +241,8 @@ impl Podman {
     fn command(&self, args: &[&str]) -> Command {
         let d = self.dir.path();
         let mut cmd = Command::new("podman");
-        cmd.arg("--root")
+        cmd.args(podman_runtime(Path::new("/sys/fs/cgroup")))
+            .arg("--root")
             .arg(d.join("root"))
             .arg("--runroot")
             .arg(d.join("run"))
@@ -275,5 +288,25 @@ impl Drop for Podman {
     fn drop(&mut self) {
         // Containers gone, nothing stays mounted: vfs layers are plain directories.
         let _ = self.podman(&["rm", "-a", "-f"]);
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::podman_runtime;
+
+    #[test]
+    fn podman_runs_runc_where_v1_hierarchies_sit_beside_a_unified_one_with_controllers() {
+        let root = tempfile::tempdir().unwrap();
+        // cgroup v2 alone (no `unified` below the root), or v1 alone.
+        assert!(podman_runtime(root.path()).is_empty());
+        let unified = root.path().join("unified");
+        std::fs::create_dir(&unified).unwrap();
+        // Hybrid, its unified hierarchy without controllers: crun runs there.
+        std::fs::write(unified.join("cgroup.controllers"), "\n").unwrap();
+        assert!(podman_runtime(root.path()).is_empty());
+        // As dockerd's init script leaves a host: crun refuses it.
+        std::fs::write(unified.join("cgroup.controllers"), "hugetlb\n").unwrap();
+        assert_eq!(podman_runtime(root.path()), ["--runtime", "runc"]);
     }
 }

@@ -91,7 +91,7 @@ pub fn dist(args: &[String]) -> anyhow::Result<()> {
     for bin in ["berth", "berth-agent", "hostpath-plugin"] {
         strip(&bins.join(bin), &stripped.join(bin))?;
     }
-    let generated = generate(&stripped.join("berth"), &gen_dir)?;
+    let generated = generate(&stripped, &gen_dir)?;
     let arch = architecture();
     let mut made = Vec::new();
     for package in packages(&stripped, &generated) {
@@ -128,17 +128,32 @@ fn strip(from: &Path, to: &Path) -> anyhow::Result<()> {
 }
 
 /// Man pages and completions, made by the built `berth` from its CLI's
-/// definition (and berth-agent's).
+/// definition (and berth-agent's); the sample plugin's page from its
+/// `--help` (help2man, Debian's package).
 struct Generated {
     man: PathBuf,
     completions: PathBuf,
 }
 
-fn generate(berth: &Path, dir: &Path) -> anyhow::Result<Generated> {
+fn generate(bins: &Path, dir: &Path) -> anyhow::Result<Generated> {
+    let berth = bins.join("berth");
     let man = dir.join("man");
-    let mut cmd = Command::new(berth);
+    let mut cmd = Command::new(&berth);
     cmd.arg("manual").arg(&man);
     run(cmd)?;
+    crate::ensure_package("help2man", "help2man")?;
+    let mut page = Command::new("help2man");
+    page.args([
+        "--no-info",
+        "--section",
+        "1",
+        "--name",
+        "Berth's sample CSI plugin (volumes as directories)",
+    ])
+    .arg("--output")
+    .arg(man.join(PLUGIN_PAGE))
+    .arg(bins.join("hostpath-plugin"));
+    run(page)?;
     let mut gzip = Command::new("gzip");
     gzip.args(["-9", "-n"]);
     for page in std::fs::read_dir(&man)? {
@@ -149,7 +164,7 @@ fn generate(berth: &Path, dir: &Path) -> anyhow::Result<Generated> {
     std::fs::create_dir_all(&completions)?;
     for program in ["berth", "berth-agent"] {
         for shell in ["bash", "zsh", "fish"] {
-            let out = Command::new(berth)
+            let out = Command::new(&berth)
                 .args(["completions", shell, "--program", program])
                 .output()
                 .context("running berth completions")?;
@@ -202,9 +217,13 @@ fn docs(package: &str) -> Vec<File> {
     vec![File::new(p, format!("usr/share/doc/{package}/copyright"), 0o644)]
 }
 
+/// The sample plugin's man page (gzipped later).
+const PLUGIN_PAGE: &str = "hostpath-plugin.1";
+
 fn packages(bins: &Path, g: &Generated) -> Vec<Package> {
     let packaging = root().join("packaging");
     let agent_page = |name: &str| name.starts_with("berth-agent.");
+    let plugin_page = |name: &str| name.starts_with(PLUGIN_PAGE);
     let mut berth = vec![
         File::new(bins.join("berth"), "usr/bin/berth", 0o755),
         File::new(
@@ -220,7 +239,7 @@ fn packages(bins: &Path, g: &Generated) -> Vec<Package> {
         ),
         File::new(root().join("README.md"), "usr/share/doc/berth/README.md", 0o644),
     ];
-    berth.extend(man_files(g, |n| !agent_page(n)).unwrap_or_default());
+    berth.extend(man_files(g, |n| !agent_page(n) && !plugin_page(n)).unwrap_or_default());
     berth.extend(completion_files(g, "berth"));
     berth.extend(docs("berth"));
     let mut agent = vec![
@@ -235,11 +254,15 @@ fn packages(bins: &Path, g: &Generated) -> Vec<Package> {
     agent.extend(man_files(g, agent_page).unwrap_or_default());
     agent.extend(completion_files(g, "berth-agent"));
     agent.extend(docs("berth-agent"));
-    let mut plugin = vec![File::new(
-        bins.join("hostpath-plugin"),
-        "usr/bin/hostpath-plugin",
-        0o755,
-    )];
+    let mut plugin = vec![
+        File::new(bins.join("hostpath-plugin"), "usr/bin/hostpath-plugin", 0o755),
+        File::new(
+            packaging.join("systemd/berth-hostpath-plugin.service"),
+            "usr/lib/systemd/system/berth-hostpath-plugin.service",
+            0o644,
+        ),
+    ];
+    plugin.extend(man_files(g, plugin_page).unwrap_or_default());
     plugin.extend(docs("berth-hostpath-plugin"));
     vec![
         Package {
@@ -268,10 +291,11 @@ fn packages(bins: &Path, g: &Generated) -> Vec<Package> {
             summary: "Berth's sample CSI plugin (volumes as directories), to try Berth out",
             description: "hostpath-plugin is a CSI plugin (Identity, Controller, Node) that keeps\n\
                           volumes as directories and bind-mounts them: for trying Berth out and for\n\
-                          testing, not for data that matters.",
+                          testing, not for data that matters. Its unit (not enabled) serves the socket\n\
+                          the packaged berth.toml names, for the berth group.",
             files: plugin,
             conffiles: vec![],
-            postinst: None,
+            postinst: Some("debian/berth-hostpath-plugin.postinst"),
         },
     ]
 }

@@ -29,6 +29,10 @@ impl Podman {
 
     pub fn command(&self, args: &[&str]) -> Command {
         let mut cmd = Command::new("podman");
+        if cgroups_hybrid() {
+            // crun refuses such a host, even with --cgroups=disabled.
+            cmd.args(["--runtime", "runc"]);
+        }
         cmd.arg("--root")
             .arg(self.dir.join("root"))
             .arg("--runroot")
@@ -77,10 +81,17 @@ impl Podman {
     }
 }
 
+/// Whether cgroup v1 hierarchies are mounted beside a unified one that has
+/// controllers, as dockerd's init script leaves a host (the book's Install
+/// page: such a host runs the image with `--runtime runc`).
+pub fn cgroups_hybrid() -> bool {
+    std::fs::read_to_string("/sys/fs/cgroup/unified/cgroup.controllers").is_ok_and(|c| !c.trim().is_empty())
+}
+
 /// Builds the image from the stripped binaries in `bins`; returns the
 /// archive's path (`berth-image-<version>.tar` in `out`).
 pub fn build(bins: &Path, out: &Path) -> anyhow::Result<PathBuf> {
-    crate::ensure_package("podman", "podman")?;
+    crate::ensure_podman()?;
     let context = out.join("image");
     let rootfs = context.join("rootfs");
     let usr_bin = rootfs.join("usr/bin");

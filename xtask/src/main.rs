@@ -14,7 +14,8 @@
 //! - `docs`: build the book (docs/) and check its links;
 //! - `walks`: run every walk of the book and the README as written;
 //! - `dist`, `dist-check`: the packages and the image; installed and run;
-//! - `conformance`: csi-sanity against the sample plugin, in every shape.
+//! - `conformance`: `berth plugin check` (and csi-sanity, when given) against
+//!   the sample plugin, in every shape and with each fault flag.
 
 use std::path::{Path, PathBuf};
 use std::process::Command;
@@ -22,7 +23,6 @@ use std::process::Command;
 use anyhow::{Context, bail};
 
 mod conformance;
-mod conformance_compare;
 mod demo;
 mod demo_docker;
 mod dist;
@@ -98,8 +98,9 @@ commands:
   docs    build the book (docs/, mdBook from PyPI) into target/book; fail on a broken link
   walks   run every walk of the book and the README (blocks fenced sh,walk) as written
   conformance
-          csi-sanity (kubernetes-csi/csi-test; --csi-sanity PATH or BERTH_CSI_SANITY) against
-          the sample plugin in every shape it offers: 0 failures, nothing left behind
+          berth plugin check against the sample plugin in every shape it offers and with
+          each fault flag: 0 failures, each flag's rule caught, nothing left behind; with
+          --csi-sanity PATH (or BERTH_CSI_SANITY), csi-sanity too, and the two compared
   dist    what operators install, into target/dist: the berth, berth-agent and
           berth-hostpath-plugin Debian packages (units, config, man pages, completions)
           and an OCI image built from scratch (--profile P, default dist; --no-image)
@@ -272,10 +273,19 @@ fn ensure_etcd() -> anyhow::Result<()> {
 /// registry needed.
 pub(crate) fn ensure_docker() -> anyhow::Result<()> {
     ensure_package("dockerd", "docker.io")?;
-    ensure_package("podman", "podman")?;
+    ensure_podman()?;
     ensure_installed("/bin/busybox", "busybox-static", || {
         succeeds(Command::new("/bin/busybox").arg("true"))
     })
+}
+
+/// Podman with both OCI runtimes Debian offers: crun, which podman prefers,
+/// and runc, which it is told to use where crun refuses the host's cgroup
+/// layout (`dist_image::cgroups_hybrid`), whichever was installed first.
+pub(crate) fn ensure_podman() -> anyhow::Result<()> {
+    ensure_package("podman", "podman")?;
+    ensure_package("crun", "crun")?;
+    ensure_package("runc", "runc")
 }
 
 /// The policy delivery tests push to and pull from a real registry: the

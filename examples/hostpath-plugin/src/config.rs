@@ -10,8 +10,9 @@ use clap::{ArgAction, Parser, ValueEnum};
 ///
 /// It serves Identity, Controller and Node on one unix socket, keeps its state
 /// on disk so it survives restarts, and can inject faults (errors, latency,
-/// hangs) for reliability tests. Run one process as the controller and one per
-/// node, all sharing the same --state-dir.
+/// hangs) for reliability tests. Run one process as the controller (`--mode
+/// controller`, or `--node false`) and one per node (`--mode node`, or
+/// `--controller false`), all sharing the same --state-dir.
 #[derive(Debug, Parser)]
 #[command(name = "hostpath-plugin", version, args_override_self = true)]
 pub struct Config {
@@ -22,6 +23,17 @@ pub struct Config {
     /// Directory holding the volumes and their metadata (created if missing).
     #[arg(long)]
     pub state_dir: PathBuf,
+
+    /// The socket's mode, in octal: 0600 lets only this process's user in;
+    /// 0660 with --socket-group lets that group's members (a CO running as
+    /// another user) dial it. Never writable by others.
+    #[arg(long, default_value = "0600", value_parser = parse_socket_mode)]
+    pub socket_mode: u32,
+
+    /// The group the socket belongs to, by name or number (e.g. `berth`, the
+    /// user the packaged `berth serve` runs as).
+    #[arg(long)]
+    pub socket_group: Option<String>,
 
     /// Driver name reported by GetPluginInfo.
     #[arg(long, default_value = "hostpath.csi.berth.dev")]
@@ -44,11 +56,11 @@ pub struct Config {
     #[arg(long, default_value_t = 0)]
     pub max_volumes: u64,
 
-    /// Serve the Controller service.
+    /// Serve the Controller service; `false` is another spelling of `--mode node`.
     #[arg(long, default_value_t = true, action = ArgAction::Set)]
     pub controller: bool,
 
-    /// Serve the Node service.
+    /// Serve the Node service; `false` is another spelling of `--mode controller`.
     #[arg(long, default_value_t = true, action = ArgAction::Set)]
     pub node: bool,
 
@@ -200,6 +212,20 @@ const CAPABILITY_SINCE: &[(&str, u32)] = &[
     ("CREATE_DELETE_GET_VOLUME_GROUP_SNAPSHOT", 8),
 ];
 
+fn parse_socket_mode(text: &str) -> Result<u32, String> {
+    let mode = u32::from_str_radix(text.trim_start_matches("0o"), 8)
+        .ok()
+        .filter(|m| *m <= 0o777)
+        .ok_or_else(|| format!("{text:?} is not an octal mode like 0600"))?;
+    if mode & 0o002 != 0 {
+        return Err(format!(
+            "{text}: a socket others may write to lets anyone on the machine create, publish and delete volumes; \
+             use 0600, or 0660 with --socket-group"
+        ));
+    }
+    Ok(mode)
+}
+
 fn parse_csi_version(text: &str) -> Result<u32, String> {
     match text.strip_prefix("1.").map(str::parse::<u32>) {
         Some(Ok(minor)) if minor <= 12 => Ok(minor),
@@ -303,14 +329,56 @@ pub enum Mode {
 }
 
 impl Config {
+    /// The flags of this process, with `--controller false` and `--node
+    /// false` settled into `--mode` (a combination that serves nothing
+    /// exits with a message naming it).
+    pub fn from_args() -> Self {
+        let mut config = Config::parse();
+        if let Err(why) = config.settle_mode() {
+            use clap::CommandFactory;
+            Config::command()
+                .error(clap::error::ErrorKind::ArgumentConflict, why)
+                .exit();
+        }
+        config
+    }
+
+    /// `--controller false` is `--mode node` and `--node false` is `--mode
+    /// controller`: one process shape, whichever spelling, so that every
+    /// process reports the driver's capabilities (CONTROLLER_SERVICE
+    /// included) as the spec asks of all instances of a driver.
+    pub fn settle_mode(&mut self) -> Result<(), String> {
+        self.mode = match (self.controller, self.node, self.mode) {
+            (true, true, mode) => mode,
+            (false, false, _) => {
+                return Err(
+                    "--controller false with --node false leaves this process nothing to serve".into(),
+                );
+            }
+            (false, true, Mode::All | Mode::Node) => Mode::Node,
+            (true, false, Mode::All | Mode::Controller) => Mode::Controller,
+            (false, true, Mode::Controller) => {
+                return Err(
+                    "--mode controller with --controller false leaves this process nothing to serve".into(),
+                );
+            }
+            (true, false, Mode::Node) => {
+                return Err("--mode node with --node false leaves this process nothing to serve".into());
+            }
+        };
+        self.controller = true;
+        self.node = true;
+        Ok(())
+    }
+
     /// Whether this process serves the Controller service.
     pub fn serves_controller(&self) -> bool {
-        self.controller && self.mode != Mode::Node
+        self.mode != Mode::Node
     }
 
     /// Whether this process serves the Node service.
     pub fn serves_node(&self) -> bool {
-        self.node && self.mode != Mode::Controller
+        self.mode != Mode::Controller
     }
 
     /// Whether the plugin offers an optional capability (see `--disable`
@@ -357,4 +425,44 @@ fn parse_fault(text: &str) -> Result<(tonic::Code, f64), String> {
         return Err(format!("rate {rate} is not between 0 and 1"));
     }
     Ok((code, rate))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn settled(args: &[&str]) -> Result<Mode, String> {
+        let mut c = Config::try_parse_from(
+            ["hostpath-plugin", "--endpoint", "s", "--state-dir", "d"]
+                .iter()
+                .chain(args),
+        )
+        .unwrap();
+        c.settle_mode()?;
+        assert!(c.controller && c.node, "the spellings are settled into --mode");
+        Ok(c.mode)
+    }
+
+    #[test]
+    fn the_split_flags_are_spellings_of_mode() {
+        assert_eq!(settled(&[]), Ok(Mode::All));
+        assert_eq!(settled(&["--controller", "false"]), Ok(Mode::Node));
+        assert_eq!(settled(&["--node", "false"]), Ok(Mode::Controller));
+        assert_eq!(
+            settled(&["--controller", "false", "--mode", "node"]),
+            Ok(Mode::Node)
+        );
+        assert_eq!(
+            settled(&["--node", "false", "--mode", "controller"]),
+            Ok(Mode::Controller)
+        );
+        for nothing in [
+            &["--controller", "false", "--node", "false"][..],
+            &["--controller", "false", "--mode", "controller"],
+            &["--node", "false", "--mode", "node"],
+        ] {
+            let why = settled(nothing).unwrap_err();
+            assert!(why.contains("nothing to serve"), "{why}");
+        }
+    }
 }

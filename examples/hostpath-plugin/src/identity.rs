@@ -70,13 +70,13 @@ impl csi::identity_server::Identity for Identity {
     ) -> Result<Response<csi::GetPluginCapabilitiesResponse>, Status> {
         self.faults.inject("GetPluginCapabilities").await?;
         let mut capabilities = Vec::new();
-        if self.config.controller {
-            capabilities.push(service(ServiceType::ControllerService));
-        }
+        // The driver's capabilities, whichever services this process
+        // serves: every process of one driver reports the same.
+        capabilities.push(service(ServiceType::ControllerService));
         if !self.config.topology.is_empty() {
             capabilities.push(service(ServiceType::VolumeAccessibilityConstraints));
         }
-        if self.config.controller && self.config.offers("CREATE_DELETE_GET_VOLUME_GROUP_SNAPSHOT") {
+        if self.config.offers("CREATE_DELETE_GET_VOLUME_GROUP_SNAPSHOT") {
             capabilities.push(service(ServiceType::GroupControllerService));
         }
         if self.config.offers("EXPAND_VOLUME") {

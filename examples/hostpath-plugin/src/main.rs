@@ -21,7 +21,6 @@ use berth_proto::csi::v1::controller_server::ControllerServer;
 use berth_proto::csi::v1::group_controller_server::GroupControllerServer;
 use berth_proto::csi::v1::identity_server::IdentityServer;
 use berth_proto::csi::v1::node_server::NodeServer;
-use clap::Parser;
 use tokio::net::UnixListener;
 use tokio_stream::wrappers::UnixListenerStream;
 
@@ -29,7 +28,7 @@ use config::Config;
 
 #[tokio::main]
 async fn main() -> anyhow::Result<()> {
-    let config = Config::parse();
+    let config = Config::from_args();
     tracing_subscriber::fmt()
         .with_env_filter(
             tracing_subscriber::EnvFilter::try_from_env("HOSTPATH_LOG")
@@ -76,7 +75,7 @@ async fn main() -> anyhow::Result<()> {
     }
     // The socket last: once it is there, the node is registered (the
     // controller reads that on ControllerPublish) and every service is ready.
-    let listener = bind(&socket)?;
+    let listener = bind(&socket, config.socket_mode, config.socket_group.as_deref())?;
     tracing::info!(socket = %socket.display(), name = %config.name, node_id = %config.node_id, mount = ?mount_mode, "serving");
     let result = router
         .serve_with_incoming_shutdown(UnixListenerStream::new(listener), shutdown_signal())
@@ -96,8 +95,9 @@ fn socket_path(endpoint: &str) -> anyhow::Result<PathBuf> {
     Ok(PathBuf::from(path))
 }
 
-/// Binds the socket, replacing a stale one left by a crashed run.
-fn bind(path: &std::path::Path) -> anyhow::Result<UnixListener> {
+/// Binds the socket with `mode` and `group`, replacing a stale one left by
+/// a crashed run.
+fn bind(path: &std::path::Path, mode: u32, group: Option<&str>) -> anyhow::Result<UnixListener> {
     use std::os::unix::fs::{FileTypeExt, PermissionsExt};
     if let Ok(meta) = std::fs::symlink_metadata(path) {
         anyhow::ensure!(
@@ -110,9 +110,38 @@ fn bind(path: &std::path::Path) -> anyhow::Result<UnixListener> {
     if let Some(parent) = path.parent().filter(|p| !p.as_os_str().is_empty()) {
         std::fs::create_dir_all(parent).with_context(|| format!("creating {}", parent.display()))?;
     }
-    let listener = UnixListener::bind(path).with_context(|| format!("binding {}", path.display()))?;
-    std::fs::set_permissions(path, std::fs::Permissions::from_mode(0o600))?;
+    let gid = group.map(group_id).transpose()?;
+    // Bound owner-only; the group and the mode are set before anyone is told
+    // the socket is there.
+    let old = unsafe { libc::umask(0o177) };
+    let bound = UnixListener::bind(path);
+    unsafe { libc::umask(old) };
+    let listener = bound.with_context(|| format!("binding {}", path.display()))?;
+    if let Some(gid) = gid {
+        std::os::unix::fs::chown(path, None, Some(gid))
+            .with_context(|| format!("giving {} to group {}", path.display(), group.unwrap_or_default()))?;
+    }
+    std::fs::set_permissions(path, std::fs::Permissions::from_mode(mode))?;
     Ok(listener)
+}
+
+/// A group's id, from its name or its number.
+fn group_id(group: &str) -> anyhow::Result<u32> {
+    if let Ok(gid) = group.parse::<u32>() {
+        return Ok(gid);
+    }
+    let name = std::ffi::CString::new(group).context("a group name with a NUL byte")?;
+    let mut entry: libc::group = unsafe { std::mem::zeroed() };
+    let mut found: *mut libc::group = std::ptr::null_mut();
+    let mut buf = vec![0 as libc::c_char; 16 * 1024];
+    // SAFETY: every pointer is to a live local of the right size; the entry's
+    // strings point into `buf`, which outlives the call, and only the gid is read.
+    let rc = unsafe { libc::getgrnam_r(name.as_ptr(), &mut entry, buf.as_mut_ptr(), buf.len(), &mut found) };
+    anyhow::ensure!(
+        rc == 0 && !found.is_null(),
+        "--socket-group {group}: no such group on this machine"
+    );
+    Ok(entry.gr_gid)
 }
 
 async fn shutdown_signal() {

@@ -186,6 +186,32 @@ pub(crate) fn after_first<T>(first: bool, need: Result<T, Why>, call: &str) -> R
     })
 }
 
+/// Whether the node endpoint reports the controller endpoint's plugin
+/// capabilities: a CO that reads them from a node process (csi-sanity does)
+/// would otherwise skip ControllerPublishVolume that the node then needs.
+/// Instances of another vendor_version may differ.
+fn same_plugin_capabilities(controller: &Fingerprint, node: &Fingerprint) -> Result<(), Why> {
+    if controller.vendor_version != node.vendor_version {
+        return Ok(());
+    }
+    let sorted = |f: &Fingerprint| {
+        let mut caps = f.plugin_capabilities.clone();
+        caps.sort();
+        caps
+    };
+    let (c, n) = (sorted(controller), sorted(node));
+    if c == n {
+        return Ok(());
+    }
+    let missing: Vec<&String> = c.iter().filter(|x| !n.contains(x)).collect();
+    let extra: Vec<&String> = n.iter().filter(|x| !c.contains(x)).collect();
+    Err(Why::from(format!(
+        "the node endpoint leaves out {missing:?} and adds {extra:?} to what the controller endpoint reports \
+         (vendor_version {:?} on both)",
+        node.vendor_version
+    )))
+}
+
 fn forget<T: PartialEq>(list: &mut Vec<T>, item: &T) {
     list.retain(|x| x != item);
 }
@@ -321,6 +347,14 @@ impl Run<'_> {
                         fp.name, n.name
                     )))
                 },
+            );
+            self.record(
+                (
+                    "node endpoint capabilities",
+                    "every instance of one driver version reports the same plugin capabilities, \
+                     whichever services it serves (CSI: GetPluginCapabilities)",
+                ),
+                same_plugin_capabilities(&fp, n),
             );
         }
         if fp.controller.is_some() {

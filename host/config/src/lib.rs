@@ -337,6 +337,15 @@ impl Config {
             }
         };
         let socket_mode = file_mode("socket_mode", raw.socket_mode.as_deref())?;
+        if socket_mode & 0o002 != 0 {
+            return Err(invalid(
+                "socket_mode",
+                format!(
+                    "{socket_mode:o} lets anyone on the machine manage every volume, node and policy through \
+                     the API socket; use 0600 or 0660"
+                ),
+            ));
+        }
         let workers = raw.workers.unwrap_or(DEFAULT_WORKERS);
         if workers == 0 || workers > 4096 {
             return Err(invalid("workers", format!("{workers} is not between 1 and 4096")));

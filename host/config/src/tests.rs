@@ -211,6 +211,21 @@ fn docker_is_off_unless_asked_for_and_checked_when_it_is() {
 }
 
 #[test]
+fn a_world_writable_api_socket_is_refused() {
+    let parse = |line: &str| Config::parse(&format!("{line}\n{GOOD}"), Path::new("/etc/berth"));
+    assert_eq!(parse("socket_mode = \"0660\"").unwrap().socket_mode, 0o660);
+    for mode in ["0666", "0602", "0777"] {
+        let err = parse(&format!("socket_mode = \"{mode}\""))
+            .unwrap_err()
+            .to_string();
+        assert!(
+            err.contains("socket_mode") && err.contains("use 0600 or 0660"),
+            "{mode}: {err}"
+        );
+    }
+}
+
+#[test]
 fn docker_create_from_names_nodes_or_every_node() {
     let parse = |line: &str| Config::parse(&format!("{line}\n{GOOD}"), Path::new("/etc/berth"));
     let none = parse("").unwrap().docker_create_from;

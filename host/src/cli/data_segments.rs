@@ -32,6 +32,17 @@ impl Segment<'_> {
     }
 }
 
+/// How many data segments a core module has.
+pub fn count(module: &[u8]) -> anyhow::Result<usize> {
+    let mut n = 0;
+    for payload in Parser::new(0).parse_all(module) {
+        if let Payload::DataSection(reader) = payload? {
+            n += reader.count() as usize;
+        }
+    }
+    Ok(n)
+}
+
 /// The module with its data segments merged, or `None` when it is better
 /// left as it is: it has a data count section (an instruction may name a
 /// segment by its index), an offset that is not a 32-bit constant, segments

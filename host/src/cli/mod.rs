@@ -92,8 +92,12 @@ pub enum Command {
         #[command(flatten)]
         api: client::ApiArgs,
     },
-    /// How many volumes are in each state, and how much work is outstanding (through `berth serve`).
+    /// How many volumes are in each state, how much work is outstanding, and
+    /// which plugins and nodes are unhealthy or down (through `berth serve`).
     Status {
+        /// Exit 1 when a plugin is unhealthy or a node is down (for scripts).
+        #[arg(long)]
+        check: bool,
         #[command(flatten)]
         api: client::ApiArgs,
     },
@@ -154,7 +158,7 @@ pub async fn run(cli: Cli) -> anyhow::Result<ExitCode> {
         Command::Agent(args) => agent::run(args).await,
         Command::Volume { command, api } => volume::run(*command, api, cli.output).await,
         Command::Snapshot { command, api } => snapshot::run(command, api, cli.output).await,
-        Command::Status { api } => status::status(api, cli.output).await,
+        Command::Status { check, api } => status::status(api, check, cli.output).await,
         Command::Node { command, api } => node::run(command, api, cli.output).await,
         Command::Cluster { command, api } => cluster::run(command, api, cli.output).await,
         Command::Completions(args) => manual::completions(&args),

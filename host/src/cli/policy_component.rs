@@ -13,6 +13,7 @@ use anyhow::{Context, bail};
 use clap::{Args, ValueEnum};
 use wit_parser_component::{Resolve, SourceMap};
 
+use super::preinit::Limits;
 use super::sealed_wasi::Sealed;
 
 #[derive(Debug, Args)]
@@ -34,6 +35,26 @@ pub struct ComponentArgs {
     /// How the module's WASI preview 1 imports are answered.
     #[arg(long, value_enum, default_value_t = Wasi::Sealed)]
     pub wasi: Wasi,
+    /// How long the module's `_initialize` may run while the component is
+    /// made (the module's code runs here, on this machine).
+    #[arg(long, default_value = "10s", value_parser = humantime::parse_duration)]
+    pub init_deadline: std::time::Duration,
+    /// The most memory the module's `_initialize` may grow to (e.g. 256MiB).
+    #[arg(long, default_value = "256MiB", value_parser = berth::model::units::parse_size_flag)]
+    pub init_memory: usize,
+    /// The most data segments the pre-initialised module may keep.
+    #[arg(long, default_value_t = 4096)]
+    pub init_segments: usize,
+}
+
+impl ComponentArgs {
+    fn limits(&self) -> Limits {
+        Limits {
+            deadline: self.init_deadline,
+            memory: self.init_memory,
+            segments: self.init_segments,
+        }
+    }
 }
 
 /// Where a core module's WASI preview 1 calls go.
@@ -70,8 +91,16 @@ fn contract(dir: Option<&Path>) -> anyhow::Result<(Resolve, wit_parser_component
     Ok((resolve, package))
 }
 
-/// The component's bytes for `core` implementing `world`.
-pub fn componentize(core: &[u8], wit: Option<&Path>, world: &str, wasi: Wasi) -> anyhow::Result<Vec<u8>> {
+/// The component's bytes for `core` implementing `world`. The module's
+/// exports are checked against the world before any of its code runs;
+/// its initialisation then runs under `limits`.
+pub fn componentize(
+    core: &[u8],
+    wit: Option<&Path>,
+    world: &str,
+    wasi: Wasi,
+    limits: Limits,
+) -> anyhow::Result<Vec<u8>> {
     let (resolve, package) = contract(wit)?;
     let world_id = resolve.select_world(&[package], Some(world)).with_context(|| match wit {
         None => format!(
@@ -79,31 +108,39 @@ pub fn componentize(core: &[u8], wit: Option<&Path>, world: &str, wasi: Wasi) ->
         ),
         Some(dir) => format!("{world:?} is not a world of the package in {}", dir.display()),
     })?;
-    // Start-up done once, for the sealed preview 1 (whose clock and random
-    // source go on from where initialisation left them).
-    let (mut module, start) = match wasi {
-        Wasi::Sealed => super::preinit::preinitialize(core)
-            .context("pre-initialising the module")?
-            .unwrap_or_else(|| (core.to_vec(), Sealed::default())),
-        Wasi::Preview2 => (core.to_vec(), Sealed::default()),
+    let encode = |module: &[u8], start: Sealed| -> anyhow::Result<Vec<u8>> {
+        let mut module = module.to_vec();
+        wit_component::embed_component_metadata(
+            &mut module,
+            &resolve,
+            world_id,
+            wit_component::StringEncoding::UTF8,
+        )?;
+        let adapter = match wasi {
+            Wasi::Sealed => sealed_adapter(start)?,
+            Wasi::Preview2 => {
+                wasi_preview1_component_adapter_provider::WASI_SNAPSHOT_PREVIEW1_REACTOR_ADAPTER.to_vec()
+            }
+        };
+        wit_component::ComponentEncoder::default()
+            .validate(true)
+            .module(&module)?
+            .adapter("wasi_snapshot_preview1", &adapter)?
+            .encode()
     };
-    wit_component::embed_component_metadata(
-        &mut module,
-        &resolve,
-        world_id,
-        wit_component::StringEncoding::UTF8,
-    )?;
-    let adapter = match wasi {
-        Wasi::Sealed => sealed_adapter(start)?,
-        Wasi::Preview2 => {
-            wasi_preview1_component_adapter_provider::WASI_SNAPSHOT_PREVIEW1_REACTOR_ADAPTER.to_vec()
+    match wasi {
+        // Start-up done once, for the sealed preview 1 (whose clock and
+        // random source go on from where initialisation left them); only
+        // for a module whose exports already make the component.
+        Wasi::Sealed => {
+            let plain = encode(core, Sealed::default())?;
+            match super::preinit::preinitialize(core, limits).context("pre-initialising the module")? {
+                Some((module, start)) => encode(&module, start),
+                None => Ok(plain),
+            }
         }
-    };
-    wit_component::ComponentEncoder::default()
-        .validate(true)
-        .module(&module)?
-        .adapter("wasi_snapshot_preview1", &adapter)?
-        .encode()
+        Wasi::Preview2 => encode(core, Sealed::default()),
+    }
 }
 
 /// The sealed preview 1 with its contract embedded: a world importing
@@ -131,7 +168,7 @@ pub fn run(args: ComponentArgs) -> anyhow::Result<()> {
             args.module.display()
         );
     }
-    let component = componentize(&core, args.wit.as_deref(), &args.world, args.wasi)
+    let component = componentize(&core, args.wit.as_deref(), &args.world, args.wasi, args.limits())
         .with_context(|| format!("making {} a component of {}", args.module.display(), args.world))?;
     let output = args
         .to

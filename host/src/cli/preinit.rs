@@ -11,8 +11,11 @@
 //! component's sealed preview 1 starts, so the module never sees its clock
 //! go back or a random draw repeat.
 
+use std::sync::mpsc;
+use std::time::Duration;
+
 use anyhow::Context;
-use wasmtime::{Caller, Engine, Extern, Instance, Linker, Module, Store, Val};
+use wasmtime::{Caller, Config, Engine, Extern, Instance, Linker, Module, ResourceLimiter, Store, Val};
 use wasmtime_wizer::{InstanceState, SnapshotVal, ValType, Wizer};
 
 use super::sealed_wasi::{self, Sealed};
@@ -20,10 +23,61 @@ use super::sealed_wasi::{self, Sealed};
 const INITIALIZE: &str = "_initialize";
 const WASI: &str = "wasi_snapshot_preview1";
 
+/// What a module's initialisation may use: it is code from whoever wrote
+/// the module, run on the operator's machine.
+#[derive(Clone, Copy, Debug)]
+pub struct Limits {
+    /// How long `_initialize` may run.
+    pub deadline: Duration,
+    /// The most linear memory (and table elements) it may grow to, in bytes.
+    pub memory: usize,
+    /// The most data segments the snapshot may keep, after merging.
+    pub segments: usize,
+}
+
+impl Default for Limits {
+    fn default() -> Self {
+        Limits {
+            deadline: Duration::from_secs(10),
+            memory: 256 << 20,
+            segments: 4096,
+        }
+    }
+}
+
+/// What the store holds while the module initialises.
+struct Init {
+    sealed: Sealed,
+    limits: Limits,
+}
+
+impl ResourceLimiter for Init {
+    fn memory_growing(&mut self, _: usize, desired: usize, _: Option<usize>) -> wasmtime::Result<bool> {
+        if desired > self.limits.memory {
+            wasmtime::bail!(
+                "the module's _initialize grew its memory to {desired} bytes, past {} (--init-memory), and was stopped",
+                self.limits.memory
+            );
+        }
+        Ok(true)
+    }
+
+    fn table_growing(&mut self, _: usize, desired: usize, _: Option<usize>) -> wasmtime::Result<bool> {
+        if desired > self.limits.memory / 8 {
+            wasmtime::bail!("the module's _initialize grew a table to {desired} elements and was stopped");
+        }
+        Ok(true)
+    }
+}
+
 /// The module pre-initialised and where its sealed preview 1 stands, or
-/// `None` when it has nothing to run at start.
-pub fn preinitialize(core: &[u8]) -> anyhow::Result<Option<(Vec<u8>, Sealed)>> {
-    let engine = Engine::default();
+/// `None` when it has nothing to run at start. Initialisation runs under
+/// `limits`: past its deadline or its memory it is stopped with an error
+/// that says which.
+pub fn preinitialize(core: &[u8], limits: Limits) -> anyhow::Result<Option<(Vec<u8>, Sealed)>> {
+    let mut config = Config::new();
+    config.epoch_interruption(true);
+    let engine = Engine::new(&config)?;
     let plain = Module::new(&engine, core)
         .map_err(|e| anyhow::Error::from(e).context("compiling the core module"))?;
     if plain.get_export(INITIALIZE).is_none() {
@@ -34,7 +88,13 @@ pub fn preinitialize(core: &[u8]) -> anyhow::Result<Option<(Vec<u8>, Sealed)>> {
     let (cx, instrumented) = wizer.instrument(core)?;
     let module = Module::new(&engine, &instrumented)
         .map_err(|e| anyhow::Error::from(e).context("compiling the instrumented module"))?;
-    let mut store = Store::new(&engine, Sealed::default());
+    let init = Init {
+        sealed: Sealed::default(),
+        limits,
+    };
+    let mut store = Store::new(&engine, init);
+    store.limiter(|init| init);
+    store.set_epoch_deadline(1);
     let mut linker = Linker::new(&engine);
     // A module may import one function twice (Go imports fd_write twice).
     linker.allow_shadowing(true);
@@ -57,12 +117,33 @@ pub fn preinitialize(core: &[u8]) -> anyhow::Result<Option<(Vec<u8>, Sealed)>> {
             answer(&name, caller, params, results)
         })?;
     }
-    let instance = linker.instantiate(&mut store, &module)?;
-    instance
-        .get_typed_func::<(), ()>(&mut store, INITIALIZE)?
-        .call(&mut store, ())
-        .map_err(|e| anyhow::Error::from(e).context("running the module's _initialize"))?;
-    let sealed = *store.data();
+    // The deadline: a thread that ends the epoch once it passes, or goes
+    // as soon as initialisation is over.
+    let (done, finished) = mpsc::channel::<()>();
+    let timer = {
+        let engine = engine.clone();
+        std::thread::spawn(move || {
+            if let Err(mpsc::RecvTimeoutError::Timeout) = finished.recv_timeout(limits.deadline) {
+                engine.increment_epoch();
+            }
+        })
+    };
+    let ran = linker.instantiate(&mut store, &module).and_then(|instance| {
+        instance
+            .get_typed_func::<(), ()>(&mut store, INITIALIZE)?
+            .call(&mut store, ())
+            .map(|()| instance)
+    });
+    let _ = done.send(());
+    let _ = timer.join();
+    let instance = ran.map_err(|e| match e.downcast_ref::<wasmtime::Trap>() {
+        Some(wasmtime::Trap::Interrupt) => anyhow::Error::from(e).context(format!(
+            "the module's _initialize ran longer than {:?} (--init-deadline) and was stopped",
+            limits.deadline
+        )),
+        _ => anyhow::Error::from(e).context("running the module's _initialize"),
+    })?;
+    let sealed = store.data().sealed;
     let mut state = Snapshot {
         store: &mut store,
         instance,
@@ -71,6 +152,13 @@ pub fn preinitialize(core: &[u8]) -> anyhow::Result<Option<(Vec<u8>, Sealed)>> {
     let snapshot = super::data_segments::merge(&snapshot)
         .context("merging the snapshot's data segments")?
         .unwrap_or(snapshot);
+    let segments = super::data_segments::count(&snapshot)?;
+    anyhow::ensure!(
+        segments <= limits.segments,
+        "the module's memory after _initialize makes {segments} data segments, more than {} \
+         (--init-segments)",
+        limits.segments
+    );
     Ok(Some((snapshot, sealed)))
 }
 
@@ -91,7 +179,7 @@ fn ready<T>(future: impl std::future::Future<Output = T>) -> T {
 /// it in the component.
 fn answer(
     name: &str,
-    mut caller: Caller<'_, Sealed>,
+    mut caller: Caller<'_, Init>,
     params: &[Val],
     results: &mut [Val],
 ) -> wasmtime::Result<()> {
@@ -105,7 +193,7 @@ fn answer(
         }
         Some(body) => {
             let (data, state) = memory.data_and_store_mut(&mut caller);
-            sealed_wasi::answer(body, data, state, [arg(0), arg(1), arg(2), arg(3)])
+            sealed_wasi::answer(body, data, &mut state.sealed, [arg(0), arg(1), arg(2), arg(3)])
                 .map_err(|at| wasmtime::format_err!("{name} wrote outside memory at {at}"))?
         }
     };
@@ -117,7 +205,7 @@ fn answer(
 
 /// The instance's state as wasmtime-wizer reads it.
 struct Snapshot<'a> {
-    store: &'a mut Store<Sealed>,
+    store: &'a mut Store<Init>,
     instance: Instance,
 }
 

@@ -329,10 +329,12 @@ mod tests {
     #[test]
     fn a_sealed_component_imports_no_wasi_and_the_adapted_one_imports_wasi() {
         let core = wat::parse_str(CORE).unwrap();
-        let sealed = componentize(&core, None, "naming-policy", Wasi::Sealed).expect("sealed");
+        let sealed =
+            componentize(&core, None, "naming-policy", Wasi::Sealed, Default::default()).expect("sealed");
         // Only the contract's own types, which carry no functions.
         assert_eq!(imports(&sealed), ["berth:policy/types@0.3.0"]);
-        let adapted = componentize(&core, None, "naming-policy", Wasi::Preview2).expect("adapted");
+        let adapted =
+            componentize(&core, None, "naming-policy", Wasi::Preview2, Default::default()).expect("adapted");
         let names = imports(&adapted);
         assert!(
             names.iter().any(|n| n.starts_with("wasi:")),

@@ -19,6 +19,14 @@ pub struct ServeArgs {
 }
 
 pub async fn run(args: ServeArgs) -> anyhow::Result<ExitCode> {
+    if !args.config.exists() {
+        anyhow::bail!(
+            "{} does not exist: `berth init {}` writes a commented one that runs as it is, \
+             or name another with --config (BERTH_CONFIG)",
+            args.config.display(),
+            args.config.display()
+        );
+    }
     let config = Config::load(&args.config).map_err(anyhow::Error::msg)?;
     if args.check {
         let store = match &config.etcd {
@@ -55,12 +63,16 @@ pub struct InitArgs {
     pub path: PathBuf,
 }
 
-/// `berth init`: writes the example configuration, refusing to replace a file.
+/// `berth init`: writes the example configuration, refusing to replace a
+/// file. Writable by its owner alone, whatever the umask: whoever may change
+/// a server's config may change what it runs.
 pub fn init(args: InitArgs) -> anyhow::Result<ExitCode> {
     use std::io::Write;
+    use std::os::unix::fs::{OpenOptionsExt, PermissionsExt};
     let mut file = std::fs::OpenOptions::new()
         .write(true)
         .create_new(true)
+        .mode(0o640)
         .open(&args.path)
         .map_err(|e| match e.kind() {
             std::io::ErrorKind::AlreadyExists => {
@@ -68,6 +80,8 @@ pub fn init(args: InitArgs) -> anyhow::Result<ExitCode> {
             }
             _ => anyhow::anyhow!("writing {}: {e}", args.path.display()),
         })?;
+    // The umask may only narrow the mode; never widen it past 0640.
+    file.set_permissions(std::fs::Permissions::from_mode(0o640))?;
     file.write_all(EXAMPLE.as_bytes())?;
     super::say!(
         "wrote {}: a store, the sample plugin on csi.sock and one node; check it with `berth serve --check --config {}`",

@@ -19,6 +19,9 @@ struct StatusView {
     /// Volumes that cannot progress until something else happens.
     waiting: u64,
     policies: Vec<PolicyView>,
+    /// Plugins that are unhealthy and nodes that are down, each in a line
+    /// that says why.
+    problems: Vec<String>,
     /// With the etcd store: the servers sharing it, the leader first.
     #[serde(skip_serializing_if = "Vec::is_empty")]
     servers: Vec<ServerView>,
@@ -82,10 +85,47 @@ pub fn print_policies(policies: &[PolicyView]) {
     }
 }
 
-pub async fn status(api: ApiArgs, output: Output) -> anyhow::Result<ExitCode> {
+/// What is wrong with the plugins and nodes, one line each: a controller
+/// or a node plugin that is unhealthy, a node that is down. Plugins not yet
+/// fingerprinted and nodes forgotten on purpose are not problems.
+fn problems(plugins: &api::PluginStatusResponse, nodes: &api::ListNodesResponse) -> Vec<String> {
+    let mut problems = Vec::new();
+    for p in &plugins.plugins {
+        if p.controller_health == "unhealthy" {
+            problems.push(format!(
+                "plugin {}: controller unhealthy: {}",
+                p.name, p.controller_reason
+            ));
+        }
+    }
+    for n in &nodes.nodes {
+        if n.state == "down" {
+            problems.push(format!("node {}: down (its agent is silent or gone)", n.name));
+        }
+        for p in n.plugins.iter().filter(|p| p.health == "unhealthy") {
+            problems.push(format!(
+                "node {}: plugin {} unhealthy: {}",
+                n.name, p.plugin, p.reason
+            ));
+        }
+    }
+    problems
+}
+
+pub async fn status(api: ApiArgs, check: bool, output: Output) -> anyhow::Result<ExitCode> {
     let mut client = connect(&api.api).await?;
     let s = client
         .summary(api::SummaryRequest {})
+        .await
+        .map_err(grpc)?
+        .into_inner();
+    let plugins = client
+        .plugin_status(api::PluginStatusRequest {})
+        .await
+        .map_err(grpc)?
+        .into_inner();
+    let nodes = client
+        .list_nodes(api::ListNodesRequest {})
         .await
         .map_err(grpc)?
         .into_inner();
@@ -96,6 +136,7 @@ pub async fn status(api: ApiArgs, output: Output) -> anyhow::Result<ExitCode> {
         retrying: s.retrying,
         waiting: s.waiting,
         policies: policy_views(s.policies),
+        problems: problems(&plugins, &nodes),
         servers: s
             .servers
             .into_iter()
@@ -118,6 +159,12 @@ pub async fn status(api: ApiArgs, output: Output) -> anyhow::Result<ExitCode> {
             say!("retrying  {}", view.retrying);
             say!("waiting   {}", view.waiting);
             print_policies(&view.policies);
+            if view.problems.is_empty() {
+                say!("problems  none");
+            }
+            for p in &view.problems {
+                say!("problem   {p}");
+            }
             for m in &view.servers {
                 let role = if m.leader { "leader" } else { "follower" };
                 let at = match m.cluster_address.as_str() {
@@ -128,5 +175,9 @@ pub async fn status(api: ApiArgs, output: Output) -> anyhow::Result<ExitCode> {
             }
         }
     }
-    Ok(ExitCode::SUCCESS)
+    Ok(if check && !view.problems.is_empty() {
+        ExitCode::FAILURE
+    } else {
+        ExitCode::SUCCESS
+    })
 }

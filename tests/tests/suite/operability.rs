@@ -217,11 +217,38 @@ fn serve_check_validates_a_configuration_and_exits() {
         !dir.path().join("state").exists(),
         "nothing started, nothing made"
     );
+    use std::os::unix::fs::PermissionsExt;
+    let mode = std::fs::metadata(&config).unwrap().permissions().mode() & 0o777;
+    assert_eq!(mode, 0o640, "init writes the config for its owner");
     std::fs::write(&config, "state = \"s.redb\"\nworkers = \"many\"\n").unwrap();
     let out = berth_tests::berth(&["serve", "--check", "--config", &config.display().to_string()]);
     let (_, stderr) = berth_tests::texts(&out);
     assert_eq!(out.status.code(), Some(1));
     assert!(stderr.contains("workers"), "{stderr}");
+}
+
+/// `berth init` under a umask that would let anyone write still writes a
+/// config only its owner may change; `berth serve` without one says how to
+/// get one.
+#[test]
+fn init_writes_an_owners_config_and_serve_without_one_says_so() {
+    use std::os::unix::fs::PermissionsExt;
+    let dir = berth_tests::test_dir();
+    let config = dir.path().join("open.toml");
+    let out = std::process::Command::new("sh")
+        .arg("-c")
+        .arg(format!("umask 000; exec \"$0\" init {}", config.display()))
+        .arg(berth_tests::bin("berth"))
+        .output()
+        .unwrap();
+    assert!(out.status.success(), "{:?}", berth_tests::texts(&out));
+    let mode = std::fs::metadata(&config).unwrap().permissions().mode() & 0o777;
+    assert_eq!(mode, 0o640);
+    let missing = dir.path().join("missing.toml").display().to_string();
+    let out = berth_tests::berth(&["serve", "--config", &missing]);
+    let (_, stderr) = berth_tests::texts(&out);
+    assert!(!out.status.success());
+    assert!(stderr.contains(&format!("berth init {missing}")), "{stderr}");
 }
 
 /// `volume unpublish` without `--node` takes the one node a volume is
@@ -470,4 +497,38 @@ fn volumes_are_listed_a_page_at_a_time_in_name_order() {
     assert_eq!(listed, ["a1", "b1", "c0", "c1", "e1"]);
     let text = c.ok(&["volume", "list", "--page-size", "1"]);
     assert_eq!(text.lines().count(), 6, "a heading and five volumes:\n{text}");
+}
+
+/// `berth status` names every unhealthy plugin with its reason, and
+/// `--check` exits 1 while there is one (a plugin whose socket the server
+/// may not open used to leave `status` silent and exiting 0).
+#[test]
+fn status_names_unhealthy_plugins_and_check_fails_on_them() {
+    let healthy = Cluster::start(ClusterSpec::builtin());
+    let out = healthy.berth(&["status", "--check"]);
+    let (stdout, stderr) = berth_tests::texts(&out);
+    assert!(out.status.success(), "{stdout}{stderr}");
+    assert!(stdout.contains("problems  none"), "{stdout}");
+
+    let c = Cluster::start(ClusterSpec {
+        guests: false,
+        node_args: vec!["--fault", "UNAVAILABLE=1.0", "--fault-calls", "GetPluginInfo"],
+        ..ClusterSpec::default()
+    });
+    berth_tests::wait_for(
+        "status --check to fail",
+        std::time::Duration::from_secs(30),
+        || !c.berth(&["status", "--check"]).status.success(),
+        || c.log(),
+    );
+    let out = c.berth(&["status", "--check"]);
+    let (stdout, _) = berth_tests::texts(&out);
+    assert_eq!(out.status.code(), Some(1));
+    assert!(
+        stdout.contains("problem   node node-a: plugin hostpath unhealthy: ")
+            && stdout.contains("UNAVAILABLE"),
+        "{stdout}"
+    );
+    // Without --check the same report, and exit 0.
+    assert!(c.berth(&["status"]).status.success());
 }

@@ -203,21 +203,26 @@ fn a_driver_answering_like_the_reference_one_fails_only_where_csi_sanity_does() 
     assert_clean(&plugin.state_dir, &work);
 }
 
-#[test]
-fn a_split_deployment_passes_with_both_endpoints() {
-    let dir = test_dir();
-    let work = dir.path().join("work");
-    std::fs::create_dir(&work).unwrap();
-    let controller = PluginBuilder::new(dir.path(), "controller")
-        .args(&["--mode", "controller"])
+/// The sample plugin as a controller and a node process, started with these
+/// flags on one state directory, checked through both endpoints: the
+/// controller, the check's exit status and its report (nothing left behind).
+fn check_split(
+    dir: &Path,
+    work: &Path,
+    controller_flags: &[&str],
+    node_flags: &[&str],
+) -> (Plugin, bool, Value) {
+    let controller = PluginBuilder::new(dir, "controller")
+        .args(controller_flags)
         .spawn();
-    let node = PluginBuilder::new(dir.path(), "node")
-        .args(&["--mode", "node"])
+    let node = PluginBuilder::new(dir, "node")
+        .state_dir(&controller.state_dir)
+        .args(node_flags)
         .spawn();
     let node_endpoint = node.endpoint();
     let (ok, report) = check(
         &controller,
-        &work,
+        work,
         &[
             "--node-endpoint",
             &node_endpoint,
@@ -225,10 +230,20 @@ fn a_split_deployment_passes_with_both_endpoints() {
             "iops=100",
         ],
     );
+    assert_eq!(report["node_endpoint"], node_endpoint);
+    assert_clean(&controller.state_dir, work);
+    (controller, ok, report)
+}
+
+#[test]
+fn a_split_deployment_passes_with_both_endpoints() {
+    let dir = test_dir();
+    let work = dir.path().join("work");
+    std::fs::create_dir(&work).unwrap();
+    let (controller, ok, report) =
+        check_split(dir.path(), &work, &["--mode", "controller"], &["--mode", "node"]);
     assert!(ok, "{report:#}");
     assert_eq!(report["skipped"], 0, "{report:#}");
-    assert_eq!(report["node_endpoint"], node_endpoint);
-    assert_clean(&controller.state_dir, &work);
 
     // The controller alone: node cases are skipped, saying what to give.
     let (ok, report) = check(&controller, &work, &[]);
@@ -239,6 +254,37 @@ fn a_split_deployment_passes_with_both_endpoints() {
         .find(|(n, _)| n == "NodeStageVolume")
         .expect("NodeStageVolume skipped");
     assert!(stage.1.contains("--node-endpoint"), "{stage:?}");
+}
+
+/// The sample plugin split with `--node false` / `--controller false` is
+/// the same process shape as `--mode controller` / `--mode node`: every
+/// case gets the same verdict, and the node process reports the driver's
+/// capabilities (before, it left CONTROLLER_SERVICE out, so a CO reading
+/// them from the node skipped ControllerPublishVolume that the node needed).
+#[test]
+fn the_split_flags_pass_every_case_the_split_modes_pass() {
+    let verdicts = |controller_flags: &[&str], node_flags: &[&str]| {
+        let dir = test_dir();
+        let work = dir.path().join("work");
+        std::fs::create_dir(&work).unwrap();
+        let (_, ok, report) = check_split(dir.path(), &work, controller_flags, node_flags);
+        assert!(ok, "{controller_flags:?} / {node_flags:?}: {report:#}");
+        report["cases"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .map(|c| (c["name"].as_str().unwrap().to_string(), c["verdict"].clone()))
+            .collect::<Vec<_>>()
+    };
+    let by_mode = verdicts(&["--mode", "controller"], &["--mode", "node"]);
+    let by_flags = verdicts(&["--node", "false"], &["--controller", "false"]);
+    assert_eq!(by_flags, by_mode);
+    assert!(
+        by_mode
+            .iter()
+            .any(|(name, verdict)| name == "node endpoint capabilities" && verdict == "passed"),
+        "{by_mode:?}"
+    );
 }
 
 #[test]

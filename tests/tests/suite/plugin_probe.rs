@@ -139,20 +139,33 @@ fn controller_only_and_node_only_plugins() {
     assert_eq!(fp["node"], Value::Null);
     assert!(fp["controller"].is_object());
 
-    let node = PluginBuilder::new(dir.path(), "node")
-        .args(&["--controller", "false"])
-        .spawn();
-    let fp = probe_json(&node.endpoint());
-    assert_eq!(fp["controller"], Value::Null);
-    assert_eq!(
-        fp["plugin_capabilities"],
-        serde_json::json!(["VOLUME_EXPANSION_ONLINE"])
-    );
-    assert_eq!(fp["node"]["node_id"], "node1");
+    // `--controller false` is `--mode node`: the process reports the
+    // driver's capabilities and serves only the Node service.
+    for (i, spelling) in [["--controller", "false"], ["--mode", "node"]].iter().enumerate() {
+        let node = PluginBuilder::new(dir.path(), &format!("node{i}"))
+            .args(spelling)
+            .spawn();
+        let fp = probe_json(&node.endpoint());
+        assert_eq!(fp["controller"], Value::Null, "{spelling:?}");
+        assert_eq!(
+            fp["plugin_capabilities"],
+            serde_json::json!([
+                "CONTROLLER_SERVICE",
+                "GROUP_CONTROLLER_SERVICE",
+                "VOLUME_EXPANSION_ONLINE"
+            ]),
+            "{spelling:?}"
+        );
+        assert_eq!(fp["unserved"], serde_json::json!(["Controller"]), "{spelling:?}");
+        assert_eq!(fp["node"]["node_id"], "node1");
 
-    let out = berth(&["plugin", "probe", &node.endpoint()]);
-    let (stdout, _) = texts(&out);
-    assert!(stdout.contains("not offered"), "{stdout}");
+        let out = berth(&["plugin", "probe", &node.endpoint()]);
+        let (stdout, _) = texts(&out);
+        assert!(
+            stdout.contains("offered by the driver, not served here"),
+            "{stdout}"
+        );
+    }
 }
 
 #[test]

@@ -412,3 +412,65 @@ fn policy_component_makes_a_core_module_a_policy() {
     );
     refused(&["policy", "component", &out_path], "is a component already");
 }
+
+/// `policy component` runs a module's `_initialize`, code from whoever wrote
+/// the module, on the operator's machine: only after its exports are found to
+/// make the component, and under a deadline, a memory cap and a cap on the
+/// snapshot's segments, each named when it stops the module.
+#[test]
+fn component_runs_a_modules_start_up_only_within_its_limits() {
+    let dir = test_dir();
+    let naming = std::fs::read_to_string(repo("tests/guests/core-naming/naming.wat")).unwrap();
+    let with_start = |name: &str, body: &str| {
+        let text = naming.replacen(
+            "(func (export \"cabi_realloc\")",
+            &format!("(func (export \"_initialize\") {body})\n  (func (export \"cabi_realloc\")"),
+            1,
+        );
+        let path = dir.path().join(format!("{name}.wat"));
+        std::fs::write(&path, text).unwrap();
+        path.display().to_string()
+    };
+    let to = dir.path().join("out.wasm").display().to_string();
+    let component = |module: &str, world: &str, extra: &[&str]| {
+        let args = [
+            &["policy", "component", module, "--world", world, "--to", &to][..],
+            extra,
+        ]
+        .concat();
+        let out = berth(&args);
+        let (stdout, stderr) = texts(&out);
+        assert!(!out.status.success(), "{stdout}");
+        stderr
+    };
+    // A start-up that never ends, in a module that does not make the world
+    // asked for: refused for its exports, its code never run.
+    let forever = with_start("forever", "(loop $l (br $l))");
+    let why = component(&forever, "retry-policy", &[]);
+    assert!(why.contains("function `classify`"), "{why}");
+    // One that does: stopped at its deadline.
+    let why = component(&forever, "naming-policy", &["--init-deadline", "300ms"]);
+    assert!(why.contains("ran longer than 300ms (--init-deadline)"), "{why}");
+    // A gigabyte asked for: stopped at the memory cap.
+    let greedy = with_start("greedy", "(drop (memory.grow (i32.const 16384)))");
+    let why = component(&greedy, "naming-policy", &[]);
+    assert!(why.contains("past 268435456 (--init-memory)"), "{why}");
+    // Bytes far apart make segments of their own.
+    let scattered = with_start(
+        "scattered",
+        "(i32.store8 (i32.const 70000) (i32.const 1)) (i32.store8 (i32.const 120000) (i32.const 1))",
+    );
+    let why = component(&scattered, "naming-policy", &["--init-segments", "2"]);
+    assert!(why.contains("more than 2 (--init-segments)"), "{why}");
+    // Within its limits the same module is made a component.
+    let out = berth(&[
+        "policy",
+        "component",
+        &scattered,
+        "--world",
+        "naming-policy",
+        "--to",
+        &to,
+    ]);
+    assert!(out.status.success(), "{:?}", texts(&out));
+}

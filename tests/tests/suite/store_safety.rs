@@ -21,6 +21,39 @@ fn the_store_is_for_its_owner_and_wider_modes_are_reported() {
     assert!(c.log().contains("readable by other users"), "{}", c.log());
 }
 
+/// A second `berth serve` on the same config stops at the store's lock and
+/// takes nothing of the first's: its API and Docker sockets still answer.
+/// (It used to replace the Docker socket before failing on the lock, and
+/// remove it as it exited.)
+#[test]
+fn a_second_serve_on_the_same_config_leaves_the_first_ones_sockets() {
+    let socket = berth_tests::docker::PluginSocket::new();
+    let extra = format!(
+        "[docker]\nnode = \"node-a\"\nsocket = \"{}\"\n",
+        socket.path.display()
+    );
+    let c = Cluster::start(ClusterSpec {
+        extra: &extra,
+        ..ClusterSpec::builtin()
+    });
+    berth_tests::wait_for(
+        "the Docker plugin socket",
+        Duration::from_secs(10),
+        || socket.path.exists(),
+        || c.log(),
+    );
+    let config = c.config.display().to_string();
+    let out = c.berth(&["serve", "--config", &config]);
+    let (stdout, stderr) = texts(&out);
+    assert!(!out.status.success(), "{stdout}{stderr}");
+    assert!(stderr.contains("lock") || stderr.contains("in use"), "{stderr}");
+    assert!(
+        std::os::unix::net::UnixStream::connect(&socket.path).is_ok(),
+        "the first server's Docker socket: {stderr}"
+    );
+    c.ok(&["status"]);
+}
+
 /// A small tmpfs mounted over a directory for as long as it lives (root only).
 struct Tmpfs(std::path::PathBuf);
 

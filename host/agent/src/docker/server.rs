@@ -30,6 +30,8 @@ pub enum ServeError {
         "docker.socket_mode {0:o}: a socket others may write to would let anyone on the machine create, mount and remove volumes"
     )]
     WorldWritable(u32),
+    #[error("docker.socket {}: another process serves it (another berth on the same config?); refusing to take it over", .0.display())]
+    InUse(PathBuf),
     #[error("docker.socket {path}: {source}")]
     Bind {
         path: PathBuf,
@@ -39,7 +41,8 @@ pub enum ServeError {
 }
 
 /// Binds the socket at `path` with `mode` (never world-writable), making its
-/// directory when there is none and replacing a socket left by an earlier run.
+/// directory when there is none and replacing a socket left by an earlier run
+/// (never one that another live process answers on).
 pub fn bind(path: &Path, mode: u32) -> Result<UnixListener, ServeError> {
     if mode & 0o002 != 0 {
         return Err(ServeError::WorldWritable(mode));
@@ -53,6 +56,10 @@ pub fn bind(path: &Path, mode: u32) -> Result<UnixListener, ServeError> {
     }
     match std::fs::symlink_metadata(path) {
         Ok(m) if std::os::unix::fs::FileTypeExt::is_socket(&m.file_type()) => {
+            // A socket someone answers on is theirs; only a stale one goes.
+            if std::os::unix::net::UnixStream::connect(path).is_ok() {
+                return Err(ServeError::InUse(path.to_path_buf()));
+            }
             std::fs::remove_file(path).map_err(io)?
         }
         Ok(_) => {

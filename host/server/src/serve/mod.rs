@@ -234,6 +234,12 @@ impl Reloader {
     }
 }
 
+/// Where a server keeps its state.
+enum Backing {
+    Etcd(crate::store::EtcdSettings),
+    Embedded(Arc<RedbStore>),
+}
+
 /// Runs Berth until `shutdown` completes. `config_path` is where reloads
 /// read the policy modules from.
 pub async fn run(
@@ -242,6 +248,12 @@ pub async fn run(
     shutdown: impl Future<Output = ()> + Send + 'static,
 ) -> Result<(), ServeError> {
     crate::metrics::listener::raise_descriptor_limit();
+    // The store's lock first: a second server on the same config stops
+    // here, before it binds (or could take over) any socket of the first.
+    let backing = match config.etcd.clone() {
+        Some(settings) => Backing::Etcd(settings),
+        None => Backing::Embedded(Arc::new(RedbStore::open(&config.state)?)),
+    };
     let http = match config.metrics {
         Some(address) => Some(metrics::http::serve(address, metrics::readiness().clone()).await?),
         None => None,
@@ -252,9 +264,9 @@ pub async fn run(
         .map(|d| docker_plugin(&config, d))
         .transpose()?;
     let notify = metrics::notify::when_ready(metrics::readiness().clone());
-    let result = match config.etcd.clone() {
-        Some(settings) => replicated::run(config, config_path, settings, shutdown).await,
-        None => embedded(config, config_path, shutdown).await,
+    let result = match backing {
+        Backing::Etcd(settings) => replicated::run(config, config_path, settings, shutdown).await,
+        Backing::Embedded(store) => embedded(config, config_path, store, shutdown).await,
     };
     metrics::notify::stopping();
     if let Some(notify) = notify {
@@ -297,9 +309,9 @@ fn docker_plugin(
 async fn embedded(
     config: Config,
     config_path: Option<PathBuf>,
+    store: Arc<RedbStore>,
     shutdown: impl Future<Output = ()> + Send + 'static,
 ) -> Result<(), ServeError> {
-    let store = Arc::new(RedbStore::open(&config.state)?);
     let node_records = store.committer();
     let (weak, path) = (Arc::downgrade(&store), config.state.display().to_string());
     metrics::readiness().set(
