@@ -322,7 +322,10 @@ fn ensure_installed(program: &str, package: &str, found: impl Fn() -> bool) -> a
     if found() {
         return Ok(());
     }
-    eprintln!("xtask: {program} not found; installing the Debian package {package}");
+    eprintln!(
+        "xtask: {program} not found; installing Debian's {package} with apt-get \
+         (which may also upgrade packages it depends on)"
+    );
     let root = found_root();
     let apt = |args: &[&str]| {
         let mut cmd = if root {

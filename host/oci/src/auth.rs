@@ -38,8 +38,10 @@ impl Credentials {
 
 #[derive(Deserialize)]
 struct ConfigFile {
+    /// Each registry's entry, read only when asked for: one malformed entry
+    /// (for another registry) must not break every pull.
     #[serde(default)]
-    auths: BTreeMap<String, Entry>,
+    auths: BTreeMap<String, serde_json::Value>,
     /// The credential helper for every registry (`docker-credential-NAME`).
     #[serde(default, rename = "credsStore")]
     creds_store: Option<String>,
@@ -125,9 +127,32 @@ pub fn credentials_for(path: &Path, registry: &str) -> Result<Option<Credentials
             ),
         )
     })?;
-    // Keys are written as `host`, `host:port` or a URL of it.
-    let entry = config.auths.iter().find(|(key, _)| same_registry(key, registry));
-    let Some((_, entry)) = entry else {
+    // Keys are written as `host`, `host:port` or a URL of it. Another
+    // registry's entry that does not read is passed over, named.
+    let mut found = None;
+    for (key, value) in &config.auths {
+        match (Entry::deserialize(value), same_registry(key, registry)) {
+            (Ok(entry), true) => {
+                found = Some(entry);
+                break;
+            }
+            (Err(_), true) => {
+                return Err(OciError::file(
+                    path,
+                    format!(
+                        "the entry of {key:?} is not an auth entry (auth, or username and password, as text)"
+                    ),
+                ));
+            }
+            (Err(_), false) => tracing::warn!(
+                file = %path.display(),
+                entry = %key,
+                "an entry of the Docker config file is not an auth entry; passed over"
+            ),
+            (Ok(_), false) => {}
+        }
+    }
+    let Some(entry) = found else {
         return Ok(None);
     };
     let decoded = match (&entry.auth, &entry.username, &entry.password) {
@@ -182,16 +207,41 @@ mod tests {
         std::fs::write(&path, "{not json").unwrap();
         assert!(credentials_for(&path, "x").is_err());
         // A malformed entry is reported without what it holds.
-        for bad in [
-            r#"{"auths": {"r.io": {"username": "u", "password": ["s3cret-pw"]}}}"#,
-            r#"{"auths": {"r.io": "berth:s3cret-pw"}}"#,
-            r#"{"auths": "YmVydGg6czNjcmV0LXB3", "s3cret": 1}"#,
-            r#"{"auths": {"r.io": {"password": "s3cret-pw", "username": 7}}}"#,
+        for (bad, says) in [
+            (
+                r#"{"auths": {"r.io": {"username": "u", "password": ["s3cret-pw"]}}}"#,
+                "the entry of \"r.io\"",
+            ),
+            (
+                r#"{"auths": {"r.io": "berth:s3cret-pw"}}"#,
+                "the entry of \"r.io\"",
+            ),
+            (r#"{"auths": "YmVydGg6czNjcmV0LXB3", "s3cret": 1}"#, "line 1"),
+            (
+                r#"{"auths": {"r.io": {"password": "s3cret-pw", "username": 7}}}"#,
+                "the entry of \"r.io\"",
+            ),
         ] {
             std::fs::write(&path, bad).unwrap();
             let err = credentials_for(&path, "r.io").unwrap_err().to_string();
             assert!(!err.contains("s3cret") && !err.contains("YmVydGg6"), "{err}");
-            assert!(err.contains("line 1"), "{err}");
+            assert!(err.contains(says), "{err}");
         }
+    }
+
+    #[test]
+    fn another_registrys_malformed_entry_is_passed_over() {
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("config.json");
+        std::fs::write(
+            &path,
+            r#"{"auths": {"broken.io": {"username": 7, "password": ["x"]},
+                          "ok.io": {"auth": "YmVydGg6czNjcmV0"}}}"#,
+        )
+        .unwrap();
+        let c = credentials_for(&path, "ok.io").unwrap().unwrap();
+        assert_eq!(c.username, "berth");
+        assert_eq!(credentials_for(&path, "third.io").unwrap(), None);
+        assert!(credentials_for(&path, "broken.io").is_err());
     }
 }

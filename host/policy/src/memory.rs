@@ -81,6 +81,91 @@ fn module(body: &[u8]) -> Option<u64> {
     Some(most)
 }
 
+/// The language a guest was written in, as far as its binary tells; each
+/// needs its own room at start (a runtime's heap comes with its guest).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum GuestLanguage {
+    /// With Berth's SDK (wit-bindgen): stack and data only.
+    Rust,
+    /// Go's runtime (`berth policy component`): about 3.5 MiB.
+    Go,
+    /// componentize-qjs's QuickJS: about 1.4 MiB.
+    JavaScript,
+    /// componentize-py's CPython: about 12.4 MiB.
+    Python,
+    /// Anything else (C with wasi-libc, another toolchain).
+    Other,
+}
+
+impl GuestLanguage {
+    /// What the guest's binary names of its toolchain: Go's compiler in
+    /// the producers section, the runtime crates of componentize-qjs and
+    /// componentize-py, wit-bindgen's Rust generator.
+    pub fn of(wasm: &[u8]) -> GuestLanguage {
+        let has = |needle: &[u8]| memchr::memmem::find(wasm, needle).is_some();
+        if has(b"Go cmd/compile") {
+            GuestLanguage::Go
+        } else if has(b"componentize_qjs") {
+            GuestLanguage::JavaScript
+        } else if has(b"componentize_py") {
+            GuestLanguage::Python
+        } else if has(b"wit-bindgen-rust") {
+            GuestLanguage::Rust
+        } else {
+            GuestLanguage::Other
+        }
+    }
+
+    /// An initial memory past this is more than the language needs.
+    fn room(self) -> u64 {
+        match self {
+            GuestLanguage::Rust | GuestLanguage::Other => 1 << 20,
+            GuestLanguage::JavaScript => 3 << 20,
+            GuestLanguage::Go => 6 << 20,
+            GuestLanguage::Python => 24 << 20,
+        }
+    }
+
+    /// What usually makes it larger, and what to do.
+    fn advice(self) -> &'static str {
+        match self {
+            GuestLanguage::Rust => {
+                "; a Rust guest built without the SDK's stack setting (-zstack-size=131072, see the book, \
+                 Writing a policy) reserves a 1 MiB stack"
+            }
+            GuestLanguage::Go => {
+                "; Go's runtime needs about 3.5 MiB: look at what the module's init allocates"
+            }
+            GuestLanguage::JavaScript => {
+                "; QuickJS needs about 1.4 MiB: look at what the module's top level allocates"
+            }
+            GuestLanguage::Python => {
+                "; CPython needs about 12.4 MiB: look at what the module imports and builds at import time"
+            }
+            GuestLanguage::Other => "",
+        }
+    }
+}
+
+/// Why `wasm`'s initial memory is more than its language needs (each
+/// decision starts from it), or `None` when it is not.
+pub fn memory_warning(wasm: &[u8]) -> Option<String> {
+    let bytes = initial_memory(wasm).filter(|b| *b > 1 << 20)?;
+    let language = GuestLanguage::of(wasm);
+    (bytes > language.room()).then(|| {
+        format!(
+            "starts with {} of linear memory, more than a {}policy needs, and every decision \
+             resets it{}",
+            berth_model::units::format_bytes(usize::try_from(bytes).unwrap_or(usize::MAX)),
+            match language {
+                GuestLanguage::Other => String::new(),
+                named => format!("{named:?} "),
+            },
+            language.advice()
+        )
+    })
+}
+
 /// How many core modules a component instantiates, nested components
 /// included: what one decision takes from the engine's pool of core
 /// instances. (Instances a component bundles from exports allocate nothing.)
@@ -148,6 +233,31 @@ mod tests {
         assert_eq!(initial_memory(&component), Some(3 * PAGE));
         assert_eq!(initial_memory(b"(module)"), None);
         assert_eq!(initial_memory(b"\0asm\x01\0\0\0\x05\xff"), None, "a cut section");
+    }
+
+    #[test]
+    fn each_language_is_warned_past_its_own_room() {
+        let with = |pages: u32, marker: &str| {
+            wat::parse_str(format!(
+                "(module (memory {pages}) (data (i32.const 0) \"{marker}\"))"
+            ))
+            .unwrap()
+        };
+        // 2 MiB: too much for Rust, room for Go, JavaScript and Python.
+        let rust = memory_warning(&with(32, "wit-bindgen-rust")).unwrap();
+        assert!(
+            rust.contains("Rust policy") && rust.contains("-zstack-size"),
+            "{rust}"
+        );
+        for marker in ["Go cmd/compile", "componentize_qjs", "componentize_py"] {
+            assert_eq!(memory_warning(&with(32, marker)), None, "{marker}");
+        }
+        // Past each language's own room, its own advice.
+        let go = memory_warning(&with(128, "Go cmd/compile")).unwrap();
+        assert!(go.contains("Go policy") && !go.contains("stack setting"), "{go}");
+        let js = memory_warning(&with(64, "componentize_qjs")).unwrap();
+        assert!(js.contains("JavaScript policy") && js.contains("QuickJS"), "{js}");
+        assert_eq!(memory_warning(&with(16, "")), None, "1 MiB is room for anyone");
     }
 
     #[test]

@@ -15,16 +15,9 @@ use wasmtime::{Store, Trap};
 use crate::answer::{validate_retry, validate_verdicts, validate_volume_name};
 use crate::bindings::{Contract, PACKAGE, v0_1, v0_2};
 use crate::component::{block_on, check_imports, find_exports, footprint};
-use crate::memory::initial_memory;
-
-/// An initial memory past this is more than a policy's stack and data need.
-const LARGE_INITIAL_MEMORY: u64 = 1 << 20;
-
-fn bytes_shown(n: u64) -> String {
-    berth_model::units::format_bytes(usize::try_from(n).unwrap_or(usize::MAX))
-}
 use crate::engine::{Footprint, GuestState, MemoryLimitExceeded, PolicyEngine, Sandbox};
 use crate::error::{GuestFailure, PolicyError, bytes};
+use crate::memory::memory_warning;
 use crate::{
     CandidateColumns, Candidates, Decision, Failure, NamingRequest, PlacementRequest, RetryDecision, Verdicts,
 };
@@ -137,8 +130,8 @@ pub struct PolicyModule {
     /// The package release the module was built against.
     contract: Contract,
     pub counters: Counters,
-    /// The largest initial memory its core modules declare.
-    initial_memory: Option<u64>,
+    /// Why its initial memory is more than its language needs, if it is.
+    memory_warning: Option<String>,
     /// What one decision takes from the engine's pools.
     footprint: Footprint,
 }
@@ -180,7 +173,7 @@ impl PolicyModule {
                 config.path.display()
             ))));
         }
-        let initial_memory = initial_memory(&wasm);
+        let memory_warning = memory_warning(&wasm);
         let sha256 = crate::compiled::sha256_hex(&wasm);
         if let Some(expected) = config.sha256.as_deref().filter(|e| *e != sha256) {
             return Err(fail(GuestFailure::Load(format!(
@@ -227,7 +220,7 @@ impl PolicyModule {
             retry: exports[2],
             contract,
             counters: Counters::default(),
-            initial_memory,
+            memory_warning,
             footprint,
         };
         block_on(module.check_signatures(engine))?;
@@ -239,16 +232,10 @@ impl PolicyModule {
     }
 
     /// Something about the module worth fixing, though it loads: today, an
-    /// initial memory larger than a policy needs (each decision resets it).
+    /// initial memory larger than its language needs (each decision resets it).
     pub fn warning(&self) -> Option<String> {
-        let bytes = self.initial_memory.filter(|b| *b > LARGE_INITIAL_MEMORY)?;
-        Some(format!(
-            "{} starts with {} of linear memory, which every decision resets; a Rust guest built \
-             without the SDK's stack setting (-zstack-size=131072, see the book, Writing a policy) reserves a 1 MiB stack \
-             (a runtime's heap comes with its guest: about 1.4 MiB for JavaScript, 3 MiB for Go, 12 MiB for Python)",
-            self.config.name,
-            bytes_shown(bytes)
-        ))
+        let why = self.memory_warning.as_ref()?;
+        Some(format!("{} {why}", self.config.name))
     }
 
     pub fn config(&self) -> &ModuleConfig {

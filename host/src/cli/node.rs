@@ -34,7 +34,7 @@ struct NodePluginView {
 pub async fn run(command: super::NodeCommand, api: ApiArgs, output: Output) -> anyhow::Result<ExitCode> {
     use super::NodeCommand as C;
     let mut client = connect(&api.api).await?;
-    let (name, changed) = match command {
+    let (name, changed, what) = match command {
         C::List => return list(api, output).await,
         C::Drain { name, undo } => {
             let r = client
@@ -43,7 +43,11 @@ pub async fn run(command: super::NodeCommand, api: ApiArgs, output: Output) -> a
                     undo,
                 })
                 .await;
-            (name, r)
+            let what = match undo {
+                true => Said::Undrained,
+                false => Said::Undoing,
+            };
+            (name, r, what)
         }
         C::Forget { name, force } => {
             let r = client
@@ -52,13 +56,13 @@ pub async fn run(command: super::NodeCommand, api: ApiArgs, output: Output) -> a
                     force,
                 })
                 .await;
-            (name, r)
+            (name, r, Said::Undoing)
         }
         C::Remove { name } => {
             let r = client
                 .remove_node(api::RemoveNodeRequest { name: name.clone() })
                 .await;
-            (name, r)
+            (name, r, Said::Undoing)
         }
     };
     let publications = changed.map_err(grpc)?.into_inner().publications;
@@ -66,9 +70,20 @@ pub async fn run(command: super::NodeCommand, api: ApiArgs, output: Output) -> a
         Output::Json => {
             super::print_json(&serde_json::json!({ "node": name, "publications": publications }))?
         }
-        Output::Text => say!("node {name}: {publications} publication(s) being undone"),
+        Output::Text => match what {
+            Said::Undoing => say!("node {name}: {publications} publication(s) being undone"),
+            Said::Undrained => say!("node {name}: no longer draining; it takes new publications again"),
+        },
     }
     Ok(ExitCode::SUCCESS)
+}
+
+/// What a node command's answer means to the person who ran it.
+enum Said {
+    /// Publications are being undone (drain, forget, remove).
+    Undoing,
+    /// A drain was called off (`drain --undo`): nothing is undone.
+    Undrained,
 }
 
 async fn list(api: ApiArgs, output: Output) -> anyhow::Result<ExitCode> {

@@ -33,13 +33,14 @@ pub enum PolicyCommand {
 the sample guests' case files are in guests/*/cases.toml.\n\nExample:\n  berth policy test my_policy.wasm cases.toml"
     )]
     Test(TestArgs),
-    /// Make a policy project of its own, in Rust, Python, JavaScript or
-    /// TypeScript, that builds and passes its cases as generated; its README
-    /// says how.
+    /// Make a policy project of its own, in Rust, Python, JavaScript,
+    /// TypeScript or Go, that builds and passes its cases as generated; its
+    /// README says how.
     #[command(
         after_help = "Examples:\n  berth policy new team-naming --lang python --decisions naming\n  \
 berth policy new site-policy --lang rust --dir ~/src/site-policy\n  \
-berth policy new edge-placement --lang ts --decisions placement   # then: npm install && npm run build && npm test"
+berth policy new edge-placement --lang ts --decisions placement   # then: npm install && npm run build && npm test\n  \
+berth policy new team-naming --lang go --decisions naming          # then: make && make test"
     )]
     New(super::policy_new::NewArgs),
     /// Make a core WebAssembly module (Go's GOOS=wasip1, C with wasi-libc)

@@ -179,12 +179,32 @@ struct Signed {
 pub async fn sign(args: SignArgs, output: Output) -> anyhow::Result<ExitCode> {
     let password = std::env::var_os(PASSWORD_VARIABLE).map(|p| p.into_encoded_bytes());
     let key = SigningKey::from_pem(&args.key, password.as_deref())?;
+    let file = Path::new(&args.reference);
     if !args.reference.starts_with("oci://") {
-        return sign_file(Path::new(&args.reference), &key, output);
+        // A reference as cosign takes it (no scheme) when no such file is
+        // there; said, so that a mistyped file name is not signed remotely
+        // unnoticed.
+        match Reference::parse(&args.reference) {
+            Ok(_) if !file.exists() && args.reference.contains('/') => {
+                eprintln!(
+                    "berth: no file {}: taking it as the registry reference oci://{}",
+                    args.reference, args.reference
+                );
+            }
+            _ => return sign_file(file, &key, output),
+        }
     }
     let reference = Reference::parse(&args.reference)?;
     let registry = Registry::new(&reference, &args.registry.access())?;
     let digest = registry.resolve(&reference).await?;
+    if let (Some(tag), None) = (&reference.tag, &reference.digest) {
+        // A tag names whatever the registry answers now (cosign warns too).
+        eprintln!(
+            "berth: warning: signing {digest}, what the tag {tag} names at this moment; \
+             to sign what you built, sign by digest: {}",
+            reference.pinned(digest.clone())
+        );
+    }
     let tag = registry.sign(&reference, &digest, &key).await?;
     signed(
         &Signed {

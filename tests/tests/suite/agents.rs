@@ -155,7 +155,11 @@ fn a_drained_node_is_emptied_and_left_out_until_undone() {
     c.ok(&["volume", "publish", "d1", "--wait"]);
     assert_eq!(get(&c, "d1")["publications"][0]["node"], "node-b");
 
-    c.ok(&["node", "drain", "node-a", "--undo"]);
+    let out = c.ok(&["node", "drain", "node-a", "--undo"]);
+    assert!(
+        out.contains("no longer draining") && !out.contains("undone"),
+        "{out}"
+    );
     c.ok(&["volume", "publish", "d2", "--node", "node-a", "--wait"]);
     assert_eq!(get(&c, "d2")["state"], "published");
 }

@@ -503,3 +503,34 @@ fn a_sec1_ec_key_from_openssl_ecparam_signs() {
     let (_, stderr) = berth_tests::texts(&out);
     assert!(!out.status.success() && stderr.contains("P-256"), "{stderr}");
 }
+
+/// `policy sign` takes a reference written as cosign takes it (no
+/// `oci://`) when no such file exists, and says so; signing a tag warns that
+/// it signs whatever the tag names now, and names the digest to sign by.
+#[test]
+fn sign_takes_a_cosign_style_reference_and_warns_about_a_tag() {
+    let registry = RegistryServer::start();
+    let dir = test_dir();
+    let (key, _) = openssl_keys(dir.path(), "team");
+    let pushed = registry.push(&guest("berth_naming_guest"), "berth/naming:v1");
+    let digest = pushed["digest"].as_str().unwrap();
+    let bare = format!("{}/berth/naming:v1", registry.address);
+    let out = registry.policy(&["sign", &bare, "--key", &key, "-o", "json"]);
+    let (stdout, stderr) = texts(&out);
+    assert!(out.status.success(), "{stdout}{stderr}");
+    assert!(
+        stderr.contains(&format!("taking it as the registry reference oci://{bare}")),
+        "{stderr}"
+    );
+    assert!(
+        stderr.contains("warning: signing") && stderr.contains(&format!("@{digest}")),
+        "{stderr}"
+    );
+    let signed: Value = serde_json::from_str(&stdout).unwrap();
+    assert_eq!(signed["digest"], digest);
+    // By digest: no warning.
+    let pinned = format!("{}/berth/naming@{digest}", registry.address);
+    let out = registry.policy(&["sign", &pinned, "--key", &key]);
+    let (_, stderr) = texts(&out);
+    assert!(out.status.success() && !stderr.contains("warning"), "{stderr}");
+}
