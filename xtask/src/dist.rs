@@ -162,6 +162,8 @@ fn strip(from: &Path, to: &Path) -> anyhow::Result<()> {
 /// `--help` (help2man, Debian's package).
 struct Generated {
     man: PathBuf,
+    /// berth.toml(5) and agent.toml(5), from the book's configuration reference.
+    man5: PathBuf,
     completions: PathBuf,
 }
 
@@ -184,9 +186,12 @@ fn generate(bins: &Path, dir: &Path) -> anyhow::Result<Generated> {
     .arg(man.join(PLUGIN_PAGE))
     .arg(bins.join("hostpath-plugin"));
     run(page)?;
+    let man5 = dir.join("man5");
+    std::fs::create_dir_all(&man5)?;
+    crate::man_config::write(&root(), &man5)?;
     let mut gzip = Command::new("gzip");
     gzip.args(["-9", "-n"]);
-    for page in std::fs::read_dir(&man)? {
+    for page in std::fs::read_dir(&man)?.chain(std::fs::read_dir(&man5)?) {
         gzip.arg(page?.path());
     }
     run(gzip)?;
@@ -204,7 +209,11 @@ fn generate(bins: &Path, dir: &Path) -> anyhow::Result<Generated> {
             std::fs::write(completions.join(format!("{program}.{shell}")), out.stdout)?;
         }
     }
-    Ok(Generated { man, completions })
+    Ok(Generated {
+        man,
+        man5,
+        completions,
+    })
 }
 
 /// Where each shell looks for the completions of `program`.
@@ -242,6 +251,12 @@ fn man_files(g: &Generated, keep: impl Fn(&str) -> bool) -> anyhow::Result<Vec<F
     Ok(files)
 }
 
+/// A configuration file's page, in section 5.
+fn config_page(g: &Generated, file: &str) -> File {
+    let name = format!("{file}.5.gz");
+    File::new(g.man5.join(&name), format!("usr/share/man/man5/{name}"), 0o644)
+}
+
 fn docs(package: &str) -> Vec<File> {
     let p = root().join("packaging/debian/copyright");
     vec![File::new(p, format!("usr/share/doc/{package}/copyright"), 0o644)]
@@ -270,6 +285,7 @@ fn packages(bins: &Path, g: &Generated) -> Vec<Package> {
         File::new(root().join("README.md"), "usr/share/doc/berth/README.md", 0o644),
     ];
     berth.extend(man_files(g, |n| !agent_page(n) && !plugin_page(n)).unwrap_or_default());
+    berth.push(config_page(g, "berth.toml"));
     berth.extend(completion_files(g, "berth"));
     berth.extend(docs("berth"));
     let mut agent = vec![
@@ -282,6 +298,7 @@ fn packages(bins: &Path, g: &Generated) -> Vec<Package> {
         File::new(packaging.join("config/agent.toml"), "etc/berth/agent.toml", 0o600),
     ];
     agent.extend(man_files(g, agent_page).unwrap_or_default());
+    agent.push(config_page(g, "agent.toml"));
     agent.extend(completion_files(g, "berth-agent"));
     agent.extend(docs("berth-agent"));
     let mut plugin = vec![

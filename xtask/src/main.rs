@@ -33,6 +33,7 @@ mod docs;
 mod go;
 mod js;
 mod js_types;
+mod man_config;
 mod python;
 mod scaffold;
 

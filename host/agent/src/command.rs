@@ -24,7 +24,7 @@ The agent owns this node's CSI node plugins: it fingerprints them, registers the
 a record of what the node holds in `dir`, so a restart neither publishes again nor forgets.
 Teardown goes on while the server is away. With `[docker]`, it also serves Docker's and
 Podman's volume plugin protocol for this node (`docker volume create -d berth`, `docker run -v`).
-Every key of agent.toml is in the book: docs/src/reference/config.md.")]
+Every key of agent.toml is in agent.toml(5) and the book's configuration reference.")]
 pub struct AgentArgs {
     /// The agent's configuration file (TOML).
     #[arg(long, short, default_value = "agent.toml", env = "BERTH_AGENT_CONFIG")]

@@ -6,7 +6,7 @@
 //! and compiles afresh. Beside the code, a record of its HMAC-SHA256 under a
 //! key only this server reads (`policy-compiled.key` beside the cache
 //! directory, mode 0600, made on first use), and of the file as it was
-//! written (size, inode, modification time, under the same key). Code is
+//! written (size, inode, modification and change times, under the same key). Code is
 //! mapped only when the record vouches for that very file, or for its
 //! contents in full: code this server did not write (planted in the
 //! directory with a record of its own) is compiled again, never run.
@@ -55,7 +55,10 @@ pub(crate) struct CompiledCache {
 }
 
 /// The key beside the cache directory `dir`: read, or made (mode 0600,
-/// created exclusively) when there is none.
+/// created exclusively) when there is none. A key that is not this user's
+/// own regular file (a link, another owner's, open to others) is refused;
+/// one cut short (a crash while it was made) is made anew, and what the old
+/// one vouched for is compiled again.
 fn cache_key(dir: &Path) -> std::io::Result<[u8; 32]> {
     use std::io::{Read, Write};
     use std::os::unix::fs::OpenOptionsExt;
@@ -63,31 +66,55 @@ fn cache_key(dir: &Path) -> std::io::Result<[u8; 32]> {
     name.push(".key");
     let path = dir.with_file_name(name);
     let mut key = [0u8; 32];
-    match std::fs::OpenOptions::new()
-        .write(true)
-        .create_new(true)
-        .mode(0o600)
-        .open(&path)
-    {
-        Ok(mut f) => {
-            rand::fill(&mut key);
-            f.write_all(&key)?;
-            f.sync_all()?;
-            Ok(key)
-        }
-        Err(e) if e.kind() == std::io::ErrorKind::AlreadyExists => {
-            let mut f = std::fs::File::open(&path)?;
-            if f.metadata()?.mode() & 0o077 != 0 {
-                return Err(std::io::Error::other(format!(
-                    "{} is readable by others: remove it, a new one is made",
-                    path.display()
-                )));
+    let refuse = |why: &str| {
+        std::io::Error::other(format!(
+            "{} {why}: remove it, and a new one is made",
+            path.display()
+        ))
+    };
+    for _ in 0..2 {
+        match std::fs::OpenOptions::new()
+            .write(true)
+            .create_new(true)
+            .mode(0o600)
+            .open(&path)
+        {
+            Ok(mut f) => {
+                rand::fill(&mut key);
+                f.write_all(&key)?;
+                f.sync_all()?;
+                return Ok(key);
             }
-            f.read_exact(&mut key)?;
-            Ok(key)
+            Err(e) if e.kind() == std::io::ErrorKind::AlreadyExists => {
+                let mut f = std::fs::OpenOptions::new()
+                    .read(true)
+                    .custom_flags(libc::O_NOFOLLOW)
+                    .open(&path)
+                    .map_err(|e| match e.raw_os_error() {
+                        Some(libc::ELOOP) => refuse("is a symbolic link"),
+                        _ => e,
+                    })?;
+                let meta = f.metadata()?;
+                // SAFETY: geteuid has no preconditions and cannot fail.
+                let me = unsafe { libc::geteuid() };
+                if !meta.is_file() || meta.uid() != me {
+                    return Err(refuse("is not a file of this user's own"));
+                }
+                if meta.mode() & 0o077 != 0 {
+                    return Err(refuse("is readable by others"));
+                }
+                if meta.len() < key.len() as u64 {
+                    tracing::warn!(path = %path.display(), bytes = meta.len(), "the compiled-module cache's key is cut short; making a new one (cached modules are compiled again)");
+                    std::fs::remove_file(&path)?;
+                    continue;
+                }
+                f.read_exact(&mut key)?;
+                return Ok(key);
+            }
+            Err(e) => return Err(e),
         }
-        Err(e) => Err(e),
     }
+    Err(refuse("keeps being cut short"))
 }
 
 impl CompiledCache {
@@ -250,15 +277,22 @@ fn write(path: &Path, data: &[u8]) -> std::io::Result<std::fs::Metadata> {
 struct Record {
     /// HMAC-SHA256 of the code's bytes (hex).
     code: String,
-    /// HMAC-SHA256 of that and the file's size, inode and modification time.
+    /// HMAC-SHA256 of that and the file's size, inode, modification and
+    /// change times (records written before the change time was counted
+    /// vouch only through the contents' MAC).
     file: String,
 }
 
+/// What tells the very file written from any other: its size, its inode,
+/// and its modification and change times. The change time cannot be put
+/// back (a rewrite in place that restores the modification time still
+/// moves it), so a file changed since it was written is read in full.
 fn file_identity(meta: &std::fs::Metadata) -> (u64, u64, i64) {
+    let ns = |s: i64, n: i64| s.wrapping_mul(1_000_000_000).wrapping_add(n);
     (
         meta.len(),
         meta.ino(),
-        meta.mtime() * 1_000_000_000 + meta.mtime_nsec(),
+        ns(meta.mtime(), meta.mtime_nsec()) ^ ns(meta.ctime(), meta.ctime_nsec()).rotate_left(32),
     )
 }
 
@@ -362,6 +396,52 @@ mod tests {
             entry.1, restored,
             "its contents vouched for it: not compiled again"
         );
+    }
+
+    #[test]
+    fn code_rewritten_in_place_with_its_times_put_back_is_compiled_again() {
+        use std::io::{Seek, Write};
+        let dir = tempfile::tempdir().unwrap();
+        let wasm = wat::parse_str("(component (core module (func (export \"f\"))))").unwrap();
+        engine(dir.path(), 64 << 20).compile(&wasm).unwrap();
+        let (name, inode) = kept(dir.path()).remove(0);
+        let path = dir.path().join(&name);
+        let mtime = std::fs::metadata(&path).unwrap().modified().unwrap();
+        let good = std::fs::read(&path).unwrap();
+        // The same inode and size, a byte changed, the modification time put back.
+        let mut f = std::fs::File::options().write(true).open(&path).unwrap();
+        f.seek(std::io::SeekFrom::Start(good.len() as u64 / 2)).unwrap();
+        f.write_all(&[good[good.len() / 2] ^ 0xff]).unwrap();
+        f.set_modified(mtime).unwrap();
+        drop(f);
+        assert_eq!(std::fs::metadata(&path).unwrap().ino(), inode);
+        engine(dir.path(), 64 << 20).compile(&wasm).unwrap();
+        assert_eq!(
+            std::fs::read(&path).unwrap(),
+            good,
+            "compiled again and rewritten"
+        );
+    }
+
+    #[test]
+    fn a_key_cut_short_is_made_anew_and_a_linked_key_is_refused() {
+        let dir = tempfile::tempdir().unwrap();
+        let cache = dir.path().join("policy-compiled");
+        let key = dir.path().join("policy-compiled.key");
+        let wasm = wat::parse_str("(component (core module (func (export \"k\"))))").unwrap();
+        // An empty key (a crash as it was made): a new key, and the cache works.
+        std::fs::write(&key, b"").unwrap();
+        std::fs::set_permissions(&key, std::os::unix::fs::PermissionsExt::from_mode(0o600)).unwrap();
+        engine(&cache, 64 << 20).compile(&wasm).unwrap();
+        assert_eq!(std::fs::metadata(&key).unwrap().len(), 32);
+        assert_eq!(kept(&cache).len(), 1, "kept under the new key");
+        // A key that is a link (to a file anyone may have placed) is not used.
+        let elsewhere = dir.path().join("elsewhere.key");
+        std::fs::rename(&key, &elsewhere).unwrap();
+        std::os::unix::fs::symlink(&elsewhere, &key).unwrap();
+        let before = kept(&cache);
+        engine(&cache, 32 << 20).compile(&wasm).unwrap();
+        assert_eq!(kept(&cache), before, "no cache with a linked key");
     }
 
     #[test]

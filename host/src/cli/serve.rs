@@ -8,7 +8,7 @@ use clap::Args;
 
 #[derive(Debug, Args)]
 pub struct ServeArgs {
-    /// The configuration file (TOML); every key is in the book: docs/src/reference/config.md.
+    /// The configuration file (TOML); every key is in berth.toml(5) and the book's configuration reference.
     /// `berth init` writes a commented one.
     #[arg(long, short, default_value = "berth.toml", env = "BERTH_CONFIG")]
     pub config: PathBuf,

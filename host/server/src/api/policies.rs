@@ -62,6 +62,16 @@ pub enum ReloadError {
 }
 
 impl ReloadError {
+    /// Whether a module's signature did not pass (what a stored set that
+    /// no key of this server's trusts fails with).
+    pub fn is_trust_failure(&self) -> bool {
+        match self {
+            ReloadError::Untrusted(_) => true,
+            ReloadError::Fetch(e) => matches!(*e.error, berth_oci::OciError::Signature { .. }),
+            _ => false,
+        }
+    }
+
     /// The same error, said as a trust failure when a module's signature
     /// did not pass.
     pub fn as_trust_failure(self) -> ReloadError {

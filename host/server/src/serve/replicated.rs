@@ -187,6 +187,7 @@ const PREPARE_EVERY: Duration = Duration::from_secs(2);
 /// while it is, and says why not in `/readyz` ("policy").
 async fn keep_set_prepared(config: Config, election: Arc<Election>) {
     let mut prepared: Option<Option<u64>> = None;
+    let mut last_resort = LastResort::new(election.settings().lease_ttl);
     // A set that failed to prepare is tried again after a pause that grows
     // (a registry that is down, or answers junk, is not hammered); a new
     // version is tried at once.
@@ -203,6 +204,14 @@ async fn keep_set_prepared(config: Config, election: Arc<Election>) {
                 if prepared != Some(version) && failing.due(version) {
                     match super::policy_set::prepare(&config, stored.as_ref()).await {
                         Ok(_) => {
+                            if last_resort.standing
+                                && matches!(&*election.role().borrow(), Role::Leader { .. })
+                            {
+                                // Leading as the last resort, acting on nothing: a
+                                // new term puts the set, which verifies now, in service.
+                                tracing::info!(server = %election.me().name, version = ?version, "the stored policy set verifies now: starting a new term with it");
+                                election.resign().await;
+                            }
                             election.set_eligible(true);
                             let what = version.map_or("this server's [[policy]] tables".to_string(), |v| {
                                 format!("policy set {v}")
@@ -214,7 +223,8 @@ async fn keep_set_prepared(config: Config, election: Arc<Election>) {
                             failing = PrepareBackoff::default();
                         }
                         Err(e) => {
-                            election.set_eligible(stored.is_none());
+                            last_resort.untrusted = stored.is_some() && e.is_trust_failure();
+                            election.set_eligible(stored.is_none() || last_resort.standing);
                             crate::metrics::readiness()
                                 .set_failing("policy", format!("cannot put the policy set in service: {e}"));
                             election.publish_prepared(None, Some(e.to_string())).await;
@@ -234,7 +244,77 @@ async fn keep_set_prepared(config: Config, election: Arc<Election>) {
             }
             Err(e) => tracing::debug!(error = %e, "reading the policy set failed"),
         }
+        if prepared.is_some() {
+            last_resort = LastResort::new(election.settings().lease_ttl);
+        } else if last_resort.untrusted {
+            last_resort.step(&election).await;
+        }
         tokio::time::sleep(PREPARE_EVERY).await;
+    }
+}
+
+/// A server that cannot verify the stored policy set (no key of its trusts
+/// the set's signatures: keys changed, a signer revoked) stands for the lead
+/// only as the last resort, once no server has led for three lease TTLs: a
+/// server that can verify the set leads whenever there is one. Its term
+/// serves the API, so that an operator can roll back, re-sign or apply a set
+/// that verifies, and acts on no volume until one is in service (as a single
+/// server does). It gives the lead up as soon as another server has the
+/// stored set prepared.
+struct LastResort {
+    grace: Duration,
+    /// The last preparation failed on trust, with a set stored.
+    untrusted: bool,
+    /// Since when no leader has been known.
+    leaderless_since: Option<tokio::time::Instant>,
+    /// Standing for the lead (or leading) as the last resort.
+    standing: bool,
+}
+
+impl LastResort {
+    fn new(lease_ttl: Duration) -> LastResort {
+        LastResort {
+            grace: lease_ttl * 3,
+            untrusted: false,
+            leaderless_since: None,
+            standing: false,
+        }
+    }
+
+    async fn step(&mut self, election: &Election) {
+        let role = election.role().borrow().clone();
+        match role {
+            Role::Leader { .. } => {
+                let stored = election.policy_set().await.ok().flatten().map(|s| s.version);
+                let others = election.members().await.unwrap_or_default();
+                let able = others
+                    .iter()
+                    .find(|m| m.name != election.me().name && stored.is_some() && m.policy_set == stored);
+                if let Some(able) = able {
+                    tracing::warn!(server = %election.me().name, to = %able.name, "a server that can verify the policy set is here: giving the lead to it");
+                    self.standing = false;
+                    election.set_eligible(false);
+                    election.resign().await;
+                }
+            }
+            Role::Follower { leader: Some(_) } => {
+                self.leaderless_since = None;
+                if self.standing {
+                    self.standing = false;
+                    election.set_eligible(false);
+                }
+            }
+            Role::Follower { leader: None } => {
+                let since = *self
+                    .leaderless_since
+                    .get_or_insert_with(tokio::time::Instant::now);
+                if !self.standing && since.elapsed() >= self.grace {
+                    tracing::warn!(server = %election.me().name, "no server can verify the stored policy set and none has led for {:?}: standing for the lead to serve the API, acting on no volume until a set that verifies is in service", self.grace);
+                    self.standing = true;
+                    election.set_eligible(true);
+                }
+            }
+        }
     }
 }
 

@@ -266,11 +266,12 @@ pub(super) async fn lead(
     let (trusted, _) = tokio::sync::watch::channel(true);
     let (config, set) = match super::policy_set::in_service(config.clone(), &store, &server).await {
         Ok(in_service) => in_service,
-        // One server on its own store, with a stored set it cannot verify:
-        // it starts (so an operator can roll back or re-sign through the
-        // API), is not ready, and acts on no volume meanwhile. berth.toml's
-        // own tables that do not verify are refused at start instead.
-        Err(e) if election.is_none() => match (e.as_trust_failure(), store.load_policy_set()?) {
+        // A stored set this server cannot verify (one server on its own
+        // store, or the last resort on etcd, when no server can): it
+        // starts (so an operator can roll back or re-sign through the API),
+        // is not ready, and acts on no volume meanwhile. berth.toml's own
+        // tables that do not verify are refused at start instead.
+        Err(e) => match (e.as_trust_failure(), store.load_policy_set()?) {
             (ReloadError::Untrusted(e), Some(stored)) => {
                 let e = ReloadError::Untrusted(e);
                 tracing::error!(error = %e, version = stored.version, "the stored policy set does not verify with [policy_trust]: serving the API, acting on no volume until a set that verifies is in service");
@@ -282,7 +283,6 @@ pub(super) async fn lead(
             }
             (other, _) => return Err(other.into()),
         },
-        Err(e) => return Err(e.into()),
     };
     let set_store = store.clone();
     let policies = policies(&config)?;
