@@ -248,6 +248,10 @@ pub async fn run(
     shutdown: impl Future<Output = ()> + Send + 'static,
 ) -> Result<(), ServeError> {
     crate::metrics::listener::raise_descriptor_limit();
+    // Not ready until the API serves: registered before any other check,
+    // so that no moment of the start (the store's check passing before a
+    // term has said it is starting) reads as ready.
+    metrics::readiness().set_failing("api", "starting".into());
     // The store's lock first: a second server on the same config stops
     // here, before it binds (or could take over) any socket of the first.
     let backing = match config.etcd.clone() {
