@@ -140,20 +140,25 @@ pub(crate) fn judge<'t>(
         if m.message_digest.algorithm != "SHA2_256" {
             return Err(skip(&format!("over {}", m.message_digest.algorithm)));
         }
-        let named = b64.decode(&m.message_digest.digest).unwrap_or_default();
-        if hex(&named) != digest.hex() {
-            return Err(Rejected::Claim(format!(
-                "a Sigstore bundle signs another digest than this module's {digest}"
-            )));
-        }
+        // The signature first: what a bundle claims counts only once a
+        // trusted key is found to have made it (junk naming another digest
+        // is junk, not a claim).
         let sig = b64
             .decode(&m.signature)
             .map_err(|_| skip("whose signature is not base64"))?;
-        return trust
+        let key = trust
             .keys
             .iter()
             .find(|k| k.verifies(manifest, &sig))
-            .ok_or_else(|| skip("by a key not trusted"));
+            .ok_or_else(|| skip("by a key not trusted"))?;
+        let named = b64.decode(&m.message_digest.digest).unwrap_or_default();
+        if hex(&named) != digest.hex() {
+            return Err(Rejected::Claim(format!(
+                "{}'s Sigstore bundle names another digest than this module's {digest}",
+                key.path.display()
+            )));
+        }
+        return Ok(key);
     }
     let Some(envelope) = bundle.dsse_envelope else {
         return Err(skip("with neither a message signature nor a DSSE envelope"));
@@ -276,7 +281,7 @@ impl Registry {
             format!("/v2/{repo}/referrers/{digest}"),
             format!("/v2/{repo}/manifests/sha256-{}", digest.hex()),
         ] {
-            let response = self
+            let response = match self
                 .call_any(Call {
                     method: "GET",
                     target: self.target(path),
@@ -285,7 +290,16 @@ impl Registry {
                     limit: DOCUMENT_MAX,
                     what: format!("the referrers of {reference}"),
                 })
-                .await?;
+                .await
+            {
+                // An index past the bound (anyone who may push can grow it)
+                // holds no bundle Berth reads; the signature image may.
+                Err(OciError::TooLarge { .. }) => {
+                    tracing::warn!(reference = %reference, "a referrers index larger than {DOCUMENT_MAX} bytes: no Sigstore bundle read from it");
+                    continue;
+                }
+                other => other?,
+            };
             if response.status == 200
                 && let Ok(index) = serde_json::from_slice::<Index>(&response.body)
             {

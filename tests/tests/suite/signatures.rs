@@ -534,3 +534,46 @@ fn sign_takes_a_cosign_style_reference_and_warns_about_a_tag() {
     let (_, stderr) = texts(&out);
     assert!(out.status.success() && !stderr.contains("warning"), "{stderr}");
 }
+
+/// What a Sigstore bundle claims counts only once a trusted key is found to
+/// have signed it: junk naming another digest is skipped (it used to be
+/// taken as a trusted claim and refuse the module), so a good signature
+/// beside it verifies.
+#[test]
+fn a_bundles_claim_counts_only_under_a_trusted_signature() {
+    use base64::Engine as _;
+    let b64 = base64::engine::general_purpose::STANDARD;
+    let registry = RegistryServer::start();
+    let dir = test_dir();
+    let (key, public) = openssl_keys(dir.path(), "team");
+    let verify = |reference: &str| {
+        let out = registry.policy(&["verify", reference, "--key", &public]);
+        let (stdout, stderr) = texts(&out);
+        (out.status.success(), format!("{stdout}{stderr}"))
+    };
+    let pushed = registry.push(&guest("berth_retry_guest"), "berth/claims:v1");
+    let digest = pushed["digest"].as_str().unwrap();
+    let reference = pushed["reference"].as_str().unwrap();
+    let bundle = |named: &[u8], signature: String| {
+        json!({
+            "mediaType": "application/vnd.dev.sigstore.bundle.v0.3+json",
+            "verificationMaterial": {"publicKey": {"hint": "team"}},
+            "messageSignature": {"messageDigest": {"algorithm": "SHA2_256", "digest": b64.encode(named)}, "signature": signature},
+        })
+    };
+    let junk = bundle(&[7u8; 32], b64.encode(b"not a signature"));
+    attach_bundle(&registry, "berth/claims", digest, std::slice::from_ref(&junk));
+    let (ok, said) = verify(reference);
+    assert!(!ok && !said.contains("another digest"), "{said}");
+
+    let (status, manifest, _) =
+        registry.http("GET", &format!("/v2/berth/claims/manifests/{digest}"), b"", "");
+    assert_eq!(status, 200);
+    let good = bundle(
+        &hex_bytes(digest.trim_start_matches("sha256:")),
+        openssl_sign(dir.path(), &key, &manifest),
+    );
+    attach_bundle(&registry, "berth/claims", digest, &[junk, good]);
+    let (ok, said) = verify(reference);
+    assert!(ok, "{said}");
+}
