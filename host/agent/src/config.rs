@@ -160,7 +160,7 @@ impl AgentConfig {
     }
 
     pub fn parse(text: &str, base: &Path) -> Result<AgentConfig, ConfigError> {
-        let raw: Raw = toml::from_str(text).map_err(|e| ConfigError::Syntax(e.to_string()))?;
+        let raw: Raw = berth_model::strict_toml::from_toml(text)?;
         let resolve = |p: &Path| {
             if p.is_absolute() {
                 p.to_path_buf()

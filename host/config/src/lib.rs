@@ -313,7 +313,7 @@ impl Config {
 
     /// Parses config text; relative paths are taken from `base`.
     pub fn parse(text: &str, base: &Path) -> Result<Config, ConfigError> {
-        let raw: Raw = toml::from_str(text).map_err(|e| ConfigError::Syntax(e.to_string()))?;
+        let raw: Raw = berth_model::strict_toml::from_toml(text)?;
         let resolve = |p: &Path| {
             if p.is_absolute() {
                 p.to_path_buf()

@@ -171,7 +171,7 @@ impl SetDraft {
                 format!("a policy set is at most {SET_MAX} bytes"),
             ));
         }
-        let raw: RawSet = toml::from_str(text).map_err(|e| ConfigError::Syntax(e.to_string()))?;
+        let raw: RawSet = berth_model::strict_toml::from_toml(text)?;
         Ok(SetDraft::from_raw(raw.policies, base))
     }
 

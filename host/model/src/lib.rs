@@ -15,6 +15,7 @@ mod publication;
 pub mod settings;
 mod spec;
 mod state;
+pub mod strict_toml;
 mod tenancy;
 pub mod text;
 pub mod units;

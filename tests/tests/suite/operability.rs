@@ -225,6 +225,21 @@ fn serve_check_validates_a_configuration_and_exits() {
     let (_, stderr) = berth_tests::texts(&out);
     assert_eq!(out.status.code(), Some(1));
     assert!(stderr.contains("workers"), "{stderr}");
+    // Every unknown key, in the order of the file (the first only, and the
+    // later line first, before).
+    std::fs::write(
+        &config,
+        "zebra = 1\nstate = \"s.redb\"\napple = 2\n[[plugin]]\nname = \"p\"\ncontroller = \"c.sock\"\n",
+    )
+    .unwrap();
+    let out = berth_tests::berth(&["serve", "--check", "--config", &config.display().to_string()]);
+    let (_, stderr) = berth_tests::texts(&out);
+    assert_eq!(out.status.code(), Some(1));
+    let at = |key: &str| stderr.find(&format!("unknown field `{key}`"));
+    assert!(
+        matches!((at("zebra"), at("apple")), (Some(z), Some(a)) if z < a),
+        "{stderr}"
+    );
 }
 
 /// `berth init` under a umask that would let anyone write still writes a
