@@ -150,21 +150,7 @@ fn units() -> anyhow::Result<()> {
 /// --check` finds nothing unhealthy. (A root-only plugin socket made every
 /// call fail with "Permission denied" while `berth status` said nothing.)
 fn packaged_server() -> anyhow::Result<()> {
-    let unit = std::fs::read_to_string(UNITS[2])?;
-    let exec = unit
-        .lines()
-        .find_map(|l| l.strip_prefix("ExecStart="))
-        .context("the plugin's unit has no ExecStart")?;
-    let mut words = exec.split_whitespace();
-    let program = words.next().context("an empty ExecStart")?;
-    let _plugin = Reaped(
-        Command::new(program)
-            .args(words)
-            .stdout(Stdio::null())
-            .stderr(Stdio::null())
-            .spawn()
-            .context("starting the sample plugin as its unit does")?,
-    );
+    let _plugin = unit_plugin()?;
     for (dir, mode) in [("/var/lib/berth", "0700"), ("/run/berth", "0750")] {
         std::fs::create_dir_all(dir)?;
         output("chown", &["berth:berth", dir])?;
@@ -181,24 +167,79 @@ fn packaged_server() -> anyhow::Result<()> {
             .spawn()
             .context("starting berth serve as the berth user")?,
     );
-    let api = ["--api", "/run/berth/berth.sock"];
+    healthy_through(PACKAGED_API, "the packaged server")?;
+    println!("xtask: the packaged server, as the berth user, reaches the packaged plugin");
+    Ok(())
+}
+
+/// The API socket the packaged config names.
+const PACKAGED_API: &str = "/run/berth/berth.sock";
+
+/// The sample plugin as its unit starts it (root; the socket for the
+/// berth group), stopped when dropped.
+fn unit_plugin() -> anyhow::Result<Reaped> {
+    let unit = std::fs::read_to_string(UNITS[2])?;
+    let exec = unit
+        .lines()
+        .find_map(|l| l.strip_prefix("ExecStart="))
+        .context("the plugin's unit has no ExecStart")?;
+    let mut words = exec.split_whitespace();
+    let program = words.next().context("an empty ExecStart")?;
+    Ok(Reaped(
+        Command::new(program)
+            .args(words)
+            .stdout(Stdio::null())
+            .stderr(Stdio::null())
+            .spawn()
+            .context("starting the sample plugin as its unit does")?,
+    ))
+}
+
+/// Waits for a server answering on `api`, then for its plugin to be
+/// fingerprinted; `berth status --check` must then find nothing wrong.
+fn healthy_through(api: &str, what: &str) -> anyhow::Result<()> {
+    let api = ["--api", api];
     let status = |check: bool| {
         let mut args = vec!["status"];
         args.extend(check.then_some("--check"));
         output("/usr/bin/berth", &[&args[..], &api[..]].concat())
     };
-    wait_until("the packaged server answering", Duration::from_secs(60), || {
+    wait_until(&format!("{what} answering"), Duration::from_secs(60), || {
         status(false).is_ok()
     })?;
     // Fingerprinting is under way at first; the verdict once it is done.
-    wait_until("the plugin fingerprinted", Duration::from_secs(30), || {
-        output("/usr/bin/berth", &[&["plugin", "status"][..], &api[..]].concat())
-            .is_ok_and(|s| !s.contains("unknown"))
-    })?;
-    let said = status(true).with_context(|| "berth status --check, the packaged server and plugin")?;
-    ensure!(said.contains("problems  none"), "berth status: {said}");
-    println!("xtask: the packaged server, as the berth user, reaches the packaged plugin");
+    wait_until(
+        &format!("{what}'s plugin fingerprinted"),
+        Duration::from_secs(30),
+        || {
+            output("/usr/bin/berth", &[&["plugin", "status"][..], &api[..]].concat())
+                .is_ok_and(|s| !s.contains("unknown"))
+        },
+    )?;
+    let said = status(true).with_context(|| format!("berth status --check, {what}"))?;
+    ensure!(said.contains("problems  none"), "berth status, {what}: {said}");
     Ok(())
+}
+
+/// The Install page's shell command that starts with `start`, its
+/// continued lines joined, as words.
+fn book_command(start: &str) -> anyhow::Result<Vec<String>> {
+    let page = crate::root().join("docs/src/install.md");
+    let book = std::fs::read_to_string(&page)?;
+    let mut command = String::new();
+    for line in book.lines().skip_while(|l| !l.starts_with(start)) {
+        let (text, more) = match line.trim_end().strip_suffix('\\') {
+            Some(text) => (text, true),
+            None => (line, false),
+        };
+        command.push_str(text);
+        command.push(' ');
+        if !more {
+            break;
+        }
+    }
+    ensure!(!command.is_empty(), "{} shows no `{start} …`", page.display());
+    Ok(command.split_whitespace().map(String::from).collect())
 }
 
 fn purge() -> anyhow::Result<()> {
@@ -230,6 +271,30 @@ fn wait_until(what: &str, timeout: Duration, mut done: impl FnMut() -> bool) -> 
     Ok(())
 }
 
+/// The Install page's server container, as written, on the packaged config
+/// and the sample plugin its unit starts: `berth status --check` through
+/// the socket it serves finds nothing wrong.
+fn book_server(podman: &Podman) -> anyhow::Result<()> {
+    const NAME: &str = "berth-serve";
+    let line = book_command(&format!("podman run -d --name {NAME} "))?;
+    let args: Vec<&str> = line.iter().skip(1).map(String::as_str).collect();
+    let _plugin = unit_plugin()?;
+    let _ = podman.output(&["rm", "--force", NAME]);
+    let result = podman
+        .ok(&args)
+        .and_then(|_| healthy_through(PACKAGED_API, "the Install page's server container"));
+    let logs = podman.output(&["logs", NAME]);
+    let _ = podman.output(&["rm", "--force", "--time", "5", NAME]);
+    // The container ran as root: what it wrote goes back to the berth user.
+    output("chown", &["-R", "berth:berth", "/var/lib/berth", "/run/berth"])?;
+    if let (Err(_), Ok(l)) = (&result, logs) {
+        eprintln!("{}", String::from_utf8_lossy(&l.stderr));
+    }
+    result?;
+    println!("xtask: the Install page's server container serves the packaged config");
+    Ok(())
+}
+
 /// The image's binaries run, and `berth serve` in a container, its state
 /// on a mounted directory, creates and publishes a volume through the
 /// sample plugin (installed on this machine) for the installed CLI.
@@ -246,19 +311,15 @@ fn image(out: &Path) -> anyhow::Result<()> {
     ]
     .concat())?;
     ensure!(v.contains(VERSION), "berth in the image says {v}");
-    // The Install page's own command, as written (this check's storage
+    // The Install page's own commands, as written (this check's storage
     // flags, and the runtime the host's cgroup layout takes, aside).
-    let page = crate::root().join("docs/src/install.md");
-    let book = std::fs::read_to_string(&page)?;
-    let line = book
-        .lines()
-        .find(|l| l.starts_with("podman run --rm ") && l.ends_with(" --version"))
-        .with_context(|| format!("{} shows no `podman run --rm … --version`", page.display()))?;
-    let args: Vec<&str> = line.split_whitespace().skip(1).collect();
+    let line = book_command("podman run --rm ")?;
+    let args: Vec<&str> = line.iter().skip(1).map(String::as_str).collect();
     let v = podman
         .ok(&args)
         .with_context(|| format!("the Install page's {line:?}"))?;
     ensure!(v.contains(VERSION), "the Install page's {line:?} says {v}");
+    book_server(&podman)?;
     let dir = out.join("image-check");
     let _ = std::fs::remove_dir_all(&dir);
     std::fs::create_dir_all(&dir)?;
