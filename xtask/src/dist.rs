@@ -21,7 +21,7 @@ use anyhow::{Context, bail};
 
 use crate::{root, run};
 
-pub const VERSION: &str = env!("CARGO_PKG_VERSION");
+use crate::VERSION;
 const MAINTAINER: &str = "The Berth authors <berth@example.org>";
 
 /// One file of a package: where it comes from, where it goes, its mode.
@@ -188,7 +188,7 @@ fn generate(bins: &Path, dir: &Path) -> anyhow::Result<Generated> {
     run(page)?;
     let man5 = dir.join("man5");
     std::fs::create_dir_all(&man5)?;
-    crate::man_config::write(&root(), &man5)?;
+    crate::man_config::write(&root(), &man5, VERSION)?;
     let mut gzip = Command::new("gzip");
     gzip.args(["-9", "-n"]);
     for page in std::fs::read_dir(&man)?.chain(std::fs::read_dir(&man5)?) {

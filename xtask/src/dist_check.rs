@@ -18,7 +18,8 @@ use std::time::{Duration, Instant};
 
 use anyhow::{Context, bail, ensure};
 
-use crate::dist::{VERSION, out_dir};
+use crate::VERSION;
+use crate::dist::out_dir;
 use crate::dist_image::{Podman, TAG};
 use crate::run;
 

@@ -8,7 +8,7 @@ use std::process::{Command, Output, Stdio};
 
 use anyhow::{Context, bail};
 
-use crate::dist::VERSION;
+use crate::VERSION;
 
 pub const TAG: &str = "localhost/berth";
 

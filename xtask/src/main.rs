@@ -37,6 +37,9 @@ mod man_config;
 mod python;
 mod scaffold;
 
+/// The release being built and packaged (the workspace's version).
+pub const VERSION: &str = env!("CARGO_PKG_VERSION");
+
 const USAGE: &str = "\
 usage: cargo xtask <command>
 

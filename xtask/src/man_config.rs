@@ -13,11 +13,12 @@ use anyhow::Context;
 /// The reference page, relative to the checkout.
 pub const SOURCE: &str = "docs/src/reference/config.md";
 
-/// Writes `berth.toml.5` and `agent.toml.5` into `dir`; their paths.
-pub fn write(root: &Path, dir: &Path) -> anyhow::Result<Vec<std::path::PathBuf>> {
+/// Writes `berth.toml.5` and `agent.toml.5` of Berth `version` into `dir`;
+/// their paths.
+pub fn write(root: &Path, dir: &Path, version: &str) -> anyhow::Result<Vec<std::path::PathBuf>> {
     let text = std::fs::read_to_string(root.join(SOURCE)).with_context(|| format!("reading {SOURCE}"))?;
     let mut written = Vec::new();
-    for (file, page) in pages(&text)? {
+    for (file, page) in pages(&text, version)? {
         let path = dir.join(file);
         std::fs::write(&path, page).with_context(|| format!("writing {}", path.display()))?;
         written.push(path);
@@ -26,7 +27,7 @@ pub fn write(root: &Path, dir: &Path) -> anyhow::Result<Vec<std::path::PathBuf>>
 }
 
 /// (file name, roff) of both pages.
-fn pages(text: &str) -> anyhow::Result<[(&'static str, String); 2]> {
+fn pages(text: &str, version: &str) -> anyhow::Result<[(&'static str, String); 2]> {
     let server = text
         .find("\n## berth.toml")
         .context("no `## berth.toml` section")?;
@@ -46,6 +47,7 @@ fn pages(text: &str) -> anyhow::Result<[(&'static str, String); 2]> {
         (
             "berth.toml.5",
             page(
+                version,
                 "berth.toml",
                 "the configuration of berth serve",
                 "berth-serve(1), agent.toml(5)",
@@ -55,6 +57,7 @@ fn pages(text: &str) -> anyhow::Result<[(&'static str, String); 2]> {
         (
             "agent.toml.5",
             page(
+                version,
                 "agent.toml",
                 "the configuration of berth agent and berth-agent",
                 "berth-agent(1), berth.toml(5)",
@@ -64,11 +67,11 @@ fn pages(text: &str) -> anyhow::Result<[(&'static str, String); 2]> {
     ])
 }
 
-fn page(name: &str, summary: &str, see_also: &str, body: &str) -> String {
+fn page(version: &str, name: &str, summary: &str, see_also: &str, body: &str) -> String {
     let mut out = format!(
         ".TH {} 5 \"\" \"berth {}\" \"File formats\"\n.SH NAME\n{} \\- {summary}\n.SH DESCRIPTION\n",
         name.to_uppercase(),
-        crate::dist::VERSION,
+        version,
         escape(name)
     );
     out.push_str(&roff(body));
@@ -193,7 +196,7 @@ mod tests {
     #[test]
     fn every_key_of_the_reference_is_in_a_page() {
         let text = std::fs::read_to_string(crate::root().join(SOURCE)).unwrap();
-        let [(_, server), (_, agent)] = pages(&text).unwrap();
+        let [(_, server), (_, agent)] = pages(&text, "0.0.0").unwrap();
         for page in [&server, &agent] {
             assert!(page.starts_with(".TH "), "{page}");
             // Outside the examples (TOML, as written), no markdown is left.
