@@ -10,11 +10,21 @@ use std::path::{Path, PathBuf};
 /// A test never builds them itself: one missing, or older than the sources
 /// it is built from, stops the test with what to run.
 /// `BERTH_TEST_PREBUILT=1` skips that check when the caller just built them.
+/// `BERTH_TEST_BINS=DIR` takes them from another profile's directory: a
+/// benchmark's driver built with the tests drives the release binaries.
 pub fn bin(name: &str) -> PathBuf {
     static CHECKED: std::sync::OnceLock<Result<(), String>> = std::sync::OnceLock::new();
-    let exe = std::env::current_exe().expect("current test executable");
-    let dir = exe.parent().and_then(Path::parent).expect("target directory");
-    if let Err(e) = CHECKED.get_or_init(|| check_bins(dir)) {
+    let dir = match std::env::var_os("BERTH_TEST_BINS") {
+        Some(dir) => PathBuf::from(dir),
+        None => {
+            let exe = std::env::current_exe().expect("current test executable");
+            exe.parent()
+                .and_then(Path::parent)
+                .expect("target directory")
+                .to_path_buf()
+        }
+    };
+    if let Err(e) = CHECKED.get_or_init(|| check_bins(&dir)) {
         panic!("{e}");
     }
     dir.join(name)

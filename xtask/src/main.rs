@@ -89,6 +89,9 @@ commands:
           host) against three servers on a three-member etcd and three agents while a
           workload runs; then a checker of what must never happen and each fault's recovery
           time (--seconds N, default 3600; --seed S, default 1)
+          bench-e2e to nemesis take --driver-from-tests: the driver is built as the tests
+          are (reusing `cargo xtask test`'s build, not a second optimised one), and still
+          starts the release binaries
   reliability
           the long reliability runs: kill -9 twenty times during 2,000 operations, 400
           volumes through a plugin that fails, hangs and restarts, 10,000 cases of each
@@ -430,13 +433,26 @@ fn nemesis(extra: &[String]) -> anyhow::Result<()> {
 }
 
 /// A benchmark of `berth-tests` that starts the release binaries.
+///
+/// `--driver-from-tests` builds the benchmark's own driver the way `cargo
+/// xtask test` builds the tests (unoptimised, the workspace's features), so
+/// that it reuses that build instead of a second optimised build of every
+/// dependency; the servers, agents and plugins it starts are still the
+/// release binaries. CI's short runs take it.
 fn release_bench(name: &str, extra: &[String]) -> anyhow::Result<()> {
     guests()?;
     build_shipped("release")?;
+    let from_tests = extra.iter().any(|a| a == "--driver-from-tests");
+    let extra = extra.iter().filter(|a| *a != "--driver-from-tests");
     let mut cmd = cargo();
-    cmd.env("BERTH_TEST_PREBUILT", "1")
-        .args(["bench", "--package", "berth-tests", "--bench", name, "--"])
-        .args(extra);
+    cmd.env("BERTH_TEST_PREBUILT", "1");
+    if from_tests {
+        cmd.env("BERTH_TEST_BINS", root().join("target").join("release"))
+            .args(["test", "--workspace", "--bench", name, "--"]);
+    } else {
+        cmd.args(["bench", "--package", "berth-tests", "--bench", name, "--"]);
+    }
+    cmd.args(extra);
     run(cmd)
 }
 
