@@ -160,7 +160,7 @@ pub fn sdk_tests() -> anyhow::Result<()> {
     let sources = [
         root().join("guests/go"),
         root().join("tests/guests/go-hostile"),
-        root().join("host/templates/policy/go"),
+        root().join("host/berth/templates/policy/go"),
     ];
     let listed = Command::new(&gofmt)
         .arg("-l")

@@ -10,7 +10,7 @@
 //! - `bench-nodes`: thousands of agents' sessions, heartbeats and reattaches;
 //! - `reliability`: the long crash-loop, plugin-fault and hostile-input runs;
 //! - `nemesis`: partitions and process faults in network namespaces, checked;
-//! - `lint`: rustfmt and clippy, as CI runs them;
+//! - `lint`: rustfmt, clippy and the tidy tests, as CI runs them;
 //! - `docs`: build the book (docs/) and check its links;
 //! - `walks`: run every walk of the book and the README as written;
 //! - `dist`, `dist-check`: the packages and the image; installed and run;
@@ -36,6 +36,8 @@ mod js_types;
 mod man_config;
 mod python;
 mod scaffold;
+#[cfg(test)]
+mod tidy;
 
 /// The release being built and packaged (the workspace's version).
 pub const VERSION: &str = env!("CARGO_PKG_VERSION");
@@ -101,7 +103,8 @@ commands:
           Berth as a plain Docker engine's volume plugin (installs docker.io and
           busybox-static): a container writes, the next reads, two share a volume, the
           volume removed and nothing left on the plugin; and what -v adds to docker run
-  lint    cargo fmt --check and cargo clippy --all-targets -D warnings
+  lint    cargo fmt --check, cargo clippy --all-targets -D warnings, and the tidy tests
+          (layers, links, file circles, module summaries: xtask/src/tidy/)
   docs    build the book (docs/, mdBook from PyPI) into target/book; fail on a broken link
   walks   run every walk of the book and the README (blocks fenced sh,walk) as written
   conformance
@@ -462,5 +465,9 @@ fn lint() -> anyhow::Result<()> {
     run(fmt)?;
     let mut clippy = cargo();
     clippy.args(["clippy", "--workspace", "--all-targets", "--", "-D", "warnings"]);
-    run(clippy)
+    run(clippy)?;
+    // The tree's shape: layers, links, file circles, module summaries.
+    let mut tidy = cargo();
+    tidy.args(["test", "--package", "xtask", "--bin", "xtask", "--", "tidy::"]);
+    run(tidy)
 }

@@ -20,10 +20,10 @@ use tokio::sync::mpsc;
 
 use crate::OpenError;
 use crate::calls::{self, Params, Paths};
-use crate::failures::failure_to_wire;
+use crate::failures::{failure_to_wire, gone_is_done, recording};
+use crate::mount_check;
 use crate::mounts::MountTable;
 use crate::plugins::NodePlugins;
-use crate::reconcile;
 use crate::record::{Held, Level, NodeRecord};
 use berth_csi::{CsiError, Failure};
 use berth_model::{ById, Identified};
@@ -134,7 +134,7 @@ pub struct Converger {
 
 impl Converger {
     /// Asks again, for each volume the node did not show at start, that its
-    /// plugin let go ([`reconcile::let_go`]). True when one was recorded
+    /// plugin let go ([`mount_check::let_go`]). True when one was recorded
     /// lower: the server hears it when the agent registers again.
     pub async fn confirm_lost(self: &Arc<Self>) -> bool {
         let ids = std::mem::take(&mut *self.unconfirmed.lock().unwrap_or_else(|p| p.into_inner()));
@@ -178,10 +178,10 @@ impl Converger {
             };
             let Some(mut h) = held else { continue };
             let before = h.level;
-            let result = match reconcile::shown(&self.paths, &mounts, &id, &h) {
+            let result = match mount_check::shown(&self.paths, &mounts, &id, &h) {
                 true => Ok(false),
                 false => {
-                    reconcile::let_go(&self.record, &self.plugins, &self.paths, &mounts, &id, &mut h).await
+                    mount_check::let_go(&self.record, &self.plugins, &self.paths, &mounts, &id, &mut h).await
                 }
             };
             if let Some(v) = self.lock().get_mut(&id) {
@@ -212,7 +212,7 @@ impl Converger {
     }
 
     /// Loads the record and checks it against the mount table
-    /// ([`reconcile::check`]): a volume whose target or staging path no
+    /// ([`mount_check::check`]): a volume whose target or staging path no
     /// longer shows it is let go through its plugin and recorded lower, so
     /// the server has it done again.
     pub async fn open(
@@ -229,7 +229,7 @@ impl Converger {
                 false
             }
         });
-        let unconfirmed = reconcile::check(&record, &plugins, &paths, record_place, &mut held).await?;
+        let unconfirmed = mount_check::check(&record, &plugins, &paths, record_place, &mut held).await?;
         let volumes = held
             .into_iter()
             .filter(|(_, h)| h.level > Level::Absent)
@@ -567,31 +567,5 @@ impl Converger {
                 .map(|()| Level::Absent),
             (_, None) => Ok(held.level),
         }
-    }
-}
-
-/// NOT_FOUND from an unpublish or unstage: the plugin holds nothing of the
-/// volume there, so that call is done and undoing goes on to the next (a
-/// staging path is never left mounted behind a target already gone).
-pub(crate) fn gone_is_done(id: &str, outcome: Result<(), CsiError>) -> Result<(), CsiError> {
-    match outcome {
-        Err(e) if e.failure.code() == tonic::Code::NotFound => {
-            tracing::info!(volume = %id, call = e.call, "the plugin has nothing of the volume here; taken as done");
-            Ok(())
-        }
-        other => other,
-    }
-}
-
-/// The node record refused a write: the agent's own failure, which may
-/// pass (a full or failing disk), not the plugin's.
-pub(crate) fn recording(e: berth_store::StoreError) -> CsiError {
-    CsiError {
-        plugin: "agent".into(),
-        call: "recording the node's state",
-        failure: Failure::Local {
-            code: tonic::Code::Unavailable,
-            message: e.to_string(),
-        },
     }
 }

@@ -1,6 +1,9 @@
-//! A node call's failure as the cluster protocol carries it, both ways:
-//! the CSI method that failed, its code and message, and whether the plugin
-//! was unreachable or the failure was the agent's own (`Failure::Local`).
+//! Failures as the node agent reports them. A node call's failure as the
+//! cluster protocol carries it, both ways: the CSI method that failed, its
+//! code and message, and whether the plugin was unreachable or the failure
+//! was the agent's own (`Failure::Local`); and the agent's own readings of
+//! a plugin's answer (NOT_FOUND from an undo is done; a record it could not
+//! write is its own failure).
 
 use berth_proto::berth::v1 as wire;
 
@@ -52,10 +55,35 @@ pub fn failure_from_wire(plugin: String, f: wire::Failure) -> CsiError {
     }
 }
 
+/// NOT_FOUND from an unpublish or unstage: the plugin holds nothing of the
+/// volume there, so that call is done and undoing goes on to the next (a
+/// staging path is never left mounted behind a target already gone).
+pub(crate) fn gone_is_done(id: &str, outcome: Result<(), CsiError>) -> Result<(), CsiError> {
+    match outcome {
+        Err(e) if e.failure.code() == tonic::Code::NotFound => {
+            tracing::info!(volume = %id, call = e.call, "the plugin has nothing of the volume here; taken as done");
+            Ok(())
+        }
+        other => other,
+    }
+}
+
+/// The node record refused a write: the agent's own failure, which may
+/// pass (a full or failing disk), not the plugin's.
+pub(crate) fn recording(e: berth_store::StoreError) -> CsiError {
+    CsiError {
+        plugin: "agent".into(),
+        call: "recording the node's state",
+        failure: Failure::Local {
+            code: tonic::Code::Unavailable,
+            message: e.to_string(),
+        },
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::converge::recording;
 
     #[test]
     fn the_agents_own_failure_crosses_the_wire_as_its_own_not_the_plugins() {

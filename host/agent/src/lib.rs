@@ -20,9 +20,9 @@ pub mod converge;
 pub mod dial;
 pub mod docker;
 pub mod failures;
+mod mount_check;
 pub mod mounts;
 pub mod plugins;
-mod reconcile;
 pub mod record;
 pub mod tls;
 

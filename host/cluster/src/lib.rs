@@ -13,7 +13,6 @@ pub mod directory;
 pub mod kek;
 mod node_agent;
 mod node_ids;
-mod operations;
 pub mod pace;
 pub mod pki;
 pub mod service;

@@ -191,18 +191,6 @@ impl ClusterCa {
     }
 }
 
-/// The TLS cluster endpoint: where it listens and the CA behind it.
-pub struct ClusterTls {
-    pub ca: ClusterCa,
-    /// The tokens agents join with.
-    pub tokens: crate::tokens::JoinTokens,
-    /// host:port, as agents dial it.
-    pub address: String,
-    /// Connections one address may hold open (`cluster_connections_per_address`);
-    /// `None`: half of what the endpoint holds.
-    pub per_address: Option<usize>,
-}
-
 /// Where a server keeps its cluster CA: beside its store.
 pub fn ca_dir(state: &Path) -> PathBuf {
     state.parent().unwrap_or(Path::new(".")).join("cluster")

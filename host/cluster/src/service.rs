@@ -11,10 +11,22 @@ use tokio_stream::wrappers::ReceiverStream;
 use tokio_stream::{Stream, StreamExt};
 
 use crate::directory::{Directory, NodeRefused};
-use crate::pki::{ClusterTls, fingerprint};
+use crate::pki::{ClusterCa, fingerprint};
 use crate::session::serve_session;
-use crate::tokens::TokenError;
+use crate::tokens::{JoinTokens, TokenError};
 use berth_agent::{Agent, SessionEnd};
+
+/// The TLS cluster endpoint: where it listens and the CA behind it.
+pub struct ClusterTls {
+    pub ca: ClusterCa,
+    /// The tokens agents join with.
+    pub tokens: JoinTokens,
+    /// host:port, as agents dial it.
+    pub address: String,
+    /// Connections one address may hold open (`cluster_connections_per_address`);
+    /// `None`: half of what the endpoint holds.
+    pub per_address: Option<usize>,
+}
 
 pub struct ClusterService {
     directory: Arc<Directory>,
@@ -66,7 +78,7 @@ impl Cluster for ClusterService {
             None => None,
         };
         let from_agent = request.into_inner();
-        let (to_agent, rx) = crate::session::to_agent();
+        let (to_agent, rx) = crate::directory::to_agent();
         let directory = self.directory.clone();
         tokio::spawn(serve_session(
             directory,
@@ -134,7 +146,7 @@ pub fn link_in_process(directory: Arc<Directory>, agent: Arc<Agent>) -> tokio::t
     tokio::spawn(async move {
         loop {
             let (up, up_rx) = berth_agent::to_server();
-            let (down, down_rx) = crate::session::to_agent();
+            let (down, down_rx) = crate::directory::to_agent();
             let server = tokio::spawn(serve_session(
                 directory.clone(),
                 ReceiverStream::new(up_rx).map(Ok),

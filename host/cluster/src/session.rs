@@ -8,27 +8,13 @@ use std::time::Duration;
 use berth_proto::berth::v1 as wire;
 use berth_proto::berth::v1::agent_message::Message as Up;
 use berth_proto::berth::v1::server_message::Message as Down;
-use tokio::sync::mpsc;
 use tokio_stream::{Stream, StreamExt};
 
 use crate::claims;
-use crate::directory::{Directory, NodeRefused};
+use crate::directory::{DOWN_QUEUE, Directory, NodeRefused, ToAgent};
 
 /// How long a new stream has to register.
 const REGISTER_WITHIN: Duration = Duration::from_secs(10);
-/// Messages waiting for an agent to read them. An agent that lets this
-/// many pile up is not reading its session: the session is closed rather
-/// than the server's memory growing with what it does not read.
-pub const DOWN_QUEUE: usize = 4096;
-
-/// The server's half of a session's downstream.
-pub type ToAgent = mpsc::Sender<wire::ServerMessage>;
-
-/// A queue for one session's messages to its agent.
-pub fn to_agent() -> (ToAgent, mpsc::Receiver<wire::ServerMessage>) {
-    mpsc::channel(DOWN_QUEUE)
-}
-
 fn refuse(to_agent: &ToAgent, reason: String) {
     tracing::warn!(%reason, "agent refused");
     let _ = to_agent.try_send(wire::ServerMessage {

@@ -13,7 +13,8 @@ use wire::agent_message::Message as Up;
 use wire::server_message::Message as Down;
 
 use crate::directory::Directory;
-use crate::session::{serve_session, to_agent};
+use crate::directory::to_agent;
+use crate::session::serve_session;
 use berth_manager::nodes::{NodeAgent, NodeState, NodeSync};
 use berth_store::NodeRecord;
 

@@ -13,7 +13,6 @@
 //! client, tests') still run on the channel as a tower service.
 
 use std::future::Future;
-use std::io;
 use std::path::{Path, PathBuf};
 use std::pin::Pin;
 use std::sync::atomic::{AtomicU64, Ordering};
@@ -26,6 +25,7 @@ use http_body::{Body, Frame};
 use http_body_util::BodyExt;
 use tokio::net::UnixStream;
 
+use crate::error::{CallError, ChannelError};
 use crate::grpc_frame;
 
 /// Headers a plugin may answer with, in all: gRPC's are a few hundred bytes.
@@ -58,23 +58,6 @@ impl std::fmt::Debug for PluginChannel {
             .field("path", &self.shared.path)
             .finish()
     }
-}
-
-/// Why a call did not reach the plugin, or lost it midway. tonic turns it
-/// into a status whose source is this error, which is how a transport
-/// failure is told from a status the plugin sent.
-#[derive(Debug, thiserror::Error)]
-pub enum ChannelError {
-    #[error("connecting to {path}: {source}")]
-    Dial { path: String, source: io::Error },
-    #[error("HTTP/2 handshake with {path}: {source}")]
-    Handshake { path: String, source: h2::Error },
-    #[error("reading the request body: {0}")]
-    Body(tonic::Status),
-    #[error(transparent)]
-    Http2(#[from] h2::Error),
-    #[error("request URI: {0}")]
-    Uri(#[from] http::Error),
 }
 
 impl PluginChannel {
@@ -241,23 +224,6 @@ impl PluginChannel {
 
 /// What `User-Agent` a plugin sees Berth's calls come from.
 const USER_AGENT: &str = concat!("berth/", env!("CARGO_PKG_VERSION"));
-
-/// Why a unary call failed.
-#[derive(Debug)]
-pub enum CallError {
-    /// The plugin answered with this status.
-    Status(tonic::Status),
-    /// The call did not reach the plugin, or its connection was lost.
-    Channel(ChannelError),
-    /// The plugin answered, but not in gRPC's form.
-    Invalid(String),
-}
-
-impl From<ChannelError> for CallError {
-    fn from(e: ChannelError) -> CallError {
-        CallError::Channel(e)
-    }
-}
 
 impl tower::Service<http::Request<tonic::body::Body>> for PluginChannel {
     type Response = http::Response<tonic::body::Body>;

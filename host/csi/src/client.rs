@@ -10,8 +10,9 @@ use hyper_util::rt::TokioIo;
 use tokio::net::UnixStream;
 use tonic::transport::{Channel, Uri};
 
-use crate::channel::{CallError, PluginChannel};
+use crate::channel::PluginChannel;
 use crate::endpoint::Endpoint;
+use crate::error::CallError;
 use crate::error::{CsiError, Failure, error_chain};
 use crate::proto;
 use berth_metrics::{self as metrics, Text};

@@ -3,6 +3,7 @@
 //! code and the operator needs the message.
 
 use std::fmt;
+use std::io;
 use std::time::Duration;
 
 use berth_proto::code;
@@ -106,4 +107,38 @@ pub fn error_chain(err: &(dyn std::error::Error + 'static)) -> String {
         cur = e.source();
     }
     parts.join(": ")
+}
+
+/// Why a call did not reach the plugin, or lost it midway. tonic turns it
+/// into a status whose source is this error, which is how a transport
+/// failure is told from a status the plugin sent.
+#[derive(Debug, thiserror::Error)]
+pub enum ChannelError {
+    #[error("connecting to {path}: {source}")]
+    Dial { path: String, source: io::Error },
+    #[error("HTTP/2 handshake with {path}: {source}")]
+    Handshake { path: String, source: h2::Error },
+    #[error("reading the request body: {0}")]
+    Body(tonic::Status),
+    #[error(transparent)]
+    Http2(#[from] h2::Error),
+    #[error("request URI: {0}")]
+    Uri(#[from] http::Error),
+}
+
+/// Why a unary call failed.
+#[derive(Debug)]
+pub enum CallError {
+    /// The plugin answered with this status.
+    Status(tonic::Status),
+    /// The call did not reach the plugin, or its connection was lost.
+    Channel(ChannelError),
+    /// The plugin answered, but not in gRPC's form.
+    Invalid(String),
+}
+
+impl From<ChannelError> for CallError {
+    fn from(e: ChannelError) -> CallError {
+        CallError::Channel(e)
+    }
 }

@@ -4,7 +4,7 @@
 
 use bytes::{Buf, BufMut, Bytes, BytesMut};
 
-use crate::channel::{CallError, ChannelError};
+use crate::error::{CallError, ChannelError};
 
 /// The most an answer's message may take: the limit tonic's clients keep by
 /// default, which a ListVolumes page is sized within.

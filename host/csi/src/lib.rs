@@ -10,11 +10,11 @@ mod grpc_frame;
 pub mod registry;
 
 pub use berth_proto::csi::v1 as proto;
-pub use channel::{CallError, ChannelError, PluginChannel, StreamBody};
+pub use channel::{PluginChannel, StreamBody};
 pub use client::{ClientOptions, CsiClient, unix_channel};
 pub use endpoint::{Endpoint, EndpointError};
 pub use error::error_chain;
-pub use error::{CsiError, Failure};
+pub use error::{CallError, ChannelError, CsiError, Failure};
 pub use fingerprint::Fingerprint;
 
 /// The CSI spec's default for how long one RPC may take before the CO gives up on it.

@@ -20,5 +20,3 @@ pub use berth_store as store;
 
 #[cfg(test)]
 mod paused;
-#[cfg(test)]
-mod tidy;

@@ -8,7 +8,7 @@ use redb::{Database, ReadOnlyDatabase, ReadableDatabase, ReadableTable, TableDef
 
 use crate::committer::{Change, CommitError, Committer, Table};
 use crate::private::{private_dir, private_file, warn_if_shared};
-use crate::{NodeRecord, SCHEMA_VERSION, Store, StoreError, TokenRecord, decode, encode};
+use crate::{NodeRecord, SCHEMA_VERSION, Store, StoreError, TokenRecord, decode, encode, failed};
 use berth_model::VolumeRecord;
 
 const VOLUMES: TableDefinition<&str, &[u8]> = TableDefinition::new("volumes");
@@ -69,10 +69,6 @@ fn create(path: &Path) -> std::io::Result<()> {
         let db = open_db(temporary).map_err(std::io::Error::other)?;
         prepare(&db, None, false).map_err(std::io::Error::other)
     })
-}
-
-pub(crate) fn failed(e: impl std::fmt::Display) -> StoreError {
-    StoreError::Failed(e.to_string())
 }
 
 /// A store file shorter than this cannot hold redb's header.

@@ -25,6 +25,11 @@ pub use private::{private_dir, private_file};
 /// The record format this release reads and writes.
 pub const SCHEMA_VERSION: u64 = 1;
 
+/// A failure of the embedded store's database, as the store reports it.
+pub(crate) fn failed(e: impl std::fmt::Display) -> StoreError {
+    StoreError::Failed(e.to_string())
+}
+
 #[derive(Debug, thiserror::Error)]
 pub enum StoreError {
     #[error("opening the store {path}: {message}")]

@@ -79,17 +79,17 @@ fn read_chunks(
     table: TableDefinition<'static, &'static str, &'static [u8]>,
     raw: &SyncSender<Raw>,
 ) -> Result<(), StoreError> {
-    let txn = db.begin_read().map_err(crate::embedded::failed)?;
+    let txn = db.begin_read().map_err(crate::failed)?;
     let table = match txn.open_table(table) {
         Ok(t) => t,
         Err(redb::TableError::TableDoesNotExist(_)) => return Ok(()),
-        Err(e) => return Err(crate::embedded::failed(e)),
+        Err(e) => return Err(crate::failed(e)),
     };
     let mut chunk = Vec::with_capacity(CHUNK);
     // A range of a read-only table holds its pages itself: its entries
     // outlive the table, and are sent as they are.
-    for entry in table.range::<&str>(..).map_err(crate::embedded::failed)? {
-        let (key, value) = entry.map_err(crate::embedded::failed)?;
+    for entry in table.range::<&str>(..).map_err(crate::failed)? {
+        let (key, value) = entry.map_err(crate::failed)?;
         chunk.push((key, value));
         if chunk.len() == CHUNK
             && raw

@@ -1,3 +1,5 @@
+//! The sample plugin's volume bookkeeping, tested on a real state directory.
+
 use super::*;
 
 fn new(name: &str, required: i64) -> NewVolume {

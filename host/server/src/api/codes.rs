@@ -4,12 +4,20 @@
 use tonic::{Code, Status};
 
 use super::ReloadError;
-use super::node_volumes::NodeBound;
 use crate::manager::RequestError;
 use crate::manager::tenancy::Denied;
 use crate::store::StoreError;
 
 /// Whatever a handler refuses a call with.
+/// Who a node's own calls may not claim to be, or act for.
+#[derive(Debug, thiserror::Error)]
+pub(super) enum NodeBound {
+    #[error("node {caller} may publish and unpublish volumes on itself only, not on {asked}")]
+    OtherNode { caller: String, asked: String },
+    #[error("this certificate was issued to node {certified}, not {claimed}")]
+    OtherCertificate { certified: String, claimed: String },
+}
+
 #[derive(Debug, thiserror::Error)]
 pub(super) enum Refusal {
     #[error(transparent)]

@@ -19,7 +19,7 @@ fn health(h: &Health) -> (&'static str, String) {
 
 impl BerthApi {
     /// The TLS cluster endpoint, which join tokens are for.
-    fn cluster(&self) -> Result<&crate::cluster::pki::ClusterTls, Status> {
+    fn cluster(&self) -> Result<&crate::cluster::service::ClusterTls, Status> {
         self.cluster.as_deref().ok_or_else(|| status(Refusal::NoCluster))
     }
 

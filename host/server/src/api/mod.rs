@@ -31,7 +31,7 @@ pub struct BerthApi {
     manager: Arc<VolumeManager>,
     reloader: Arc<dyn PolicyReload>,
     /// The TLS cluster endpoint, when there is one (join tokens come from its CA).
-    cluster: Option<Arc<crate::cluster::pki::ClusterTls>>,
+    cluster: Option<Arc<crate::cluster::service::ClusterTls>>,
     /// With the etcd store: this server's part in the election (it leads
     /// while this API answers).
     election: Option<Arc<crate::leadership::Election>>,
@@ -41,7 +41,7 @@ impl BerthApi {
     pub fn new(
         manager: Arc<VolumeManager>,
         reloader: Arc<dyn PolicyReload>,
-        cluster: Option<Arc<crate::cluster::pki::ClusterTls>>,
+        cluster: Option<Arc<crate::cluster::service::ClusterTls>>,
         election: Option<Arc<crate::leadership::Election>>,
     ) -> Self {
         BerthApi {

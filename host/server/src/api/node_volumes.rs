@@ -11,20 +11,11 @@ use berth_proto::berth::v1 as api;
 use tonic::{Request, Response, Status};
 
 use super::BerthApi;
-use super::codes::{Refusal, status};
+use super::codes::{NodeBound, Refusal, status};
 use super::docker_calls::DockerCall;
 use crate::cluster::directory::Directory;
 use crate::cluster::service::certified_node;
 use crate::model::NODE_HEADER;
-
-/// Who a node's own calls may not claim to be, or act for.
-#[derive(Debug, thiserror::Error)]
-pub(super) enum NodeBound {
-    #[error("node {caller} may publish and unpublish volumes on itself only, not on {asked}")]
-    OtherNode { caller: String, asked: String },
-    #[error("this certificate was issued to node {certified}, not {claimed}")]
-    OtherCertificate { certified: String, claimed: String },
-}
 
 pub struct NodeVolumesApi {
     api: Arc<BerthApi>,

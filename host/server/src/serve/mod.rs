@@ -21,7 +21,7 @@ use crate::api::{self, ReloadError};
 use crate::cluster::pki::{ClusterCa, ca_dir};
 use crate::config::Config;
 use crate::metrics;
-use crate::policy::{Decision, ModuleConfig, Policies, PolicyStats};
+use crate::policy::{Decision, EngineOptions, ModuleConfig, Policies, PolicyStats};
 use crate::store::RedbStore;
 pub use error::ServeError;
 
@@ -42,6 +42,25 @@ fn modules_in(config: &Config, shadow: bool) -> Vec<(ModuleConfig, Vec<Decision>
         .filter(|p| p.shadow == shadow)
         .map(|p| (p.module.clone(), p.decisions.clone()))
         .collect()
+}
+
+/// The share of one core shadow modules may take, unless every decision is to be shadowed.
+const SHADOW_SHARE: f64 = 0.05;
+
+fn engine_options(config: &Config) -> EngineOptions {
+    let max_memory = config
+        .policies
+        .iter()
+        .map(|p| p.module.limits.memory_bytes)
+        .max()
+        .unwrap_or(0);
+    EngineOptions {
+        max_module_memory: max_memory.max(EngineOptions::default().max_module_memory),
+        // A takeover or a restart maps the code compiled before instead of compiling.
+        compiled_dir: Some(config.state.with_file_name("policy-compiled")),
+        shadow_share: (!config.shadow_every_decision).then_some(SHADOW_SHARE),
+        ..EngineOptions::default()
+    }
 }
 
 /// Puts `config`'s modules, live and shadow, in service at once.

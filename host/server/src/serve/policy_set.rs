@@ -135,7 +135,7 @@ pub async fn prepare(config: &Config, stored: Option<&PolicySetRecord>) -> Resul
     tokio::task::spawn_blocking(move || {
         // The term's own settings: the pools a module needs, and the
         // compiled code a takeover then maps.
-        let options = super::term::engine_options(&effective);
+        let options = super::engine_options(&effective);
         let engine =
             crate::policy::PolicyEngine::new(options).map_err(|e| ReloadError::Engine(format!("{e:#}")))?;
         let policies =

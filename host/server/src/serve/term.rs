@@ -25,7 +25,7 @@ use crate::metrics::readiness::NotReady;
 use crate::metrics::{self, live::Observed};
 use crate::model::Paths;
 use crate::policy::builtin::Builtins;
-use crate::policy::{EngineOptions, Policies, PolicyEngine};
+use crate::policy::{Policies, PolicyEngine};
 use crate::store::{Committer, NodeRecord, Store};
 
 /// What a term is handed.
@@ -55,28 +55,9 @@ pub(super) enum TermSocket {
 /// The engine for `config`'s modules, sized for the largest; a follower
 /// preparing the set compiles with the same settings, so a takeover maps
 /// what it compiled.
-/// The share of one core shadow modules may take, unless every decision is to be shadowed.
-const SHADOW_SHARE: f64 = 0.05;
-
-pub(super) fn engine_options(config: &Config) -> EngineOptions {
-    let max_memory = config
-        .policies
-        .iter()
-        .map(|p| p.module.limits.memory_bytes)
-        .max()
-        .unwrap_or(0);
-    EngineOptions {
-        max_module_memory: max_memory.max(EngineOptions::default().max_module_memory),
-        // A takeover or a restart maps the code compiled before instead of compiling.
-        compiled_dir: Some(config.state.with_file_name("policy-compiled")),
-        shadow_share: (!config.shadow_every_decision).then_some(SHADOW_SHARE),
-        ..EngineOptions::default()
-    }
-}
-
 /// The policy modules of `config`, on an engine sized for the largest.
 fn policies(config: &Config) -> Result<Arc<Policies>, ServeError> {
-    let engine = PolicyEngine::new(engine_options(config)).map_err(ServeError::Engine)?;
+    let engine = PolicyEngine::new(super::engine_options(config)).map_err(ServeError::Engine)?;
     let policies = Arc::new(Policies::new(Arc::new(engine), Builtins::default()));
     super::put_modules(&policies, config)?;
     for s in policies.stats() {

@@ -1,3 +1,5 @@
+//! The embedded store's tests, on real redb files.
+
 use std::sync::Arc;
 
 use super::*;
