@@ -1,66 +1,61 @@
 //! The volume manager: desired and observed state of every volume, and the
 //! reconciler that drives CSI plugins until they match.
 //!
-//! - `table` — the records and their durable changes; `indexes` — kept in step with them;
-//! - `requests` — the operators' requests;
-//! - `plan` — the next step for a record (pure);
-//! - `outcome` — what a step changes in a record, and how a step fails;
-//! - `reconcile` — the loop, write batching, failures and retries;
-//! - `steps` — the CSI call of each step;
-//! - `decisions` — guest decisions: naming and placement;
-//! - `decision_log` — every decision, kept in the store for replay and explain;
-//! - `snapshots` — snapshot requests; `adoption` — import and forget;
-//! - `inquiries` — health and orphans, asked of the plugins on request;
-//! - `capacity` — GET_CAPACITY in placement;
-//! - `node_view` — nodes as placement and the API see them;
-//! - `nodes` — node-side operations; `queue` — the work queue;
-//! - `node_sync` — what a (re)registering node is told, and records it lost.
+//! One [`VolumeManager`] is made per term; what its parts share is one
+//! `Core` (`shared.rs`), and each concern is a view of it with methods of
+//! its own, in a folder of its own:
+//!
+//! - `requests/` — [`Requests`]: what the API asks of volumes (declare,
+//!   change, publish, unpublish, delete, retry, import, forget), the
+//!   topology checks at declaration and publish, and the health and orphans
+//!   asked of the plugins. Every request passes here: it is checked, made
+//!   durable, then queued.
+//! - `tenancy.rs` — [`Docker`](tenancy::Docker): the same requests bounded by a node's Docker scope.
+//! - `snapshots/` — [`Snapshots`]: snapshots and group snapshots.
+//! - `worker/` — [`Worker`]: the loop (`mod.rs`) that takes a volume from the
+//!   queue, plans its next step (`plan.rs`, pure), makes the call
+//!   (`steps.rs`, `snapshot_steps.rs`), applies the outcome (`outcome.rs`)
+//!   and retries (`deadlines.rs`); what holds steps back (`plugin_waits.rs`).
+//! - `decisions/` — [`Decisions`]: naming and placement by policy, the
+//!   capacity placement asks for, and the decision log.
+//! - `fleet/` — [`Fleet`]: nodes as placement and the API see them, their
+//!   drains, forgets and removals, and what a (re)registering node is told.
+//! - `nodes.rs` — the node side's interface ([`nodes::NodeAgent`],
+//!   [`nodes::NodeSync`]), which `cluster` implements.
+//! - `table/` — the records, their indexes and their durable changes.
+//! - `errors/` — why a request is refused.
 //!
 //! On start, the manager loads the store and queues every volume, so
 //! unfinished work resumes.
 
-mod adoption;
-mod capacity;
-mod conflict;
-mod deadlines;
-pub mod decision_log;
 mod decisions;
+mod errors;
+mod fleet;
 mod gauges;
-mod groups;
-mod indexes;
-mod inquiries;
-mod missing;
-mod node_admin;
-mod node_sync;
-mod node_view;
 pub mod nodes;
-mod outcome;
-mod plan;
-mod plugin_waits;
-mod queue;
-mod reconcile;
-mod records;
 mod requests;
 pub mod secrets;
-mod snapshot_steps;
+mod shared;
 mod snapshots;
-mod steps;
 mod table;
-mod taken;
 pub mod tenancy;
-mod topology_checks;
-mod unready;
+mod worker;
 
-pub use groups::{GroupView, MAX_GROUP_MEMBERS};
-pub use inquiries::{Health, NodeHealth, Orphans};
-pub use node_sync::as_sync;
-pub use node_view::NodePluginView;
+pub use decisions::Decisions;
+pub use fleet::Fleet;
+pub use fleet::NodePluginView;
+pub use fleet::sync::as_sync;
+pub use requests::Requests;
+pub use requests::inquiries::{Health, NodeHealth, Orphans};
 pub use requests::validate_spec;
+pub use shared::Core;
 pub use snapshots::SnapshotView;
+pub use snapshots::Snapshots;
+pub use snapshots::groups::{GroupView, MAX_GROUP_MEMBERS};
 pub use table::{Counts, Waiting};
+pub use worker::Worker;
 
 use std::sync::Arc;
-use std::time::Duration;
 
 use tokio::sync::watch;
 
@@ -70,12 +65,12 @@ use berth_csi::registry::Registry;
 use berth_model::{VolumeRecord, VolumeState};
 use berth_policy::Policies;
 use berth_store::{Store, StoreError};
-pub use conflict::{Conflict, Unforgettable};
-pub use missing::Missing;
-use queue::Queue;
+pub use errors::conflict::{Conflict, Unforgettable};
+pub use errors::missing::Missing;
+pub use errors::taken::Taken;
+pub use errors::unready::Unready;
 use table::VolumeTable;
-pub use taken::Taken;
-pub use unready::Unready;
+use worker::queue::Queue;
 
 /// Why an operator's request was refused. The API maps these to gRPC codes.
 #[derive(Debug, thiserror::Error)]
@@ -139,27 +134,12 @@ pub struct Summary {
     pub waiting: u64,
 }
 
+/// The volume manager, as the server sees it: made from the store, the
+/// plugins, the policies and the node side; started once; asked through
+/// its concerns (`requests()`, `snapshots()`, `nodes()`, `docker()`), each
+/// a view of the one [`Core`] they share.
 pub struct VolumeManager {
-    config: Config,
-    table: VolumeTable,
-    registry: Arc<Registry>,
-    policies: Arc<Policies>,
-    secrets: Secrets,
-    /// Every node, through its agent.
-    nodes: Arc<dyn nodes::NodeAgent>,
-    queue: Queue,
-    /// When each retrying volume is due, by the monotonic clock.
-    deadlines: deadlines::Deadlines,
-    capacity: capacity::CapacityCache,
-    /// With several servers: whether this one may still act as the leader.
-    tenure: std::sync::OnceLock<Tenure>,
-    /// When this manager (a term) started, by the monotonic clock: until a
-    /// heartbeat timeout after it, a node not heard from yet may be an agent
-    /// still reattaching, not a node gone.
-    started: tokio::time::Instant,
-    /// Where decisions are logged; started with the workers.
-    store: Arc<dyn Store>,
-    decision_log: std::sync::OnceLock<decision_log::DecisionLog>,
+    core: Arc<Core>,
 }
 
 /// Asked before every call to a plugin; false once the lease it leads by
@@ -167,6 +147,13 @@ pub struct VolumeManager {
 pub type Tenure = Box<dyn Fn() -> bool + Send + Sync>;
 
 pub use berth_model::clock::now_ms;
+
+impl std::ops::Deref for VolumeManager {
+    type Target = Arc<Core>;
+    fn deref(&self) -> &Arc<Core> {
+        &self.core
+    }
+}
 
 impl VolumeManager {
     /// Loads every volume from the store; call [`VolumeManager::start`] to reconcile.
@@ -177,7 +164,7 @@ impl VolumeManager {
         policies: Arc<Policies>,
         nodes: Arc<dyn nodes::NodeAgent>,
     ) -> Result<Arc<Self>, StoreError> {
-        Ok(Arc::new(VolumeManager {
+        let core = Core {
             table: VolumeTable::load(store.clone())?,
             store,
             decision_log: std::sync::OnceLock::new(),
@@ -191,7 +178,8 @@ impl VolumeManager {
             capacity: Default::default(),
             tenure: std::sync::OnceLock::new(),
             started: tokio::time::Instant::now(),
-        }))
+        };
+        Ok(Arc::new(VolumeManager { core: Arc::new(core) }))
     }
 
     /// Makes every plugin call wait on `tenure` (set once, before `start`):
@@ -203,20 +191,20 @@ impl VolumeManager {
 
     /// Whether this server may act (always, with one server).
     pub fn may_act(&self) -> bool {
-        self.tenure.get().is_none_or(|t| t())
+        self.core.may_act()
     }
 
     /// Starts the workers and queues every stored volume.
     pub fn start(self: &Arc<Self>) -> tokio::task::JoinSet<()> {
         self.decision_log
-            .get_or_init(|| decision_log::DecisionLog::start(self.store.clone(), self.config.decision_log));
+            .get_or_init(|| decisions::log::DecisionLog::start(self.store.clone(), self.config.decision_log));
         let mut workers = tokio::task::JoinSet::new();
         for _ in 0..self.config.workers {
-            let m = self.clone();
+            let m = self.core.clone();
             workers.spawn(async move {
                 loop {
                     let id = m.queue.take().await;
-                    m.reconcile(&id).await;
+                    m.worker().reconcile(&id).await;
                     m.queue.done(&id);
                     // A queue that is never empty (a restart's every volume)
                     // and volumes that need no call never wait: without this,
@@ -240,26 +228,19 @@ impl VolumeManager {
         &self.config
     }
 
-    /// Keeps a decision in the decision log (once the workers started).
-    pub(crate) fn log_decision(&self, entry: berth_policy::logged::Logged) {
-        if let Some(log) = self.decision_log.get() {
-            log.record(entry);
-        }
-    }
-
     /// Decisions that went unlogged.
     pub fn decisions_unlogged(&self) -> u64 {
         self.decision_log.get().map_or(0, |l| l.dropped())
     }
 
-    /// A page of the decision log: see [`decision_log::read`].
+    /// A page of the decision log: see [`decisions::log::read`].
     pub async fn logged_decisions(
         &self,
         decision: berth_policy::Decision,
         after: &str,
         limit: usize,
     ) -> Result<Vec<(String, berth_policy::logged::Logged)>, StoreError> {
-        decision_log::read(self.store.as_ref(), decision, after, limit).await
+        decisions::log::read(self.store.as_ref(), decision, after, limit).await
     }
 
     pub fn policies(&self) -> &Arc<Policies> {
@@ -290,10 +271,6 @@ impl VolumeManager {
         self.table.waiting(id)
     }
 
-    pub fn get(&self, name: &str) -> Option<VolumeRecord> {
-        self.table.by_name(name)
-    }
-
     /// Every volume, by name.
     pub fn list(&self) -> Vec<VolumeRecord> {
         self.table.list()
@@ -319,23 +296,5 @@ impl VolumeManager {
             retrying,
             waiting,
         }
-    }
-
-    /// Removes a volume for good (after DeleteVolume, or if it never existed on a plugin).
-    async fn remove_record(&self, id: &str) -> Result<(), StoreError> {
-        self.deadlines.clear(id);
-        self.table.remove(id).await
-    }
-
-    /// Queues a volume again after `delay`.
-    fn wake_after(self: &Arc<Self>, id: &str, delay: Duration) {
-        let m = Arc::downgrade(self);
-        let id = id.to_string();
-        tokio::spawn(async move {
-            tokio::time::sleep(delay).await;
-            if let Some(m) = m.upgrade() {
-                m.queue.push(&id);
-            }
-        });
     }
 }

@@ -7,7 +7,7 @@ use crate::Missing;
 use berth_model::text::echo;
 use berth_model::{DockerScope, Origin, Publication, VolumeRecord, VolumeSpec};
 
-use crate::{RequestError, VolumeManager};
+use crate::RequestError;
 
 /// Why a Docker request was refused (PERMISSION_DENIED on the wire).
 #[derive(Debug, thiserror::Error)]
@@ -48,7 +48,13 @@ fn unseen(name: &str, node: &str) -> RequestError {
     .into()
 }
 
-impl VolumeManager {
+crate::shared::view!(
+    /// Requests bounded by a Docker scope: what a node's Docker may see and do.
+    Docker,
+    docker
+);
+
+impl Docker<'_> {
     /// Whether `node`'s Docker may create and remove volumes: an agent's node
     /// listed in `docker_create_from`, or the in-process node of `[docker]`
     /// with `create_volumes`.
@@ -102,6 +108,7 @@ impl VolumeManager {
             return Err(Denied::Taken(echo(&name)).into());
         }
         let r = self
+            .requests()
             .create_as(spec, Origin::docker(node), DockerScope::ByOrigin)
             .await?;
         match Self::in_docker_scope(&r, node) {
@@ -117,29 +124,30 @@ impl VolumeManager {
             return Err(Denied::NoCreate(node.into()).into());
         }
         self.docker_get(node, name)?;
-        self.delete_checked(name, |r| {
-            if !Self::in_docker_scope(r, node) {
-                return Err(unseen(name, node));
-            }
-            if !r.made_by.may_be_docker() {
-                return Err(Denied::NotDockers(echo(name)).into());
-            }
-            let on: Vec<&str> = r
-                .publications
-                .iter()
-                .filter(|(_, p)| p.wanted)
-                .map(|(n, _)| n.as_str())
-                .collect();
-            match on.is_empty() {
-                true => Ok(()),
-                false => Err(Denied::InUse {
-                    name: echo(name),
-                    on: on.join(", "),
+        self.requests()
+            .delete_checked(name, |r| {
+                if !Self::in_docker_scope(r, node) {
+                    return Err(unseen(name, node));
                 }
-                .into()),
-            }
-        })
-        .await
+                if !r.made_by.may_be_docker() {
+                    return Err(Denied::NotDockers(echo(name)).into());
+                }
+                let on: Vec<&str> = r
+                    .publications
+                    .iter()
+                    .filter(|(_, p)| p.wanted)
+                    .map(|(n, _)| n.as_str())
+                    .collect();
+                match on.is_empty() {
+                    true => Ok(()),
+                    false => Err(Denied::InUse {
+                        name: echo(name),
+                        on: on.join(", "),
+                    }
+                    .into()),
+                }
+            })
+            .await
     }
 
     /// Publishes a volume in its scope on `node`, for `node`'s Docker.
@@ -149,17 +157,18 @@ impl VolumeManager {
         name: &str,
         readonly: bool,
     ) -> Result<VolumeRecord, RequestError> {
-        self.publish_as(
-            name,
-            Some(node),
-            readonly,
-            Origin::docker(node),
-            |r| match Self::in_docker_scope(r, node) {
-                true => Ok(()),
-                false => Err(unseen(name, node)),
-            },
-        )
-        .await
+        self.requests()
+            .publish_as(
+                name,
+                Some(node),
+                readonly,
+                Origin::docker(node),
+                |r| match Self::in_docker_scope(r, node) {
+                    true => Ok(()),
+                    false => Err(unseen(name, node)),
+                },
+            )
+            .await
     }
 
     /// Unpublishes a volume from `node` for `node`'s Docker: only a
@@ -178,7 +187,7 @@ impl VolumeManager {
             }
             .into()),
         };
-        self.unpublish_checked(name, node, mine).await
+        self.requests().unpublish_checked(name, node, mine).await
     }
 
     /// Creates a volume for an operator (the API), in `docker`'s scope.
@@ -187,7 +196,7 @@ impl VolumeManager {
         spec: VolumeSpec,
         docker: DockerScope,
     ) -> Result<VolumeRecord, RequestError> {
-        self.create_as(spec, Origin::Api, docker).await
+        self.requests().create_as(spec, Origin::Api, docker).await
     }
 
     /// Marks which nodes' Docker may see and publish a volume (the

@@ -7,6 +7,7 @@
 
 mod circles;
 mod layers;
+mod methods;
 mod module_docs;
 
 use std::path::{Path, PathBuf};

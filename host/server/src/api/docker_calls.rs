@@ -95,7 +95,7 @@ impl BerthApi {
     pub(super) async fn docker_call(&self, node: &str, call: DockerCall) -> Result<api::Volume, Status> {
         let m = &self.manager;
         let r = match call {
-            DockerCall::Get(name) => m.docker_get(node, &name),
+            DockerCall::Get(name) => m.docker().docker_get(node, &name),
             DockerCall::Create(spec) => {
                 if !spec.docker_scope.is_empty() {
                     return Err(status(RequestError::Invalid(
@@ -103,11 +103,11 @@ impl BerthApi {
                     )));
                 }
                 let spec = spec_from_api(*spec).map_err(status)?;
-                m.docker_create(node, spec).await
+                m.docker().docker_create(node, spec).await
             }
-            DockerCall::Delete(name) => m.docker_delete(node, &name).await,
-            DockerCall::Publish { name, readonly } => m.docker_publish(node, &name, readonly).await,
-            DockerCall::Unpublish(name) => m.docker_unpublish(node, &name).await,
+            DockerCall::Delete(name) => m.docker().docker_delete(node, &name).await,
+            DockerCall::Publish { name, readonly } => m.docker().docker_publish(node, &name, readonly).await,
+            DockerCall::Unpublish(name) => m.docker().docker_unpublish(node, &name).await,
         }
         .map_err(status)?;
         Ok(docker_view(m, &r, node, true))
@@ -118,6 +118,7 @@ impl BerthApi {
         let m = &self.manager;
         api::ListVolumesResponse {
             volumes: m
+                .docker()
                 .docker_list(node)
                 .iter()
                 .map(|r| docker_view(m, r, node, false))

@@ -43,7 +43,7 @@ impl BerthApi {
                     .map_or(0, |d| d.as_millis() as u64),
             })
             .collect();
-        for v in m.node_views(None) {
+        for v in m.fleet().node_views(None) {
             let (h, reason) = health(&v.health);
             let plugin = api::NodePlugin {
                 plugin: v.plugin,
@@ -150,7 +150,7 @@ impl BerthApi {
                     (Some(_), Some(s)) => health(&s.health),
                     (Some(_), None) => ("unknown", String::new()),
                 };
-                let nodes = m.node_views(Some(&p.name));
+                let nodes = m.fleet().node_views(Some(&p.name));
                 let healthy = nodes.iter().filter(|n| n.health == Health::Healthy).count();
                 api::PluginStatus {
                     name: p.name.clone(),

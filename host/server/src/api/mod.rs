@@ -100,6 +100,7 @@ impl api::berth_server::Berth for BerthApi {
         let spec = spec_from_api(spec).map_err(status)?;
         let r = self
             .manager
+            .docker()
             .create_with_scope(spec, scope)
             .await
             .map_err(status)?;
@@ -156,7 +157,12 @@ impl api::berth_server::Berth for BerthApi {
             return self.docker_call(&node, call).await.map(Response::new);
         }
         let req = req.into_inner();
-        let r = self.manager.delete(&req.name, req.force).await.map_err(status)?;
+        let r = self
+            .manager
+            .requests()
+            .delete(&req.name, req.force)
+            .await
+            .map_err(status)?;
         Ok(Response::new(volume_to_api(&self.manager, &r)))
     }
 
@@ -176,6 +182,7 @@ impl api::berth_server::Berth for BerthApi {
         let node = (!req.node.is_empty()).then_some(req.node.as_str());
         let r = self
             .manager
+            .requests()
             .publish(&req.name, node, req.readonly)
             .await
             .map_err(status)?;
@@ -197,6 +204,7 @@ impl api::berth_server::Berth for BerthApi {
         }
         let r = self
             .manager
+            .requests()
             .unpublish(&req.name, &req.node)
             .await
             .map_err(status)?;
@@ -210,6 +218,7 @@ impl api::berth_server::Berth for BerthApi {
         let req = req.into_inner();
         let r = self
             .manager
+            .requests()
             .expand(&req.name, req.required_bytes)
             .await
             .map_err(status)?;
@@ -224,6 +233,7 @@ impl api::berth_server::Berth for BerthApi {
         let changes = req.mutable_parameters.into_iter().collect();
         let r = self
             .manager
+            .requests()
             .modify_parameters(&req.name, changes)
             .await
             .map_err(status)?;
@@ -237,7 +247,12 @@ impl api::berth_server::Berth for BerthApi {
         let req = req.into_inner();
         let spec = req.spec.ok_or_else(|| status(Refusal::Missing("spec")))?;
         let spec = spec_from_api(spec).map_err(status)?;
-        let r = self.manager.import(spec, &req.volume_id).await.map_err(status)?;
+        let r = self
+            .manager
+            .requests()
+            .import(spec, &req.volume_id)
+            .await
+            .map_err(status)?;
         Ok(Response::new(volume_to_api(&self.manager, &r)))
     }
 
@@ -247,6 +262,7 @@ impl api::berth_server::Berth for BerthApi {
     ) -> Result<Response<api::Volume>, Status> {
         let r = self
             .manager
+            .requests()
             .forget(&req.into_inner().name)
             .await
             .map_err(status)?;
@@ -264,6 +280,7 @@ impl api::berth_server::Berth for BerthApi {
             .map_err(|e| status(RequestError::Invalid(format!("scope: {e}"))))?;
         let r = self
             .manager
+            .docker()
             .set_docker_scope(&req.name, scope)
             .await
             .map_err(status)?;
@@ -276,6 +293,7 @@ impl api::berth_server::Berth for BerthApi {
     ) -> Result<Response<api::VolumeHealthResponse>, Status> {
         let h = self
             .manager
+            .requests()
             .health(&req.into_inner().name)
             .await
             .map_err(status)?;
@@ -289,6 +307,7 @@ impl api::berth_server::Berth for BerthApi {
         let req = req.into_inner();
         let s = self
             .manager
+            .snapshots()
             .create_snapshot(&req.name, &req.volume)
             .await
             .map_err(status)?;
@@ -301,6 +320,7 @@ impl api::berth_server::Berth for BerthApi {
     ) -> Result<Response<api::Snapshot>, Status> {
         let s = self
             .manager
+            .snapshots()
             .delete_snapshot(&req.into_inner().name)
             .await
             .map_err(status)?;
@@ -313,6 +333,7 @@ impl api::berth_server::Berth for BerthApi {
     ) -> Result<Response<api::Snapshot>, Status> {
         let s = self
             .manager
+            .snapshots()
             .get_snapshot(&req.into_inner().name)
             .map_err(status)?;
         Ok(Response::new(inquiries::snapshot_to_api(&s)))
@@ -325,6 +346,7 @@ impl api::berth_server::Berth for BerthApi {
         let volume = req.into_inner().volume;
         let all = self
             .manager
+            .snapshots()
             .list_snapshots((!volume.is_empty()).then_some(volume.as_str()))
             .map_err(status)?;
         Ok(Response::new(api::ListSnapshotsResponse {
@@ -339,6 +361,7 @@ impl api::berth_server::Berth for BerthApi {
         let req = req.into_inner();
         let g = self
             .manager
+            .snapshots()
             .create_group_snapshot(&req.name, &req.volumes)
             .await
             .map_err(status)?;
@@ -351,6 +374,7 @@ impl api::berth_server::Berth for BerthApi {
     ) -> Result<Response<api::GroupSnapshot>, Status> {
         let g = self
             .manager
+            .snapshots()
             .delete_group_snapshot(&req.into_inner().name)
             .await
             .map_err(status)?;
@@ -363,6 +387,7 @@ impl api::berth_server::Berth for BerthApi {
     ) -> Result<Response<api::GroupSnapshot>, Status> {
         let g = self
             .manager
+            .snapshots()
             .get_group_snapshot(&req.into_inner().name)
             .map_err(status)?;
         Ok(Response::new(inquiries::group_to_api(&g)))
@@ -372,7 +397,7 @@ impl api::berth_server::Berth for BerthApi {
         &self,
         _: Request<api::ListGroupSnapshotsRequest>,
     ) -> Result<Response<api::ListGroupSnapshotsResponse>, Status> {
-        let groups = self.manager.list_group_snapshots();
+        let groups = self.manager.snapshots().list_group_snapshots();
         Ok(Response::new(api::ListGroupSnapshotsResponse {
             groups: groups.iter().map(inquiries::group_to_api).collect(),
         }))
@@ -384,6 +409,7 @@ impl api::berth_server::Berth for BerthApi {
     ) -> Result<Response<api::PluginOrphansResponse>, Status> {
         let o = self
             .manager
+            .requests()
             .orphans(&req.into_inner().plugin)
             .await
             .map_err(status)?;
@@ -436,7 +462,12 @@ impl api::berth_server::Berth for BerthApi {
         &self,
         req: Request<api::RetryVolumeRequest>,
     ) -> Result<Response<api::Volume>, Status> {
-        let r = self.manager.retry(&req.into_inner().name).await.map_err(status)?;
+        let r = self
+            .manager
+            .requests()
+            .retry(&req.into_inner().name)
+            .await
+            .map_err(status)?;
         Ok(Response::new(volume_to_api(&self.manager, &r)))
     }
 
@@ -445,7 +476,12 @@ impl api::berth_server::Berth for BerthApi {
         req: Request<api::DrainNodeRequest>,
     ) -> Result<Response<api::NodeChangeResponse>, Status> {
         let r = req.into_inner();
-        let publications = self.manager.drain_node(&r.name, r.undo).await.map_err(status)?;
+        let publications = self
+            .manager
+            .fleet()
+            .drain_node(&r.name, r.undo)
+            .await
+            .map_err(status)?;
         Ok(Response::new(api::NodeChangeResponse { publications }))
     }
 
@@ -454,7 +490,12 @@ impl api::berth_server::Berth for BerthApi {
         req: Request<api::ForgetNodeRequest>,
     ) -> Result<Response<api::NodeChangeResponse>, Status> {
         let r = req.into_inner();
-        let publications = self.manager.forget_node(&r.name, r.force).await.map_err(status)?;
+        let publications = self
+            .manager
+            .fleet()
+            .forget_node(&r.name, r.force)
+            .await
+            .map_err(status)?;
         Ok(Response::new(api::NodeChangeResponse { publications }))
     }
 
@@ -463,6 +504,7 @@ impl api::berth_server::Berth for BerthApi {
         req: Request<api::RemoveNodeRequest>,
     ) -> Result<Response<api::NodeChangeResponse>, Status> {
         self.manager
+            .fleet()
             .remove_node(&req.into_inner().name)
             .await
             .map_err(status)?;

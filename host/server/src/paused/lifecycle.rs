@@ -60,13 +60,13 @@ async fn a_give_up_stops_every_call_until_an_operator_retries() {
     );
     assert_eq!(core.volume("v1").state(), VolumeState::Failed);
 
-    core.manager.retry("v1").await.unwrap();
+    core.manager.requests().retry("v1").await.unwrap();
     core.until("given up again", |c| {
         c.volume("v1").failure.is_some() && c.plugin.calls("CreateVolume").len() == 6
     })
     .await;
     core.plugin.heal("CreateVolume");
-    core.manager.retry("v1").await.unwrap();
+    core.manager.requests().retry("v1").await.unwrap();
     core.until("created at last", |c| {
         c.volume("v1").state() == VolumeState::Available
     })
@@ -86,7 +86,11 @@ async fn a_failed_node_call_is_retried_by_the_policy_alone_and_stops_at_its_give
     core.until("created", |c| c.volume("v1").state() == VolumeState::Available)
         .await;
     core.plugin.fail("NodeStageVolume", Code::Internal, usize::MAX);
-    core.manager.publish("v1", Some("n1"), false).await.unwrap();
+    core.manager
+        .requests()
+        .publish("v1", Some("n1"), false)
+        .await
+        .unwrap();
     core.until("given up", |c| c.volume("v1").failure.is_some()).await;
     let stages = core.plugin.calls("NodeStageVolume");
     assert_eq!(stages.len(), 3, "the node calls what the policy allows, no more");
@@ -106,7 +110,7 @@ async fn a_failed_node_call_is_retried_by_the_policy_alone_and_stops_at_its_give
     assert!(core.plugin.calls("NodePublishVolume").is_empty());
 
     core.plugin.heal("NodeStageVolume");
-    core.manager.retry("v1").await.unwrap();
+    core.manager.requests().retry("v1").await.unwrap();
     core.until("published", |c| c.volume("v1").state() == VolumeState::Published)
         .await;
     assert_eq!(core.plugin.calls("NodeStageVolume").len(), 4);
@@ -122,13 +126,17 @@ async fn a_failed_node_call_is_retried_by_the_policy_alone_and_stops_at_its_give
 async fn a_publication_converges_through_the_agent_in_the_spec_order_both_ways() {
     let core = start(retry(SECOND, 3), true, None).await;
     core.create("v1").await;
-    core.manager.publish("v1", Some("n1"), false).await.unwrap();
+    core.manager
+        .requests()
+        .publish("v1", Some("n1"), false)
+        .await
+        .unwrap();
     core.until("published", |c| c.volume("v1").state() == VolumeState::Published)
         .await;
-    core.manager.unpublish("v1", "n1").await.unwrap();
+    core.manager.requests().unpublish("v1", "n1").await.unwrap();
     core.until("unpublished", |c| c.volume("v1").publications.is_empty())
         .await;
-    core.manager.delete("v1", false).await.unwrap();
+    core.manager.requests().delete("v1", false).await.unwrap();
     core.until("deleted", |c| c.manager.get("v1").is_none()).await;
     assert_eq!(
         core.plugin.log(),
@@ -155,7 +163,11 @@ async fn a_publication_is_marked_sent_by_its_request_and_needs_no_write_of_its_o
     core.until("created", |c| c.volume("v1").state() == VolumeState::Available)
         .await;
     let before = core.record_writes();
-    core.manager.publish("v1", Some("n1"), false).await.unwrap();
+    core.manager
+        .requests()
+        .publish("v1", Some("n1"), false)
+        .await
+        .unwrap();
     assert!(
         core.volume("v1").publications["n1"].sent,
         "marked sent with the request's own write"
@@ -179,9 +191,13 @@ async fn a_publication_withdrawn_before_its_first_call_is_dropped_without_one() 
         !c.plugin.calls("CreateVolume").is_empty()
     })
     .await;
-    core.manager.publish("v1", Some("n1"), false).await.unwrap();
+    core.manager
+        .requests()
+        .publish("v1", Some("n1"), false)
+        .await
+        .unwrap();
     assert!(core.volume("v1").publications["n1"].sent, "marked by the request");
-    core.manager.unpublish("v1", "n1").await.unwrap();
+    core.manager.requests().unpublish("v1", "n1").await.unwrap();
     assert!(
         !core.volume("v1").publications["n1"].sent,
         "unmarked by the withdrawal: no plugin has heard of it"
@@ -199,17 +215,21 @@ async fn a_publication_withdrawn_before_its_first_call_is_dropped_without_one() 
     );
 
     // A publication whose first call went out is undone with calls.
-    core.manager.publish("v1", Some("n1"), false).await.unwrap();
+    core.manager
+        .requests()
+        .publish("v1", Some("n1"), false)
+        .await
+        .unwrap();
     core.until("published", |c| c.volume("v1").state() == VolumeState::Published)
         .await;
     // Not while published, unless forced: the refusal names the node.
-    match core.manager.delete("v1", false).await {
+    match core.manager.requests().delete("v1", false).await {
         Err(crate::manager::RequestError::InUse(e)) => assert_eq!(e.nodes, ["n1"]),
         other => panic!("deleting a published volume: {other:?}"),
     }
     assert!(!core.volume("v1").deleting);
     assert_eq!(core.plugin.calls("NodeUnpublishVolume").len(), 0);
-    core.manager.delete("v1", true).await.unwrap();
+    core.manager.requests().delete("v1", true).await.unwrap();
     core.until("deleted", |c| c.manager.get("v1").is_none()).await;
     assert_eq!(core.plugin.calls("NodeUnpublishVolume").len(), 1);
     assert_eq!(core.plugin.calls("ControllerUnpublishVolume").len(), 1);
@@ -351,7 +371,7 @@ async fn new_names_follow_dockers_rule_and_a_name_from_before_keeps_working() {
     let core = super::start_with(super::plugin::MemoryPlugin::default(), store, retry(SECOND, 3)).await;
 
     for bad in ["../etc", "vol/a", "my other vol", ".hidden", "a:b"] {
-        match core.manager.create(spec(bad)).await {
+        match core.manager.requests().create(spec(bad)).await {
             Err(crate::manager::RequestError::OutOfBounds(e)) => {
                 assert!(e.to_string().contains("Docker's rule"), "{e}")
             }
@@ -362,9 +382,9 @@ async fn new_names_follow_dockers_rule_and_a_name_from_before_keeps_working() {
         c.volume("my vol").state() == VolumeState::Available
     })
     .await;
-    let again = core.manager.create(spec("my vol")).await.unwrap();
+    let again = core.manager.requests().create(spec("my vol")).await.unwrap();
     assert_eq!(again.id, core.volume("my vol").id);
-    core.manager.delete("my vol", false).await.unwrap();
+    core.manager.requests().delete("my vol", false).await.unwrap();
     core.until("deleted", |c| c.manager.get("my vol").is_none()).await;
     assert_eq!(core.plugin.volumes(), 0);
 }

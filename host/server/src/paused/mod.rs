@@ -146,7 +146,7 @@ impl Core {
             required_bytes: 1 << 20,
             ..VolumeSpec::default()
         };
-        self.manager.create(spec).await.unwrap()
+        self.manager.requests().create(spec).await.unwrap()
     }
 
     /// Volume records written to the store so far.
@@ -158,6 +158,7 @@ impl Core {
     pub async fn node_ready(&self) {
         self.until("n1 ready", |c| {
             c.manager
+                .fleet()
                 .node_views(Some("mem"))
                 .iter()
                 .any(|v| v.node == "n1" && v.health == crate::csi::registry::Health::Healthy)

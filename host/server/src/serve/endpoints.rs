@@ -75,7 +75,7 @@ pub(crate) fn start_node_agents(
                 Seed::from_fn(move || {
                     manager
                         .upgrade()
-                        .map(|m| m.recorded_on(&node))
+                        .map(|m| m.fleet().recorded_on(&node))
                         .unwrap_or_default()
                 })
             }

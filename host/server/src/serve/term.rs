@@ -191,7 +191,7 @@ pub(crate) async fn core(
     let manager = VolumeManager::new(config, store, controllers, policies, directory.clone())?;
     let loaded_in = loading.elapsed();
     directory.set_sync(as_sync(&manager));
-    for n in manager.remembered_nodes()? {
+    for n in manager.fleet().remembered_nodes()? {
         directory.expect(n);
     }
     Ok(Core {
@@ -342,7 +342,7 @@ pub(super) async fn lead(
         modules = manager.config().policies.len(),
         "serving"
     );
-    for s in manager.stranded() {
+    for s in manager.fleet().stranded() {
         let volumes = s.volumes.join(", ");
         if s.agents_may_attach {
             tracing::warn!(node = %s.node, %volumes, "publications on a node berth.toml does not name: they wait for its agent to attach. If it was a [[node]] removed from berth.toml, put it back; if it is gone, `berth node forget NODE --force`");

@@ -14,7 +14,7 @@ use tokio::time::Instant;
 use berth_model::Retrying;
 
 #[derive(Default)]
-pub(super) struct Deadlines {
+pub(crate) struct Deadlines {
     /// By volume id: the retry (its wall-clock time) and when it is due.
     due: Mutex<HashMap<String, (u64, Instant)>>,
 }

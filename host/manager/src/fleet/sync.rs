@@ -11,6 +11,7 @@
 //! - a publication being undone is torn down on the node at once;
 //! - anything else the node holds is torn down.
 
+use crate::fleet::Fleet;
 use std::collections::HashMap;
 use std::sync::Arc;
 
@@ -28,7 +29,7 @@ struct OnNode {
     forward: bool,
 }
 
-impl VolumeManager {
+impl Fleet<'_> {
     async fn lower(&self, node: &str, p: &OnNode, now: Level) {
         let changed = self
             .table
@@ -59,9 +60,9 @@ impl VolumeManager {
     }
 }
 
-impl VolumeManager {
+impl Fleet<'_> {
     /// Ids of the volumes with a publication on `node`, wanted or being undone.
-    pub(super) fn ids_on(&self, node: &str) -> Vec<String> {
+    pub(crate) fn ids_on(&self, node: &str) -> Vec<String> {
         self.table.collect(|r, out| {
             if r.publications.contains_key(node) {
                 out.push(r.id.clone());
@@ -114,7 +115,7 @@ impl NodeSync for VolumeManager {
             let holds = holds.remove(p.id.as_str()).unwrap_or(Level::Absent);
             let level = if p.forward {
                 if holds < p.level {
-                    self.lower(node, p, holds).await;
+                    self.fleet().lower(node, p, holds).await;
                 }
                 holds
             } else {
@@ -140,7 +141,7 @@ impl NodeSync for VolumeManager {
     }
 
     fn node_ready(&self, node: &str) {
-        for id in self.ids_on(node) {
+        for id in self.fleet().ids_on(node) {
             self.queue.push(&id);
         }
     }

@@ -3,17 +3,18 @@
 //! alone.
 
 use crate::Missing;
+use crate::RequestError;
 use crate::Taken;
 use crate::Unready;
+use crate::requests::Requests;
 use crate::table::{Inserted, RemoveError};
 use crate::{Conflict, Unforgettable};
-use crate::{RequestError, VolumeManager};
 use berth_csi::proto;
 use berth_csi::proto::controller_service_capability::rpc::Type as ControllerCap;
 use berth_model::text::echo;
 use berth_model::{Backend, VolumeRecord, VolumeSpec, new_id};
 
-impl VolumeManager {
+impl Requests<'_> {
     /// Takes over backend volume `volume_id` of `spec.plugin` under
     /// `spec.name`. The plugin is asked for the volume first (GET_VOLUME,
     /// else LIST_VOLUMES); one it does not know is refused.
@@ -111,11 +112,11 @@ impl VolumeManager {
                 plugin: plugin.to_string(),
                 volume_id: volume_id.to_string(),
             })?;
-        Ok(crate::steps::backend_of(v))
+        Ok(crate::worker::steps::backend_of(v))
     }
 
     /// Every volume the plugin lists, page by page.
-    pub(super) async fn backend_volumes(&self, plugin: &str) -> Result<Vec<proto::Volume>, RequestError> {
+    pub(crate) async fn backend_volumes(&self, plugin: &str) -> Result<Vec<proto::Volume>, RequestError> {
         let controller = self
             .registry
             .get(plugin)

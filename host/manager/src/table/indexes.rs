@@ -6,27 +6,27 @@ use std::collections::{BTreeMap, HashMap};
 
 use berth_model::{VolumeRecord, VolumeState};
 
-use crate::records::Records;
+use crate::table::records::Records;
 
 /// Records and their indexes.
 #[derive(Default)]
-pub(super) struct Indexed {
-    pub(super) volumes: Records,
+pub(crate) struct Indexed {
+    pub(crate) volumes: Records,
     /// Operator name → id, for live volumes; in name order, for paged lists.
-    pub(super) names: BTreeMap<String, String>,
+    pub(crate) names: BTreeMap<String, String>,
     /// CSI name → id: a name given to one volume is never given to another.
-    pub(super) csi_names: HashMap<String, String>,
+    pub(crate) csi_names: HashMap<String, String>,
     /// Snapshot name → the id of the volume it is of; group snapshot name →
     /// the id of the volume whose record holds it (one namespace for both).
-    pub(super) snapshots: HashMap<String, String>,
+    pub(crate) snapshots: HashMap<String, String>,
     /// Volume id → how many group snapshots it is a member of.
-    pub(super) grouped: HashMap<String, u32>,
+    pub(crate) grouped: HashMap<String, u32>,
     /// Plugin → node → publications there, wanted or still being undone.
-    pub(super) published: BTreeMap<String, BTreeMap<String, u64>>,
+    pub(crate) published: BTreeMap<String, BTreeMap<String, u64>>,
     /// Volumes by [`VolumeState::index`].
-    pub(super) states: [u64; VolumeState::ALL.len()],
+    pub(crate) states: [u64; VolumeState::ALL.len()],
     /// Volumes waiting to retry a failed call.
-    pub(super) retrying: u64,
+    pub(crate) retrying: u64,
 }
 
 /// Adds one to `key`'s count, or takes one away (dropping counts of zero);
@@ -50,7 +50,7 @@ fn count(counts: &mut BTreeMap<String, u64>, key: &str, add: bool) {
 impl Indexed {
     /// Stores a new or changed record. A record's spec (and so its operator
     /// name) never changes; its CSI name is set once and cleared on delete.
-    pub(super) fn insert(&mut self, r: VolumeRecord) {
+    pub(crate) fn insert(&mut self, r: VolumeRecord) {
         self.tally(&r, true);
         let Some(slot) = self.volumes.get_mut(&r.id) else {
             self.names.insert(r.spec.name.clone(), r.id.clone());
@@ -99,7 +99,7 @@ impl Indexed {
         }
     }
 
-    pub(super) fn remove(&mut self, id: &str) -> Option<VolumeRecord> {
+    pub(crate) fn remove(&mut self, id: &str) -> Option<VolumeRecord> {
         let old = self.volumes.remove(id)?;
         self.tally(&old, false);
         if self.names.get(&old.spec.name) == Some(&old.id) {

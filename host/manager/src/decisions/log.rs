@@ -44,10 +44,6 @@ impl DecisionLog {
         }
     }
 
-    pub fn enabled(&self) -> bool {
-        self.tx.is_some()
-    }
-
     /// Hands `entry` to the writer, never waiting.
     pub fn record(&self, entry: Logged) {
         if let Some(tx) = &self.tx

@@ -2,12 +2,15 @@
 //! accessibility requirements and for publishes that name no node. Guests and
 //! built-in policies alike run on the caller's task.
 
+pub(crate) mod capacity;
+pub(crate) mod log;
+
 use crate::Conflict;
 use crate::Unready;
 use tracing::Instrument;
 
-use crate::outcome::{Apply, StepError, policy_step_error, step_error};
-use crate::{RequestError, VolumeManager};
+use crate::RequestError;
+use crate::worker::outcome::{Apply, StepError, policy_step_error, step_error};
 use berth_csi::proto;
 use berth_csi::proto::plugin_capability::service::Type as ServiceCap;
 use berth_csi::registry::Health as PluginHealth;
@@ -18,14 +21,21 @@ use berth_policy::{
     Policies, Purpose,
 };
 
-impl VolumeManager {
+crate::shared::view!(
+    /// Policy decisions: naming and placement, with the capacity placement
+    /// asks for, each kept in the decision log.
+    Decisions,
+    decisions
+);
+
+impl Decisions<'_> {
     /// Runs a policy decision on this task. A guest yields to the runtime at
     /// every epoch tick it runs past, so even one that takes its whole time
     /// limit does not stall the reconciler.
     ///
     /// A guest's decision runs in a span naming the volume, so every warning
     /// a policy logs says which volume it was deciding for.
-    pub(super) async fn decide<R>(
+    pub(crate) async fn decide<R>(
         &self,
         volume: &str,
         decisions: &[Decision],
@@ -39,7 +49,7 @@ impl VolumeManager {
     }
 
     /// Names the volume; also places it when CreateVolume will need that.
-    pub(super) async fn name_volume(
+    pub(crate) async fn name_volume(
         &self,
         r: &VolumeRecord,
         placed_ahead: &mut Option<proto::TopologyRequirement>,
@@ -112,7 +122,7 @@ impl VolumeManager {
 
     /// CreateVolume's accessibility requirements, from the placement decision
     /// (and the decision, for the record).
-    pub(super) async fn accessibility(
+    pub(crate) async fn accessibility(
         &self,
         r: &VolumeRecord,
     ) -> Result<(proto::TopologyRequirement, DecisionNote), StepError> {
@@ -152,7 +162,7 @@ impl VolumeManager {
 
     /// Whether the plugin's controller takes accessibility requirements;
     /// `None` until it has been fingerprinted.
-    pub(super) fn constrained(&self, plugin: &str) -> Option<bool> {
+    pub(crate) fn constrained(&self, plugin: &str) -> Option<bool> {
         self.registry
             .get(plugin)
             .and_then(|c| c.status().fingerprint)
@@ -182,7 +192,8 @@ impl VolumeManager {
 
     /// The nodes that serve `plugin`, as placement sees them.
     fn placement_nodes(&self, plugin: &str) -> Vec<PlacementNode> {
-        self.node_views(Some(plugin))
+        self.fleet()
+            .node_views(Some(plugin))
             .into_iter()
             .map(|v| PlacementNode {
                 name: v.node,
@@ -204,7 +215,7 @@ impl VolumeManager {
     }
 
     /// The best eligible node for a publish that names none, and the decision.
-    pub(super) async fn choose_node(&self, r: &VolumeRecord) -> Result<(String, DecisionNote), RequestError> {
+    pub(crate) async fn choose_node(&self, r: &VolumeRecord) -> Result<(String, DecisionNote), RequestError> {
         if r.backend.is_none() {
             return Err(Conflict::NotAvailable {
                 name: r.spec.name.clone(),
@@ -214,7 +225,7 @@ impl VolumeManager {
         }
         // Where the plugin said it is reachable, or else where the operator
         // required it to be: a requirement is never dropped.
-        let accessible = crate::topology_checks::allowed_topology(r)
+        let accessible = crate::requests::topology::allowed_topology(r)
             .iter()
             .map(pairs)
             .collect();
@@ -239,7 +250,7 @@ impl VolumeManager {
 }
 
 /// A decision as the volume's record keeps it.
-pub(super) fn note(logged: &Logged, answer: String) -> DecisionNote {
+pub(crate) fn note(logged: &Logged, answer: String) -> DecisionNote {
     DecisionNote {
         at_ms: logged.at_ms,
         module: Interned::new(&logged.module),
@@ -251,7 +262,7 @@ pub(super) fn note(logged: &Logged, answer: String) -> DecisionNote {
 }
 
 /// An answer in words, for the volume's record and `volume explain`.
-pub(super) fn describe(answer: &Answer) -> String {
+pub(crate) fn describe(answer: &Answer) -> String {
     match answer {
         Answer::Naming(NamingOutcome::Named(name)) => name.clone(),
         Answer::Naming(NamingOutcome::Refused(reason)) => format!("refused: {reason}"),

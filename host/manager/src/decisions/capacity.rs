@@ -3,13 +3,13 @@
 //! Answers are kept briefly per (plugin, topology), so a burst of creates
 //! asks once; CreateVolume is the final judge either way.
 
+use crate::decisions::Decisions;
 use std::collections::HashMap;
 use std::sync::Mutex;
 use std::time::Duration;
 
 use tokio::time::Instant;
 
-use crate::VolumeManager;
 use berth_csi::proto;
 use berth_csi::proto::controller_service_capability::rpc::Type as ControllerCap;
 use berth_model::VolumeRecord;
@@ -23,13 +23,13 @@ type Where = (String, Vec<(String, String)>);
 
 /// Recent GetCapacity answers: bytes available, and when they were.
 #[derive(Default)]
-pub(super) struct CapacityCache {
+pub(crate) struct CapacityCache {
     answers: Mutex<HashMap<Where, (i64, Instant)>>,
 }
 
-impl VolumeManager {
+impl Decisions<'_> {
     /// Makes nodes whose topology cannot fit `r` ineligible, saying so.
-    pub(super) async fn fit(&self, r: &VolumeRecord, nodes: &[PlacementNode], verdicts: &mut Verdicts) {
+    pub(crate) async fn fit(&self, r: &VolumeRecord, nodes: &[PlacementNode], verdicts: &mut Verdicts) {
         let plugin = &r.spec.plugin;
         let required = r.spec.required_bytes;
         if required <= 0 || self.offers(plugin, ControllerCap::GetCapacity) != Some(true) {

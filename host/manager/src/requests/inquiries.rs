@@ -3,8 +3,9 @@
 
 use crate::Conflict;
 use crate::Missing;
+use crate::RequestError;
 use crate::Unready;
-use crate::{RequestError, VolumeManager};
+use crate::requests::Requests;
 use berth_csi::proto;
 use berth_csi::proto::controller_service_capability::rpc::Type as ControllerCap;
 use berth_csi::proto::node_service_capability::rpc::Type as NodeCap;
@@ -60,7 +61,7 @@ impl Default for Health {
     }
 }
 
-impl VolumeManager {
+impl Requests<'_> {
     pub async fn health(&self, name: &str) -> Result<Health, RequestError> {
         let r = self
             .table

@@ -2,19 +2,19 @@
 //! volume) and followed until the plugin says it is ready to use, and what
 //! Berth keeps of the plugin's answer.
 
-use crate::VolumeManager;
-use crate::outcome::{Apply, StepError, Unwritten, look_again, not_found_answer, step_error};
-use crate::steps::backend;
+use crate::worker::Worker;
+use crate::worker::outcome::{Apply, StepError, Unwritten, look_again, not_found_answer, step_error};
+use crate::worker::steps::backend;
 use berth_csi::proto;
 use berth_csi::proto::controller_service_capability::rpc::Type as ControllerCap;
 use berth_csi::registry::Plugin;
 use berth_model::{SnapshotBackend, VolumeRecord, VolumeSpec};
 use berth_policy::Code;
 
-impl VolumeManager {
+impl Worker<'_> {
     /// CreateSnapshot for a snapshot asked for, or the one being cut
     /// followed until the plugin says it is ready to use.
-    pub(super) async fn cut_snapshot(
+    pub(crate) async fn cut_snapshot(
         &self,
         r: &VolumeRecord,
         name: &str,
@@ -130,7 +130,7 @@ impl VolumeManager {
 }
 
 /// What Berth keeps of the plugin's answer about a snapshot.
-pub(super) fn snapshot_backend(s: proto::Snapshot) -> SnapshotBackend {
+pub(crate) fn snapshot_backend(s: proto::Snapshot) -> SnapshotBackend {
     SnapshotBackend {
         snapshot_id: s.snapshot_id,
         size_bytes: s.size_bytes,

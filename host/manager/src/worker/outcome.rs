@@ -2,18 +2,18 @@
 //! ([`Apply`]), the changes made but not yet written ([`Unwritten`]), and a
 //! failed step ([`StepError`]).
 
-use crate::plan::Step;
+use crate::worker::plan::Step;
 use berth_csi::CsiError;
 use berth_model::{FAILURE_MAX, NodeLevel, Segments, VolumeRecord, cut};
 use berth_policy::{Code, Operation, PolicyError};
 
 /// What a successful step changes in the record. Applied twice: to the
 /// worker's copy at once, and to the latest stored record when written.
-pub(super) type Apply = Box<dyn Fn(&mut VolumeRecord) + Send + Sync>;
+pub(crate) type Apply = Box<dyn Fn(&mut VolumeRecord) + Send + Sync>;
 
 /// The controller's side of a publication done: published (with the
 /// plugin's publish context, if it gave one) or unpublished.
-pub(super) fn controller_done(node: &str, published: bool, context: Option<Segments>) -> Apply {
+pub(crate) fn controller_done(node: &str, published: bool, context: Option<Segments>) -> Apply {
     let node = node.to_string();
     Box::new(move |r: &mut VolumeRecord| {
         if let Some(p) = r.publications.get_mut(&node) {
@@ -23,7 +23,7 @@ pub(super) fn controller_done(node: &str, published: bool, context: Option<Segme
 }
 
 /// The node's level as its agent answered.
-pub(super) fn node_at(node: &str, level: NodeLevel) -> Apply {
+pub(crate) fn node_at(node: &str, level: NodeLevel) -> Apply {
     let node = node.to_string();
     Box::new(move |r: &mut VolumeRecord| {
         if let Some(p) = r.publications.get_mut(&node) {
@@ -36,7 +36,7 @@ pub(super) fn node_at(node: &str, level: NodeLevel) -> Apply {
 /// to the latest record at the write, the check matters: an operator who
 /// published the volume there again meanwhile keeps the publication (the
 /// undo's facts stay on it, and the next pass publishes it anew).
-pub(super) fn drop_publication(node: &str) -> Apply {
+pub(crate) fn drop_publication(node: &str) -> Apply {
     let node = node.to_string();
     Box::new(move |r: &mut VolumeRecord| {
         if r.publications.get(&node).is_some_and(|p| !p.wanted) {
@@ -46,7 +46,7 @@ pub(super) fn drop_publication(node: &str) -> Apply {
 }
 
 /// The effect of a step whose work turned out to be done already.
-pub(super) fn done_effect(step: &Step) -> Apply {
+pub(crate) fn done_effect(step: &Step) -> Apply {
     match step {
         Step::Delete => Box::new(|r: &mut VolumeRecord| {
             r.backend = None;
@@ -77,7 +77,7 @@ pub(super) fn done_effect(step: &Step) -> Apply {
 /// every call is idempotent and is made again, and undoing a publication
 /// starts from the top (see [`berth_model::Publication::step`]).
 #[derive(Default)]
-pub(super) struct Unwritten {
+pub(crate) struct Unwritten {
     pub effects: Vec<Apply>,
     /// The generation this worker last wrote: a record at that generation
     /// changed only by the worker itself, not by an operator.
@@ -91,7 +91,7 @@ impl Unwritten {
 }
 
 /// Applies outcomes to a record; any outcome ends a retry in progress.
-pub(super) fn apply_all(effects: &[Apply], r: &mut VolumeRecord) {
+pub(crate) fn apply_all(effects: &[Apply], r: &mut VolumeRecord) {
     for effect in effects {
         effect(r);
     }
@@ -101,7 +101,7 @@ pub(super) fn apply_all(effects: &[Apply], r: &mut VolumeRecord) {
 }
 
 /// A failed step: the code and message the retry policy decides on.
-pub(super) struct StepError {
+pub(crate) struct StepError {
     pub code: Code,
     pub message: String,
     /// Whether the plugin answered (as opposed to a check before any call).
@@ -131,7 +131,7 @@ fn node_operation(call: &str) -> Option<Operation> {
 
 /// How a policy failed, for how long to keep asking it.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub(super) enum PolicyFailure {
+pub(crate) enum PolicyFailure {
     /// May pass (a deadline on a busy machine): asked again as long as it takes.
     Transient,
     /// Repeats for the same input (a trap, a broken contract): a few in a
@@ -150,7 +150,7 @@ impl From<&PolicyError> for PolicyFailure {
 }
 
 /// A step that failed because a policy did.
-pub(super) fn policy_step_error(e: &PolicyError) -> StepError {
+pub(crate) fn policy_step_error(e: &PolicyError) -> StepError {
     StepError {
         code: Code::Unavailable,
         message: cut(e.to_string(), FAILURE_MAX),
@@ -174,7 +174,7 @@ impl From<CsiError> for StepError {
     }
 }
 
-pub(super) fn step_error(code: Code, message: impl Into<String>) -> StepError {
+pub(crate) fn step_error(code: Code, message: impl Into<String>) -> StepError {
     StepError {
         code,
         message: cut(message.into(), FAILURE_MAX),
@@ -189,7 +189,7 @@ pub(super) fn step_error(code: Code, message: impl Into<String>) -> StepError {
 /// finished, `age_ms` after it was asked for: often at first, then less
 /// (a quarter of the time it has taken so far, 0.5 s to 30 s).
 /// Whether a plugin answered NOT_FOUND.
-pub(super) fn not_found_answer(e: &berth_csi::CsiError) -> bool {
+pub(crate) fn not_found_answer(e: &berth_csi::CsiError) -> bool {
     matches!(
         e.failure,
         berth_csi::Failure::Status {
@@ -199,13 +199,13 @@ pub(super) fn not_found_answer(e: &berth_csi::CsiError) -> bool {
     )
 }
 
-pub(super) fn look_again(age_ms: u64) -> std::time::Duration {
+pub(crate) fn look_again(age_ms: u64) -> std::time::Duration {
     std::time::Duration::from_millis((age_ms / 4).clamp(500, 30_000))
 }
 
 /// Codes with which a plugin refuses a CreateVolume without doing anything;
 /// after the others (timeouts, unavailable, internal errors) it may have.
-pub(super) fn refused_outright(code: Code) -> bool {
+pub(crate) fn refused_outright(code: Code) -> bool {
     matches!(
         code,
         Code::InvalidArgument
@@ -223,8 +223,8 @@ pub(super) fn refused_outright(code: Code) -> bool {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::plan::next_step;
-    use crate::plan::tests::{caps, record};
+    use crate::worker::plan::next_step;
+    use crate::worker::plan::tests::{caps, record};
 
     #[test]
     fn a_delete_found_done_leaves_nothing_to_delete() {

@@ -1,28 +1,25 @@
 //! Carrying out one step: the CSI call it needs, with what the call needs
 //! (node ids, secrets, capabilities, paths), and what it changes in the record.
 
-use std::collections::HashMap;
-use std::sync::Arc;
+use crate::worker::Worker;
 
-use crate::VolumeManager;
 use crate::nodes::NodeVolume;
-use crate::outcome::{
+use crate::worker::outcome::{
     Apply, StepError, Unwritten, controller_done, done_effect, drop_publication, node_at, step_error,
 };
-use crate::plan::Step;
+use crate::worker::plan::Step;
 use berth_csi::proto;
 use berth_csi::proto::controller_service_capability::rpc::Type as ControllerCap;
 use berth_csi::proto::node_service_capability::rpc::Type as NodeCap;
-use berth_csi::registry::Plugin;
 use berth_model::{
     AccessMode, AccessType, Backend, NodeLevel, SourceKind, VolumeRecord, VolumeSource, VolumeSpec,
 };
 use berth_policy::Code;
 
-impl VolumeManager {
+impl Worker<'_> {
     /// Makes the call `step` needs; returns what it changes in the record.
-    pub(super) async fn execute(
-        self: &Arc<Self>,
+    pub(crate) async fn execute(
+        &self,
         r: &VolumeRecord,
         step: &Step,
         unwritten: &mut Unwritten,
@@ -34,7 +31,7 @@ impl VolumeManager {
         }
         let spec = &r.spec;
         match step {
-            Step::Name => self.name_volume(r, placed_ahead).await,
+            Step::Name => self.decisions().name_volume(r, placed_ahead).await,
             Step::Create => self.create_volume(r, unwritten, placed_ahead.take()).await,
             Step::ControllerPublish(node) => {
                 let p = &r.publications[node];
@@ -136,9 +133,9 @@ impl VolumeManager {
                 Ok(done_effect(step))
             }
             Step::DropSnapshot(_) | Step::DropGroupSnapshot(_) => Ok(done_effect(step)),
-            Step::CreateGroupSnapshot(name) => self.take_group_snapshot(r, name, unwritten).await,
+            Step::CreateGroupSnapshot(name) => self.snapshots().take_group_snapshot(r, name, unwritten).await,
             Step::DeleteGroupSnapshot(name) => {
-                self.delete_group_snapshot_now(r, name).await?;
+                self.snapshots().delete_group_snapshot_now(r, name).await?;
                 Ok(done_effect(step))
             }
         }
@@ -208,7 +205,7 @@ impl VolumeManager {
 
     /// Refuses a step the plugin's controller does not offer, as the
     /// plugin's own answer would (FAILED_PRECONDITION, for the retry policy).
-    pub(super) fn offered(&self, plugin: &str, cap: ControllerCap) -> Result<(), StepError> {
+    pub(crate) fn offered(&self, plugin: &str, cap: ControllerCap) -> Result<(), StepError> {
         let offered = self
             .controller(plugin)?
             .status()
@@ -232,11 +229,11 @@ impl VolumeManager {
         let spec = &r.spec;
         let controller = self.controller(&spec.plugin)?;
         let mut placement_note = None;
-        let requirements = if self.constrained(&spec.plugin) == Some(true) && !r.deleting {
+        let requirements = if self.decisions().constrained(&spec.plugin) == Some(true) && !r.deleting {
             match placed_ahead {
                 Some(placed) => Some(placed),
                 None => {
-                    let (placed, note) = self.accessibility(r).await?;
+                    let (placed, note) = self.decisions().accessibility(r).await?;
                     placement_note = Some(note);
                     Some(placed)
                 }
@@ -342,27 +339,6 @@ impl VolumeManager {
         Ok(())
     }
 
-    pub(super) fn secrets_for(&self, spec: &VolumeSpec) -> Result<HashMap<String, String>, StepError> {
-        match &spec.secret {
-            None => Ok(HashMap::new()),
-            Some(name) => self
-                .secrets
-                .get(name)
-                .map(|s| s.into_inner())
-                .map_err(|e| step_error(Code::FailedPrecondition, e.to_string())),
-        }
-    }
-
-    /// The volume capability for the plugin's controller calls.
-    pub(super) fn controller_capability(&self, spec: &VolumeSpec) -> proto::VolumeCapability {
-        let newer = self
-            .registry
-            .get(&spec.plugin)
-            .and_then(|p| p.status().fingerprint)
-            .is_some_and(|f| f.has_controller_capability(ControllerCap::SingleNodeMultiWriter));
-        capability(spec, newer)
-    }
-
     /// The volume capability for the node plugin's calls on `node`.
     fn node_capability(&self, spec: &VolumeSpec, node: &str) -> proto::VolumeCapability {
         let newer = self
@@ -371,15 +347,6 @@ impl VolumeManager {
             .and_then(|s| s.fingerprint)
             .is_some_and(|f| f.has_node_capability(NodeCap::SingleNodeMultiWriter));
         capability(spec, newer)
-    }
-
-    pub(super) fn controller(&self, plugin: &str) -> Result<Arc<Plugin>, StepError> {
-        self.registry.get(plugin).ok_or_else(|| {
-            step_error(
-                Code::FailedPrecondition,
-                format!("plugin {plugin:?} has no controller"),
-            )
-        })
     }
 
     fn node_id(&self, plugin: &str, node: &str) -> Result<String, StepError> {
@@ -411,7 +378,7 @@ impl VolumeManager {
 }
 
 /// What Berth keeps of the plugin's answer about a volume.
-pub(super) fn backend_of(v: proto::Volume) -> Backend {
+pub(crate) fn backend_of(v: proto::Volume) -> Backend {
     Backend {
         volume_id: v.volume_id,
         capacity_bytes: v.capacity_bytes,
@@ -479,7 +446,7 @@ fn mark_wanted_sent(r: &mut VolumeRecord) {
     }
 }
 
-pub(super) fn backend(r: &VolumeRecord) -> &Backend {
+pub(crate) fn backend(r: &VolumeRecord) -> &Backend {
     r.backend.as_ref().expect("steps past Create have a backend")
 }
 
@@ -487,7 +454,7 @@ pub(super) fn backend(r: &VolumeRecord) -> &Backend {
 /// single-node modes of CSI 1.5 go only to a plugin that offers
 /// SINGLE_NODE_MULTI_WRITER (`newer_modes`); one from before knows them as
 /// SINGLE_NODE_WRITER, which the spec has every plugin keep accepting.
-pub(super) fn capability(spec: &VolumeSpec, newer_modes: bool) -> proto::VolumeCapability {
+pub(crate) fn capability(spec: &VolumeSpec, newer_modes: bool) -> proto::VolumeCapability {
     use proto::volume_capability::{AccessType as Csi, BlockVolume, MountVolume, access_mode::Mode};
     let mode = match spec.access_mode {
         AccessMode::SingleNodeSingleWriter | AccessMode::SingleNodeMultiWriter if !newer_modes => {

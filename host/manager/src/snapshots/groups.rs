@@ -8,11 +8,12 @@
 use crate::Conflict;
 use crate::Missing;
 use crate::Taken;
+use crate::snapshots::Snapshots;
 use std::collections::HashMap;
 
-use crate::outcome::{Apply, StepError, Unwritten, look_again, not_found_answer, step_error};
-use crate::snapshot_steps::snapshot_backend;
-use crate::{RequestError, VolumeManager, now_ms};
+use crate::worker::outcome::{Apply, StepError, Unwritten, look_again, not_found_answer, step_error};
+use crate::worker::snapshot_steps::snapshot_backend;
+use crate::{RequestError, now_ms};
 use berth_csi::proto;
 use berth_csi::proto::group_controller_service_capability::rpc::Type as GroupCap;
 use berth_model::text::echo;
@@ -29,7 +30,7 @@ pub struct GroupView {
     pub anchor: VolumeRecord,
 }
 
-impl VolumeManager {
+impl Snapshots<'_> {
     /// Whether the plugin offers group snapshots: `None` while it is not
     /// fingerprinted yet.
     fn offers_groups(&self, plugin: &str) -> Option<bool> {
@@ -199,7 +200,7 @@ impl VolumeManager {
 
     /// A member's snapshot as a restore names it, `GROUP/VOLUME`: its id
     /// on the plugin once ready, and the record of the group.
-    pub(super) fn group_member_snapshot(&self, source: &str) -> Result<(VolumeRecord, String), RequestError> {
+    pub(crate) fn group_member_snapshot(&self, source: &str) -> Result<(VolumeRecord, String), RequestError> {
         let Some((group, volume)) = source.split_once('/') else {
             return Err(Missing::Snapshot(source.to_string()).into());
         };
@@ -236,7 +237,7 @@ impl VolumeManager {
 
     /// CreateVolumeGroupSnapshot, or, for a group being cut, how it is now
     /// (GetVolumeGroupSnapshot by its id).
-    pub(super) async fn take_group_snapshot(
+    pub(crate) async fn take_group_snapshot(
         &self,
         r: &VolumeRecord,
         name: &str,
@@ -265,7 +266,8 @@ impl VolumeManager {
                     g.create_sent = true;
                 }
             }));
-            self.sync(&r.id, unwritten)
+            self.worker()
+                .sync(&r.id, unwritten)
                 .await
                 .map_err(|e| step_error(Code::Unavailable, e.to_string()))?;
         }
@@ -351,7 +353,7 @@ impl VolumeManager {
         Ok(effect)
     }
 
-    pub(super) async fn delete_group_snapshot_now(
+    pub(crate) async fn delete_group_snapshot_now(
         &self,
         r: &VolumeRecord,
         name: &str,

@@ -2,23 +2,24 @@
 //! placement at declaration, and by a node the operator names at publish.
 
 use crate::Unready;
+use crate::requests::Requests;
 use std::collections::BTreeMap;
 
+use crate::RequestError;
 use crate::nodes::NodeState;
-use crate::{RequestError, VolumeManager};
 use berth_model::text::echo;
 use berth_model::{Segments, VolumeRecord, VolumeSpec};
 
-impl VolumeManager {
+impl Requests<'_> {
     /// Refuses a required topology that neither the plugin (it takes no
     /// accessibility requirements) nor placement (no node is there) can
     /// honour. While the plugins are not fingerprinted yet it cannot be told;
     /// publishing enforces it then.
-    pub(super) fn check_requisite(&self, spec: &VolumeSpec) -> Result<(), RequestError> {
-        if spec.requisite_topology.is_empty() || self.constrained(&spec.plugin) != Some(false) {
+    pub(crate) fn check_requisite(&self, spec: &VolumeSpec) -> Result<(), RequestError> {
+        if spec.requisite_topology.is_empty() || self.decisions().constrained(&spec.plugin) != Some(false) {
             return Ok(());
         }
-        let views = self.node_views(Some(&spec.plugin));
+        let views = self.fleet().node_views(Some(&spec.plugin));
         let mut unknown = false;
         for v in &views {
             match &v.info {
@@ -51,9 +52,14 @@ impl VolumeManager {
     /// Whether the volume may be published on `node`, named by the operator:
     /// the node serves its plugin, has room under its volume limit, and is
     /// inside the volume's topology.
-    pub(super) fn check_node(&self, r: &VolumeRecord, node: &str) -> Result<(), RequestError> {
+    pub(crate) fn check_node(&self, r: &VolumeRecord, node: &str) -> Result<(), RequestError> {
         let plugin = &r.spec.plugin;
-        let Some(view) = self.node_views(Some(plugin)).into_iter().find(|v| v.node == node) else {
+        let Some(view) = self
+            .fleet()
+            .node_views(Some(plugin))
+            .into_iter()
+            .find(|v| v.node == node)
+        else {
             return Err(RequestError::Invalid(match self.nodes.node(node) {
                 None => format!("node: there is no node named {}", echo(node)),
                 Some(_) => format!("node: {node:?} has no node plugin for {plugin:?}"),

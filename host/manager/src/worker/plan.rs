@@ -21,7 +21,7 @@ use berth_model::{NodeLevel, VolumeRecord};
 use berth_policy::Operation;
 
 #[derive(Clone, Debug, PartialEq, Eq)]
-pub(super) enum Step {
+pub(crate) enum Step {
     Name,
     Create,
     ControllerPublish(String),
@@ -116,7 +116,7 @@ impl Step {
 }
 
 /// What the plugins offer, as far as the lifecycle cares.
-pub(super) struct Caps {
+pub(crate) struct Caps {
     pub controller_publish: bool,
     pub node_stage: bool,
     pub node_expand: bool,
@@ -156,7 +156,7 @@ fn group_step(r: &VolumeRecord) -> Option<Step> {
 }
 
 /// The next step for a record, or none when it is where it should be.
-pub(super) fn next_step(r: &VolumeRecord, caps: impl Fn(&str) -> Caps) -> Option<Step> {
+pub(crate) fn next_step(r: &VolumeRecord, caps: impl Fn(&str) -> Caps) -> Option<Step> {
     // An imported volume has a backend and no CSI name of Berth's.
     if r.csi_name.is_none() && r.backend.is_none() {
         return Some(if r.deleting { Step::Forget } else { Step::Name });

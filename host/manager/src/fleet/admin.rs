@@ -4,12 +4,13 @@
 
 use crate::Conflict;
 use crate::Missing;
+use crate::RequestError;
 use crate::Unready;
-use crate::{RequestError, VolumeManager};
+use crate::fleet::Fleet;
 use berth_model::NodeLevel;
 use berth_store::NodeRecord;
 
-impl VolumeManager {
+impl Fleet<'_> {
     async fn remember_node(&self, record: Option<NodeRecord>, node: &str) -> Result<(), RequestError> {
         let record = record.ok_or_else(|| Missing::Node(node.to_string()))?;
         self.table
@@ -40,7 +41,7 @@ impl VolumeManager {
         }
         let names = self.published_on_node(node);
         for name in &names {
-            self.unpublish(name, node).await?;
+            self.requests().unpublish(name, node).await?;
         }
         tracing::info!(%node, publications = names.len(), "node draining");
         Ok(names.len() as u32)

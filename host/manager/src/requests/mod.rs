@@ -1,11 +1,15 @@
 //! The operators' requests: declare, delete, publish, unpublish, retry.
 //! Each is checked, then made durable; the reconciler acts on it after.
 
+pub(crate) mod adoption;
+pub(crate) mod inquiries;
+pub(crate) mod topology;
+
 use crate::Conflict;
 use crate::Missing;
+use crate::RequestError;
 use crate::Taken;
 use crate::table::Inserted;
-use crate::{RequestError, VolumeManager};
 use berth_config::Config;
 use berth_csi::proto::controller_service_capability::rpc::Type as ControllerCap;
 use berth_model::text::echo;
@@ -14,7 +18,15 @@ use berth_model::{
     VolumeSpec, new_id,
 };
 
-impl VolumeManager {
+crate::shared::view!(
+    /// The request path: what the API asks of volumes (declare, change, publish,
+    /// unpublish, delete, retry, import, forget) and of their plugins (health,
+    /// orphans). Each request is made durable first, then queued for the worker.
+    Requests,
+    requests
+);
+
+impl Requests<'_> {
     pub async fn create(&self, spec: VolumeSpec) -> Result<VolumeRecord, RequestError> {
         self.create_as(spec, Origin::Api, DockerScope::ByOrigin).await
     }
@@ -70,25 +82,11 @@ impl VolumeManager {
 
     /// A name for a new volume follows Docker's rule; one that exists
     /// already (made before the rule) keeps working, re-created included.
-    pub(super) fn new_name_ok(&self, name: &str) -> Result<(), RequestError> {
+    pub(crate) fn new_name_ok(&self, name: &str) -> Result<(), RequestError> {
         if self.id_of(name).is_ok() {
             return Ok(());
         }
         Ok(berth_model::bounds::volume_name(name)?)
-    }
-
-    /// The volume of that operator name, as it is now.
-    pub(super) fn named(&self, name: &str) -> Result<VolumeRecord, RequestError> {
-        self.id_of(name)
-            .ok()
-            .and_then(|id| self.table.by_id(&id))
-            .ok_or_else(|| Missing::Volume(name.to_string()).into())
-    }
-
-    pub(super) fn id_of(&self, name: &str) -> Result<String, RequestError> {
-        self.table
-            .id_of(name)
-            .ok_or_else(|| Missing::Volume(name.to_string()).into())
     }
 
     /// Finds a content source's id on the plugin: it must exist there
@@ -103,11 +101,11 @@ impl VolumeManager {
                     ControllerCap::CreateDeleteSnapshot,
                     "restoring a snapshot",
                 )?;
-                let view = match self.get_snapshot(&source.name) {
+                let view = match self.snapshots().get_snapshot(&source.name) {
                     Ok(view) => view,
                     // A member of a group snapshot, as GROUP/VOLUME.
                     Err(RequestError::NotFound(_)) if source.name.contains('/') => {
-                        let (anchor, id) = self.group_member_snapshot(&source.name)?;
+                        let (anchor, id) = self.snapshots().group_member_snapshot(&source.name)?;
                         let size = volume_size(&anchor);
                         return self.resolved(plugin, source, anchor, id).map(|()| size);
                     }
@@ -294,7 +292,7 @@ impl VolumeManager {
 
     /// A volume in a group snapshot stays until the group is deleted: the
     /// group's record holds what the plugin needs to delete it.
-    pub(super) fn refuse_if_grouped(&self, id: &str, name: &str) -> Result<(), RequestError> {
+    pub(crate) fn refuse_if_grouped(&self, id: &str, name: &str) -> Result<(), RequestError> {
         match self.table.grouped(id) {
             0 => Ok(()),
             n => Err(Conflict::InGroups {
@@ -334,7 +332,7 @@ impl VolumeManager {
                 (n.to_string(), None)
             }
             None => {
-                let (node, note) = self.choose_node(&current).await?;
+                let (node, note) = self.decisions().choose_node(&current).await?;
                 (node, Some(note))
             }
         };
@@ -445,26 +443,6 @@ impl VolumeManager {
             p.sent = false;
         }
         p.unwant();
-    }
-
-    /// An operator's change: durable with its event, then queued for the reconciler.
-    pub(super) async fn modify(
-        &self,
-        id: &str,
-        request: String,
-        change: impl FnOnce(&mut VolumeRecord) -> Result<(), RequestError>,
-    ) -> Result<VolumeRecord, RequestError> {
-        let event = self.event("request".into(), "OK", request);
-        let ((), r) = self
-            .table
-            .modify(id, |r| {
-                change(r)?;
-                event(r);
-                Ok(())
-            })
-            .await?;
-        self.queue.push(id);
-        Ok(r)
     }
 }
 

@@ -3,12 +3,21 @@
 //! Outcomes are written in batches (see [`Unwritten`]); failures go to the
 //! retry policy.
 
-use std::sync::Arc;
+pub(crate) mod deadlines;
+pub(crate) mod outcome;
+pub(crate) mod plan;
+pub(crate) mod plugin_waits;
+pub(crate) mod queue;
+pub(crate) mod snapshot_steps;
+pub(crate) mod steps;
+
 use std::time::Duration;
 
-use crate::outcome::{Apply, PolicyFailure, StepError, Unwritten, apply_all, done_effect, refused_outright};
-use crate::plan::{Caps, Step, next_step};
-use crate::{RequestError, VolumeManager, now_ms};
+use crate::worker::outcome::{
+    Apply, PolicyFailure, StepError, Unwritten, apply_all, done_effect, refused_outright,
+};
+use crate::worker::plan::{Caps, Step, next_step};
+use crate::{RequestError, now_ms};
 use berth_csi::proto::controller_service_capability::rpc::Type as ControllerCap;
 use berth_csi::proto::node_service_capability::rpc::Type as NodeCap;
 use berth_metrics as metrics;
@@ -25,7 +34,7 @@ const POLICY_RETRY_MS: u64 = 1_000;
 /// The least wait before retry number `attempt`, whatever the retry policy
 /// answers: 10 ms doubling per attempt, up to 10 s. A policy answering
 /// `retry-after(0)` cannot make Berth hammer a plugin.
-pub(super) fn retry_floor_ms(attempt: u32) -> u64 {
+pub(crate) fn retry_floor_ms(attempt: u32) -> u64 {
     const FIRST_MS: u64 = 10;
     const MAX_MS: u64 = 10_000;
     FIRST_MS
@@ -33,9 +42,16 @@ pub(super) fn retry_floor_ms(attempt: u32) -> u64 {
         .map_or(MAX_MS, |ms| ms.min(MAX_MS))
 }
 
-impl VolumeManager {
+crate::shared::view!(
+    /// The worker: takes a volume from the queue, plans its next step, makes
+    /// the CSI call and records the outcome, and retries what failed.
+    Worker,
+    worker
+);
+
+impl Worker<'_> {
     /// Drives one volume until it is where it should be, waits for a retry, or fails.
-    pub(super) async fn reconcile(self: &Arc<Self>, id: &str) {
+    pub(crate) async fn reconcile(&self, id: &str) {
         let Some(mut record) = self.table.by_id(id) else {
             return;
         };
@@ -104,7 +120,8 @@ impl VolumeManager {
             if let Some(node) = step.on_node()
                 && !self.nodes.connected(node)
             {
-                self.table.set_waiting(id, self.node_wait_reason(node), now_ms());
+                self.table
+                    .set_waiting(id, self.fleet().node_wait_reason(node), now_ms());
                 self.wake_after(id, Duration::from_secs(5));
                 return self.finish(id, &record, &mut unwritten).await;
             }
@@ -153,7 +170,7 @@ impl VolumeManager {
     }
 
     /// Writes what is unwritten and stops.
-    async fn finish(self: &Arc<Self>, id: &str, record: &VolumeRecord, unwritten: &mut Unwritten) {
+    async fn finish(&self, id: &str, record: &VolumeRecord, unwritten: &mut Unwritten) {
         // Nothing to write: the latest record is not needed (and not copied).
         if unwritten.effects.is_empty() {
             return;
@@ -164,7 +181,7 @@ impl VolumeManager {
     }
 
     /// The latest record, with what is unwritten written first (if anything).
-    pub(super) async fn sync(
+    pub(crate) async fn sync(
         &self,
         id: &str,
         unwritten: &mut Unwritten,
@@ -175,14 +192,14 @@ impl VolumeManager {
         self.write_unwritten(id, unwritten, |_| {}).await
     }
 
-    fn retry_soon(self: &Arc<Self>, record: &VolumeRecord, e: RequestError) {
+    fn retry_soon(&self, record: &VolumeRecord, e: RequestError) {
         tracing::error!(volume = %record.spec.name, error = %e, "could not record the outcome; retrying in 1s");
         self.wake_after(&record.id, Duration::from_secs(1));
     }
 
     /// Writes the unwritten outcomes and `also` onto the latest record, in
     /// one durable change; returns that record (`None` if it is gone).
-    pub(super) async fn write_unwritten(
+    pub(crate) async fn write_unwritten(
         &self,
         id: &str,
         unwritten: &mut Unwritten,
@@ -214,7 +231,7 @@ impl VolumeManager {
     /// answer with everything unwritten; returns the record to go on with,
     /// or `None` to stop for now.
     async fn failed(
-        self: &Arc<Self>,
+        &self,
         record: &VolumeRecord,
         step: &Step,
         e: StepError,
@@ -277,6 +294,7 @@ impl VolumeManager {
                     settings: vec![],
                 };
                 let (decided, logged) = self
+                    .decisions()
                     .decide(&name, &[Decision::Retry], async |p| {
                         p.classify_logged(&name, failure).await
                     })
@@ -421,15 +439,7 @@ impl VolumeManager {
         })
     }
 
-    /// An event, as an effect to write with the change it describes.
-    pub(super) fn event(&self, step: String, code: &'static str, message: String) -> Apply {
-        let keep = self.config.events_per_volume;
-        let at = now_ms();
-        let texts = berth_model::EventTexts::new(step, code, message);
-        Box::new(move |r: &mut VolumeRecord| r.note_texts(keep, at, texts.clone()))
-    }
-
-    pub(super) fn caps(&self, plugin: &str, node: &str) -> Caps {
+    pub(crate) fn caps(&self, plugin: &str, node: &str) -> Caps {
         let controller = self
             .registry
             .get(plugin)
@@ -450,9 +460,12 @@ impl VolumeManager {
 
 /// What a node-side step on a forgotten node leaves the record at, without a call:
 /// undoing goes on as if the node had done it; nothing goes forward there.
-fn skipped_on_forgotten(step: &Step) -> Option<crate::outcome::Apply> {
+fn skipped_on_forgotten(step: &Step) -> Option<crate::worker::outcome::Apply> {
     match step {
-        Step::NodeUnpublish(node) => Some(crate::outcome::node_at(node, berth_model::NodeLevel::Absent)),
+        Step::NodeUnpublish(node) => Some(crate::worker::outcome::node_at(
+            node,
+            berth_model::NodeLevel::Absent,
+        )),
         Step::NodeExpand(node) => {
             let node = node.clone();
             Some(Box::new(move |r: &mut VolumeRecord| {

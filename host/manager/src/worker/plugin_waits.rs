@@ -4,19 +4,18 @@
 //! (`driver` in berth.toml) — no call goes to a socket that is not the
 //! driver asked for.
 
+use crate::worker::Worker;
 use std::sync::Arc;
 
 use berth_csi::Fingerprint;
 use berth_model::VolumeRecord;
 
-use crate::VolumeManager;
-
-impl VolumeManager {
+impl Worker<'_> {
     /// Why the volume's next steps wait on a plugin, as `volume get` shows
     /// it; `None` when every plugin they can involve may be called. Only
     /// those are asked for: a volume that never reached its plugin is
     /// forgotten without any, and no node step comes before the volume exists.
-    pub(super) fn held_back(&self, r: &VolumeRecord) -> Option<String> {
+    pub(crate) fn held_back(&self, r: &VolumeRecord) -> Option<String> {
         if r.deleting && r.backend.is_none() && (r.csi_name.is_none() || !r.create_sent) {
             return None;
         }

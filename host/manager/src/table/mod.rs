@@ -6,6 +6,9 @@
 //! `remove`): serialized per volume, written to the store, and only then
 //! visible.
 
+pub(crate) mod indexes;
+pub(crate) mod records;
+
 use crate::Missing;
 use crate::Unready;
 use std::collections::HashMap;
@@ -20,7 +23,7 @@ mod waits;
 pub use waits::Waiting;
 
 use crate::RequestError;
-use crate::indexes::Indexed;
+use crate::table::indexes::Indexed;
 use berth_model::{VolumeRecord, VolumeState};
 use berth_store::{Store, StoreError};
 

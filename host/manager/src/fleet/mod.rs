@@ -3,9 +3,11 @@
 //! the table's publication counts. Placement and the API both see nodes
 //! through this one view.
 
+pub(crate) mod admin;
+pub(crate) mod sync;
+
 use std::collections::BTreeMap;
 
-use crate::VolumeManager;
 use crate::nodes::{NodeState, NodeSummary};
 use berth_csi::fingerprint::NodeInfo;
 use berth_csi::registry::Health;
@@ -25,7 +27,14 @@ pub struct NodePluginView {
     pub published_volumes: u64,
 }
 
-impl VolumeManager {
+crate::shared::view!(
+    /// The nodes as the manager keeps them: their views for placement and the
+    /// API, drains, forgets and removals, and what a (re)registering node holds.
+    Fleet,
+    fleet
+);
+
+impl Fleet<'_> {
     /// Every known node's plugins, by node name; only those of `plugin` when given.
     pub fn node_views(&self, plugin: Option<&str>) -> Vec<NodePluginView> {
         let mut out = Vec::new();
@@ -80,7 +89,7 @@ pub struct Stranded {
     pub agents_may_attach: bool,
 }
 
-impl VolumeManager {
+impl Fleet<'_> {
     /// Every node that holds publications and is not a `[[node]]` of the
     /// config, with its volumes; for a warning at start.
     pub fn stranded(&self) -> Vec<Stranded> {
@@ -122,7 +131,7 @@ impl VolumeManager {
 
     /// Why a node step waits for `node`, with what to do when the node is
     /// not configured and no agent for it is known.
-    pub(super) fn node_wait_reason(&self, node: &str) -> String {
+    pub(crate) fn node_wait_reason(&self, node: &str) -> String {
         let summary = self.nodes.node(node);
         let state = summary.as_ref().map_or("unknown", |n| n.state.as_str());
         let configured = self.config.nodes.iter().any(|n| n.name == node);

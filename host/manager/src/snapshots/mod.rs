@@ -2,10 +2,12 @@
 //! of the volume it is of, so it is driven, retried and made durable with
 //! that volume; its name is unique across volumes.
 
+pub(crate) mod groups;
+
 use crate::Conflict;
 use crate::Missing;
 use crate::Taken;
-use crate::{RequestError, VolumeManager, now_ms};
+use crate::{RequestError, now_ms};
 use berth_csi::proto::controller_service_capability::rpc::Type as ControllerCap;
 use berth_model::text::echo;
 use berth_model::{Snapshot, VolumeRecord, new_id};
@@ -17,27 +19,13 @@ pub struct SnapshotView {
     pub volume: VolumeRecord,
 }
 
-impl VolumeManager {
-    /// Whether the volume's plugin offers a controller capability: `None`
-    /// while it is not fingerprinted yet.
-    pub(super) fn offers(&self, plugin: &str, cap: ControllerCap) -> Option<bool> {
-        self.registry
-            .get(plugin)
-            .and_then(|p| p.status().fingerprint)
-            .map(|f| f.has_controller_capability(cap))
-    }
+crate::shared::view!(
+    /// Snapshots and group snapshots: asked for, listed, deleted.
+    Snapshots,
+    snapshots
+);
 
-    /// A clear refusal when the plugin is known not to offer `cap`.
-    pub(super) fn require(&self, plugin: &str, cap: ControllerCap, what: &str) -> Result<(), RequestError> {
-        if self.offers(plugin, cap) == Some(false) {
-            return Err(RequestError::Invalid(format!(
-                "plugin {plugin:?} does not offer {} ({what})",
-                cap.as_str_name()
-            )));
-        }
-        Ok(())
-    }
-
+impl Snapshots<'_> {
     pub async fn create_snapshot(&self, name: &str, volume: &str) -> Result<SnapshotView, RequestError> {
         if name.is_empty() || name.len() > 253 || name.chars().any(char::is_control) {
             return Err(RequestError::Invalid(format!(
