@@ -185,4 +185,30 @@ mod tests {
         ];
         assert!(super::Cli::try_parse_from(args).is_ok());
     }
+
+    /// `--help` helps: every command, at every depth, and every argument
+    /// it takes says what it is (a doc comment on its definition).
+    #[test]
+    fn every_command_and_argument_has_help() {
+        use clap::CommandFactory;
+        fn walk(cmd: &clap::Command, path: &str, missing: &mut Vec<String>) {
+            for arg in cmd.get_arguments() {
+                let builtin = ["help", "version"].contains(&arg.get_id().as_str());
+                if !builtin && !arg.is_hide_set() && arg.get_help().is_none() && arg.get_long_help().is_none()
+                {
+                    missing.push(format!("{path} {}", arg.get_id()));
+                }
+            }
+            for sub in cmd.get_subcommands().filter(|s| s.get_name() != "help") {
+                let sub_path = format!("{path} {}", sub.get_name());
+                if sub.get_about().is_none() && sub.get_long_about().is_none() {
+                    missing.push(sub_path.clone());
+                }
+                walk(sub, &sub_path, missing);
+            }
+        }
+        let mut missing = Vec::new();
+        walk(&super::Cli::command(), "berth", &mut missing);
+        assert!(missing.is_empty(), "without help text: {missing:#?}");
+    }
 }

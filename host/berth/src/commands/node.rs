@@ -39,6 +39,7 @@ pub enum NodeCommand {
     List,
     /// Keep placement away from a node and unpublish everything on it.
     Drain {
+        /// The node's name.
         name: String,
         /// Let placement use the node again (what is unpublished stays so).
         #[arg(long)]
@@ -49,13 +50,17 @@ pub enum NodeCommand {
     /// elsewhere even if the node is in fact alive and writing to them. Its
     /// agent is refused from now on. Needs --force.
     Forget {
+        /// The node's name.
         name: String,
         /// Yes, the node is gone for good.
         #[arg(long)]
         force: bool,
     },
     /// Remove a node nothing is published on any more (drained or forgotten).
-    Remove { name: String },
+    Remove {
+        /// The node's name.
+        name: String,
+    },
 }
 
 pub async fn run(command: NodeCommand, api: ApiArgs, output: Output) -> anyhow::Result<ExitCode> {

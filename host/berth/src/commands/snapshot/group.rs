@@ -19,6 +19,7 @@ pub enum GroupCommand {
     /// group is taken once, however often this is asked or Berth restarts.
     #[command(after_help = "Example:\n  berth snapshot group create nightly --volume db --volume wal --wait")]
     Create {
+        /// The group snapshot's name.
         name: String,
         /// A volume to include; repeatable, all on one plugin.
         #[arg(long = "volume", required = true)]
@@ -29,9 +30,13 @@ pub enum GroupCommand {
     /// Every group snapshot, one line each.
     List,
     /// One group snapshot in full, with what restores each member.
-    Get { name: String },
+    Get {
+        /// The group snapshot's name.
+        name: String,
+    },
     /// Delete a group snapshot and its members' snapshots (DeleteVolumeGroupSnapshot).
     Delete {
+        /// The group snapshot's name.
         name: String,
         #[command(flatten)]
         wait: WaitArgs,

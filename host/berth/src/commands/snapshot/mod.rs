@@ -20,6 +20,7 @@ pub enum SnapshotCommand {
     /// Take a snapshot of a volume (CreateSnapshot; the plugin must offer CREATE_DELETE_SNAPSHOT).
     #[command(after_help = "Example:\n  berth snapshot create db-monday --volume db --wait")]
     Create {
+        /// The snapshot's name.
         name: String,
         /// The volume to take it of.
         #[arg(long)]
@@ -34,9 +35,13 @@ pub enum SnapshotCommand {
         volume: Option<String>,
     },
     /// One snapshot in full.
-    Get { name: String },
+    Get {
+        /// The snapshot's name.
+        name: String,
+    },
     /// Delete a snapshot on the plugin (DeleteSnapshot).
     Delete {
+        /// The snapshot's name.
         name: String,
         #[command(flatten)]
         wait: WaitArgs,

@@ -28,17 +28,27 @@ pub enum VolumeCommand {
     /// All volumes, one line each, by name (asked for a page at a time).
     List(crate::commands::volume::list::ListArgs),
     /// One volume in full, with its latest events.
-    Get { name: String },
+    Get {
+        /// The volume's name.
+        name: String,
+    },
     /// A volume's story: its latest requests, steps done and steps failed,
     /// with time, gRPC code and message (how many are kept: `events_per_volume`).
-    Events { name: String },
+    Events {
+        /// The volume's name.
+        name: String,
+    },
     /// Why the volume is as it is: the name naming gave it, where placement
     /// could put it and why not elsewhere (each node's verdict and score),
     /// and the latest retry decisions, each with the module, digest and time.
-    Explain { name: String },
+    Explain {
+        /// The volume's name.
+        name: String,
+    },
     /// Delete on the plugin. A volume published anywhere is refused, naming
     /// the nodes, unless --force.
     Delete {
+        /// The volume's name.
         name: String,
         /// Delete it even while published: unpublish it everywhere (the
         /// workloads using it lose it), then delete it.
@@ -49,9 +59,12 @@ pub enum VolumeCommand {
     },
     /// Publish on a node (placement chooses one when --node is not given).
     Publish {
+        /// The volume's name.
         name: String,
+        /// The node to publish on [default: placement chooses].
         #[arg(long)]
         node: Option<String>,
+        /// Publish it read-only on that node.
         #[arg(long)]
         readonly: bool,
         #[command(flatten)]
@@ -59,6 +72,7 @@ pub enum VolumeCommand {
     },
     /// Unpublish from a node (the one it is published on, when there is one only).
     Unpublish {
+        /// The volume's name.
         name: String,
         /// The node to unpublish from; needed only when the volume is published on several.
         #[arg(long)]
@@ -69,6 +83,7 @@ pub enum VolumeCommand {
     /// Grow a volume (ControllerExpandVolume, then NodeExpandVolume on the
     /// nodes it is published on, when the plugin asks for it).
     Expand {
+        /// The volume's name.
         name: String,
         /// The new size (e.g. 2GiB); volumes only grow.
         #[arg(long, allow_hyphen_values = true, value_parser = berth::model::units::parse_size_flag)]
@@ -82,6 +97,7 @@ pub enum VolumeCommand {
     #[command(after_help = "Example:
   berth volume modify db --parameter iops=3000 --wait")]
     Modify {
+        /// The volume's name.
         name: String,
         /// A mutable parameter, KEY=VALUE; repeatable.
         #[arg(long = "parameter", value_parser = kv, required = true)]
@@ -97,7 +113,10 @@ pub enum VolumeCommand {
     ///
     /// Refused while the volume is published, has snapshots, or may be
     /// being created: forgetting then would lose track of it.
-    Forget { name: String },
+    Forget {
+        /// The volume's name.
+        name: String,
+    },
     /// Say which nodes' Docker may see and publish a volume.
     ///
     /// A volume made through the API is no Docker's until marked; one made
@@ -109,12 +128,14 @@ pub enum VolumeCommand {
   berth volume docker pg-data none             # no Docker
   berth volume docker pg-data origin           # as who made it says (the default)")]
     Docker {
+        /// The volume's name.
         name: String,
         /// origin, none, all, or node names separated by commas.
         scope: String,
     },
     /// Try a failed volume again.
     Retry {
+        /// The volume's name.
         name: String,
         #[command(flatten)]
         wait: WaitArgs,
@@ -133,6 +154,8 @@ pub struct WaitArgs {
 
 #[derive(Debug, Args)]
 pub struct CreateArgs {
+    /// Its name: 1 to 253 letters, digits, `_`, `.` or `-`, starting with a
+    /// letter or a digit.
     pub name: String,
     /// The configured plugin that serves it.
     #[arg(long)]
@@ -143,13 +166,19 @@ pub struct CreateArgs {
     /// Capacity it may have at most.
     #[arg(long, allow_hyphen_values = true, value_parser = berth::model::units::parse_size_flag)]
     pub limit: Option<usize>,
+    /// How nodes may use it: single-node-writer, single-node-reader-only,
+    /// single-node-single-writer, single-node-multi-writer,
+    /// multi-node-reader-only, multi-node-single-writer or
+    /// multi-node-multi-writer.
     #[arg(long, default_value = "single-node-writer")]
     pub access_mode: String,
     /// A raw block device instead of a file system.
     #[arg(long)]
     pub block: bool,
-    #[arg(long, default_value = "")]
+    /// The file system to make and mount (e.g. ext4) [default: the plugin's].
+    #[arg(long, default_value = "", hide_default_value = true)]
     pub fs_type: String,
+    /// A mount option for the node's mount; repeatable.
     #[arg(long = "mount-flag")]
     pub mount_flags: Vec<String>,
     /// A CSI parameter, KEY=VALUE; repeatable.
@@ -195,11 +224,17 @@ pub struct ImportArgs {
     /// The plugin's id for it.
     #[arg(long)]
     pub volume_id: String,
+    /// How nodes may use it: single-node-writer, single-node-reader-only,
+    /// single-node-single-writer, single-node-multi-writer,
+    /// multi-node-reader-only, multi-node-single-writer or
+    /// multi-node-multi-writer.
     #[arg(long, default_value = "single-node-writer")]
     pub access_mode: String,
+    /// It is a raw block device, not a file system.
     #[arg(long)]
     pub block: bool,
-    #[arg(long, default_value = "")]
+    /// The file system it holds (e.g. ext4) [default: the plugin's].
+    #[arg(long, default_value = "", hide_default_value = true)]
     pub fs_type: String,
     /// The name of a secret in the server's secrets_dir.
     #[arg(long)]
