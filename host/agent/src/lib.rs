@@ -1,12 +1,16 @@
 //! The node side of Berth: `berth agent`, one per node, and the in-process
 //! agent that serves `[[node]]` in `berth.toml` through the same code.
 //!
-//! - `config` — `agent.toml`;
+//! - `command` — `berth agent`'s arguments and what running it does; `config` — `agent.toml`;
+//! - `dial` — reaching the server (a unix socket, or the TLS endpoint) and dialling again;
+//!   `tls` — joining with a token and the certificate the node keeps;
 //! - `plugins` — the node's CSI node plugins (configured and discovered), fingerprinted;
 //! - `record` — the durable record of what the node holds;
 //! - `converge` — driving each volume to the level the server wants;
 //! - `calls` — the node plugin calls, at the agent's paths;
-//! - `mounts` — the mount table, to check the record against on start.
+//! - `mounts` — the mount table; `mount_check` — the record checked against it on start;
+//! - `failures` — a node call's failure as the cluster protocol carries it;
+//! - `docker` — Docker's and Podman's volume plugin protocol, served for the node.
 //!
 //! An agent keeps one session with the server at a time ([`Agent::session`]):
 //! it registers (plugins, what it holds), receives the complete desired set,

@@ -2,9 +2,10 @@
 //! reconciler that drives CSI plugins until they match.
 //!
 //! One [`VolumeManager`] is made per term; what its parts share is one
-//! `Core` (`shared.rs`), and each concern is a view of it with methods of
-//! its own, in a folder of its own:
+//! `Core`, and each concern is a view of it with methods of its own, in a
+//! folder of its own:
 //!
+//! - `shared` — the [`Core`] and the few primitives every concern uses;
 //! - `requests/` — [`Requests`]: what the API asks of volumes (declare,
 //!   change, publish, unpublish, delete, retry, import, forget), the
 //!   topology checks at declaration and publish, and the health and orphans
@@ -23,7 +24,8 @@
 //! - `nodes.rs` — the node side's interface ([`nodes::NodeAgent`],
 //!   [`nodes::NodeSync`]), which `cluster` implements.
 //! - `table/` — the records, their indexes and their durable changes.
-//! - `errors/` — why a request is refused.
+//! - `errors/` — why a request is refused; `secrets` — the operator's CSI
+//!   secrets, read when a call needs them; `gauges` — the state as metrics.
 //!
 //! On start, the manager loads the store and queues every volume, so
 //! unfinished work resumes.

@@ -2,7 +2,8 @@
 //! test`) and by `cargo xtask lint`. Each keeps a map true or a habit kept:
 //! the crates' layers and what links wasmtime against ARCHITECTURE.md
 //! (`layers`), no import circle between the files of a crate (`circles`),
-//! a `//!` summary first in every module (`module_docs`), at most thirty
+//! a `//!` summary first in every module (`module_docs`), a crate root's
+//! list of its modules whole and true when it has one (`module_lists`), at most thirty
 //! methods a type (`methods`), and each CSI operation named wherever a new
 //! one must be (`operations`). Each has a test showing that it fails on a
 //! tree that breaks its rule.
@@ -11,6 +12,7 @@ mod circles;
 mod layers;
 mod methods;
 mod module_docs;
+mod module_lists;
 mod operations;
 
 use std::path::{Path, PathBuf};
