@@ -270,7 +270,7 @@ impl VolumeManager {
 
     /// Why the volume cannot progress, while it cannot.
     pub fn waiting(&self, id: &str) -> Option<table::Waiting> {
-        self.table.waiting(id)
+        self.table.waits().get(id)
     }
 
     /// Every volume, by name.

@@ -376,7 +376,7 @@ impl Requests<'_> {
             p.want_for(readonly, by);
             if !p.sent && connected {
                 p.sent = true;
-                self.table.note_uncalled(&id, &node);
+                self.table.uncalled().note(&id, &node);
             }
             if let Some(note) = &placed {
                 r.explain_mut().placement = Some(Box::new(note.clone()));
@@ -439,7 +439,7 @@ impl Requests<'_> {
     /// request marked sent and never called is unmarked, so it goes without
     /// a call.
     fn unwant(&self, id: &str, node: &str, p: &mut Publication) {
-        if self.table.withdraw_uncalled(id, node) {
+        if self.table.uncalled().withdraw(id, node) {
             p.sent = false;
         }
         p.unwant();

@@ -11,16 +11,17 @@ pub(crate) mod records;
 
 use crate::Missing;
 use crate::Unready;
-use std::collections::HashMap;
 use std::sync::{Arc, Mutex};
 
 use tokio::sync::watch;
 
 mod insert;
 mod locks;
+mod uncalled;
 mod waits;
 
-pub use waits::Waiting;
+pub use uncalled::Uncalled;
+pub use waits::{Waiting, Waits};
 
 use crate::RequestError;
 use crate::table::indexes::Indexed;
@@ -62,11 +63,8 @@ pub struct VolumeTable {
     /// Volumes that cannot progress.
     waits: waits::Waits,
     locks: locks::VolumeLocks,
-    /// Publications a request marked sent (durably, with the request's own
-    /// write) whose first call has not gone out, by volume id: withdrawn
-    /// before it, they need no call to undo. Kept in memory only: after a
-    /// restart every sent publication may have been called.
-    uncalled: Mutex<HashMap<String, Vec<String>>>,
+    /// Publications a request marked sent whose first call has not gone out.
+    uncalled: Uncalled,
     /// Bumped on every change, for watchers.
     changes: watch::Sender<u64>,
 }
@@ -85,35 +83,9 @@ impl VolumeTable {
             .is_some_and(|p| p.sent)
     }
 
-    fn uncalled(&self) -> std::sync::MutexGuard<'_, HashMap<String, Vec<String>>> {
-        self.uncalled.lock().unwrap_or_else(|p| p.into_inner())
-    }
-
-    /// Notes that a request marked the publication on `node` sent before any
-    /// call for it: to be called from inside that request's change.
-    pub fn note_uncalled(&self, id: &str, node: &str) {
-        let mut u = self.uncalled();
-        let nodes = u.entry(id.to_string()).or_default();
-        if !nodes.iter().any(|n| n == node) {
-            nodes.push(node.to_string());
-        }
-    }
-
-    /// Forgets the note; whether there was one, i.e. whether no call for
-    /// the publication has gone out. From inside a change, or under the
-    /// volume's lock.
-    pub fn withdraw_uncalled(&self, id: &str, node: &str) -> bool {
-        let mut u = self.uncalled();
-        let Some(nodes) = u.get_mut(id) else {
-            return false;
-        };
-        let before = nodes.len();
-        nodes.retain(|n| n != node);
-        let was = nodes.len() < before;
-        if nodes.is_empty() {
-            u.remove(id);
-        }
-        was
+    /// Publications a request marked sent whose first call has not gone out.
+    pub fn uncalled(&self) -> &Uncalled {
+        &self.uncalled
     }
 
     /// Before the first call for a publication marked sent: whether it may
@@ -127,7 +99,7 @@ impl VolumeTable {
             .volumes
             .get(id)
             .is_some_and(|r| !r.deleting && r.publications.get(node).is_some_and(|p| p.wanted && p.sent));
-        self.withdraw_uncalled(id, node);
+        self.uncalled.withdraw(id, node);
         stands
     }
 
@@ -149,7 +121,7 @@ impl VolumeTable {
             indexed: Mutex::new(indexed),
             waits: waits::Waits::default(),
             locks: locks::VolumeLocks::default(),
-            uncalled: Mutex::new(HashMap::new()),
+            uncalled: Uncalled::default(),
             changes: watch::channel(0).0,
         })
     }
@@ -243,18 +215,9 @@ impl VolumeTable {
             .unwrap_or(0)
     }
 
-    /// Records why a volume cannot progress; `since` stays while the reason does.
-    pub fn set_waiting(&self, id: &str, reason: String, now_ms: u64) {
-        self.waits.set(id, reason, now_ms);
-    }
-
-    /// The volume progresses (or is gone): it waits for nothing.
-    pub fn clear_waiting(&self, id: &str) {
-        self.waits.clear(id);
-    }
-
-    pub fn waiting(&self, id: &str) -> Option<Waiting> {
-        self.waits.get(id)
+    /// Volumes that cannot progress: why, and since when.
+    pub fn waits(&self) -> &Waits {
+        &self.waits
     }
 
     pub fn counts(&self) -> Counts {
@@ -370,8 +333,8 @@ impl VolumeTable {
         }
         self.store.remove(id).await.map_err(RemoveError::Store)?;
         self.lock().remove(id);
-        self.clear_waiting(id);
-        self.uncalled().remove(id);
+        self.waits().clear(id);
+        self.uncalled.forget(id);
         self.changed();
         Ok(())
     }
@@ -517,19 +480,19 @@ mod tests {
     async fn waits_are_counted_and_cleared() {
         let dir = tempfile::tempdir().unwrap();
         let t = table(&dir);
-        t.set_waiting("a", "for x".into(), 1);
-        t.set_waiting("a", "for x".into(), 5);
-        t.set_waiting("b", "for y".into(), 2);
+        t.waits().set("a", "for x".into(), 1);
+        t.waits().set("a", "for x".into(), 5);
+        t.waits().set("b", "for y".into(), 2);
         assert_eq!(
-            t.waiting("a").map(|w| w.since_ms),
+            t.waits().get("a").map(|w| w.since_ms),
             Some(1),
             "the same reason keeps its start"
         );
         assert_eq!(t.counts().waiting, 2);
-        t.clear_waiting("a");
-        t.clear_waiting("a");
-        assert_eq!((t.counts().waiting, t.waiting("a")), (1, None));
-        t.clear_waiting("b");
+        t.waits().clear("a");
+        t.waits().clear("a");
+        assert_eq!((t.counts().waiting, t.waits().get("a")), (1, None));
+        t.waits().clear("b");
         assert_eq!(t.counts().waiting, 0);
     }
 

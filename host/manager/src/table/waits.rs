@@ -17,7 +17,7 @@ pub struct Waiting {
 const ROOM: usize = 1024;
 
 #[derive(Default)]
-pub(super) struct Waits {
+pub struct Waits {
     by_id: Mutex<HashMap<String, Waiting>>,
     /// How many volumes wait: the common case, none, needs no lock.
     count: AtomicUsize,
@@ -29,7 +29,7 @@ impl Waits {
     }
 
     /// Records why `id` cannot progress; `since` stays while the reason does.
-    pub(super) fn set(&self, id: &str, reason: String, now_ms: u64) {
+    pub fn set(&self, id: &str, reason: String, now_ms: u64) {
         let mut w = self.map();
         match w.get_mut(id) {
             Some(old) if old.reason == reason => {}
@@ -46,7 +46,7 @@ impl Waits {
     }
 
     /// `id` progresses (or is gone): it waits for nothing.
-    pub(super) fn clear(&self, id: &str) {
+    pub fn clear(&self, id: &str) {
         if self.count() == 0 {
             return;
         }
@@ -63,14 +63,14 @@ impl Waits {
         }
     }
 
-    pub(super) fn get(&self, id: &str) -> Option<Waiting> {
+    pub fn get(&self, id: &str) -> Option<Waiting> {
         if self.count() == 0 {
             return None;
         }
         self.map().get(id).cloned()
     }
 
-    pub(super) fn count(&self) -> usize {
+    pub fn count(&self) -> usize {
         self.count.load(Ordering::Relaxed)
     }
 }

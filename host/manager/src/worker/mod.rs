@@ -74,7 +74,7 @@ impl Worker<'_> {
             }
             if record.failure.is_some() {
                 // Kept since the give-up (or since the start, after a restart).
-                self.table.set_waiting(
+                self.table.waits().set(
                     id,
                     format!(
                         "waiting for an operator: `berth volume retry {0}` or `berth volume delete {0}`",
@@ -96,14 +96,14 @@ impl Worker<'_> {
             // configured.
             if let Some(waiting) = self.held_back(&record) {
                 tracing::debug!(volume = %record.spec.name, %waiting, "held back");
-                self.table.set_waiting(id, waiting, now_ms());
+                self.table.waits().set(id, waiting, now_ms());
                 self.wake_after(id, Duration::from_secs(1));
                 return self.finish(id, &record, &mut unwritten).await;
             }
             // What it waited for is cleared once a step runs, not before:
             // a volume that still waits keeps the time it began to.
             let Some(step) = next_step(&record, |node| self.caps(&record.spec.plugin, node)) else {
-                self.table.clear_waiting(id);
+                self.table.waits().clear(id);
                 return self.finish(id, &record, &mut unwritten).await;
             };
             // A forgotten node's side is skipped: an operator declared it dead.
@@ -121,7 +121,8 @@ impl Worker<'_> {
                 && !self.nodes.connected(node)
             {
                 self.table
-                    .set_waiting(id, self.fleet().node_wait_reason(node), now_ms());
+                    .waits()
+                    .set(id, self.fleet().node_wait_reason(node), now_ms());
                 self.wake_after(id, Duration::from_secs(5));
                 return self.finish(id, &record, &mut unwritten).await;
             }
@@ -137,7 +138,7 @@ impl Worker<'_> {
                 .await
             {
                 Ok(apply) => {
-                    self.table.clear_waiting(id);
+                    self.table.waits().clear(id);
                     apply(&mut record);
                     if record.retrying.take().is_some() {
                         self.deadlines.clear(id);
@@ -153,12 +154,12 @@ impl Worker<'_> {
                     message,
                     ..
                 }) => {
-                    self.table.set_waiting(id, message, now_ms());
+                    self.table.waits().set(id, message, now_ms());
                     self.wake_after(id, after);
                     return self.finish(id, &record, &mut unwritten).await;
                 }
                 Err(e) => {
-                    self.table.clear_waiting(id);
+                    self.table.waits().clear(id);
                     match self.failed(&record, &step, e, &mut unwritten).await {
                         Ok(Some(latest)) => record = latest,
                         Ok(None) => return,

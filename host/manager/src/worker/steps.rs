@@ -324,7 +324,7 @@ impl Worker<'_> {
         self.write_unwritten(&r.id, unwritten, |latest| {
             // A request may have marked it meanwhile: its note goes now, in
             // turn with a withdrawal, since the call follows this write.
-            self.table.withdraw_uncalled(&r.id, node);
+            self.table.uncalled().withdraw(&r.id, node);
             let deleting = latest.deleting;
             match latest.publications.get_mut(node) {
                 Some(p) if p.wanted && !deleting => p.sent = true,
