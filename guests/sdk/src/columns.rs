@@ -6,54 +6,11 @@ use std::ops::Range;
 
 use crate::{Candidates, Health, Lookup, Pairs};
 
-/// One topology or label set of the candidates: key/value pairs read from
-/// the shared string table.
-#[derive(Clone, Debug)]
-pub struct Segments<'a> {
-    candidates: &'a Candidates,
-    pairs: Range<usize>,
-}
-
-impl<'a> Segments<'a> {
-    pub fn iter(&self) -> impl Iterator<Item = (&'a str, &'a str)> + use<'a> {
-        let c = self.candidates;
-        self.pairs.clone().map(move |p| {
-            (
-                c.strings[c.pair_keys[p] as usize].as_str(),
-                c.strings[c.pair_values[p] as usize].as_str(),
-            )
-        })
-    }
-
-    /// The value of `key`.
-    pub fn get(&self, key: &str) -> Option<&'a str> {
-        self.iter().find(|(k, _)| *k == key).map(|(_, v)| v)
-    }
-
-    pub fn to_pairs(&self) -> Pairs {
-        self.iter().map(|(k, v)| (k.to_string(), v.to_string())).collect()
-    }
-}
+crate::shared::segments!(Candidates);
 
 impl Lookup for Segments<'_> {
     fn value(&self, key: &str) -> Option<&str> {
         self.get(key)
-    }
-}
-
-/// `k=v,k2=v2`, as reasons show a topology.
-impl fmt::Display for Segments<'_> {
-    // Pieces rather than `write!`: reasons are built in the hot path.
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        for (i, (k, v)) in self.iter().enumerate() {
-            if i > 0 {
-                f.write_str(",")?;
-            }
-            f.write_str(k)?;
-            f.write_str("=")?;
-            f.write_str(v)?;
-        }
-        Ok(())
     }
 }
 
@@ -68,10 +25,7 @@ impl Candidates {
     }
 
     fn range(&self, offsets: &[u32], i: usize) -> Segments<'_> {
-        Segments {
-            candidates: self,
-            pairs: offsets[i] as usize..offsets[i + 1] as usize,
-        }
+        Segments::of(self, offsets, i)
     }
 
     /// The distinct topologies, in the order `topology` indexes them: judge

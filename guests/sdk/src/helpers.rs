@@ -124,42 +124,7 @@ impl Code {
     }
 }
 
-impl Operation {
-    /// The CSI method name: `CreateVolume`, `NodePublishVolume`...
-    pub fn name(self) -> &'static str {
-        match self {
-            Operation::CreateVolume => "CreateVolume",
-            Operation::DeleteVolume => "DeleteVolume",
-            Operation::ControllerPublishVolume => "ControllerPublishVolume",
-            Operation::ControllerUnpublishVolume => "ControllerUnpublishVolume",
-            Operation::NodeStageVolume => "NodeStageVolume",
-            Operation::NodeUnstageVolume => "NodeUnstageVolume",
-            Operation::NodePublishVolume => "NodePublishVolume",
-            Operation::NodeUnpublishVolume => "NodeUnpublishVolume",
-            Operation::ControllerExpandVolume => "ControllerExpandVolume",
-            Operation::NodeExpandVolume => "NodeExpandVolume",
-            Operation::CreateSnapshot => "CreateSnapshot",
-            Operation::DeleteSnapshot => "DeleteSnapshot",
-            Operation::ControllerModifyVolume => "ControllerModifyVolume",
-            Operation::CreateVolumeGroupSnapshot => "CreateVolumeGroupSnapshot",
-            Operation::DeleteVolumeGroupSnapshot => "DeleteVolumeGroupSnapshot",
-        }
-    }
-
-    /// Whether the operation undoes something (delete, unpublish, unstage),
-    /// so that NOT_FOUND means the work is already done.
-    pub fn is_undo(self) -> bool {
-        matches!(
-            self,
-            Operation::DeleteVolume
-                | Operation::ControllerUnpublishVolume
-                | Operation::NodeUnstageVolume
-                | Operation::NodeUnpublishVolume
-                | Operation::DeleteSnapshot
-                | Operation::DeleteVolumeGroupSnapshot
-        )
-    }
-}
+crate::shared::operation_names!();
 
 /// The value of `key` in a list of pairs (settings, labels, topology...).
 pub fn get<'a>(pairs: &'a Pairs, key: &str) -> Option<&'a str> {

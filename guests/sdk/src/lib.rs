@@ -32,6 +32,7 @@ extern crate self as berth_guest;
 pub mod alloc;
 mod columns;
 mod helpers;
+mod shared;
 pub mod testing;
 
 // Only inside the component: native unit tests keep the standard allocator.

@@ -143,56 +143,11 @@ pub enum ColumnsError {
     Health { candidate: String, health: u8 },
 }
 
-/// Key/value pairs of the candidates' tables: one topology or label set.
-#[derive(Clone, Debug)]
-pub struct Segments<'a> {
-    columns: &'a CandidateColumns,
-    pairs: Range<usize>,
-}
-
-impl<'a> Segments<'a> {
-    pub fn iter(&self) -> impl Iterator<Item = (&'a str, &'a str)> + use<'a> {
-        let c = self.columns;
-        self.pairs.clone().map(move |p| {
-            (
-                c.strings[c.pair_keys[p] as usize].as_str(),
-                c.strings[c.pair_values[p] as usize].as_str(),
-            )
-        })
-    }
-
-    /// The value of `key`.
-    pub fn get(&self, key: &str) -> Option<&'a str> {
-        self.iter().find(|(k, _)| *k == key).map(|(_, v)| v)
-    }
-
-    pub fn to_pairs(&self) -> Pairs {
-        self.iter().map(|(k, v)| (k.to_string(), v.to_string())).collect()
-    }
-}
-
-/// `k=v,k2=v2`.
-impl fmt::Display for Segments<'_> {
-    // Pieces rather than `write!`: reasons are built in the hot path.
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        for (i, (k, v)) in self.iter().enumerate() {
-            if i > 0 {
-                f.write_str(",")?;
-            }
-            f.write_str(k)?;
-            f.write_str("=")?;
-            f.write_str(v)?;
-        }
-        Ok(())
-    }
-}
+crate::shared::segments!(CandidateColumns);
 
 impl CandidateColumns {
     fn range(&self, offsets: &[u32], i: usize) -> Segments<'_> {
-        Segments {
-            columns: self,
-            pairs: offsets[i] as usize..offsets[i + 1] as usize,
-        }
+        Segments::of(self, offsets, i)
     }
 
     pub fn topology_count(&self) -> usize {

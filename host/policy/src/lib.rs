@@ -24,6 +24,9 @@ mod policies;
 pub mod replay;
 pub mod samples;
 pub mod shadow;
+/// What the guest SDK and the engine both say about the contract's types.
+#[path = "../../../guests/sdk/src/shared.rs"]
+mod shared;
 
 pub use answer::{AnswerError, MAX_NAME_BYTES, MAX_REASON_BYTES, MAX_RETRY_DELAY_MS, validate_volume_name};
 pub use bindings::*;

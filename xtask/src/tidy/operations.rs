@@ -34,6 +34,9 @@ fn camel(kebab: &str) -> String {
         .collect()
 }
 
+/// The form an operation takes in a place, from its kebab and camel names.
+type Form = fn(&str, &str) -> String;
+
 /// Where each operation must be named, and how: a place's name, its text,
 /// and the form the operation takes in it.
 fn missing(root: &Path) -> Vec<String> {
@@ -42,7 +45,7 @@ fn missing(root: &Path) -> Vec<String> {
         .iter()
         .map(|f| std::fs::read_to_string(f).unwrap_or_default())
         .collect();
-    let places: Vec<(&str, String, fn(&str, &str) -> String)> = vec![
+    let places: Vec<(&str, String, Form)> = vec![
         (
             "proto/csi/v1/csi.proto",
             read("proto/csi/v1/csi.proto"),

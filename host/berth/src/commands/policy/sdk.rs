@@ -12,7 +12,7 @@ pub struct SdkFile {
 /// The WIT files the SDK's bindings are generated from (the current release).
 pub(super) use berth_component::WIT;
 
-const SOURCES: [(&str, &str); 5] = [
+const SOURCES: [(&str, &str); 6] = [
     ("src/lib.rs", include_str!("../../../../../guests/sdk/src/lib.rs")),
     (
         "src/alloc.rs",
@@ -25,6 +25,10 @@ const SOURCES: [(&str, &str); 5] = [
     (
         "src/helpers.rs",
         include_str!("../../../../../guests/sdk/src/helpers.rs"),
+    ),
+    (
+        "src/shared.rs",
+        include_str!("../../../../../guests/sdk/src/shared.rs"),
     ),
     (
         "src/testing.rs",
