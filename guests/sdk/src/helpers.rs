@@ -2,8 +2,9 @@
 //! sanitising names, stable hashing, backoff.
 
 use std::collections::HashMap;
-use std::hash::{BuildHasherDefault, Hasher};
+use std::hash::BuildHasherDefault;
 
+use crate::shared::Fnv;
 use crate::{Code, Operation, Pairs, Verdicts};
 
 impl Verdicts {
@@ -16,28 +17,6 @@ impl Verdicts {
     pub fn reason(&self, i: usize) -> Option<&str> {
         let r = self.refusals[i] as usize;
         (r > 0).then(|| self.reasons[r - 1].as_str())
-    }
-}
-
-/// FNV-1a as a `Hasher`, for the reasons a builder has seen: they are short,
-/// and SipHash's defence against chosen keys buys nothing in a sandbox.
-struct Fnv(u64);
-
-impl Default for Fnv {
-    fn default() -> Self {
-        Fnv(0xcbf2_9ce4_8422_2325)
-    }
-}
-
-impl Hasher for Fnv {
-    fn finish(&self) -> u64 {
-        self.0
-    }
-
-    fn write(&mut self, bytes: &[u8]) {
-        for b in bytes {
-            self.0 = (self.0 ^ u64::from(*b)).wrapping_mul(0x0100_0000_01b3);
-        }
     }
 }
 

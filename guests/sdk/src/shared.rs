@@ -3,7 +3,7 @@
 //! module of its own too; each side calls the macros where its own
 //! bindings' types are in scope (wit-bindgen's here, wasmtime's there: two
 //! types of the same shape, so code over them cannot be shared as
-//! functions).
+//! functions), and what needs no type of theirs.
 
 /// `Operation::name` (its CSI method) and `Operation::is_undo`, for the
 /// `Operation` in scope where it is called.
@@ -111,3 +111,26 @@ macro_rules! segments {
     };
 }
 pub(crate) use segments;
+
+/// FNV-1a as a `Hasher`, for the reasons a placement answer's builder has
+/// seen: they are short and come from policy code, so SipHash's defence
+/// against chosen keys buys nothing.
+pub(crate) struct Fnv(u64);
+
+impl Default for Fnv {
+    fn default() -> Self {
+        Fnv(0xcbf2_9ce4_8422_2325)
+    }
+}
+
+impl std::hash::Hasher for Fnv {
+    fn finish(&self) -> u64 {
+        self.0
+    }
+
+    fn write(&mut self, bytes: &[u8]) {
+        for b in bytes {
+            self.0 = (self.0 ^ u64::from(*b)).wrapping_mul(0x0100_0000_01b3);
+        }
+    }
+}

@@ -4,9 +4,10 @@
 
 use std::collections::HashMap;
 use std::fmt;
-use std::hash::{BuildHasherDefault, Hasher};
+use std::hash::BuildHasherDefault;
 use std::ops::Range;
 
+use crate::shared::Fnv;
 use crate::{CandidateColumns, Health, Pairs, Verdicts};
 
 /// One node as placement sees it.
@@ -277,29 +278,6 @@ impl Verdicts {
 pub struct VerdictsBuilder {
     verdicts: Verdicts,
     seen: HashMap<String, u32, BuildHasherDefault<Fnv>>,
-}
-
-/// FNV-1a as a `Hasher`, for the reasons a builder has seen: they are short
-/// and come from policy code, so SipHash's defence against chosen keys buys
-/// nothing (the guest SDK's builder hashes the same way).
-struct Fnv(u64);
-
-impl Default for Fnv {
-    fn default() -> Self {
-        Fnv(0xcbf2_9ce4_8422_2325)
-    }
-}
-
-impl Hasher for Fnv {
-    fn finish(&self) -> u64 {
-        self.0
-    }
-
-    fn write(&mut self, bytes: &[u8]) {
-        for b in bytes {
-            self.0 = (self.0 ^ u64::from(*b)).wrapping_mul(0x0100_0000_01b3);
-        }
-    }
 }
 
 impl VerdictsBuilder {

@@ -19,4 +19,4 @@ pub mod serve;
 pub use berth_store as store;
 
 #[cfg(test)]
-mod paused;
+mod core_tests;

@@ -404,7 +404,7 @@ fn the_retry_policy_decides_every_node_retry() {
         get(&c, "r").to_string()
     });
     // That none follows a give-up however long it waits is tested in
-    // paused time (`paused::lifecycle`), on the same agent code in-process.
+    // paused time (`core_tests::lifecycle` in berth-server), on the same agent code in-process.
     assert_eq!(logged(&log, "NodeStageVolume"), 3, "{}", get(&c, "r"));
 
     c.ok(&["volume", "retry", "r"]);

@@ -141,7 +141,7 @@ fn a_retry_policy_answering_zero_cannot_make_a_storm() {
     );
     // The host's floor (10 ms doubling) holds five waits before it:
     // 10 + 20 + 40 + 80 + 160 ms at the least, however fast the machine.
-    // (The exact waits are tested in paused time, `paused::lifecycle`.)
+    // (The exact waits are tested in paused time, `core_tests::lifecycle` in berth-server.)
     let took = asked.elapsed();
     assert!(took >= Duration::from_millis(310), "six attempts in {took:?}");
 }

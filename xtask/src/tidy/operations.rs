@@ -62,8 +62,8 @@ fn missing(root: &Path) -> Vec<String> {
             |k, _| format!("(\"{k}\", "),
         ),
         (
-            "the Rust SDK (guests/sdk/src/helpers.rs)",
-            read("guests/sdk/src/helpers.rs"),
+            "the Rust SDK and the engine (guests/sdk/src/shared.rs)",
+            read("guests/sdk/src/shared.rs"),
             |_, c| format!("Operation::{c} =>"),
         ),
         (
@@ -107,7 +107,7 @@ fn an_operation_named_in_the_contract_only_is_caught() {
         "proto/csi/v1/csi.proto",
         "host/csi/src/client.rs",
         "host/policy/src/bindings.rs",
-        "guests/sdk/src/helpers.rs",
+        "guests/sdk/src/shared.rs",
         "guests/go/sdk/enums.go",
         "guests/js/sdk/contract.d.ts",
         "wit/types.wit",

@@ -10,7 +10,6 @@ mod codes;
 mod convert;
 mod docker_calls;
 mod fleet;
-mod inquiries;
 pub mod introspection;
 mod node_volumes;
 mod policies;
@@ -297,7 +296,7 @@ impl api::berth_server::Berth for BerthApi {
             .health(&req.into_inner().name)
             .await
             .map_err(status)?;
-        Ok(Response::new(inquiries::health_to_api(h)))
+        Ok(Response::new(convert::views::health_to_api(h)))
     }
 
     async fn create_snapshot(
@@ -311,7 +310,7 @@ impl api::berth_server::Berth for BerthApi {
             .create_snapshot(&req.name, &req.volume)
             .await
             .map_err(status)?;
-        Ok(Response::new(inquiries::snapshot_to_api(&s)))
+        Ok(Response::new(convert::views::snapshot_to_api(&s)))
     }
 
     async fn delete_snapshot(
@@ -324,7 +323,7 @@ impl api::berth_server::Berth for BerthApi {
             .delete_snapshot(&req.into_inner().name)
             .await
             .map_err(status)?;
-        Ok(Response::new(inquiries::snapshot_to_api(&s)))
+        Ok(Response::new(convert::views::snapshot_to_api(&s)))
     }
 
     async fn get_snapshot(
@@ -336,7 +335,7 @@ impl api::berth_server::Berth for BerthApi {
             .snapshots()
             .get_snapshot(&req.into_inner().name)
             .map_err(status)?;
-        Ok(Response::new(inquiries::snapshot_to_api(&s)))
+        Ok(Response::new(convert::views::snapshot_to_api(&s)))
     }
 
     async fn list_snapshots(
@@ -350,7 +349,7 @@ impl api::berth_server::Berth for BerthApi {
             .list_snapshots((!volume.is_empty()).then_some(volume.as_str()))
             .map_err(status)?;
         Ok(Response::new(api::ListSnapshotsResponse {
-            snapshots: all.iter().map(inquiries::snapshot_to_api).collect(),
+            snapshots: all.iter().map(convert::views::snapshot_to_api).collect(),
         }))
     }
 
@@ -365,7 +364,7 @@ impl api::berth_server::Berth for BerthApi {
             .create_group_snapshot(&req.name, &req.volumes)
             .await
             .map_err(status)?;
-        Ok(Response::new(inquiries::group_to_api(&g)))
+        Ok(Response::new(convert::views::group_to_api(&g)))
     }
 
     async fn delete_group_snapshot(
@@ -378,7 +377,7 @@ impl api::berth_server::Berth for BerthApi {
             .delete_group_snapshot(&req.into_inner().name)
             .await
             .map_err(status)?;
-        Ok(Response::new(inquiries::group_to_api(&g)))
+        Ok(Response::new(convert::views::group_to_api(&g)))
     }
 
     async fn get_group_snapshot(
@@ -390,7 +389,7 @@ impl api::berth_server::Berth for BerthApi {
             .snapshots()
             .get_group_snapshot(&req.into_inner().name)
             .map_err(status)?;
-        Ok(Response::new(inquiries::group_to_api(&g)))
+        Ok(Response::new(convert::views::group_to_api(&g)))
     }
 
     async fn list_group_snapshots(
@@ -399,7 +398,7 @@ impl api::berth_server::Berth for BerthApi {
     ) -> Result<Response<api::ListGroupSnapshotsResponse>, Status> {
         let groups = self.manager.snapshots().list_group_snapshots();
         Ok(Response::new(api::ListGroupSnapshotsResponse {
-            groups: groups.iter().map(inquiries::group_to_api).collect(),
+            groups: groups.iter().map(convert::views::group_to_api).collect(),
         }))
     }
 
@@ -413,7 +412,7 @@ impl api::berth_server::Berth for BerthApi {
             .orphans(&req.into_inner().plugin)
             .await
             .map_err(status)?;
-        Ok(Response::new(inquiries::orphans_to_api(o)))
+        Ok(Response::new(convert::views::orphans_to_api(o)))
     }
 
     async fn list_nodes(

@@ -1,5 +1,7 @@
 //! Between the wire messages and Berth's own model.
 
+pub(super) mod views;
+
 use berth_proto::berth::v1 as api;
 
 use crate::manager::{RequestError, VolumeManager};

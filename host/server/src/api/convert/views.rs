@@ -1,4 +1,5 @@
-//! Wire forms of snapshots, health and orphans.
+//! Wire forms of the manager's views: snapshots, group snapshots, a
+//! volume's health and the plugins' orphans.
 
 use berth_proto::berth::v1 as api;
 
