@@ -4,29 +4,7 @@ use crate::{
     AccessMode, AccessType, Candidates, CapacityRange, Code, Failure, Health, Operation, Pairs, Volume,
 };
 
-/// Pairs from string slices.
-pub fn pairs(kv: &[(&str, &str)]) -> Pairs {
-    kv.iter().map(|(k, v)| (k.to_string(), v.to_string())).collect()
-}
-
-/// A 1 GiB single-node-writer mount volume named `name`, with no requirements.
-pub fn volume(name: &str) -> Volume {
-    Volume {
-        id: format!("id-{name}"),
-        name: name.to_string(),
-        driver: "hostpath.csi.berth.dev".to_string(),
-        capacity: CapacityRange {
-            required_bytes: 1 << 30,
-            limit_bytes: 0,
-        },
-        access_mode: AccessMode::SingleNodeWriter,
-        access_type: AccessType::Mount,
-        parameters: vec![],
-        labels: vec![],
-        requisite_topology: vec![],
-        preferred_topology: vec![],
-    }
-}
+crate::shared::samples!("id-");
 
 /// A node as a test writes it; [`candidates`] turns a list of them into the
 /// placement input, sharing equal topologies and label sets as Berth does.

@@ -5,29 +5,7 @@ use crate::{
     AccessMode, AccessType, CapacityRange, Code, Failure, Health, Operation, Pairs, PlacementNode, Volume,
 };
 
-/// Pairs from string slices.
-pub fn pairs(kv: &[(&str, &str)]) -> Pairs {
-    kv.iter().map(|(k, v)| (k.to_string(), v.to_string())).collect()
-}
-
-/// A 1 GiB single-node-writer mount volume named `name`, id `uid-<name>`.
-pub fn volume(name: &str) -> Volume {
-    Volume {
-        id: format!("uid-{name}"),
-        name: name.into(),
-        driver: "hostpath.csi.berth.dev".into(),
-        capacity: CapacityRange {
-            required_bytes: 1 << 30,
-            limit_bytes: 0,
-        },
-        access_mode: AccessMode::SingleNodeWriter,
-        access_type: AccessType::Mount,
-        parameters: vec![],
-        labels: vec![],
-        requisite_topology: vec![],
-        preferred_topology: vec![],
-    }
-}
+crate::shared::samples!("uid-");
 
 /// A healthy node named `name` in `topology`, with no labels and no limit.
 pub fn node(name: &str, topology: &[(&str, &str)]) -> PlacementNode {
