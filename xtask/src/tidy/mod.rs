@@ -5,10 +5,12 @@
 //! a `//!` summary first in every module (`module_docs`), a crate root's
 //! list of its modules whole and true when it has one (`module_lists`), at most thirty
 //! methods a type (`methods`), and each CSI operation named wherever a new
-//! one must be (`operations`). Each has a test showing that it fails on a
+//! one must be (`operations`), and the install paths the README and the
+//! book show are crates with binaries (`install_paths`). Each has a test showing that it fails on a
 //! tree that breaks its rule.
 
 mod circles;
+mod install_paths;
 mod layers;
 mod methods;
 mod module_docs;
