@@ -166,18 +166,8 @@ pub struct CreateArgs {
     /// Capacity it may have at most.
     #[arg(long, allow_hyphen_values = true, value_parser = berth::model::units::parse_size_flag)]
     pub limit: Option<usize>,
-    /// How nodes may use it: single-node-writer, single-node-reader-only,
-    /// single-node-single-writer, single-node-multi-writer,
-    /// multi-node-reader-only, multi-node-single-writer or
-    /// multi-node-multi-writer.
-    #[arg(long, default_value = "single-node-writer")]
-    pub access_mode: String,
-    /// A raw block device instead of a file system.
-    #[arg(long)]
-    pub block: bool,
-    /// The file system to make and mount (e.g. ext4) [default: the plugin's].
-    #[arg(long, default_value = "", hide_default_value = true)]
-    pub fs_type: String,
+    #[command(flatten)]
+    pub access: AccessArgs,
     /// A mount option for the node's mount; repeatable.
     #[arg(long = "mount-flag")]
     pub mount_flags: Vec<String>,
@@ -214,6 +204,23 @@ pub struct CreateArgs {
     pub wait: WaitArgs,
 }
 
+/// How a volume is used on its nodes, as `create` and `import` take it.
+#[derive(Debug, Args)]
+pub struct AccessArgs {
+    /// How nodes may use it: single-node-writer, single-node-reader-only,
+    /// single-node-single-writer, single-node-multi-writer,
+    /// multi-node-reader-only, multi-node-single-writer or
+    /// multi-node-multi-writer.
+    #[arg(long, default_value = "single-node-writer")]
+    pub access_mode: String,
+    /// A raw block device, not a file system.
+    #[arg(long)]
+    pub block: bool,
+    /// Its file system (e.g. ext4) [default: the plugin's].
+    #[arg(long, default_value = "", hide_default_value = true)]
+    pub fs_type: String,
+}
+
 #[derive(Debug, Args)]
 pub struct ImportArgs {
     /// Its name in Berth.
@@ -224,18 +231,8 @@ pub struct ImportArgs {
     /// The plugin's id for it.
     #[arg(long)]
     pub volume_id: String,
-    /// How nodes may use it: single-node-writer, single-node-reader-only,
-    /// single-node-single-writer, single-node-multi-writer,
-    /// multi-node-reader-only, multi-node-single-writer or
-    /// multi-node-multi-writer.
-    #[arg(long, default_value = "single-node-writer")]
-    pub access_mode: String,
-    /// It is a raw block device, not a file system.
-    #[arg(long)]
-    pub block: bool,
-    /// The file system it holds (e.g. ext4) [default: the plugin's].
-    #[arg(long, default_value = "", hide_default_value = true)]
-    pub fs_type: String,
+    #[command(flatten)]
+    pub access: AccessArgs,
     /// The name of a secret in the server's secrets_dir.
     #[arg(long)]
     pub secret: Option<String>,
@@ -330,9 +327,9 @@ pub async fn run(cmd: VolumeCommand, api: ApiArgs, output: Output) -> anyhow::Re
                 plugin: a.plugin,
                 required_bytes: a.size.unwrap_or(0) as i64,
                 limit_bytes: a.limit.unwrap_or(0) as i64,
-                access_mode: a.access_mode,
-                block: a.block,
-                fs_type: a.fs_type,
+                access_mode: a.access.access_mode,
+                block: a.access.block,
+                fs_type: a.access.fs_type,
                 mount_flags: a.mount_flags,
                 parameters: a.params.into_iter().collect(),
                 secret: a.secret.unwrap_or_default(),
@@ -448,9 +445,9 @@ pub async fn run(cmd: VolumeCommand, api: ApiArgs, output: Output) -> anyhow::Re
             let spec = api::VolumeSpec {
                 name: a.name,
                 plugin: a.plugin,
-                access_mode: a.access_mode,
-                block: a.block,
-                fs_type: a.fs_type,
+                access_mode: a.access.access_mode,
+                block: a.access.block,
+                fs_type: a.access.fs_type,
                 secret: a.secret.unwrap_or_default(),
                 labels: a.labels.into_iter().collect(),
                 ..Default::default()
