@@ -28,7 +28,7 @@ impl Observed for VolumeManager {
             vec![],
             counts.waiting as i64,
         );
-        let (ready, running) = self.queue.depth();
+        let (ready, running) = self.work.queue.depth();
         out.gauge(
             "berth_queue_depth",
             "Volumes queued for a worker",

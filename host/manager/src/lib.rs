@@ -16,7 +16,8 @@
 //! - `worker/` — [`Worker`]: the loop (`mod.rs`) that takes a volume from the
 //!   queue, plans its next step (`plan.rs`, pure), makes the call
 //!   (`steps.rs`, `snapshot_steps.rs`), applies the outcome (`outcome.rs`)
-//!   and retries (`deadlines.rs`); what holds steps back (`plugin_waits.rs`).
+//!   and retries (`deadlines.rs`); what holds steps back (`plugin_waits.rs`);
+//!   what it owns, the queue, the retries' deadlines and the tenure (`work.rs`).
 //! - `decisions/` — [`Decisions`]: naming and placement by policy, the
 //!   capacity placement asks for, and the decision log.
 //! - `fleet/` — [`Fleet`]: nodes as placement and the API see them, their
@@ -72,7 +73,6 @@ pub use errors::missing::Missing;
 pub use errors::taken::Taken;
 pub use errors::unready::Unready;
 use table::VolumeTable;
-use worker::queue::Queue;
 
 /// Why an operator's request was refused. The API maps these to gRPC codes.
 #[derive(Debug, thiserror::Error)]
@@ -175,10 +175,8 @@ impl VolumeManager {
             registry,
             policies,
             nodes,
-            queue: Queue::default(),
-            deadlines: Default::default(),
+            work: Default::default(),
             capacity: Default::default(),
-            tenure: std::sync::OnceLock::new(),
             started: tokio::time::Instant::now(),
         };
         Ok(Arc::new(VolumeManager { core: Arc::new(core) }))
@@ -188,7 +186,7 @@ impl VolumeManager {
     /// a leader that cannot vouch for its lease calls nothing, and its term
     /// is ended around the waiting step.
     pub fn act_only_while(&self, tenure: Tenure) {
-        let _ = self.tenure.set(tenure);
+        let _ = self.work.tenure.set(tenure);
     }
 
     /// Whether this server may act (always, with one server).
@@ -205,9 +203,9 @@ impl VolumeManager {
             let m = self.core.clone();
             workers.spawn(async move {
                 loop {
-                    let id = m.queue.take().await;
+                    let id = m.work.queue.take().await;
                     m.worker().reconcile(&id).await;
-                    m.queue.done(&id);
+                    m.work.queue.done(&id);
                     // A queue that is never empty (a restart's every volume)
                     // and volumes that need no call never wait: without this,
                     // workers kept the runtime's threads from the API until
@@ -222,7 +220,7 @@ impl VolumeManager {
             workers = self.config.workers,
             "reconciler started"
         );
-        self.queue.push_all(ids);
+        self.work.queue.push_all(ids);
         workers
     }
 
@@ -294,7 +292,7 @@ impl VolumeManager {
         Summary {
             volumes,
             states,
-            busy: self.queue.len() as u64,
+            busy: self.work.queue.len() as u64,
             retrying,
             waiting,
         }

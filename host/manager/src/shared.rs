@@ -13,11 +13,10 @@ use crate::decisions::capacity;
 use crate::decisions::log::DecisionLog;
 use crate::secrets::Secrets;
 use crate::table::VolumeTable;
-use crate::worker::deadlines;
 use crate::worker::outcome::{Apply, StepError, step_error};
-use crate::worker::queue::Queue;
 use crate::worker::steps::capability;
-use crate::{Missing, RequestError, Tenure, nodes, now_ms};
+use crate::worker::work::Work;
+use crate::{Missing, RequestError, nodes, now_ms};
 use berth_config::Config;
 use berth_csi::proto;
 use berth_csi::proto::controller_service_capability::rpc::Type as ControllerCap;
@@ -36,12 +35,9 @@ pub struct Core {
     pub(crate) secrets: Secrets,
     /// Every node, through its agent.
     pub(crate) nodes: Arc<dyn nodes::NodeAgent>,
-    pub(crate) queue: Queue,
-    /// When each retrying volume is due, by the monotonic clock.
-    pub(crate) deadlines: deadlines::Deadlines,
+    /// The worker's queue, retries and tenure.
+    pub(crate) work: Work,
     pub(crate) capacity: capacity::CapacityCache,
-    /// With several servers: whether this one may still act as the leader.
-    pub(crate) tenure: std::sync::OnceLock<Tenure>,
     /// When this manager (a term) started, by the monotonic clock: until a
     /// heartbeat timeout after it, a node not heard from yet may be an agent
     /// still reattaching, not a node gone.
@@ -54,7 +50,7 @@ pub struct Core {
 impl Core {
     /// Whether this server may act (always, with one server).
     pub(crate) fn may_act(&self) -> bool {
-        self.tenure.get().is_none_or(|t| t())
+        self.work.may_act()
     }
 
     /// Keeps a decision in the decision log (once the workers started).
@@ -66,7 +62,7 @@ impl Core {
 
     /// Removes a volume for good (after DeleteVolume, or if it never existed on a plugin).
     pub(crate) async fn remove_record(&self, id: &str) -> Result<(), StoreError> {
-        self.deadlines.clear(id);
+        self.work.deadlines.clear(id);
         self.table.remove(id).await
     }
 
@@ -77,7 +73,7 @@ impl Core {
         tokio::spawn(async move {
             tokio::time::sleep(delay).await;
             if let Some(m) = m.upgrade() {
-                m.queue.push(&id);
+                m.work.queue.push(&id);
             }
         });
     }
@@ -116,7 +112,7 @@ impl Core {
                 Ok(())
             })
             .await?;
-        self.queue.push(id);
+        self.work.queue.push(id);
         Ok(r)
     }
     /// The volume of that operator name, as it is now.

@@ -71,7 +71,7 @@ impl Fleet<'_> {
                     Ok(())
                 })
                 .await?;
-            self.queue.push(id);
+            self.work.queue.push(id);
         }
         tracing::warn!(%node, publications = ids.len(), "node forgotten: its node-side steps are skipped");
         Ok(ids.len() as u32)

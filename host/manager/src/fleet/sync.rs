@@ -142,7 +142,7 @@ impl NodeSync for VolumeManager {
 
     fn node_ready(&self, node: &str) {
         for id in self.fleet().ids_on(node) {
-            self.queue.push(&id);
+            self.work.queue.push(&id);
         }
     }
 }

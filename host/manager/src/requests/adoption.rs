@@ -54,7 +54,7 @@ impl Requests<'_> {
         record.backend = Some(std::sync::Arc::new(found));
         match self.table.insert_new(record, |_| false).await? {
             Inserted::New(r) => {
-                self.queue.push(&r.id);
+                self.work.queue.push(&r.id);
                 Ok(r)
             }
             Inserted::Existing(r) => Ok(r),

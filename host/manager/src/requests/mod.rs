@@ -73,7 +73,7 @@ impl Requests<'_> {
             .await?
         {
             Inserted::New(r) => {
-                self.queue.push(&r.id);
+                self.work.queue.push(&r.id);
                 Ok(r)
             }
             Inserted::Existing(r) => Ok(r),

@@ -10,6 +10,7 @@ pub(crate) mod plugin_waits;
 pub(crate) mod queue;
 pub(crate) mod snapshot_steps;
 pub(crate) mod steps;
+pub(crate) mod work;
 
 use std::time::Duration;
 
@@ -85,7 +86,7 @@ impl Worker<'_> {
                 return self.finish(id, &record, &mut unwritten).await;
             }
             if let Some(r) = &record.retrying {
-                let wait = self.deadlines.remaining(id, r, now_ms());
+                let wait = self.work.deadlines.remaining(id, r, now_ms());
                 if !wait.is_zero() {
                     self.wake_after(id, wait);
                     return self.finish(id, &record, &mut unwritten).await;
@@ -141,7 +142,7 @@ impl Worker<'_> {
                     self.table.waits().clear(id);
                     apply(&mut record);
                     if record.retrying.take().is_some() {
-                        self.deadlines.clear(id);
+                        self.work.deadlines.clear(id);
                     }
                     unwritten.push(apply);
                     if let Some(event) = self.step_done(&step, &record) {
@@ -373,7 +374,9 @@ impl Worker<'_> {
                     last_error: cut(e.message.clone(), LAST_ERROR_MAX),
                     policy_failures,
                 };
-                self.deadlines.set(&record.id, &retry, Duration::from_millis(ms));
+                self.work
+                    .deadlines
+                    .set(&record.id, &retry, Duration::from_millis(ms));
                 self.write_unwritten(&record.id, unwritten, |r| r.retrying = Some(Box::new(retry)))
                     .await
             }
