@@ -33,6 +33,7 @@ mod reliability;
 mod sample_plugin;
 mod service_manager;
 mod signatures;
+mod sigstore_bundles;
 mod spec_rules;
 mod split_roles;
 mod store_compat;
