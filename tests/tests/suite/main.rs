@@ -4,8 +4,10 @@
 mod agent_plugin_dir;
 mod agents;
 mod cluster_tls;
+mod cosign_interop;
 mod csi_operations;
 mod docker;
+mod docker_node_calls;
 mod etcd_servers;
 mod etcd_store;
 mod events;
@@ -24,6 +26,7 @@ mod policy_engine;
 mod policy_go;
 mod policy_js;
 mod policy_oci;
+mod policy_promotion;
 mod policy_python;
 mod policy_rollout;
 mod policy_set;
