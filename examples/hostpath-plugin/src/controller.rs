@@ -12,11 +12,15 @@ use crate::config::{Config, Misbehaviour, Omit};
 use crate::faults::Faults;
 use crate::journal::{Entry, Journal};
 use crate::snapshots::Snapshots;
-use crate::volumes::{NewVolume, Segments, Source, Volumes, reachable};
+use crate::volumes::{NewVolume, Source, Volumes, reachable};
 
 mod groups;
 mod modify;
+mod rules;
 mod snapshot;
+
+pub use rules::{check_secrets, condition};
+use rules::{page, require, segments, single_node};
 
 pub struct Controller {
     config: Arc<Config>,
@@ -100,85 +104,6 @@ impl Controller {
     fn check_secrets(&self, secrets: &std::collections::HashMap<String, String>) -> Result<(), Status> {
         check_secrets(&self.config, secrets)
     }
-}
-
-/// With --require-secret, a call that takes secrets must carry the right one.
-pub fn check_secrets(
-    config: &Config,
-    secrets: &std::collections::HashMap<String, String>,
-) -> Result<(), Status> {
-    match &config.require_secret {
-        Some((k, v)) if secrets.get(k) != Some(v) => Err(Status::unauthenticated(format!(
-            "secret {k:?} is missing or wrong"
-        ))),
-        _ => Ok(()),
-    }
-}
-
-fn require(field: &str, value: &str) -> Result<(), Status> {
-    if value.is_empty() {
-        Err(Status::invalid_argument(format!("{field} is required")))
-    } else {
-        Ok(())
-    }
-}
-
-/// A volume is abnormal when its data directory is gone, or holds a file
-/// named `.abnormal` (whose text is the message): a fault an operator or a
-/// test can make for real.
-pub fn condition(data: &std::path::Path) -> csi::VolumeCondition {
-    let (abnormal, message) = match std::fs::read_to_string(data.join(".abnormal")) {
-        Ok(text) => (true, text.trim().to_string()),
-        Err(_) if !data.is_dir() => (true, "the volume's data directory is missing".to_string()),
-        Err(_) => (false, "ok".to_string()),
-    };
-    csi::VolumeCondition { abnormal, message }
-}
-
-/// A page of `all` from `starting_token` (an index), as List* calls answer.
-fn page<T>(all: Vec<T>, starting_token: &str, max_entries: i32) -> Result<(Vec<T>, String), Status> {
-    let start: usize = if starting_token.is_empty() {
-        0
-    } else {
-        starting_token
-            .parse()
-            .ok()
-            .filter(|&s| s <= all.len())
-            .ok_or_else(|| Status::aborted(format!("starting_token {starting_token:?} is not valid")))?
-    };
-    let max = if max_entries > 0 {
-        max_entries as usize
-    } else {
-        usize::MAX
-    };
-    let total = all.len();
-    let page: Vec<T> = all.into_iter().skip(start).take(max).collect();
-    let next = start + page.len();
-    Ok((
-        page,
-        if next < total {
-            next.to_string()
-        } else {
-            String::new()
-        },
-    ))
-}
-
-fn segments(t: &csi::Topology) -> Segments {
-    t.segments.clone().into_iter().collect()
-}
-
-fn single_node(cap: &csi::VolumeCapability) -> bool {
-    use csi::volume_capability::access_mode::Mode;
-    matches!(
-        cap.access_mode.as_ref().and_then(|m| Mode::try_from(m.mode).ok()),
-        Some(
-            Mode::SingleNodeWriter
-                | Mode::SingleNodeReaderOnly
-                | Mode::SingleNodeSingleWriter
-                | Mode::SingleNodeMultiWriter
-        )
-    )
 }
 
 #[tonic::async_trait]
