@@ -35,6 +35,7 @@ pub fn dist_check() -> anyhow::Result<()> {
         crate::found_root(),
         "dist-check installs packages: run it as root"
     );
+    dist_help()?;
     let out = out_dir();
     let debs: Vec<PathBuf> = PACKAGES
         .iter()
@@ -61,6 +62,21 @@ pub fn dist_check() -> anyhow::Result<()> {
     println!(
         "xtask: dist-check passed: packages installed, units verified, walks and image run, packages purged"
     );
+    Ok(())
+}
+
+/// `cargo xtask dist --help` answers, and says what the build costs and
+/// what it may install on the machine (podman and its runtimes, with
+/// apt-get), before anybody runs it.
+fn dist_help() -> anyhow::Result<()> {
+    let xtask = std::env::current_exe().context("the xtask binary")?;
+    let help = output(&xtask.display().to_string(), &["dist", "--help"])?;
+    for said in ["--profile", "codegen unit", "apt-get", "--no-image"] {
+        ensure!(
+            help.contains(said),
+            "cargo xtask dist --help does not say {said:?}:\n{help}"
+        );
+    }
     Ok(())
 }
 
