@@ -4,13 +4,16 @@
 //! once with the three WASM sample guests, then across three nodes: served in
 //! process (`[[node]]`) and by three `berth agent` processes over the TLS
 //! cluster endpoint on loopback, in the same run; and with the store in a
-//! three-member etcd on loopback against the embedded store. The `limit`
+//! three-member etcd on loopback against the embedded store; and through
+//! the TLS API with an ACL token (`tls-acl`) against the socket; and with
+//! the sample admission module asked before every request (`admission`)
+//! against the WASM guests without it. The `limit`
 //! row drives the same plugin processes directly, with the same calls per
 //! volume and the same requests in flight: Berth's figures are also given
 //! as a share of it. Each phase also counts the CPU time Berth, the plugins
 //! and the driver spent per volume, which shows where a limit comes from.
 //!
-//! `cargo xtask bench-e2e [--volumes N[,N...]] [--rounds R] [--policies native,wasm,shadow,3-nodes,3-agents,etcd,metrics,no-events,no-log,limit]
+//! `cargo xtask bench-e2e [--volumes N[,N...]] [--rounds R] [--policies native,tls-acl,wasm,admission,shadow,3-nodes,3-agents,etcd,metrics,no-events,no-log,limit]
 //! [--volumes-dir DIR]` (release binaries; defaults: 1000 volumes, 3 rounds;
 //! the plugin's volumes and the nodes' mount points on /dev/shm unless
 //! `--volumes-dir` says otherwise).
@@ -19,16 +22,17 @@ use std::path::Path;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
+#[path = "lifecycle/setups.rs"]
+mod setups;
+use setups::{SETUPS, Setup};
+
 use berth::csi::PluginChannel;
 use berth_proto::berth::v1 as api;
 use berth_proto::berth::v1::berth_client::BerthClient;
+use berth_tests::api_load::{create_and_publish, delete, each};
 use berth_tests::cpu::CpuMeter;
 use berth_tests::direct::{Created, Direct};
 use berth_tests::{Cluster, ClusterSpec, EtcdCluster};
-use tokio::sync::Semaphore;
-
-/// Requests in flight at once from the driver.
-const IN_FLIGHT: usize = 64;
 
 struct Run {
     up: Phase,
@@ -144,111 +148,6 @@ async fn wait_for(
     }
 }
 
-/// Runs `f(i)` for every `i < n`, [`IN_FLIGHT`] at a time; their answers in order.
-async fn each<T: Send + 'static>(n: usize, mut f: impl FnMut(usize) -> tokio::task::JoinHandle<T>) -> Vec<T> {
-    let limit = Arc::new(Semaphore::new(IN_FLIGHT));
-    let mut tasks = Vec::with_capacity(n);
-    for i in 0..n {
-        let permit = limit.clone().acquire_owned().await.unwrap();
-        let handle = f(i);
-        tasks.push(tokio::spawn(async move {
-            let out = handle.await.unwrap();
-            drop(permit);
-            out
-        }));
-    }
-    let mut out = Vec::with_capacity(n);
-    for t in tasks {
-        out.push(t.await.unwrap());
-    }
-    out
-}
-
-/// One way of running Berth the benchmark compares.
-struct Setup {
-    label: &'static str,
-    guests: bool,
-    nodes: &'static [&'static str],
-    agents: bool,
-    /// The store in a three-member etcd on loopback instead of the embedded file.
-    etcd: bool,
-    /// `metrics` on, scraped every second throughout.
-    metrics: bool,
-    /// Extra `berth.toml` lines.
-    extra: &'static str,
-    /// With `guests`: decisions a second module shadows (the candidate guest).
-    shadow: &'static [&'static str],
-    /// No Berth: the plugin processes driven directly, the same calls per
-    /// volume with the same requests in flight (the limit).
-    direct: bool,
-}
-
-/// Built-in policies, one in-process node, the embedded store.
-const NATIVE: Setup = Setup {
-    label: "native",
-    guests: false,
-    nodes: &["node-a"],
-    agents: false,
-    etcd: false,
-    metrics: false,
-    extra: "",
-    shadow: &[],
-    direct: false,
-};
-
-const THREE_NODES: &[&str] = &["node-a", "node-b", "node-c"];
-
-const SETUPS: [Setup; 10] = [
-    NATIVE,
-    Setup {
-        label: "wasm",
-        guests: true,
-        ..NATIVE
-    },
-    Setup {
-        label: "shadow",
-        guests: true,
-        shadow: &["naming", "placement", "retry"],
-        ..NATIVE
-    },
-    Setup {
-        label: "3-nodes",
-        nodes: THREE_NODES,
-        ..NATIVE
-    },
-    Setup {
-        label: "3-agents",
-        nodes: THREE_NODES,
-        agents: true,
-        ..NATIVE
-    },
-    Setup {
-        label: "etcd",
-        etcd: true,
-        ..NATIVE
-    },
-    Setup {
-        label: "metrics",
-        metrics: true,
-        ..NATIVE
-    },
-    Setup {
-        label: "no-events",
-        extra: "events_per_volume = 0",
-        ..NATIVE
-    },
-    Setup {
-        label: "no-log",
-        extra: "decision_log = 0",
-        ..NATIVE
-    },
-    Setup {
-        label: "limit",
-        direct: true,
-        ..NATIVE
-    },
-];
-
 /// The plugin processes alone, driven as Berth drives them.
 fn run_direct(n: usize, setup: &Setup, volumes_dir: Option<&Path>) -> Run {
     let rt = runtime();
@@ -296,12 +195,24 @@ fn run(n: usize, setup: &Setup, volumes_dir: Option<&Path>) -> Run {
     }
     let etcd = setup.etcd.then(|| EtcdCluster::start(3));
     let port = berth_tests::free_port();
-    let extra = match setup.metrics {
+    let api_port = berth_tests::free_port();
+    let mut extra = match setup.metrics {
         true => format!("metrics = \"127.0.0.1:{port}\"\n{}", setup.extra),
         false => setup.extra.to_string(),
     };
+    if setup.remote {
+        extra.push_str(&format!("\napi_address = \"127.0.0.1:{api_port}\"\n"));
+    }
+    let admission = format!(
+        "[[policy]]\nmodule = \"{}\"\ndecisions = [\"admission\"]\n",
+        berth_tests::guest("berth_admission_guest").display()
+    );
     let c = Cluster::start(ClusterSpec {
         extra: &extra,
+        server_tables: match setup.admission {
+            true => vec![(0, admission.as_str())],
+            false => Vec::new(),
+        },
         store: etcd.as_ref().map(|e| e.store_config("/berth-bench")),
         guests: setup.guests,
         shadow: setup.shadow,
@@ -338,30 +249,25 @@ fn run(n: usize, setup: &Setup, volumes_dir: Option<&Path>) -> Run {
         // the policy modules are compiled: timing starts after a first answer,
         // so no module's compile is counted as the volumes' work.
         summary(&mut client).await;
+        // The TLS API with a token of a policy that grants these calls in
+        // the default namespace: every call authenticated and checked.
+        let remote = match setup.remote {
+            true => Some(
+                berth_tests::api_load::remote(
+                    api_port,
+                    &c.dir.path().join("state/api-ca.pem"),
+                    &berth_tests::api_load::volume_token(&c),
+                )
+                .await,
+            ),
+            false => None,
+        };
         let writes = setup.metrics.then(|| berth_tests::scrape::record_writes(port));
         let timing = Timing::start(&berth, &plugins);
-        each(n, |i| {
-            let mut cl = client.clone();
-            tokio::spawn(async move {
-                let spec = api::VolumeSpec {
-                    name: format!("vol-{i:06}"),
-                    plugin: "hostpath".into(),
-                    required_bytes: 1 << 20,
-                    ..Default::default()
-                };
-                cl.create_volume(api::CreateVolumeRequest { spec: Some(spec) })
-                    .await
-                    .expect("create");
-                cl.publish_volume(api::PublishVolumeRequest {
-                    name: format!("vol-{i:06}"),
-                    node: nodes[i % nodes.len()].into(),
-                    readonly: false,
-                })
-                .await
-                .expect("publish");
-            })
-        })
-        .await;
+        match &remote {
+            Some(remote) => create_and_publish(remote, n, nodes).await,
+            None => create_and_publish(&client, n, nodes).await,
+        }
         wait_for(&mut client, "published", |s| {
             s.states.get("published") == Some(&(n as u64))
         })
@@ -369,19 +275,11 @@ fn run(n: usize, setup: &Setup, volumes_dir: Option<&Path>) -> Run {
         let up = timing.end();
         let writes = writes.map(|then| print_writes("create+publish", n, then, port));
         let timing = Timing::start(&berth, &plugins);
-        each(n, |i| {
-            let mut cl = client.clone();
-            tokio::spawn(async move {
-                // Deleting with force unpublishes first.
-                cl.delete_volume(api::DeleteVolumeRequest {
-                    name: format!("vol-{i:06}"),
-                    force: true,
-                })
-                .await
-                .expect("delete");
-            })
-        })
-        .await;
+        // Deleting with force unpublishes first.
+        match &remote {
+            Some(remote) => delete(remote, n).await,
+            None => delete(&client, n).await,
+        }
         wait_for(&mut client, "deleted", |s| s.volumes == 0).await;
         let down = timing.end();
         if let Some(then) = writes {
@@ -498,6 +396,16 @@ fn main() {
         for (what, over, under) in [
             ("WASM create+publish throughput is {}× native", "wasm", "native"),
             (
+                "create+publish throughput through the TLS API with an ACL token is {}× the API socket without",
+                "tls-acl",
+                "native",
+            ),
+            (
+                "create+publish throughput with a Rust admission module asked before every request is {}× without (WASM)",
+                "admission",
+                "wasm",
+            ),
+            (
                 "create+publish throughput with every decision shadowed by a second module is {}× without (WASM)",
                 "shadow",
                 "wasm",
@@ -549,6 +457,11 @@ fn main() {
         }
         let of_down = |label: &str| sets.iter().position(|s| s.label == label).map(|i| &down[i]);
         for (what, over, under) in [
+            (
+                "unpublish+delete throughput through the TLS API with an ACL token is {}× the API socket without",
+                "tls-acl",
+                "native",
+            ),
             (
                 "unpublish+delete throughput with metrics on (scraped every second) is {}× metrics off",
                 "metrics",

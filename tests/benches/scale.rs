@@ -64,6 +64,7 @@ fn record(i: usize) -> VolumeRecord {
             sent: true,
             expand_pending: false,
             by: Origin::Api,
+            round: 0,
         },
     );
     r.generation = 5;
@@ -235,6 +236,118 @@ fn restart(c: &mut Cluster, expect: u64) -> Restart {
     })
 }
 
+/// The median of five runs of `f`.
+fn median(mut f: impl FnMut() -> Duration) -> Duration {
+    let mut times: Vec<Duration> = (0..5).map(|_| f()).collect();
+    times.sort();
+    times[2]
+}
+
+/// How long the console takes to answer its pages with `n` volumes in the
+/// store (curl over TLS on loopback, a new connection each, as a browser's
+/// first load), against the API's own answer of the same page (the
+/// reference: gRPC on the socket, connection kept).
+fn console_pages(c: &Cluster, port: u16, n: usize) {
+    let root: serde_json::Value = serde_json::from_str(&c.ok(&["acl", "bootstrap", "-o", "json"])).unwrap();
+    let token = root["secret"].as_str().unwrap();
+    let jar = c.dir.path().join("console-cookies");
+    let base = format!("https://127.0.0.1:{port}");
+    let curl = |args: &[&str]| -> Duration {
+        let started = Instant::now();
+        let out = std::process::Command::new("curl")
+            .args(["-k", "-s", "-f", "-o", "/dev/null", "-b"])
+            .arg(&jar)
+            .args(args)
+            .output()
+            .expect("curl");
+        assert!(
+            out.status.success(),
+            "curl {args:?}: {}",
+            String::from_utf8_lossy(&out.stderr)
+        );
+        started.elapsed()
+    };
+    let sign_in = std::process::Command::new("curl")
+        .args(["-k", "-s", "-f", "-o", "/dev/null", "-c"])
+        .arg(&jar)
+        .args([
+            "--data-urlencode",
+            &format!("token={token}"),
+            &format!("{base}/sign-in"),
+        ])
+        .status()
+        .expect("curl");
+    assert!(sign_in.success(), "signing in to the console");
+    // What a browser downloads for the list's first page: the page and
+    // every asset it names, as sent (the console does not compress).
+    let weight: usize = ["/", "/assets/console.css", "/assets/console.js", "/favicon.ico"]
+        .iter()
+        .map(|path| {
+            let out = std::process::Command::new("curl")
+                .args([
+                    "-k",
+                    "-s",
+                    "-f",
+                    "-o",
+                    "/dev/null",
+                    "-w",
+                    "%{size_download}",
+                    "-b",
+                ])
+                .arg(&jar)
+                .arg(format!("{base}{path}"))
+                .output()
+                .expect("curl");
+            String::from_utf8_lossy(&out.stdout)
+                .trim()
+                .parse::<usize>()
+                .unwrap_or(0)
+        })
+        .sum();
+    let first = median(|| curl(&[&format!("{base}/")]));
+    let none = median(|| curl(&[&format!("{base}/?q=no-such-name")]));
+    let rt = tokio::runtime::Builder::new_current_thread()
+        .enable_all()
+        .build()
+        .unwrap();
+    let api = rt.block_on(async {
+        let mut client = c.client();
+        let mut times = Vec::new();
+        for _ in 0..5 {
+            let started = Instant::now();
+            let request = berth_proto::berth::v1::ListVolumesRequest {
+                max_entries: 50,
+                ..Default::default()
+            };
+            client.list_volumes(request).await.expect("list");
+            times.push(started.elapsed());
+        }
+        times.sort();
+        times[2]
+    });
+    println!("\nThe console with {n} volumes (median of 5; goal: the list's first page within 1 s):\n");
+    println!("| page | time | against the API's page |");
+    println!("|------|-----:|-----------------------:|");
+    println!(
+        "| API `ListVolumes`, 50 (reference) | {:.1} ms | 1.0× |",
+        api.as_secs_f64() * 1e3
+    );
+    for (what, t) in [
+        ("volumes list, first page", first),
+        ("search matching none", none),
+    ] {
+        println!(
+            "| {what} | {:.1} ms | {:.1}× |",
+            t.as_secs_f64() * 1e3,
+            t.as_secs_f64() / api.as_secs_f64()
+        );
+    }
+    println!(
+        "\nThe list's first page weighs {:.1} KB with its assets, uncompressed (goal: at most 300 KB compressed)",
+        weight as f64 / 1000.0
+    );
+}
+
 /// What `n` records cost in etcd's database, and where its quota puts the ceiling.
 fn etcd_cost(n: usize) {
     const MIB: f64 = 1048576.0;
@@ -281,9 +394,14 @@ fn main() {
         .split(',')
         .map(|v| v.parse().expect("--volumes takes N or N,N,..."))
         .collect();
+    let (api_port, console_port) = (berth_tests::free_port(), berth_tests::free_port());
+    let extra = format!("api_address = \"127.0.0.1:{api_port}\"");
+    let console = format!("[console]\naddress = \"127.0.0.1:{console_port}\"\n");
     let mut c = Cluster::start(ClusterSpec {
         guests: true,
         nodes: vec![("node-a", "a")],
+        extra: &extra,
+        server_tables: vec![(0, &console)],
         ..Default::default()
     });
     let empty = restart(&mut c, 0);
@@ -332,6 +450,7 @@ fn main() {
         }
         _ => {}
     }
+    console_pages(&c, console_port, sizes.last().copied().unwrap_or(0));
     drop(c);
     if let Some(n) = etcd {
         etcd_cost(n);

@@ -89,6 +89,15 @@ impl AgentProcess {
         self.child = Some(agent_logged(&self.config, &self.log, &[]));
     }
 
+    /// Started again serving `/metrics` and `/readyz` on `port` (loopback):
+    /// `metrics` is a top-level key, so it goes first in agent.toml.
+    pub fn serve_metrics(&mut self, port: u16) {
+        self.kill();
+        let text = std::fs::read_to_string(&self.config).unwrap();
+        std::fs::write(&self.config, format!("metrics = \"127.0.0.1:{port}\"\n{text}")).unwrap();
+        self.start();
+    }
+
     /// Starts it with `env` set besides the test's own environment.
     pub fn start_with(&mut self, env: &[(&str, &Path)]) {
         self.child = Some(agent_logged(&self.config, &self.log, env));

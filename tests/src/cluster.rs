@@ -159,7 +159,32 @@ pub(crate) fn spawn_plugins(dir: &Path, volumes_dir: &Path, spec: &ClusterSpec) 
     (controller, nodes)
 }
 
+/// `volume create NAME` of the `hostpath` plugin inside topology `segment`.
+fn create_args<'a>(name: &'a str, segment: &'a str) -> [&'a str; 7] {
+    [
+        "volume",
+        "create",
+        name,
+        "--plugin",
+        "hostpath",
+        "--requisite",
+        segment,
+    ]
+}
+
 impl Cluster {
+    /// The built-in deployment serving `/metrics` and `/readyz` on a port
+    /// of its own; the cluster and the port.
+    pub fn builtin_with_metrics() -> (Cluster, u16) {
+        let port = crate::free_port();
+        let extra = format!("metrics = \"127.0.0.1:{port}\"");
+        let c = Cluster::start(ClusterSpec {
+            extra: &extra,
+            ..ClusterSpec::builtin()
+        });
+        (c, port)
+    }
+
     pub fn start(spec: ClusterSpec) -> Cluster {
         let dir = test_dir();
         let volumes_dir = volumes_dir_in(dir.path(), &spec);
@@ -415,16 +440,7 @@ impl Cluster {
     /// Creates a volume of the `hostpath` plugin inside topology `segment`
     /// (e.g. `zone=a`) and waits until it is available.
     pub fn create_in(&self, name: &str, segment: &str) {
-        self.ok(&[
-            "volume",
-            "create",
-            name,
-            "--plugin",
-            "hostpath",
-            "--requisite",
-            segment,
-            "--wait",
-        ]);
+        self.ok(&[&create_args(name, segment)[..], &["--wait"]].concat());
     }
 
     /// Runs the CLI and returns stdout, failing the test on a non-zero exit.
@@ -456,6 +472,20 @@ impl Cluster {
     /// Every volume as JSON.
     pub fn volumes(&self) -> Vec<serde_json::Value> {
         serde_json::from_str(&self.ok(&["volume", "list", "-o", "json"])).unwrap()
+    }
+
+    /// Every volume's name.
+    pub fn volume_names(&self) -> Vec<String> {
+        self.volumes()
+            .iter()
+            .map(|v| v["name"].as_str().unwrap_or_default().to_string())
+            .collect()
+    }
+
+    /// Asks for a volume of the `hostpath` plugin inside topology `segment`
+    /// without waiting for it: whether the request was acknowledged.
+    pub fn try_create_in(&self, name: &str, segment: &str) -> bool {
+        self.berth(&create_args(name, segment)).status.success()
     }
 
     /// Waits until `pred` holds for the volume list, failing after 60 s.

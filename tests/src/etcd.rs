@@ -128,7 +128,8 @@ impl EtcdCluster {
         c
     }
 
-    fn data_dir(&self, i: usize) -> PathBuf {
+    /// Member `i`'s data directory.
+    pub fn data_dir(&self, i: usize) -> PathBuf {
         self.dir.path().join(&self.members[i].name)
     }
 

@@ -62,7 +62,7 @@ pub fn naming_failure(p: &Policies, module: &str) -> GuestFailure {
 /// Each sample of `language` (`berth_<decision>_<suffix>`) passes the Rust
 /// sample's case file through `berth policy test`.
 pub fn samples_pass_the_case_files(language: &str, suffix: &str) {
-    for sample in ["naming", "placement", "retry"] {
+    for sample in ["naming", "placement", "retry", "admission"] {
         let module = built(language, &format!("berth_{sample}_{suffix}"));
         let cases = Path::new(env!("CARGO_MANIFEST_DIR")).join(format!("../guests/{sample}/cases.toml"));
         // What the answers are, not how fast (a benchmark's matter): a
@@ -92,7 +92,7 @@ pub fn names_as_rust_does(language: &str, suffix: &str) {
     )
     .unwrap();
     let module = p.module(Decision::Naming).unwrap();
-    assert_eq!(module.imports(), ["berth:policy/types@0.3.0"]);
+    assert_eq!(module.imports(), ["berth:policy/types@0.4.0"]);
     let rust = Policies::new(engine(language), Builtins::default());
     rust.load(ModuleConfig::from_path(&crate::guest("berth_naming_guest")), &[])
         .unwrap();

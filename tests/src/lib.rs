@@ -2,12 +2,15 @@
 //! the sample CSI plugin as a real process on a real socket, and runs the CLI.
 
 mod agents;
+pub mod api_load;
 mod bins;
+pub mod browser;
 mod cluster;
 pub mod cpu;
 pub mod direct;
 pub mod docker;
 mod etcd;
+pub mod faultfs;
 pub mod interpreted;
 pub mod nemesis;
 mod plugin;

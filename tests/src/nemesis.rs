@@ -4,19 +4,45 @@
 //! suite (a checker that cannot see a violation proves nothing).
 
 pub mod check;
+pub mod linear;
 
 use tonic::Code;
 
 /// One request of the workload.
 #[derive(Clone, Debug)]
 pub enum Op {
-    Create { mode: &'static str },
-    Publish { node: String },
-    Unpublish { node: String },
-    Snapshot { snapshot: String },
-    DeleteSnapshot { snapshot: String },
-    Expand { bytes: i64 },
+    Create {
+        mode: &'static str,
+    },
+    Publish {
+        node: String,
+    },
+    Unpublish {
+        node: String,
+    },
+    Snapshot {
+        snapshot: String,
+    },
+    DeleteSnapshot {
+        snapshot: String,
+    },
+    Expand {
+        bytes: i64,
+    },
     Delete,
+    /// A read of the volume; what it saw is the record's `seen`.
+    Get,
+}
+
+/// What a read saw of a volume.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub enum Seen {
+    /// NOT_FOUND.
+    Missing,
+    /// There, being deleted.
+    Deleting,
+    /// There, published (or being published) on these nodes.
+    Nodes(std::collections::BTreeSet<String>),
 }
 
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -36,4 +62,6 @@ pub struct Record {
     pub invoked: u64,
     pub completed: u64,
     pub outcome: Outcome,
+    /// A read's answer (`Op::Get` answered for certain).
+    pub seen: Option<Seen>,
 }

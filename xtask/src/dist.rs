@@ -283,6 +283,16 @@ fn packages(bins: &Path, g: &Generated) -> Vec<Package> {
             0o644,
         ),
         File::new(root().join("README.md"), "usr/share/doc/berth/README.md", 0o644),
+        File::new(
+            packaging.join("monitoring/berth-dashboard.json"),
+            "usr/share/berth/grafana/berth-dashboard.json",
+            0o644,
+        ),
+        File::new(
+            packaging.join("monitoring/berth-rules.yml"),
+            "usr/share/berth/prometheus/berth-rules.yml",
+            0o644,
+        ),
     ];
     berth.extend(man_files(g, |n| !agent_page(n) && !plugin_page(n)).unwrap_or_default());
     berth.push(config_page(g, "berth.toml"));

@@ -2,7 +2,8 @@
 //! as an operator would (as root, on this machine):
 //!
 //! 1. the three packages installed with dpkg; the binaries, man pages,
-//!    completions, the berth user and the packaged config checked;
+//!    completions, the monitoring files (the alert rules through
+//!    `promtool`), the berth user and the packaged config checked;
 //! 2. the units checked with `systemd-analyze verify`; the sample plugin
 //!    started as its unit starts it and the server as the `berth` user with
 //!    the packaged config, which must find the plugin healthy;
@@ -24,6 +25,8 @@ use crate::dist_image::{Podman, TAG};
 use crate::run;
 
 const PACKAGES: [&str; 3] = ["berth", "berth-agent", "berth-hostpath-plugin"];
+const DASHBOARD: &str = "/usr/share/berth/grafana/berth-dashboard.json";
+const RULES: &str = "/usr/share/berth/prometheus/berth-rules.yml";
 const UNITS: [&str; 3] = [
     "/usr/lib/systemd/system/berth-serve.service",
     "/usr/lib/systemd/system/berth-agent.service",
@@ -116,14 +119,20 @@ fn installed() -> anyhow::Result<()> {
         "/usr/share/zsh/vendor-completions/_berth-agent",
         "/usr/share/fish/vendor_completions.d/berth.fish",
         "/usr/lib/docker/plugins/berth.spec",
+        DASHBOARD,
+        RULES,
     ] {
         ensure!(Path::new(file).exists(), "the packages did not install {file}");
     }
+    // The alert rules as installed load in Prometheus's own checker.
+    crate::ensure_promtool()?;
+    output("promtool", &["check", "rules", RULES])?;
     output("getent", &["passwd", "berth"]).context("the berth user")?;
     output(
         "/usr/bin/berth",
         &["serve", "--check", "--config", "/etc/berth/berth.toml"],
     )?;
+    book_sizes()?;
     println!("xtask: packages installed; binaries, man pages, completions, user and config in place");
     Ok(())
 }
@@ -235,6 +244,35 @@ fn healthy_through(api: &str, what: &str) -> anyhow::Result<()> {
     )?;
     let said = status(true).with_context(|| format!("berth status --check, {what}"))?;
     ensure!(said.contains("problems  none"), "berth status, {what}: {said}");
+    Ok(())
+}
+
+/// The Install page's sizes of the binaries are those installed, within
+/// 10 %: the figures are not left to go stale.
+fn book_sizes() -> anyhow::Result<()> {
+    let page = std::fs::read_to_string(crate::root().join("docs/src/install.md"))?;
+    for (name, bin) in [
+        ("berth", "/usr/bin/berth"),
+        ("berth-agent", "/usr/bin/berth-agent"),
+    ] {
+        let said = format!("`{name}` is ");
+        // The first "`NAME` is N MB" (the page says "`NAME` is" of other things too).
+        let said = page
+            .replace('\n', " ")
+            .split(&said)
+            .skip(1)
+            .find_map(|rest| {
+                rest.split(" MB")
+                    .next()
+                    .and_then(|n| n.trim().parse::<f64>().ok())
+            })
+            .with_context(|| format!("the Install page says no size for {name} (\"{said}N MB\")"))?;
+        let size = std::fs::metadata(bin)?.len() as f64 / 1e6;
+        ensure!(
+            (size - said).abs() <= size * 0.1,
+            "the Install page says {name} is {said} MB; {bin} is {size:.1} MB: say so"
+        );
+    }
     Ok(())
 }
 

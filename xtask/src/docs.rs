@@ -8,7 +8,8 @@
 //!   blocks fenced as `sh,walk` — as written: a page's blocks in order, in
 //!   one bash (`set -euo pipefail`) in a fresh directory, with the freshly
 //!   built `berth` and `hostpath-plugin` first on the PATH; whatever a walk
-//!   started is stopped when it ends.
+//!   started is stopped when it ends; every `berth` command of the other
+//!   `sh` blocks must parse as written (`examples.rs`).
 
 use std::collections::BTreeSet;
 use std::path::{Path, PathBuf};
@@ -130,11 +131,14 @@ pub fn check_links() -> anyhow::Result<()> {
                 here.join(file)
             };
             let shown = format!("{}: {link}", page.strip_prefix(root()).unwrap_or(&page).display());
-            let Ok(target_text) = std::fs::read_to_string(&target) else {
+            // Pictures too: a link is to a file that is there.
+            if !target.is_file() {
                 broken.push(format!("{shown} (no such file)"));
                 continue;
-            };
-            if !anchor.is_empty() && !anchors(&target_text).contains(anchor) {
+            }
+            if !anchor.is_empty()
+                && !std::fs::read_to_string(&target).is_ok_and(|text| anchors(&text).contains(anchor))
+            {
                 broken.push(format!("{shown} (no such heading)"));
             }
         }
@@ -173,6 +177,19 @@ fn walk_of(text: &str) -> Option<String> {
     (!script.is_empty()).then_some(script)
 }
 
+/// Every `berth` command of the book's plain `sh` blocks parses, with the
+/// freshly built binary.
+pub fn examples() -> anyhow::Result<()> {
+    let path = format!(
+        "{}:{}",
+        root().join("target/debug").display(),
+        std::env::var("PATH").unwrap_or_default()
+    );
+    let checked = crate::examples::check(&pages()?, &path)?;
+    println!("xtask: the book's {checked} commands and configurations outside its walks read as written");
+    Ok(())
+}
+
 pub fn walks() -> anyhow::Result<()> {
     crate::build_bins()?;
     walk_all(Some(&root().join("target/debug")))
@@ -186,6 +203,16 @@ pub fn walks_installed() -> anyhow::Result<()> {
 
 /// Every walk, with `bins` first on the PATH if given.
 fn walk_all(bins: Option<&Path>) -> anyhow::Result<()> {
+    // The teams walk makes a CA and a client certificate with it.
+    crate::ensure_installed("openssl", "openssl", || {
+        crate::succeeds(Command::new("openssl").arg("version"))
+    })?;
+    let path = match bins {
+        Some(bins) => format!("{}:{}", bins.display(), std::env::var("PATH").unwrap_or_default()),
+        None => "/usr/bin:/bin".to_string(),
+    };
+    let checked = crate::examples::check(&pages()?, &path)?;
+    println!("xtask: the book's {checked} commands and configurations outside its walks read as written");
     let mut ran = 0;
     for page in pages()? {
         let Some(script) = walk_of(&std::fs::read_to_string(&page)?) else {
@@ -209,11 +236,19 @@ fn walk(name: &str, script: &str, bins: Option<&Path>) -> anyhow::Result<()> {
     let system = std::env::var("PATH").unwrap_or_default();
     let path = match bins {
         Some(bins) => format!("{}:{system}", bins.display()),
-        None => system
-            .split(':')
-            .filter(|p| !p.contains("/target/") && !p.ends_with("/.cargo/bin"))
-            .collect::<Vec<_>>()
-            .join(":"),
+        None => {
+            let mut kept: Vec<String> = system
+                .split(':')
+                .filter(|p| !p.contains("/target/") && !p.ends_with("/.cargo/bin"))
+                .map(str::to_string)
+                .collect();
+            // A policy page's walk builds its guest as its author would,
+            // with the Rust toolchain: its tools alone, last on the PATH,
+            // so nothing else installed with cargo stands in for a
+            // packaged binary.
+            kept.push(toolchain_only(&dir)?.display().to_string());
+            kept.join(":")
+        }
     };
     // Go, for the Go page's walk: the release Berth pins, with the
     // project's module cache and no network, after everything else on the
@@ -265,6 +300,29 @@ fn walk(name: &str, script: &str, bins: Option<&Path>) -> anyhow::Result<()> {
             dir.display()
         ),
     }
+}
+
+/// A directory in a walk's (hidden, gone with it) holding only the Rust
+/// toolchain's tools: links to those on this PATH.
+fn toolchain_only(walk: &Path) -> anyhow::Result<PathBuf> {
+    let dir = walk.join(".toolchain");
+    std::fs::create_dir_all(&dir)?;
+    for tool in ["cargo", "rustc", "rustup", "rustdoc"] {
+        let Ok(found) = which(tool) else { continue };
+        std::os::unix::fs::symlink(&found, dir.join(tool))
+            .with_context(|| format!("linking {} into {}", found.display(), dir.display()))?;
+    }
+    Ok(dir)
+}
+
+/// Where `program` is on this process's PATH.
+fn which(program: &str) -> anyhow::Result<PathBuf> {
+    std::env::var("PATH")
+        .unwrap_or_default()
+        .split(':')
+        .map(|d| Path::new(d).join(program))
+        .find(|p| p.is_file())
+        .with_context(|| format!("{program} is not on the PATH"))
 }
 
 fn tempfile_dir(name: &str) -> anyhow::Result<PathBuf> {

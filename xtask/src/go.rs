@@ -79,11 +79,12 @@ fn guests() -> Vec<(&'static str, PathBuf, &'static str, &'static str)> {
             "placement-policy",
             "berth_placement_go",
         ),
-        ("./retry", samples, "retry-policy", "berth_retry_go"),
+        ("./retry", samples.clone(), "retry-policy", "berth_retry_go"),
+        ("./admission", samples, "admission-policy", "berth_admission_go"),
         (
             ".",
             root().join("tests/guests/go-hostile"),
-            "policy",
+            "lifecycle-policy",
             "berth_hostile_go",
         ),
     ]

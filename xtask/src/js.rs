@@ -74,8 +74,13 @@ fn guests() -> Vec<(PathBuf, &'static str, &'static str)> {
         ),
         (js.join("retry/app.js"), "retry-policy", "berth_retry_js"),
         (
+            js.join("admission/app.js"),
+            "admission-policy",
+            "berth_admission_js",
+        ),
+        (
             root().join("tests/guests/js-hostile/app.js"),
-            "policy",
+            "lifecycle-policy",
             "berth_hostile_js",
         ),
     ]

@@ -30,6 +30,7 @@ mod dist_check;
 mod dist_image;
 mod dockerd;
 mod docs;
+mod examples;
 mod go;
 mod js;
 mod js_types;
@@ -106,7 +107,11 @@ commands:
   lint    cargo fmt --check, cargo clippy --all-targets -D warnings, and the tidy tests
           (layers, links, file circles, module summaries: xtask/src/tidy/)
   docs    build the book (docs/, mdBook from PyPI) into target/book; fail on a broken link
-  walks   run every walk of the book and the README (blocks fenced sh,walk) as written
+  walks   run every walk of the book and the README (blocks fenced sh,walk) as written,
+          after checking that every berth command of the other sh blocks parses
+  examples
+          check that every berth command of the book's plain sh blocks parses as written
+          (also a part of test and walks)
   conformance
           berth plugin check against the sample plugin in every shape it offers and with
           each fault flag: 0 failures, each flag's rule caught, nothing left behind; with
@@ -129,6 +134,7 @@ fn main() {
         Some("lint") => lint(),
         Some("docs") => docs::docs(),
         Some("walks") => docs::walks(),
+        Some("examples") => build_bins().and_then(|()| docs::examples()),
         Some("dist") => dist::dist(&args[1..]),
         Some("conformance") => conformance::conformance(&args[1..]),
         Some("dist-check") => dist_check::dist_check(),
@@ -260,10 +266,13 @@ fn test(extra: &[String]) -> anyhow::Result<()> {
     ensure_registry()?;
     ensure_pynacl()?;
     ensure_docker()?;
+    ensure_browser()?;
+    ensure_promtool()?;
     guests()?;
     python::native_cases()?;
     go::sdk_tests()?;
     build_bins()?;
+    docs::examples()?;
     scaffold::check()?;
     let mut cmd = cargo();
     cmd.env("BERTH_TEST_PREBUILT", "1")
@@ -298,6 +307,19 @@ pub(crate) fn ensure_podman() -> anyhow::Result<()> {
     ensure_package("runc", "runc")
 }
 
+/// The console's tests drive a real headless browser over WebDriver:
+/// Debian's `chromium` and `chromium-driver` (/usr/bin/chromedriver).
+fn ensure_browser() -> anyhow::Result<()> {
+    ensure_package("chromium", "chromium")?;
+    ensure_package("chromedriver", "chromium-driver")
+}
+
+/// The packaged alert rules and dashboard are checked with Prometheus's
+/// `promtool` (the Debian package `prometheus`).
+pub(crate) fn ensure_promtool() -> anyhow::Result<()> {
+    ensure_package("promtool", "prometheus")
+}
+
 /// The policy delivery tests push to and pull from a real registry: the
 /// Debian package `docker-registry` (the CNCF distribution registry).
 fn ensure_registry() -> anyhow::Result<()> {
@@ -321,14 +343,14 @@ pub(crate) fn ensure_package(program: &str, package: &str) -> anyhow::Result<()>
     })
 }
 
-fn succeeds(cmd: &mut Command) -> bool {
+pub(crate) fn succeeds(cmd: &mut Command) -> bool {
     cmd.stdout(std::process::Stdio::null())
         .stderr(std::process::Stdio::null())
         .status()
         .is_ok_and(|s| s.success())
 }
 
-fn ensure_installed(program: &str, package: &str, found: impl Fn() -> bool) -> anyhow::Result<()> {
+pub(crate) fn ensure_installed(program: &str, package: &str, found: impl Fn() -> bool) -> anyhow::Result<()> {
     if found() {
         return Ok(());
     }

@@ -56,9 +56,10 @@ fn guests() -> Vec<(PathBuf, &'static str, &'static str)> {
         (python.join("naming"), "naming-policy", "berth_naming_py"),
         (python.join("placement"), "placement-policy", "berth_placement_py"),
         (python.join("retry"), "retry-policy", "berth_retry_py"),
+        (python.join("admission"), "admission-policy", "berth_admission_py"),
         (
             root().join("tests/guests/python-hostile"),
-            "policy",
+            "lifecycle-policy",
             "berth_hostile_py",
         ),
     ]
@@ -131,7 +132,7 @@ pub fn native_cases() -> anyhow::Result<()> {
         bindings.display(),
         root().join("guests/python/sdk").display()
     );
-    for sample in ["naming", "placement", "retry"] {
+    for sample in ["naming", "placement", "retry", "admission"] {
         let mut cmd = Command::new(venv().join("bin/python"));
         cmd.env("PYTHONPATH", &path)
             .args(["-m", "berth_policy.cases"])

@@ -29,10 +29,19 @@ pub fn check() -> anyhow::Result<()> {
     Ok(())
 }
 
-fn new_project(base: &Path, name: &str, lang: &str) -> anyhow::Result<PathBuf> {
+/// Every decision: the default (naming, placement, retry) and admission.
+/// Rust and JavaScript projects are made with the default, the others
+/// with every decision, so each template is built somewhere.
+const EVERY: &str = "naming,placement,retry,admission";
+
+/// A project of `lang` serving `decisions` (`policy new`'s default when empty).
+fn new_project(base: &Path, name: &str, lang: &str, decisions: &str) -> anyhow::Result<PathBuf> {
     let mut cmd = Command::new(berth());
     cmd.current_dir(base)
         .args(["policy", "new", name, "--lang", lang]);
+    if !decisions.is_empty() {
+        cmd.args(["--decisions", decisions]);
+    }
     run(cmd)?;
     Ok(base.join(name))
 }
@@ -56,7 +65,7 @@ fn project_cargo(dir: &Path) -> Command {
 }
 
 fn rust(base: &Path) -> anyhow::Result<()> {
-    let dir = new_project(base, "sample-rust-policy", "rust")?;
+    let dir = new_project(base, "sample-rust-policy", "rust", "")?;
     // Nothing of this checkout is named: the SDK travels with the project.
     let manifest = std::fs::read_to_string(dir.join("Cargo.toml"))?;
     let checkout = crate::root().display().to_string();
@@ -73,7 +82,7 @@ fn rust(base: &Path) -> anyhow::Result<()> {
 }
 
 fn python(base: &Path) -> anyhow::Result<()> {
-    let dir = new_project(base, "sample-python-policy", "python")?;
+    let dir = new_project(base, "sample-python-policy", "python", EVERY)?;
     // The componentize-py this workspace installed: the same release the
     // project names, without a second download.
     let tool = python::ensure_componentize_py()?;
@@ -91,7 +100,7 @@ fn python(base: &Path) -> anyhow::Result<()> {
 fn js(base: &Path, lang: &str) -> anyhow::Result<()> {
     node::ensure_node()?;
     let name = format!("sample-{lang}-policy");
-    let dir = new_project(base, &name, lang)?;
+    let dir = new_project(base, &name, lang, if lang == "ts" { EVERY } else { "" })?;
     let path = format!(
         "{}:{}",
         berth().parent().unwrap_or(Path::new(".")).display(),
@@ -115,7 +124,7 @@ fn js(base: &Path, lang: &str) -> anyhow::Result<()> {
 /// its own tests there too.
 fn go(base: &Path) -> anyhow::Result<()> {
     let go = golang::ensure_go()?;
-    let dir = new_project(base, "sample-go-policy", "go")?;
+    let dir = new_project(base, "sample-go-policy", "go", EVERY)?;
     let mut sdk = golang::go_command(&go);
     sdk.current_dir(dir.join("sdk")).args(["test", "./..."]);
     run(sdk)?;

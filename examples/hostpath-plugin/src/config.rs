@@ -116,6 +116,12 @@ pub struct Config {
     #[arg(long, value_delimiter = ',')]
     pub fault_calls: Vec<String>,
 
+    /// Share of the affected undo calls (DeleteVolume, NodeUnpublishVolume)
+    /// that answer OK without doing their work: a plugin that lies, for the
+    /// checkers. The journal marks each such answer `"lied": true`.
+    #[arg(long, default_value_t = 0.0)]
+    pub lie_rate: f64,
+
     /// Seed for the fault dice, for reproducible runs.
     #[arg(long)]
     pub seed: Option<u64>,

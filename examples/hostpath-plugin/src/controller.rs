@@ -219,10 +219,14 @@ impl csi::controller_server::Controller for Controller {
                 req.volume_id
             )));
         }
-        self.volumes.delete(&req.volume_id)?;
+        let lied = self.faults.lies("DeleteVolume");
+        if !lied {
+            self.volumes.delete(&req.volume_id)?;
+        }
         self.journal.note(Entry {
             call: "DeleteVolume",
             volume: &req.volume_id,
+            lied,
             ..Default::default()
         });
         Ok(Response::new(csi::DeleteVolumeResponse {}))

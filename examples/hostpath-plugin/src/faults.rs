@@ -16,6 +16,7 @@ const IDENTITY_CALLS: [&str; 3] = ["GetPluginInfo", "GetPluginCapabilities", "Pr
 pub struct Faults {
     codes: Vec<(Code, f64)>,
     hang_rate: f64,
+    lie_rate: f64,
     latency: Option<Duration>,
     reply_delay: Option<Duration>,
     calls: Option<HashSet<String>>,
@@ -33,6 +34,7 @@ impl Faults {
         Faults {
             codes: config.faults.clone(),
             hang_rate: config.hang_rate,
+            lie_rate: config.lie_rate,
             latency: config.latency,
             reply_delay: config.reply_delay,
             calls: (!config.fault_calls.is_empty()).then(|| config.fault_calls.iter().cloned().collect()),
@@ -69,6 +71,20 @@ impl Faults {
             }
         }
         Ok(())
+    }
+
+    /// Whether `call` (an undo) answers OK without doing its work this time.
+    pub fn lies(&self, call: &str) -> bool {
+        let applies = self.calls.as_ref().is_none_or(|calls| calls.contains(call));
+        if !applies || self.lie_rate <= 0.0 {
+            return false;
+        }
+        let roll: f64 = self.rng.lock().unwrap_or_else(|p| p.into_inner()).random();
+        let lies = roll < self.lie_rate;
+        if lies {
+            tracing::warn!(call, "answering OK without doing the work (--lie-rate)");
+        }
+        lies
     }
 
     /// Runs after a call's work is committed, before it answers.

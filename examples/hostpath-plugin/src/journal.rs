@@ -36,6 +36,9 @@ pub struct Entry<'a> {
     /// it existed, and was answered again).
     #[serde(skip_serializing_if = "Option::is_none")]
     pub created: Option<bool>,
+    /// Answered OK without doing the work (`--lie-rate`).
+    #[serde(skip_serializing_if = "std::ops::Not::not")]
+    pub lied: bool,
 }
 
 #[derive(Clone, Default)]

@@ -226,7 +226,7 @@ fn io_status(what: &str, path: &Path, e: std::io::Error) -> Status {
         std::io::ErrorKind::AlreadyExists => {
             Status::already_exists(format!("{what} {}: {e}", path.display()))
         }
-        _ => Status::internal(format!("{what} {}: {e}", path.display())),
+        _ => crate::volumes::disk_status(format!("{what} {}: {e}", path.display()), &e),
     }
 }
 
@@ -342,6 +342,18 @@ impl csi::node_server::Node for Node {
                 "volume {} does not exist",
                 req.volume_id
             )));
+        }
+        if self.faults.lies("NodeUnpublishVolume") {
+            require_volume_id(&req.volume_id)?;
+            self.journal.note(Entry {
+                call: "NodeUnpublishVolume",
+                volume: &req.volume_id,
+                node: &self.config.node_id,
+                path: &req.target_path,
+                lied: true,
+                ..Default::default()
+            });
+            return Ok(Response::new(csi::NodeUnpublishVolumeResponse {}));
         }
         self.detach(&req.volume_id, "target_path", &req.target_path)?;
         self.targets.remove(&req.volume_id, &req.target_path)?;

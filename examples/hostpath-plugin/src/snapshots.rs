@@ -14,7 +14,7 @@ use cap_std::fs::Dir;
 use serde::{Deserialize, Serialize};
 use tonic::Status;
 
-use crate::volumes::{blocking, copy_tree, hash_hex, internal, read_json, write_json};
+use crate::volumes::{blocking, copy_tree, hash_hex, read_json, remove_record, state_dir_error, write_json};
 
 #[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
 pub struct SnapshotRecord {
@@ -141,8 +141,8 @@ impl Snapshots {
             // The data first, the record last: the record commits the snapshot.
             self.root
                 .create_dir_all(format!("snapdata/{id}"))
-                .map_err(internal)?;
-            copy_tree(data, &self.data_path(&id)).map_err(internal)?;
+                .map_err(state_dir_error)?;
+            copy_tree(data, &self.data_path(&id)).map_err(state_dir_error)?;
             write_json(&self.root, &format!("snapshots/{id}.json"), &rec, self.fsync)?;
             self.sync_dir()
         })?;
@@ -157,9 +157,7 @@ impl Snapshots {
             return Ok(());
         }
         blocking(|| {
-            self.root
-                .remove_file(format!("snapshots/{id}.json"))
-                .map_err(internal)?;
+            remove_record(&self.root, &format!("snapshots/{id}.json"))?;
             self.sync_dir()?;
             if let Err(e) = self.root.remove_dir_all(format!("snapdata/{id}")) {
                 tracing::warn!(snapshot = id, error = %e, "snapshot data left behind");
@@ -175,7 +173,7 @@ impl Snapshots {
             self.root
                 .open("snapshots")
                 .and_then(|d| d.into_std().sync_all())
-                .map_err(internal)?;
+                .map_err(state_dir_error)?;
         }
         Ok(())
     }

@@ -63,6 +63,8 @@ impl Targets {
         } else {
             std::fs::create_dir_all(&self.dir).and_then(|()| std::fs::write(&file, all.join("\n") + "\n"))
         };
-        written.map_err(|e| Status::internal(format!("recording where {volume_id} is published: {e}")))
+        written.map_err(|e| {
+            crate::volumes::disk_status(format!("recording where {volume_id} is published: {e}"), &e)
+        })
     }
 }

@@ -197,8 +197,8 @@ impl Volumes {
 
     fn read_all(&self) -> Result<Vec<VolumeRecord>, Status> {
         let mut out = Vec::new();
-        for entry in self.root.read_dir("volumes").map_err(internal)? {
-            let name = entry.map_err(internal)?.file_name();
+        for entry in self.root.read_dir("volumes").map_err(state_dir_error)? {
+            let name = entry.map_err(state_dir_error)?.file_name();
             let Some(id) = name.to_str().and_then(|n| n.strip_suffix(".json")) else {
                 continue;
             };
@@ -260,15 +260,15 @@ impl Volumes {
             Outcome::Put(rec, _) => {
                 if old.is_none() {
                     // The data directory first, the record last: the record commits the create.
-                    self.root.create_dir_all(format!("data/{id}")).map_err(internal)?;
-                    fill(&self.data_path(id)).map_err(internal)?;
+                    self.root
+                        .create_dir_all(format!("data/{id}"))
+                        .map_err(state_dir_error)?;
+                    fill(&self.data_path(id)).map_err(state_dir_error)?;
                 }
                 self.save(rec)
             }
             Outcome::Remove(_) => {
-                self.root
-                    .remove_file(format!("volumes/{id}.json"))
-                    .map_err(internal)?;
+                remove_record(&self.root, &format!("volumes/{id}.json"))?;
                 self.sync_dir("volumes")?;
                 if let Err(e) = self.root.remove_dir_all(format!("data/{id}")) {
                     tracing::warn!(volume = id, error = %e, "volume data left behind");
@@ -473,7 +473,7 @@ impl Volumes {
             self.root
                 .open(dir)
                 .and_then(|d| d.into_std().sync_all())
-                .map_err(internal)?;
+                .map_err(state_dir_error)?;
         }
         Ok(())
     }
@@ -561,7 +561,7 @@ pub(crate) fn read_json<T: for<'de> Deserialize<'de>>(root: &Dir, path: &str) ->
             .map(Some)
             .map_err(|e| Status::data_loss(format!("{path} is corrupt: {e}"))),
         Err(e) if e.kind() == io::ErrorKind::NotFound => Ok(None),
-        Err(e) => Err(internal(e)),
+        Err(e) => Err(state_dir_error(e)),
     }
 }
 
@@ -570,18 +570,40 @@ pub(crate) fn read_json<T: for<'de> Deserialize<'de>>(root: &Dir, path: &str) ->
 pub(crate) fn write_json<T: Serialize>(root: &Dir, path: &str, value: &T, fsync: bool) -> Result<(), Status> {
     let tmp = format!("{path}.tmp");
     let bytes = serde_json::to_vec_pretty(value).map_err(|e| Status::internal(e.to_string()))?;
-    let mut file = root.create(&tmp).map_err(internal)?;
-    file.write_all(&bytes).map_err(internal)?;
+    let mut file = root.create(&tmp).map_err(state_dir_error)?;
+    file.write_all(&bytes).map_err(state_dir_error)?;
     if fsync {
-        file.sync_all().map_err(internal)?;
+        file.sync_all().map_err(state_dir_error)?;
     }
     drop(file);
-    root.rename(&tmp, root, path).map_err(internal)?;
+    root.rename(&tmp, root, path).map_err(state_dir_error)?;
     Ok(())
 }
 
-pub(crate) fn internal(e: io::Error) -> Status {
-    Status::internal(format!("state directory: {e}"))
+/// A failed call on the state directory's disk, as the CO should take it.
+pub(crate) fn state_dir_error(e: io::Error) -> Status {
+    disk_status(format!("state directory: {e}"), &e)
+}
+
+/// A disk call's failure: a disk that is full, gone read-only or failing
+/// its I/O is a condition to wait out (the CO retries RESOURCE_EXHAUSTED and
+/// UNAVAILABLE), not the plugin's own fault (INTERNAL).
+pub(crate) fn disk_status(message: String, e: &io::Error) -> Status {
+    match e.kind() {
+        io::ErrorKind::StorageFull | io::ErrorKind::QuotaExceeded => Status::resource_exhausted(message),
+        io::ErrorKind::ReadOnlyFilesystem => Status::unavailable(message),
+        _ if e.raw_os_error() == Some(libc::EIO) => Status::unavailable(message),
+        _ => Status::internal(message),
+    }
+}
+
+/// Removes a record; one already gone is removed (a removal whose
+/// directory sync failed, asked again).
+pub(crate) fn remove_record(root: &Dir, path: &str) -> Result<(), Status> {
+    match root.remove_file(path) {
+        Err(e) if e.kind() != io::ErrorKind::NotFound => Err(state_dir_error(e)),
+        _ => Ok(()),
+    }
 }
 
 #[cfg(test)]

@@ -1,5 +1,5 @@
 // Package policy is the Go SDK for Berth policy modules: the contract's
-// types (Berth's WIT package berth:policy@0.3.0) and the helpers the Rust,
+// types (Berth's WIT package berth:policy@0.4.0) and the helpers the Rust,
 // Python and JavaScript SDKs have, under Go names, so a policy reads alike
 // in each language and gives the same answers.
 //
@@ -8,7 +8,7 @@
 //
 //	func init() { naming.Export(volumeName) }
 //
-// (packages naming, placement and retry). The module is built with
+// (packages naming, placement, retry and admission). The module is built with
 // GOOS=wasip1 GOARCH=wasm go build -buildmode=c-shared and made a component
 // with `berth policy component`.
 package policy

@@ -1,5 +1,5 @@
 // Generated from wit/ by `cargo xtask js-types`: do not edit.
-// The berth:policy@0.3.0 contract in the component model's JavaScript mapping:
+// The berth:policy@0.4.0 contract in the component model's JavaScript mapping:
 // records are objects with camelCase fields, enums their WIT names,
 // variants { tag, val }, lists arrays, integers numbers. A function
 // returning result<T, E> returns T and throws to answer the error.
@@ -48,8 +48,9 @@ export interface Volume {
    */
   id: string;
   /**
-   * The operator's name for the volume, unique among live volumes.
-   * Free text of at most 253 bytes; not necessarily a valid backend name.
+   * The operator's name for the volume, unique among live volumes:
+   * `name` in the default namespace, `namespace/name` in any other.
+   * Free text of at most 317 bytes; not necessarily a valid backend name.
    */
   name: string;
   /**
@@ -132,6 +133,117 @@ export type Operation =
   | "controller-modify-volume"
   | "create-volume-group-snapshot"
   | "delete-volume-group-snapshot";
+
+// interface admission
+
+/**
+ * The call asked for, with what it asks.
+ */
+export type Call =
+  | { tag: "create-volume" }
+  | { tag: "publish-volume"; val: string }
+  | { tag: "expand-volume"; val: number }
+  | { tag: "modify-volume"; val: Pairs }
+  | { tag: "create-snapshot"; val: string }
+  | { tag: "delete-volume" };
+
+/**
+ * Who asks.
+ */
+export interface Caller {
+  /**
+   * `management` (the API socket's user), `token:<accessor>`,
+   * `cert:<subject>`, or `docker:<node>` (a node's Docker). Never a
+   * secret.
+   */
+  identity: string;
+  /**
+   * The ACL policies its token or certificate holds (none for the
+   * management identity and for a node's Docker).
+   */
+  policies: string[];
+}
+
+/**
+ * What a namespace holds, as Berth counts it for quotas.
+ */
+export interface Usage {
+  volumes: number;
+  /**
+   * The bytes its volumes ask for (their required bytes).
+   */
+  bytes: number;
+  snapshots: number;
+}
+
+export interface AdmissionRequest {
+  call: Call;
+  caller: Caller;
+  /**
+   * The namespace the volume is in.
+   */
+  namespace: string;
+  /**
+   * The plugin (its name in `berth.toml`) that serves the volume.
+   */
+  plugin: string;
+  /**
+   * For create-volume, the volume as Berth would store it; for the
+   * other calls, the volume as it stands.
+   */
+  volume: Volume;
+  /**
+   * The secret the volume names, if any: its name, never its contents.
+   */
+  secret: string | undefined;
+  /**
+   * What the namespace holds now (the request not counted).
+   */
+  usage: Usage;
+  /**
+   * The operator's settings for this module (from `berth.toml`).
+   */
+  settings: Pairs;
+}
+
+/**
+ * One field of a new volume set by the module.
+ */
+export type Change =
+  | { tag: "parameter"; val: [string, string] }
+  | { tag: "label"; val: [string, string] }
+  | { tag: "required-bytes"; val: number }
+  | { tag: "limit-bytes"; val: number }
+  | { tag: "plugin"; val: string }
+  | { tag: "access-mode"; val: AccessMode }
+  | { tag: "requisite-topology"; val: Pairs[] };
+
+/**
+ * A change, and why: shown in the volume's events and `volume explain`.
+ */
+export interface FieldChange {
+  change: Change;
+  reason: string;
+}
+
+export type Verdict =
+  | { tag: "allow" }
+  | { tag: "deny"; val: string }
+  | { tag: "allow-with"; val: FieldChange[] };
+
+/**
+ * Admission: whether Berth accepts a request, and what a new volume gets
+ * that its caller left out. Asked before Berth accepts a create (a clone
+ * and a restore included), publish, expand, modify, snapshot or delete,
+ * whoever asks: the API's callers and each node's Docker.
+ */
+export interface Admission {
+  /**
+   * Must be deterministic and quick: Berth asks once per request, before
+   * anything is written, under the module's deadline.
+   */
+  admit(request: AdmissionRequest): Verdict;
+}
 
 // interface naming
 

@@ -1,7 +1,7 @@
 // Declarations of the helpers in index.js, and the contract's types
 // (contract.d.ts, generated from Berth's WIT package).
 
-import type { Candidates, Code, Operation, Pairs, Verdicts } from "./contract.js";
+import type { Candidates, Change, Code, Operation, Pairs, Verdicts } from "./contract.js";
 
 export * from "./contract.js";
 
@@ -9,6 +9,10 @@ export * from "./contract.js";
 export function get(pairs: Pairs, key: string): string | undefined;
 /** A setting as a whole number, or `fallback` when absent; throws naming the setting when it is not one. */
 export function numberSetting(settings: Pairs, key: string, fallback: number): number;
+/** A setting as a list separated by `,` (blanks dropped), or `undefined` when absent. */
+export function listSetting(settings: Pairs, key: string): string[] | undefined;
+/** An admission change as `volume explain` and the events show it: `label owner=team-a`... */
+export function changeText(change: Change): string;
 /** `k=v,k2=v2` as pairs; blank input gives none. Throws on a part without `=`. */
 export function parsePairs(text: string): Pairs;
 /** Whether every segment of `required` is in `topology` with the same value. */

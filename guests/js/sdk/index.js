@@ -26,6 +26,30 @@ export function numberSetting(settings, key, fallback) {
   return Number(text);
 }
 
+/** A setting as a list separated by `,` (blanks dropped), or `undefined` when absent. */
+export function listSetting(settings, key) {
+  const value = get(settings, key);
+  if (value === undefined) return undefined;
+  return value
+    .split(",")
+    .map((item) => item.trim())
+    .filter((item) => item !== "");
+}
+
+/** An admission change as `volume explain` and the events show it: `label owner=team-a`... */
+export function changeText(change) {
+  const v = change.val;
+  switch (change.tag) {
+    case "parameter":
+    case "label":
+      return `${change.tag} ${v[0]}=${v[1]}`;
+    case "requisite-topology":
+      return `requisite-topology ${v.map((t) => t.map(([k, x]) => `${k}=${x}`).join(",")).join(" or ")}`;
+    default:
+      return `${change.tag} ${v}`;
+  }
+}
+
 /** `k=v,k2=v2` as pairs; blank input gives none. Throws on a part without `=`. */
 export function parsePairs(text) {
   const out = [];

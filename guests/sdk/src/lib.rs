@@ -1,7 +1,7 @@
 //! Write Berth policy modules in Rust.
 //!
-//! A policy is a type that implements one or more of [`Naming`], [`Placement`]
-//! and [`Retry`], exported with the matching macro. Build it with
+//! A policy is a type that implements one or more of [`Naming`], [`Placement`],
+//! [`Retry`] and [`Admission`], exported with the matching macro. Build it with
 //! `cargo build --target wasm32-wasip2 --release`; the `.wasm` is a component
 //! Berth loads directly.
 //!
@@ -69,7 +69,7 @@ pub mod placement {
         default_bindings_module: "berth_guest::placement",
         runtime_path: "berth_guest::wit_bindgen::rt",
         additional_derives: [PartialEq],
-        with: { "berth:policy/types@0.3.0": crate::naming::berth::policy::types },
+        with: { "berth:policy/types@0.4.0": crate::naming::berth::policy::types },
     });
 }
 
@@ -83,10 +83,29 @@ pub mod retry {
         default_bindings_module: "berth_guest::retry",
         runtime_path: "berth_guest::wit_bindgen::rt",
         additional_derives: [PartialEq],
-        with: { "berth:policy/types@0.3.0": crate::naming::berth::policy::types },
+        with: { "berth:policy/types@0.4.0": crate::naming::berth::policy::types },
     });
 }
 
+/// Bindings for the `admission-policy` world.
+pub mod admission {
+    wit_bindgen::generate!({
+        path: "../../wit",
+        world: "admission-policy",
+        pub_export_macro: true,
+        export_macro_name: "export_admission",
+        default_bindings_module: "berth_guest::admission",
+        runtime_path: "berth_guest::wit_bindgen::rt",
+        additional_derives: [PartialEq],
+        with: { "berth:policy/types@0.4.0": crate::naming::berth::policy::types },
+    });
+}
+
+/// Admits, refuses or completes requests. Export with [`export_admission!`].
+pub use admission::exports::berth::policy::admission::Guest as Admission;
+pub use admission::exports::berth::policy::admission::{
+    AdmissionRequest, Call, Caller, Change, FieldChange, Usage, Verdict,
+};
 pub use naming::berth::policy::types::{
     AccessMode, AccessType, CapacityRange, Code, Health, Operation, Pairs, Volume,
 };
@@ -100,6 +119,7 @@ pub use placement::exports::berth::policy::placement::{Candidates, PlacementRequ
 pub use retry::exports::berth::policy::retry::Guest as Retry;
 pub use retry::exports::berth::policy::retry::{Decision, Failure};
 
+pub use admission::export_admission;
 pub use naming::export_naming;
 pub use placement::export_placement;
 pub use retry::export_retry;

@@ -94,3 +94,29 @@ pub fn failure(operation: Operation, code: Code) -> Failure {
         settings: vec![],
     }
 }
+
+/// A create-volume of `name` in `namespace` by a token holder, the
+/// namespace holding nothing yet.
+pub fn admission_request(namespace: &str, name: &str) -> crate::AdmissionRequest {
+    let full = match namespace {
+        "default" => name.to_string(),
+        ns => format!("{ns}/{name}"),
+    };
+    crate::AdmissionRequest {
+        call: crate::Call::CreateVolume,
+        caller: crate::Caller {
+            identity: "token:0123456789abcdef".to_string(),
+            policies: vec![],
+        },
+        namespace: namespace.to_string(),
+        plugin: "hostpath".to_string(),
+        volume: volume(&full),
+        secret: None,
+        usage: crate::Usage {
+            volumes: 0,
+            bytes: 0,
+            snapshots: 0,
+        },
+        settings: vec![],
+    }
+}

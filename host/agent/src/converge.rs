@@ -471,7 +471,9 @@ impl Converger {
                 }
                 false => Ok(()),
             };
-            let result = match ahead {
+            // What the node holds after the call (when it was made and
+            // answered OK), and what failed: the call, or recording it.
+            let (done, failed) = match ahead {
                 Ok(()) => match self.call(step, &id, &held, params.as_deref()).await {
                     Ok(level) => {
                         now.level = level;
@@ -482,31 +484,33 @@ impl Converger {
                             true => Ok(()),
                             false => self.record.put(&id, &now).await.map_err(recording),
                         };
-                        written.map(|()| now)
+                        (Some(now), written.err())
                     }
-                    Err(e) => Err(e),
+                    Err(e) => (None, Some(e)),
                 },
-                Err(e) => Err(e),
+                Err(e) => (None, Some(e)),
             };
             let (level, failure, arrived) = {
                 let mut volumes = self.lock();
                 let Some(v) = volumes.get_mut(&id) else { return };
-                match &result {
-                    Ok(now) => {
-                        v.held = Some(now.clone());
-                        if !raises {
-                            v.bound = now.level;
-                            if now.level <= target {
-                                v.recorded = now.level;
-                            }
+                // A call done is what the node holds, recorded or not: a
+                // lowering whose record failed is done all the same (the
+                // record stays higher, which a restart undoes again), and
+                // a raise asked next starts from where the node is.
+                if let Some(now) = &done {
+                    v.held = Some(now.clone());
+                    if !raises {
+                        v.bound = now.level;
+                        if now.level <= target && failed.is_none() {
+                            v.recorded = now.level;
                         }
                     }
-                    Err(_) => {
-                        v.stalled = Some(attempt);
-                        v.running = false;
-                    }
                 }
-                (v.level(), result.as_ref().err(), v.next().is_none())
+                if failed.is_some() {
+                    v.stalled = Some(attempt);
+                    v.running = false;
+                }
+                (v.level(), failed.as_ref(), v.next().is_none())
             };
             if let Some(e) = failure {
                 tracing::warn!(id = %id, ?step, attempt, error = %e, "node step failed");

@@ -6,7 +6,10 @@ use std::process::ExitCode;
 use clap::{CommandFactory, Parser, Subcommand};
 
 use crate::client;
-use crate::commands::{agent, cluster, manual, node, plugin, policy, serve, snapshot, status, volume};
+use crate::commands::{
+    acl, agent, audit, cluster, manual, namespace, node, plugin, policy, serve, snapshot, status, store,
+    volume,
+};
 pub use crate::output::Output;
 
 const AFTER_HELP: &str = "\
@@ -44,6 +47,9 @@ pub enum Command {
     Init(serve::InitArgs),
     /// Run the node agent: this node's CSI node plugins, driven by `berth serve`.
     Agent(agent::AgentArgs),
+    /// The embedded store, checked with `berth serve` stopped.
+    #[command(subcommand)]
+    Store(store::StoreCommand),
     /// Create, publish, inspect and delete volumes (through `berth serve`).
     Volume {
         #[command(subcommand)]
@@ -80,6 +86,27 @@ pub enum Command {
     /// Man pages for berth, each subcommand and berth-agent, into a directory.
     #[command(hide = true)]
     Manual(manual::ManualArgs),
+    /// Who may do what through the API: ACL policies and tokens (through `berth serve`).
+    Acl {
+        #[command(subcommand)]
+        command: acl::AclCommand,
+        #[command(flatten)]
+        api: client::ApiArgs,
+    },
+    /// The audit log: who did what, and what was refused (through `berth serve`).
+    Audit {
+        #[command(subcommand)]
+        command: audit::AuditCommand,
+        #[command(flatten)]
+        api: client::ApiArgs,
+    },
+    /// What namespaces hold, and their quotas (through `berth serve`).
+    Namespace {
+        #[command(subcommand)]
+        command: namespace::NamespaceCommand,
+        #[command(flatten)]
+        api: client::ApiArgs,
+    },
     /// Nodes and their CSI node plugins (through `berth serve`).
     Node {
         #[command(subcommand)]
@@ -96,10 +123,14 @@ pub async fn run(cli: Cli) -> anyhow::Result<ExitCode> {
         Command::Serve(args) => serve::run(args).await,
         Command::Init(args) => serve::init(args),
         Command::Agent(args) => agent::run(args).await,
+        Command::Store(cmd) => store::run(cmd, cli.output),
         Command::Volume { command, api } => volume::run(*command, api, cli.output).await,
         Command::Snapshot { command, api } => snapshot::run(command, api, cli.output).await,
         Command::Status { check, api } => status::status(api, check, cli.output).await,
         Command::Node { command, api } => node::run(command, api, cli.output).await,
+        Command::Namespace { command, api } => namespace::run(command, api, cli.output).await,
+        Command::Audit { command, api } => audit::run(command, api, cli.output).await,
+        Command::Acl { command, api } => acl::run(command, api, cli.output).await,
         Command::Cluster { command, api } => cluster::run(command, api, cli.output).await,
         Command::Completions(args) => manual::completions(&args, Cli::command()),
         Command::Manual(args) => manual::manual(&args, Cli::command()),

@@ -40,6 +40,14 @@ pub fn is_server_certificate(der: &[u8]) -> bool {
     named && serves
 }
 
+/// The first common name of a certificate's subject (DER), if it reads.
+pub fn common_name(der: &[u8]) -> Option<String> {
+    use x509_parser::prelude::{FromDer, X509Certificate};
+    let (_, cert) = X509Certificate::from_der(der).ok()?;
+    let cn = cert.subject().iter_common_name().next()?;
+    cn.as_str().ok().map(str::to_string)
+}
+
 pub use berth_model::credentials::fingerprint;
 use berth_model::files::FileError;
 
@@ -102,7 +110,7 @@ impl ClusterCa {
         let ca = ClusterCa::generate()?;
         write_private(&key_path, &ca.key_pem())?;
         write_private(&cert_path, &ca.cert_pem)?;
-        tracing::info!(ca = %cert_path.display(), fingerprint = %ca.fingerprint(), "cluster CA made");
+        tracing::info!(ca = %cert_path.display(), fingerprint = %ca.fingerprint(), "CA made (a new CA: its certificate is ca.pem)");
         Ok(ca)
     }
 

@@ -26,11 +26,12 @@ use sealed_wasi::Sealed;
 /// Berth's WIT package as this release defines it: each file's path below
 /// the package and its text. Built in, so that a module is made a
 /// component with nothing but the installed `berth`.
-pub const WIT: [(&str, &str); 5] = [
+pub const WIT: [(&str, &str); 6] = [
     ("wit/types.wit", include_str!("../../../wit/types.wit")),
     ("wit/naming.wit", include_str!("../../../wit/naming.wit")),
     ("wit/placement.wit", include_str!("../../../wit/placement.wit")),
     ("wit/retry.wit", include_str!("../../../wit/retry.wit")),
+    ("wit/admission.wit", include_str!("../../../wit/admission.wit")),
     ("wit/worlds.wit", include_str!("../../../wit/worlds.wit")),
 ];
 

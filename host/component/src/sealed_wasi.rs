@@ -305,7 +305,7 @@ mod tests {
       (import "wasi_snapshot_preview1" "proc_exit" (func (param i32)))
       (memory (export "memory") 1)
       (func (export "cabi_realloc") (param i32 i32 i32 i32) (result i32) (i32.const 1024))
-      (func (export "berth:policy/naming@0.3.0#volume-name") (param i32) (result i32) (i32.const 0))
+      (func (export "berth:policy/naming@0.4.0#volume-name") (param i32) (result i32) (i32.const 0))
     )"#;
 
     fn imports(component: &[u8]) -> Vec<String> {
@@ -338,7 +338,7 @@ mod tests {
         )
         .expect("sealed");
         // Only the contract's own types, which carry no functions.
-        assert_eq!(imports(&sealed), ["berth:policy/types@0.3.0"]);
+        assert_eq!(imports(&sealed), ["berth:policy/types@0.4.0"]);
         let adapted = componentize(
             &core,
             Contract::Berth,

@@ -117,3 +117,52 @@ impl CreateFrom {
         }
     }
 }
+
+/// `namespace_secrets`: per namespace (a DNS label), the secrets its
+/// volumes may name, in the same form as `docker_secrets`.
+pub(crate) fn namespace_secrets(
+    raw: std::collections::BTreeMap<String, Vec<String>>,
+) -> Result<std::collections::BTreeMap<String, CreateFrom>, ConfigError> {
+    raw.into_iter()
+        .map(|(namespace, secrets)| {
+            let key = format!("namespace_secrets.{namespace}");
+            berth_model::Namespace::parse(&namespace).map_err(|e| invalid(&key, e.to_string()))?;
+            Ok((namespace, CreateFrom::parse(&key, secrets)?))
+        })
+        .collect()
+}
+
+/// `docker_namespaces`: the namespace each node's Docker works in, by node
+/// name (`"*"`: every node not named); `default` for a node none names.
+/// A Docker user is then a tenant like the rest: its names, quota and
+/// secrets are its namespace's.
+#[derive(Clone, Debug, Default, PartialEq)]
+pub struct DockerNamespaces(std::collections::BTreeMap<String, berth_model::Namespace>);
+
+impl DockerNamespaces {
+    pub(crate) fn parse(
+        raw: std::collections::BTreeMap<String, String>,
+    ) -> Result<DockerNamespaces, ConfigError> {
+        raw.into_iter()
+            .map(|(node, namespace)| {
+                let key = format!("docker_namespaces.{node}");
+                if node != "*" {
+                    name_ok(&key, &node)?;
+                }
+                let namespace =
+                    berth_model::Namespace::parse(&namespace).map_err(|e| invalid(&key, e.to_string()))?;
+                Ok((node, namespace))
+            })
+            .collect::<Result<_, ConfigError>>()
+            .map(DockerNamespaces)
+    }
+
+    /// The namespace `node`'s Docker works in.
+    pub fn of(&self, node: &str) -> berth_model::Namespace {
+        self.0
+            .get(node)
+            .or_else(|| self.0.get("*"))
+            .cloned()
+            .unwrap_or_default()
+    }
+}

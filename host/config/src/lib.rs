@@ -12,6 +12,10 @@
 //! cluster = "unix:///run/berth/cluster.sock"  # where `berth agent`s on this machine dial; none by default
 //! cluster_address = "0.0.0.0:7443"     # the TLS endpoint agents on other machines dial; none by default
 //! cluster_names = ["berth.example"]     # names and addresses in the server's certificate
+//! api_address = "0.0.0.0:7444"          # the API over TLS for remote callers with ACL tokens; none by default
+//! api_names = ["berth.example"]         # names and addresses in the API's certificate
+//! api_client_ca = "clients-ca.pem"      # client certificates it issued are identities; none by default
+//! audit_log = "audit.log"               # JSON lines of every change and refusal (default: beside the state file)
 //! heartbeat_timeout = "15s"             # an agent silent this long is down
 //! join_token_max_ttl = "24h"            # the longest a join token may live
 //! joins_per_minute = 60                 # joins tried from everywhere (one address: a sixth)
@@ -23,6 +27,8 @@
 //! shadow_every_decision = false         # shadows in idle time, within 5 % of a core, dropping the rest (counted)
 //! docker_create_from = ["node-b"]       # agents' nodes whose Docker may create and remove volumes ("*": all)
 //! docker_secrets = ["docker-db"]        # the secrets a Docker user may name with -o secret= (default none; "*": all)
+//! docker_namespaces = { node-b = "team-b" } # the namespace a node's Docker works in ("*": the rest; default: default)
+//! namespace_secrets = { team-a = ["db-a"] }  # the secrets a namespace's volumes may name (default namespace: all; others: none unless given)
 //!
 //! [store]                               # default: the embedded store in `state`
 //! etcd = ["http://10.0.0.1:2379", "http://10.0.0.2:2379"]  # the members' client URLs
@@ -53,6 +59,12 @@
 //! create_volumes = true                 # may this Docker create and remove volumes (default false)
 //! plugin = "hostpath"                   # when `-o plugin=` is not given
 //! wait = "2m"                           # how long Docker's requests wait for Berth
+//!
+//! [console]                             # the web console, signed in with ACL tokens; off unless set
+//! address = "127.0.0.1:7445"            # served over TLS, its certificate from the API's CA
+//! names = ["berth.example"]             # names in its certificate (default: as api_names)
+//! certificate = "console.pem"           # or a chain of your own, with its key (both or neither)
+//! key = "console-key.pem"               # not readable by every user
 //!
 //! [policy_guard]                        # after `berth policy promote`: roll back by itself
 //! failure_share = 0.2                   # when more of the promoted modules' decisions fail (0: never)
@@ -94,6 +106,11 @@ struct Raw {
     cluster_address: Option<String>,
     #[serde(default)]
     cluster_names: Vec<String>,
+    api_address: Option<String>,
+    #[serde(default)]
+    api_names: Vec<String>,
+    api_client_ca: Option<PathBuf>,
+    audit_log: Option<PathBuf>,
     heartbeat_timeout: Option<String>,
     join_token_max_ttl: Option<String>,
     joins_per_minute: Option<u32>,
@@ -104,35 +121,26 @@ struct Raw {
     decision_log: Option<usize>,
     #[serde(default)]
     shadow_every_decision: bool,
-    store: Option<RawStore>,
+    store: Option<store::RawStore>,
     oci: Option<oci::RawOci>,
     policy_trust: Option<oci::RawTrust>,
     policy_guard: Option<guard::RawGuard>,
     docker: Option<docker::RawDocker>,
+    console: Option<console::RawConsole>,
     #[serde(default)]
     docker_create_from: Vec<String>,
     #[serde(default)]
     docker_secrets: Vec<String>,
+    #[serde(default)]
+    namespace_secrets: BTreeMap<String, Vec<String>>,
+    #[serde(default)]
+    docker_namespaces: BTreeMap<String, String>,
     #[serde(default, rename = "plugin")]
     plugins: Vec<RawPlugin>,
     #[serde(default, rename = "node")]
     nodes: Vec<RawNode>,
     #[serde(default, rename = "policy")]
     policies: Vec<policy_set::RawPolicy>,
-}
-
-#[derive(Debug, Deserialize)]
-#[serde(deny_unknown_fields)]
-struct RawStore {
-    #[serde(default)]
-    etcd: Vec<String>,
-    prefix: Option<String>,
-    name: Option<String>,
-    lease_ttl: Option<String>,
-    compact_every: Option<String>,
-    ca: Option<PathBuf>,
-    cert: Option<PathBuf>,
-    key: Option<PathBuf>,
 }
 
 #[derive(Debug, Deserialize)]
@@ -173,6 +181,15 @@ pub struct Config {
     pub cluster_address: Option<std::net::SocketAddr>,
     /// Names and addresses the server's certificate is valid for.
     pub cluster_names: Vec<String>,
+    /// The API over TLS for remote callers (ACL tokens); none by default.
+    pub api_address: Option<std::net::SocketAddr>,
+    /// The names and addresses in the API's certificate.
+    pub api_names: Vec<String>,
+    /// The CA whose client certificates the TLS API takes as identities (by
+    /// subject, bound with `berth acl certificate bind`); none: tokens only.
+    pub api_client_ca: Option<PathBuf>,
+    /// Where the audit log is written (rotated past 64 MiB, three kept).
+    pub audit_log: PathBuf,
     pub heartbeat_timeout: Duration,
     /// The longest lifetime `berth cluster token` may give a token.
     pub join_token_max_ttl: Duration,
@@ -209,10 +226,17 @@ pub struct Config {
     pub policy_guard: guard::PolicyGuard,
     /// Docker's volume plugin for one in-process node (`[docker]`).
     pub docker: Option<docker::DockerConfig>,
+    /// The web console (`[console]`); off by default.
+    pub console: Option<console::ConsoleConfig>,
     /// Which agents' nodes may create and remove volumes from their Docker.
     pub docker_create_from: docker::CreateFrom,
     /// The secrets a volume made through Docker may name (none by default).
     pub docker_secrets: docker::CreateFrom,
+    /// The secrets each namespace's volumes may name; the default
+    /// namespace may name any (as every volume could before namespaces).
+    pub namespace_secrets: BTreeMap<String, docker::CreateFrom>,
+    /// The namespace each node's Docker works in (`default` unless named).
+    pub docker_namespaces: docker::DockerNamespaces,
 }
 
 #[derive(Clone, Debug)]
@@ -243,46 +267,6 @@ pub struct PolicyConfig {
     pub digest: Option<String>,
     /// Decides beside the live module (`mode = "shadow"`), its answers never used.
     pub shadow: bool,
-}
-
-/// `[store]`: checked by the etcd store itself, with the key at fault;
-/// the TLS files read here, relative to the config file's directory.
-fn etcd_settings(raw: RawStore, base: &Path) -> Result<berth_store::EtcdSettings, ConfigError> {
-    let ttl = match raw.lease_ttl.as_deref() {
-        Some(text) => Some(duration("store.lease_ttl", Some(text), "5s")?),
-        None => None,
-    };
-    let compact_every = match raw.compact_every.as_deref() {
-        Some(text) => Some(duration("store.compact_every", Some(text), "5m")?),
-        None => None,
-    };
-    let read = |key: &str, path: &Path| {
-        let path = base.join(path);
-        std::fs::read_to_string(&path).map_err(|e| invalid(key, format!("reading {}: {e}", path.display())))
-    };
-    let identity = match (&raw.cert, &raw.key) {
-        (Some(cert), Some(key)) => Some((read("store.cert", cert)?, read("store.key", key)?)),
-        (None, None) => None,
-        _ => return Err(invalid("store.cert", "cert and key go together")),
-    };
-    let tls = match &raw.ca {
-        Some(ca) => Some(berth_store::EtcdTls {
-            ca: read("store.ca", ca)?,
-            identity,
-        }),
-        None if identity.is_some() => {
-            return Err(invalid(
-                "store.ca",
-                "a client certificate needs the members' CA too",
-            ));
-        }
-        None => None,
-    };
-    berth_store::EtcdSettings::new(raw.etcd, raw.prefix)
-        .and_then(|s| s.server(raw.name, ttl))
-        .and_then(|s| s.compaction(compact_every))
-        .and_then(|s| s.tls(tls))
-        .map_err(|(key, message)| invalid(key, message))
 }
 
 /// Workers are cheap tasks that mostly wait on plugins: enough for hundreds of volumes in flight.
@@ -352,7 +336,7 @@ impl Config {
         }
         let fingerprint_interval =
             duration("fingerprint_interval", raw.fingerprint_interval.as_deref(), "30s")?;
-        let etcd = raw.store.map(|s| etcd_settings(s, base)).transpose()?;
+        let etcd = raw.store.map(|s| store::etcd_settings(s, base)).transpose()?;
 
         if raw.plugins.is_empty() {
             return Err(invalid(
@@ -436,10 +420,24 @@ impl Config {
             &plugins.iter().map(|p| p.name.clone()).collect::<Vec<_>>(),
             resolve,
         )?;
+        let audit_log = raw
+            .audit_log
+            .as_deref()
+            .map(resolve)
+            .unwrap_or_else(|| state.with_file_name("audit.log"));
+        if raw.api_client_ca.is_some() && raw.api_address.is_none() {
+            return Err(invalid(
+                "api_client_ca",
+                "needs api_address: it names who may call the TLS API",
+            ));
+        }
         Ok(Config {
             docker,
+            console: console::console(raw.console, &resolve)?,
             docker_create_from: docker::CreateFrom::parse("docker_create_from", raw.docker_create_from)?,
             docker_secrets: docker::CreateFrom::parse("docker_secrets", raw.docker_secrets)?,
+            namespace_secrets: docker::namespace_secrets(raw.namespace_secrets)?,
+            docker_namespaces: docker::DockerNamespaces::parse(raw.docker_namespaces)?,
             oci,
             policy_cache,
             policy_trust,
@@ -460,19 +458,20 @@ impl Config {
                         .map_err(|e| invalid("cluster", e))
                 })
                 .transpose()?,
-            cluster_names: server_names::server_names(raw.cluster_address.as_deref(), raw.cluster_names)?,
-            cluster_address: raw
-                .cluster_address
-                .as_deref()
-                .map(|a| {
-                    a.parse().map_err(|_| {
-                        invalid(
-                            "cluster_address",
-                            format!("{a:?} is not an address like \"0.0.0.0:7443\""),
-                        )
-                    })
-                })
-                .transpose()?,
+            cluster_names: server_names::server_names(
+                "cluster_names",
+                raw.cluster_address.as_deref(),
+                raw.cluster_names,
+            )?,
+            api_names: server_names::server_names("api_names", raw.api_address.as_deref(), raw.api_names)?,
+            api_address: server_names::address("api_address", raw.api_address.as_deref(), "0.0.0.0:7444")?,
+            api_client_ca: raw.api_client_ca.as_deref().map(resolve),
+            audit_log,
+            cluster_address: server_names::address(
+                "cluster_address",
+                raw.cluster_address.as_deref(),
+                "0.0.0.0:7443",
+            )?,
             heartbeat_timeout: duration("heartbeat_timeout", raw.heartbeat_timeout.as_deref(), "15s")?,
             join_token_max_ttl: match duration(
                 "join_token_max_ttl",
@@ -543,11 +542,13 @@ pub(crate) fn size(key: &str, value: Option<&str>, default: usize) -> Result<usi
 }
 
 /// A socket's mode, an octal string like "0600"; 0600 when not given.
+pub mod console;
 pub mod docker;
 pub mod guard;
 mod oci;
 pub mod policy_set;
 mod server_names;
+mod store;
 
 #[cfg(test)]
 mod tests;

@@ -111,6 +111,14 @@ fn errors_name_the_key_at_fault() {
             format!("{GOOD}[[policy]]\nmodule = \"other.wasm\"\ndecisions = [\"retry\", \"naming\"]\n"),
             "policy[1].decisions: naming is served by policy[0] (/naming.wasm)",
         ),
+        (
+            format!("api_client_ca = \"people.pem\"\n{GOOD}"),
+            "api_client_ca: needs api_address",
+        ),
+        (
+            format!("api_address = \"localhost\"\n{GOOD}"),
+            "api_address: \"localhost\" is not an address like \"0.0.0.0:7444\"",
+        ),
     ];
     for (text, key) in cases {
         let err = Config::parse(&text, Path::new("/")).unwrap_err().to_string();
@@ -257,6 +265,39 @@ fn docker_secrets_are_none_by_default() {
     assert_eq!(err.key(), Some("docker_secrets"));
 }
 
+#[test]
+fn namespace_secrets_are_given_per_namespace_and_checked() {
+    let parse = |line: &str| Config::parse(&format!("{line}\n{GOOD}"), Path::new("/etc/berth"));
+    assert!(parse("").unwrap().namespace_secrets.is_empty());
+    let given = parse("namespace_secrets = { team-a = [\"db-a\"], ops = [\"*\"] }")
+        .unwrap()
+        .namespace_secrets;
+    assert!(given["team-a"].allows("db-a") && !given["team-a"].allows("db-b"));
+    assert!(given["ops"].allows("anything"));
+    let err = parse("namespace_secrets = { Team_A = [\"db\"] }").unwrap_err();
+    assert_eq!(err.key(), Some("namespace_secrets.Team_A"));
+    let err = parse("namespace_secrets = { a = [\"*\", \"db\"] }").unwrap_err();
+    assert_eq!(err.key(), Some("namespace_secrets.a"));
+}
+
+#[test]
+fn docker_namespaces_name_a_namespace_per_node_and_default_to_default() {
+    let parse = |line: &str| Config::parse(&format!("{line}\n{GOOD}"), Path::new("/etc/berth"));
+    assert_eq!(
+        parse("").unwrap().docker_namespaces.of("node-a").as_str(),
+        "default"
+    );
+    let named = parse("docker_namespaces = { node-b = \"team-b\", \"*\" = \"docker\" }")
+        .unwrap()
+        .docker_namespaces;
+    assert_eq!(named.of("node-b").as_str(), "team-b");
+    assert_eq!(named.of("node-c").as_str(), "docker");
+    let err = parse("docker_namespaces = { node-b = \"Team_B\" }").unwrap_err();
+    assert_eq!(err.key(), Some("docker_namespaces.node-b"));
+    let err = parse("docker_namespaces = { \"../x\" = \"team-b\" }").unwrap_err();
+    assert_eq!(err.key(), Some("docker_namespaces.../x"));
+}
+
 /// The keys the parsers take: every field of the `Raw*` structs of this
 /// crate and of `agent.toml`'s, under its serde name.
 fn parsed_keys() -> std::collections::BTreeSet<String> {
@@ -264,6 +305,8 @@ fn parsed_keys() -> std::collections::BTreeSet<String> {
     let mut keys = std::collections::BTreeSet::new();
     for file in [
         "src/lib.rs",
+        "src/console.rs",
+        "src/store.rs",
         "src/docker.rs",
         "src/guard.rs",
         "src/oci.rs",
@@ -328,4 +371,55 @@ fn the_configuration_reference_names_every_key_and_no_other() {
         unknown.is_empty(),
         "keys the reference names but no parser takes: {unknown:?}"
     );
+}
+
+/// `[console]` is new: a config without it (every config before) has no
+/// console; with it, an address is required and the names default as the
+/// API's do.
+#[test]
+fn the_console_is_off_unless_given_an_address() {
+    let base = Path::new("/etc/berth");
+    assert_eq!(Config::parse(GOOD, base).unwrap().console, None);
+    let on = Config::parse(&format!("{GOOD}[console]\naddress = \"127.0.0.1:7445\"\n"), base).unwrap();
+    let console = on.console.unwrap();
+    assert_eq!(console.address, "127.0.0.1:7445".parse().unwrap());
+    assert!(
+        console.names.contains(&"localhost".to_string()),
+        "{:?}",
+        console.names
+    );
+    let named = Config::parse(
+        &format!("{GOOD}[console]\naddress = \"0.0.0.0:7445\"\nnames = [\"berth.example\"]\n"),
+        base,
+    )
+    .unwrap();
+    assert_eq!(named.console.unwrap().names, ["berth.example"]);
+    assert_eq!(console.identity, None, "a certificate from the API's CA");
+    let own = Config::parse(
+        &format!(
+            "{GOOD}[console]\naddress = \"127.0.0.1:7445\"\ncertificate = \"c.pem\"\nkey = \"/k/c-key.pem\"\n"
+        ),
+        base,
+    )
+    .unwrap();
+    let identity = own.console.unwrap().identity.unwrap();
+    assert_eq!(identity.certificate, base.join("c.pem"), "relative to the config");
+    assert_eq!(identity.key, Path::new("/k/c-key.pem"));
+    for (table, key) in [
+        ("[console]\nnames = [\"x\"]\n", "console"),
+        ("[console]\naddress = \"here\"\n", "console.address"),
+        (
+            "[console]\naddress = \"127.0.0.1:7445\"\ncertificate = \"c.pem\"\n",
+            "go together",
+        ),
+        (
+            "[console]\naddress = \"127.0.0.1:7445\"\nkey = \"k.pem\"\n",
+            "go together",
+        ),
+    ] {
+        let err = Config::parse(&format!("{GOOD}{table}"), base)
+            .unwrap_err()
+            .to_string();
+        assert!(err.contains(key), "{err}");
+    }
 }

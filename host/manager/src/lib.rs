@@ -25,17 +25,25 @@
 //! - `nodes.rs` — the node side's interface ([`nodes::NodeAgent`],
 //!   [`nodes::NodeSync`]), which `cluster` implements.
 //! - `table/` — the records, their indexes and their durable changes.
+//! - `quotas` — what each namespace may hold, admitted against the table's usage.
+//! - `checks` — conformance reports recorded with the server, each
+//!   plugin's latest.
+//! - `admission` — the admission decision asked before a request is
+//!   accepted, as the caller the API names.
 //! - `errors/` — why a request is refused; `secrets` — the operator's CSI
 //!   secrets, read when a call needs them; `gauges` — the state as metrics.
 //!
 //! On start, the manager loads the store and queues every volume, so
 //! unfinished work resumes.
 
+pub mod admission;
+pub mod checks;
 mod decisions;
 mod errors;
 mod fleet;
 mod gauges;
 pub mod nodes;
+pub mod quotas;
 mod requests;
 pub mod secrets;
 mod shared;
@@ -55,7 +63,7 @@ pub use shared::Core;
 pub use snapshots::SnapshotView;
 pub use snapshots::Snapshots;
 pub use snapshots::groups::{GroupView, MAX_GROUP_MEMBERS};
-pub use table::{Counts, Waiting};
+pub use table::{Counts, PAGE_SCAN, Pages, Waiting};
 pub use worker::Worker;
 
 use std::sync::Arc;
@@ -65,7 +73,7 @@ use tokio::sync::watch;
 use crate::secrets::Secrets;
 use berth_config::Config;
 use berth_csi::registry::Registry;
-use berth_model::{VolumeRecord, VolumeState};
+use berth_model::{Namespace, VolumeRecord, VolumeState};
 use berth_policy::Policies;
 use berth_store::{Store, StoreError};
 pub use errors::conflict::{Conflict, Unforgettable};
@@ -108,6 +116,15 @@ pub enum RequestError {
     /// A field beyond its bounds (a new volume's name outside the rule...).
     #[error(transparent)]
     OutOfBounds(#[from] berth_model::bounds::OutOfBounds),
+    /// The namespace would pass its quota.
+    #[error(transparent)]
+    OverQuota(#[from] quotas::OverQuota),
+    /// A secret the namespace was not given.
+    #[error(transparent)]
+    SecretNotGiven(#[from] secrets::NotGiven),
+    /// The admission policy did not admit the request.
+    #[error(transparent)]
+    Refused(#[from] admission::Refused),
 }
 
 /// A volume asked to be deleted while it is published: a workload may be
@@ -168,6 +185,7 @@ impl VolumeManager {
     ) -> Result<Arc<Self>, StoreError> {
         let core = Core {
             table: VolumeTable::load(store.clone())?,
+            quotas: quotas::Quotas::load(store.clone())?,
             store,
             decision_log: std::sync::OnceLock::new(),
             secrets: Secrets::new(config.secrets_dir.clone()),
@@ -271,15 +289,30 @@ impl VolumeManager {
         self.table.waits().get(id)
     }
 
-    /// Every volume, by name.
-    pub fn list(&self) -> Vec<VolumeRecord> {
-        self.table.list()
+    /// Every volume in the namespaces `within` takes (every namespace
+    /// with `None`), by namespace and name.
+    pub fn list(&self, within: Option<&dyn Fn(&Namespace) -> bool>) -> Vec<VolumeRecord> {
+        self.table.list(within)
     }
 
-    /// A page of the volumes by name: up to `max` named after `after`, and
-    /// the name the next page starts after, if there is one.
-    pub fn list_page(&self, after: &str, max: usize) -> (Vec<VolumeRecord>, Option<String>) {
-        self.table.page(after, max)
+    /// A page of the volumes by namespace and name (see [`Pages`]): up to
+    /// `max` after `after` that `matches` takes, and the token the next
+    /// page starts after, if there is one. A page looks at no more than
+    /// [`PAGE_SCAN`] volumes: a filter that takes few may answer
+    /// fewer than `max` (none, even) with a token to go on from.
+    pub fn list_page(
+        &self,
+        pages: Pages<'_>,
+        after: &str,
+        max: usize,
+        matches: &dyn Fn(&VolumeRecord) -> bool,
+    ) -> (Vec<VolumeRecord>, Option<String>) {
+        self.table.page(pages, after, max, matches)
+    }
+
+    /// What each namespace holding volumes holds, by name.
+    pub fn namespace_usage(&self) -> Vec<(Namespace, quotas::Usage)> {
+        self.table.counts().namespaces
     }
 
     pub fn summary(&self) -> Summary {
@@ -288,6 +321,7 @@ impl VolumeManager {
             states,
             retrying,
             waiting,
+            ..
         } = self.table.counts();
         Summary {
             volumes,

@@ -25,6 +25,38 @@ impl fmt::Debug for SecretMap {
     }
 }
 
+/// A secret a namespace's volumes may not name.
+#[derive(Debug, thiserror::Error)]
+#[error(
+    "secret {secret:?} is not given to namespace {namespace:?} (namespace_secrets in the server's berth.toml lists what each namespace may name)"
+)]
+pub struct NotGiven {
+    pub secret: String,
+    pub namespace: String,
+}
+
+/// Whether a volume of `spec` may name its secret: any in the default
+/// namespace (as every volume could before namespaces), else only those
+/// the operator gave its namespace.
+pub fn given(config: &berth_config::Config, spec: &berth_model::VolumeSpec) -> Result<(), NotGiven> {
+    let Some(secret) = &spec.secret else {
+        return Ok(());
+    };
+    let ns = &spec.namespace;
+    if ns.is_default()
+        || config
+            .namespace_secrets
+            .get(ns.as_str())
+            .is_some_and(|given| given.allows(secret))
+    {
+        return Ok(());
+    }
+    Err(NotGiven {
+        secret: secret.clone(),
+        namespace: ns.to_string(),
+    })
+}
+
 #[derive(Clone, Debug, Default)]
 pub struct Secrets {
     dir: Option<PathBuf>,

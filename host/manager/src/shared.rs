@@ -21,7 +21,7 @@ use berth_config::Config;
 use berth_csi::proto;
 use berth_csi::proto::controller_service_capability::rpc::Type as ControllerCap;
 use berth_csi::registry::{Plugin, Registry};
-use berth_model::{VolumeRecord, VolumeSpec};
+use berth_model::{VolumeName, VolumeRecord, VolumeSpec};
 use berth_policy::{Code, Policies};
 use berth_store::{Store, StoreError};
 
@@ -30,6 +30,8 @@ use berth_store::{Store, StoreError};
 pub struct Core {
     pub(crate) config: Config,
     pub(crate) table: VolumeTable,
+    /// What each namespace may hold.
+    pub(crate) quotas: crate::quotas::Quotas,
     pub(crate) registry: Arc<Registry>,
     pub(crate) policies: Arc<Policies>,
     pub(crate) secrets: Secrets,
@@ -116,13 +118,13 @@ impl Core {
         Ok(r)
     }
     /// The volume of that operator name, as it is now.
-    pub(crate) fn named(&self, name: &str) -> Result<VolumeRecord, RequestError> {
+    pub(crate) fn named(&self, name: &VolumeName) -> Result<VolumeRecord, RequestError> {
         self.id_of(name)
             .ok()
             .and_then(|id| self.table.by_id(&id))
             .ok_or_else(|| Missing::Volume(name.to_string()).into())
     }
-    pub(crate) fn id_of(&self, name: &str) -> Result<String, RequestError> {
+    pub(crate) fn id_of(&self, name: &VolumeName) -> Result<String, RequestError> {
         self.table
             .id_of(name)
             .ok_or_else(|| Missing::Volume(name.to_string()).into())
@@ -161,8 +163,29 @@ impl Core {
             .is_some_and(|f| f.has_controller_capability(ControllerCap::SingleNodeMultiWriter));
         capability(spec, newer)
     }
-    pub fn get(&self, name: &str) -> Option<VolumeRecord> {
-        self.table.by_name(name)
+    /// What each namespace may hold.
+    pub fn quotas(&self) -> &crate::quotas::Quotas {
+        &self.quotas
+    }
+
+    /// Whether `namespace`'s quota takes `more` on top of `used` (what it
+    /// holds and what is reserved there), judged under the table's lock:
+    /// the admission of a new volume, a growth or a snapshot.
+    pub(crate) fn admit(
+        &self,
+        namespace: &berth_model::Namespace,
+        used: &crate::quotas::Usage,
+        more: &crate::quotas::Usage,
+    ) -> Result<(), RequestError> {
+        let Some(quota) = self.quotas.get(namespace.as_str()) else {
+            return Ok(());
+        };
+        Ok(crate::quotas::admits(&quota, used, more)?)
+    }
+
+    /// The volume of that name (a bare name is in the default namespace).
+    pub fn get(&self, name: impl Into<VolumeName>) -> Option<VolumeRecord> {
+        self.table.by_name(&name.into())
     }
 }
 
@@ -192,3 +215,41 @@ macro_rules! view {
     };
 }
 pub(crate) use view;
+
+/// A view that works within one namespace: its names are looked up there,
+/// what it makes is made there. `core.<accessor>()` works in the default
+/// namespace, `core.<accessor_in>(namespace)` in the one named.
+macro_rules! namespaced_view {
+    ($(#[$doc:meta])* $name:ident, $accessor:ident, $accessor_in:ident) => {
+        $(#[$doc])*
+        #[derive(Clone)]
+        pub struct $name<'a> {
+            core: &'a std::sync::Arc<$crate::shared::Core>,
+            namespace: berth_model::Namespace,
+        }
+
+        impl std::ops::Deref for $name<'_> {
+            type Target = std::sync::Arc<$crate::shared::Core>;
+            fn deref(&self) -> &Self::Target {
+                self.core
+            }
+        }
+
+        impl $name<'_> {
+            /// `name` in this view's namespace.
+            pub(crate) fn in_namespace(&self, name: &str) -> berth_model::VolumeName {
+                berth_model::VolumeName::new(self.namespace.clone(), name)
+            }
+        }
+
+        impl $crate::shared::Core {
+            pub fn $accessor(self: &std::sync::Arc<Self>) -> $name<'_> {
+                self.$accessor_in(berth_model::Namespace::default())
+            }
+            pub fn $accessor_in(self: &std::sync::Arc<Self>, namespace: berth_model::Namespace) -> $name<'_> {
+                $name { core: self, namespace }
+            }
+        }
+    };
+}
+pub(crate) use namespaced_view;

@@ -2,10 +2,12 @@
 //! or `berth serve`'s own Docker socket), bounded to what that Docker may
 //! touch: the rules of `berth_model`'s tenancy module, judged on the record
 //! under the volume's lock so no request slips between a check and a write.
+//! Each node's Docker works in one namespace (`docker_namespaces`, else
+//! `default`): it sees, names and makes volumes there only.
 
 use crate::Missing;
 use berth_model::text::echo;
-use berth_model::{DockerScope, Origin, Publication, VolumeRecord, VolumeSpec};
+use berth_model::{DockerScope, Namespace, Origin, Publication, VolumeName, VolumeRecord, VolumeSpec};
 
 use crate::RequestError;
 
@@ -71,18 +73,24 @@ impl Docker<'_> {
         r.docker.admits(&r.made_by, node)
     }
 
-    /// The volume, if `node`'s Docker may see it.
+    /// The namespace `node`'s Docker works in (`docker_namespaces`).
+    fn namespace_of(&self, node: &str) -> Namespace {
+        self.config.docker_namespaces.of(node)
+    }
+
+    /// The volume, if `node`'s Docker may see it (in its namespace).
     pub fn docker_get(&self, node: &str, name: &str) -> Result<VolumeRecord, RequestError> {
-        self.get(name)
+        self.get(VolumeName::new(self.namespace_of(node), name))
             .filter(|r| Self::in_docker_scope(r, node))
             .ok_or_else(|| unseen(name, node))
     }
 
-    /// The volumes `node`'s Docker may see.
+    /// The volumes `node`'s Docker may see (in its namespace).
     pub fn docker_list(&self, node: &str) -> Vec<VolumeRecord> {
+        let namespace = self.namespace_of(node);
         // Only those it may see are copied, not every record first.
         let mut seen = self.table.collect(|r, out| {
-            if Self::in_docker_scope(r, node) {
+            if r.spec.namespace == namespace && Self::in_docker_scope(r, node) {
                 out.push(r.clone());
             }
         });
@@ -104,11 +112,15 @@ impl Docker<'_> {
             return Err(Denied::Source.into());
         }
         let name = spec.name.clone();
-        if self.get(&name).is_some_and(|r| !Self::in_docker_scope(&r, node)) {
+        let namespace = self.namespace_of(node);
+        if self
+            .get(VolumeName::new(namespace.clone(), &name))
+            .is_some_and(|r| !Self::in_docker_scope(&r, node))
+        {
             return Err(Denied::Taken(echo(&name)).into());
         }
         let r = self
-            .requests()
+            .requests_in(namespace)
             .create_as(spec, Origin::docker(node), DockerScope::ByOrigin)
             .await?;
         match Self::in_docker_scope(&r, node) {
@@ -124,7 +136,7 @@ impl Docker<'_> {
             return Err(Denied::NoCreate(node.into()).into());
         }
         self.docker_get(node, name)?;
-        self.requests()
+        self.requests_in(self.namespace_of(node))
             .delete_checked(name, |r| {
                 if !Self::in_docker_scope(r, node) {
                     return Err(unseen(name, node));
@@ -157,7 +169,7 @@ impl Docker<'_> {
         name: &str,
         readonly: bool,
     ) -> Result<VolumeRecord, RequestError> {
-        self.requests()
+        self.requests_in(self.namespace_of(node))
             .publish_as(
                 name,
                 Some(node),
@@ -187,26 +199,31 @@ impl Docker<'_> {
             }
             .into()),
         };
-        self.requests().unpublish_checked(name, node, mine).await
+        self.requests_in(self.namespace_of(node))
+            .unpublish_checked(name, node, mine)
+            .await
     }
 
-    /// Creates a volume for an operator (the API), in `docker`'s scope.
+    /// Creates a volume for an operator (the API), in `docker`'s scope and
+    /// the spec's namespace.
     pub async fn create_with_scope(
         &self,
         spec: VolumeSpec,
         docker: DockerScope,
     ) -> Result<VolumeRecord, RequestError> {
-        self.requests().create_as(spec, Origin::Api, docker).await
+        self.requests_in(spec.namespace.clone())
+            .create_as(spec, Origin::Api, docker)
+            .await
     }
 
     /// Marks which nodes' Docker may see and publish a volume (the
     /// operator's word; the API's only).
     pub async fn set_docker_scope(
         &self,
-        name: &str,
+        name: impl Into<VolumeName>,
         scope: DockerScope,
     ) -> Result<VolumeRecord, RequestError> {
-        let id = self.id_of(name)?;
+        let id = self.id_of(&name.into())?;
         self.modify(&id, format!("Docker scope {scope}"), |r| {
             r.docker = scope;
             Ok(())

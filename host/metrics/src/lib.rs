@@ -48,9 +48,11 @@ pub struct Metrics {
     policy_decisions: Family<Labels<3>, Counter>,
     policy_traps: Family<Labels<2>, Counter>,
     policy_shadow: Family<Labels<3>, Counter>,
+    admission_verdicts: Family<Labels<2>, Counter>,
     policy_rollbacks: Family<Labels<1>, Counter>,
     retries: Family<Labels<1>, Counter>,
     give_ups: Family<Labels<1>, Counter>,
+    api_requests: Family<Labels<2>, Counter>,
     store_commit_seconds: Histogram,
     store_commit_batch: Histogram,
     leader: Gauge,
@@ -104,9 +106,11 @@ impl Metrics {
             policy_decisions: Family::default(),
             policy_traps: Family::default(),
             policy_shadow: Family::default(),
+            admission_verdicts: Family::default(),
             policy_rollbacks: Family::default(),
             retries: Family::default(),
             give_ups: Family::default(),
+            api_requests: Family::default(),
             store_commit_seconds: store_histogram(),
             store_commit_batch: Histogram::new(exponential_buckets(1.0, 2.0, 12)),
             leader: Gauge::default(),
@@ -126,6 +130,11 @@ impl Metrics {
             m.csi_operations.clone(),
         );
         r.register(
+            "berth_api_requests",
+            "Calls of the Berth API that changed something or were refused for who asked, by identity (`management` or `token:<accessor>`) and gRPC status",
+            m.api_requests.clone(),
+        );
+        r.register(
             "berth_policy_decision_seconds",
             "Time to decide, by policy module (or builtin) and decision",
             m.policy_seconds.clone(),
@@ -134,6 +143,11 @@ impl Metrics {
             "berth_policy_decisions",
             "Policy decisions by module, decision and outcome (ok, guest_error, fallback)",
             m.policy_decisions.clone(),
+        );
+        r.register(
+            "berth_admission_verdicts",
+            "Admission answers by module and verdict (allow, deny, allow_with, failed: no answer Berth could use, so not admitted)",
+            m.admission_verdicts.clone(),
         );
         r.register(
             "berth_policy_shadow_decisions",
@@ -276,6 +290,19 @@ pub fn decision(module: &Text, decision: &'static str, outcome: Outcome, trapped
         .inc();
 }
 
+/// An admission answer of `module`: `allow`, `deny`, `allow_with` or
+/// `failed` (the request was not admitted for want of an answer).
+pub fn admission(module: &str, verdict: &'static str) {
+    if let Some(m) = get() {
+        m.admission_verdicts
+            .get_or_create(&[
+                ("module", Text::from(module)),
+                ("verdict", Text::from_static(verdict)),
+            ])
+            .inc();
+    }
+}
+
 /// A shadowed module's decision, compared with the live one's.
 pub fn shadow(module: &str, decision: &'static str, outcome: &'static str) {
     if let Some(m) = get() {
@@ -303,6 +330,18 @@ pub fn retry(operation: &str) {
     if let Some(m) = get() {
         m.retries
             .get_or_create(&[("operation", Text::from(operation))])
+            .inc();
+    }
+}
+
+/// An API call the audit log records, by who made it and how it ended.
+pub fn api_request(identity: &str, code: tonic::Code) {
+    if let Some(m) = get() {
+        m.api_requests
+            .get_or_create(&[
+                ("identity", Text::from(identity)),
+                ("code", Text::from_static(code_name(code))),
+            ])
             .inc();
     }
 }

@@ -38,7 +38,7 @@ pub struct OutOfBounds {
     pub why: String,
 }
 
-fn out(what: impl fmt::Display, why: impl Into<String>) -> OutOfBounds {
+pub(crate) fn out(what: impl fmt::Display, why: impl Into<String>) -> OutOfBounds {
     OutOfBounds {
         what: what.to_string(),
         why: why.into(),

@@ -20,6 +20,9 @@ pub struct Explanation {
     pub placement: Option<Box<DecisionNote>>,
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub retries: Vec<DecisionNote>,
+    /// The admission of the request that made the volume.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub admission: Option<Box<DecisionNote>>,
 }
 
 /// One decision about the volume.
@@ -61,7 +64,10 @@ fn is_zero(n: &u64) -> bool {
 
 impl Explanation {
     pub fn is_empty(&self) -> bool {
-        self.naming.is_none() && self.placement.is_none() && self.retries.is_empty()
+        self.naming.is_none()
+            && self.placement.is_none()
+            && self.retries.is_empty()
+            && self.admission.is_none()
     }
 
     /// Keeps a retry decision, dropping the oldest past [`NOTE_RETRIES`].

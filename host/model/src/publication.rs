@@ -33,6 +33,11 @@ pub struct Publication {
     pub expand_pending: bool,
     /// Who asked for it: an operator's publication is never undone by Docker.
     pub by: Origin,
+    /// Counts the times it was asked for again while being undone. The
+    /// outcomes of calls made in one round are not applied in the next:
+    /// undone in one and published again, a later write must not
+    /// apply the old round's "unpublished" or "dropped" to the new one.
+    pub round: u32,
 }
 
 impl Publication {
@@ -47,6 +52,7 @@ impl Publication {
             sent: false,
             expand_pending: false,
             by: Origin::Api,
+            round: 0,
         }
     }
 
@@ -66,6 +72,7 @@ impl Publication {
         if !self.wanted {
             self.controller_published = false;
             self.node = NodeLevel::Absent;
+            self.round = self.round.wrapping_add(1);
         }
         self.wanted = true;
         self.readonly = readonly;
@@ -120,6 +127,9 @@ struct Stored {
     /// Records from before this field read as [`Origin::Before`].
     #[serde(default, skip_serializing_if = "super::tenancy::is_before")]
     by: Origin,
+    /// Records from before this field read as round 0.
+    #[serde(default, skip_serializing_if = "is_zero")]
+    round: u32,
 }
 
 #[derive(Clone, Copy, Serialize, Deserialize)]
@@ -137,6 +147,10 @@ fn yes() -> bool {
 
 fn is_true(b: &bool) -> bool {
     *b
+}
+
+fn is_zero(n: &u32) -> bool {
+    *n == 0
 }
 
 impl From<Stored> for Publication {
@@ -157,6 +171,7 @@ impl From<Stored> for Publication {
             sent: s.sent,
             expand_pending: s.expand_pending,
             by: s.by,
+            round: s.round,
         }
     }
 }
@@ -177,6 +192,7 @@ impl From<Publication> for Stored {
             sent: p.sent,
             expand_pending: p.expand_pending,
             by: p.by,
+            round: p.round,
         }
     }
 }
@@ -192,6 +208,7 @@ mod tests {
                 format!(r#"{{"wanted":true,"readonly":false,"step":"{step}","publish_context":{{}}}}"#);
             let p: Publication = serde_json::from_str(&text).unwrap();
             assert!(p.sent, "records from before `sent` read as sent");
+            assert_eq!(p.round, 0, "records from before `round` read as round 0");
             let back = serde_json::to_value(&p).unwrap();
             assert_eq!(back["step"], step);
             assert!(back.get("controller_published").is_none() && back.get("node").is_none());
@@ -214,9 +231,17 @@ mod tests {
         p.unwant();
         assert_eq!((p.controller_published, p.node), (true, NodeLevel::Published));
         assert_eq!(p.state(), PublicationState::Unpublishing);
+        assert_eq!(p.round, 0);
         p.want(true);
         assert_eq!(p.state(), PublicationState::Pending);
         assert!(p.readonly);
+        // A new round, kept in the store; records from before read as round 0.
+        assert_eq!(p.round, 1);
+        let stored = serde_json::to_value(&p).unwrap();
+        assert_eq!(stored["round"], 1);
+        assert_eq!(serde_json::from_value::<Publication>(stored).unwrap().round, 1);
+        p.want(true);
+        assert_eq!(p.round, 1, "asked for again while wanted: the same round");
         p.controller_done(false, None);
         assert!(p.publish_context.is_empty());
     }

@@ -11,6 +11,9 @@ use super::Segments;
 #[derive(Clone, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
 pub struct VolumeSpec {
     pub name: String,
+    /// Where the name is unique; records from before namespaces are in the default one.
+    #[serde(default, skip_serializing_if = "crate::namespace::is_default")]
+    pub namespace: crate::Namespace,
     pub plugin: String,
     pub required_bytes: i64,
     pub limit_bytes: i64,
@@ -35,6 +38,13 @@ pub struct VolumeSpec {
     /// ControllerModifyVolume): what the operator wants them to be.
     #[serde(default, skip_serializing_if = "Segments::is_empty")]
     pub mutable_parameters: Segments,
+}
+
+impl VolumeSpec {
+    /// The volume's name with its namespace.
+    pub fn volume_name(&self) -> crate::VolumeName {
+        crate::VolumeName::new(self.namespace.clone(), self.name.clone())
+    }
 }
 
 /// A new volume's content source, named by the operator and resolved to the

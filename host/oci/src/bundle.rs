@@ -34,6 +34,40 @@ struct Entry {
     digest: String,
     #[serde(rename = "artifactType", default)]
     artifact_type: Option<String>,
+    /// The referrer manifest's size, as the index says.
+    #[serde(default)]
+    size: u64,
+    /// The referrer manifest's annotations, copied into the index.
+    #[serde(default)]
+    annotations: std::collections::BTreeMap<String, String>,
+}
+
+/// The annotation cosign gives a bundle's referrer manifest: when it was made.
+const CREATED: &str = "org.opencontainers.image.created";
+/// The most a bundle's referrer manifest may weigh (cosign's is under 1 KiB):
+/// one the index says is larger is passed over without a fetch.
+const REFERRER_MANIFEST_MAX: u64 = 16 << 10;
+
+/// The bundles worth reading, in the order they are read: newest first by
+/// their `created` annotation, so that junk pushed before a signature cannot
+/// hide it behind the bound; a date in the future (any pusher may write
+/// one) or none goes last, in the index's order.
+fn reading_order(entries: &[Entry], now: std::time::SystemTime) -> Vec<&Entry> {
+    let created = |e: &Entry| {
+        e.annotations
+            .get(CREATED)
+            .and_then(|t| humantime::parse_rfc3339_weak(t).ok())
+            .filter(|t| *t <= now + std::time::Duration::from_secs(300))
+    };
+    let mut bundles: Vec<(&Entry, Option<std::time::SystemTime>)> = entries
+        .iter()
+        .filter(|e| e.artifact_type.as_deref() == Some(BUNDLE_MEDIA_TYPE))
+        .filter(|e| e.size <= REFERRER_MANIFEST_MAX)
+        .map(|e| (e, created(e)))
+        .collect();
+    // Stable: entries of one date (or none) keep the index's order.
+    bundles.sort_by_key(|b| std::cmp::Reverse(b.1));
+    bundles.into_iter().map(|(e, _)| e).collect()
 }
 
 #[derive(Deserialize)]
@@ -209,11 +243,7 @@ impl Registry {
         let Some(index) = index else {
             return Ok(None);
         };
-        let bundles: Vec<&Entry> = index
-            .manifests
-            .iter()
-            .filter(|e| e.artifact_type.as_deref() == Some(BUNDLE_MEDIA_TYPE))
-            .collect();
+        let bundles = reading_order(&index.manifests, std::time::SystemTime::now());
         for other in index
             .manifests
             .iter()
@@ -337,6 +367,49 @@ mod tests {
         assert_eq!(
             pae("application/vnd.in-toto+json", b"{}"),
             b"DSSEv1 28 application/vnd.in-toto+json 2 {}".to_vec()
+        );
+    }
+
+    #[test]
+    fn bundles_are_read_newest_first_with_future_dates_and_none_last() {
+        let entry = |digest: &str, created: Option<&str>, size: u64, kind: &str| Entry {
+            digest: digest.into(),
+            artifact_type: Some(kind.into()),
+            size,
+            annotations: created
+                .map(|c| (CREATED.to_string(), c.to_string()))
+                .into_iter()
+                .collect(),
+        };
+        let now = humantime::parse_rfc3339("2026-11-29T12:00:00Z").unwrap();
+        let b = BUNDLE_MEDIA_TYPE;
+        let entries = [
+            entry("junk-undated", None, 700, b),
+            entry("junk-old", Some("2026-11-01T00:00:00Z"), 700, b),
+            entry("junk-future", Some("2099-01-01T00:00:00Z"), 700, b),
+            entry("junk-huge", Some("2026-11-29T11:59:00Z"), 1 << 20, b),
+            entry(
+                "not-a-bundle",
+                Some("2026-11-29T11:59:00Z"),
+                700,
+                "application/example",
+            ),
+            entry("good", Some("2026-11-29T11:00:00Z"), 700, b),
+            entry("junk-unreadable-date", Some("yesterday"), 700, b),
+        ];
+        let order: Vec<&str> = reading_order(&entries, now)
+            .iter()
+            .map(|e| e.digest.as_str())
+            .collect();
+        assert_eq!(
+            order,
+            [
+                "good",
+                "junk-old",
+                "junk-undated",
+                "junk-future",
+                "junk-unreadable-date"
+            ]
         );
     }
 }

@@ -118,7 +118,8 @@ pub fn load(dir: &Path, digest: &Digest) -> Result<bytes::Bytes, OciError> {
 /// Where module `reference` (pinned by digest) is on disk: in the layout in
 /// `cache` if it is there and checks, else pulled from its registry,
 /// checked and added. With `trust`, its signatures are checked too (those
-/// kept in the cache, else the registry's, kept once they pass). Nothing
+/// kept in the cache, else the registry's, kept once they pass), and the
+/// trusted key's file that signed it comes back beside the path. Nothing
 /// unchecked is ever returned.
 pub async fn fetch(
     cache: &Path,
@@ -126,7 +127,7 @@ pub async fn fetch(
     reference: &crate::Reference,
     access: &crate::Access,
     trust: &crate::Trust,
-) -> Result<PathBuf, OciError> {
+) -> Result<(PathBuf, Option<PathBuf>), OciError> {
     let Some(digest) = &reference.digest else {
         return Err(OciError::Reference(
             reference.to_string(),
@@ -140,28 +141,37 @@ pub async fn fetch(
         None => {
             let pulled = registry()?.pull(reference, crate::MODULE_MAX).await?;
             // Signatures before the module is kept: a refused module never enters the cache.
+            let mut signed_by = None;
             if trust.required || !trust.keys.is_empty() {
                 let verified = registry()?.verify(module, reference, digest, trust).await?;
+                signed_by = verified.as_ref().map(|v| v.key.path.clone());
                 keep_signature(cache, module, digest, verified)?;
             }
             store(cache, &pulled, None)?;
-            return module_path(cache, digest);
+            return Ok((module_path(cache, digest)?, signed_by));
         }
     };
-    if trust.required || !trust.keys.is_empty() {
-        let kept = kept_signatures(cache, digest);
-        let kept_passes = matches!(trust.check(module, digest, &kept), Ok(Some(_)))
-            || kept_bundle(cache, digest).is_some_and(|bundle| {
-                read_blob(cache, digest, DOCUMENT_MAX, "the manifest")
-                    .is_ok_and(|manifest| crate::bundle::judge(trust, digest, &manifest, &bundle).is_ok())
-            });
-        if !kept_passes {
-            // Perhaps signed since it was fetched: the registry has the last word.
-            let verified = registry()?.verify(module, reference, digest, trust).await?;
-            keep_signature(cache, module, digest, verified)?;
-        }
+    if !trust.required && trust.keys.is_empty() {
+        return Ok((path, None));
     }
-    Ok(path)
+    let kept = kept_signatures(cache, digest);
+    let kept_key = match trust.check(module, digest, &kept) {
+        Ok(Some(key)) => Some(key.path.clone()),
+        _ => kept_bundle(cache, digest).and_then(|bundle| {
+            let manifest = read_blob(cache, digest, DOCUMENT_MAX, "the manifest").ok()?;
+            crate::bundle::judge(trust, digest, &manifest, &bundle)
+                .ok()
+                .map(|key| key.path.clone())
+        }),
+    };
+    if kept_key.is_some() {
+        return Ok((path, kept_key));
+    }
+    // Perhaps signed since it was fetched: the registry has the last word.
+    let verified = registry()?.verify(module, reference, digest, trust).await?;
+    let signed_by = verified.as_ref().map(|v| v.key.path.clone());
+    keep_signature(cache, module, digest, verified)?;
+    Ok((path, signed_by))
 }
 
 fn signatures_path(cache: &Path, digest: &Digest) -> PathBuf {

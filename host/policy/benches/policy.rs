@@ -173,6 +173,7 @@ fn main() {
         std::env::var("BERTH_BENCH_PLACEMENT").unwrap_or("berth_placement_guest.wasm".into());
     let placement = load(&engine, &placement_file);
     let retry = load(&engine, "berth_retry_guest.wasm");
+    let admission = load(&engine, "berth_admission_guest.wasm");
 
     println!("| decision                 | WASM p50   | WASM p99   | native p50 | native p99 | ratio    |");
     println!("|--------------------------|-----------:|-----------:|-----------:|-----------:|---------:|");
@@ -270,6 +271,30 @@ fn main() {
             },
         );
         row("retry", &wasm, &native);
+    }
+
+    if wanted("admission") {
+        // A create in a namespace holding a few volumes, without an owner:
+        // the sample admits it with one change.
+        let mut request =
+            berth_policy::cases::admission::request(None, volume("team-a/data"), vec![]).expect("a request");
+        request.namespace = "team-a".into();
+        request.usage.volumes = 3;
+        let (wasm, native) = measure(
+            budget,
+            || {
+                black_box(rt.block_on(admission.admit(&engine, &request)).unwrap());
+            },
+            // Without a module nothing is asked: every request is admitted.
+            || {
+                black_box(berth_policy::AdmissionVerdict::Allow);
+            },
+        );
+        row("admission", &wasm, &native);
+        println!(
+            "\nadmission: a Rust decision takes {} at p50 (goal: at most 15 µs).\n",
+            show(wasm.median)
+        );
     }
 
     if let Some(&(_, rust)) = against_rust.iter().find(|(n, _)| *n == "naming") {

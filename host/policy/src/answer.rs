@@ -45,6 +45,83 @@ pub enum AnswerError {
     LongDelay(u64),
     #[error("give-up needs a reason for the operator")]
     NoGiveUpReason,
+    #[error("a denial needs a reason for the caller")]
+    NoDenialReason,
+    #[error("{0} changes; at most {MAX_ADMISSION_CHANGES}")]
+    TooManyChanges(usize),
+    #[error("changes answer a create-volume only; this was a {0}")]
+    ChangesNotCreate(&'static str),
+    #[error("change {index}: {why}")]
+    BadChange { index: usize, why: &'static str },
+}
+
+/// Changes one admission answer may make to a new volume.
+pub const MAX_ADMISSION_CHANGES: usize = 64;
+/// A key or value an admission change sets, at most.
+const MAX_CHANGE_TEXT: usize = 4096;
+
+/// Whether an admission answer meets the contract for `call`: a reason
+/// that is one line, changes for a create only, each within bounds and
+/// never asking for less than the caller did.
+pub fn validate_admission(
+    call: &crate::AdmissionCall,
+    asked_bytes: u64,
+    verdict: &crate::AdmissionVerdict,
+) -> Result<(), AnswerError> {
+    use crate::{AdmissionCall as Call, AdmissionChange as Change, AdmissionVerdict as Verdict};
+    let reason = |index: usize, text: &str| -> Result<(), AnswerError> {
+        if text.len() > MAX_REASON_BYTES {
+            return Err(AnswerError::LongReason(index, text.len()));
+        }
+        match text.chars().find(|c| c.is_control()) {
+            Some(character) => Err(AnswerError::ReasonControl { index, character }),
+            None => Ok(()),
+        }
+    };
+    let changes = match verdict {
+        Verdict::Allow => return Ok(()),
+        Verdict::Deny(why) if why.trim().is_empty() => return Err(AnswerError::NoDenialReason),
+        Verdict::Deny(why) => return reason(0, why),
+        Verdict::AllowWith(changes) => changes,
+    };
+    if !matches!(call, Call::CreateVolume) {
+        return Err(AnswerError::ChangesNotCreate(admission_call_name(call)));
+    }
+    if changes.len() > MAX_ADMISSION_CHANGES {
+        return Err(AnswerError::TooManyChanges(changes.len()));
+    }
+    let text_ok = |t: &str| !t.is_empty() && t.len() <= MAX_CHANGE_TEXT && !t.chars().any(char::is_control);
+    for (index, c) in changes.iter().enumerate() {
+        reason(index, &c.reason)?;
+        let bad = |why| Err(AnswerError::BadChange { index, why });
+        match &c.change {
+            Change::Parameter((k, v)) | Change::Label((k, v)) if !text_ok(k) || v.len() > MAX_CHANGE_TEXT => {
+                return bad("a key is 1 to 4096 bytes of text, a value at most 4096");
+            }
+            Change::RequiredBytes(b) if *b < asked_bytes => {
+                return bad("required-bytes may round a size up, never down");
+            }
+            Change::Plugin(p) if !text_ok(p) => return bad("a plugin is named by its name in berth.toml"),
+            Change::RequisiteTopology(t) if t.len() > 64 || t.iter().any(|p| p.len() > 64) => {
+                return bad("at most 64 topologies of 64 segments");
+            }
+            _ => {}
+        }
+    }
+    Ok(())
+}
+
+/// The WIT name of an admission call.
+pub fn admission_call_name(call: &crate::AdmissionCall) -> &'static str {
+    use crate::AdmissionCall as Call;
+    match call {
+        Call::CreateVolume => "create-volume",
+        Call::PublishVolume(_) => "publish-volume",
+        Call::ExpandVolume(_) => "expand-volume",
+        Call::ModifyVolume(_) => "modify-volume",
+        Call::CreateSnapshot(_) => "create-snapshot",
+        Call::DeleteVolume => "delete-volume",
+    }
 }
 
 /// Whether `name` may be sent as `CreateVolumeRequest.name`: non-empty, at

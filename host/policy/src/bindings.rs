@@ -13,6 +13,10 @@ mod generated {
 pub use generated::berth::policy::types::{
     AccessMode, AccessType, CapacityRange, Code, Health, Operation, Pairs, Volume,
 };
+pub use generated::exports::berth::policy::admission::{
+    AdmissionRequest, Call as AdmissionCall, Caller as AdmissionCaller, Change as AdmissionChange,
+    FieldChange, Usage as AdmissionUsage, Verdict as AdmissionVerdict,
+};
 pub use generated::exports::berth::policy::naming::NamingRequest;
 pub use generated::exports::berth::policy::placement::{
     Candidates as CandidateColumns, PlacementRequest, Purpose, Verdicts,
@@ -173,7 +177,7 @@ pub mod v0_2 {
 
 /// The WIT package this host implements.
 pub const PACKAGE: &str = "berth:policy";
-pub const PACKAGE_VERSION: &str = "0.3.0";
+pub const PACKAGE_VERSION: &str = "0.4.0";
 
 /// A release of the package a module was built against: every one listed
 /// here loads.
@@ -181,18 +185,22 @@ pub const PACKAGE_VERSION: &str = "0.3.0";
 pub enum Contract {
     V0_1,
     V0_2,
+    /// Naming, placement and retry as 0.4.0's.
     V0_3,
+    /// Adds admission.
+    V0_4,
 }
 
 impl Contract {
-    pub const ALL: [Contract; 3] = [Contract::V0_1, Contract::V0_2, Contract::V0_3];
+    pub const ALL: [Contract; 4] = [Contract::V0_1, Contract::V0_2, Contract::V0_3, Contract::V0_4];
 
     /// The version in export and import names, e.g. `0.3.0`.
     pub fn version(self) -> &'static str {
         match self {
             Contract::V0_1 => "0.1.0",
             Contract::V0_2 => "0.2.0",
-            Contract::V0_3 => PACKAGE_VERSION,
+            Contract::V0_3 => "0.3.0",
+            Contract::V0_4 => PACKAGE_VERSION,
         }
     }
 
@@ -210,8 +218,13 @@ impl Contract {
         match self {
             Contract::V0_1 => v0_1::operation(operation).is_some(),
             Contract::V0_2 => v0_2::operation(operation).is_some(),
-            Contract::V0_3 => true,
+            Contract::V0_3 | Contract::V0_4 => true,
         }
+    }
+
+    /// Whether modules of this contract may export `decision`.
+    pub fn has(self, decision: crate::Decision) -> bool {
+        decision != crate::Decision::Admission || self >= Contract::V0_4
     }
 }
 

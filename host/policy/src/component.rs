@@ -78,7 +78,7 @@ pub(super) fn check_imports(engine: &PolicyEngine, component: &Component) -> Res
 pub(super) fn find_exports(
     engine: &PolicyEngine,
     component: &Component,
-) -> Result<([Option<ComponentExportIndex>; 3], Contract), ShapeError> {
+) -> Result<([Option<ComponentExportIndex>; 4], Contract), ShapeError> {
     let ty = component.component_type();
     let names: Vec<String> = ty.exports(engine.engine()).map(|(n, _)| n.to_string()).collect();
     let mut served: Vec<(usize, Decision, &str, Contract)> = Vec::new();
@@ -89,8 +89,8 @@ pub(super) fn find_exports(
             continue;
         };
         match Contract::of_version(&name[prefix.len()..]) {
-            Some(contract) => served.push((slot, decision, name, contract)),
-            None => incompatible.push(name.clone()),
+            Some(contract) if contract.has(decision) => served.push((slot, decision, name, contract)),
+            _ => incompatible.push(name.clone()),
         }
     }
     if let [(_, _, first, contract), rest @ ..] = served.as_slice()
@@ -98,7 +98,7 @@ pub(super) fn find_exports(
     {
         return Err(ShapeError::Mixed(first.to_string(), other.to_string()));
     }
-    let mut found = [None, None, None];
+    let mut found = [None, None, None, None];
     for (slot, decision, name, _) in &served {
         let iface = component
             .get_export_index(None, name)

@@ -20,7 +20,10 @@ mod error;
 pub mod logged;
 mod memory;
 mod module;
+mod module_admission;
+mod module_config;
 mod policies;
+mod policies_admission;
 pub mod replay;
 pub mod samples;
 pub mod shadow;
@@ -28,7 +31,10 @@ pub mod shadow;
 #[path = "../../../guests/sdk/src/shared.rs"]
 mod shared;
 
-pub use answer::{AnswerError, MAX_NAME_BYTES, MAX_REASON_BYTES, MAX_RETRY_DELAY_MS, validate_volume_name};
+pub use answer::{
+    AnswerError, MAX_ADMISSION_CHANGES, MAX_NAME_BYTES, MAX_REASON_BYTES, MAX_RETRY_DELAY_MS,
+    admission_call_name, validate_volume_name,
+};
 pub use bindings::*;
 pub use candidates::{Candidates, PlacementNode, Segments, VerdictsBuilder, candidates, ranked, refusals};
 pub use engine::{EngineOptions, Footprint, PolicyEngine};
@@ -45,10 +51,16 @@ pub enum Decision {
     Naming,
     Placement,
     Retry,
+    Admission,
 }
 
 impl Decision {
-    pub const ALL: [Decision; 3] = [Decision::Naming, Decision::Placement, Decision::Retry];
+    pub const ALL: [Decision; 4] = [
+        Decision::Naming,
+        Decision::Placement,
+        Decision::Retry,
+        Decision::Admission,
+    ];
 
     /// The WIT interface that serves the decision, without its version.
     pub fn interface(self) -> &'static str {
@@ -56,6 +68,7 @@ impl Decision {
             Decision::Naming => "naming",
             Decision::Placement => "placement",
             Decision::Retry => "retry",
+            Decision::Admission => "admission",
         }
     }
 
@@ -65,6 +78,7 @@ impl Decision {
             Decision::Naming => "volume-name",
             Decision::Placement => "place",
             Decision::Retry => "classify",
+            Decision::Admission => "admit",
         }
     }
 }
@@ -81,6 +95,6 @@ impl std::str::FromStr for Decision {
         Decision::ALL
             .into_iter()
             .find(|d| d.interface() == s)
-            .ok_or_else(|| format!("unknown decision {s:?}; expected naming, placement or retry"))
+            .ok_or_else(|| format!("unknown decision {s:?}; expected naming, placement, retry or admission"))
     }
 }

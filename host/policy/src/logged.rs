@@ -36,6 +36,7 @@ pub enum Input {
         candidates: Box<Candidates>,
     },
     Retry(Failure),
+    Admission(crate::AdmissionRequest),
 }
 
 /// What was answered.
@@ -45,6 +46,7 @@ pub enum Answer {
     Naming(NamingOutcome),
     Placement(Verdicts),
     Retry(RetryDecision),
+    Admission(crate::AdmissionVerdict),
     /// The module failed; with `on_error = "builtin"`, what the built-in
     /// policy answered in its place.
     Failed {
@@ -60,6 +62,7 @@ impl Input {
             Input::Naming(_) => Decision::Naming,
             Input::Placement { .. } => Decision::Placement,
             Input::Retry(_) => Decision::Retry,
+            Input::Admission(_) => Decision::Admission,
         }
     }
 
@@ -70,6 +73,7 @@ impl Input {
             Input::Naming(r) => r.settings = s,
             Input::Placement { request, .. } => request.settings = s,
             Input::Retry(f) => f.settings = s,
+            Input::Admission(r) => r.settings = s,
         }
         self
     }
@@ -108,6 +112,8 @@ pub enum Difference {
         before_ms: Option<u64>,
         after_ms: Option<u64>,
     },
+    /// The verdict in words (`admitted`, `denied: …`, `admitted with …`).
+    Admission { before: String, after: String },
 }
 
 /// A logged decision compared with another answer.
@@ -170,6 +176,14 @@ pub fn compare(logged: &Logged, answer: &Answer) -> Compared {
                 best_after: best_after.filter(|_| changed),
             })
         }
+        (Input::Admission(_), before, after) => {
+            let (b, a) = (admission_text(before), admission_text(after));
+            if b == a {
+                Compared::Same
+            } else {
+                different(Difference::Admission { before: b, after: a })
+            }
+        }
         (Input::Retry(_), before, after) => {
             let (b, b_ms) = retry_kind(before);
             let (a, a_ms) = retry_kind(after);
@@ -195,6 +209,27 @@ fn naming_text(answer: Option<&Answer>) -> String {
     match answer {
         Some(Answer::Naming(NamingOutcome::Named(n))) => n.clone(),
         Some(Answer::Naming(NamingOutcome::Refused(r))) => format!("refused: {r}"),
+        _ => "failed".into(),
+    }
+}
+
+/// An admission verdict in words, as `volume explain` shows it.
+pub fn admission_text(answer: Option<&Answer>) -> String {
+    match answer {
+        Some(Answer::Admission(crate::AdmissionVerdict::Allow)) => "admitted".into(),
+        Some(Answer::Admission(crate::AdmissionVerdict::Deny(why))) => format!("denied: {why}"),
+        Some(Answer::Admission(crate::AdmissionVerdict::AllowWith(changes))) => format!(
+            "admitted with {}",
+            changes
+                .iter()
+                .map(|c| format!(
+                    "{} ({})",
+                    crate::cases::admission::change_text(&c.change),
+                    c.reason
+                ))
+                .collect::<Vec<_>>()
+                .join("; ")
+        ),
         _ => "failed".into(),
     }
 }

@@ -1,12 +1,8 @@
 //! One policy module: compiled once, checked at load, pre-instantiated, and
 //! run in a fresh instance for every decision.
 
-use std::collections::BTreeMap;
-use std::path::{Path, PathBuf};
 use std::sync::atomic::AtomicU64;
-use std::time::Duration;
 
-use serde::{Deserialize, Serialize};
 use wasmtime::component::{
     ComponentExportIndex, ComponentNamedList, Instance, InstancePre, Lift, Lower, TypedFunc,
 };
@@ -18,71 +14,10 @@ use crate::component::{block_on, check_imports, find_exports, footprint};
 use crate::engine::{Footprint, GuestState, MemoryLimitExceeded, PolicyEngine, Sandbox};
 use crate::error::{GuestFailure, PolicyError, bytes};
 use crate::memory::memory_warning;
+pub use crate::module_config::{Limits, ModuleConfig, OnError};
 use crate::{
     CandidateColumns, Candidates, Decision, Failure, NamingRequest, PlacementRequest, RetryDecision, Verdicts,
 };
-
-/// What to do when a module fails to decide.
-#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
-#[serde(rename_all = "kebab-case")]
-pub enum OnError {
-    /// The decision fails; the operation waits and is retried later.
-    #[default]
-    Fail,
-    /// Berth decides with its built-in policy instead.
-    Builtin,
-}
-
-/// Hard limits on one module's decisions.
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub struct Limits {
-    /// Linear memory a decision may use.
-    pub memory_bytes: usize,
-    /// Wall-clock time a decision may take, instantiation included.
-    pub deadline: Duration,
-    /// Size of an answer (strings and lists, in bytes).
-    pub max_answer_bytes: usize,
-}
-
-impl Default for Limits {
-    fn default() -> Self {
-        Limits {
-            memory_bytes: 32 << 20,
-            deadline: Duration::from_millis(100),
-            max_answer_bytes: 1 << 20,
-        }
-    }
-}
-
-/// Everything the operator configures for one module.
-#[derive(Clone, Debug, Default)]
-pub struct ModuleConfig {
-    /// The operator's name for the module (logs, errors, metrics).
-    pub name: String,
-    pub path: PathBuf,
-    /// Settings passed to the guest with every decision.
-    pub settings: BTreeMap<String, String>,
-    pub limits: Limits,
-    pub on_error: OnError,
-    /// The SHA-256 (hex) the file's bytes must have (a module pinned by a
-    /// policy set, or fetched by digest): the bytes compiled are the bytes
-    /// read and hashed once, never a file swapped in after a check.
-    pub sha256: Option<String>,
-}
-
-impl ModuleConfig {
-    /// A module with default limits, named after its file.
-    pub fn from_path(path: &Path) -> Self {
-        ModuleConfig {
-            name: path
-                .file_stem()
-                .map(|s| s.to_string_lossy().into_owned())
-                .unwrap_or_else(|| "module".into()),
-            path: path.to_path_buf(),
-            ..Default::default()
-        }
-    }
-}
 
 /// Counters for one module, for status output, the promotion guard and tests.
 #[derive(Debug, Default)]
@@ -127,6 +62,7 @@ pub struct PolicyModule {
     naming: Option<ComponentExportIndex>,
     placement: Option<ComponentExportIndex>,
     retry: Option<ComponentExportIndex>,
+    admission: Option<ComponentExportIndex>,
     /// The package release the module was built against.
     contract: Contract,
     pub counters: Counters,
@@ -218,6 +154,7 @@ impl PolicyModule {
             naming: exports[0],
             placement: exports[1],
             retry: exports[2],
+            admission: exports[3],
             contract,
             counters: Counters::default(),
             memory_warning,
@@ -283,6 +220,7 @@ impl PolicyModule {
             Decision::Naming => self.naming.as_ref(),
             Decision::Placement => self.placement.as_ref(),
             Decision::Retry => self.retry.as_ref(),
+            Decision::Admission => self.admission.as_ref(),
         }
     }
 
@@ -313,6 +251,9 @@ impl PolicyModule {
                     .map(drop),
                 Decision::Retry => instance
                     .get_typed_func::<(&Failure,), (RetryDecision,)>(store, index)
+                    .map(drop),
+                Decision::Admission => instance
+                    .get_typed_func::<(&crate::AdmissionRequest,), (crate::AdmissionVerdict,)>(store, index)
                     .map(drop),
             };
             result.map_err(|e| {
@@ -365,7 +306,7 @@ impl PolicyModule {
     }
 
     /// A fresh instance's function for `decision`, typed as `P -> R`.
-    async fn prepare<'e, P, R>(
+    pub(crate) async fn prepare<'e, P, R>(
         &self,
         engine: &'e PolicyEngine,
         decision: Decision,
@@ -386,7 +327,12 @@ impl PolicyModule {
     }
 
     /// The typed error for a decision's call that failed.
-    fn failed(&self, decision: Decision, e: &wasmtime::Error, sandbox: &Sandbox<'_>) -> PolicyError {
+    pub(crate) fn failed(
+        &self,
+        decision: Decision,
+        e: &wasmtime::Error,
+        sandbox: &Sandbox<'_>,
+    ) -> PolicyError {
         self.error(decision, classify(e, &sandbox.store, &self.config.limits))
     }
 
@@ -456,7 +402,7 @@ impl PolicyModule {
                 }
                 v0_1::verdicts(&verdicts)
             }
-            Contract::V0_2 | Contract::V0_3 => {
+            Contract::V0_2 | Contract::V0_3 | Contract::V0_4 => {
                 let (mut sandbox, func) = self
                     .prepare::<(&PlacementRequest, &CandidateColumns), (Verdicts,)>(engine, decision)
                     .await?;
@@ -506,7 +452,7 @@ impl PolicyModule {
                 let answer = func.call_async(&mut sandbox.store, (&old,)).await;
                 answer.map_err(|e| self.failed(decision, &e, &sandbox))?.0
             }
-            Contract::V0_3 => {
+            Contract::V0_3 | Contract::V0_4 => {
                 let (mut sandbox, func) = self
                     .prepare::<(&Failure,), (RetryDecision,)>(engine, decision)
                     .await?;
@@ -529,7 +475,7 @@ impl PolicyModule {
         Ok(answer)
     }
 
-    fn invalid(&self, decision: Decision, why: crate::answer::AnswerError) -> PolicyError {
+    pub(crate) fn invalid(&self, decision: Decision, why: crate::answer::AnswerError) -> PolicyError {
         PolicyError {
             module: self.config.name.clone(),
             decision,
@@ -541,7 +487,7 @@ impl PolicyModule {
 /// Checks an answer's size against the module's bound. The copy out of the
 /// guest has already happened by then (wasmtime frees the guest's answer as
 /// the call returns), so the copy itself is bounded by the memory limit.
-fn within(bytes: usize, max: usize) -> wasmtime::Result<()> {
+pub(crate) fn within(bytes: usize, max: usize) -> wasmtime::Result<()> {
     if bytes > max {
         return Err(wasmtime::Error::new(TooLarge { bytes }));
     }

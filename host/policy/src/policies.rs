@@ -39,13 +39,15 @@ pub struct PolicyStats {
     pub fallbacks: u64,
     /// `sha256:…` of the module's bytes: what `volume explain` names it by.
     pub digest: String,
+    /// The trusted key's file whose signature it passed (empty: none checked).
+    pub signed_by: String,
 }
 
 pub struct Policies {
     engine: Arc<PolicyEngine>,
-    slots: [RwLock<Option<Arc<PolicyModule>>>; 3],
+    slots: [RwLock<Option<Arc<PolicyModule>>>; Decision::ALL.len()],
     /// Modules deciding beside the live ones, their answers compared, never used.
-    shadow_slots: [RwLock<Option<Arc<PolicyModule>>>; 3],
+    shadow_slots: [RwLock<Option<Arc<PolicyModule>>>; Decision::ALL.len()],
     shadows: std::sync::OnceLock<Shadows>,
     /// Shadow modules run on an engine of their own: their instances never
     /// take the live modules' warm pool slots.
@@ -199,8 +201,8 @@ impl Policies {
         engine: &PolicyEngine,
         modules: &[(ModuleConfig, Vec<Decision>)],
         first: usize,
-    ) -> Result<[Option<(usize, Arc<PolicyModule>)>; 3], SetError> {
-        let mut serving: [Option<(usize, Arc<PolicyModule>)>; 3] = Default::default();
+    ) -> Result<[Option<(usize, Arc<PolicyModule>)>; Decision::ALL.len()], SetError> {
+        let mut serving: [Option<(usize, Arc<PolicyModule>)>; Decision::ALL.len()] = Default::default();
         for (j, (config, decisions)) in modules.iter().enumerate() {
             let i = first + j;
             let module = Arc::new(
@@ -273,7 +275,7 @@ impl Policies {
     }
 
     /// Hands a live decision to its shadow, if one shadows the decision.
-    fn to_shadow(&self, live: &Logged) {
+    pub(crate) fn to_shadow(&self, live: &Logged) {
         if let (Some(module), Some(shadows)) = (self.shadow(live.input.decision()), self.shadows.get()) {
             shadows.offer(module, live);
         }
@@ -289,7 +291,7 @@ impl Policies {
 
     /// Runs `wasm` on the decision's module, applying its `on_error`, or the
     /// built-in policy when no module serves the decision; says who answered.
-    async fn decide<T>(
+    pub(crate) async fn decide<T>(
         &self,
         decision: Decision,
         input: impl std::hash::Hash,
@@ -491,13 +493,19 @@ impl Policies {
                 failures: m.counters.failures.load(Ordering::Relaxed),
                 fallbacks: m.counters.fallbacks.load(Ordering::Relaxed),
                 digest: m.digest().to_string(),
+                signed_by: m
+                    .config()
+                    .signed_by
+                    .as_ref()
+                    .map(|k| k.display().to_string())
+                    .unwrap_or_default(),
             })
             .collect()
     }
 }
 
 /// Who answered a decision, and how a module failed when it did.
-struct Served {
+pub(crate) struct Served {
     module: String,
     digest: Option<String>,
     error: Option<String>,
@@ -512,7 +520,7 @@ impl Served {
         }
     }
 
-    fn logged(self, volume: String, input: Input, answer: Option<Answer>) -> Logged {
+    pub(crate) fn logged(self, volume: String, input: Input, answer: Option<Answer>) -> Logged {
         let answer = match (self.error, answer) {
             (None, Some(a)) => a,
             (error, fallback) => Answer::Failed {
@@ -533,7 +541,7 @@ impl Served {
     }
 }
 
-fn settings_of(module: Option<&PolicyModule>) -> Vec<(String, String)> {
+pub(crate) fn settings_of(module: Option<&PolicyModule>) -> Vec<(String, String)> {
     module.map(|m| m.settings().to_vec()).unwrap_or_default()
 }
 

@@ -40,6 +40,7 @@ pub async fn try_ask(
             .await
             .map(Answer::Placement),
         Input::Retry(failure) => module.classify(engine, failure).await.map(Answer::Retry),
+        Input::Admission(request) => module.admit(engine, request).await.map(Answer::Admission),
     }
 }
 
@@ -53,6 +54,7 @@ pub struct Report {
     pub naming: NamingGroup,
     pub placement: PlacementGroup,
     pub retry: RetryGroup,
+    pub admission: AdmissionGroup,
     /// Why the candidate failed, a few times.
     pub failures: Vec<Example<String>>,
 }
@@ -89,6 +91,16 @@ pub struct RetryGroup {
     pub changes: BTreeMap<String, u64>,
     /// Decisions that still retry, after a different delay.
     pub delays_changed: u64,
+    pub examples: Vec<Example<Difference>>,
+}
+
+#[derive(Clone, Debug, Default, Serialize)]
+pub struct AdmissionGroup {
+    /// Requests admitted before and denied now, and the other way.
+    pub newly_denied: u64,
+    pub newly_admitted: u64,
+    /// Requests admitted both times, with other changes.
+    pub changes_differ: u64,
     pub examples: Vec<Example<Difference>>,
 }
 
@@ -145,6 +157,15 @@ impl Report {
                     g.delays_changed += 1;
                 } else {
                     *g.changes.entry(format!("{before} → {after}")).or_default() += 1;
+                }
+                keep(&mut g.examples, entry, difference);
+            }
+            Difference::Admission { before, after } => {
+                let g = &mut self.admission;
+                match (before.starts_with("denied"), after.starts_with("denied")) {
+                    (false, true) => g.newly_denied += 1,
+                    (true, false) => g.newly_admitted += 1,
+                    _ => g.changes_differ += 1,
                 }
                 keep(&mut g.examples, entry, difference);
             }

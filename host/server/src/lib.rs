@@ -4,6 +4,7 @@
 //!
 //! See ARCHITECTURE.md at the repository root for the map.
 
+pub use berth_acl as acl;
 pub use berth_agent as agent;
 pub mod api;
 pub use berth_cluster as cluster;

@@ -48,10 +48,17 @@ pub enum Change {
 /// while writes fail.
 #[derive(Clone, Debug, thiserror::Error)]
 pub enum CommitError {
-    #[error("opening the store again after a failed write: {0}")]
-    Reopen(Arc<redb::DatabaseError>),
-    #[error("{0}")]
-    Commit(Arc<redb::Error>),
+    #[error("opening the store {} again after a failed write: {source}", path.display())]
+    Reopen {
+        path: Arc<std::path::PathBuf>,
+        source: Arc<redb::DatabaseError>,
+    },
+    /// The file is named: the disk under it is what an operator looks at.
+    #[error("writing the store {}: {source}", path.display())]
+    Commit {
+        path: Arc<std::path::PathBuf>,
+        source: Arc<redb::Error>,
+    },
 }
 
 type Reply = oneshot::Sender<Result<(), CommitError>>;
@@ -66,8 +73,23 @@ enum Job {
     Probe,
 }
 
+/// How a caller waits for its answer from the committer's thread.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub enum Waits {
+    /// On the runtime, as any future: the thread's answer wakes it.
+    #[default]
+    Async,
+    /// On a thread of tokio's blocking pool. Tokio counts that as work in
+    /// progress, so a runtime on a paused clock (`tokio::time::pause`)
+    /// does not move its clock to the next timer while a commit is under
+    /// way: the paused-time tests of a server with in-process nodes. A
+    /// thread per waiting writer, so not for production.
+    InBlockingPool,
+}
+
 pub struct Committer {
     jobs: Option<mpsc::Sender<Job>>,
+    waits: Waits,
     thread: Option<std::thread::JoinHandle<()>>,
     /// Why the last commit failed; `None` once one succeeds.
     failing: Arc<Mutex<Option<CommitError>>>,
@@ -92,11 +114,22 @@ impl Committer {
         reopen: Opener,
         thread: &str,
     ) -> std::io::Result<Committer> {
+        Committer::start_waiting(db, path, reopen, thread, Waits::Async)
+    }
+
+    /// [`Committer::start`], its callers waiting as `waits` says.
+    pub fn start_waiting(
+        db: Database,
+        path: &std::path::Path,
+        reopen: Opener,
+        thread: &str,
+        waits: Waits,
+    ) -> std::io::Result<Committer> {
         let (tx, rx) = mpsc::channel::<Job>();
         let failing = Arc::new(Mutex::new(None));
         let state = Owner {
             db: Some(db),
-            path: path.to_path_buf(),
+            path: Arc::new(path.to_path_buf()),
             reopen,
             failing: failing.clone(),
         };
@@ -105,6 +138,7 @@ impl Committer {
             .spawn(move || state.run(rx))?;
         Ok(Committer {
             jobs: Some(tx),
+            waits,
             thread: Some(handle),
             failing,
         })
@@ -118,13 +152,22 @@ impl Committer {
             .map_err(|_| StoreError::Closed)
     }
 
+    /// The thread's answer on `rx`, waited for as `self.waits` says.
+    async fn answer<T: Send + 'static>(&self, rx: oneshot::Receiver<T>) -> Result<T, StoreError> {
+        match self.waits {
+            Waits::Async => rx.await.map_err(|_| StoreError::Closed),
+            Waits::InBlockingPool => tokio::task::spawn_blocking(move || rx.blocking_recv())
+                .await
+                .map_err(|_| StoreError::Closed)?
+                .map_err(|_| StoreError::Closed),
+        }
+    }
+
     /// Returns once the change is durable.
     pub async fn write(&self, change: Change) -> Result<(), StoreError> {
         let (tx, rx) = oneshot::channel();
         self.send(Job::Write(change, tx))?;
-        rx.await
-            .map_err(|_| StoreError::Closed)?
-            .map_err(StoreError::Commit)
+        self.answer(rx).await?.map_err(StoreError::Commit)
     }
 
     /// Returns once every change is durable; sent together, they share commits.
@@ -136,9 +179,7 @@ impl Committer {
             replies.push(rx);
         }
         for rx in replies {
-            rx.await
-                .map_err(|_| StoreError::Closed)?
-                .map_err(StoreError::Commit)?;
+            self.answer(rx).await?.map_err(StoreError::Commit)?;
         }
         Ok(())
     }
@@ -165,7 +206,7 @@ impl Committer {
         self.send(read_job(read, move |answer| {
             let _ = tx.send(answer);
         }))?;
-        rx.await.map_err(|_| StoreError::Closed)?
+        self.answer(rx).await?
     }
 
     /// Whether writes succeed: the last commit's error while it failed. A
@@ -196,7 +237,8 @@ fn read_job<T: Send + 'static>(
 /// The committer thread's side.
 struct Owner {
     db: Option<Database>,
-    path: std::path::PathBuf,
+    /// Shared with the errors that name it (a clone per commit is a count).
+    path: Arc<std::path::PathBuf>,
     reopen: Opener,
     failing: Arc<Mutex<Option<CommitError>>>,
 }
@@ -250,7 +292,12 @@ impl Owner {
                     tracing::warn!("the store was opened again after a failed write");
                     self.db = Some(db);
                 }
-                Err(e) => return Err(CommitError::Reopen(Arc::new(e))),
+                Err(e) => {
+                    return Err(CommitError::Reopen {
+                        path: self.path.clone(),
+                        source: Arc::new(e),
+                    });
+                }
             }
         }
         Ok(self.db.as_ref().expect("opened above"))
@@ -262,9 +309,13 @@ impl Owner {
         }
         let started = std::time::Instant::now();
         let quick = quick_repair(&self.path);
-        let result = self
-            .open()
-            .and_then(|db| commit(db, writes, quick).map_err(|e| CommitError::Commit(Arc::new(e))));
+        let path = self.path.clone();
+        let result = self.open().and_then(|db| {
+            commit(db, writes, quick).map_err(|e| CommitError::Commit {
+                path,
+                source: Arc::new(e),
+            })
+        });
         berth_metrics::store_commit(writes.len(), started.elapsed());
         let mut failing = self.failing.lock().unwrap_or_else(|p| p.into_inner());
         match &result {
@@ -406,5 +457,61 @@ mod tests {
         // Sparse: no disk written for the test.
         file.set_len(QUICK_REPAIR_FROM).unwrap();
         assert!(quick_repair(&path));
+    }
+
+    /// A disk whose every sync takes real time, as a loaded machine's does.
+    #[derive(Debug)]
+    struct Slow(Disk);
+
+    impl StorageBackend for Slow {
+        fn len(&self) -> Result<u64, std::io::Error> {
+            self.0.len()
+        }
+        fn read(&self, offset: u64, out: &mut [u8]) -> Result<(), std::io::Error> {
+            self.0.read(offset, out)
+        }
+        fn set_len(&self, len: u64) -> Result<(), std::io::Error> {
+            self.0.set_len(len)
+        }
+        fn sync_data(&self) -> Result<(), std::io::Error> {
+            std::thread::sleep(Duration::from_millis(50));
+            Ok(())
+        }
+        fn write(&self, offset: u64, data: &[u8]) -> Result<(), std::io::Error> {
+            self.0.write(offset, data)
+        }
+    }
+
+    /// How far a paused clock moved while one write was committed, with a
+    /// timer an hour away the only other thing the runtime waits for.
+    async fn clock_moved_during_a_write(waits: Waits) -> Duration {
+        let dir = tempfile::tempdir().unwrap();
+        let db = redb::Builder::new()
+            .create_with_backend(Slow(Disk::default()))
+            .unwrap();
+        let reopen: Opener = Box::new(|| unreachable!("no commit fails here"));
+        let committer =
+            Committer::start_waiting(db, &dir.path().join("s.redb"), reopen, "test", waits).unwrap();
+        let _timer = tokio::spawn(tokio::time::sleep(Duration::from_secs(3600)));
+        let started = tokio::time::Instant::now();
+        committer
+            .write(Change::Put(T, "a".into(), vec![1]))
+            .await
+            .unwrap();
+        started.elapsed()
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn a_paused_clock_moves_on_during_a_commit_unless_writers_wait_in_the_blocking_pool() {
+        assert_eq!(
+            clock_moved_during_a_write(Waits::Async).await,
+            Duration::from_secs(3600),
+            "waited on the runtime: the clock jumps to the next timer"
+        );
+        assert_eq!(
+            clock_moved_during_a_write(Waits::InBlockingPool).await,
+            Duration::ZERO,
+            "waited in the blocking pool: it stays put"
+        );
     }
 }

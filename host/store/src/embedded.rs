@@ -6,9 +6,9 @@ use std::sync::Arc;
 
 use redb::{Database, ReadOnlyDatabase, ReadableDatabase, ReadableTable, TableDefinition};
 
-use crate::committer::{Change, CommitError, Committer, Table};
+use crate::committer::{Change, CommitError, Committer, Table, Waits};
 use crate::private::{private_dir, private_file, warn_if_shared};
-use crate::{NodeRecord, SCHEMA_VERSION, Store, StoreError, TokenRecord, decode, encode, failed};
+use crate::{AclRecord, NodeRecord, SCHEMA_VERSION, Store, StoreError, TokenRecord, decode, encode, failed};
 use berth_model::VolumeRecord;
 
 const VOLUMES: TableDefinition<&str, &[u8]> = TableDefinition::new("volumes");
@@ -18,9 +18,15 @@ const NODES: TableDefinition<&str, &[u8]> = TableDefinition::new("nodes");
 /// Join tokens by id (JSON, the secret only as its hash); added without a
 /// schema change, as nodes were.
 const TOKENS: TableDefinition<&str, &[u8]> = TableDefinition::new("tokens");
+/// ACL tokens and policies (JSON) by [`AclRecord::key`]; added without a
+/// schema change, as the tokens were.
+const ACL: TableDefinition<&str, &[u8]> = TableDefinition::new("acl");
 /// The cluster's policy set (JSON), under the key `set`; added without a
 /// schema change like the tokens.
 const POLICY: TableDefinition<&str, &[u8]> = TableDefinition::new("policy");
+/// Each plugin's latest conformance report (JSON) by the plugin's name;
+/// added without a schema change, as the policy set was.
+const CHECKS: TableDefinition<&str, &[u8]> = TableDefinition::new("plugin_checks");
 /// The decision log: `<kind>/<key>` to the entry's JSON.
 const DECISIONS: TableDefinition<&str, &[u8]> = TableDefinition::new("decisions");
 /// Facts about the store itself; added with schema version 1's recording.
@@ -102,10 +108,15 @@ impl RedbStore {
     /// so a file that is there was finished); one that is there but empty or
     /// cut short is refused, never taken for a new store.
     pub fn open(path: &Path) -> Result<RedbStore, StoreError> {
-        guarded(path, || RedbStore::open_unguarded(path))
+        RedbStore::open_waiting(path, Waits::Async)
     }
 
-    fn open_unguarded(path: &Path) -> Result<RedbStore, StoreError> {
+    /// [`RedbStore::open`], its writers waiting on the committer as `waits` says.
+    pub fn open_waiting(path: &Path, waits: Waits) -> Result<RedbStore, StoreError> {
+        guarded(path, || RedbStore::open_unguarded(path, waits))
+    }
+
+    fn open_unguarded(path: &Path, waits: Waits) -> Result<RedbStore, StoreError> {
         let open_error = |message: String| StoreError::Open {
             path: path.to_path_buf(),
             message,
@@ -143,7 +154,8 @@ impl RedbStore {
         refuse_newer(path, found)?;
         prepare(&db, found, crate::committer::quick_repair(path)).map_err(|e| open_error(e.to_string()))?;
         let reopen_path = path.to_path_buf();
-        let committer = Committer::start(db, path, Box::new(move || open_db(&reopen_path)), "berth-store")
+        let reopen = Box::new(move || open_db(&reopen_path));
+        let committer = Committer::start_waiting(db, path, reopen, "berth-store", waits)
             .map_err(|e| open_error(e.to_string()))?;
         Ok(RedbStore {
             committer: Arc::new(committer),
@@ -361,8 +373,28 @@ impl Store for RedbStore {
         self.remove_key(TOKENS, id).await
     }
 
+    fn load_acl(&self) -> Result<Vec<AclRecord>, StoreError> {
+        self.load_all(ACL, "ACL record")
+    }
+
+    async fn put_acl(&self, record: &AclRecord) -> Result<(), StoreError> {
+        self.put_json(ACL, &record.key(), record).await
+    }
+
+    async fn remove_acl(&self, key: &str) -> Result<(), StoreError> {
+        self.remove_key(ACL, key).await
+    }
+
     fn load_policy_set(&self) -> Result<Option<crate::PolicySetRecord>, StoreError> {
         Ok(self.load_all(POLICY, "policy set")?.into_iter().next())
+    }
+
+    fn load_plugin_checks(&self) -> Result<Vec<crate::PluginCheckRecord>, StoreError> {
+        self.load_all(CHECKS, "plugin check")
+    }
+
+    async fn put_plugin_check(&self, check: &crate::PluginCheckRecord) -> Result<(), StoreError> {
+        self.put_json(CHECKS, &check.plugin, check).await
     }
 
     async fn put_policy_set(&self, set: &crate::PolicySetRecord) -> Result<(), StoreError> {
@@ -470,5 +502,6 @@ impl Store for RedbStore {
     }
 }
 
+pub mod check;
 #[cfg(test)]
 mod tests;

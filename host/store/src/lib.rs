@@ -5,6 +5,7 @@
 //! written before versions were recorded is version 1; a store from a newer
 //! release (a higher version) is refused at open, never rewritten.
 
+mod checks;
 mod committer;
 mod embedded;
 mod etcd;
@@ -15,8 +16,10 @@ use std::path::PathBuf;
 
 use berth_model::VolumeRecord;
 
-pub use committer::{Change, CommitError, Committer, Table};
+pub use checks::{CaseVerdict, CheckCaseRecord, PluginCheckRecord};
+pub use committer::{Change, CommitError, Committer, Table, Waits};
 pub use embedded::RedbStore;
+pub use embedded::check::{StoreCheck, check_file};
 pub use embedded::create_beside;
 pub use etcd::{DEPOSED, EtcdSettings, EtcdStore, EtcdTls, Fence, Mirror, Warm};
 pub use etcd::{EtcdError, Members, range_all, unavailable};
@@ -50,7 +53,7 @@ pub enum StoreError {
     Etcd { endpoints: String, message: String },
     #[error("the store is closed")]
     Closed,
-    #[error("the store failed: {0}")]
+    #[error(transparent)]
     Commit(#[from] committer::CommitError),
     #[error("the store failed: {0}")]
     Failed(String),
@@ -104,6 +107,83 @@ pub struct TokenRecord {
     /// It may take over the name of a node that holds a certificate.
     #[serde(default)]
     pub replace: bool,
+}
+
+/// What the API's access control keeps: tokens (never a secret, only its
+/// SHA-256) and the policies they name. The store holds them as it finds
+/// them; their rules are read by the access control, not here.
+#[derive(Clone, Debug, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
+#[serde(rename_all = "kebab-case")]
+pub enum AclRecord {
+    Token(AclTokenRecord),
+    Policy(AclPolicyRecord),
+    Quota(QuotaRecord),
+    Certificate(AclCertificateRecord),
+}
+
+impl AclRecord {
+    /// The record's key: `token/<accessor>`, `policy/<name>`,
+    /// `quota/<namespace>` or `certificate/<subject>`.
+    pub fn key(&self) -> String {
+        match self {
+            AclRecord::Token(t) => format!("token/{}", t.accessor),
+            AclRecord::Policy(p) => format!("policy/{}", p.name),
+            AclRecord::Quota(q) => format!("quota/{}", q.namespace),
+            AclRecord::Certificate(c) => format!("certificate/{}", c.subject),
+        }
+    }
+}
+
+/// A client certificate's subject bound to policies: whoever presents a
+/// certificate of the API's client CA with that common name holds them.
+#[derive(Clone, Debug, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
+pub struct AclCertificateRecord {
+    /// The certificate subject's common name.
+    pub subject: String,
+    /// The policies it holds, by name.
+    pub policies: Vec<String>,
+    pub modified_ms: u64,
+}
+
+/// An ACL token: who may call the API, with which policies.
+#[derive(Clone, Debug, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
+pub struct AclTokenRecord {
+    /// The token's public part: how it is listed, revoked and audited.
+    pub accessor: String,
+    /// What the operator called it (a person, a CI job).
+    pub name: String,
+    /// The policies it holds, by name.
+    pub policies: Vec<String>,
+    /// It may do everything (what the API socket's user may).
+    pub management: bool,
+    /// Hex SHA-256 of the token's secret part.
+    pub secret_sha256: String,
+    pub created_ms: u64,
+    /// Unix milliseconds after which it is refused; none: until revoked.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub expires_ms: Option<u64>,
+}
+
+/// What a namespace may hold at most; a limit not set is no limit.
+#[derive(Clone, Debug, Default, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
+pub struct QuotaRecord {
+    pub namespace: String,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub volumes: Option<u64>,
+    /// Bytes the namespace's volumes may ask for (their required bytes).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub bytes: Option<u64>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub snapshots: Option<u64>,
+}
+
+/// An ACL policy: its rules as the operator wrote them (TOML).
+#[derive(Clone, Debug, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
+pub struct AclPolicyRecord {
+    pub name: String,
+    pub description: String,
+    pub rules: String,
+    pub modified_ms: u64,
 }
 
 /// The cluster's policy set as stored: its `[[policy]]` tables, every
@@ -237,10 +317,20 @@ pub trait Store: Send + Sync {
     async fn put_token(&self, token: &TokenRecord) -> Result<(), StoreError>;
     /// Removes a token; removing one that is not there is not an error.
     async fn remove_token(&self, id: &str) -> Result<(), StoreError>;
+    /// Every ACL token and policy (at start).
+    fn load_acl(&self) -> Result<Vec<AclRecord>, StoreError>;
+    /// Stores an ACL record, replacing the one with its key.
+    async fn put_acl(&self, record: &AclRecord) -> Result<(), StoreError>;
+    /// Removes the ACL record of that key; one not there is not an error.
+    async fn remove_acl(&self, key: &str) -> Result<(), StoreError>;
     /// The cluster's policy set; none before the first is stored.
     fn load_policy_set(&self) -> Result<Option<PolicySetRecord>, StoreError>;
     /// Stores the policy set, replacing the one before.
     async fn put_policy_set(&self, set: &PolicySetRecord) -> Result<(), StoreError>;
+    /// The latest conformance report of each plugin that has one.
+    fn load_plugin_checks(&self) -> Result<Vec<PluginCheckRecord>, StoreError>;
+    /// Stores a plugin's report, replacing the one before.
+    async fn put_plugin_check(&self, check: &PluginCheckRecord) -> Result<(), StoreError>;
     /// Appends entries to the decision log, each kind's (each a key that
     /// sorts in time order, and its JSON), and drops each kind's oldest
     /// entries past `keep`: one write, one commit.

@@ -10,6 +10,7 @@ use std::time::{Duration, Instant};
 use anyhow::Context;
 use berth_proto::berth::v1 as api;
 use berth_tests::bin;
+use berth_tests::faultfs::FaultDisk;
 
 use crate::net::Net;
 use crate::procs::{Kind, Proc};
@@ -27,6 +28,9 @@ pub struct Cluster {
     pub journal: PathBuf,
     /// Where the plugins keep their volumes (shared by controller and nodes).
     pub plugin_state: PathBuf,
+    /// The disks that fail on command, by the process whose directory they
+    /// hold: each etcd member's data and each agent's record and mounts.
+    pub disks: Vec<(String, FaultDisk)>,
 }
 
 /// `node-0` for host `n0`.
@@ -65,13 +69,34 @@ impl Cluster {
             plugin_state: dir.join("hostpath"),
             net,
             procs: Vec::new(),
+            disks: Vec::new(),
         };
+        // Before any process starts, so that none has the directories
+        // without their disks.
+        for owner in ETCD {
+            c.on_faulty_disk(owner, &c.dir.join(owner))?;
+        }
+        for n in NODES {
+            c.on_faulty_disk(&format!("{n}-agent"), &c.dir.join(n))?;
+        }
         c.start_etcd()?;
         c.wait_etcd(Duration::from_secs(60))?;
         c.start_plugins(controller_publish)?;
         c.start_servers()?;
         c.start_agents()?;
         Ok(c)
+    }
+
+    /// `dir`, made, on a disk that fails on command (none where this
+    /// process may not mount one).
+    fn on_faulty_disk(&mut self, owner: &str, dir: &Path) -> anyhow::Result<()> {
+        use std::os::unix::fs::PermissionsExt;
+        std::fs::create_dir_all(dir)?;
+        std::fs::set_permissions(dir, std::fs::Permissions::from_mode(0o700))?;
+        if let Some(disk) = FaultDisk::over(dir) {
+            self.disks.push((owner.to_string(), disk));
+        }
+        Ok(())
     }
 
     fn bin(&self, name: &str) -> PathBuf {
@@ -319,6 +344,7 @@ impl Drop for Cluster {
         for p in &mut self.procs {
             p.kill();
         }
+        self.disks.clear();
         for point in berth_tests::nemesis::check::mounts_below(&self.dir) {
             let _ = std::process::Command::new("umount")
                 .arg("-l")

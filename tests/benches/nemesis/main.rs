@@ -1,5 +1,7 @@
 //! `cargo xtask nemesis [--seconds N] [--seed S]`: Berth under partitions,
-//! packet loss, `kill -9` and SIGSTOP, each process in a network namespace
+//! packet loss, `kill -9`, SIGSTOP, clock steps, failing disks (under the
+//! etcd members and the agents) and misbehaving, lying or crash-looping
+//! plugins, each process in a network namespace
 //! of its own, while a workload creates, publishes, moves, snapshots,
 //! expands and deletes volumes; then a checker of what must never happen
 //! (`check.rs`), each fault kind's recovery time, and on a violation the
@@ -10,6 +12,7 @@ mod faults;
 mod net;
 mod procs;
 mod report;
+mod stuck;
 mod workload;
 
 use std::path::{Path, PathBuf};
@@ -25,7 +28,7 @@ use tonic::transport::Channel;
 
 use berth_tests::nemesis::check;
 use cluster::{Cluster, NODES, SERVERS, api_socket, node_name};
-use faults::{FAULTS, Fault, STEPPED_MS, heal, inject, step_clock};
+use faults::{FAULTS, Fault, STEPPED_MS, heal, hold, inject, step_clock};
 use report::{Timeline, report};
 use workload::Workload;
 
@@ -147,15 +150,25 @@ fn run() -> anyhow::Result<()> {
     // Each fault: its kind, when it began and when it was healed (ms).
     let mut heals: Vec<(Fault, u64, u64)> = Vec::new();
     let end = Instant::now() + Duration::from_secs(args.seconds);
+    // The kinds in a shuffled bag: every kind once before any comes again,
+    // so that a short run meets each one.
+    let mut bag: Vec<Fault> = Vec::new();
     while Instant::now() < end {
         std::thread::sleep(Duration::from_millis(2000 + rng.below(3000)));
-        let fault = FAULTS[rng.below(FAULTS.len() as u64) as usize];
+        if bag.is_empty() {
+            bag = FAULTS.to_vec();
+            for i in (1..bag.len()).rev() {
+                bag.swap(i, rng.below(i as u64 + 1) as usize);
+            }
+        }
+        let Some(fault) = bag.pop() else { continue };
         let Some(what) = inject(&mut c, &mut rng, fault)? else {
             continue;
         };
         tl.note(format!("{fault:?}: {what}"));
         let began = tl.started.elapsed().as_millis() as u64;
-        std::thread::sleep(Duration::from_millis(3000 + rng.below(7000)));
+        let window = Duration::from_millis(3000 + rng.below(7000));
+        hold(&mut c, &mut rng, window)?;
         heal(&mut c, &mut tl)?;
         heals.push((fault, began, tl.started.elapsed().as_millis() as u64));
     }
@@ -165,13 +178,38 @@ fn run() -> anyhow::Result<()> {
     tl.note("workload stopped; waiting for Berth to converge".into());
     let history = std::mem::take(&mut *work.history.lock().unwrap());
 
+    // The operator's part: a volume the retry policy gave up on (a plugin
+    // that answered DATA_LOSS, say) waits for `berth volume retry`. Only
+    // the faults the plugins were told to inject may have caused one.
     let mut violations = Vec::new();
-    let volumes = match converge(&apis, Duration::from_secs(180)) {
+    let mut retried = Vec::new();
+    let converged = converge(&apis, Duration::from_secs(180), &mut retried);
+    retried.sort();
+    retried.dedup();
+    for (name, failure) in &retried {
+        if !failure.contains("injected fault") {
+            violations.push(check::Violation {
+                rule: "a volume gives up only on a fault the plugins injected",
+                what: format!("volume {name}: {failure}"),
+                at_ms: None,
+            });
+        }
+    }
+    if !retried.is_empty() {
+        let volumes: std::collections::BTreeSet<&str> =
+            retried.iter().map(|(name, _)| name.as_str()).collect();
+        tl.note(format!(
+            "retried {} volumes given up on ({} retries), as an operator would",
+            volumes.len(),
+            retried.len()
+        ));
+    }
+    let volumes = match converged {
         Ok(v) => v,
         Err(e) => {
             violations.push(check::Violation {
                 rule: "Berth converges once the faults heal",
-                what: format!("{e:#}"),
+                what: format!("{e:#}\n{}", stuck::berth_side(&apis)),
                 at_ms: None,
             });
             list(&apis).unwrap_or_default()
@@ -181,20 +219,36 @@ fn run() -> anyhow::Result<()> {
     let shown: Vec<String> = volumes.iter().map(|v| format!("{v:?}")).collect();
     std::fs::write(dir.join("volumes-after-heal.txt"), shown.join("\n"))?;
     let snapshots = list_snapshots(&apis).unwrap_or_default();
-    let (ack, held, uncertain) = check::acknowledged(&history, &volumes, &snapshots);
+    let (ack, held, uncertain) =
+        check::acknowledged(&history, &volumes, &snapshots, &|name| events(&apis, name));
     violations.extend(ack);
     match drain(&apis, Duration::from_secs(180)) {
         Ok(()) => tl.note("drained".into()),
         Err(e) => violations.push(check::Violation {
             rule: "after the final drain nothing is left",
-            what: format!("{e:#}"),
+            what: format!("{e:#}\n{}", stuck::berth_side(&apis)),
             at_ms: None,
         }),
     }
+    violations.extend(berth_tests::nemesis::linear::linearizable(&history));
     let journal = check::journal(&c.journal);
-    violations.extend(check::single_node(&journal));
+    let left_on_plugins = stuck::plugin_side(&c.plugin_state, &journal);
+    if !left_on_plugins.is_empty() {
+        println!("what the plugins still hold:\n{left_on_plugins}");
+    }
+    let (on_two_nodes, mut lies) = check::single_node_and_lies(&journal);
+    violations.extend(on_two_nodes);
     violations.extend(check::created_twice(&journal));
-    violations.extend(check::drained(&c.plugin_state, &dir));
+    violations.extend(check::drained(&c.plugin_state, &dir, &mut lies));
+    if lies.calls > 0 {
+        println!(
+            "the plugins answered OK without doing the work {} times; what that left (theirs, not Berth's):",
+            lies.calls
+        );
+        for said in &lies.consequences {
+            println!("  {said}");
+        }
+    }
 
     let lines: Vec<String> = history.iter().map(|r| format!("{r:?}")).collect();
     std::fs::write(dir.join("history.txt"), lines.join("\n"))?;
@@ -247,6 +301,65 @@ fn summary(apis: &[PathBuf]) -> Option<api::SummaryResponse> {
         .ok()
         .map(tonic::Response::into_inner)
     })
+}
+
+/// A volume's latest events as Berth recorded them, a line each.
+fn events(apis: &[PathBuf], name: &str) -> String {
+    let volume = apis.iter().find_map(|socket| {
+        block_on(async {
+            let request = api::GetVolumeRequest {
+                name: name.to_string(),
+            };
+            tokio::time::timeout(Duration::from_secs(5), client(socket).get_volume(request)).await
+        })
+        .ok()?
+        .ok()
+    });
+    let Some(volume) = volume else {
+        return "\n  (its events: no server answered)".into();
+    };
+    let lines: Vec<String> = volume
+        .into_inner()
+        .events
+        .iter()
+        .map(|e| {
+            format!(
+                "\n    event {} at {} ms: {} {} {}",
+                e.seq, e.at_ms, e.step, e.code, e.message
+            )
+        })
+        .collect();
+    format!("\n  its events, as Berth recorded them:{}", lines.concat())
+}
+
+/// The volumes that failed for good: each one's name and its failure.
+fn failed_of(volumes: &[api::Volume]) -> Vec<(String, String)> {
+    volumes
+        .iter()
+        .filter(|v| v.state == "failed")
+        .map(|v| {
+            (
+                v.spec.as_ref().map(|s| s.name.clone()).unwrap_or_default(),
+                v.failure.clone(),
+            )
+        })
+        .collect()
+}
+
+/// Asks again for each volume (`berth volume retry`), through the first
+/// server that answers.
+fn retry(apis: &[PathBuf], failed: &[(String, String)]) {
+    for (name, _) in failed {
+        for socket in apis {
+            let retried = block_on(async {
+                let request = api::RetryVolumeRequest { name: name.clone() };
+                tokio::time::timeout(Duration::from_secs(5), client(socket).retry_volume(request)).await
+            });
+            if matches!(retried, Ok(Ok(_))) {
+                break;
+            }
+        }
+    }
 }
 
 fn list(apis: &[PathBuf]) -> Option<Vec<api::Volume>> {
@@ -303,17 +416,31 @@ fn wait_ready(c: &Cluster, within: Duration) -> anyhow::Result<()> {
     }
 }
 
-/// Waits until no volume has work queued, retrying or waiting; the volumes then.
-fn converge(apis: &[PathBuf], within: Duration) -> anyhow::Result<Vec<api::Volume>> {
+/// Waits until nothing is busy, retrying or waiting. A volume given up on
+/// is retried, as an operator would, and noted in `retried`.
+fn converge(
+    apis: &[PathBuf],
+    within: Duration,
+    retried: &mut Vec<(String, String)>,
+) -> anyhow::Result<Vec<api::Volume>> {
     let deadline = Instant::now() + within;
     loop {
-        if let Some(s) = summary(apis)
-            && s.busy == 0
-            && s.retrying == 0
-            && s.waiting == 0
-            && let Some(v) = list(apis)
-        {
-            return Ok(v);
+        // A failed volume is neither busy, retrying nor waiting: Berth
+        // has not converged while one is left (its retry may have been
+        // lost with a leader, or it failed again since it was retried).
+        if let Some(v) = list(apis) {
+            let failed = failed_of(&v);
+            if failed.is_empty() {
+                if summary(apis).is_some_and(|s| s.busy == 0 && s.retrying == 0 && s.waiting == 0)
+                    && let Some(v) = list(apis)
+                    && failed_of(&v).is_empty()
+                {
+                    return Ok(v);
+                }
+            } else {
+                retry(apis, &failed);
+                retried.extend(failed);
+            }
         }
         if Instant::now() >= deadline {
             bail!(

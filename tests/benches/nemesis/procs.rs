@@ -1,6 +1,9 @@
 //! The nemesis's processes, each started in its host's network namespace
-//! (`ip netns exec`, which execs it: the pid is the process's own), logging
-//! to a file of its own; killed (-9), stopped and continued by pid.
+//! (`nsenter --net`, which execs it: the pid is the process's own), logging
+//! to a file of its own; killed (-9), stopped and continued by pid. They
+//! share this process's mount namespace, as a node's processes share the
+//! node's: a node plugin's mounts outlive it (`ip netns exec` would give
+//! each start a mount namespace of its own, its mounts gone with it).
 
 use std::path::{Path, PathBuf};
 use std::process::{Child, Command, Stdio};
@@ -21,6 +24,9 @@ pub struct Proc {
     ns: String,
     program: PathBuf,
     args: Vec<String>,
+    /// Flags added for the fault in force (a plugin's misbehaviour); none
+    /// once healed.
+    extra: Vec<String>,
     env: Vec<(String, String)>,
     log: PathBuf,
     child: Option<Child>,
@@ -35,6 +41,7 @@ impl Proc {
             ns: ns.to_string(),
             program: program.to_path_buf(),
             args,
+            extra: Vec::new(),
             env: Vec::new(),
             log: dir.join(format!("{name}.log")),
             child: None,
@@ -52,10 +59,12 @@ impl Proc {
             .create(true)
             .append(true)
             .open(&self.log)?;
-        let child = Command::new("ip")
-            .args(["netns", "exec", &self.ns])
+        let child = Command::new("nsenter")
+            .arg(format!("--net=/var/run/netns/{}", self.ns))
+            .arg("--")
             .arg(&self.program)
             .args(&self.args)
+            .args(&self.extra)
             .envs(self.env.iter().map(|(k, v)| (k, v)))
             .stdin(Stdio::null())
             .stdout(log.try_clone()?)
@@ -91,6 +100,23 @@ impl Proc {
             let _ = c.wait();
         }
         self.stopped = false;
+    }
+
+    /// Killed and started again with `extra` added to its flags.
+    pub fn restart_with(&mut self, extra: Vec<String>) -> anyhow::Result<()> {
+        self.kill();
+        self.extra = extra;
+        self.start()
+    }
+
+    /// Killed and started with its own flags again, if a fault added some;
+    /// whether it was.
+    pub fn behave(&mut self) -> anyhow::Result<bool> {
+        if self.extra.is_empty() {
+            return Ok(false);
+        }
+        self.restart_with(Vec::new())?;
+        Ok(true)
     }
 
     pub fn stop(&mut self) {

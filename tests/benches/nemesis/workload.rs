@@ -13,7 +13,7 @@ use berth_proto::berth::v1 as api;
 use tonic::Code;
 
 use crate::Rng;
-pub use berth_tests::nemesis::{Op, Outcome, Record};
+pub use berth_tests::nemesis::{Op, Outcome, Record, Seen};
 
 /// What the workload believes of one volume, from the answers it had.
 #[derive(Clone, Debug, Default)]
@@ -98,7 +98,7 @@ impl Workload {
         b.busy = true;
         let node = self.nodes[self.below(self.nodes.len())].clone();
         let multi = b.mode.starts_with("multi");
-        let op = match self.below(10) {
+        let op = match self.below(12) {
             0..=2 if b.nodes.is_empty() || (multi && !b.nodes.contains(&node)) => Op::Publish { node },
             // A move: off its node first, then (next time) onto another.
             0..=4 if !b.nodes.is_empty() => Op::Unpublish {
@@ -118,6 +118,8 @@ impl Workload {
                 bytes: b.bytes + (1 << 20),
             },
             7 => Op::Delete,
+            // Reads, for the linearizability check.
+            10 | 11 => Op::Get,
             _ if b.nodes.is_empty() => Op::Publish { node },
             _ => Op::Unpublish {
                 node: b.nodes.iter().next().cloned().unwrap_or_default(),
@@ -155,7 +157,8 @@ impl Workload {
         }
     }
 
-    async fn send(&self, attempt: usize, name: &str, op: &Op) -> Result<(), tonic::Status> {
+    /// One attempt; a read's answer is what it saw.
+    async fn send(&self, attempt: usize, name: &str, op: &Op) -> Result<Option<Seen>, tonic::Status> {
         let socket = &self.apis[attempt % self.apis.len()];
         let mut c = crate::client(socket);
         let name = name.to_string();
@@ -171,7 +174,7 @@ impl Workload {
                     };
                     c.create_volume(api::CreateVolumeRequest { spec: Some(spec) })
                         .await
-                        .map(drop)
+                        .map(|_| None)
                 }
                 Op::Publish { node } => c
                     .publish_volume(api::PublishVolumeRequest {
@@ -180,33 +183,39 @@ impl Workload {
                         readonly: false,
                     })
                     .await
-                    .map(drop),
+                    .map(|_| None),
                 Op::Unpublish { node } => c
                     .unpublish_volume(api::UnpublishVolumeRequest { name, node })
                     .await
-                    .map(drop),
+                    .map(|_| None),
                 Op::Snapshot { snapshot } => c
                     .create_snapshot(api::CreateSnapshotRequest {
                         name: snapshot,
                         volume: name,
                     })
                     .await
-                    .map(drop),
+                    .map(|_| None),
                 Op::DeleteSnapshot { snapshot } => c
                     .delete_snapshot(api::DeleteSnapshotRequest { name: snapshot })
                     .await
-                    .map(drop),
+                    .map(|_| None),
                 Op::Expand { bytes } => c
                     .expand_volume(api::ExpandVolumeRequest {
                         name,
                         required_bytes: bytes,
                     })
                     .await
-                    .map(drop),
+                    .map(|_| None),
                 Op::Delete => c
                     .delete_volume(api::DeleteVolumeRequest { name, force: true })
                     .await
-                    .map(drop),
+                    .map(|_| None),
+                Op::Get => match c.get_volume(api::GetVolumeRequest { name }).await {
+                    Ok(v) => Ok(Some(seen(&v.into_inner()))),
+                    // A certain answer: no such volume.
+                    Err(s) if s.code() == Code::NotFound => Ok(Some(Seen::Missing)),
+                    Err(s) => Err(s),
+                },
             }
         };
         match tokio::time::timeout(Duration::from_secs(5), call).await {
@@ -216,32 +225,32 @@ impl Workload {
     }
 
     /// Sends `op` until a certain answer, for 20 s at most.
-    async fn carry_out(&self, name: &str, op: &Op) -> Outcome {
+    async fn carry_out(&self, name: &str, op: &Op) -> (Outcome, Option<Seen>) {
         let deadline = tokio::time::Instant::now() + Duration::from_secs(20);
         for attempt in 0.. {
-            match self.send(attempt, name, op).await {
-                Ok(()) => return Outcome::Ok,
+            let outcome = match self.send(attempt, name, op).await {
+                Ok(seen) => return (Outcome::Ok, seen),
                 // A repeated delete whose first answer was lost.
                 Err(s)
                     if s.code() == Code::NotFound
                         && matches!(op, Op::Delete | Op::DeleteSnapshot { .. })
                         && attempt > 0 =>
                 {
-                    return Outcome::Ok;
+                    Outcome::Ok
                 }
                 Err(s) if uncertain(s.code()) => {
                     if tokio::time::Instant::now() >= deadline {
-                        return Outcome::Unknown;
+                        Outcome::Unknown
+                    } else {
+                        tokio::time::sleep(Duration::from_millis(100)).await;
+                        continue;
                     }
-                    tokio::time::sleep(Duration::from_millis(100)).await;
                 }
-                Err(s) if attempt > 0 => {
-                    // A refusal after an uncertain attempt: that attempt may have landed.
-                    let _ = s;
-                    return Outcome::Unknown;
-                }
-                Err(s) => return Outcome::Refused(s.code()),
-            }
+                // A refusal after an uncertain attempt: that attempt may have landed.
+                Err(_) if attempt > 0 => Outcome::Unknown,
+                Err(s) => Outcome::Refused(s.code()),
+            };
+            return (outcome, None);
         }
         unreachable!("attempts never run out")
     }
@@ -251,7 +260,7 @@ impl Workload {
         while !stop.load(std::sync::atomic::Ordering::Relaxed) {
             let (name, op) = self.choose();
             let invoked = self.ms();
-            let outcome = self.carry_out(&name, &op).await;
+            let (outcome, seen) = self.carry_out(&name, &op).await;
             self.believe(&name, &op, outcome);
             self.history.lock().unwrap().push(Record {
                 volume: name,
@@ -259,8 +268,24 @@ impl Workload {
                 invoked,
                 completed: self.ms(),
                 outcome,
+                seen,
             });
             tokio::time::sleep(Duration::from_millis(20)).await;
         }
     }
+}
+
+/// What a read saw: a volume being deleted, or the nodes it is published
+/// (or being published) on; a publication being undone is not counted.
+fn seen(v: &api::Volume) -> Seen {
+    if v.state == "deleting" {
+        return Seen::Deleting;
+    }
+    Seen::Nodes(
+        v.publications
+            .iter()
+            .filter(|p| p.state != "unpublishing")
+            .map(|p| p.node.clone())
+            .collect(),
+    )
 }

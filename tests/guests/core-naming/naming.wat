@@ -15,7 +15,7 @@
                            (i32.sub (i32.const 0) (local.get $align))))
     (global.set $heap (i32.add (local.get $p) (local.get $size)))
     (local.get $p))
-  (func (export "berth:policy/naming@0.3.0#volume-name") (param $request i32) (result i32)
+  (func (export "berth:policy/naming@0.4.0#volume-name") (param $request i32) (result i32)
     (i32.store8 (i32.const 2048) (i32.const 0))
     (i32.store (i32.const 2052) (i32.const 1024))
     (i32.store (i32.const 2056) (i32.const 8))

@@ -34,10 +34,19 @@ fn text<'a>(e: &'a Value, key: &str) -> &'a str {
 
 /// A single-node volume mounted on two nodes at once, or a single-writer
 /// one at two targets: from each NodePublishVolume to the
-/// NodeUnpublishVolume of the same target.
+/// NodeUnpublishVolume of the same target (one the plugin lied about
+/// leaves the target mounted: what follows from it is the plugin's doing,
+/// counted in [`Lies`], not here).
 pub fn single_node(journal: &[Value]) -> Vec<Violation> {
-    let mut open: BTreeMap<(String, String, String), (u64, String)> = BTreeMap::new();
+    single_node_judged(journal).0
+}
+
+/// [`single_node`]'s violations, and those a plugin's lie caused.
+fn single_node_judged(journal: &[Value]) -> (Vec<Violation>, Vec<String>) {
+    // (volume, node, path) → (since, mode, left mounted by a lie)
+    let mut open: BTreeMap<(String, String, String), (u64, String, bool)> = BTreeMap::new();
     let mut found = Vec::new();
+    let mut lied = Vec::new();
     for e in journal {
         let (volume, node, path) = (text(e, "volume"), text(e, "node"), text(e, "path"));
         let key = (volume.to_string(), node.to_string(), path.to_string());
@@ -46,21 +55,30 @@ pub fn single_node(journal: &[Value]) -> Vec<Violation> {
             "NodePublishVolume" => {
                 let mode = text(e, "mode").to_string();
                 if mode.starts_with("SINGLE_NODE") {
-                    for ((v, n, p), (since, _)) in &open {
+                    for ((v, n, p), (since, _, by_lie)) in &open {
                         let other_node = n != node;
                         let other_target = p != path && mode == "SINGLE_NODE_SINGLE_WRITER";
                         if v == volume && (other_node || other_target) {
-                            found.push(Violation {
-                                rule: "a single-node volume is published in one place at a time",
-                                what: format!(
-                                    "volume {volume} ({mode}) published at {path} on {node} while published at {p} on {n} since {since}"
-                                ),
-                                at_ms: Some(ms),
-                            });
+                            let what = format!(
+                                "volume {volume} ({mode}) published at {path} on {node} while published at {p} on {n} since {since}"
+                            );
+                            match by_lie {
+                                true => lied.push(format!("{what} (its unpublish there was a lie)")),
+                                false => found.push(Violation {
+                                    rule: "a single-node volume is published in one place at a time",
+                                    what,
+                                    at_ms: Some(ms),
+                                }),
+                            }
                         }
                     }
                 }
-                open.entry(key).or_insert((ms, mode));
+                open.entry(key).or_insert((ms, mode, false));
+            }
+            "NodeUnpublishVolume" if e["lied"] == true => {
+                if let Some(o) = open.get_mut(&key) {
+                    o.2 = true;
+                }
             }
             "NodeUnpublishVolume" => {
                 open.remove(&key);
@@ -68,7 +86,54 @@ pub fn single_node(journal: &[Value]) -> Vec<Violation> {
             _ => {}
         }
     }
-    found
+    (found, lied)
+}
+
+/// What the plugins answered OK without doing (`--lie-rate`), read from the
+/// journal: the volumes a DeleteVolume left and the targets a
+/// NodeUnpublishVolume left mounted (until a later call did it truly), and
+/// what followed from them. Not Berth's violations: a CO cannot tell.
+#[derive(Debug, Default)]
+pub struct Lies {
+    pub calls: usize,
+    volumes: BTreeSet<String>,
+    targets: BTreeSet<String>,
+    /// What the lies caused, each said once.
+    pub consequences: Vec<String>,
+}
+
+/// [`single_node`]'s violations and the plugins' [`Lies`], in one pass
+/// over the journal for both.
+pub fn single_node_and_lies(journal: &[Value]) -> (Vec<Violation>, Lies) {
+    let (found, consequences) = single_node_judged(journal);
+    (found, Lies::with(journal, consequences))
+}
+
+impl Lies {
+    pub fn read(journal: &[Value]) -> Lies {
+        Lies::with(journal, single_node_judged(journal).1)
+    }
+
+    /// The lies of `journal`, with what [`single_node_judged`] found they caused.
+    fn with(journal: &[Value], caused: Vec<String>) -> Lies {
+        let mut lies = Lies::default();
+        for e in journal {
+            let lied = e["lied"] == true;
+            lies.calls += usize::from(lied);
+            let set = match text(e, "call") {
+                "DeleteVolume" => (&mut lies.volumes, text(e, "volume")),
+                "NodeUnpublishVolume" => (&mut lies.targets, text(e, "path")),
+                _ => continue,
+            };
+            match lied {
+                true => set.0.insert(set.1.to_string()),
+                false => set.0.remove(set.1),
+            };
+        }
+        let mut said = BTreeSet::new();
+        lies.consequences = caused.into_iter().filter(|c| said.insert(c.clone())).collect();
+        lies
+    }
 }
 
 /// A backend volume or snapshot made twice for one name (the workload
@@ -128,7 +193,7 @@ fn expected(records: &[&Record]) -> Option<Option<State>> {
             (Outcome::Ok, Op::DeleteSnapshot { snapshot }) => {
                 state.snapshots.remove(snapshot);
             }
-            (Outcome::Ok, Op::Expand { .. }) => {}
+            (Outcome::Ok, Op::Expand { .. } | Op::Get) => {}
         }
     }
     Some(exists.then_some(state))
@@ -137,10 +202,12 @@ fn expected(records: &[&Record]) -> Option<Option<State>> {
 /// Every acknowledged request is there once the faults healed: each
 /// volume whose every answer was certain is as they say. Returns the
 /// violations and how many volumes were held to it (and how many were not).
+/// `record` tells more of a volume found otherwise (its latest events, say).
 pub fn acknowledged(
     history: &[Record],
     volumes: &[api::Volume],
     snapshots: &[api::Snapshot],
+    record: &dyn Fn(&str) -> String,
 ) -> (Vec<Violation>, usize, usize) {
     let mut by_volume: BTreeMap<&str, Vec<&Record>> = BTreeMap::new();
     for r in history {
@@ -175,11 +242,15 @@ pub fn acknowledged(
                 .iter()
                 .map(|r| format!("{:?} {}–{} ms: {:?}", r.op, r.invoked, r.completed, r.outcome))
                 .collect();
+            let state = there.map_or(String::new(), |v| {
+                format!("; Berth's record: {} {:?}", v.state, v.failure)
+            });
             found.push(Violation {
                 rule: "every acknowledged request is there after the faults heal",
                 what: format!(
-                    "volume {name}: acknowledged {wanted:?}, Berth has {seen:?}; its last requests:\n    {}",
-                    last.join("\n    ")
+                    "volume {name}: acknowledged {wanted:?}, Berth has {seen:?}{state}; its last requests:\n    {}{}",
+                    last.join("\n    "),
+                    record(name)
                 ),
                 at_ms: None,
             });
@@ -189,17 +260,25 @@ pub fn acknowledged(
 }
 
 /// Nothing left after the final drain: no volume or snapshot on the
-/// plugins, nothing mounted below the run's directory.
-pub fn drained(plugin_state: &Path, dir: &Path) -> Vec<Violation> {
+/// plugins, nothing mounted below the run's directory; but what a plugin's
+/// lie left (said in `lies`).
+pub fn drained(plugin_state: &Path, dir: &Path, lies: &mut Lies) -> Vec<Violation> {
     let mut found = Vec::new();
     for kind in ["volumes", "snapshots"] {
-        let left: Vec<String> = std::fs::read_dir(plugin_state.join(kind))
+        let (left, lied): (Vec<String>, Vec<String>) = std::fs::read_dir(plugin_state.join(kind))
             .map(|d| {
                 d.flatten()
                     .map(|e| e.file_name().to_string_lossy().to_string())
-                    .collect()
+                    .collect::<Vec<_>>()
             })
-            .unwrap_or_default();
+            .unwrap_or_default()
+            .into_iter()
+            .partition(|name| !lies.volumes.contains(name.trim_end_matches(".json")));
+        for name in lied {
+            lies.consequences.push(format!(
+                "volume {name} left on the plugin (its DeleteVolume was a lie)"
+            ));
+        }
         if !left.is_empty() {
             found.push(Violation {
                 rule: "after the final drain nothing is left on the plugins",
@@ -208,7 +287,22 @@ pub fn drained(plugin_state: &Path, dir: &Path) -> Vec<Violation> {
             });
         }
     }
+    // What the lies left at their targets (a mount in the plugin's own
+    // namespace is not seen from here; the path it was made at is).
+    let left: Vec<String> = lies
+        .targets
+        .iter()
+        .filter(|t| std::fs::symlink_metadata(t).is_ok())
+        .map(|t| format!("{t} left in place (its NodeUnpublishVolume was a lie)"))
+        .collect();
+    lies.consequences.extend(left);
     for point in mounts_below(dir) {
+        if lies.targets.contains(&point) {
+            lies.consequences.push(format!(
+                "{point} left mounted (its NodeUnpublishVolume was a lie)"
+            ));
+            continue;
+        }
         found.push(Violation {
             rule: "after the final drain nothing is mounted",
             what: format!("{point} is still mounted"),
@@ -218,10 +312,12 @@ pub fn drained(plugin_state: &Path, dir: &Path) -> Vec<Violation> {
     found
 }
 
+/// What is mounted below `dir`, but the run's own faulty disks.
 pub fn mounts_below(dir: &Path) -> Vec<String> {
     std::fs::read_to_string("/proc/self/mountinfo")
         .unwrap_or_default()
         .lines()
+        .filter(|l| !l.contains(" berth-faultfs "))
         .filter_map(|l| l.split(' ').nth(4))
         .filter(|p| Path::new(p).starts_with(dir))
         .map(str::to_string)
@@ -277,6 +373,36 @@ mod tests {
     }
 
     #[test]
+    fn what_a_plugins_lie_caused_is_the_plugins_and_what_a_true_call_undid_is_forgotten() {
+        let mut lied = unpublish("v", "a", "/a/t");
+        lied["lied"] = true.into();
+        let journal = [
+            publish("v", "a", "/a/t", "SINGLE_NODE_WRITER"),
+            lied,
+            publish("v", "b", "/b/t", "SINGLE_NODE_WRITER"),
+            json!({"call": "DeleteVolume", "volume": "hp-1", "lied": true, "ms": 3}),
+            json!({"call": "DeleteVolume", "volume": "hp-2", "lied": true, "ms": 3}),
+            json!({"call": "DeleteVolume", "volume": "hp-2", "ms": 4}),
+        ];
+        assert!(
+            single_node(&journal).is_empty(),
+            "the plugin's doing, not Berth's"
+        );
+        let lies = Lies::read(&journal);
+        assert_eq!(lies.calls, 3);
+        assert_eq!(lies.consequences.len(), 1, "{:?}", lies.consequences);
+        assert!(lies.consequences[0].contains("was a lie"));
+        assert!(lies.volumes.contains("hp-1") && !lies.volumes.contains("hp-2"));
+        assert!(lies.targets.contains("/a/t"));
+        // The same journal without the lie: a violation of Berth's.
+        let truthful = [
+            publish("v", "a", "/a/t", "SINGLE_NODE_WRITER"),
+            publish("v", "b", "/b/t", "SINGLE_NODE_WRITER"),
+        ];
+        assert_eq!(single_node(&truthful).len(), 1);
+    }
+
+    #[test]
     fn a_volume_or_snapshot_made_again_is_seen_and_answered_again_is_not() {
         let make = |call: &str, name: &str, created: bool| json!({"call": call, "name": name, "created": created, "ms": 1});
         let fine = [
@@ -299,6 +425,7 @@ mod tests {
             invoked: 0,
             completed: 0,
             outcome,
+            seen: None,
         }
     }
 
@@ -341,7 +468,7 @@ mod tests {
             record("unsure", create, Outcome::Unknown),
         ];
         let volumes = [volume("kept", &["a"]), volume("moved", &["b"])];
-        let (found, held, uncertain) = acknowledged(&history, &volumes, &[]);
+        let (found, held, uncertain) = acknowledged(&history, &volumes, &[], &|_| String::new());
         assert_eq!((held, uncertain), (3, 1));
         let named: Vec<&str> = found.iter().map(|v| v.what.split(':').next().unwrap()).collect();
         // "lost" was acknowledged and is gone; "moved" has a publication

@@ -13,7 +13,7 @@ const GIB: u64 = 1 << 30;
 /// A cluster whose plugin, once CreateVolume, CreateSnapshot,
 /// ControllerExpandVolume, ControllerModifyVolume or
 /// CreateVolumeGroupSnapshot has done its work, waits before answering.
-fn slow_replies() -> Cluster {
+pub(crate) fn slow_replies() -> Cluster {
     Cluster::start(ClusterSpec {
         plugin_args: vec![
             "--reply-delay",
@@ -31,7 +31,7 @@ fn json(c: &Cluster, args: &[&str]) -> Value {
     serde_json::from_str(&c.ok(&all)).unwrap()
 }
 
-fn replies_held(c: &Cluster) -> usize {
+pub(crate) fn replies_held(c: &Cluster) -> usize {
     c.controller
         .log_text()
         .matches("answering after the reply delay")

@@ -5,9 +5,28 @@
 
 use std::time::Duration;
 
-use berth_tests::{Cluster, ClusterSpec, wait_for};
+use berth::agent::config::{AgentConfig, ServerAddress};
+use berth_proto::berth::v1 as api;
+use berth_proto::berth::v1::node_volumes_client::NodeVolumesClient;
+use berth_tests::{Cluster, ClusterSpec, texts, wait_for};
+use tonic::Code;
 
 use crate::docker::{published_on, volume};
+
+/// The channel node `node`'s agent reaches its server on, as its
+/// certificate (TLS) or the unix endpoint makes it.
+fn channel_of(c: &mut Cluster, node: &str) -> tonic::transport::Channel {
+    let config = AgentConfig::load(&c.agent(node).config).unwrap();
+    match &config.servers[0] {
+        ServerAddress::Tls { host, port } => {
+            let creds = berth::agent::tls::Credentials::load(&config.dir)
+                .unwrap()
+                .unwrap();
+            berth::agent::tls::session_channel(host, *port, &creds).unwrap()
+        }
+        ServerAddress::Unix(e) => berth::csi::unix_channel(e.path()),
+    }
+}
 
 /// `message` as node `node` sends it on the unix endpoint.
 fn with<M>(node: &str, message: M) -> tonic::Request<M> {
@@ -24,11 +43,6 @@ fn with<M>(node: &str, message: M) -> tonic::Request<M> {
 /// and undoes only what its own Docker asked for.
 #[test]
 fn a_node_reaches_only_what_its_docker_owns() {
-    use berth::agent::config::{AgentConfig, ServerAddress};
-    use berth_proto::berth::v1 as api;
-    use berth_proto::berth::v1::node_volumes_client::NodeVolumesClient;
-    use tonic::Code;
-
     for tls in [true, false] {
         let mut c = Cluster::start(ClusterSpec {
             agents: true,
@@ -53,19 +67,7 @@ fn a_node_reaches_only_what_its_docker_owns() {
         ]);
         let rt = tokio::runtime::Runtime::new().unwrap();
         let _entered = rt.enter();
-        let mut channel_of = |node: &str| {
-            let config = AgentConfig::load(&c.agent(node).config).unwrap();
-            match &config.servers[0] {
-                ServerAddress::Tls { host, port } => {
-                    let creds = berth::agent::tls::Credentials::load(&config.dir)
-                        .unwrap()
-                        .unwrap();
-                    berth::agent::tls::session_channel(host, *port, &creds).unwrap()
-                }
-                ServerAddress::Unix(e) => berth::csi::unix_channel(e.path()),
-            }
-        };
-        let (chan_a, chan_b) = (channel_of("node-a"), channel_of("node-b"));
+        let (chan_a, chan_b) = (channel_of(&mut c, "node-a"), channel_of(&mut c, "node-b"));
         let c = c;
         let client = |node: &str| {
             let channel = if node == "node-a" { &chan_a } else { &chan_b };
@@ -199,4 +201,136 @@ fn a_node_reaches_only_what_its_docker_owns() {
         );
         assert_eq!(code(delete("node-a", "from-a")), Ok(()));
     }
+}
+
+/// A node's Docker in the namespace `docker_namespaces` names for it is a
+/// tenant like the rest: its names are that namespace's (the same name in
+/// another node's namespace is another volume), it sees only that
+/// namespace's volumes, and the namespace's quota holds for it.
+#[test]
+fn a_nodes_docker_works_in_the_namespace_named_for_it() {
+    let mut c = Cluster::start(ClusterSpec {
+        agents: true,
+        extra: "docker_create_from = [\"*\"]\ndocker_namespaces = { node-b = \"team-b\" }\n",
+        controller_topology: None,
+        ..ClusterSpec::default()
+    });
+    let rt = tokio::runtime::Runtime::new().unwrap();
+    let _entered = rt.enter();
+    let (chan_a, chan_b) = (channel_of(&mut c, "node-a"), channel_of(&mut c, "node-b"));
+    let client =
+        |node: &str| NodeVolumesClient::new(if node == "node-a" { &chan_a } else { &chan_b }.clone());
+    let create = |node: &str, name: &str| {
+        let spec = api::VolumeSpec {
+            name: name.into(),
+            plugin: "hostpath".into(),
+            required_bytes: 1 << 20,
+            ..Default::default()
+        };
+        let request = with(node, api::CreateVolumeRequest { spec: Some(spec) });
+        rt.block_on(client(node).create_volume(request))
+            .map(drop)
+            .map_err(|s| s.code())
+    };
+    let list = |node: &str| -> Vec<String> {
+        let r = rt.block_on(client(node).list_volumes(with(node, api::ListVolumesRequest::default())));
+        r.unwrap()
+            .into_inner()
+            .volumes
+            .into_iter()
+            .map(|v| v.spec.unwrap().name)
+            .collect()
+    };
+    let made = |namespace: &str, name: &str| -> serde_json::Value {
+        serde_json::from_str(&c.ok(&["volume", "-n", namespace, "get", name, "-o", "json"])).unwrap()
+    };
+
+    assert_eq!(create("node-a", "shared"), Ok(()));
+    assert_eq!(create("node-b", "shared"), Ok(()));
+    let (a, b) = (made("default", "shared"), made("team-b", "shared"));
+    assert_eq!(
+        (a["made_by"].as_str(), b["made_by"].as_str()),
+        (Some("docker:node-a"), Some("docker:node-b"))
+    );
+    assert_ne!(a["id"], b["id"]);
+    c.ok(&[
+        "volume", "create", "api-only", "--plugin", "hostpath", "--size", "1MiB", "--docker", "all",
+    ]);
+    assert_eq!(list("node-a"), ["api-only", "shared"]);
+    assert_eq!(list("node-b"), ["shared"], "node-b's Docker sees team-b only");
+
+    // team-b's quota holds for its Docker too.
+    c.ok(&["namespace", "quota", "team-b", "--volumes", "1"]);
+    assert_eq!(create("node-b", "second"), Err(Code::ResourceExhausted));
+    assert_eq!(create("node-a", "second"), Ok(()));
+
+    // Removing through node-b's Docker removes team-b's, not default's.
+    let removed = rt.block_on(client("node-b").delete_volume(with(
+        "node-b",
+        api::DeleteVolumeRequest {
+            name: "shared".into(),
+            force: false,
+        },
+    )));
+    assert!(removed.is_ok(), "{removed:?}");
+    wait_for(
+        "team-b's shared to be deleted",
+        Duration::from_secs(30),
+        || {
+            !texts(&c.berth(&["volume", "-n", "team-b", "get", "shared"]))
+                .1
+                .is_empty()
+        },
+        || c.log(),
+    );
+    assert_eq!(made("default", "shared")["made_by"], "docker:node-a");
+}
+
+/// A node's Docker is asked about by admission like any caller: as
+/// `docker:<node>`, in its node's namespace, under the module's rules.
+#[test]
+fn a_nodes_docker_goes_through_admission_in_its_namespace() {
+    let policies = format!(
+        "[[policy]]\nmodule = \"{}\"\n[[policy]]\nmodule = \"{}\"\ndecisions = [\"admission\"]\nsettings = {{ max-volumes = \"1\" }}\n",
+        berth_tests::guest("berth_naming_guest").display(),
+        berth_tests::guest("berth_admission_guest").display(),
+    );
+    let mut c = Cluster::start(ClusterSpec {
+        agents: true,
+        extra: "docker_create_from = [\"*\"]\ndocker_namespaces = { node-b = \"team-b\" }\n",
+        controller_topology: None,
+        policy_tables: Some(&policies),
+        ..ClusterSpec::default()
+    });
+    let rt = tokio::runtime::Runtime::new().unwrap();
+    let _entered = rt.enter();
+    let chan_b = channel_of(&mut c, "node-b");
+    let create = |name: &str| {
+        let spec = api::VolumeSpec {
+            name: name.into(),
+            plugin: "hostpath".into(),
+            required_bytes: 1 << 20,
+            ..Default::default()
+        };
+        let request = with("node-b", api::CreateVolumeRequest { spec: Some(spec) });
+        rt.block_on(NodeVolumesClient::new(chan_b.clone()).create_volume(request))
+            .map(drop)
+    };
+    assert!(create("first").is_ok());
+    let made: serde_json::Value =
+        serde_json::from_str(&c.ok(&["volume", "-n", "team-b", "get", "first", "-o", "json"])).unwrap();
+    assert_eq!(
+        made["labels"]["owner"], "team-b",
+        "the module's default, for the node's namespace: {made:#}"
+    );
+    let refused = create("second").unwrap_err();
+    assert_eq!(refused.code(), Code::PermissionDenied, "{refused:?}");
+    assert!(
+        refused.message().contains("namespace team-b holds 1 volumes"),
+        "{refused:?}"
+    );
+    // The API's callers in the default namespace are judged on its own count.
+    c.ok(&[
+        "volume", "create", "api", "--plugin", "hostpath", "--size", "1MiB",
+    ]);
 }

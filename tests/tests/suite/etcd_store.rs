@@ -85,6 +85,22 @@ fn volumes_live_in_etcd_through_restarts_and_a_lost_member() {
         c.ok(&["volume", "delete", "--force", &format!("v{i}"), "--wait"]);
     }
     assert!(!c.store_path().exists(), "no embedded store is made beside etcd");
+    // A plugin's recorded check is kept in etcd as well.
+    let check = berth_proto::berth::v1::PluginCheck {
+        plugin: "hostpath".into(),
+        driver: "hostpath.csi.berth.dev".into(),
+        cases: vec![berth_proto::berth::v1::PluginCheckCase {
+            name: "Probe".into(),
+            rule: "answers ready".into(),
+            verdict: "passed".into(),
+            ..Default::default()
+        }],
+        ..Default::default()
+    };
+    let request = berth_proto::berth::v1::RecordPluginCheckRequest { check: Some(check) };
+    let recorded = berth_tests::block_on(async { c.client().record_plugin_check(request).await })
+        .unwrap()
+        .into_inner();
     let want: Vec<String> = (2..6).map(|i| format!("v{i}")).collect();
     assert_eq!(published(&c), want);
 
@@ -103,6 +119,9 @@ fn volumes_live_in_etcd_through_restarts_and_a_lost_member() {
     let mut want = want;
     want.push("v6".into());
     assert_eq!(published(&c), want);
+    let status: Value = serde_json::from_str(&c.ok(&["plugin", "status", "-o", "json"])).unwrap();
+    assert_eq!(status[0]["last_check"]["passed"], 1, "{status:#}");
+    assert_eq!(status[0]["last_check"]["recorded_by"], recorded.recorded_by);
     assert_eq!(c.plugin_volumes(), want.len(), "nothing leaked or made twice");
 }
 
@@ -139,19 +158,7 @@ fn etcd_away_is_unavailable_and_work_resumes_when_it_returns() {
     wait_for(
         "a create once etcd is back",
         Duration::from_secs(30),
-        || {
-            c.berth(&[
-                "volume",
-                "create",
-                "after",
-                "--plugin",
-                "hostpath",
-                "--requisite",
-                "zone=a",
-            ])
-            .status
-            .success()
-        },
+        || c.try_create_in("after", "zone=a"),
         String::new,
     );
     c.ok(&["volume", "publish", "after", "--node", "node-a", "--wait"]);

@@ -281,12 +281,7 @@ fn an_agent_serves_its_own_metrics_and_readiness() {
         ..ClusterSpec::default()
     });
     let port = free_port();
-    let agent = c.agent("node-a");
-    agent.kill();
-    let mut text = std::fs::read_to_string(&agent.config).unwrap();
-    text.insert_str(0, &format!("metrics = \"127.0.0.1:{port}\"\n"));
-    std::fs::write(&agent.config, text).unwrap();
-    agent.start();
+    c.agent("node-a").serve_metrics(port);
     let ready = wait_ready(port, 200, Duration::from_secs(30));
     for check in ["[+]record", "[+]server", "[+]plugins"] {
         assert!(ready.contains(check), "{ready}");

@@ -476,6 +476,7 @@ fn volumes_are_listed_a_page_at_a_time_in_name_order() {
             let request = api::ListVolumesRequest {
                 max_entries: max,
                 starting_token: token.into(),
+                ..Default::default()
             };
             c.client().list_volumes(request).await.map(|r| r.into_inner())
         })
@@ -512,6 +513,49 @@ fn volumes_are_listed_a_page_at_a_time_in_name_order() {
     assert_eq!(listed, ["a1", "b1", "c0", "c1", "e1"]);
     let text = c.ok(&["volume", "list", "--page-size", "1"]);
     assert_eq!(text.lines().count(), 6, "a heading and five volumes:\n{text}");
+
+    // Filters: by part of the name (any case), by state, by node; paged as the rest.
+    c.ok(&["volume", "publish", "c1", "--node", "node-a", "--wait"]);
+    let listed = |args: &[&str]| -> Vec<String> {
+        let mut all = vec!["volume", "list", "-o", "json", "--page-size", "1"];
+        all.extend_from_slice(args);
+        let listed: Vec<Value> = serde_json::from_str(&c.ok(&all)).unwrap();
+        listed
+            .iter()
+            .map(|v| v["name"].as_str().unwrap().to_string())
+            .collect()
+    };
+    assert_eq!(listed(&["--name-contains", "C"]), ["c0", "c1"]);
+    assert_eq!(listed(&["--state", "published"]), ["c1"]);
+    assert_eq!(listed(&["--node", "node-a"]), ["c1"]);
+    assert_eq!(listed(&["--node", "node-b"]), Vec::<String>::new());
+    assert_eq!(
+        listed(&["--plugin", "hostpath", "--name-contains", "1"]),
+        ["a1", "b1", "c1", "e1"]
+    );
+    // By label: a key and its value, or the key alone.
+    for (name, label) in [("l1", "team=db"), ("l2", "team=web")] {
+        c.ok(&[
+            "volume", "create", name, "--plugin", "hostpath", "--size", "1Mi", "--label", label,
+        ]);
+    }
+    assert_eq!(listed(&["--label", "team=db"]), ["l1"]);
+    assert_eq!(listed(&["--label", "team"]), ["l1", "l2"]);
+    assert_eq!(listed(&["--label", "team=ops"]), Vec::<String>::new());
+    let unpaged = berth_tests::block_on(async {
+        let request = api::ListVolumesRequest {
+            state: "available".into(),
+            ..Default::default()
+        };
+        c.client().list_volumes(request).await
+    });
+    assert_eq!(
+        unpaged.unwrap_err().code(),
+        tonic::Code::InvalidArgument,
+        "a filter needs a page size"
+    );
+    let wrong = c.berth(&["volume", "list", "--state", "gone"]);
+    assert!(!wrong.status.success());
 }
 
 /// `berth status` names every unhealthy plugin with its reason, and

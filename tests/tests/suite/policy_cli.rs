@@ -19,7 +19,7 @@ fn wasm(name: &str) -> String {
 
 #[test]
 fn the_sample_guests_pass_their_case_files() {
-    for g in ["naming", "placement", "retry"] {
+    for g in ["naming", "placement", "retry", "admission"] {
         let module = wasm(&format!("berth_{g}_guest"));
         let out = berth(&[
             "policy",
@@ -99,7 +99,7 @@ fn check_says_what_a_module_serves() {
     let report: Value = serde_json::from_str(&stdout).unwrap();
     assert_eq!(
         report["decisions"],
-        serde_json::json!(["naming", "placement", "retry"])
+        serde_json::json!(["naming", "placement", "retry", "admission"])
     );
     assert_eq!(report["memory_bytes"], 32 << 20);
     assert!(
@@ -378,7 +378,7 @@ fn policy_component_makes_a_core_module_a_policy() {
     let (stdout, _) = texts(&out);
     assert!(stdout.contains("decisions   naming"), "{stdout}");
     assert!(
-        stdout.contains("imports     berth:policy/types@0.3.0\n"),
+        stdout.contains("imports     berth:policy/types@0.4.0\n"),
         "sealed: no WASI import: {stdout}"
     );
     let adapted = dir.path().join("adapted.wasm").display().to_string();

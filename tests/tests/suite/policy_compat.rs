@@ -33,6 +33,11 @@ fn fixture_0_2(name: &str) -> PathBuf {
     release_dir("0.2.0").join(format!("{name}.wasm"))
 }
 
+/// A sample guest as built for 0.3.0.
+fn fixture_0_3(name: &str) -> PathBuf {
+    release_dir("0.3.0").join(format!("{name}.wasm"))
+}
+
 fn engine() -> Arc<PolicyEngine> {
     Arc::new(PolicyEngine::new(EngineOptions::default()).expect("policy engine"))
 }
@@ -53,11 +58,12 @@ fn calls(p: &Policies) -> u64 {
 fn modules_built_for_earlier_releases_load_and_say_so() {
     let e = engine();
     for name in ["berth_naming_guest", "berth_placement_guest", "berth_retry_guest"] {
-        let new = PolicyModule::load(&e, ModuleConfig::from_path(&guest(name))).expect("0.3.0 loads");
-        assert_eq!(new.contract(), Contract::V0_3, "{name}");
+        let new = PolicyModule::load(&e, ModuleConfig::from_path(&guest(name))).expect("0.4.0 loads");
+        assert_eq!(new.contract(), Contract::V0_4, "{name}");
         for (path, contract) in [
             (fixture(name), Contract::V0_1),
             (fixture_0_2(name), Contract::V0_2),
+            (fixture_0_3(name), Contract::V0_3),
         ] {
             let old =
                 PolicyModule::load(&e, ModuleConfig::from_path(&path)).expect("an earlier release loads");
@@ -75,6 +81,7 @@ async fn a_0_1_0_naming_module_names_as_the_current_one_does() {
         fixture("berth_naming_guest"),
         fixture_0_2("berth_naming_guest"),
         guest("berth_naming_guest"),
+        fixture_0_3("berth_naming_guest"),
     ] {
         let p = Policies::new(e.clone(), Builtins::default());
         let mut c = ModuleConfig::from_path(&path);
@@ -90,6 +97,7 @@ async fn a_0_1_0_naming_module_names_as_the_current_one_does() {
     );
     assert_eq!(names[0], names[2]);
     assert_eq!(names[1], names[2]);
+    assert_eq!(names[3], names[2], "a 0.3.0 module names as a 0.4.0 one");
 }
 
 /// A 0.1.0 placement module takes one record per node and gives one verdict

@@ -320,8 +320,8 @@ fn modules_that_serve_nothing_or_another_version_are_refused() {
         ("empty.wat", "(component)", "exports no policy decision"),
         (
             "future.wat",
-            r#"(component (instance $i) (export "berth:policy/naming@0.4.0" (instance $i)))"#,
-            "exports berth:policy/naming@0.4.0, which this host cannot use: it implements berth:policy@0.1.0, berth:policy@0.2.0 and berth:policy@0.3.0",
+            r#"(component (instance $i) (export "berth:policy/naming@0.5.0" (instance $i)))"#,
+            "exports berth:policy/naming@0.5.0, which this host cannot use: it implements berth:policy@0.1.0, berth:policy@0.2.0, berth:policy@0.3.0 and berth:policy@0.4.0",
         ),
         (
             "mixed.wat",

@@ -43,7 +43,7 @@ fn a_python_module_imports_nothing_but_berths_types_and_decides_beside_rust_ones
     p.load(ModuleConfig::from_path(&guest("berth_naming_guest")), &[])
         .unwrap();
     let py = p.module(Decision::Placement).unwrap();
-    assert_eq!(py.imports(), ["berth:policy/types@0.3.0"]);
+    assert_eq!(py.imports(), ["berth:policy/types@0.4.0"]);
     assert!(py.footprint().core_instances > 8, "{:?}", py.footprint());
     let rust = p.module(Decision::Naming).unwrap();
     assert!(rust.footprint().core_instances < py.footprint().core_instances);

@@ -456,6 +456,38 @@ async fn injected_faults_hit_only_the_chosen_calls() {
     assert_eq!(volume_count(&c).await, 0);
 }
 
+/// `--lie-rate 1`: DeleteVolume answers OK and keeps the volume, and the
+/// journal marks the answer a lie (what the nemesis's checker reads).
+#[tokio::test]
+async fn a_lying_plugin_answers_ok_for_work_it_did_not_do_and_its_journal_says_so() {
+    let dir = test_dir();
+    let journal = dir.path().join("journal.jsonl");
+    let plugin = PluginBuilder::new(dir.path(), "csi")
+        .args(&["--lie-rate", "1", "--fault-calls", "DeleteVolume", "--journal"])
+        .args(&[journal.to_str().unwrap()])
+        .spawn();
+    let c = client(&plugin);
+    let id = c
+        .create_volume(create("v", 1))
+        .await
+        .unwrap()
+        .volume
+        .unwrap()
+        .volume_id;
+    c.delete_volume(csi::DeleteVolumeRequest {
+        volume_id: id.clone(),
+        ..Default::default()
+    })
+    .await
+    .unwrap();
+    assert_eq!(volume_count(&c).await, 1, "the volume is still there");
+    let text = std::fs::read_to_string(&journal).unwrap();
+    let line = text.lines().find(|l| l.contains("DeleteVolume")).unwrap();
+    assert!(line.contains(&id) && line.contains("\"lied\":true"), "{line}");
+    let create = text.lines().find(|l| l.contains("CreateVolume")).unwrap();
+    assert!(!create.contains("lied"), "only the chosen calls lie: {create}");
+}
+
 #[tokio::test]
 async fn a_fault_rate_fails_about_that_share_of_calls() {
     let dir = test_dir();

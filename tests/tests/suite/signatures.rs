@@ -181,6 +181,20 @@ fn a_revoked_key_is_distrusted_on_reload_and_a_restart_waits_for_a_set_that_veri
         v.iter().any(|x| x["name"] == "v3" && x["state"] == "available")
     });
     assert!(name_of(&c, "v3").starts_with("signed-"));
+    assert_eq!(signers(&c), [team], "signed by the key still trusted");
+}
+
+/// The trusted keys' files that signed the modules in service, from
+/// `policy status` (each module once).
+fn signers(c: &Cluster) -> Vec<String> {
+    let status: Value = serde_json::from_str(&c.ok(&["policy", "status", "-o", "json"])).unwrap();
+    status["policies"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|p| p["signed_by"].as_str().unwrap_or_default().to_string())
+        .filter(|k| !k.is_empty())
+        .collect()
 }
 
 /// `required = true` covers a module given by path: unsigned, it is refused;
@@ -238,6 +252,11 @@ fn required_signatures_cover_module_files() {
     c.create_in("v", "zone=a");
     let v: Value = serde_json::from_str(&c.ok(&["volume", "get", "v", "-o", "json"])).unwrap();
     assert!(v["csi_name"].as_str().unwrap().starts_with("filed-"), "{v:#}");
+    assert_eq!(
+        signers(&c),
+        std::slice::from_ref(&public),
+        "the module in service says which trusted key signed it"
+    );
 
     // Berth's own signature of a changed file, checked by openssl.
     std::fs::copy(guest("berth_placement_guest"), &module).unwrap();

@@ -31,9 +31,20 @@ fn openssl_sign(dir: &std::path::Path, key: &str, data: &[u8]) -> String {
 /// referrer manifest (artifactType the bundle's, an empty config), listed in
 /// the referrers tag `sha256-<hex>` (this registry has no referrers API).
 fn attach_bundle(registry: &RegistryServer, repo: &str, subject: &str, bundles: &[Value]) {
+    let undated: Vec<(Value, Option<String>)> = bundles.iter().map(|b| (b.clone(), None)).collect();
+    attach_dated(registry, repo, subject, &undated);
+}
+
+/// As [`attach_bundle`], each referrer manifest annotated with when it was
+/// made (`org.opencontainers.image.created`, as cosign writes it) when given.
+fn attach_dated(registry: &RegistryServer, repo: &str, subject: &str, bundles: &[(Value, Option<String>)]) {
     let empty = registry.upload(repo, b"{}");
     let mut listed = Vec::new();
-    for bundle in bundles {
+    for (bundle, created) in bundles {
+        let annotations = match created {
+            Some(at) => json!({"org.opencontainers.image.created": at}),
+            None => json!({}),
+        };
         let bytes = serde_json::to_vec(bundle).unwrap();
         let layer = registry.upload(repo, &bytes);
         let manifest = json!({
@@ -43,6 +54,7 @@ fn attach_bundle(registry: &RegistryServer, repo: &str, subject: &str, bundles: 
             "config": {"mediaType": "application/vnd.oci.empty.v1+json", "digest": empty, "size": 2},
             "layers": [{"mediaType": "application/vnd.dev.sigstore.bundle.v0.3+json", "digest": layer, "size": bytes.len()}],
             "subject": {"mediaType": "application/vnd.oci.image.manifest.v1+json", "digest": subject, "size": 1},
+            "annotations": annotations,
         });
         let text = serde_json::to_vec(&manifest).unwrap();
         let digest = berth::oci::Digest::of(&text).to_string();
@@ -52,6 +64,7 @@ fn attach_bundle(registry: &RegistryServer, repo: &str, subject: &str, bundles: 
             "digest": digest,
             "size": text.len(),
             "artifactType": "application/vnd.dev.sigstore.bundle.v0.3+json",
+            "annotations": annotations,
         }));
     }
     let index = json!({"schemaVersion": 2, "mediaType": "application/vnd.oci.image.index.v1+json", "manifests": listed});
@@ -207,9 +220,24 @@ fn a_bundles_claim_counts_only_under_a_trusted_signature() {
         &hex_bytes(digest.trim_start_matches("sha256:")),
         openssl_sign(dir.path(), &key, &manifest),
     );
-    attach_bundle(&registry, "berth/claims", digest, &[junk, good]);
+    attach_bundle(&registry, "berth/claims", digest, &[junk.clone(), good.clone()]);
     let (ok, said) = verify(reference);
     assert!(ok, "{said}");
+
+    // Junk pushed before the signature, more of it than the bound reads,
+    // listed first: the newest bundle is read first, so it cannot hide the
+    // signature; nor can junk dated in the future (any pusher may write
+    // that) or undated.
+    let mut flood: Vec<(Value, Option<String>)> = (0..40)
+        .map(|i| (junk.clone(), Some(format!("2026-11-01T00:00:{:02}Z", i % 60))))
+        .collect();
+    flood.push((junk.clone(), Some("2099-01-01T00:00:00Z".into())));
+    flood.push((junk.clone(), None));
+    let signed_at = humantime::format_rfc3339_seconds(std::time::SystemTime::now()).to_string();
+    flood.push((good, Some(signed_at)));
+    attach_dated(&registry, "berth/claims", digest, &flood);
+    let (ok, said) = verify(reference);
+    assert!(ok, "the signature behind 42 junk bundles: {said}");
 }
 
 /// A registry in front of `upstream` that passes every request on (one per

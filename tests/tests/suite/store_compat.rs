@@ -110,6 +110,9 @@ fn a_store_written_by_0_1_0_opens_and_is_served() {
     );
     let get: Value = serde_json::from_str(&c.ok(&["volume", "get", "available", "-o", "json"])).unwrap();
     assert_eq!(get["access_mode"], "multi-node-multi-writer");
+    // 0.1.0 kept no plugin checks: none is shown.
+    let status: Value = serde_json::from_str(&c.ok(&["plugin", "status", "-o", "json"])).unwrap();
+    assert_eq!(status[0]["last_check"], Value::Null, "{status:#}");
     // 0.1.0 kept no events: an old volume has none until something happens
     // to it, then its story starts.
     let events = |name: &str| -> Value {

@@ -6,7 +6,6 @@ use std::os::unix::fs::PermissionsExt;
 use std::time::Duration;
 
 use berth_tests::{Cluster, ClusterSpec, texts};
-use serde_json::Value;
 
 #[test]
 fn the_store_is_for_its_owner_and_wider_modes_are_reported() {
@@ -112,12 +111,7 @@ impl Drop for Tmpfs {
 #[test]
 fn a_full_disk_fails_writes_visibly_until_space_returns() {
     use berth_tests::scrape::wait_ready;
-    let port = berth_tests::free_port();
-    let extra = format!("metrics = \"127.0.0.1:{port}\"");
-    let mut c = Cluster::start(ClusterSpec {
-        extra: &extra,
-        ..ClusterSpec::builtin()
-    });
+    let (mut c, port) = Cluster::builtin_with_metrics();
     c.create_in("before", "zone=a");
     c.kill_serve();
     let state = c.store_path().parent().unwrap().to_path_buf();
@@ -151,13 +145,7 @@ fn a_full_disk_fails_writes_visibly_until_space_returns() {
     c.create_in("after", "zone=a");
     c.kill_serve();
     c.start_serve();
-    let names: Vec<String> = serde_json::from_str::<Value>(&c.ok(&["volume", "list", "-o", "json"]))
-        .unwrap()
-        .as_array()
-        .unwrap()
-        .iter()
-        .map(|v| v["name"].as_str().unwrap().to_string())
-        .collect();
+    let names = c.volume_names();
     assert!(
         names.contains(&"before".into()) && names.contains(&"after".into()),
         "{names:?}"

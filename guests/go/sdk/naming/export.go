@@ -11,7 +11,7 @@ import (
 // request (20 flat values) arrives by pointer; the answer goes back through
 // a return area: the case at 0, the string at 4.
 //
-//go:wasmexport berth:policy/naming@0.3.0#volume-name
+//go:wasmexport berth:policy/naming@0.4.0#volume-name
 func volumeName(args uint32) uint32 {
 	request := policy.NamingRequest{
 		Volume:   abi.Volume(args),
@@ -27,5 +27,5 @@ func volumeName(args uint32) uint32 {
 	return ret
 }
 
-//go:wasmexport cabi_post_berth:policy/naming@0.3.0#volume-name
+//go:wasmexport cabi_post_berth:policy/naming@0.4.0#volume-name
 func volumeNamePost(uint32) { abi.Reset() }

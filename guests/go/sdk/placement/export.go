@@ -18,7 +18,7 @@ const (
 // place(request, candidates) -> verdicts: both arguments arrive by pointer;
 // the three columns go back through a return area.
 //
-//go:wasmexport berth:policy/placement@0.3.0#place
+//go:wasmexport berth:policy/placement@0.4.0#place
 func place(args uint32) uint32 {
 	request := policy.PlacementRequest{
 		Volume:             abi.Volume(args),
@@ -51,5 +51,5 @@ func place(args uint32) uint32 {
 	return ret
 }
 
-//go:wasmexport cabi_post_berth:policy/placement@0.3.0#place
+//go:wasmexport cabi_post_berth:policy/placement@0.4.0#place
 func placePost(uint32) { abi.Reset() }

@@ -11,7 +11,7 @@ import (
 // arguments; the decision goes back through a return area: the case at 0,
 // its payload at 8.
 //
-//go:wasmexport berth:policy/retry@0.3.0#classify
+//go:wasmexport berth:policy/retry@0.4.0#classify
 func classify(operation, code, message, messageLen, attempt uint32, elapsed uint64,
 	driver, driverLen, settings, settingsLen uint32) uint32 {
 	pairs := abi.Alloc(8, 4)
@@ -37,5 +37,5 @@ func classify(operation, code, message, messageLen, attempt uint32, elapsed uint
 	return ret
 }
 
-//go:wasmexport cabi_post_berth:policy/retry@0.3.0#classify
+//go:wasmexport cabi_post_berth:policy/retry@0.4.0#classify
 func classifyPost(uint32) { abi.Reset() }

@@ -1,7 +1,7 @@
 """Write Berth policy modules in Python.
 
 A policy is a module (``app.py``) holding a class per decision it serves,
-``Naming``, ``Placement`` or ``Retry``, each subclassing the protocol that
+``Naming``, ``Placement``, ``Retry`` or ``Admission``, each subclassing the protocol that
 componentize-py generates from Berth's WIT package (``wit_world.exports``).
 componentize-py turns the module into a WebAssembly component Berth loads
 like any other; the same module runs natively under
@@ -22,11 +22,13 @@ __all__ = [
     "Pairs",
     "VerdictsBuilder",
     "backoff_ms",
+    "change_text",
     "code_name",
     "get",
     "health_of",
     "is_undo",
     "label_sets",
+    "list_setting",
     "number_setting",
     "operation_name",
     "parse_pairs",
@@ -89,6 +91,30 @@ def number_setting(settings: Pairs, key: str, default: int) -> int:
     if not text.isdigit():
         raise ValueError(f"setting {key!r} must be a whole number, not {value!r}")
     return int(text)
+
+
+def list_setting(settings: Pairs, key: str) -> Optional[List[str]]:
+    """A setting as a list separated by ``,`` (blanks dropped), or ``None`` when absent."""
+    value = get(settings, key)
+    if value is None:
+        return None
+    return [item.strip() for item in value.split(",") if item.strip()]
+
+
+def change_text(change) -> str:
+    """An admission change as ``volume explain`` and the events show it:
+    ``label owner=team-a``, ``required-bytes 1073741824``..."""
+    kind = type(change).__name__.removeprefix("Change_")
+    value = change.value
+    if kind in ("Parameter", "Label"):
+        return f"{kind.lower()} {value[0]}={value[1]}"
+    if kind == "RequisiteTopology":
+        each = [",".join(f"{k}={v}" for k, v in t) for t in value]
+        return "requisite-topology " + " or ".join(each)
+    if kind == "AccessMode":
+        return "access-mode " + value.name.lower().replace("_", "-")
+    words = {"RequiredBytes": "required-bytes", "LimitBytes": "limit-bytes", "Plugin": "plugin"}
+    return f"{words.get(kind, kind)} {value}"
 
 
 def parse_pairs(text: str) -> Pairs:

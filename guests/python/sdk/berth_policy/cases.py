@@ -17,7 +17,7 @@ import time
 import tomllib
 from typing import Any, Dict, List, Optional, Tuple
 
-from . import Pairs
+from . import Pairs, change_text
 
 GRPC_CODES = [
     "CANCELLED", "UNKNOWN", "INVALID_ARGUMENT", "DEADLINE_EXCEEDED", "NOT_FOUND", "ALREADY_EXISTS",
@@ -29,7 +29,14 @@ EXPECT_KEYS = {
     "naming": {"name", "name_prefix", "max_length", "refused", "refusal_contains"},
     "placement": {"eligible", "best", "reasons"},
     "retry": {"retry_after_ms", "give_up", "give_up_contains", "done"},
+    "admission": {"admitted", "denial_contains", "changes"},
 }
+
+ADMISSION_KEYS = {
+    "call", "node", "bytes", "snapshot", "parameters", "caller", "policies", "namespace", "plugin", "secret",
+    "usage",
+}
+USAGE_KEYS = {"volumes", "bytes", "snapshots"}
 
 
 class CaseError(Exception):
@@ -184,8 +191,71 @@ def check_retry(e: Dict[str, Any], attempt: int, decision) -> str:
     return shown
 
 
+def admission_request(given: Optional[Dict[str, Any]], v, settings: Pairs):
+    """The request an admission case asks about, with the defaults of ``berth policy test``."""
+    from wit_world.exports import admission as a
+
+    i = given or {}
+    stray = set(i) - ADMISSION_KEYS
+    if stray:
+        raise CaseError(f"admission has {sorted(stray)}, which an admission case does not know")
+    usage = i.get("usage", {})
+    stray = set(usage) - USAGE_KEYS
+    if stray:
+        raise CaseError(f"admission.usage has {sorted(stray)}; it knows {sorted(USAGE_KEYS)}")
+    name = i.get("call", "create-volume")
+
+    def needs(what: str):
+        if what not in i:
+            raise CaseError(f"a {name} case needs `admission.{what}`")
+        return i[what]
+
+    calls = {
+        "create-volume": lambda: a.Call_CreateVolume(),
+        "publish-volume": lambda: a.Call_PublishVolume(needs("node")),
+        "expand-volume": lambda: a.Call_ExpandVolume(needs("bytes")),
+        "modify-volume": lambda: a.Call_ModifyVolume(pairs(i.get("parameters"))),
+        "create-snapshot": lambda: a.Call_CreateSnapshot(needs("snapshot")),
+        "delete-volume": lambda: a.Call_DeleteVolume(),
+    }
+    if name not in calls:
+        raise CaseError(f"admission.call {name!r} is not one of {', '.join(calls)}")
+    return a.AdmissionRequest(
+        call=calls[name](),
+        caller=a.Caller(identity=i.get("caller", "management"), policies=list(i.get("policies", []))),
+        namespace=i.get("namespace", "default"),
+        plugin=i.get("plugin", "hostpath"),
+        volume=v,
+        secret=i.get("secret"),
+        usage=a.Usage(
+            volumes=usage.get("volumes", 0), bytes=usage.get("bytes", 0), snapshots=usage.get("snapshots", 0)
+        ),
+        settings=settings,
+    )
+
+
+def check_admission(e: Dict[str, Any], verdict) -> str:
+    kind = type(verdict).__name__
+    changes = [change_text(c.change) for c in verdict.value] if kind == "Verdict_AllowWith" else []
+    if kind == "Verdict_Deny":
+        admitted, said = False, f"denied: {verdict.value}"
+    elif kind == "Verdict_AllowWith":
+        admitted, said = True, "admitted with " + "; ".join(changes)
+    else:
+        admitted, said = True, "admitted"
+    want_admitted = e.get("admitted", "denial_contains" not in e)
+    if admitted != want_admitted:
+        raise CaseError(f"expected {'the request admitted' if want_admitted else 'a denial'}, got: {said}")
+    part = e.get("denial_contains")
+    if part is not None and kind == "Verdict_Deny" and part not in verdict.value:
+        raise CaseError(f"expected a denial containing {part!r}, got {verdict.value!r}")
+    if "changes" in e and changes != e["changes"]:
+        raise CaseError(f"expected the changes {e['changes']}, got {changes}")
+    return said
+
+
 def run_case(app, settings: Pairs, case: Dict[str, Any]) -> Tuple[str, str]:
-    served = [d for d in ("naming", "placement", "retry") if hasattr(app, d.capitalize())]
+    served = [d for d in ("naming", "placement", "retry", "admission") if hasattr(app, d.capitalize())]
     decision = case.get("decision")
     if decision is None:
         if len(served) != 1:
@@ -219,6 +289,9 @@ def run_case(app, settings: Pairs, case: Dict[str, Any]) -> Tuple[str, str]:
         )
         verdicts = app.Placement().place(request, candidates(nodes))
         return decision, check_placement(e, [n["name"] for n in nodes], verdicts)
+    if decision == "admission":
+        request = admission_request(case.get("admission"), v, settings)
+        return decision, check_admission(e, app.Admission().admit(request))
     from wit_world.exports.retry import Failure
     from wit_world.imports.types import Code, Operation
 

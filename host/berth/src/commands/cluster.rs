@@ -56,7 +56,7 @@ pub enum TokenAction {
 
 pub async fn run(command: ClusterCommand, api: ApiArgs, output: Output) -> anyhow::Result<ExitCode> {
     let ClusterCommand::Token { action, create } = command;
-    let mut client = connect(&api.api).await?;
+    let mut client = connect(&api).await?;
     match action {
         None => {
             let t = client

@@ -65,7 +65,7 @@ pub enum NodeCommand {
 
 pub async fn run(command: NodeCommand, api: ApiArgs, output: Output) -> anyhow::Result<ExitCode> {
     use NodeCommand as C;
-    let mut client = connect(&api.api).await?;
+    let mut client = connect(&api).await?;
     let (name, changed, what) = match command {
         C::List => return list(api, output).await,
         C::Drain { name, undo } => {
@@ -119,7 +119,7 @@ enum Said {
 }
 
 async fn list(api: ApiArgs, output: Output) -> anyhow::Result<ExitCode> {
-    let mut client = connect(&api.api).await?;
+    let mut client = connect(&api).await?;
     let list = client
         .list_nodes(api::ListNodesRequest {})
         .await

@@ -48,6 +48,9 @@ pub struct PolicyView {
     /// The module's bytes' `sha256:…`, as `volume explain` shows it.
     #[serde(skip_serializing_if = "String::is_empty")]
     digest: String,
+    /// The trusted key's file whose signature it passed.
+    #[serde(skip_serializing_if = "String::is_empty")]
+    signed_by: String,
 }
 
 pub fn policy_views(counters: Vec<api::PolicyCounters>) -> Vec<PolicyView> {
@@ -61,6 +64,7 @@ pub fn policy_views(counters: Vec<api::PolicyCounters>) -> Vec<PolicyView> {
             failures: p.failures,
             fallbacks: p.fallbacks,
             digest: p.digest,
+            signed_by: p.signed_by,
         })
         .collect()
 }
@@ -81,6 +85,9 @@ pub fn print_policies(policies: &[PolicyView]) {
         );
         if !p.digest.is_empty() {
             say!("          module {}", p.digest);
+        }
+        if !p.signed_by.is_empty() {
+            say!("          signed by {}", p.signed_by);
         }
     }
 }
@@ -113,7 +120,7 @@ fn problems(plugins: &api::PluginStatusResponse, nodes: &api::ListNodesResponse)
 }
 
 pub async fn status(api: ApiArgs, check: bool, output: Output) -> anyhow::Result<ExitCode> {
-    let mut client = connect(&api.api).await?;
+    let mut client = connect(&api).await?;
     let s = client
         .summary(api::SummaryRequest {})
         .await

@@ -273,6 +273,7 @@ pub(crate) fn describe(answer: &Answer) -> String {
         ),
         Answer::Retry(policy::RetryDecision::GiveUp(reason)) => format!("give up: {reason}"),
         Answer::Retry(policy::RetryDecision::Done) => "done".into(),
+        Answer::Admission(_) => policy::logged::admission_text(Some(answer)),
         Answer::Failed {
             error,
             fallback: None,
@@ -364,11 +365,13 @@ fn access_mode(m: model::AccessMode) -> AccessMode {
 }
 
 /// The volume as policies see it: no secrets, no paths.
-fn policy_volume(r: &VolumeRecord) -> policy::Volume {
+pub(crate) fn policy_volume(r: &VolumeRecord) -> policy::Volume {
     let s = &r.spec;
     policy::Volume {
         id: r.id.clone(),
-        name: s.name.clone(),
+        // `namespace/name` outside the default namespace: two namespaces'
+        // volumes of one name are never the same request to a naming module.
+        name: s.volume_name().to_string(),
         driver: s.plugin.clone(),
         capacity: CapacityRange {
             required_bytes: s.required_bytes.max(0) as u64,

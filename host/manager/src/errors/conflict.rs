@@ -20,6 +20,13 @@ pub enum Conflict {
     NotToSnapshot { name: String, state: String },
     #[error("volume {} is not created yet", echo(.0))]
     NotCreated(String),
+    /// Its CreateVolume went out unanswered: asked again, it must ask for
+    /// what it asked the first time, so the change waits for the answer.
+    #[error(
+        "volume {} is being created (the plugin has not answered yet): change it once it is available",
+        echo(.0)
+    )]
+    BeingCreated(String),
     /// A publish naming no node, for a volume placement cannot see yet.
     #[error(
         "volume {} is still {state}: name a node, or publish once it is available",
@@ -39,6 +46,19 @@ pub enum Conflict {
     InGroups { volume: String, count: u32 },
     #[error("volume {} is {mode} and already published to another node", echo(volume))]
     PublishedElsewhere { volume: String, mode: String },
+    /// A conformance report recorded for a plugin whose socket answers for
+    /// another driver: the check ran against something else.
+    #[error(
+        "the check ran against driver {}, but plugin {} is driver {}: check the plugin's own socket",
+        echo(checked),
+        echo(plugin),
+        echo(serves)
+    )]
+    CheckedAnotherDriver {
+        plugin: String,
+        checked: String,
+        serves: String,
+    },
     #[error(
         "{count} volume(s) are still published on {node:?} (e.g. {}): drain it, or forget it if it is dead",
         echo(first)

@@ -18,8 +18,10 @@ impl Requests<'_> {
     /// Takes over backend volume `volume_id` of `spec.plugin` under
     /// `spec.name`. The plugin is asked for the volume first (GET_VOLUME,
     /// else LIST_VOLUMES); one it does not know is refused.
-    pub async fn import(&self, spec: VolumeSpec, volume_id: &str) -> Result<VolumeRecord, RequestError> {
+    pub async fn import(&self, mut spec: VolumeSpec, volume_id: &str) -> Result<VolumeRecord, RequestError> {
+        spec.namespace = self.namespace.clone();
         crate::validate_spec(&spec, &self.config)?;
+        crate::secrets::given(&self.config, &spec)?;
         self.new_name_ok(&spec.name)?;
         if spec.source.is_some() {
             return Err(RequestError::Invalid(
@@ -52,7 +54,13 @@ impl Requests<'_> {
         let found = self.look_up(&spec.plugin, volume_id).await?;
         let mut record = VolumeRecord::new(new_id(), spec);
         record.backend = Some(std::sync::Arc::new(found));
-        match self.table.insert_new(record, |_| false).await? {
+        let more = super::new_volume(&record.spec);
+        let namespace = record.spec.namespace.clone();
+        match self
+            .table
+            .insert_new(record, |_| false, |used| self.admit(&namespace, used, &more))
+            .await?
+        {
             Inserted::New(r) => {
                 self.work.queue.push(&r.id);
                 Ok(r)
@@ -133,7 +141,7 @@ impl Requests<'_> {
     /// being created right now is refused: forgetting it would lose track
     /// of something on the plugin.
     pub async fn forget(&self, name: &str) -> Result<VolumeRecord, RequestError> {
-        let id = self.id_of(name)?;
+        let id = self.id_of(&self.in_namespace(name))?;
         self.refuse_if_grouped(&id, name)?;
         let mut forgotten = None;
         self.table

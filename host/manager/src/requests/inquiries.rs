@@ -65,7 +65,7 @@ impl Requests<'_> {
     pub async fn health(&self, name: &str) -> Result<Health, RequestError> {
         let r = self
             .table
-            .by_name(name)
+            .by_name(&self.in_namespace(name))
             .ok_or_else(|| Missing::Volume(name.to_string()))?;
         let Some(backend) = &r.backend else {
             return Err(Conflict::NotCreated(name.to_string()).into());
@@ -139,7 +139,7 @@ impl Requests<'_> {
         // the plugin's side as untracked, never as missing.
         let ours: Vec<_> = self
             .table
-            .list()
+            .list(None)
             .into_iter()
             .filter(|r| r.spec.plugin == plugin)
             .collect();

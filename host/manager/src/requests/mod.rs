@@ -2,6 +2,7 @@
 //! Each is checked, then made durable; the reconciler acts on it after.
 
 pub(crate) mod adoption;
+mod changes;
 pub(crate) mod inquiries;
 pub(crate) mod topology;
 
@@ -18,12 +19,14 @@ use berth_model::{
     VolumeSpec, new_id,
 };
 
-crate::shared::view!(
+crate::shared::namespaced_view!(
     /// The request path: what the API asks of volumes (declare, change, publish,
     /// unpublish, delete, retry, import, forget) and of their plugins (health,
-    /// orphans). Each request is made durable first, then queued for the worker.
+    /// orphans), within one namespace. Each request is made durable first,
+    /// then queued for the worker.
     Requests,
-    requests
+    requests,
+    requests_in
 );
 
 impl Requests<'_> {
@@ -39,7 +42,23 @@ impl Requests<'_> {
         made_by: Origin,
         docker: DockerScope,
     ) -> Result<VolumeRecord, RequestError> {
+        spec.namespace = self.namespace.clone();
+        // Within bounds before a module sees it; admitted (and completed)
+        // before anything else is checked or kept, and what the module set
+        // checked again as the caller's own.
         validate_spec(&spec, &self.config)?;
+        let id = new_id();
+        let admitted = self
+            .ask_admission(
+                berth_policy::AdmissionCall::CreateVolume,
+                &VolumeRecord::new(id.clone(), spec.clone()),
+            )
+            .await?;
+        if admitted.changes_anything() {
+            admitted.apply(&mut spec);
+            validate_spec(&spec, &self.config)?;
+        }
+        crate::secrets::given(&self.config, &spec)?;
         self.new_name_ok(&spec.name)?;
         self.check_requisite(&spec)?;
         if !spec.mutable_parameters.is_empty() {
@@ -60,16 +79,21 @@ impl Requests<'_> {
                 spec.required_bytes = size;
             }
         }
-        let mut record = VolumeRecord::new(new_id(), spec);
+        let mut record = VolumeRecord::new(id, spec);
         record.made_by = made_by;
         record.docker = docker;
         let what = format!("create on plugin {}", record.spec.plugin);
         self.event("request".into(), "OK", what)(&mut record);
+        admitted.keep(self, &mut record);
         let spec = record.spec.clone();
         // Creating the same volume again is not an error.
         match self
             .table
-            .insert_new(record, |existing| existing.spec == spec)
+            .insert_new(
+                record,
+                |existing| existing.spec == spec,
+                |used| self.admit(&spec.namespace, used, &new_volume(&spec)),
+            )
             .await?
         {
             Inserted::New(r) => {
@@ -83,7 +107,7 @@ impl Requests<'_> {
     /// A name for a new volume follows Docker's rule; one that exists
     /// already (made before the rule) keeps working, re-created included.
     pub(crate) fn new_name_ok(&self, name: &str) -> Result<(), RequestError> {
-        if self.id_of(name).is_ok() {
+        if self.id_of(&self.in_namespace(name)).is_ok() {
             return Ok(());
         }
         Ok(berth_model::bounds::volume_name(name)?)
@@ -101,11 +125,12 @@ impl Requests<'_> {
                     ControllerCap::CreateDeleteSnapshot,
                     "restoring a snapshot",
                 )?;
-                let view = match self.snapshots().get_snapshot(&source.name) {
+                let snapshots = self.snapshots_in(self.namespace.clone());
+                let view = match snapshots.get_snapshot(&source.name) {
                     Ok(view) => view,
                     // A member of a group snapshot, as GROUP/VOLUME.
                     Err(RequestError::NotFound(_)) if source.name.contains('/') => {
-                        let (anchor, id) = self.snapshots().group_member_snapshot(&source.name)?;
+                        let (anchor, id) = snapshots.group_member_snapshot(&source.name)?;
                         let size = volume_size(&anchor);
                         return self.resolved(plugin, source, anchor, id).map(|()| size);
                     }
@@ -128,7 +153,7 @@ impl Requests<'_> {
                 self.require(plugin, ControllerCap::CloneVolume, "cloning a volume")?;
                 let v = self
                     .table
-                    .by_name(&source.name)
+                    .by_name(&self.in_namespace(&source.name))
                     .ok_or_else(|| Missing::Volume(source.name.clone()))?;
                 let id = match &v.backend {
                     Some(b) if !v.deleting => b.volume_id.clone(),
@@ -168,76 +193,6 @@ impl Requests<'_> {
         Ok(())
     }
 
-    /// Grows a volume to `required_bytes`; volumes only grow.
-    pub async fn expand(&self, name: &str, required_bytes: i64) -> Result<VolumeRecord, RequestError> {
-        let current = self.named(name)?;
-        let id = current.id.clone();
-        self.require(&current.spec.plugin, ControllerCap::ExpandVolume, "expansion")?;
-        self.modify(&id, format!("expand to {required_bytes} bytes"), |r| {
-            if r.deleting {
-                return Err(Conflict::VolumeDeleting(name.to_string()).into());
-            }
-            let now = r.backend.as_ref().map_or(r.spec.required_bytes, |b| {
-                b.capacity_bytes.max(r.spec.required_bytes)
-            });
-            if required_bytes <= now {
-                return Err(RequestError::Invalid(format!(
-                    "size: {required_bytes} bytes is not more than the volume's {now}; volumes only grow"
-                )));
-            }
-            // A capacity never said is measured against the size asked before.
-            let asked = r.spec.required_bytes;
-            if let Some(b) = r.backend_mut().filter(|b| b.capacity_bytes == 0) {
-                b.sized_for.get_or_insert(asked);
-            }
-            r.spec_mut().required_bytes = required_bytes;
-            if r.spec.limit_bytes > 0 && r.spec.limit_bytes < required_bytes {
-                // The operator asked for this size: the old ceiling gives way.
-                r.spec_mut().limit_bytes = required_bytes;
-            }
-            r.failure = None;
-            r.retrying = None;
-            Ok(())
-        })
-        .await
-    }
-
-    /// Sets the mutable parameters named in `changes` (the others are kept:
-    /// CSI plugins change only the keys they are given); the plugin is
-    /// asked with ControllerModifyVolume.
-    pub async fn modify_parameters(
-        &self,
-        name: &str,
-        changes: Segments,
-    ) -> Result<VolumeRecord, RequestError> {
-        let current = self.named(name)?;
-        let id = current.id.clone();
-        if changes.is_empty() {
-            return Err(RequestError::Invalid(
-                "mutable_parameters: name at least one KEY=VALUE to change".into(),
-            ));
-        }
-        self.require(&current.spec.plugin, ControllerCap::ModifyVolume, "modification")?;
-        let mut wanted = (*current.spec).clone();
-        wanted.mutable_parameters.extend(changes.clone());
-        validate_spec(&wanted, &self.config)?;
-        let what = changes
-            .iter()
-            .map(|(k, v)| format!("{k}={v}"))
-            .collect::<Vec<_>>()
-            .join(", ");
-        self.modify(&id, format!("modify {what}"), |r| {
-            if r.deleting {
-                return Err(Conflict::VolumeDeleting(name.to_string()).into());
-            }
-            r.spec_mut().mutable_parameters.extend(changes);
-            r.failure = None;
-            r.retrying = None;
-            Ok(())
-        })
-        .await
-    }
-
     /// Deletes the volume. One published somewhere is refused ([`InUse`])
     /// unless `force`: then it is unpublished everywhere, then deleted.
     pub async fn delete(&self, name: &str, force: bool) -> Result<VolumeRecord, RequestError> {
@@ -267,8 +222,13 @@ impl Requests<'_> {
         name: &str,
         may: impl FnOnce(&VolumeRecord) -> Result<(), RequestError>,
     ) -> Result<VolumeRecord, RequestError> {
-        let id = self.id_of(name)?;
+        let current = self.named(&self.in_namespace(name))?;
+        let id = current.id.clone();
         self.refuse_if_grouped(&id, name)?;
+        if !current.deleting {
+            self.ask_admission(berth_policy::AdmissionCall::DeleteVolume, &current)
+                .await?;
+        }
         self.modify(&id, "delete".into(), |r| {
             may(r)?;
             if let Some((snap, _)) = r.snapshots.iter().find(|(_, s)| !s.deleting) {
@@ -323,7 +283,7 @@ impl Requests<'_> {
         by: Origin,
         may: impl Fn(&VolumeRecord) -> Result<(), RequestError>,
     ) -> Result<VolumeRecord, RequestError> {
-        let current = self.named(name)?;
+        let current = self.named(&self.in_namespace(name))?;
         may(&current)?;
         let id = current.id.clone();
         let (node, placed) = match node {
@@ -336,6 +296,8 @@ impl Requests<'_> {
                 (node, Some(note))
             }
         };
+        self.ask_admission(berth_policy::AdmissionCall::PublishVolume(node.clone()), &current)
+            .await?;
         self.modify(&id, format!("publish on {node}, {}", access(readonly)), |r| {
             may(r)?;
             if r.deleting {
@@ -400,7 +362,7 @@ impl Requests<'_> {
         node: &str,
         may: impl Fn(&Publication) -> Result<(), RequestError>,
     ) -> Result<VolumeRecord, RequestError> {
-        let id = self.id_of(name)?;
+        let id = self.id_of(&self.in_namespace(name))?;
         if self.nodes.node(node).is_none() {
             return Err(RequestError::Invalid(format!(
                 "node: there is no node named {}",
@@ -426,7 +388,7 @@ impl Requests<'_> {
     }
 
     pub async fn retry(&self, name: &str) -> Result<VolumeRecord, RequestError> {
-        let id = self.id_of(name)?;
+        let id = self.id_of(&self.in_namespace(name))?;
         self.modify(&id, "retry".into(), |r| {
             r.failure = None;
             r.retrying = None;
@@ -567,4 +529,13 @@ pub fn validate_spec(spec: &VolumeSpec, config: &Config) -> Result<(), RequestEr
         );
     }
     Ok(())
+}
+
+/// What a new volume of `spec` adds to its namespace's usage.
+pub(crate) fn new_volume(spec: &VolumeSpec) -> crate::quotas::Usage {
+    crate::quotas::Usage {
+        volumes: 1,
+        bytes: spec.required_bytes.max(0) as u64,
+        snapshots: 0,
+    }
 }

@@ -60,7 +60,7 @@ impl Snapshots<'_> {
         for v in volumes {
             let r = self
                 .table
-                .by_name(v)
+                .by_name(&self.in_namespace(v))
                 .ok_or_else(|| Missing::Volume(v.to_string()))?;
             if members.iter().any(|m| m.volume == r.id) {
                 return invalid(format!("volumes: {} is named twice", echo(v)));
@@ -101,7 +101,9 @@ impl Snapshots<'_> {
             ));
         }
         let anchor = members[0].volume.clone();
-        if let Err(crate::table::TakenBy(owner)) = self.table.claim_snapshot_name(name, &anchor) {
+        if let Err(crate::table::TakenBy(owner)) =
+            self.table.claim_snapshot_name(&self.namespace, name, &anchor)
+        {
             let of = self
                 .table
                 .by_id(&owner)
@@ -157,7 +159,7 @@ impl Snapshots<'_> {
             })
             .await;
         if result.is_err() {
-            self.table.release_snapshot_name(name, &anchor);
+            self.table.release_snapshot_name(&self.namespace, name, &anchor);
         }
         group_view(name, result?)
     }
@@ -186,6 +188,9 @@ impl Snapshots<'_> {
     /// Every group snapshot, by name.
     pub fn list_group_snapshots(&self) -> Vec<GroupView> {
         let mut out = self.table.collect(|r, out| {
+            if r.spec.namespace != self.namespace {
+                return;
+            }
             for (name, g) in r.group_snapshots.iter() {
                 out.push(GroupView {
                     name: name.clone(),
@@ -226,11 +231,11 @@ impl Snapshots<'_> {
 
     fn group_owner(&self, name: &str) -> Result<String, RequestError> {
         self.table
-            .snapshot_owner(name)
+            .snapshot_owner(&self.namespace, name)
             .filter(|id| {
-                self.table
-                    .by_id(id)
-                    .is_some_and(|r| r.group_snapshots.contains_key(name))
+                self.table.by_id(id).is_some_and(|r| {
+                    r.group_snapshots.contains_key(name) && r.spec.namespace == self.namespace
+                })
             })
             .ok_or_else(|| not_found(name))
     }

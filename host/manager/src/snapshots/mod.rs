@@ -19,10 +19,12 @@ pub struct SnapshotView {
     pub volume: VolumeRecord,
 }
 
-crate::shared::view!(
-    /// Snapshots and group snapshots: asked for, listed, deleted.
+crate::shared::namespaced_view!(
+    /// Snapshots and group snapshots of one namespace's volumes: asked
+    /// for, listed, deleted.
     Snapshots,
-    snapshots
+    snapshots,
+    snapshots_in
 );
 
 impl Snapshots<'_> {
@@ -33,14 +35,29 @@ impl Snapshots<'_> {
                 echo(name)
             )));
         }
-        let current = self.named(volume)?;
+        let current = self.named(&self.in_namespace(volume))?;
         let id = current.id.clone();
         self.require(
             &current.spec.plugin,
             ControllerCap::CreateDeleteSnapshot,
             "snapshots",
         )?;
-        if let Err(crate::table::TakenBy(owner)) = self.table.claim_snapshot_name(name, &id) {
+        self.ask_admission(
+            berth_policy::AdmissionCall::CreateSnapshot(name.to_string()),
+            &current,
+        )
+        .await?;
+        // A new snapshot's room is held until it is written (then the record
+        // counts it); a repeat of one that exists asks for none.
+        let more = crate::quotas::Usage {
+            snapshots: u64::from(!current.snapshots.contains_key(name)),
+            ..Default::default()
+        };
+        let _room = crate::table::Reservation::take(&self.table, &self.namespace, more, |used| {
+            self.admit(&self.namespace, used, &more)
+        })?;
+        if let Err(crate::table::TakenBy(owner)) = self.table.claim_snapshot_name(&self.namespace, name, &id)
+        {
             let of = self
                 .table
                 .by_id(&owner)
@@ -74,7 +91,7 @@ impl Snapshots<'_> {
             })
             .await;
         if result.is_err() {
-            self.table.release_snapshot_name(name, &id);
+            self.table.release_snapshot_name(&self.namespace, name, &id);
         }
         self.snapshot_view(name, result?)
     }
@@ -106,10 +123,10 @@ impl Snapshots<'_> {
         let records = match volume {
             Some(v) => vec![
                 self.table
-                    .by_name(v)
+                    .by_name(&self.in_namespace(v))
                     .ok_or_else(|| Missing::Volume(v.to_string()))?,
             ],
-            None => self.table.list(),
+            None => self.table.list(Some(&|ns| *ns == self.namespace)),
         };
         let mut out: Vec<SnapshotView> = records
             .into_iter()
@@ -129,7 +146,15 @@ impl Snapshots<'_> {
     }
 
     fn snapshot_owner(&self, name: &str) -> Result<String, RequestError> {
-        self.table.snapshot_owner(name).ok_or_else(|| not_found(name))
+        // A snapshot of another namespace's volume is not there for this one.
+        self.table
+            .snapshot_owner(&self.namespace, name)
+            .filter(|id| {
+                self.table
+                    .by_id(id)
+                    .is_some_and(|r| r.spec.namespace == self.namespace)
+            })
+            .ok_or_else(|| not_found(name))
     }
 
     fn snapshot_view(&self, name: &str, volume: VolumeRecord) -> Result<SnapshotView, RequestError> {

@@ -7,11 +7,14 @@ use berth_model::VolumeRecord;
 
 use super::{Inserted, VolumeTable, unavailable};
 use crate::RequestError;
+use crate::quotas::Usage;
 
 impl VolumeTable {
     /// Adds a new volume under its operator name, durably. `same` says
     /// whether a live volume already holding the name is the same request
     /// (then it is returned instead); otherwise the name is a conflict.
+    /// `admit` decides, from what the namespace holds, whether a new
+    /// volume may be added there.
     ///
     /// A volume is answered only once its write is durable: the request that
     /// reserves a name holds the new volume's lock until its write is done,
@@ -22,21 +25,30 @@ impl VolumeTable {
         &self,
         record: VolumeRecord,
         same: impl Fn(&VolumeRecord) -> bool,
+        admit: impl Fn(&Usage) -> Result<(), RequestError>,
     ) -> Result<Inserted, RequestError> {
         loop {
             let held = self.locks.hold(&record.id).await;
             let existing = {
                 let mut s = self.lock();
-                match s.names.get(&record.spec.name).and_then(|i| s.volumes.get(i)) {
+                match s
+                    .named(record.spec.namespace.as_str(), &record.spec.name)
+                    .and_then(|i| s.volumes.get(i))
+                {
                     Some(existing) if same(existing) && !existing.deleting => Some(existing.id.clone()),
                     Some(existing) => {
                         return Err(Taken::VolumeSpec {
-                            name: record.spec.name.clone(),
+                            name: record.spec.volume_name().to_string(),
                             deleting: existing.deleting,
                         }
                         .into());
                     }
                     None => {
+                        // Admitted against what the namespace holds (and what
+                        // changes under way reserved) under the lock that
+                        // reserves the name: two requests cannot both take
+                        // the last of a quota.
+                        admit(&s.taken(&record.spec.namespace))?;
                         // Reserve the name before the write, so two requests cannot both take it.
                         s.insert(record.clone());
                         None

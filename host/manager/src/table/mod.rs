@@ -15,18 +15,37 @@ use std::sync::{Arc, Mutex};
 
 use tokio::sync::watch;
 
+mod first_call;
 mod insert;
 mod locks;
+mod reserve;
 mod uncalled;
+mod unsure;
 mod waits;
 
+pub use reserve::{Reservation, held};
 pub use uncalled::Uncalled;
 pub use waits::{Waiting, Waits};
 
 use crate::RequestError;
-use crate::table::indexes::Indexed;
-use berth_model::{VolumeRecord, VolumeState};
+use crate::quotas::Usage;
+use crate::table::indexes::{Indexed, snapshot_key};
+
+/// Which namespaces a list takes.
+pub type Within<'a> = dyn Fn(&Namespace) -> bool + 'a;
+
+/// Which namespaces a page of volumes is from.
+#[derive(Clone, Copy)]
+pub enum Pages<'a> {
+    One(&'a str),
+    /// Every namespace this takes.
+    Every(&'a Within<'a>),
+}
+use berth_model::{Namespace, VolumeName, VolumeRecord, VolumeState};
 use berth_store::{Store, StoreError};
+
+/// The most records one page looks at, matched or not.
+pub const PAGE_SCAN: usize = 100_000;
 
 /// Counts of the table, without listing every volume.
 #[derive(Clone, Debug, Default, PartialEq, Eq)]
@@ -38,6 +57,8 @@ pub struct Counts {
     pub retrying: u64,
     /// Volumes that cannot progress until something else happens.
     pub waiting: u64,
+    /// What each namespace holding volumes holds, by name.
+    pub namespaces: Vec<(Namespace, Usage)>,
 }
 
 /// Why [`VolumeTable::remove_if`] did not remove.
@@ -65,44 +86,17 @@ pub struct VolumeTable {
     locks: locks::VolumeLocks,
     /// Publications a request marked sent whose first call has not gone out.
     uncalled: Uncalled,
+    /// Records the store may hold otherwise than here.
+    unsure: unsure::Unsure,
     /// Bumped on every change, for watchers.
     changes: watch::Sender<u64>,
 }
 
-fn unavailable(what: &str, e: StoreError) -> RequestError {
+pub(super) fn unavailable(what: &str, e: StoreError) -> RequestError {
     Unready::store(what, e).into()
 }
 
 impl VolumeTable {
-    /// Whether the durable record has the publication on `node` marked sent.
-    pub fn publication_sent(&self, id: &str, node: &str) -> bool {
-        self.lock()
-            .volumes
-            .get(id)
-            .and_then(|r| r.publications.get(node))
-            .is_some_and(|p| p.sent)
-    }
-
-    /// Publications a request marked sent whose first call has not gone out.
-    pub fn uncalled(&self) -> &Uncalled {
-        &self.uncalled
-    }
-
-    /// Before the first call for a publication marked sent: whether it may
-    /// go out. Decided under the volume's lock, so in turn with the changes
-    /// that would withdraw it (the record and a request's note agree only
-    /// there); the note, if any, goes either way.
-    pub async fn first_call(&self, id: &str, node: &str) -> bool {
-        let _held = self.locks.hold(id).await;
-        let stands = self
-            .lock()
-            .volumes
-            .get(id)
-            .is_some_and(|r| !r.deleting && r.publications.get(node).is_some_and(|p| p.wanted && p.sent));
-        self.uncalled.withdraw(id, node);
-        stands
-    }
-
     pub fn store(&self) -> &Arc<dyn Store> {
         &self.store
     }
@@ -122,6 +116,7 @@ impl VolumeTable {
             waits: waits::Waits::default(),
             locks: locks::VolumeLocks::default(),
             uncalled: Uncalled::default(),
+            unsure: unsure::Unsure::default(),
             changes: watch::channel(0).0,
         })
     }
@@ -146,42 +141,85 @@ impl VolumeTable {
         self.lock().volumes.get(id).cloned()
     }
 
-    pub fn by_name(&self, name: &str) -> Option<VolumeRecord> {
+    pub fn by_name(&self, name: &VolumeName) -> Option<VolumeRecord> {
         let s = self.lock();
-        s.names.get(name).and_then(|id| s.volumes.get(id)).cloned()
+        s.named(name.namespace.as_str(), &name.name)
+            .and_then(|id| s.volumes.get(id))
+            .cloned()
     }
 
-    pub fn id_of(&self, name: &str) -> Option<String> {
-        self.lock().names.get(name).cloned()
+    pub fn id_of(&self, name: &VolumeName) -> Option<String> {
+        self.lock().named(name.namespace.as_str(), &name.name).cloned()
     }
 
     pub fn generation(&self, id: &str) -> Option<u64> {
         self.lock().volumes.get(id).map(|v| v.generation)
     }
 
-    /// Every volume, by name.
-    pub fn list(&self) -> Vec<VolumeRecord> {
-        let mut v: Vec<VolumeRecord> = self.lock().volumes.values().cloned().collect();
-        v.sort_by(|a, b| a.spec.name.cmp(&b.spec.name));
+    /// Every volume in the namespaces `within` takes (all of them with
+    /// `None`), by namespace and name.
+    pub fn list(&self, within: Option<&dyn Fn(&Namespace) -> bool>) -> Vec<VolumeRecord> {
+        let taken = |r: &&VolumeRecord| within.is_none_or(|w| w(&r.spec.namespace));
+        let mut v: Vec<VolumeRecord> = self.lock().volumes.values().filter(taken).cloned().collect();
+        v.sort_by(|a, b| (&a.spec.namespace, &a.spec.name).cmp(&(&b.spec.namespace, &b.spec.name)));
         v
     }
 
-    /// Up to `max` volumes (at least one) named after `after`, in name order,
-    /// and the name to continue after when there are more: a page costs its
-    /// own volumes, whatever the table holds.
-    pub fn page(&self, after: &str, max: usize) -> (Vec<VolumeRecord>, Option<String>) {
+    /// Up to `max` volumes (at least one) after `after` in the namespaces
+    /// `pages` names, and the token to continue after when there are more:
+    /// a page costs its own volumes, whatever the table holds. Within one
+    /// namespace, names in order and a volume's name as the token; across
+    /// several, namespace then name, the token `namespace/name` (a
+    /// namespace never holds a '/').
+    pub fn page(
+        &self,
+        pages: Pages<'_>,
+        after: &str,
+        max: usize,
+        matches: &dyn Fn(&VolumeRecord) -> bool,
+    ) -> (Vec<VolumeRecord>, Option<String>) {
         use std::ops::Bound;
+        let (after_ns, after_name, within): (&str, &str, &Within<'_>) = match pages {
+            Pages::One(ns) => (ns, after, &move |n: &Namespace| n.as_str() == ns),
+            Pages::Every(within) => {
+                let (ns, name) = after.split_once('/').unwrap_or((after, ""));
+                (ns, name, within)
+            }
+        };
         let s = self.lock();
-        let mut names = s
+        let mut ids = s
             .names
-            .range::<str, _>((Bound::Excluded(after), Bound::Unbounded));
-        let page: Vec<VolumeRecord> = names
-            .by_ref()
-            .take(max.max(1))
-            .filter_map(|(_, id)| s.volumes.get(id).cloned())
-            .collect();
-        let more = names.next().is_some();
-        let next = more.then(|| page.last().map(|r| r.spec.name.clone())).flatten();
+            .range::<str, _>((Bound::Included(after_ns), Bound::Unbounded))
+            .filter(|(ns, _)| within(ns))
+            .flat_map(|(ns, names)| {
+                let from = match ns.as_str() == after_ns && !after_name.is_empty() {
+                    true => Bound::Excluded(after_name),
+                    false => Bound::Unbounded,
+                };
+                names.range::<str, _>((from, Bound::Unbounded)).map(|(_, id)| id)
+            });
+        let mut page: Vec<VolumeRecord> = Vec::new();
+        let mut last = None;
+        // A filter that matches few is answered in parts: the lock is held
+        // for a bounded scan, and the token says where the next part starts.
+        for _ in 0..PAGE_SCAN {
+            let Some(r) = ids.next().and_then(|id| s.volumes.get(id)) else {
+                last = None;
+                break;
+            };
+            last = Some(r);
+            if matches(r) {
+                page.push(r.clone());
+                if page.len() >= max.max(1) {
+                    break;
+                }
+            }
+        }
+        let more = last.is_some() && ids.next().is_some();
+        let next = more.then_some(last).flatten().map(|r| match pages {
+            Pages::One(_) => r.spec.name.clone(),
+            Pages::Every(_) => format!("{}/{}", r.spec.namespace, r.spec.name),
+        });
         (page, next)
     }
 
@@ -232,6 +270,11 @@ impl VolumeTable {
                 .filter(|(_, n)| *n > 0)
                 .collect(),
             retrying: s.retrying,
+            namespaces: {
+                let mut all: Vec<(Namespace, Usage)> = s.usage.iter().map(|(n, u)| (n.clone(), *u)).collect();
+                all.sort_by(|a, b| a.0.cmp(&b.0));
+                all
+            },
         }
     }
 
@@ -257,21 +300,22 @@ impl VolumeTable {
         }
     }
 
-    /// The id of the volume a snapshot is of.
-    pub fn snapshot_owner(&self, name: &str) -> Option<String> {
-        self.lock().snapshots.get(name).cloned()
+    /// The id of the volume a snapshot of `namespace` is of.
+    pub fn snapshot_owner(&self, namespace: &Namespace, name: &str) -> Option<String> {
+        self.lock().snapshots.get(&snapshot_key(namespace, name)).cloned()
     }
 
     /// Claims a snapshot name for volume `id`; the owner's id when another
     /// volume has it. Undone by [`VolumeTable::release_snapshot_name`] if
     /// the snapshot is not recorded after all.
-    pub fn claim_snapshot_name(&self, name: &str, id: &str) -> Result<(), TakenBy> {
+    pub fn claim_snapshot_name(&self, namespace: &Namespace, name: &str, id: &str) -> Result<(), TakenBy> {
         let mut s = self.lock();
-        match s.snapshots.get(name) {
+        let key = snapshot_key(namespace, name);
+        match s.snapshots.get(&key) {
             Some(owner) if owner != id => Err(TakenBy(owner.clone())),
             Some(_) => Ok(()),
             None => {
-                s.snapshots.insert(name.to_string(), id.to_string());
+                s.snapshots.insert(key, id.to_string());
                 Ok(())
             }
         }
@@ -282,14 +326,15 @@ impl VolumeTable {
         self.lock().grouped.get(id).copied().unwrap_or(0)
     }
 
-    pub fn release_snapshot_name(&self, name: &str, id: &str) {
+    pub fn release_snapshot_name(&self, namespace: &Namespace, name: &str, id: &str) {
         let mut s = self.lock();
         let recorded = s
             .volumes
             .get(id)
             .is_some_and(|v| v.snapshots.contains_key(name) || v.group_snapshots.contains_key(name));
-        if !recorded && s.snapshots.get(name).is_some_and(|owner| owner == id) {
-            s.snapshots.remove(name);
+        let key = snapshot_key(namespace, name);
+        if !recorded && s.snapshots.get(&key).is_some_and(|owner| owner == id) {
+            s.snapshots.remove(&key);
         }
     }
 
@@ -304,8 +349,8 @@ impl VolumeTable {
         let mut record = self.by_id(id).ok_or_else(|| Missing::VolumeId(id.to_string()))?;
         let out = change(&mut record)?;
         record.generation += 1;
-        self.store
-            .put(&record)
+        self.unsure
+            .put(&*self.store, &record)
             .await
             .map_err(|e| unavailable("the change", e))?;
         self.lock().insert(record.clone());
@@ -335,6 +380,7 @@ impl VolumeTable {
         self.lock().remove(id);
         self.waits().clear(id);
         self.uncalled.forget(id);
+        self.unsure.set(id, false);
         self.changed();
         Ok(())
     }
@@ -375,10 +421,10 @@ mod tests {
         let dir = tempfile::tempdir().unwrap();
         let t = table(&dir);
         assert!(matches!(
-            t.insert_new(record("id1", "data"), |_| true).await,
+            t.insert_new(record("id1", "data"), |_| true, |_| Ok(())).await,
             Ok(Inserted::New(_))
         ));
-        assert_eq!(t.id_of("data").as_deref(), Some("id1"));
+        assert_eq!(t.id_of(&"data".into()).as_deref(), Some("id1"));
         assert_eq!(state_count(&t.counts(), VolumeState::Pending), 1);
         t.modify("id1", |r| {
             r.csi_name = Some("pv-data".into());
@@ -424,7 +470,7 @@ mod tests {
         assert_eq!(t.published_on("hp", "n1"), 0);
         t.remove("id1").await.unwrap();
         assert_eq!(t.counts(), Counts::default());
-        assert!(t.by_name("data").is_none());
+        assert!(t.by_name(&"data".into()).is_none());
     }
 
     #[tokio::test]
@@ -433,7 +479,9 @@ mod tests {
         let dir = tempfile::tempdir().unwrap();
         let t = table(&dir);
         for (id, name) in [("a", "va"), ("b", "vb")] {
-            t.insert_new(record(id, name), |_| true).await.unwrap();
+            t.insert_new(record(id, name), |_| true, |_| Ok(()))
+                .await
+                .unwrap();
         }
         let member = |id: &str| GroupMember {
             volume: id.into(),
@@ -456,8 +504,14 @@ mod tests {
         .await
         .unwrap();
         assert_eq!((t.grouped("a"), t.grouped("b")), (1, 1));
-        assert_eq!(t.snapshot_owner("nightly").as_deref(), Some("a"));
-        assert!(t.claim_snapshot_name("nightly", "b").is_err());
+        assert_eq!(
+            t.snapshot_owner(&Namespace::default(), "nightly").as_deref(),
+            Some("a")
+        );
+        assert!(
+            t.claim_snapshot_name(&Namespace::default(), "nightly", "b")
+                .is_err()
+        );
         // Another change to the record leaves the counts as they are.
         t.modify("a", |r| {
             r.failure = Some("x".into());
@@ -473,7 +527,7 @@ mod tests {
         .await
         .unwrap();
         assert_eq!((t.grouped("a"), t.grouped("b")), (0, 0));
-        assert_eq!(t.snapshot_owner("nightly"), None);
+        assert_eq!(t.snapshot_owner(&Namespace::default(), "nightly"), None);
     }
 
     #[tokio::test]
@@ -500,13 +554,15 @@ mod tests {
     async fn a_name_is_taken_once_and_every_change_is_durable_first() {
         let dir = tempfile::tempdir().unwrap();
         let t = table(&dir);
-        t.insert_new(record("id1", "data"), |_| true).await.unwrap();
+        t.insert_new(record("id1", "data"), |_| true, |_| Ok(()))
+            .await
+            .unwrap();
         let again = t
-            .insert_new(record("id2", "data"), |r| r.id == "id1")
+            .insert_new(record("id2", "data"), |r| r.id == "id1", |_| Ok(()))
             .await
             .unwrap();
         assert!(matches!(again, Inserted::Existing(r) if r.id == "id1"));
-        let conflict = t.insert_new(record("id3", "data"), |_| false).await;
+        let conflict = t.insert_new(record("id3", "data"), |_| false, |_| Ok(())).await;
         assert!(matches!(conflict, Err(RequestError::AlreadyExists(_))));
         let (_, r) = t
             .modify("id1", |r| {
@@ -521,7 +577,7 @@ mod tests {
         assert_eq!(t.generation("id1"), Some(1), "a refused change changes nothing");
         drop(t);
         let t = table(&dir);
-        let r = t.by_name("data").unwrap();
+        let r = t.by_name(&"data".into()).unwrap();
         assert!(r.deleting && r.generation == 1, "reloaded as written");
         assert_eq!(t.ids(), vec!["id1".to_string()]);
     }

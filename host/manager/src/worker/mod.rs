@@ -15,7 +15,7 @@ pub(crate) mod work;
 use std::time::Duration;
 
 use crate::worker::outcome::{
-    Apply, PolicyFailure, StepError, Unwritten, apply_all, done_effect, refused_outright,
+    Apply, PolicyFailure, StepError, Unwritten, apply_all, done_effect, in_round, refused_outright,
 };
 use crate::worker::plan::{Caps, Step, next_step};
 use crate::{RequestError, now_ms};
@@ -112,6 +112,7 @@ impl Worker<'_> {
                 && self.nodes.forgotten(node)
                 && let Some(skip) = skipped_on_forgotten(&step)
             {
+                let skip = in_round(&record, &step, skip);
                 skip(&mut record);
                 unwritten.push(skip);
                 continue;
@@ -140,6 +141,7 @@ impl Worker<'_> {
             {
                 Ok(apply) => {
                     self.table.waits().clear(id);
+                    let apply = in_round(&record, &step, apply);
                     apply(&mut record);
                     if record.retrying.take().is_some() {
                         self.work.deadlines.clear(id);
@@ -361,7 +363,7 @@ impl Worker<'_> {
         unwritten.push(self.event(label.clone(), e.code.name(), format!("{}; {what}", e.message)));
         match decision {
             RetryDecision::Done => {
-                unwritten.push(done_effect(step));
+                unwritten.push(in_round(record, step, done_effect(step)));
                 self.write_unwritten(&record.id, unwritten, |_| {}).await
             }
             RetryDecision::RetryAfter(ms) => {

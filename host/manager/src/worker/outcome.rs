@@ -22,6 +22,17 @@ pub(crate) fn controller_done(node: &str, published: bool, context: Option<Segme
     })
 }
 
+/// `effect`, and the publication on `node` marked sent.
+pub(crate) fn sent(node: &str, effect: Apply) -> Apply {
+    let node = node.to_string();
+    Box::new(move |r: &mut VolumeRecord| {
+        effect(r);
+        if let Some(p) = r.publications.get_mut(&node) {
+            p.sent = true;
+        }
+    })
+}
+
 /// The node's level as its agent answered.
 pub(crate) fn node_at(node: &str, level: NodeLevel) -> Apply {
     let node = node.to_string();
@@ -41,6 +52,24 @@ pub(crate) fn drop_publication(node: &str) -> Apply {
     Box::new(move |r: &mut VolumeRecord| {
         if r.publications.get(&node).is_some_and(|p| !p.wanted) {
             r.publications.remove(&node);
+        }
+    })
+}
+
+/// What `step` changes, limited to the round its publication was in on
+/// `record` (the record the step was planned from): applied to a later
+/// record where the publication was asked for again since, it changes
+/// nothing, for the calls of the old round say nothing of the new one.
+pub(crate) fn in_round(record: &VolumeRecord, step: &Step, apply: Apply) -> Apply {
+    let Some((node, round)) = step
+        .publication()
+        .and_then(|n| record.publications.get(n).map(|p| (n.to_string(), p.round)))
+    else {
+        return apply;
+    };
+    Box::new(move |r: &mut VolumeRecord| {
+        if r.publications.get(&node).is_none_or(|p| p.round == round) {
+            apply(r);
         }
     })
 }
@@ -205,11 +234,12 @@ pub(crate) fn look_again(age_ms: u64) -> std::time::Duration {
 
 /// Codes with which a plugin refuses a CreateVolume without doing anything;
 /// after the others (timeouts, unavailable, internal errors) it may have.
+/// Not ALREADY_EXISTS: something holds the name, and it may be what an
+/// earlier attempt made (its answer lost), so it may need deleting.
 pub(crate) fn refused_outright(code: Code) -> bool {
     matches!(
         code,
         Code::InvalidArgument
-            | Code::AlreadyExists
             | Code::FailedPrecondition
             | Code::OutOfRange
             | Code::Unimplemented
@@ -226,6 +256,15 @@ mod tests {
     use crate::worker::plan::next_step;
     use crate::worker::plan::tests::{caps, record};
 
+    /// ALREADY_EXISTS says the name is taken, perhaps by what an earlier
+    /// attempt made: a delete must still ask the plugin.
+    #[test]
+    fn a_name_taken_is_no_proof_that_nothing_was_created() {
+        assert!(!refused_outright(Code::AlreadyExists));
+        assert!(refused_outright(Code::InvalidArgument));
+        assert!(!refused_outright(Code::Unavailable));
+    }
+
     #[test]
     fn a_delete_found_done_leaves_nothing_to_delete() {
         let mut r = record();
@@ -235,6 +274,60 @@ mod tests {
         assert_eq!(next_step(&r, caps), Some(Step::Delete));
         done_effect(&Step::Delete)(&mut r);
         assert_eq!(next_step(&r, caps), Some(Step::Forget));
+    }
+
+    /// Outcomes are written in batches, onto the latest record. An undo's
+    /// outcomes (unpublished, dropped) still unwritten when the operator
+    /// published the volume there again, and the new round was called and
+    /// then withdrawn too, must not reach the new round: applied to it,
+    /// they dropped a publication the plugin had, with no call to undo it.
+    #[test]
+    fn an_old_rounds_outcomes_never_reach_a_publication_asked_for_again() {
+        use berth_model::{NodeLevel, Publication};
+        let caps = caps(true, true);
+        let mut r = record();
+        let mut p = Publication::new(false);
+        (p.sent, p.controller_published, p.node) = (true, true, NodeLevel::Published);
+        p.unwant();
+        r.publications.insert("n1".into(), p);
+        // The worker undoes round 0 to the end; nothing written yet.
+        let mut worker = r.clone();
+        let mut unwritten: Vec<Apply> = Vec::new();
+        for step in [
+            Step::NodeUnpublish("n1".into()),
+            Step::ControllerUnpublish("n1".into()),
+            Step::DropPublication("n1".into()),
+        ] {
+            assert_eq!(next_step(&worker, caps), Some(step.clone()));
+            let effect = match &step {
+                Step::DropPublication(n) => drop_publication(n),
+                other => done_effect(other),
+            };
+            let effect = in_round(&worker, &step, effect);
+            effect(&mut worker);
+            unwritten.push(effect);
+        }
+        // Published again: round 1, and the worker plans from it, with its
+        // outcomes on it; ControllerPublishVolume goes out.
+        r.publications.get_mut("n1").unwrap().want(false);
+        let mut worker = r.clone();
+        for effect in &unwritten {
+            effect(&mut worker);
+        }
+        let step = Step::ControllerPublish("n1".into());
+        assert_eq!(next_step(&worker, caps), Some(step.clone()));
+        let called = sent("n1", controller_done("n1", true, None));
+        let published = in_round(&worker, &step, called);
+        published(&mut worker);
+        unwritten.push(published);
+        // Withdrawn again before the write: undone from the top.
+        r.publications.get_mut("n1").unwrap().unwant();
+        for effect in &unwritten {
+            effect(&mut r);
+        }
+        let p = r.publications.get("n1").expect("not dropped: the plugin has it");
+        assert!(p.controller_published, "{p:?}");
+        assert_eq!(next_step(&r, caps), Some(Step::NodeUnpublish("n1".into())));
     }
 
     /// The undo of a publication is written onto the latest record, which

@@ -56,6 +56,19 @@ impl Step {
         }
     }
 
+    /// The node whose publication the step is about.
+    pub fn publication(&self) -> Option<&str> {
+        match self {
+            Step::ControllerPublish(n)
+            | Step::NodePublish(n)
+            | Step::NodeUnpublish(n)
+            | Step::ControllerUnpublish(n)
+            | Step::DropPublication(n)
+            | Step::NodeExpand(n) => Some(n),
+            _ => None,
+        }
+    }
+
     pub fn operation(&self) -> Option<Operation> {
         Some(match self {
             Step::Create => Operation::CreateVolume,

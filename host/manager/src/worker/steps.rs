@@ -5,7 +5,7 @@ use crate::worker::Worker;
 
 use crate::nodes::NodeVolume;
 use crate::worker::outcome::{
-    Apply, StepError, Unwritten, controller_done, done_effect, drop_publication, node_at, step_error,
+    Apply, StepError, Unwritten, controller_done, done_effect, drop_publication, node_at, sent, step_error,
 };
 use crate::worker::plan::Step;
 use berth_csi::proto;
@@ -133,9 +133,15 @@ impl Worker<'_> {
                 Ok(done_effect(step))
             }
             Step::DropSnapshot(_) | Step::DropGroupSnapshot(_) => Ok(done_effect(step)),
-            Step::CreateGroupSnapshot(name) => self.snapshots().take_group_snapshot(r, name, unwritten).await,
+            Step::CreateGroupSnapshot(name) => {
+                self.snapshots_in(r.spec.namespace.clone())
+                    .take_group_snapshot(r, name, unwritten)
+                    .await
+            }
             Step::DeleteGroupSnapshot(name) => {
-                self.snapshots().delete_group_snapshot_now(r, name).await?;
+                self.snapshots_in(r.spec.namespace.clone())
+                    .delete_group_snapshot_now(r, name)
+                    .await?;
                 Ok(done_effect(step))
             }
         }
@@ -312,7 +318,12 @@ impl Worker<'_> {
         if self.table.publication_sent(&r.id, node) {
             // Marked sent already (by the request that asked for it,
             // perhaps): the call goes only if no operator withdrew it since.
-            if !self.table.first_call(&r.id, node).await {
+            let stands = self
+                .table
+                .first_call(&r.id, node)
+                .await
+                .map_err(|e| step_error(Code::Unavailable, e.to_string()))?;
+            if !stands {
                 return Err(withdrawn_error());
             }
             return Ok(());
@@ -425,17 +436,6 @@ fn withdrawn_error() -> StepError {
             "the publication was withdrawn before its first call; planning again",
         )
     }
-}
-
-/// `effect`, and the publication on `node` marked sent.
-fn sent(node: &str, effect: Apply) -> Apply {
-    let node = node.to_string();
-    Box::new(move |r: &mut VolumeRecord| {
-        effect(r);
-        if let Some(p) = r.publications.get_mut(&node) {
-            p.sent = true;
-        }
-    })
 }
 
 /// Conservative: a publication marked sent but never sent only costs its

@@ -34,6 +34,9 @@ pub(super) enum Refusal {
     /// What an agent's node asked of `NodeVolumes` beyond its own.
     #[error(transparent)]
     Node(#[from] NodeBound),
+    /// The namespace a call names, unreadable or out of place.
+    #[error(transparent)]
+    Namespace(#[from] super::scope::NamespaceRefusal),
 }
 
 pub(super) fn code(refusal: &Refusal) -> Code {
@@ -43,17 +46,20 @@ pub(super) fn code(refusal: &Refusal) -> Code {
             RequestError::NotFound(_) => Code::NotFound,
             RequestError::Conflict(_) | RequestError::InUse(_) => Code::FailedPrecondition,
             RequestError::AlreadyExists(_) => Code::AlreadyExists,
-            RequestError::NodeFull { .. } => Code::ResourceExhausted,
+            RequestError::NodeFull { .. } | RequestError::OverQuota(_) => Code::ResourceExhausted,
             RequestError::Unavailable(_) => Code::Unavailable,
             RequestError::Denied(Denied::InUse { .. }) => Code::FailedPrecondition,
             RequestError::Denied(Denied::Taken(_)) => Code::AlreadyExists,
-            RequestError::Denied(_) => Code::PermissionDenied,
+            RequestError::Denied(_) | RequestError::SecretNotGiven(_) => Code::PermissionDenied,
+            RequestError::Refused(berth_manager::admission::Refused::Denied { .. }) => Code::PermissionDenied,
+            RequestError::Refused(berth_manager::admission::Refused::Failed(_)) => Code::Unavailable,
         },
         Refusal::Reload(ReloadError::Stopped(_)) => Code::Internal,
         Refusal::Reload(_) | Refusal::NoCluster => Code::FailedPrecondition,
         Refusal::Store(_) => Code::Unavailable,
         Refusal::Missing(_) => Code::InvalidArgument,
         Refusal::Node(_) => Code::PermissionDenied,
+        Refusal::Namespace(_) => Code::InvalidArgument,
     }
 }
 

@@ -93,6 +93,14 @@ pub(super) fn docker_view(m: &VolumeManager, r: &VolumeRecord, node: &str, event
 impl BerthApi {
     /// Makes `call` for `node`'s Docker, bounded to what that Docker may touch.
     pub(super) async fn docker_call(&self, node: &str, call: DockerCall) -> Result<api::Volume, Status> {
+        let asker = berth_manager::admission::Asker {
+            identity: format!("docker:{node}"),
+            policies: Vec::new(),
+        };
+        berth_manager::admission::asked_by(asker, self.docker_call_as(node, call)).await
+    }
+
+    async fn docker_call_as(&self, node: &str, call: DockerCall) -> Result<api::Volume, Status> {
         let m = &self.manager;
         let r = match call {
             DockerCall::Get(name) => m.docker().docker_get(node, &name),

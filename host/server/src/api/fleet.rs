@@ -9,7 +9,8 @@ use super::codes::{Refusal, status};
 use crate::csi::registry::Health;
 use crate::manager::RequestError;
 
-fn health(h: &Health) -> (&'static str, String) {
+/// A plugin's health as the API says it: a word, and the reason when unhealthy.
+pub(super) fn health(h: &Health) -> (&'static str, String) {
     match h {
         Health::Unknown => ("unknown", String::new()),
         Health::Healthy => ("healthy", String::new()),
@@ -18,6 +19,44 @@ fn health(h: &Health) -> (&'static str, String) {
 }
 
 impl BerthApi {
+    /// The servers sharing the etcd store, this one (the leader) first.
+    pub(super) async fn servers(&self) -> Vec<api::Server> {
+        let Some(election) = &self.election else {
+            return Vec::new();
+        };
+        let mut members = election.members().await.unwrap_or_else(|e| {
+            tracing::warn!(error = %e, "listing the servers in etcd failed");
+            vec![election.me().clone()]
+        });
+        members.sort_by_key(|m| (m.name != election.me().name, m.name.clone()));
+        members
+            .into_iter()
+            .map(|m| api::Server {
+                leader: m.name == election.me().name,
+                name: m.name,
+                api: m.api,
+                cluster_address: m.forward.unwrap_or_default(),
+                policy_set: m.policy_set.unwrap_or_default(),
+                policy_error: m.policy_error.unwrap_or_default(),
+            })
+            .collect()
+    }
+
+    /// How many volumes are in each state, the work outstanding, the
+    /// policies' counters and the servers.
+    pub(super) async fn answer_summary(&self) -> api::SummaryResponse {
+        let s = self.manager.summary();
+        api::SummaryResponse {
+            volumes: s.volumes,
+            states: s.states.into_iter().map(|(k, v)| (k.to_string(), v)).collect(),
+            busy: s.busy,
+            retrying: s.retrying,
+            policies: super::policies::counters(self.manager.policies().stats()),
+            waiting: s.waiting,
+            servers: self.servers().await,
+        }
+    }
+
     /// The TLS cluster endpoint, which join tokens are for.
     fn cluster(&self) -> Result<&crate::cluster::service::ClusterTls, Status> {
         self.cluster.as_deref().ok_or_else(|| status(Refusal::NoCluster))
@@ -120,6 +159,46 @@ impl BerthApi {
             .collect();
         Ok(Response::new(api::ListJoinTokensResponse { tokens }))
     }
+    pub(super) async fn answer_drain_node(
+        &self,
+        req: Request<api::DrainNodeRequest>,
+    ) -> Result<Response<api::NodeChangeResponse>, Status> {
+        let r = req.into_inner();
+        let publications = self
+            .manager
+            .fleet()
+            .drain_node(&r.name, r.undo)
+            .await
+            .map_err(status)?;
+        Ok(Response::new(api::NodeChangeResponse { publications }))
+    }
+
+    pub(super) async fn answer_forget_node(
+        &self,
+        req: Request<api::ForgetNodeRequest>,
+    ) -> Result<Response<api::NodeChangeResponse>, Status> {
+        let r = req.into_inner();
+        let publications = self
+            .manager
+            .fleet()
+            .forget_node(&r.name, r.force)
+            .await
+            .map_err(status)?;
+        Ok(Response::new(api::NodeChangeResponse { publications }))
+    }
+
+    pub(super) async fn answer_remove_node(
+        &self,
+        req: Request<api::RemoveNodeRequest>,
+    ) -> Result<Response<api::NodeChangeResponse>, Status> {
+        self.manager
+            .fleet()
+            .remove_node(&req.into_inner().name)
+            .await
+            .map_err(status)?;
+        Ok(Response::new(api::NodeChangeResponse { publications: 0 }))
+    }
+
     pub(super) async fn answer_revoke_join_token(
         &self,
         req: Request<api::RevokeJoinTokenRequest>,
@@ -131,45 +210,5 @@ impl BerthApi {
         }
         tracing::warn!(token = %crate::model::text::echo(&id), "join token revoked");
         Ok(Response::new(api::RevokeJoinTokenResponse {}))
-    }
-
-    /// Each configured plugin: its controller's health and its nodes'.
-    pub(super) async fn answer_plugin_status(
-        &self,
-        _: Request<api::PluginStatusRequest>,
-    ) -> Result<Response<api::PluginStatusResponse>, Status> {
-        let m = &self.manager;
-        let plugins = m
-            .config()
-            .plugins
-            .iter()
-            .map(|p| {
-                let controller = m.registry().get(&p.name).map(|c| c.status());
-                let (h, reason) = match (&p.controller, &controller) {
-                    (None, _) => ("none", String::new()),
-                    (Some(_), Some(s)) => health(&s.health),
-                    (Some(_), None) => ("unknown", String::new()),
-                };
-                let nodes = m.fleet().node_views(Some(&p.name));
-                let healthy = nodes.iter().filter(|n| n.health == Health::Healthy).count();
-                api::PluginStatus {
-                    name: p.name.clone(),
-                    driver: controller
-                        .as_ref()
-                        .and_then(|s| s.fingerprint.as_ref().map(|f| f.name.clone()))
-                        .or_else(|| p.driver.clone())
-                        .unwrap_or_default(),
-                    controller_health: h.into(),
-                    controller_reason: reason,
-                    nodes_healthy: healthy as u32,
-                    nodes_expected: nodes.len() as u32,
-                    capabilities: controller
-                        .and_then(|s| s.fingerprint)
-                        .and_then(|f| f.controller.as_ref().map(|c| c.capabilities.clone()))
-                        .unwrap_or_default(),
-                }
-            })
-            .collect();
-        Ok(Response::new(api::PluginStatusResponse { plugins }))
     }
 }

@@ -6,16 +6,23 @@ use std::sync::Arc;
 use berth_proto::berth::v1 as api;
 use tonic::{Request, Response, Status};
 
+pub mod access;
+pub use access::Access;
+mod acl_calls;
+pub mod audit;
 mod codes;
 mod convert;
 mod docker_calls;
 mod fleet;
 pub mod introspection;
+mod listing;
 mod node_volumes;
+mod plugins;
 mod policies;
+mod scope;
+mod snapshots;
 mod socket;
 
-use convert::volume_summary;
 pub use convert::{spec_from_api, volume_to_api};
 pub use node_volumes::NodeVolumesApi;
 pub use policies::{PolicyReload, ReloadError, SetInService};
@@ -25,6 +32,7 @@ use crate::manager::{RequestError, VolumeManager};
 use codes::{Refusal, status};
 use docker_calls::{DockerCall, docker_node};
 use policies::{counters, policy_set};
+use scope::namespace;
 
 pub struct BerthApi {
     manager: Arc<VolumeManager>,
@@ -34,6 +42,9 @@ pub struct BerthApi {
     /// With the etcd store: this server's part in the election (it leads
     /// while this API answers).
     election: Option<Arc<crate::leadership::Election>>,
+    /// Who may do what (checked by [`access::Guard`] before each call).
+    acl: Arc<crate::acl::Acl>,
+    audit: Arc<audit::Audit>,
 }
 
 impl BerthApi {
@@ -42,36 +53,16 @@ impl BerthApi {
         reloader: Arc<dyn PolicyReload>,
         cluster: Option<Arc<crate::cluster::service::ClusterTls>>,
         election: Option<Arc<crate::leadership::Election>>,
+        access: Access,
     ) -> Self {
         BerthApi {
             manager,
             reloader,
             cluster,
             election,
+            acl: access.acl,
+            audit: access.audit,
         }
-    }
-
-    /// The servers sharing the etcd store, this one (the leader) first.
-    async fn servers(&self) -> Vec<api::Server> {
-        let Some(election) = &self.election else {
-            return Vec::new();
-        };
-        let mut members = election.members().await.unwrap_or_else(|e| {
-            tracing::warn!(error = %e, "listing the servers in etcd failed");
-            vec![election.me().clone()]
-        });
-        members.sort_by_key(|m| (m.name != election.me().name, m.name.clone()));
-        members
-            .into_iter()
-            .map(|m| api::Server {
-                leader: m.name == election.me().name,
-                name: m.name,
-                api: m.api,
-                cluster_address: m.forward.unwrap_or_default(),
-                policy_set: m.policy_set.unwrap_or_default(),
-                policy_error: m.policy_error.unwrap_or_default(),
-            })
-            .collect()
     }
 }
 
@@ -82,6 +73,7 @@ impl api::berth_server::Berth for BerthApi {
         req: Request<api::CreateVolumeRequest>,
     ) -> Result<Response<api::Volume>, Status> {
         let docker = docker_node(&req)?;
+        let ns = namespace(&req).map_err(status)?;
         let spec = req
             .into_inner()
             .spec
@@ -96,7 +88,8 @@ impl api::berth_server::Berth for BerthApi {
             .docker_scope
             .parse()
             .map_err(|e| status(RequestError::Invalid(format!("docker_scope: {e}"))))?;
-        let spec = spec_from_api(spec).map_err(status)?;
+        let mut spec = spec_from_api(spec).map_err(status)?;
+        spec.namespace = ns;
         let r = self
             .manager
             .docker()
@@ -108,6 +101,7 @@ impl api::berth_server::Berth for BerthApi {
 
     async fn get_volume(&self, req: Request<api::GetVolumeRequest>) -> Result<Response<api::Volume>, Status> {
         let docker = docker_node(&req)?;
+        let ns = namespace(&req).map_err(status)?;
         let name = req.into_inner().name;
         if let Some(node) = docker {
             return self
@@ -115,10 +109,12 @@ impl api::berth_server::Berth for BerthApi {
                 .await
                 .map(Response::new);
         }
-        let r = self
-            .manager
-            .get(&name)
-            .ok_or_else(|| status(RequestError::from(berth_manager::Missing::Volume(name.clone()))))?;
+        let name = berth_model::VolumeName::new(ns, name);
+        let r = self.manager.get(&name).ok_or_else(|| {
+            status(RequestError::from(berth_manager::Missing::Volume(
+                name.to_string(),
+            )))
+        })?;
         Ok(Response::new(volume_to_api(&self.manager, &r)))
     }
 
@@ -129,28 +125,14 @@ impl api::berth_server::Berth for BerthApi {
         if let Some(node) = docker_node(&req)? {
             return Ok(Response::new(self.docker_list(&node)));
         }
-        let req = req.into_inner();
-        // No page size: every volume at once, as before paging existed.
-        let (records, next) = match req.max_entries {
-            0 => (self.manager.list(), None),
-            max => {
-                // A token is a volume's name, longer ones of earlier releases included.
-                berth_model::bounds::text("starting_token", &req.starting_token, 1024)
-                    .map_err(|e| status(RequestError::from(e)))?;
-                self.manager.list_page(&req.starting_token, max as usize)
-            }
-        };
-        let volumes = records.iter().map(|r| volume_summary(&self.manager, r)).collect();
-        Ok(Response::new(api::ListVolumesResponse {
-            volumes,
-            next_token: next.unwrap_or_default(),
-        }))
+        listing::list_volumes(self, req)
     }
 
     async fn delete_volume(
         &self,
         req: Request<api::DeleteVolumeRequest>,
     ) -> Result<Response<api::Volume>, Status> {
+        let ns = namespace(&req).map_err(status)?;
         if let Some(node) = docker_node(&req)? {
             let call = DockerCall::Delete(req.into_inner().name);
             return self.docker_call(&node, call).await.map(Response::new);
@@ -158,7 +140,7 @@ impl api::berth_server::Berth for BerthApi {
         let req = req.into_inner();
         let r = self
             .manager
-            .requests()
+            .requests_in(ns)
             .delete(&req.name, req.force)
             .await
             .map_err(status)?;
@@ -169,6 +151,7 @@ impl api::berth_server::Berth for BerthApi {
         &self,
         req: Request<api::PublishVolumeRequest>,
     ) -> Result<Response<api::Volume>, Status> {
+        let ns = namespace(&req).map_err(status)?;
         let docker = docker_node(&req)?;
         let req = req.into_inner();
         if let Some(node) = docker {
@@ -181,7 +164,7 @@ impl api::berth_server::Berth for BerthApi {
         let node = (!req.node.is_empty()).then_some(req.node.as_str());
         let r = self
             .manager
-            .requests()
+            .requests_in(ns)
             .publish(&req.name, node, req.readonly)
             .await
             .map_err(status)?;
@@ -192,6 +175,7 @@ impl api::berth_server::Berth for BerthApi {
         &self,
         req: Request<api::UnpublishVolumeRequest>,
     ) -> Result<Response<api::Volume>, Status> {
+        let ns = namespace(&req).map_err(status)?;
         let docker = docker_node(&req)?;
         let req = req.into_inner();
         if let Some(node) = docker {
@@ -203,7 +187,7 @@ impl api::berth_server::Berth for BerthApi {
         }
         let r = self
             .manager
-            .requests()
+            .requests_in(ns)
             .unpublish(&req.name, &req.node)
             .await
             .map_err(status)?;
@@ -214,10 +198,11 @@ impl api::berth_server::Berth for BerthApi {
         &self,
         req: Request<api::ExpandVolumeRequest>,
     ) -> Result<Response<api::Volume>, Status> {
+        let ns = namespace(&req).map_err(status)?;
         let req = req.into_inner();
         let r = self
             .manager
-            .requests()
+            .requests_in(ns)
             .expand(&req.name, req.required_bytes)
             .await
             .map_err(status)?;
@@ -228,11 +213,12 @@ impl api::berth_server::Berth for BerthApi {
         &self,
         req: Request<api::ModifyVolumeRequest>,
     ) -> Result<Response<api::Volume>, Status> {
+        let ns = namespace(&req).map_err(status)?;
         let req = req.into_inner();
         let changes = req.mutable_parameters.into_iter().collect();
         let r = self
             .manager
-            .requests()
+            .requests_in(ns)
             .modify_parameters(&req.name, changes)
             .await
             .map_err(status)?;
@@ -243,12 +229,13 @@ impl api::berth_server::Berth for BerthApi {
         &self,
         req: Request<api::ImportVolumeRequest>,
     ) -> Result<Response<api::Volume>, Status> {
+        let ns = namespace(&req).map_err(status)?;
         let req = req.into_inner();
         let spec = req.spec.ok_or_else(|| status(Refusal::Missing("spec")))?;
         let spec = spec_from_api(spec).map_err(status)?;
         let r = self
             .manager
-            .requests()
+            .requests_in(ns)
             .import(spec, &req.volume_id)
             .await
             .map_err(status)?;
@@ -259,9 +246,10 @@ impl api::berth_server::Berth for BerthApi {
         &self,
         req: Request<api::ForgetVolumeRequest>,
     ) -> Result<Response<api::Volume>, Status> {
+        let ns = namespace(&req).map_err(status)?;
         let r = self
             .manager
-            .requests()
+            .requests_in(ns)
             .forget(&req.into_inner().name)
             .await
             .map_err(status)?;
@@ -272,6 +260,7 @@ impl api::berth_server::Berth for BerthApi {
         &self,
         req: Request<api::SetDockerScopeRequest>,
     ) -> Result<Response<api::Volume>, Status> {
+        let ns = namespace(&req).map_err(status)?;
         let req = req.into_inner();
         let scope = req
             .scope
@@ -280,7 +269,7 @@ impl api::berth_server::Berth for BerthApi {
         let r = self
             .manager
             .docker()
-            .set_docker_scope(&req.name, scope)
+            .set_docker_scope(&berth_model::VolumeName::new(ns, req.name), scope)
             .await
             .map_err(status)?;
         Ok(Response::new(volume_to_api(&self.manager, &r)))
@@ -290,9 +279,10 @@ impl api::berth_server::Berth for BerthApi {
         &self,
         req: Request<api::VolumeHealthRequest>,
     ) -> Result<Response<api::VolumeHealthResponse>, Status> {
+        let ns = namespace(&req).map_err(status)?;
         let h = self
             .manager
-            .requests()
+            .requests_in(ns)
             .health(&req.into_inner().name)
             .await
             .map_err(status)?;
@@ -303,116 +293,63 @@ impl api::berth_server::Berth for BerthApi {
         &self,
         req: Request<api::CreateSnapshotRequest>,
     ) -> Result<Response<api::Snapshot>, Status> {
-        let req = req.into_inner();
-        let s = self
-            .manager
-            .snapshots()
-            .create_snapshot(&req.name, &req.volume)
-            .await
-            .map_err(status)?;
-        Ok(Response::new(convert::views::snapshot_to_api(&s)))
+        snapshots::create_snapshot(self, req).await
     }
 
     async fn delete_snapshot(
         &self,
         req: Request<api::DeleteSnapshotRequest>,
     ) -> Result<Response<api::Snapshot>, Status> {
-        let s = self
-            .manager
-            .snapshots()
-            .delete_snapshot(&req.into_inner().name)
-            .await
-            .map_err(status)?;
-        Ok(Response::new(convert::views::snapshot_to_api(&s)))
+        snapshots::delete_snapshot(self, req).await
     }
 
     async fn get_snapshot(
         &self,
         req: Request<api::GetSnapshotRequest>,
     ) -> Result<Response<api::Snapshot>, Status> {
-        let s = self
-            .manager
-            .snapshots()
-            .get_snapshot(&req.into_inner().name)
-            .map_err(status)?;
-        Ok(Response::new(convert::views::snapshot_to_api(&s)))
+        snapshots::get_snapshot(self, req).await
     }
 
     async fn list_snapshots(
         &self,
         req: Request<api::ListSnapshotsRequest>,
     ) -> Result<Response<api::ListSnapshotsResponse>, Status> {
-        let volume = req.into_inner().volume;
-        let all = self
-            .manager
-            .snapshots()
-            .list_snapshots((!volume.is_empty()).then_some(volume.as_str()))
-            .map_err(status)?;
-        Ok(Response::new(api::ListSnapshotsResponse {
-            snapshots: all.iter().map(convert::views::snapshot_to_api).collect(),
-        }))
+        snapshots::list_snapshots(self, req).await
     }
 
     async fn create_group_snapshot(
         &self,
         req: Request<api::CreateGroupSnapshotRequest>,
     ) -> Result<Response<api::GroupSnapshot>, Status> {
-        let req = req.into_inner();
-        let g = self
-            .manager
-            .snapshots()
-            .create_group_snapshot(&req.name, &req.volumes)
-            .await
-            .map_err(status)?;
-        Ok(Response::new(convert::views::group_to_api(&g)))
+        snapshots::create_group_snapshot(self, req).await
     }
 
     async fn delete_group_snapshot(
         &self,
         req: Request<api::DeleteGroupSnapshotRequest>,
     ) -> Result<Response<api::GroupSnapshot>, Status> {
-        let g = self
-            .manager
-            .snapshots()
-            .delete_group_snapshot(&req.into_inner().name)
-            .await
-            .map_err(status)?;
-        Ok(Response::new(convert::views::group_to_api(&g)))
+        snapshots::delete_group_snapshot(self, req).await
     }
 
     async fn get_group_snapshot(
         &self,
         req: Request<api::GetGroupSnapshotRequest>,
     ) -> Result<Response<api::GroupSnapshot>, Status> {
-        let g = self
-            .manager
-            .snapshots()
-            .get_group_snapshot(&req.into_inner().name)
-            .map_err(status)?;
-        Ok(Response::new(convert::views::group_to_api(&g)))
+        snapshots::get_group_snapshot(self, req).await
     }
 
     async fn list_group_snapshots(
         &self,
-        _: Request<api::ListGroupSnapshotsRequest>,
+        req: Request<api::ListGroupSnapshotsRequest>,
     ) -> Result<Response<api::ListGroupSnapshotsResponse>, Status> {
-        let groups = self.manager.snapshots().list_group_snapshots();
-        Ok(Response::new(api::ListGroupSnapshotsResponse {
-            groups: groups.iter().map(convert::views::group_to_api).collect(),
-        }))
+        snapshots::list_group_snapshots(self, req).await
     }
 
     async fn plugin_orphans(
         &self,
         req: Request<api::PluginOrphansRequest>,
     ) -> Result<Response<api::PluginOrphansResponse>, Status> {
-        let o = self
-            .manager
-            .requests()
-            .orphans(&req.into_inner().plugin)
-            .await
-            .map_err(status)?;
-        Ok(Response::new(convert::views::orphans_to_api(o)))
+        self.answer_plugin_orphans(req).await
     }
 
     async fn list_nodes(
@@ -457,57 +394,25 @@ impl api::berth_server::Berth for BerthApi {
         self.answer_plugin_status(req).await
     }
 
+    async fn record_plugin_check(
+        &self,
+        req: Request<api::RecordPluginCheckRequest>,
+    ) -> Result<Response<api::PluginCheck>, Status> {
+        self.answer_record_plugin_check(req).await
+    }
+
     async fn retry_volume(
         &self,
         req: Request<api::RetryVolumeRequest>,
     ) -> Result<Response<api::Volume>, Status> {
+        let ns = namespace(&req).map_err(status)?;
         let r = self
             .manager
-            .requests()
+            .requests_in(ns)
             .retry(&req.into_inner().name)
             .await
             .map_err(status)?;
         Ok(Response::new(volume_to_api(&self.manager, &r)))
-    }
-
-    async fn drain_node(
-        &self,
-        req: Request<api::DrainNodeRequest>,
-    ) -> Result<Response<api::NodeChangeResponse>, Status> {
-        let r = req.into_inner();
-        let publications = self
-            .manager
-            .fleet()
-            .drain_node(&r.name, r.undo)
-            .await
-            .map_err(status)?;
-        Ok(Response::new(api::NodeChangeResponse { publications }))
-    }
-
-    async fn forget_node(
-        &self,
-        req: Request<api::ForgetNodeRequest>,
-    ) -> Result<Response<api::NodeChangeResponse>, Status> {
-        let r = req.into_inner();
-        let publications = self
-            .manager
-            .fleet()
-            .forget_node(&r.name, r.force)
-            .await
-            .map_err(status)?;
-        Ok(Response::new(api::NodeChangeResponse { publications }))
-    }
-
-    async fn remove_node(
-        &self,
-        req: Request<api::RemoveNodeRequest>,
-    ) -> Result<Response<api::NodeChangeResponse>, Status> {
-        self.manager
-            .fleet()
-            .remove_node(&req.into_inner().name)
-            .await
-            .map_err(status)?;
-        Ok(Response::new(api::NodeChangeResponse { publications: 0 }))
     }
 
     async fn revoke_join_token(
@@ -521,16 +426,7 @@ impl api::berth_server::Berth for BerthApi {
         &self,
         _: Request<api::SummaryRequest>,
     ) -> Result<Response<api::SummaryResponse>, Status> {
-        let s = self.manager.summary();
-        Ok(Response::new(api::SummaryResponse {
-            volumes: s.volumes,
-            states: s.states.into_iter().map(|(k, v)| (k.to_string(), v)).collect(),
-            busy: s.busy,
-            retrying: s.retrying,
-            policies: counters(self.manager.policies().stats()),
-            waiting: s.waiting,
-            servers: self.servers().await,
-        }))
+        Ok(Response::new(self.answer_summary().await))
     }
 
     async fn reload_policies(
@@ -543,22 +439,6 @@ impl api::berth_server::Berth for BerthApi {
         }))
     }
 
-    async fn apply_policy_set(
-        &self,
-        request: Request<api::ApplyPolicySetRequest>,
-    ) -> Result<Response<api::PolicySet>, Status> {
-        let r = request.into_inner();
-        if !std::path::Path::new(&r.base_dir).is_absolute() {
-            return Err(Status::invalid_argument("base_dir: an absolute path is required"));
-        }
-        let set = self
-            .reloader
-            .apply(&r.text, std::path::Path::new(&r.base_dir))
-            .await
-            .map_err(status)?;
-        Ok(Response::new(policy_set(set, self.servers().await)))
-    }
-
     async fn get_policy_set(
         &self,
         _: Request<api::GetPolicySetRequest>,
@@ -569,25 +449,150 @@ impl api::berth_server::Berth for BerthApi {
         )))
     }
 
+    async fn bootstrap_acl(
+        &self,
+        _: Request<api::BootstrapAclRequest>,
+    ) -> Result<Response<api::AclTokenSecret>, Status> {
+        acl_calls::bootstrap(self).await
+    }
+
+    async fn apply_acl_policy(
+        &self,
+        req: Request<api::ApplyAclPolicyRequest>,
+    ) -> Result<Response<api::AclPolicy>, Status> {
+        acl_calls::apply_policy(self, req).await
+    }
+
+    async fn get_acl_policy(
+        &self,
+        req: Request<api::GetAclPolicyRequest>,
+    ) -> Result<Response<api::AclPolicy>, Status> {
+        acl_calls::get_policy(self, &req.into_inner().name)
+    }
+
+    async fn list_acl_policies(
+        &self,
+        _: Request<api::ListAclPoliciesRequest>,
+    ) -> Result<Response<api::ListAclPoliciesResponse>, Status> {
+        Ok(acl_calls::list_policies(self))
+    }
+
+    async fn delete_acl_policy(
+        &self,
+        req: Request<api::DeleteAclPolicyRequest>,
+    ) -> Result<Response<api::AclPolicy>, Status> {
+        acl_calls::delete_policy(self, &req.into_inner().name).await
+    }
+
+    async fn create_acl_token(
+        &self,
+        req: Request<api::CreateAclTokenRequest>,
+    ) -> Result<Response<api::AclTokenSecret>, Status> {
+        acl_calls::create_token(self, req).await
+    }
+
+    async fn list_acl_tokens(
+        &self,
+        _: Request<api::ListAclTokensRequest>,
+    ) -> Result<Response<api::ListAclTokensResponse>, Status> {
+        Ok(acl_calls::list_tokens(self))
+    }
+
+    async fn revoke_acl_token(
+        &self,
+        req: Request<api::RevokeAclTokenRequest>,
+    ) -> Result<Response<api::AclToken>, Status> {
+        acl_calls::revoke_token(self, &req.into_inner().accessor).await
+    }
+
+    async fn acl_token_self(
+        &self,
+        req: Request<api::AclTokenSelfRequest>,
+    ) -> Result<Response<api::AclToken>, Status> {
+        acl_calls::token_self(self, &req)
+    }
+
+    async fn set_namespace_quota(
+        &self,
+        req: Request<api::SetNamespaceQuotaRequest>,
+    ) -> Result<Response<api::NamespaceStatus>, Status> {
+        listing::set_quota(self, req).await
+    }
+
+    async fn list_namespaces(
+        &self,
+        req: Request<api::ListNamespacesRequest>,
+    ) -> Result<Response<api::ListNamespacesResponse>, Status> {
+        listing::list_namespaces(self, req)
+    }
+
+    async fn tail_audit(
+        &self,
+        req: Request<api::TailAuditRequest>,
+    ) -> Result<Response<api::TailAuditResponse>, Status> {
+        acl_calls::tail_audit(self, req.into_inner().lines)
+    }
+
+    async fn drain_node(
+        &self,
+        req: Request<api::DrainNodeRequest>,
+    ) -> Result<Response<api::NodeChangeResponse>, Status> {
+        self.answer_drain_node(req).await
+    }
+
+    async fn forget_node(
+        &self,
+        req: Request<api::ForgetNodeRequest>,
+    ) -> Result<Response<api::NodeChangeResponse>, Status> {
+        self.answer_forget_node(req).await
+    }
+
+    async fn remove_node(
+        &self,
+        req: Request<api::RemoveNodeRequest>,
+    ) -> Result<Response<api::NodeChangeResponse>, Status> {
+        self.answer_remove_node(req).await
+    }
+
+    async fn apply_policy_set(
+        &self,
+        req: Request<api::ApplyPolicySetRequest>,
+    ) -> Result<Response<api::PolicySet>, Status> {
+        self.answer_apply_policy_set(req).await
+    }
+
     async fn promote_policy(
         &self,
-        request: Request<api::PromotePolicyRequest>,
+        req: Request<api::PromotePolicyRequest>,
     ) -> Result<Response<api::PolicySet>, Status> {
-        let r = request.into_inner();
-        let decision = match r.decision.as_str() {
-            "" => None,
-            d => Some(d.parse().map_err(Status::invalid_argument)?),
-        };
-        let set = self.reloader.promote(decision).await.map_err(status)?;
-        Ok(Response::new(policy_set(set, self.servers().await)))
+        self.answer_promote_policy(req).await
     }
 
     async fn rollback_policy(
         &self,
-        request: Request<api::RollbackPolicyRequest>,
+        req: Request<api::RollbackPolicyRequest>,
     ) -> Result<Response<api::PolicySet>, Status> {
-        let to = Some(request.into_inner().version).filter(|v| *v > 0);
-        let set = self.reloader.rollback(to).await.map_err(status)?;
-        Ok(Response::new(policy_set(set, self.servers().await)))
+        self.answer_rollback_policy(req).await
+    }
+
+    async fn bind_acl_certificate(
+        &self,
+        req: Request<api::BindAclCertificateRequest>,
+    ) -> Result<Response<api::AclCertificate>, Status> {
+        acl_calls::bind_certificate(self, req).await
+    }
+
+    async fn unbind_acl_certificate(
+        &self,
+        req: Request<api::UnbindAclCertificateRequest>,
+    ) -> Result<Response<api::AclCertificate>, Status> {
+        acl_calls::unbind_certificate(self, &req.into_inner().subject).await
+    }
+
+    async fn list_acl_certificates(
+        &self,
+        _: Request<api::ListAclCertificatesRequest>,
+    ) -> Result<Response<api::ListAclCertificatesResponse>, Status> {
+        Ok(acl_calls::list_certificates(self))
     }
 }

@@ -5,6 +5,7 @@ use berth_proto::berth::v1 as api;
 use tonic::{Request, Response, Status};
 
 use super::BerthApi;
+use super::codes::status;
 use crate::policy::{OnError, PolicyStats};
 
 /// The most decisions one ListDecisions answer carries (each up to 256 KiB
@@ -99,6 +100,7 @@ pub(super) fn counters(stats: Vec<PolicyStats>) -> Vec<api::PolicyCounters> {
             failures: s.failures,
             fallbacks: s.fallbacks,
             digest: s.digest,
+            signed_by: s.signed_by,
         })
         .collect()
 }
@@ -176,5 +178,45 @@ impl BerthApi {
             None => (Vec::new(), Vec::new()),
         };
         Ok(Response::new(api::PolicyDiffResponse { counts, diffs }))
+    }
+}
+
+impl BerthApi {
+    pub(super) async fn answer_apply_policy_set(
+        &self,
+        request: Request<api::ApplyPolicySetRequest>,
+    ) -> Result<Response<api::PolicySet>, Status> {
+        let r = request.into_inner();
+        if !std::path::Path::new(&r.base_dir).is_absolute() {
+            return Err(Status::invalid_argument("base_dir: an absolute path is required"));
+        }
+        let set = self
+            .reloader
+            .apply(&r.text, std::path::Path::new(&r.base_dir))
+            .await
+            .map_err(status)?;
+        Ok(Response::new(policy_set(set, self.servers().await)))
+    }
+
+    pub(super) async fn answer_promote_policy(
+        &self,
+        request: Request<api::PromotePolicyRequest>,
+    ) -> Result<Response<api::PolicySet>, Status> {
+        let r = request.into_inner();
+        let decision = match r.decision.as_str() {
+            "" => None,
+            d => Some(d.parse().map_err(Status::invalid_argument)?),
+        };
+        let set = self.reloader.promote(decision).await.map_err(status)?;
+        Ok(Response::new(policy_set(set, self.servers().await)))
+    }
+
+    pub(super) async fn answer_rollback_policy(
+        &self,
+        request: Request<api::RollbackPolicyRequest>,
+    ) -> Result<Response<api::PolicySet>, Status> {
+        let to = Some(request.into_inner().version).filter(|v| *v > 0);
+        let set = self.reloader.rollback(to).await.map_err(status)?;
+        Ok(Response::new(policy_set(set, self.servers().await)))
     }
 }

@@ -1,10 +1,11 @@
 //! The core in paused time: the same manager, node directory and in-process
 //! agents a term runs (`serve::term::core`, `start_node_agents`), on a store
-//! in memory and a CSI plugin in the test's own runtime. Nothing waits
-//! outside the runtime but an agent's record, so tokio's paused clock moves
-//! only to Berth's own timers: a retry an hour away is tested in no time,
-//! and when each call came is exact. What crosses processes stays in the
-//! integration suite.
+//! in memory and a CSI plugin in the test's own runtime. Nothing is waited
+//! for outside the runtime but in tokio's blocking pool (the agents' record
+//! too: `Waits::InBlockingPool`), which holds the paused clock still, so it
+//! moves only to Berth's own timers: a retry an hour away is tested in no
+//! time, and when each call came is exact. What crosses processes stays in
+//! the integration suite.
 
 mod lifecycle;
 mod plugin;
@@ -104,11 +105,22 @@ controller = "unix://{socket}"
         core.manager.act_only_while(tenure);
     }
     let workers = core.manager.start();
+    // The node's record in a store file of its own, as a server's
+    // `[[node]]` keeps it; its writers wait in tokio's blocking pool, so
+    // the paused clock stays put while a commit is under way.
+    let records = node.then(|| {
+        crate::store::RedbStore::open_waiting(
+            &dir.path().join("records.redb"),
+            crate::store::Waits::InBlockingPool,
+        )
+        .unwrap()
+        .committer()
+    });
     let mut agents = crate::serve::endpoints::start_node_agents(
         &core.manager,
         core.directory.clone(),
         core.deadline,
-        None,
+        records,
     );
     agents.connected_within(None).await.unwrap();
     Core {
@@ -151,7 +163,26 @@ impl Core {
 
     /// Volume records written to the store so far.
     pub fn record_writes(&self) -> usize {
-        self.store.puts()
+        self.store.puts(0).len()
+    }
+
+    /// What each volume write since the `since`th carried: its
+    /// publications and its newest event (a failed count says which).
+    pub fn writes_since(&self, since: usize) -> Vec<String> {
+        self.store
+            .puts(since)
+            .iter()
+            .map(|r| {
+                let last = r
+                    .events
+                    .last()
+                    .map(|e| format!("{} {} {}", e.step, e.code, e.message));
+                format!(
+                    "{} gen {}: {:?}; last event {last:?}",
+                    r.spec.name, r.generation, r.publications
+                )
+            })
+            .collect()
     }
 
     /// Waits until node `n1`'s agent is linked and its plugin known.

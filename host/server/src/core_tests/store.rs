@@ -13,15 +13,49 @@ pub struct MemoryStore {
     volumes: Mutex<BTreeMap<String, VolumeRecord>>,
     nodes: Mutex<BTreeMap<String, NodeRecord>>,
     tokens: Mutex<BTreeMap<String, TokenRecord>>,
+    acl: Mutex<BTreeMap<String, berth_store::AclRecord>>,
+    checks: Mutex<BTreeMap<String, berth_store::PluginCheckRecord>>,
     policy_set: Mutex<Option<PolicySetRecord>>,
     decisions: Mutex<BTreeMap<(String, String), Vec<u8>>>,
-    /// Volume records written, for counting a lifecycle's writes.
-    puts: std::sync::atomic::AtomicUsize,
+    /// Volume records written, in order, for counting (and explaining) a
+    /// lifecycle's writes.
+    puts: Mutex<Vec<VolumeRecord>>,
+    /// Set: every volume write answers with an error; `true`, after
+    /// keeping it (what etcd does when its answer is lost on the way).
+    failing: Mutex<Option<bool>>,
+}
+
+/// How the store answers volume writes.
+#[derive(Clone, Copy)]
+pub enum Writes {
+    Answered,
+    /// Kept, yet answered with an error.
+    KeptUnanswered,
+    Refused,
 }
 
 impl MemoryStore {
-    pub fn puts(&self) -> usize {
-        self.puts.load(std::sync::atomic::Ordering::SeqCst)
+    /// The volume records written since the `since`th write.
+    pub fn puts(&self, since: usize) -> Vec<VolumeRecord> {
+        self.puts
+            .lock()
+            .unwrap()
+            .get(since..)
+            .unwrap_or_default()
+            .to_vec()
+    }
+
+    pub fn writes(&self, how: Writes) {
+        *self.failing.lock().unwrap() = match how {
+            Writes::Answered => None,
+            Writes::KeptUnanswered => Some(true),
+            Writes::Refused => Some(false),
+        };
+    }
+
+    /// The volume's record as stored (what a next leader would load).
+    pub fn stored(&self, id: &str) -> Option<VolumeRecord> {
+        self.volumes.lock().unwrap().get(id).cloned()
     }
 }
 
@@ -31,12 +65,18 @@ impl Store for MemoryStore {
         Ok(self.volumes.lock().unwrap().values().cloned().collect())
     }
     async fn put(&self, record: &VolumeRecord) -> Result<(), StoreError> {
-        self.puts.fetch_add(1, std::sync::atomic::Ordering::SeqCst);
-        self.volumes
-            .lock()
-            .unwrap()
-            .insert(record.id.clone(), record.clone());
-        Ok(())
+        let failing = *self.failing.lock().unwrap();
+        if failing != Some(false) {
+            self.puts.lock().unwrap().push(record.clone());
+            self.volumes
+                .lock()
+                .unwrap()
+                .insert(record.id.clone(), record.clone());
+        }
+        match failing {
+            None => Ok(()),
+            Some(_) => Err(StoreError::Failed("no answer from the store".into())),
+        }
     }
     async fn remove(&self, id: &str) -> Result<(), StoreError> {
         self.volumes.lock().unwrap().remove(id);
@@ -65,6 +105,27 @@ impl Store for MemoryStore {
     }
     async fn remove_token(&self, id: &str) -> Result<(), StoreError> {
         self.tokens.lock().unwrap().remove(id);
+        Ok(())
+    }
+    fn load_acl(&self) -> Result<Vec<berth_store::AclRecord>, StoreError> {
+        Ok(self.acl.lock().unwrap().values().cloned().collect())
+    }
+    async fn put_acl(&self, record: &berth_store::AclRecord) -> Result<(), StoreError> {
+        self.acl.lock().unwrap().insert(record.key(), record.clone());
+        Ok(())
+    }
+    async fn remove_acl(&self, key: &str) -> Result<(), StoreError> {
+        self.acl.lock().unwrap().remove(key);
+        Ok(())
+    }
+    fn load_plugin_checks(&self) -> Result<Vec<berth_store::PluginCheckRecord>, StoreError> {
+        Ok(self.checks.lock().unwrap().values().cloned().collect())
+    }
+    async fn put_plugin_check(&self, check: &berth_store::PluginCheckRecord) -> Result<(), StoreError> {
+        self.checks
+            .lock()
+            .unwrap()
+            .insert(check.plugin.clone(), check.clone());
         Ok(())
     }
     fn load_policy_set(&self) -> Result<Option<PolicySetRecord>, StoreError> {

@@ -7,6 +7,15 @@
 //! methods: nothing to keep in step when one is added. Connections are
 //! never closed when the role changes: a caller sees a failover as a slow
 //! call, not a broken one.
+//!
+//! A call cut off by a failover is sent again to whoever leads next. Every
+//! Berth call leaves the same state when repeated, but not every one gives
+//! the same answer: a repeated DeleteVolume whose first try deleted the
+//! volume finds none. So once a try may have been carried out, a repeat
+//! refused as a carried-out try would make it refused (NOT_FOUND,
+//! ALREADY_EXISTS, FAILED_PRECONDITION, ABORTED) is answered UNAVAILABLE,
+//! saying so: the caller cannot be told for certain, and must not be told
+//! the call did nothing.
 
 use std::convert::Infallible;
 use std::future::Future;
@@ -205,14 +214,19 @@ impl tower::Service<http::Request<Body>> for Forward {
             };
             let mut ended = 0;
             let (mut unanswered, mut pause) = (None, Duration::from_millis(50));
+            // Whether an earlier try may have been carried out.
+            let mut cut_off = false;
             loop {
                 match this.target().await {
                     Err(status) => return Ok(status.into_http()),
                     Ok(Target::Me(term)) => match term.answer(again()).await {
-                        Some(answer) => return Ok(answer),
-                        // Deposed mid-call: every Berth call is safe to
-                        // repeat, and the next leader takes this one.
-                        None if ended + 1 < TERM_ENDED_ATTEMPTS => ended += 1,
+                        Some(answer) => return Ok(repeated(answer, cut_off)),
+                        // Deposed mid-call: repeating any Berth call leaves
+                        // the same state, and the next leader takes this one.
+                        None if ended + 1 < TERM_ENDED_ATTEMPTS => {
+                            ended += 1;
+                            cut_off = true;
+                        }
                         None => {
                             return Ok(tonic::Status::unavailable(
                                 "this server's term ended during the call; retry shortly",
@@ -226,9 +240,12 @@ impl tower::Service<http::Request<Body>> for Forward {
                             Err(status) => return Ok(status.into_http()),
                         };
                         let e = match channel.oneshot(again()).await {
-                            Ok(answer) => return Ok(whole(answer).await),
+                            Ok(answer) => return Ok(repeated(whole(answer).await, cut_off)),
                             Err(e) => e,
                         };
+                        // It may have reached the leader before the
+                        // connection broke.
+                        cut_off = true;
                         // The leader gone: once its lease runs out another
                         // leads, and the call (safe to repeat) goes there.
                         let now = tokio::time::Instant::now();
@@ -248,6 +265,40 @@ impl tower::Service<http::Request<Body>> for Forward {
     }
 }
 
+/// The answer to a call, `cut_off` when an earlier try of it may have been
+/// carried out: a refusal that try could have caused is then no answer.
+fn repeated(answer: http::Response<Body>, cut_off: bool) -> http::Response<Body> {
+    use tonic::Code;
+    if !cut_off {
+        return answer;
+    }
+    let refusal = tonic::Status::from_header_map(answer.headers()).or_else(|| {
+        let trailers = answer.extensions().get::<Trailers>()?;
+        tonic::Status::from_header_map(&trailers.0)
+    });
+    match refusal {
+        Some(s)
+            if matches!(
+                s.code(),
+                Code::NotFound | Code::AlreadyExists | Code::FailedPrecondition | Code::Aborted
+            ) =>
+        {
+            tonic::Status::unavailable(format!(
+                "an earlier try of this call was cut off by a change of leader and may have been \
+                 carried out; its repeat was refused ({:?}: {}): read what it changed before trying again",
+                s.code(),
+                s.message()
+            ))
+            .into_http()
+        }
+        _ => answer,
+    }
+}
+
+/// The trailers of a whole answer, kept beside it for [`repeated`].
+#[derive(Clone)]
+struct Trailers(http::HeaderMap);
+
 /// The leader's answer, read to its end before any of it is passed on: a
 /// leader gone mid-answer is then an UNAVAILABLE the caller repeats, not a
 /// broken stream it cannot tell from a failure. (Every call is unary, and
@@ -262,6 +313,10 @@ async fn whole(answer: http::Response<Body>) -> http::Response<Body> {
             let mut frames = Vec::new();
             if !data.is_empty() {
                 frames.push(Ok::<_, tonic::Status>(http_body::Frame::data(data)));
+            }
+            let mut parts = parts;
+            if let Some(t) = &trailers {
+                parts.extensions.insert(Trailers(t.clone()));
             }
             frames.extend(trailers.map(|t| Ok(http_body::Frame::trailers(t))));
             let body = http_body_util::StreamBody::new(tokio_stream::iter(frames));
@@ -293,5 +348,86 @@ pub fn only_servers() -> impl FnMut(tonic::Request<()>) -> Result<tonic::Request
                 "the Berth API on the cluster endpoint is for the cluster's servers (their own certificates)",
             ))
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use std::sync::atomic::{AtomicU32, Ordering};
+
+    use super::*;
+    use crate::store::Fence;
+
+    /// A leader's API holding one volume, whose first DeleteVolume deletes
+    /// it and is then cut off (the term's task ends without an answer).
+    fn leader_deleting(volumes: Arc<AtomicU32>, tries: Arc<AtomicU32>, cut_first: bool) -> Forward {
+        let service = tower::service_fn(move |_: http::Request<Body>| {
+            let (volumes, tries) = (volumes.clone(), tries.clone());
+            async move {
+                let first = tries.fetch_add(1, Ordering::SeqCst) == 0;
+                if volumes.swap(0, Ordering::SeqCst) == 0 {
+                    return Ok(tonic::Status::not_found("no volume named v1").into_http());
+                }
+                if first && cut_first {
+                    panic!("the term ended mid-call");
+                }
+                Ok::<_, Infallible>(http::Response::new(Body::default()))
+            }
+        });
+        let term = TermApi {
+            server: tower::util::BoxCloneSyncService::new(service),
+            runtime: tokio::runtime::Handle::current(),
+        };
+        let fence = Fence {
+            key: b"leader".to_vec(),
+            create_revision: 1,
+        };
+        let (_, role) = watch::channel(Role::Leader { fence });
+        let (_, term) = watch::channel(Some(term));
+        let me = ServerInfo {
+            name: "s0".into(),
+            api: "/run/berth/api.sock".into(),
+            forward: None,
+            policy_set: None,
+            policy_error: None,
+        };
+        Forward::new(role, term, me, None, Duration::from_secs(1))
+    }
+
+    async fn delete(forward: &mut Forward) -> Option<tonic::Status> {
+        use tower::Service;
+        let request = http::Request::post("/berth.v1.Berth/DeleteVolume")
+            .body(Body::default())
+            .unwrap();
+        let answer = forward.call(request).await.unwrap();
+        tonic::Status::from_header_map(answer.headers()).filter(|s| s.code() != tonic::Code::Ok)
+    }
+
+    #[tokio::test]
+    async fn a_repeat_refused_after_a_try_that_may_have_been_carried_out_is_no_answer() {
+        let (volumes, tries) = (Arc::new(AtomicU32::new(1)), Arc::new(AtomicU32::new(0)));
+        let mut forward = leader_deleting(volumes.clone(), tries.clone(), true);
+        let refused = delete(&mut forward).await.expect("not answered OK");
+        assert_eq!(tries.load(Ordering::SeqCst), 2, "the cut-off call is repeated");
+        assert_eq!(volumes.load(Ordering::SeqCst), 0, "the first try deleted it");
+        assert_eq!(refused.code(), tonic::Code::Unavailable, "{refused:?}");
+        assert!(
+            refused.message().contains("may have been carried out"),
+            "{refused:?}"
+        );
+        assert!(refused.message().contains("no volume named v1"), "{refused:?}");
+    }
+
+    #[tokio::test]
+    async fn a_refusal_with_no_try_before_it_is_passed_on_unchanged() {
+        let (volumes, tries) = (Arc::new(AtomicU32::new(0)), Arc::new(AtomicU32::new(0)));
+        let mut forward = leader_deleting(volumes, tries, true);
+        let refused = delete(&mut forward).await.expect("not answered OK");
+        assert_eq!(refused.code(), tonic::Code::NotFound, "{refused:?}");
+
+        let (volumes, tries) = (Arc::new(AtomicU32::new(1)), Arc::new(AtomicU32::new(0)));
+        let mut forward = leader_deleting(volumes.clone(), tries, false);
+        assert!(delete(&mut forward).await.is_none(), "answered OK");
+        assert_eq!(volumes.load(Ordering::SeqCst), 0);
     }
 }

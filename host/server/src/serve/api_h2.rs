@@ -17,9 +17,7 @@ use tokio::sync::watch;
 use tokio::task::JoinSet;
 use tower::ServiceExt;
 
-use berth_proto::berth::v1::berth_server::BerthServer;
-
-use crate::api::BerthApi;
+use crate::api::access::{Entrance, Guard, PeerSubject};
 use crate::csi::StreamBody;
 
 /// Connections open at once: the socket is its owner's alone, so this bounds
@@ -41,8 +39,8 @@ const DRAIN: Duration = Duration::from_secs(10);
 /// Serves the API on `listener` until `shutdown`, then lets the calls under
 /// way finish (for at most `DRAIN`) and closes every connection. A
 /// connection past `max_connections` is closed at once.
-pub(super) async fn serve<A: Answers>(
-    listener: UnixListener,
+pub(super) async fn serve<A: Answers, L: Accept>(
+    mut listener: L,
     service: A,
     max_connections: usize,
     shutdown: impl Future<Output = ()>,
@@ -53,16 +51,17 @@ pub(super) async fn serve<A: Answers>(
     tokio::pin!(shutdown);
     loop {
         tokio::select! {
-            accepted = listener.accept() => match accepted {
-                Ok((io, _)) if connections.len() >= max_connections => {
+            accepted = listener.next_connection() => match accepted {
+                Ok(io) if connections.len() >= max_connections => {
                     drop(io);
                     refused += 1;
                     if refused.is_power_of_two() {
                         tracing::warn!(open = connections.len(), refused, "API connections past the limit are closed");
                     }
                 }
-                Ok((io, _)) => {
-                    connections.spawn(connection(io, service.clone(), closed.clone()));
+                Ok(io) => {
+                    let subject = L::subject(&io);
+                    connections.spawn(connection(io, subject, service.clone(), closed.clone()));
                 }
                 Err(error) => {
                     // Out of descriptors, most likely: wait, not spin.
@@ -84,7 +83,14 @@ pub(super) async fn serve<A: Answers>(
 
 /// One connection: this task drives its socket and accepts its calls, each
 /// answered in a task of its own (a call may wait on the store).
-async fn connection<A: Answers>(io: UnixStream, service: A, mut closed: watch::Receiver<bool>) {
+async fn connection<A: Answers, Io>(
+    io: Io,
+    subject: Option<PeerSubject>,
+    service: A,
+    mut closed: watch::Receiver<bool>,
+) where
+    Io: tokio::io::AsyncRead + tokio::io::AsyncWrite + Unpin + Send + 'static,
+{
     let handshake = h2::server::Builder::new()
         .max_concurrent_streams(MAX_STREAMS)
         .max_header_list_size(MAX_HEADER_LIST)
@@ -112,9 +118,13 @@ async fn connection<A: Answers>(io: UnixStream, service: A, mut closed: watch::R
             next = conn.accept() => match next {
                 Some(Ok((request, respond))) => {
                     let service = service.clone();
+                    let subject = subject.clone();
                     tokio::spawn(async move {
                         let (parts, recv) = request.into_parts();
-                        let request = http::Request::from_parts(parts, StreamBody::new(recv));
+                        let mut request = http::Request::from_parts(parts, StreamBody::new(recv));
+                        if let Some(subject) = subject {
+                            request.extensions_mut().insert(subject);
+                        }
                         answer(service.answer(request).await, respond).await;
                     });
                 }
@@ -132,6 +142,41 @@ async fn connection<A: Answers>(io: UnixStream, service: A, mut closed: watch::R
                     conn.graceful_shutdown();
                 }
             }
+        }
+    }
+}
+
+/// Where connections come from: the API socket, or the TLS API's
+/// handshakes done.
+pub(super) trait Accept: Send + 'static {
+    type Io: tokio::io::AsyncRead + tokio::io::AsyncWrite + Unpin + Send + 'static;
+    fn next_connection(&mut self) -> impl Future<Output = std::io::Result<Self::Io>> + Send;
+    /// Who a connection's client certificate says it is, if it sent one.
+    fn subject(_: &Self::Io) -> Option<PeerSubject> {
+        None
+    }
+}
+
+impl Accept for UnixListener {
+    type Io = UnixStream;
+    async fn next_connection(&mut self) -> std::io::Result<UnixStream> {
+        self.accept().await.map(|(io, _)| io)
+    }
+}
+
+type TlsConnection = tokio_rustls::server::TlsStream<crate::metrics::listener::Held>;
+
+impl Accept for tokio_stream::wrappers::ReceiverStream<std::io::Result<TlsConnection>> {
+    type Io = TlsConnection;
+    fn subject(io: &TlsConnection) -> Option<PeerSubject> {
+        PeerSubject::of(io.get_ref().1.peer_certificates()?)
+    }
+    async fn next_connection(&mut self) -> std::io::Result<TlsConnection> {
+        use tokio_stream::StreamExt;
+        match self.next().await {
+            Some(connection) => connection,
+            // The acceptor is gone: nothing more comes (the term is ending).
+            None => std::future::pending().await,
         }
     }
 }
@@ -155,15 +200,18 @@ impl Answers for tonic::service::Routes {
 /// front, the rest (health, reflection) behind tonic's.
 #[derive(Clone)]
 pub(super) struct Dispatch {
-    pub api: BerthServer<BerthApi>,
+    pub api: Guard,
     pub others: tonic::service::Routes,
+    /// How the calls that come in here are marked for the guard.
+    pub entrance: Entrance,
 }
 
 impl Answers for Dispatch {
-    async fn answer(self, request: http::Request<StreamBody>) -> http::Response<tonic::body::Body> {
+    async fn answer(self, mut request: http::Request<StreamBody>) -> http::Response<tonic::body::Body> {
         if !request.uri().path().starts_with(API_PATH) {
             return self.others.answer(request).await;
         }
+        self.entrance.mark(&mut request);
         let Ok(response) = self.api.oneshot(request).await;
         response
     }

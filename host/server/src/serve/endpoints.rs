@@ -4,7 +4,6 @@
 use std::sync::Arc;
 use std::time::Duration;
 
-use berth_proto::berth::v1::berth_server::BerthServer;
 use berth_proto::berth::v1::cluster_server::ClusterServer;
 use berth_proto::berth::v1::node_volumes_server::NodeVolumesServer;
 use tokio_stream::wrappers::UnixListenerStream;
@@ -231,8 +230,8 @@ fn tls_caps(per_address: Option<usize>) -> crate::metrics::listener::Caps {
 /// `names`, and client certificates checked against the cluster CA when a
 /// peer presents one (a joining agent has none yet).
 fn tls_config(ca: &ClusterCa, names: &[String]) -> Result<rustls::ServerConfig, ServeError> {
+    use rustls::pki_types::CertificateDer;
     use rustls::pki_types::pem::PemObject;
-    use rustls::pki_types::{CertificateDer, PrivateKeyDer};
     let (chain, key) = ca.server_identity(names)?;
     let provider = Arc::new(rustls::crypto::ring::default_provider());
     let mut roots = rustls::RootCertStore::empty();
@@ -246,10 +245,7 @@ fn tls_config(ca: &ClusterCa, names: &[String]) -> Result<rustls::ServerConfig, 
             .allow_unauthenticated()
             .build()
             .map_err(ServeError::tls)?;
-    let certs = CertificateDer::pem_slice_iter(chain.as_bytes())
-        .collect::<Result<Vec<_>, _>>()
-        .map_err(ServeError::tls)?;
-    let key = PrivateKeyDer::from_pem_slice(key.as_bytes()).map_err(ServeError::tls)?;
+    let (certs, key) = super::api_tls::identity(&chain, &key)?;
     let mut config = rustls::ServerConfig::builder_with_provider(provider)
         .with_safe_default_protocol_versions()
         .map_err(ServeError::tls)?
@@ -287,9 +283,8 @@ pub(super) fn serve_cluster_tls(
             "cluster",
         );
         let volumes = NodeVolumesApi::new(api.clone(), directory.clone(), true);
-        let forwarded = forward.then(|| {
-            tonic::service::interceptor::InterceptedService::new(BerthServer::from_arc(api), only_servers())
-        });
+        let forwarded = forward
+            .then(|| tonic::service::interceptor::InterceptedService::new(api.guarded(), only_servers()));
         // A connection silent for a minute is pinged, and dropped if the peer
         // does not answer within 20 s. Sessions have their own heartbeats,
         // paced for the fleet; pinging each every few seconds would cost more.

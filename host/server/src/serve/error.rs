@@ -44,6 +44,26 @@ pub enum ServeError {
         #[source]
         source: std::io::Error,
     },
+    #[error(transparent)]
+    Console(#[from] berth_console::ListenError),
+    #[error("[console] {}: {source}", path.display())]
+    ConsoleIdentity {
+        path: std::path::PathBuf,
+        #[source]
+        source: IdentityError,
+    },
+    #[error("api_address: binding {address}: {source}")]
+    BindApi {
+        address: std::net::SocketAddr,
+        #[source]
+        source: std::io::Error,
+    },
+    #[error("api_client_ca {}: {source}", path.display())]
+    ApiClientCa {
+        path: std::path::PathBuf,
+        #[source]
+        source: ClientCaError,
+    },
     /// The TLS cluster endpoint's configuration (certificates, verifier).
     #[error("the TLS cluster endpoint: {0}")]
     Tls(String),
@@ -73,4 +93,41 @@ impl ServeError {
     pub(super) fn tls(e: impl std::fmt::Display) -> ServeError {
         ServeError::Tls(e.to_string())
     }
+}
+
+/// Why `api_client_ca` cannot verify callers' certificates.
+#[derive(Debug, thiserror::Error)]
+pub enum ClientCaError {
+    #[error("reading it: {0}")]
+    Read(#[source] std::io::Error),
+    #[error("a certificate in it does not read: {0}")]
+    Pem(#[source] rustls::pki_types::pem::Error),
+    #[error("it holds no PEM certificate")]
+    Empty,
+    #[error(
+        "it is the CA of Berth's own certificates (agents and servers hold them): name a CA of its own for the API's callers"
+    )]
+    BerthCa,
+    #[error("no client verifier from it: {0}")]
+    Verifier(#[source] rustls::server::VerifierBuilderError),
+}
+
+/// Why the console's own certificate or key cannot be served with.
+#[derive(Debug, thiserror::Error)]
+#[error("{what}")]
+pub struct IdentityError {
+    pub path: std::path::PathBuf,
+    pub(super) what: IdentityProblem,
+}
+
+#[derive(Debug, thiserror::Error)]
+pub(super) enum IdentityProblem {
+    #[error("reading it: {0}")]
+    Read(#[source] std::io::Error),
+    #[error("every user may read this private key: chmod o-r it")]
+    WorldReadable,
+    #[error("it does not read as PEM: {0}")]
+    Pem(#[source] rustls::pki_types::pem::Error),
+    #[error("it holds no PEM certificate")]
+    NoCertificate,
 }

@@ -5,6 +5,8 @@
 //! ([`replicated`]); what a leader runs is a [`term`] either way.
 
 mod api_h2;
+mod api_tls;
+mod console;
 pub(crate) mod endpoints;
 mod error;
 pub mod modules;

@@ -10,13 +10,14 @@ use berth_oci::{Digest, FetchError, OciError};
 /// without one, as only a writer of the store could make, is refused), its
 /// bytes must have it, and with `[policy_trust]` it must be signed by a
 /// trusted key (`<file>.sig`, cosign's `sign-blob` format; required when
-/// signatures are). Returns the SHA-256 (hex) the module is compiled with.
+/// signatures are). Returns the SHA-256 (hex) the module is compiled with,
+/// and the trusted key's file that signed it, when one did.
 fn check_file(
     module: &str,
     path: &std::path::Path,
     digest: Option<&str>,
     trust: &berth_oci::Trust,
-) -> Result<String, FetchError> {
+) -> Result<(String, Option<std::path::PathBuf>), FetchError> {
     let fail = |error| FetchError {
         module: module.to_string(),
         reference: path.display().to_string(),
@@ -38,12 +39,14 @@ fn check_file(
     expected
         .check("the module file", &path.display().to_string(), &bytes)
         .map_err(fail)?;
+    let mut signed_by = None;
     if (trust.required || !trust.keys.is_empty())
         && let Some(key) = trust.check_file(module, path, &bytes).map_err(fail)?
     {
         tracing::info!(%module, file = %path.display(), key = %key.path.display(), "policy module file signature checked");
+        signed_by = Some(key.path.clone());
     }
-    Ok(expected.hex().to_string())
+    Ok((expected.hex().to_string(), signed_by))
 }
 
 /// `config` with every module from a registry pointed at its checked file,
@@ -51,16 +54,17 @@ fn check_file(
 pub async fn fetch_modules(mut config: Config) -> Result<Config, FetchError> {
     for p in &mut config.policies {
         let Some(reference) = &p.source else {
-            let sha256 = check_file(
+            let (sha256, signed_by) = check_file(
                 &p.module.name,
                 &p.module.path,
                 p.digest.as_deref(),
                 &config.policy_trust,
             )?;
             p.module.sha256 = Some(sha256);
+            p.module.signed_by = signed_by;
             continue;
         };
-        let path = berth_oci::layout::fetch(
+        let (path, signed_by) = berth_oci::layout::fetch(
             &config.policy_cache,
             &p.module.name,
             reference,
@@ -77,6 +81,7 @@ pub async fn fetch_modules(mut config: Config) -> Result<Config, FetchError> {
         // The layer's blob is named by its digest.
         p.module.sha256 = path.file_name().map(|n| n.to_string_lossy().into_owned());
         p.module.path = path;
+        p.module.signed_by = signed_by;
     }
     Ok(config)
 }
@@ -94,7 +99,8 @@ mod tests {
         let err = check_file("m", &path, None, &open).unwrap_err().to_string();
         assert!(err.contains("carries its digest"), "{err}");
         let digest = Digest::of(b"\0asm module").to_string();
-        let sha = check_file("m", &path, Some(&digest), &open).unwrap();
+        let (sha, signed_by) = check_file("m", &path, Some(&digest), &open).unwrap();
+        assert_eq!(signed_by, None, "no key trusted, none checked");
         assert_eq!(format!("sha256:{sha}"), digest);
         std::fs::write(&path, b"\0asm swapped").unwrap();
         assert!(check_file("m", &path, Some(&digest), &open).is_err());

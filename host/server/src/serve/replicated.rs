@@ -15,6 +15,7 @@ use tokio_stream::wrappers::UnixListenerStream;
 use super::ServeError;
 use super::term::{Term, TermSocket, lead};
 use crate::api;
+use crate::api::access::Entrance;
 use crate::cluster::pki::ClusterCa;
 use crate::config::Config;
 use crate::leadership::forward::{Forward, ForwardTls, TermApi};
@@ -109,6 +110,15 @@ pub(super) async fn run(
             }
         }),
     );
+    // The TLS API, for callers with tokens: passed on to the leader as the
+    // socket's calls are, marked as remote so the leader asks for a token.
+    let api_tls = super::api_tls::bind(&config, ca.as_deref())
+        .await?
+        .map(|tls| serve_api_tls(tls, forward.clone()));
+    let console = match super::console::prepare(&config, ca.as_deref())? {
+        Some(prepared) => Some(super::console::serve(prepared, forward.clone()).await?),
+        None => None,
+    };
     let serving = serve_api(&listener, forward).await?;
     let mut shutdown = std::pin::pin!(shutdown);
     let mut role = election.role();
@@ -170,6 +180,12 @@ pub(super) async fn run(
         }
     };
     serving.abort();
+    if let Some(console) = console {
+        console.abort();
+    }
+    if let Some(api_tls) = api_tls {
+        api_tls.abort();
+    }
     election.resign().await;
     let _ = std::fs::remove_file(&api_path);
     if let Some(path) = config.cluster.as_ref().map(|c| c.path()) {
@@ -390,6 +406,7 @@ async fn serve_api(
     let health = api::introspection::health().await;
     Ok(tokio::spawn(async move {
         let served = tonic::transport::Server::builder()
+            .layer(entrance(Entrance::Local))
             .add_service(forward)
             .add_service(health)
             .add_service(reflection)
@@ -399,6 +416,43 @@ async fn serve_api(
             tracing::error!(error = %e, "the API server stopped");
         }
     }))
+}
+
+/// Marks every call as the entrance it came in by, for the leader's guard.
+fn entrance(
+    entrance: Entrance,
+) -> tower::util::MapRequestLayer<
+    impl Fn(http::Request<tonic::body::Body>) -> http::Request<tonic::body::Body> + Clone,
+> {
+    use tonic::transport::server::{TcpConnectInfo, TlsConnectInfo};
+    tower::util::MapRequestLayer::new(move |mut request: http::Request<tonic::body::Body>| {
+        let subject = request
+            .extensions()
+            .get::<TlsConnectInfo<TcpConnectInfo>>()
+            .and_then(|tls| tls.peer_certs())
+            .and_then(|chain| api::access::PeerSubject::of(&chain));
+        if let Some(subject) = subject {
+            request.extensions_mut().insert(subject);
+        }
+        entrance.mark(&mut request);
+        request
+    })
+}
+
+/// Serves the TLS API: every call passed on as `forward` passes the
+/// socket's, the server's own health service beside it.
+fn serve_api_tls(tls: super::api_tls::ApiTls, forward: Forward) -> tokio::task::JoinHandle<()> {
+    tracing::info!(api_address = %tls.address, ca = %tls.ca_file.display(), "serving the API over TLS to callers with ACL tokens");
+    tokio::spawn(async move {
+        let served = tonic::transport::Server::builder()
+            .layer(entrance(Entrance::Remote))
+            .add_service(forward)
+            .serve_with_incoming(tls.incoming())
+            .await;
+        if let Err(e) = served {
+            tracing::error!(error = %e, "the TLS API stopped");
+        }
+    })
 }
 
 enum Ended {

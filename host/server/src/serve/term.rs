@@ -6,8 +6,6 @@ use std::path::PathBuf;
 use std::sync::{Arc, Weak};
 use std::time::Duration;
 
-use berth_proto::berth::v1::berth_server::BerthServer;
-
 use super::endpoints::{AGENTS_GRACE, bind_tls, serve_cluster, serve_cluster_tls, start_node_agents};
 use super::{Reloader, ServeError};
 use crate::api::{self, BerthApi, ReloadError};
@@ -266,6 +264,13 @@ pub(super) async fn lead(
         },
     };
     let set_store = store.clone();
+    let access = api::Access {
+        acl: Arc::new(crate::acl::Acl::load(store.clone())?),
+        audit: Arc::new(
+            api::audit::Audit::open(&config.audit_log)
+                .map_err(ServeError::io("opening the audit log (audit_log in berth.toml)"))?,
+        ),
+    };
     let policies = policies(&config)?;
     let api_path = config.api.path().to_path_buf();
     let cluster = match &config.cluster {
@@ -274,6 +279,16 @@ pub(super) async fn lead(
             api::bind(endpoint.path(), config.socket_mode)?,
         )),
         None => None,
+    };
+    let api_tls = match &socket {
+        // One server on its own store serves its TLS API itself.
+        TermSocket::Own(_) => super::api_tls::bind(&config, ca.as_ref()).await?,
+        TermSocket::Routed(_) => None,
+    };
+    // A replicated server serves its console beside the election, as its TLS API.
+    let console = match &socket {
+        TermSocket::Own(_) => super::console::prepare(&config, ca.as_ref())?,
+        TermSocket::Routed(_) => None,
     };
     let tls = match (config.cluster_address, ca) {
         (Some(address), Some(ca)) => {
@@ -319,6 +334,7 @@ pub(super) async fn lead(
         Arc::new(reloader),
         tls.as_ref().map(|(tls, _)| tls.clone()),
         election.clone(),
+        access,
     ));
     let _tls = tls.map(|(tls, listener)| {
         tracing::info!(cluster_address = %tls.address, ca = %tls.ca.fingerprint(), "listening for agents over TLS");
@@ -374,9 +390,34 @@ pub(super) async fn lead(
         TermSocket::Own(listener) => {
             let others = tonic::service::Routes::new(api::introspection::health().await)
                 .add_service(api::introspection::reflection()?);
+            // The TLS API ends with the term (when this sender is dropped).
+            let (_tls_running, tls_stop) = tokio::sync::oneshot::channel::<()>();
+            if let Some(tls) = api_tls {
+                tracing::info!(api_address = %tls.address, ca = %tls.ca_file.display(), "serving the API over TLS to callers with ACL tokens");
+                let remote = super::api_h2::Dispatch {
+                    api: api.guarded(),
+                    others: others.clone(),
+                    entrance: api::access::Entrance::Remote,
+                };
+                let stopped = async {
+                    let _ = tls_stop.await;
+                };
+                tokio::spawn(super::api_h2::serve(
+                    tls.incoming(),
+                    remote,
+                    super::api_h2::MAX_CONNECTIONS,
+                    stopped,
+                ));
+            }
+            // The console ends with the term, as the TLS API.
+            let _console = match console {
+                Some(prepared) => Some(AbortOnDrop(super::console::serve(prepared, api.guarded()).await?)),
+                None => None,
+            };
             let dispatch = super::api_h2::Dispatch {
-                api: BerthServer::from_arc(api),
+                api: api.guarded(),
                 others,
+                entrance: api::access::Entrance::Local,
             };
             let serving = super::api_h2::serve(listener, dispatch, super::api_h2::MAX_CONNECTIONS, shutdown);
             tokio::select! {
@@ -386,7 +427,7 @@ pub(super) async fn lead(
         }
         TermSocket::Routed(routed) => {
             routed.send_replace(Some(TermApi {
-                server: tower::util::BoxCloneSyncService::new(BerthServer::from_arc(api)),
+                server: tower::util::BoxCloneSyncService::new(api.guarded()),
                 runtime: tokio::runtime::Handle::current(),
             }));
             let ended = tokio::select! {
@@ -400,4 +441,13 @@ pub(super) async fn lead(
     sighup.abort();
     guard.abort();
     result
+}
+
+/// A task that ends when this is dropped.
+struct AbortOnDrop(tokio::task::JoinHandle<()>);
+
+impl Drop for AbortOnDrop {
+    fn drop(&mut self) {
+        self.0.abort();
+    }
 }

@@ -3,7 +3,7 @@
 //! none of them is the only copy.
 //!
 //! Keys: `<prefix>/schema`, `<prefix>/volumes/<id>`, `<prefix>/nodes/<name>`,
-//! `<prefix>/tokens/<id>`, `<prefix>/policy/set`, `<prefix>/compaction`
+//! `<prefix>/tokens/<id>`, `<prefix>/acl/token/<accessor>`, `<prefix>/acl/policy/<name>`, `<prefix>/acl/quota/<namespace>`, `<prefix>/policy/set`, `<prefix>/checks/<plugin>`, `<prefix>/compaction`
 //! (when the leader last compacted etcd's history: see `compact`);
 //! values are the same JSON the embedded store keeps. Writes are grouped as
 //! in the embedded store: everything waiting goes into one etcd transaction
@@ -52,8 +52,12 @@ pub struct EtcdStore {
     volumes: Mutex<Option<Vec<VolumeRecord>>>,
     nodes: Mutex<Option<Vec<NodeRecord>>>,
     tokens: Mutex<Option<Vec<TokenRecord>>>,
+    acl: Mutex<Option<Vec<crate::AclRecord>>>,
     /// The policy set as last read or written by this store.
     policy_set: Mutex<Option<crate::PolicySetRecord>>,
+    /// Each plugin's latest conformance report, by plugin: read at open, as
+    /// the policy set, and kept as written.
+    checks: Mutex<std::collections::BTreeMap<String, crate::PluginCheckRecord>>,
     /// A leader's store compacts etcd's history while it lives.
     _compaction: Option<AbortOnDrop>,
 }
@@ -146,9 +150,12 @@ impl EtcdStore {
                 (volumes, nodes, tokens)
             }
         };
+        // Read afresh, as the policy set: few, and every term's own.
+        let acl = load_json(&kv, &settings, "acl").await?;
         // Read afresh even from a warm copy: a term loads the set as stored now.
         let policy_set: Option<crate::PolicySetRecord> =
             load_json(&kv, &settings, "policy").await?.into_iter().next();
+        let checks: Vec<crate::PluginCheckRecord> = load_json(&kv, &settings, "checks").await?;
         let (writes, rx) = mpsc::channel(WRITE_QUEUE);
         let compaction = (fence.is_some() && !settings.compact_every.is_zero()).then(|| {
             let marker = format!("{}/compaction", settings.prefix).into_bytes();
@@ -166,7 +173,9 @@ impl EtcdStore {
             volumes: Mutex::new(Some(volumes)),
             nodes: Mutex::new(Some(nodes)),
             tokens: Mutex::new(Some(tokens)),
+            acl: Mutex::new(Some(acl)),
             policy_set: Mutex::new(policy_set),
+            checks: Mutex::new(checks.into_iter().map(|c| (c.plugin.clone(), c)).collect()),
             _compaction: compaction,
         })
     }
@@ -345,6 +354,28 @@ impl Store for EtcdStore {
         self.write(self.key("tokens", id), None).await
     }
 
+    fn load_acl(&self) -> Result<Vec<crate::AclRecord>, StoreError> {
+        // Few, and read by both the access control and the quotas: kept.
+        Ok(self
+            .acl
+            .lock()
+            .unwrap_or_else(|p| p.into_inner())
+            .clone()
+            .unwrap_or_default())
+    }
+
+    async fn put_acl(&self, record: &crate::AclRecord) -> Result<(), StoreError> {
+        let key = record.key();
+        let value = encode_json(&key, record)?;
+        // The key's '/' makes one more level below `acl/`, which the
+        // loader's range over the prefix reads all the same.
+        self.write(self.key("acl", &key), Some(value)).await
+    }
+
+    async fn remove_acl(&self, key: &str) -> Result<(), StoreError> {
+        self.write(self.key("acl", key), None).await
+    }
+
     fn load_policy_set(&self) -> Result<Option<crate::PolicySetRecord>, StoreError> {
         Ok(self.policy_set.lock().unwrap_or_else(|p| p.into_inner()).clone())
     }
@@ -353,6 +384,19 @@ impl Store for EtcdStore {
         let bytes = crate::encode_json("policy set", set)?;
         self.write(self.key("policy", "set"), Some(bytes)).await?;
         *self.policy_set.lock().unwrap_or_else(|p| p.into_inner()) = Some(set.clone());
+        Ok(())
+    }
+
+    fn load_plugin_checks(&self) -> Result<Vec<crate::PluginCheckRecord>, StoreError> {
+        let checks = self.checks.lock().unwrap_or_else(|p| p.into_inner());
+        Ok(checks.values().cloned().collect())
+    }
+
+    async fn put_plugin_check(&self, check: &crate::PluginCheckRecord) -> Result<(), StoreError> {
+        let bytes = crate::encode_json(&check.plugin, check)?;
+        self.write(self.key("checks", &check.plugin), Some(bytes)).await?;
+        let mut checks = self.checks.lock().unwrap_or_else(|p| p.into_inner());
+        checks.insert(check.plugin.clone(), check.clone());
         Ok(())
     }
 

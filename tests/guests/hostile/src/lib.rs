@@ -7,7 +7,7 @@
 //! - `huge-answer`: answers with megabytes;
 //! - `invalid-answer`: an answer of the right type that breaks the contract
 //!   (a name with a control character, the wrong number of verdicts, a retry
-//!   delay of years);
+//!   delay of years, a volume shrunk below what its caller asked);
 //! - `stateful`: remembers across calls, to show every decision gets a fresh instance;
 //! - `read-file`, `environment`: reach for the host, to show WASI grants nothing;
 //! - `echo`: answers whatever the request carries, for property tests of the
@@ -23,8 +23,8 @@
 use std::sync::atomic::{AtomicU64, Ordering};
 
 use berth_guest::{
-    Candidates, Decision, Failure, Naming, NamingRequest, Pairs, Placement, PlacementRequest, Retry,
-    Verdicts, get,
+    Admission, AdmissionRequest, Candidates, Change, Decision, Failure, FieldChange, Naming, NamingRequest,
+    Pairs, Placement, PlacementRequest, Retry, Verdict, Verdicts, get,
 };
 
 pub struct Hostile;
@@ -148,6 +148,21 @@ impl Retry for Hostile {
     }
 }
 
+impl Admission for Hostile {
+    fn admit(request: AdmissionRequest) -> Verdict {
+        match misbehave(&request.settings) {
+            Some("huge-answer") => Verdict::Deny("w".repeat(8 << 20)),
+            Some("invalid-answer") => Verdict::AllowWith(vec![FieldChange {
+                change: Change::RequiredBytes(request.volume.capacity.required_bytes / 2),
+                reason: "half is plenty".into(),
+            }]),
+            Some("dump-input") => Verdict::Deny(format!("input {request:?}")),
+            _ => Verdict::Allow,
+        }
+    }
+}
+
 berth_guest::export_naming!(Hostile);
+berth_guest::export_admission!(Hostile);
 berth_guest::export_placement!(Hostile);
 berth_guest::export_retry!(Hostile);

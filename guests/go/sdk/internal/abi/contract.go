@@ -110,3 +110,15 @@ func PutStrings(addr uint32, values []string) {
 	Put32(addr, ptr)
 	Put32(addr+4, n)
 }
+
+// PutPairs stores a list<tuple<string, string>> at addr.
+func PutPairs(addr uint32, pairs policy.Pairs) {
+	n := uint32(len(pairs))
+	ptr := Alloc(n*pairSize, 4)
+	for i, p := range pairs {
+		PutStringAt(ptr+uint32(i)*pairSize, p.Key)
+		PutStringAt(ptr+uint32(i)*pairSize+8, p.Value)
+	}
+	Put32(addr, ptr)
+	Put32(addr+4, n)
+}

@@ -9,6 +9,10 @@ use berth::csi::{ClientOptions, CsiClient, Endpoint};
 use berth_check::{self as check, CheckOptions, Report, Verdict};
 use clap::Args;
 
+use anyhow::Context as _;
+use berth_proto::berth::v1 as wire;
+
+use crate::client::{ApiArgs, connect, grpc};
 use crate::output::{Output, say};
 
 #[derive(Debug, Args)]
@@ -21,7 +25,11 @@ Examples:
 The check makes one volume (named berth-check-PID-MILLIS-...), publishes, stages, expands
 and snapshots it as far as the plugin's capabilities claim, then removes all it made.
 Point it at a driver and a backend where that is acceptable.
-Exit status: 0 when no case failed, 1 when one did.")]
+
+With --record PLUGIN the report is then kept by `berth serve` as that configured plugin's
+latest check, shown by `berth plugin status` and the console (plugin write access needed):
+  berth plugin check unix:///run/csi/csi.sock --record hostpath
+Exit status: 0 when no case failed, 1 when one did (or the report could not be recorded).")]
 pub struct CheckArgs {
     /// The plugin's socket (Controller, and Node when one process serves both).
     #[arg(value_parser = Endpoint::parse)]
@@ -73,6 +81,14 @@ pub struct CheckArgs {
     /// How long to wait for the sockets to appear and accept connections.
     #[arg(long, default_value = "0", value_parser = humantime::parse_duration)]
     pub wait: Duration,
+
+    /// Keep the report with `berth serve` as this configured plugin's latest
+    /// check (its socket must answer for the same driver).
+    #[arg(long, value_name = "PLUGIN")]
+    pub record: Option<String>,
+
+    #[command(flatten)]
+    pub api: ApiArgs,
 }
 
 fn parse_key_value(text: &str) -> Result<(String, String), String> {
@@ -116,11 +132,58 @@ pub async fn run(args: CheckArgs, output: Output) -> anyhow::Result<ExitCode> {
         Output::Json => crate::output::print_json(&report)?,
         Output::Text => print(&report),
     }
+    if let Some(plugin) = args.record {
+        let kept = record(&args.api, plugin, &report).await?;
+        if output == Output::Text {
+            say!(
+                "recorded as plugin {}'s latest check, by {}",
+                kept.plugin,
+                kept.recorded_by
+            );
+        }
+    }
     Ok(if report.failed == 0 {
         ExitCode::SUCCESS
     } else {
         ExitCode::FAILURE
     })
+}
+
+/// Sends the report to `berth serve`, which keeps it as `plugin`'s latest.
+async fn record(api: &ApiArgs, plugin: String, report: &Report) -> anyhow::Result<wire::PluginCheck> {
+    let check = wire::PluginCheck {
+        plugin,
+        driver: report.plugin.clone(),
+        vendor_version: report.vendor_version.clone(),
+        cases: report
+            .cases
+            .iter()
+            .map(|c| wire::PluginCheckCase {
+                name: c.name.into(),
+                rule: c.rule.into(),
+                verdict: verdict_name(c.verdict).into(),
+                reason: c.reason.clone(),
+                must: c.must,
+            })
+            .collect(),
+        ..Default::default()
+    };
+    let mut client = connect(api).await?;
+    let kept = client
+        .record_plugin_check(wire::RecordPluginCheckRequest { check: Some(check) })
+        .await
+        .map_err(grpc)
+        .context("recording the report with berth serve")?;
+    Ok(kept.into_inner())
+}
+
+fn verdict_name(v: Verdict) -> &'static str {
+    match v {
+        Verdict::Passed => "passed",
+        Verdict::Failed => "failed",
+        Verdict::Warning => "warning",
+        Verdict::Skipped => "skipped",
+    }
 }
 
 /// A secrets file, with the same rules as `serve`'s secrets directory.

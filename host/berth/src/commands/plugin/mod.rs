@@ -36,7 +36,7 @@ pub enum PluginCommand {
     /// paths, NodeGetVolumeStats, snapshots with restore and clone, then every
     /// undo twice; unknown ids must answer NOT_FOUND and missing fields
     /// INVALID_ARGUMENT.
-    Check(crate::commands::plugin::check::CheckArgs),
+    Check(Box<crate::commands::plugin::check::CheckArgs>),
     /// Health of the configured plugins as `berth serve` sees them: the
     /// controller, and how many of the expected node plugins are healthy.
     Status {
@@ -96,14 +96,14 @@ impl From<ProbeRole> for Role {
 pub async fn run(cmd: PluginCommand, output: Output) -> anyhow::Result<ExitCode> {
     match cmd {
         PluginCommand::Probe(args) => probe(args, output).await,
-        PluginCommand::Check(args) => crate::commands::plugin::check::run(args, output).await,
+        PluginCommand::Check(args) => crate::commands::plugin::check::run(*args, output).await,
         PluginCommand::Status { api } => plugin_status(api, output).await,
         PluginCommand::Orphans { plugin, api } => orphans(plugin, api, output).await,
     }
 }
 
 async fn orphans(plugin: String, api: ApiArgs, output: Output) -> anyhow::Result<ExitCode> {
-    let mut client = crate::client::connect(&api.api).await?;
+    let mut client = crate::client::connect(&api).await?;
     let o = client
         .plugin_orphans(berth_proto::berth::v1::PluginOrphansRequest {
             plugin: plugin.clone(),
@@ -235,10 +235,64 @@ struct PluginView {
     nodes_healthy: u32,
     nodes_expected: u32,
     capabilities: Vec<String>,
+    /// The latest conformance report recorded (`plugin check --record`).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    last_check: Option<CheckView>,
+}
+
+#[derive(Serialize)]
+struct CheckView {
+    recorded: String,
+    recorded_by: String,
+    driver: String,
+    vendor_version: String,
+    passed: u32,
+    failed: u32,
+    warnings: u32,
+    skipped: u32,
+    /// The cases that failed, each with its rule and why.
+    failures: Vec<String>,
+}
+
+impl CheckView {
+    fn of(c: api::PluginCheck) -> CheckView {
+        let at = std::time::UNIX_EPOCH + Duration::from_millis(c.recorded_ms);
+        CheckView {
+            recorded: humantime::format_rfc3339_seconds(at).to_string(),
+            recorded_by: c.recorded_by,
+            driver: c.driver,
+            vendor_version: c.vendor_version,
+            passed: c.passed,
+            failed: c.failed,
+            warnings: c.warnings,
+            skipped: c.skipped,
+            failures: c
+                .cases
+                .into_iter()
+                .filter(|k| k.verdict == "failed")
+                .map(|k| format!("{}: {} ({})", k.name, k.rule, k.reason))
+                .collect(),
+        }
+    }
+
+    /// One line: when, by whom, against what, and the counts.
+    fn summary(&self) -> String {
+        format!(
+            "{} by {}, {} {}: {} passed, {} failed, {} skipped, {} warnings",
+            self.recorded,
+            self.recorded_by,
+            self.driver,
+            self.vendor_version,
+            self.passed,
+            self.failed,
+            self.skipped,
+            self.warnings
+        )
+    }
 }
 
 pub async fn plugin_status(api: ApiArgs, output: Output) -> anyhow::Result<ExitCode> {
-    let mut client = connect(&api.api).await?;
+    let mut client = connect(&api).await?;
     let list = client
         .plugin_status(api::PluginStatusRequest {})
         .await
@@ -255,6 +309,7 @@ pub async fn plugin_status(api: ApiArgs, output: Output) -> anyhow::Result<ExitC
             nodes_healthy: p.nodes_healthy,
             nodes_expected: p.nodes_expected,
             capabilities: p.capabilities,
+            last_check: p.last_check.map(CheckView::of),
         })
         .collect();
     match output {
@@ -274,6 +329,19 @@ pub async fn plugin_status(api: ApiArgs, output: Output) -> anyhow::Result<ExitC
                     p.nodes_expected
                 );
                 say!("{:<22}{}", "capabilities", p.capabilities.join(", "));
+                match &p.last_check {
+                    None => say!(
+                        "{:<22}none recorded (berth plugin check --record {})",
+                        "last check",
+                        p.name
+                    ),
+                    Some(c) => {
+                        say!("{:<22}{}", "last check", c.summary());
+                        for failure in &c.failures {
+                            say!("{:<22}FAIL {failure}", "");
+                        }
+                    }
+                }
             }
         }
     }

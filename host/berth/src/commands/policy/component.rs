@@ -18,7 +18,8 @@ pub struct ComponentArgs {
     /// The core module (`.wasm`, or `.wat` text).
     pub module: PathBuf,
     /// The world it implements: `naming-policy`, `placement-policy`,
-    /// `retry-policy` or `policy` (all three), or a world of `--wit`.
+    /// `retry-policy`, `admission-policy`, `policy` (all four),
+    /// `lifecycle-policy` (all but admission), or a world of `--wit`.
     #[arg(long, default_value = "policy")]
     pub world: String,
     /// A directory holding the contract instead of the one built into

@@ -15,7 +15,7 @@ pub struct DiffArgs {
 }
 
 pub async fn diff(args: DiffArgs, output: Output) -> anyhow::Result<ExitCode> {
-    let mut client = crate::client::connect(&args.api.api).await?;
+    let mut client = crate::client::connect(&args.api).await?;
     let answer = client
         .policy_diff(api::PolicyDiffRequest {})
         .await

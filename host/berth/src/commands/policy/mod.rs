@@ -234,7 +234,7 @@ pub(super) fn parse_setting(text: &str) -> Result<(String, String), String> {
 
 /// `berth policy reload`, through the API.
 async fn reload(api: crate::client::ApiArgs, output: Output) -> anyhow::Result<ExitCode> {
-    let mut client = crate::client::connect(&api.api).await?;
+    let mut client = crate::client::connect(&api).await?;
     let answer = client
         .reload_policies(berth_proto::berth::v1::ReloadPoliciesRequest {})
         .await
@@ -473,6 +473,22 @@ async fn sample(engine: &PolicyEngine, module: &PolicyModule, decision: Decision
                     RetryDecision::Done => "UNAVAILABLE → done".to_string(),
                 })
                 .map_err(|e| e.failure.to_string())
+        }
+        Decision::Admission => {
+            match berth::policy::cases::admission::request(None, volume("example"), settings) {
+                Ok(request) => module
+                    .admit(engine, &request)
+                    .await
+                    .map(|verdict| {
+                        let answer = berth::policy::logged::Answer::Admission(verdict);
+                        format!(
+                            "create-volume → {}",
+                            berth::policy::logged::admission_text(Some(&answer))
+                        )
+                    })
+                    .map_err(|e| e.failure.to_string()),
+                Err(e) => Err(e.0),
+            }
         }
     };
     SampleResult {

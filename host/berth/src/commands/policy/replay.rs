@@ -61,7 +61,7 @@ pub async fn replay(args: ReplayArgs, output: Output) -> anyhow::Result<ExitCode
     let since_ms = args
         .since
         .map(|d| berth::model::clock::now_ms().saturating_sub(d.as_millis() as u64));
-    let mut client = crate::client::connect(&args.api.api).await?;
+    let mut client = crate::client::connect(&args.api).await?;
     let mut report = Report::default();
     let mut unreadable = 0u64;
     for decision in decisions {

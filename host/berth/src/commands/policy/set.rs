@@ -172,7 +172,7 @@ pub async fn apply(file: PathBuf, api: ApiArgs, output: Output) -> anyhow::Resul
         .parent()
         .map(PathBuf::from)
         .unwrap_or_else(|| PathBuf::from("/"));
-    let mut client = connect(&api.api).await?;
+    let mut client = connect(&api).await?;
     let set = client
         .apply_policy_set(api::ApplyPolicySetRequest {
             text,
@@ -187,7 +187,7 @@ pub async fn apply(file: PathBuf, api: ApiArgs, output: Output) -> anyhow::Resul
 
 /// `berth policy status`.
 pub async fn status(api: ApiArgs, output: Output) -> anyhow::Result<ExitCode> {
-    let mut client = connect(&api.api).await?;
+    let mut client = connect(&api).await?;
     let set = client
         .get_policy_set(api::GetPolicySetRequest {})
         .await
@@ -203,7 +203,7 @@ pub async fn promote(
     api: ApiArgs,
     output: Output,
 ) -> anyhow::Result<ExitCode> {
-    let mut client = connect(&api.api).await?;
+    let mut client = connect(&api).await?;
     let set = client
         .promote_policy(api::PromotePolicyRequest {
             decision: decision.map(|d| d.to_string()).unwrap_or_default(),
@@ -217,7 +217,7 @@ pub async fn promote(
 
 /// `berth policy rollback`.
 pub async fn rollback(to: Option<u64>, api: ApiArgs, output: Output) -> anyhow::Result<ExitCode> {
-    let mut client = connect(&api.api).await?;
+    let mut client = connect(&api).await?;
     let set = client
         .rollback_policy(api::RollbackPolicyRequest {
             version: to.unwrap_or(0),
@@ -240,7 +240,7 @@ pub async fn shadow(args: crate::commands::policy::ShadowArgs, output: Output) -
             .display()
             .to_string()
     };
-    let mut client = connect(&args.api.api).await?;
+    let mut client = connect(&args.api).await?;
     let current = client
         .get_policy_set(api::GetPolicySetRequest {})
         .await

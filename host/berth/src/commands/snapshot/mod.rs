@@ -113,7 +113,7 @@ fn print(s: &api::Snapshot, output: Output) -> anyhow::Result<()> {
     }
 }
 
-pub(super) type Client = api::berth_client::BerthClient<tonic::transport::Channel>;
+pub(super) use crate::client::Client;
 
 /// Asks `get` for one thing by name, each time it is called.
 pub(super) fn fetch<Fut>(
@@ -133,7 +133,7 @@ async fn get_snapshot(mut client: Client, name: String) -> Result<api::Snapshot,
 }
 
 pub async fn run(cmd: SnapshotCommand, api: ApiArgs, output: Output) -> anyhow::Result<ExitCode> {
-    let mut client = connect(&api.api).await?;
+    let mut client = connect(&api).await?;
     match cmd {
         SnapshotCommand::Group(cmd) => crate::commands::snapshot::group::run(cmd, client, output).await,
         SnapshotCommand::Create { name, volume, wait } => {

@@ -73,6 +73,10 @@ fn text(x: &Explained) {
         say!("no decision recorded yet (volumes from before the decision log have none)");
         return;
     }
+    if let Some(n) = &e.admission {
+        say!("admission  {}", n.answer);
+        say!("           {}", by(n));
+    }
     if let Some(n) = &e.naming {
         say!("naming     {}", n.answer);
         say!("           {}", by(n));

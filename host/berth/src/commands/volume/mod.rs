@@ -12,9 +12,7 @@ use std::time::Duration;
 
 use berth::model::{PublicationState, VolumeState};
 use berth_proto::berth::v1 as api;
-use berth_proto::berth::v1::berth_client::BerthClient;
 use clap::{Args, Subcommand};
-use tonic::transport::Channel;
 
 use crate::client::{ApiArgs, connect, grpc};
 use crate::commands::volume::view::{WithHealth, event_line, event_view, print_volume, view};
@@ -254,7 +252,7 @@ fn topology(text: &str) -> Result<api::Topology, String> {
 }
 
 pub async fn run(cmd: VolumeCommand, api: ApiArgs, output: Output) -> anyhow::Result<ExitCode> {
-    let mut client = connect(&api.api).await?;
+    let mut client = connect(&api).await?;
     let created = matches!(cmd, VolumeCommand::Create(_));
     let (volume, name, goal, wait_args) = match cmd {
         VolumeCommand::List(args) => {
@@ -525,7 +523,7 @@ pub async fn run(cmd: VolumeCommand, api: ApiArgs, output: Output) -> anyhow::Re
 }
 
 /// The node a volume is published on, when it is published on one only.
-async fn the_one_node(client: &mut BerthClient<Channel>, name: &str) -> anyhow::Result<String> {
+async fn the_one_node(client: &mut crate::client::Client, name: &str) -> anyhow::Result<String> {
     let v = client
         .get_volume(api::GetVolumeRequest {
             name: name.to_string(),

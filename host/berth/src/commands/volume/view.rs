@@ -14,6 +14,8 @@ use crate::output::{Output, say};
 #[derive(Serialize)]
 pub struct VolumeView {
     name: String,
+    /// Where the name is unique (`default` unless one was named).
+    namespace: String,
     id: String,
     state: String,
     plugin: String,
@@ -117,6 +119,7 @@ pub fn view(v: &api::Volume) -> VolumeView {
     let spec = v.spec.clone().unwrap_or_default();
     VolumeView {
         name: spec.name,
+        namespace: v.namespace.clone(),
         id: v.id.clone(),
         state: v.state.clone(),
         plugin: spec.plugin,
@@ -222,6 +225,11 @@ pub fn waiting_line(v: &api::Volume) -> String {
 
 pub fn one_line(v: &api::Volume) -> String {
     let name = v.spec.as_ref().map(|s| s.name.as_str()).unwrap_or("");
+    // Outside the default namespace, as `namespace/name`.
+    let name = match v.namespace.as_str() {
+        "" | "default" => name.to_string(),
+        namespace => format!("{namespace}/{name}"),
+    };
     let pubs: Vec<String> = v
         .publications
         .iter()

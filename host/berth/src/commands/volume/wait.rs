@@ -7,8 +7,6 @@ use std::time::{Duration, Instant};
 
 use berth::model::VolumeState;
 use berth_proto::berth::v1 as api;
-use berth_proto::berth::v1::berth_client::BerthClient;
-use tonic::transport::Channel;
 
 use crate::client::grpc;
 use crate::commands::volume::view::{event_line, one_line, published, view, waiting_line};
@@ -64,7 +62,7 @@ fn stands(v: &api::Volume) -> String {
 }
 
 pub(super) async fn wait(
-    client: &mut BerthClient<Channel>,
+    client: &mut crate::client::Client,
     from: &api::Volume,
     goal: Goal<'_>,
     timeout: Duration,

@@ -47,6 +47,8 @@ pub fn spec_from_api(s: api::VolumeSpec) -> Result<VolumeSpec, RequestError> {
         labels: s.labels.into_iter().collect(),
         source: source_from_api(s.from_snapshot, s.from_volume)?.map(Box::new),
         mutable_parameters: s.mutable_parameters.into_iter().collect(),
+        // The call's namespace, set by the request path.
+        namespace: Default::default(),
     })
 }
 
@@ -167,5 +169,6 @@ pub(super) fn volume_summary(m: &VolumeManager, r: &VolumeRecord) -> api::Volume
         events: Vec::new(),
         explanation: String::new(),
         made_by: r.made_by.to_string(),
+        namespace: r.spec.namespace.to_string(),
     }
 }

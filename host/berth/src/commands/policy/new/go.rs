@@ -63,6 +63,18 @@ const SDK: &[(&str, &str)] = &[
         "retry/export.go",
         include_str!("../../../../../../guests/go/sdk/retry/export.go"),
     ),
+    (
+        "admission_types.go",
+        include_str!("../../../../../../guests/go/sdk/admission_types.go"),
+    ),
+    (
+        "admission/admission.go",
+        include_str!("../../../../../../guests/go/sdk/admission/admission.go"),
+    ),
+    (
+        "admission/export.go",
+        include_str!("../../../../../../guests/go/sdk/admission/export.go"),
+    ),
 ];
 
 fn source(d: Decision) -> &'static str {
@@ -70,6 +82,8 @@ fn source(d: Decision) -> &'static str {
         Decision::Naming => include_str!("../../../../templates/policy/go/naming.go"),
         Decision::Placement => include_str!("../../../../templates/policy/go/placement.go"),
         Decision::Retry => include_str!("../../../../templates/policy/go/retry.go"),
+        // The sample's, as in the other languages.
+        Decision::Admission => include_str!("../../../../../../guests/go/admission/admission.go"),
     }
 }
 

@@ -19,6 +19,9 @@ fn source(d: Decision, typescript: bool) -> &'static str {
         (Decision::Naming, true) => include_str!("../../../../templates/policy/ts/naming.ts"),
         (Decision::Placement, true) => include_str!("../../../../templates/policy/ts/placement.ts"),
         (Decision::Retry, true) => include_str!("../../../../templates/policy/ts/retry.ts"),
+        // The sample is the scaffold's module, as in Rust and Python.
+        (Decision::Admission, false) => include_str!("../../../../../../guests/js/admission/app.js"),
+        (Decision::Admission, true) => include_str!("../../../../templates/policy/ts/admission.ts"),
     }
 }
 

@@ -198,6 +198,7 @@ pub(super) fn cases(decisions: &[Decision]) -> String {
             Decision::Naming => include_str!("../../../../templates/policy/cases/naming.toml"),
             Decision::Placement => include_str!("../../../../templates/policy/cases/placement.toml"),
             Decision::Retry => include_str!("../../../../templates/policy/cases/retry.toml"),
+            Decision::Admission => include_str!("../../../../../../guests/admission/cases.toml"),
         });
     }
     text
@@ -249,6 +250,7 @@ fn rust(name: &str, decisions: &[Decision], sdk: &str) -> Vec<File> {
             Decision::Naming => include_str!("../../../../templates/policy/rust/naming.rs"),
             Decision::Placement => include_str!("../../../../templates/policy/rust/placement.rs"),
             Decision::Retry => include_str!("../../../../templates/policy/rust/retry.rs"),
+            Decision::Admission => include_str!("../../../../templates/policy/rust/admission.rs"),
         };
         files.push(file(format!("src/{}.rs", d.interface()), source));
     }
@@ -266,6 +268,8 @@ fn python(name: &str, decisions: &[Decision]) -> Vec<File> {
             Decision::Naming => include_str!("../../../../templates/policy/python/naming.py"),
             Decision::Placement => include_str!("../../../../templates/policy/python/placement.py"),
             Decision::Retry => include_str!("../../../../templates/policy/python/retry.py"),
+            // The sample is the scaffold's module, as in Rust.
+            Decision::Admission => include_str!("../../../../../../guests/python/admission/app.py"),
         });
     }
     let mut build = file(
@@ -323,6 +327,10 @@ pub(super) fn wit_files(decisions: &[Decision]) -> Vec<File> {
             include_str!("../../../../../../wit/placement.wit"),
         ),
         file("wit/retry.wit", include_str!("../../../../../../wit/retry.wit")),
+        file(
+            "wit/admission.wit",
+            include_str!("../../../../../../wit/admission.wit"),
+        ),
         file("wit/module.wit", world),
     ]
 }
@@ -395,6 +403,11 @@ mod tests {
         assert!(!find("wit/module.wit").contains("export naming;"));
         assert!(find("app.py").contains("class Placement("));
         assert!(find("build.sh").contains(&format!("componentize-py=={}", COMPONENTIZE_PY.trim())));
+        let files = python("p", &[Decision::Admission]);
+        let find = |p: &str| &files.iter().find(|f| f.path == p).unwrap().text;
+        assert!(find("wit/module.wit").contains("export admission;"));
+        assert!(find("app.py").contains("class Admission(exports.Admission)"));
+        assert!(find("cases.toml").contains("decision = \"admission\""));
     }
 
     #[test]

@@ -21,9 +21,17 @@
 //! name = "unavailable backs off"
 //! failure = { operation = "create-volume", code = "UNAVAILABLE", attempt = 2 }
 //! expect = { retry_after_ms = { min = 900, max = 1100 } }
+//!
+//! [[case]]
+//! name = "team-a's volumes carry an owner"
+//! volume = { name = "team-a/data" }
+//! admission = { call = "create-volume", namespace = "team-a", caller = "token:0123" }
+//! expect = { changes = ["label owner=team-a"] }
 //! ```
 //!
 //! Omitted inputs take the values of [`crate::samples`].
+
+pub mod admission;
 
 use std::collections::BTreeMap;
 use std::time::{Duration, Instant};
@@ -63,6 +71,8 @@ pub struct Case {
     #[serde(default)]
     pub nodes: Vec<NodeInput>,
     pub failure: Option<FailureInput>,
+    /// An admission case's request beyond its volume.
+    pub admission: Option<admission::AdmissionInput>,
     pub expect: Expect,
 }
 
@@ -136,6 +146,11 @@ pub struct Expect {
     give_up: Option<bool>,
     give_up_contains: Option<String>,
     done: Option<bool>,
+    // admission
+    pub(crate) admitted: Option<bool>,
+    pub(crate) denial_contains: Option<String>,
+    /// Each change as `volume explain` shows it, e.g. `label owner=team-a`.
+    pub(crate) changes: Option<Vec<String>>,
 }
 
 #[derive(Debug, Deserialize)]
@@ -237,7 +252,7 @@ fn pick_decision(module: &PolicyModule, case: &Case) -> Result<Decision, Failed>
 
 impl Expect {
     /// The expectations set, by decision.
-    fn keys(&self) -> [(Decision, Vec<&'static str>); 3] {
+    fn keys(&self) -> [(Decision, Vec<&'static str>); 4] {
         let set =
             |pairs: &[(&'static str, bool)]| pairs.iter().filter(|(_, s)| *s).map(|(k, _)| *k).collect();
         [
@@ -266,6 +281,14 @@ impl Expect {
                     ("give_up", self.give_up.is_some()),
                     ("give_up_contains", self.give_up_contains.is_some()),
                     ("done", self.done.is_some()),
+                ]),
+            ),
+            (
+                Decision::Admission,
+                set(&[
+                    ("admitted", self.admitted.is_some()),
+                    ("denial_contains", self.denial_contains.is_some()),
+                    ("changes", self.changes.is_some()),
                 ]),
             ),
         ]
@@ -378,6 +401,14 @@ async fn run_one(
                 .await
                 .map_err(|e| e.failure.to_string())?;
             check_retry(e, &failure, decision)
+        }
+        Decision::Admission => {
+            let request = admission::request(case.admission.as_ref(), volume, settings)?;
+            let verdict = module
+                .admit(engine, &request)
+                .await
+                .map_err(|e| e.failure.to_string())?;
+            admission::check(e, &verdict)
         }
     }
 }
@@ -523,7 +554,7 @@ fn to_pairs(map: &Map) -> Pairs {
     map.iter().map(|(k, v)| (k.clone(), v.clone())).collect()
 }
 
-fn volume(input: Option<&VolumeInput>) -> Result<Volume, Failed> {
+pub(crate) fn volume(input: Option<&VolumeInput>) -> Result<Volume, Failed> {
     let default = VolumeInput::default();
     let i = input.unwrap_or(&default);
     let mut v = samples::volume(i.name.as_deref().unwrap_or("example"));
