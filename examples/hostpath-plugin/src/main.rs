@@ -4,6 +4,7 @@ mod answers;
 mod call_log;
 mod config;
 mod controller;
+mod disk;
 mod faults;
 mod identity;
 mod journal;

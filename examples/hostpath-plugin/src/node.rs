@@ -226,7 +226,7 @@ fn io_status(what: &str, path: &Path, e: std::io::Error) -> Status {
         std::io::ErrorKind::AlreadyExists => {
             Status::already_exists(format!("{what} {}: {e}", path.display()))
         }
-        _ => crate::volumes::disk_status(format!("{what} {}: {e}", path.display()), &e),
+        _ => crate::disk::disk_status(format!("{what} {}: {e}", path.display()), &e),
     }
 }
 
@@ -381,7 +381,7 @@ impl csi::node_server::Node for Node {
         }
         let (rec, _) = self.published_at(&req.volume_id, &req.volume_path)?;
         let data = self.volumes.data_path(&rec.id);
-        let used = crate::volumes::used_bytes(&data).map_err(|e| io_status("measuring", &data, e))? as i64;
+        let used = crate::disk::used_bytes(&data).map_err(|e| io_status("measuring", &data, e))? as i64;
         Ok(Response::new(csi::NodeGetVolumeStatsResponse {
             usage: vec![csi::VolumeUsage {
                 available: (rec.capacity_bytes - used).max(0),

@@ -14,7 +14,8 @@ use cap_std::fs::Dir;
 use serde::{Deserialize, Serialize};
 use tonic::Status;
 
-use crate::volumes::{blocking, copy_tree, hash_hex, read_json, remove_record, state_dir_error, write_json};
+use crate::disk::{blocking, copy_tree, read_json, remove_record, state_dir_error, write_json};
+use crate::volumes::hash_hex;
 
 #[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
 pub struct SnapshotRecord {

@@ -64,7 +64,7 @@ impl Targets {
             std::fs::create_dir_all(&self.dir).and_then(|()| std::fs::write(&file, all.join("\n") + "\n"))
         };
         written.map_err(|e| {
-            crate::volumes::disk_status(format!("recording where {volume_id} is published: {e}"), &e)
+            crate::disk::disk_status(format!("recording where {volume_id} is published: {e}"), &e)
         })
     }
 }

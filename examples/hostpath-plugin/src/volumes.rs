@@ -6,7 +6,7 @@
 //! `Dir`, so no volume name, id or node id can reach outside the state directory.
 
 use std::collections::{BTreeMap, BTreeSet, HashMap};
-use std::io::{self, Write};
+use std::io;
 use std::path::{Path, PathBuf};
 use std::sync::{Mutex, MutexGuard};
 
@@ -15,6 +15,8 @@ use cap_std::fs::Dir;
 use serde::{Deserialize, Serialize};
 use sha2::{Digest, Sha256};
 use tonic::Status;
+
+use crate::disk::{blocking, copy_tree, read_json, remove_record, state_dir_error, write_json};
 
 pub type Segments = BTreeMap<String, String>;
 
@@ -479,49 +481,6 @@ impl Volumes {
     }
 }
 
-/// Runs blocking disk work from a request handler without stalling the
-/// runtime's other tasks.
-pub(crate) fn blocking<R>(f: impl FnOnce() -> R) -> R {
-    match tokio::runtime::Handle::try_current() {
-        Ok(h) if h.runtime_flavor() == tokio::runtime::RuntimeFlavor::MultiThread => {
-            tokio::task::block_in_place(f)
-        }
-        _ => f(),
-    }
-}
-
-/// Copies the contents of directory `from` into `to` (which exists);
-/// files already there are overwritten, so a copy cut short is redone whole.
-pub fn copy_tree(from: &Path, to: &Path) -> io::Result<()> {
-    for entry in std::fs::read_dir(from)? {
-        let entry = entry?;
-        let target = to.join(entry.file_name());
-        let kind = entry.file_type()?;
-        if kind.is_dir() {
-            std::fs::create_dir_all(&target)?;
-            copy_tree(&entry.path(), &target)?;
-        } else if kind.is_file() {
-            std::fs::copy(entry.path(), &target)?;
-        }
-    }
-    Ok(())
-}
-
-/// Bytes used by the files under `dir`.
-pub fn used_bytes(dir: &Path) -> io::Result<u64> {
-    let mut total = 0;
-    for entry in std::fs::read_dir(dir)? {
-        let entry = entry?;
-        let kind = entry.file_type()?;
-        if kind.is_dir() {
-            total += used_bytes(&entry.path())?;
-        } else if kind.is_file() {
-            total += entry.metadata()?.len();
-        }
-    }
-    Ok(total)
-}
-
 /// Whether a volume accessible from `accessible` is reachable from segment `key=value`.
 fn in_segment(accessible: &[Segments], key: &str, value: &str) -> bool {
     accessible.is_empty()
@@ -553,57 +512,6 @@ pub(crate) fn hash_hex(text: &str) -> String {
         .iter()
         .map(|b| format!("{b:02x}"))
         .collect()
-}
-
-pub(crate) fn read_json<T: for<'de> Deserialize<'de>>(root: &Dir, path: &str) -> Result<Option<T>, Status> {
-    match root.read_to_string(path) {
-        Ok(text) => serde_json::from_str(&text)
-            .map(Some)
-            .map_err(|e| Status::data_loss(format!("{path} is corrupt: {e}"))),
-        Err(e) if e.kind() == io::ErrorKind::NotFound => Ok(None),
-        Err(e) => Err(state_dir_error(e)),
-    }
-}
-
-/// Writes a temporary file and renames it over the target, so a crash leaves
-/// either the old record or the new one.
-pub(crate) fn write_json<T: Serialize>(root: &Dir, path: &str, value: &T, fsync: bool) -> Result<(), Status> {
-    let tmp = format!("{path}.tmp");
-    let bytes = serde_json::to_vec_pretty(value).map_err(|e| Status::internal(e.to_string()))?;
-    let mut file = root.create(&tmp).map_err(state_dir_error)?;
-    file.write_all(&bytes).map_err(state_dir_error)?;
-    if fsync {
-        file.sync_all().map_err(state_dir_error)?;
-    }
-    drop(file);
-    root.rename(&tmp, root, path).map_err(state_dir_error)?;
-    Ok(())
-}
-
-/// A failed call on the state directory's disk, as the CO should take it.
-pub(crate) fn state_dir_error(e: io::Error) -> Status {
-    disk_status(format!("state directory: {e}"), &e)
-}
-
-/// A disk call's failure: a disk that is full, gone read-only or failing
-/// its I/O is a condition to wait out (the CO retries RESOURCE_EXHAUSTED and
-/// UNAVAILABLE), not the plugin's own fault (INTERNAL).
-pub(crate) fn disk_status(message: String, e: &io::Error) -> Status {
-    match e.kind() {
-        io::ErrorKind::StorageFull | io::ErrorKind::QuotaExceeded => Status::resource_exhausted(message),
-        io::ErrorKind::ReadOnlyFilesystem => Status::unavailable(message),
-        _ if e.raw_os_error() == Some(libc::EIO) => Status::unavailable(message),
-        _ => Status::internal(message),
-    }
-}
-
-/// Removes a record; one already gone is removed (a removal whose
-/// directory sync failed, asked again).
-pub(crate) fn remove_record(root: &Dir, path: &str) -> Result<(), Status> {
-    match root.remove_file(path) {
-        Err(e) if e.kind() != io::ErrorKind::NotFound => Err(state_dir_error(e)),
-        _ => Ok(()),
-    }
 }
 
 #[cfg(test)]
