@@ -160,7 +160,7 @@ pub(crate) fn spawn_plugins(dir: &Path, volumes_dir: &Path, spec: &ClusterSpec) 
 }
 
 /// `volume create NAME` of the `hostpath` plugin inside topology `segment`.
-fn create_args<'a>(name: &'a str, segment: &'a str) -> [&'a str; 7] {
+pub fn create_args<'a>(name: &'a str, segment: &'a str) -> [&'a str; 7] {
     [
         "volume",
         "create",

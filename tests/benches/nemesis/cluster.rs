@@ -322,17 +322,42 @@ impl Cluster {
         })
     }
 
-    /// Every process that is not running is started again (after a kill).
-    pub fn restart_dead(&mut self) -> anyhow::Result<Vec<String>> {
-        let mut started = Vec::new();
+    /// Every process that is not running is started again (after a kill);
+    /// what was started, and what was done by hand first.
+    ///
+    /// An agent refuses to start beside a mounted volume path its record
+    /// does not name. A plugin's lying NodeUnpublishVolume leaves exactly
+    /// that; the operator does what the agent's error says (unmount the
+    /// path, remove it) for such a path only. Any other path is left, and
+    /// the agent with it: a record that lost a mount is Berth's fault.
+    pub fn restart_dead(&mut self) -> anyhow::Result<(Vec<String>, Vec<String>)> {
+        let (mut started, mut by_hand) = (Vec::new(), Vec::new());
+        let mut lies = None;
         for p in &mut self.procs {
-            if !p.running() {
-                p.kill();
-                p.start()?;
-                started.push(p.name.clone());
+            if p.running() {
+                continue;
             }
+            if p.kind == Kind::Agent {
+                let refused = p.refused_mounts();
+                if !refused.is_empty() {
+                    let journal = &self.journal;
+                    let lies = lies.get_or_insert_with(|| {
+                        berth_tests::nemesis::check::Lies::read(&berth_tests::nemesis::check::journal(
+                            journal,
+                        ))
+                    });
+                    for path in refused.iter().filter(|path| lies.left_mounted(path)) {
+                        let _ = std::process::Command::new("umount").arg(path).status();
+                        std::fs::remove_dir_all(path).or_else(|_| std::fs::remove_file(path))?;
+                        by_hand.push(format!("{path} (left mounted by a lie)"));
+                    }
+                }
+            }
+            p.kill();
+            p.start()?;
+            started.push(p.name.clone());
         }
-        Ok(started)
+        Ok((started, by_hand))
     }
 }
 

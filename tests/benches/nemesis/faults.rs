@@ -246,10 +246,13 @@ pub fn heal(c: &mut Cluster, tl: &mut Timeline) -> anyhow::Result<()> {
             behaving.push(p.name.clone());
         }
     }
-    let started = c.restart_dead()?;
+    let (started, by_hand) = c.restart_dead()?;
     let mut said = String::from("healed");
     if !behaving.is_empty() {
         said.push_str(&format!("; behaving again: {}", behaving.join(", ")));
+    }
+    if !by_hand.is_empty() {
+        said.push_str(&format!("; unmounted by hand: {}", by_hand.join(", ")));
     }
     if !started.is_empty() {
         said.push_str(&format!("; started again: {}", started.join(", ")));

@@ -49,6 +49,24 @@ impl Proc {
         }
     }
 
+    /// The paths the agent's last start refused to go on with: mounted
+    /// volume paths its record does not name (its own error's list).
+    pub fn refused_mounts(&self) -> Vec<String> {
+        let log = std::fs::read_to_string(&self.log).unwrap_or_default();
+        // Its last start's, not an earlier one's.
+        let last = log
+            .lines()
+            .rev()
+            .find(|l| l.contains("does not name") || l.contains("agent started"));
+        let Some(line) = last.filter(|l| l.contains("does not name")) else {
+            return Vec::new();
+        };
+        line.split_once("in use (")
+            .and_then(|(_, rest)| rest.split_once(')'))
+            .map(|(list, _)| list.split(", ").map(str::to_string).collect())
+            .unwrap_or_default()
+    }
+
     pub fn env(mut self, key: &str, value: &str) -> Proc {
         self.env.push((key.to_string(), value.to_string()));
         self

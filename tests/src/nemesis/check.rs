@@ -110,6 +110,12 @@ pub fn single_node_and_lies(journal: &[Value]) -> (Vec<Violation>, Lies) {
 }
 
 impl Lies {
+    /// Whether `target`'s last NodeUnpublishVolume was a lie (so it may
+    /// still be mounted, unknown to its agent).
+    pub fn left_mounted(&self, target: &str) -> bool {
+        self.targets.contains(target)
+    }
+
     pub fn read(journal: &[Value]) -> Lies {
         Lies::with(journal, single_node_judged(journal).1)
     }
@@ -393,7 +399,7 @@ mod tests {
         assert_eq!(lies.consequences.len(), 1, "{:?}", lies.consequences);
         assert!(lies.consequences[0].contains("was a lie"));
         assert!(lies.volumes.contains("hp-1") && !lies.volumes.contains("hp-2"));
-        assert!(lies.targets.contains("/a/t"));
+        assert!(lies.left_mounted("/a/t") && !lies.left_mounted("/b/t"));
         // The same journal without the lie: a violation of Berth's.
         let truthful = [
             publish("v", "a", "/a/t", "SINGLE_NODE_WRITER"),

@@ -9,7 +9,7 @@ use std::time::Duration;
 
 use berth_tests::faultfs::{DiskFault, FaultDisk};
 use berth_tests::scrape::wait_ready;
-use berth_tests::{Cluster, ClusterSpec, texts};
+use berth_tests::{Cluster, ClusterSpec, create_args, texts};
 use serde_json::Value;
 
 /// The server of `c` restarted on a faulty disk mounted under its state
@@ -42,15 +42,7 @@ fn a_failing_disk_under_the_store_acknowledges_nothing_it_did_not_keep() {
         disk.set(fault);
         let refused_before = disk.refused();
         let name = format!("during-{fault:?}").to_lowercase();
-        let out = c.berth(&[
-            "volume",
-            "create",
-            &name,
-            "--plugin",
-            "hostpath",
-            "--requisite",
-            "zone=a",
-        ]);
+        let out = c.berth(&create_args(&name, "zone=a"));
         let (stdout, stderr) = texts(&out);
         assert!(
             !out.status.success(),
@@ -356,15 +348,7 @@ fn a_plugin_whose_state_disk_fails_is_waited_out_and_does_each_call_once() {
         let name = format!("during-{fault:?}").to_lowercase();
         disk.set(fault);
         let before = disk.refused();
-        c.ok(&[
-            "volume",
-            "create",
-            &name,
-            "--plugin",
-            "hostpath",
-            "--requisite",
-            "zone=a",
-        ]);
+        c.ok(&create_args(&name, "zone=a"));
         let v = refused(&name, said);
         assert_ne!(v["state"], "available", "{fault:?}: {v:#}");
         assert!(disk.refused() > before, "{fault:?}: the disk refused nothing");

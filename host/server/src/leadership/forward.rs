@@ -243,9 +243,9 @@ impl tower::Service<http::Request<Body>> for Forward {
                             Ok(answer) => return Ok(repeated(whole(answer).await, cut_off)),
                             Err(e) => e,
                         };
-                        // It may have reached the leader before the
-                        // connection broke.
-                        cut_off = true;
+                        // Unless no connection was made, it may have
+                        // reached the leader before the connection broke.
+                        cut_off |= !never_connected(&e);
                         // The leader gone: once its lease runs out another
                         // leads, and the call (safe to repeat) goes there.
                         let now = tokio::time::Instant::now();
@@ -263,6 +263,24 @@ impl tower::Service<http::Request<Body>> for Forward {
             }
         })
     }
+}
+
+/// Whether a forwarding error is one of connecting: the call was not sent.
+fn never_connected(e: &(dyn std::error::Error + 'static)) -> bool {
+    use std::io::ErrorKind;
+    let mut source = Some(e);
+    while let Some(e) = source {
+        if let Some(io) = e.downcast_ref::<std::io::Error>()
+            && matches!(
+                io.kind(),
+                ErrorKind::ConnectionRefused | ErrorKind::AddrNotAvailable | ErrorKind::HostUnreachable
+            )
+        {
+            return true;
+        }
+        source = e.source();
+    }
+    false
 }
 
 /// The answer to a call, `cut_off` when an earlier try of it may have been
@@ -416,6 +434,34 @@ mod tests {
             "{refused:?}"
         );
         assert!(refused.message().contains("no volume named v1"), "{refused:?}");
+    }
+
+    /// A transport's error, its cause below it.
+    #[derive(Debug)]
+    struct Transport(std::io::Error);
+
+    impl std::fmt::Display for Transport {
+        fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+            f.write_str("transport error")
+        }
+    }
+
+    impl std::error::Error for Transport {
+        fn source(&self) -> Option<&(dyn std::error::Error + 'static)> {
+            Some(&self.0)
+        }
+    }
+
+    #[test]
+    fn only_a_connection_never_made_sent_nothing() {
+        use std::io::ErrorKind;
+        let refused = Transport(ErrorKind::ConnectionRefused.into());
+        assert!(never_connected(&refused));
+        let reset = Transport(ErrorKind::ConnectionReset.into());
+        assert!(
+            !never_connected(&reset),
+            "a reset may come after the call was sent"
+        );
     }
 
     #[tokio::test]
