@@ -332,3 +332,17 @@ impl EtcdCluster {
         }
     }
 }
+
+/// The value stored at `key` on the member at `endpoint` (plain HTTP), if any.
+pub async fn stored(endpoint: &str, key: &[u8]) -> Option<Vec<u8>> {
+    use berth_proto::etcd::etcdserverpb as pb;
+    let mut kv = pb::kv_client::KvClient::connect(endpoint.to_string())
+        .await
+        .expect("an etcd member to read from");
+    let read = pb::RangeRequest {
+        key: key.to_vec(),
+        ..Default::default()
+    };
+    let found = kv.range(read).await.expect("a read of one key").into_inner();
+    found.kvs.into_iter().next().map(|kv| kv.value)
+}

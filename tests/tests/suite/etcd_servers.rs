@@ -425,18 +425,8 @@ fn etcd_holds_no_key_and_a_lost_ca_is_restored_not_remade() {
             .unwrap()
     };
     let key = b"/berth-ha/cluster/ca".to_vec();
-    let kept = berth_tests::block_on(async {
-        let mut kv = kv().await;
-        let found = kv
-            .range(pb::RangeRequest {
-                key: key.clone(),
-                ..Default::default()
-            })
-            .await
-            .unwrap()
-            .into_inner();
-        found.kvs[0].value.clone()
-    });
+    let kept = berth_tests::block_on(berth_tests::stored(&etcd.endpoints()[0], &key))
+        .expect("the cluster CA in etcd");
     let text = String::from_utf8(kept.clone()).unwrap();
     assert!(
         text.contains("sealed_key") && !text.contains("PRIVATE KEY"),

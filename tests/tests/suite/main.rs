@@ -10,6 +10,7 @@ mod csi_operations;
 mod disk_faults;
 mod docker;
 mod docker_node_calls;
+mod etcd_late_copies;
 mod etcd_servers;
 mod etcd_store;
 mod events;

@@ -167,6 +167,10 @@ pub enum EtcdError {
     /// A leader's transaction failed its fence: another server leads.
     #[error("{}", super::DEPOSED)]
     Deposed,
+    /// The writer key kept changing under this store's transactions:
+    /// another writer shares the prefix.
+    #[error("another writer keeps changing {0}: is a second server writing this prefix without leadership?")]
+    Contended(String),
 }
 
 /// Every key and value below `prefix`, read page by page at one revision.

@@ -4,22 +4,26 @@
 //!
 //! Keys: `<prefix>/schema`, `<prefix>/volumes/<id>`, `<prefix>/nodes/<name>`,
 //! `<prefix>/tokens/<id>`, `<prefix>/acl/token/<accessor>`, `<prefix>/acl/policy/<name>`, `<prefix>/acl/quota/<namespace>`, `<prefix>/policy/set`, `<prefix>/checks/<plugin>`, `<prefix>/compaction`
-//! (when the leader last compacted etcd's history: see `compact`);
+//! (when the leader last compacted etcd's history: see `compact`), `<prefix>/writer`
+//! (put by every transaction, which orders them: see `commit`);
 //! values are the same JSON the embedded store keeps. Writes are grouped as
 //! in the embedded store: everything waiting goes into one etcd transaction
 //! (within etcd's default limits on operations and bytes), one transaction in
-//! flight at a time so a later change to a key never lands before an earlier
-//! one. A writer is answered once etcd has committed its change.
+//! flight at a time, each compared against the last one that landed, so an
+//! earlier change never lands after a later one, not even a copy sent again
+//! to another member. A writer is answered once etcd has committed its change.
 
-use std::collections::HashMap;
 use std::sync::Mutex;
 
 use berth_proto::etcd::etcdserverpb as pb;
 use tokio::sync::{mpsc, oneshot};
 
+use commit::{Reply, WRITE_QUEUE, Write, Writer, commit_loop};
+
 use crate::{NodeRecord, SCHEMA_VERSION, Store, StoreError, TokenRecord, decode, encode, encode_json};
 use berth_model::VolumeRecord;
 
+mod commit;
 mod compact;
 mod members;
 mod mirror;
@@ -28,20 +32,6 @@ mod settings;
 pub use members::{EtcdError, Members, range_all, unavailable};
 pub use mirror::{Mirror, Warm};
 pub use settings::{DEPOSED, EtcdSettings, EtcdTls, Fence};
-
-/// etcd's default `--max-txn-ops`.
-const MAX_TXN_OPS: usize = 128;
-/// Below etcd's default `--max-request-bytes` (1.5 MiB).
-const MAX_TXN_BYTES: usize = 1 << 20;
-type Reply = oneshot::Sender<Result<(), EtcdError>>;
-/// Writes waiting for a transaction; a writer past this waits its turn.
-const WRITE_QUEUE: usize = 4 * MAX_TXN_OPS;
-
-/// One key's change: a value to put, or `None` to delete.
-struct Write {
-    key: Vec<u8>,
-    value: Option<Vec<u8>>,
-}
 
 pub struct EtcdStore {
     settings: EtcdSettings,
@@ -165,7 +155,8 @@ impl EtcdStore {
                 settings.compact_every,
             )))
         });
-        tokio::spawn(commit_loop(kv.clone(), rx, fence));
+        let writer = Writer::new(&settings.prefix);
+        tokio::spawn(commit_loop(kv.clone(), rx, fence, writer));
         Ok(EtcdStore {
             settings,
             kv,
@@ -227,90 +218,6 @@ async fn load_json<T: serde::de::DeserializeOwned>(
             })
         })
         .collect()
-}
-
-/// Changes waiting for one transaction; a key changed twice keeps its last
-/// change (etcd refuses a transaction that names a key twice).
-#[derive(Default)]
-struct Batch {
-    writes: Vec<Write>,
-    at: HashMap<Vec<u8>, usize>,
-    replies: Vec<Reply>,
-    bytes: usize,
-}
-
-impl Batch {
-    fn add(&mut self, (write, reply): (Write, Reply)) {
-        self.bytes += write.key.len() + write.value.as_ref().map_or(0, Vec::len);
-        self.replies.push(reply);
-        match self.at.get(&write.key) {
-            Some(&i) => self.writes[i] = write,
-            None => {
-                self.at.insert(write.key.clone(), self.writes.len());
-                self.writes.push(write);
-            }
-        }
-    }
-
-    fn full(&self) -> bool {
-        self.writes.len() >= MAX_TXN_OPS || self.bytes >= MAX_TXN_BYTES
-    }
-
-    fn request(&mut self, fence: Option<&Fence>) -> pb::TxnRequest {
-        use pb::request_op::Request;
-        let success = self
-            .writes
-            .drain(..)
-            .map(|w| pb::RequestOp {
-                request: Some(match w.value {
-                    Some(value) => Request::RequestPut(pb::PutRequest {
-                        key: w.key,
-                        value,
-                        ..Default::default()
-                    }),
-                    None => Request::RequestDeleteRange(pb::DeleteRangeRequest {
-                        key: w.key,
-                        ..Default::default()
-                    }),
-                }),
-            })
-            .collect();
-        pb::TxnRequest {
-            compare: fence.map(Fence::compare).into_iter().collect(),
-            success,
-            failure: Vec::new(),
-        }
-    }
-}
-
-async fn commit_loop(kv: Members, mut rx: mpsc::Receiver<(Write, Reply)>, fence: Option<Fence>) {
-    while let Some(first) = rx.recv().await {
-        let mut batch = Batch::default();
-        batch.add(first);
-        while !batch.full() {
-            match rx.try_recv() {
-                Ok(next) => batch.add(next),
-                Err(_) => break,
-            }
-        }
-        let changes = batch.replies.len();
-        let txn = batch.request(fence.as_ref());
-        let started = std::time::Instant::now();
-        let result = kv
-            .call(|mut c| {
-                let txn = txn.clone();
-                async move { c.txn(txn).await }
-            })
-            .await
-            .and_then(|r| r.succeeded.then_some(()).ok_or(EtcdError::Deposed));
-        berth_metrics::store_commit(changes, started.elapsed());
-        if let Err(e) = &result {
-            tracing::error!(error = %e, changes, "etcd commit failed");
-        }
-        for reply in batch.replies {
-            let _ = reply.send(result.clone());
-        }
-    }
 }
 
 #[tonic::async_trait]
@@ -491,40 +398,5 @@ impl EtcdStore {
                 .map_err(|e| unavailable(&self.settings, e))?;
         }
         Ok(())
-    }
-}
-
-#[cfg(test)]
-mod tests {
-    use super::*;
-
-    #[test]
-    fn a_key_changed_twice_in_a_batch_keeps_its_last_change_and_both_answers() {
-        let mut batch = Batch::default();
-        let write = |key: &str, value: Option<&str>| {
-            let (tx, _rx) = oneshot::channel();
-            (
-                Write {
-                    key: key.into(),
-                    value: value.map(Into::into),
-                },
-                tx,
-            )
-        };
-        batch.add(write("k1", Some("a")));
-        batch.add(write("k2", Some("b")));
-        batch.add(write("k1", None));
-        assert_eq!(batch.replies.len(), 3);
-        let fence = Fence {
-            key: b"/berth/leader".to_vec(),
-            create_revision: 42,
-        };
-        let txn = batch.request(Some(&fence));
-        assert_eq!(txn.compare, vec![fence.compare()], "every write is fenced");
-        assert_eq!(txn.success.len(), 2);
-        assert!(matches!(
-            &txn.success[0].request,
-            Some(pb::request_op::Request::RequestDeleteRange(d)) if d.key == b"k1"
-        ));
     }
 }
