@@ -103,8 +103,8 @@ fn range(key: &[u8]) -> pb::RequestOp {
 pub(super) struct Writer {
     /// `<prefix>/writer`: put by every transaction.
     key: Vec<u8>,
-    /// Tells this store's transactions from any other's.
-    id: u64,
+    /// Tells this store's transactions from any other's (random).
+    id: String,
     /// Transactions built so far; with `id`, each one's own value.
     sent: u64,
     /// The revision of the last transaction seen to land (0: none yet,
@@ -114,18 +114,9 @@ pub(super) struct Writer {
 
 impl Writer {
     pub(super) fn new(prefix: &str) -> Writer {
-        let mut id = [0u8; 8];
-        // A clock's nanoseconds if the kernel's random source is away: the
-        // id only tells copies of this store's transactions apart.
-        let id = match getrandom(&mut id) {
-            true => u64::from_le_bytes(id),
-            false => std::time::SystemTime::now()
-                .duration_since(std::time::UNIX_EPOCH)
-                .map_or(0, |d| d.as_nanos() as u64),
-        };
         Writer {
             key: format!("{prefix}/writer").into_bytes(),
-            id,
+            id: berth_model::new_id(),
             sent: 0,
             last: 0,
         }
@@ -140,7 +131,7 @@ impl Writer {
     ) -> (pb::TxnRequest, Vec<u8>) {
         use pb::compare::{CompareResult, CompareTarget, TargetUnion};
         self.sent += 1;
-        let tag = format!("{:016x}:{}", self.id, self.sent).into_bytes();
+        let tag = format!("{}:{}", self.id, self.sent).into_bytes();
         let mut success = writes;
         success.push(put(self.key.clone(), tag.clone()));
         let mut failure = vec![range(&self.key)];
@@ -215,14 +206,6 @@ impl Writer {
             String::from_utf8_lossy(&self.key).into_owned(),
         ))
     }
-}
-
-/// Fills `buf` from the kernel's random source; false if it cannot.
-fn getrandom(buf: &mut [u8]) -> bool {
-    use std::io::Read;
-    std::fs::File::open("/dev/urandom")
-        .and_then(|mut f| f.read_exact(buf))
-        .is_ok()
 }
 
 pub(super) async fn commit_loop(
