@@ -346,3 +346,26 @@ pub async fn stored(endpoint: &str, key: &[u8]) -> Option<Vec<u8>> {
     let found = kv.range(read).await.expect("a read of one key").into_inner();
     found.kvs.into_iter().next().map(|kv| kv.value)
 }
+
+/// Puts `key` on the member at `endpoint` (plain HTTP); the revision it was put at.
+pub async fn put(endpoint: &str, key: &[u8], value: &[u8]) -> i64 {
+    use berth_proto::etcd::etcdserverpb as pb;
+    let mut kv = pb::kv_client::KvClient::connect(endpoint.to_string())
+        .await
+        .expect("an etcd member to write to");
+    let put = pb::PutRequest {
+        key: key.to_vec(),
+        value: value.to_vec(),
+        ..Default::default()
+    };
+    let answer = kv.put(put).await.expect("a put of one key").into_inner();
+    answer.header.map_or(0, |h| h.revision)
+}
+
+/// A fence as a leader's: `key` put now, its create revision.
+pub async fn fence(endpoint: &str, key: &[u8]) -> berth::store::Fence {
+    berth::store::Fence {
+        key: key.to_vec(),
+        create_revision: put(endpoint, key, b"test").await,
+    }
+}

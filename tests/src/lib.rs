@@ -22,7 +22,7 @@ pub mod storm;
 pub use agents::AgentProcess;
 pub use bins::bin;
 pub use cluster::{Cluster, ClusterSpec, create_args};
-pub use etcd::{EtcdCluster, stored};
+pub use etcd::{EtcdCluster, fence, put, stored};
 pub use plugin::{Plugin, PluginBuilder};
 pub use registry::{RegistryServer, cosign_key, openssl_keys};
 pub use serves::ServeProcess;

@@ -9,8 +9,7 @@
 use std::sync::{Arc, Mutex};
 
 use berth::model::{VolumeRecord, VolumeSpec, new_id};
-use berth::store::{EtcdSettings, EtcdStore, Fence, Store};
-use berth_proto::etcd::etcdserverpb as pb;
+use berth::store::{EtcdSettings, EtcdStore, Store};
 use berth_tests::EtcdCluster;
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
 use tokio::net::{TcpListener, TcpStream};
@@ -157,20 +156,7 @@ fn a_late_copy_of_a_transaction_does_not_undo_a_later_one() {
     let direct = etcd.endpoints()[0].clone();
     berth_tests::block_on(async {
         let proxy = HoldingProxy::start(direct.trim_start_matches("http://").to_string()).await;
-        let mut kv = pb::kv_client::KvClient::connect(direct.clone()).await.unwrap();
-        let leader = kv
-            .put(pb::PutRequest {
-                key: b"/berth-late/leader".to_vec(),
-                value: b"test".to_vec(),
-                ..Default::default()
-            })
-            .await
-            .unwrap()
-            .into_inner();
-        let fence = Fence {
-            key: b"/berth-late/leader".to_vec(),
-            create_revision: leader.header.unwrap().revision,
-        };
+        let fence = berth_tests::fence(&direct, b"/berth-late/leader").await;
         // Member 1 is the proxy: the store's reads at connect go through it.
         let settings = EtcdSettings::new(
             vec![proxy.url.clone(), direct.clone()],
@@ -195,13 +181,7 @@ fn a_late_copy_of_a_transaction_does_not_undo_a_later_one() {
         // A copy of a transaction the store was never answered for that
         // lands before the next one (here put by hand) moves the order on:
         // the store learns where it stands and goes on.
-        kv.put(pb::PutRequest {
-            key: b"/berth-late/writer".to_vec(),
-            value: b"an unanswered transaction".to_vec(),
-            ..Default::default()
-        })
-        .await
-        .unwrap();
+        berth_tests::put(&direct, b"/berth-late/writer", b"an unanswered transaction").await;
         let after = VolumeRecord::new(new_id(), VolumeSpec::default());
         store.put(&after).await.expect("a write after the late copy");
         let key = format!("/berth-late/volumes/{}", after.id).into_bytes();

@@ -350,7 +350,7 @@ fn the_leader_compacts_etcds_history_and_work_goes_on() {
 
 #[test]
 fn the_compaction_schedule_outlives_terms_shorter_than_its_interval() {
-    use berth::store::{EtcdSettings, EtcdStore, Fence};
+    use berth::store::{EtcdSettings, EtcdStore};
     use berth_proto::etcd::etcdserverpb as pb;
     let etcd = EtcdCluster::start(1);
     let endpoint = etcd.endpoints()[0].clone();
@@ -359,21 +359,9 @@ fn the_compaction_schedule_outlives_terms_shorter_than_its_interval() {
         .compaction(Some(Duration::from_secs(2)))
         .unwrap();
     berth_tests::block_on(async {
+        let fence = berth_tests::fence(&endpoint, b"/berth-terms/leader").await;
+        let first = fence.create_revision;
         let mut kv = pb::kv_client::KvClient::connect(endpoint).await.unwrap();
-        let put = kv
-            .put(pb::PutRequest {
-                key: b"/berth-terms/leader".to_vec(),
-                value: b"test".to_vec(),
-                ..Default::default()
-            })
-            .await
-            .unwrap()
-            .into_inner();
-        let first = put.header.unwrap().revision;
-        let fence = Fence {
-            key: b"/berth-terms/leader".to_vec(),
-            create_revision: first,
-        };
         // Terms of 0.5 s, each a leader's store; none lives a whole interval.
         let started = Instant::now();
         let mut terms = 0;
