@@ -353,10 +353,12 @@ async fn leading(e: &Election) -> berth::store::Fence {
 }
 
 /// A prefix written before servers were elected (no leader, servers or CA
-/// keys; writes unfenced) is served as it was by an elected server.
+/// keys; writes unfenced) and before the writer key is served as it was by
+/// an elected server.
 #[test]
 fn a_prefix_written_without_an_election_is_served_as_it_was() {
     use berth::model::{VolumeRecord, VolumeSpec};
+    use berth_proto::etcd::etcdserverpb as pb;
     let etcd = EtcdCluster::start(3);
     let rt = tokio::runtime::Runtime::new().unwrap();
     rt.block_on(async {
@@ -370,6 +372,16 @@ fn a_prefix_written_without_an_election_is_served_as_it_was() {
             ..Default::default()
         });
         store.put(&record).await.unwrap();
+        drop(store);
+        // A release before `<prefix>/writer` did not write it.
+        let mut kv = pb::kv_client::KvClient::connect(etcd.endpoints()[0].clone())
+            .await
+            .unwrap();
+        let request = pb::DeleteRangeRequest {
+            key: b"/berth-before/writer".to_vec(),
+            ..Default::default()
+        };
+        assert_eq!(kv.delete_range(request).await.unwrap().into_inner().deleted, 1);
     });
     let c = Cluster::start(ClusterSpec {
         guests: false,
