@@ -4,7 +4,9 @@
 //!
 //! Run with `cargo xtask bench` (builds the guests first). Prints a table of
 //! medians and 99th percentiles and the WASM/native ratios. `--quick` runs
-//! briefly; `--only TEXT` runs the rows whose name contains TEXT.
+//! briefly; `--only TEXT` runs the rows whose name contains TEXT (`made
+//! ahead` for the table of instances made ahead of need against on the
+//! decision's path).
 
 use std::hint::black_box;
 use std::path::PathBuf;
@@ -160,11 +162,9 @@ fn main() {
         Duration::from_secs(2)
     };
     let engine = PolicyEngine::new(EngineOptions::default()).expect("policy engine");
-    // Decisions run as Berth runs them: awaited on the async runtime.
-    let rt = tokio::runtime::Builder::new_current_thread()
-        .enable_all()
-        .build()
-        .expect("tokio runtime");
+    // Decisions run as Berth runs them: awaited on the async runtime, whose
+    // workers also make instances ahead of need.
+    let rt = runtime();
     let builtins = Builtins::default();
     let naming = load(&engine, "berth_naming_guest.wasm");
     // BERTH_BENCH_PLACEMENT=<file> swaps the placement guest, e.g. to measure
@@ -307,7 +307,96 @@ fn main() {
         }
     }
 
+    made_ahead(budget, &wanted);
     loading(quick, &wanted);
+}
+
+/// A runtime of two workers, as Berth's on two cores.
+fn runtime() -> tokio::runtime::Runtime {
+    tokio::runtime::Builder::new_multi_thread()
+        .worker_threads(2)
+        .enable_all()
+        .build()
+        .expect("tokio runtime")
+}
+
+/// The process's CPU time so far, on every thread (the background refills too).
+fn cpu_time() -> Duration {
+    let mut t = libc::timespec {
+        tv_sec: 0,
+        tv_nsec: 0,
+    };
+    // SAFETY: `t` is a valid timespec for the call to write.
+    unsafe { libc::clock_gettime(libc::CLOCK_PROCESS_CPUTIME_ID, &mut t) };
+    Duration::new(t.tv_sec as u64, t.tv_nsec as u32)
+}
+
+/// A decision with its instance made on its path (`warm_instances = 0`)
+/// against made ahead of need (the default), on a runtime of two workers as
+/// Berth runs: latency when decisions come spaced (the instance is ready),
+/// latency back to back (the refill races the next call), and the process's
+/// CPU per decision back to back, refills included.
+fn made_ahead(budget: Duration, wanted: &dyn Fn(&str) -> bool) {
+    if !wanted("made ahead") {
+        return;
+    }
+    let rt = runtime();
+    let request = NamingRequest {
+        volume: volume("postgres-data"),
+        settings: vec![],
+    };
+    let f = failure(Operation::CreateVolume, Code::Unavailable, 3);
+    println!();
+    println!("| decision, instances      | p50 spaced | p50 back to back | CPU per decision |");
+    println!("|--------------------------|-----------:|-----------------:|-----------------:|");
+    for warm in [0, EngineOptions::default().warm_instances] {
+        let engine = PolicyEngine::new(EngineOptions {
+            warm_instances: warm,
+            ..EngineOptions::default()
+        })
+        .expect("policy engine");
+        let naming = load(&engine, "berth_naming_guest.wasm");
+        let retry = load(&engine, "berth_retry_guest.wasm");
+        for (name, module) in [("naming", &naming), ("retry", &retry)] {
+            let decide = || {
+                rt.block_on(async {
+                    if name == "naming" {
+                        let _ = black_box(module.volume_name(&engine, &request).await.unwrap());
+                    } else {
+                        black_box(module.classify(&engine, &f).await.unwrap());
+                    }
+                })
+            };
+            // Spaced: each call waits (untimed) for the refill to finish.
+            let mut spaced = Vec::new();
+            let start = Instant::now();
+            while start.elapsed() < budget / 2 || spaced.len() < 20 {
+                let ready_by = Instant::now() + Duration::from_millis(100);
+                while module.warm_instances() < warm as usize && Instant::now() < ready_by {
+                    std::thread::yield_now();
+                }
+                let t = Instant::now();
+                decide();
+                spaced.push(t.elapsed());
+            }
+            let mut back_to_back = Vec::new();
+            let (cpu, start) = (cpu_time(), Instant::now());
+            while start.elapsed() < budget / 2 || back_to_back.len() < 20 {
+                let t = Instant::now();
+                decide();
+                back_to_back.push(t.elapsed());
+            }
+            let per = (cpu_time() - cpu) / back_to_back.len() as u32;
+            let how = if warm == 0 { "on its path" } else { "made ahead" };
+            println!(
+                "| {:<24} | {:>10} | {:>16} | {:>16} |",
+                format!("{name}, {how}"),
+                show(stats(spaced).median),
+                show(stats(back_to_back).median),
+                show(per)
+            );
+        }
+    }
 }
 
 /// Loading a module as a start or a takeover does: compiled from its bytes,

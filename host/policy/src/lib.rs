@@ -26,10 +26,12 @@ mod policies;
 mod policies_admission;
 pub mod replay;
 pub mod samples;
+mod sandbox;
 pub mod shadow;
 /// What the guest SDK and the engine both say about the contract's types.
 #[path = "../../../guests/sdk/src/shared.rs"]
 mod shared;
+mod warm;
 
 pub use answer::{
     AnswerError, MAX_ADMISSION_CHANGES, MAX_NAME_BYTES, MAX_REASON_BYTES, MAX_RETRY_DELAY_MS,

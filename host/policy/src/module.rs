@@ -1,11 +1,10 @@
 //! One policy module: compiled once, checked at load, pre-instantiated, and
 //! run in a fresh instance for every decision.
 
+use std::sync::Arc;
 use std::sync::atomic::AtomicU64;
 
-use wasmtime::component::{
-    ComponentExportIndex, ComponentNamedList, Instance, InstancePre, Lift, Lower, TypedFunc,
-};
+use wasmtime::component::{ComponentExportIndex, ComponentNamedList, Instance, Lift, Lower, TypedFunc};
 use wasmtime::{Store, Trap};
 
 use crate::answer::{validate_retry, validate_verdicts, validate_volume_name};
@@ -15,6 +14,7 @@ use crate::engine::{Footprint, GuestState, MemoryLimitExceeded, PolicyEngine, Sa
 use crate::error::{GuestFailure, PolicyError, bytes};
 use crate::memory::memory_warning;
 pub use crate::module_config::{Limits, ModuleConfig, OnError};
+use crate::warm::{Recipe, Warm};
 use crate::{
     CandidateColumns, Candidates, Decision, Failure, NamingRequest, PlacementRequest, RetryDecision, Verdicts,
 };
@@ -25,6 +25,8 @@ pub struct Counters {
     pub decisions: AtomicU64,
     pub failures: AtomicU64,
     pub fallbacks: AtomicU64,
+    /// Decisions that ran in an instance made ahead of need.
+    pub made_ahead: AtomicU64,
     /// The distinct inputs decided, and those that failed: one volume whose
     /// naming fails, retried a hundred times, is one failing input.
     pub inputs: DistinctInputs,
@@ -58,7 +60,8 @@ pub struct PolicyModule {
     digest: String,
     imports: Vec<String>,
     settings: Vec<(String, String)>,
-    pre: InstancePre<GuestState>,
+    /// How an instance is made, and instances made ahead of need.
+    warm: Arc<Warm>,
     naming: Option<ComponentExportIndex>,
     placement: Option<ComponentExportIndex>,
     retry: Option<ComponentExportIndex>,
@@ -68,8 +71,6 @@ pub struct PolicyModule {
     pub counters: Counters,
     /// Why its initial memory is more than its language needs, if it is.
     memory_warning: Option<String>,
-    /// What one decision takes from the engine's pools.
-    footprint: Footprint,
 }
 
 #[derive(Debug, thiserror::Error)]
@@ -149,8 +150,15 @@ impl PolicyModule {
                 .iter()
                 .map(|(k, v)| (k.clone(), v.clone()))
                 .collect(),
+            warm: Warm::new(
+                engine.maker().clone(),
+                Recipe {
+                    pre,
+                    footprint,
+                    limits: config.limits,
+                },
+            ),
             config,
-            pre,
             naming: exports[0],
             placement: exports[1],
             retry: exports[2],
@@ -158,7 +166,6 @@ impl PolicyModule {
             contract,
             counters: Counters::default(),
             memory_warning,
-            footprint,
         };
         block_on(module.check_signatures(engine))?;
         Ok(module)
@@ -186,7 +193,7 @@ impl PolicyModule {
 
     /// What one of its decisions takes from the engine's instance pools.
     pub fn footprint(&self) -> Footprint {
-        self.footprint
+        self.warm.recipe().footprint
     }
 
     /// The package release the module was built against.
@@ -281,19 +288,27 @@ impl PolicyModule {
 
     /// A fresh instance of the module in its own sandbox, and the decision's
     /// exported function in it.
-    async fn instantiate<'e>(
+    async fn instantiate(
         &self,
-        engine: &'e PolicyEngine,
+        engine: &PolicyEngine,
         decision: Decision,
-    ) -> Result<(Sandbox<'e>, Instance, &ComponentExportIndex), PolicyError> {
+    ) -> Result<(Sandbox, Instance, &ComponentExportIndex), PolicyError> {
         let index = self
             .export(decision)
             .ok_or_else(|| self.error(decision, GuestFailure::NotServed))?;
         let limits = self.config.limits;
-        let mut sandbox = engine
-            .store(&self.footprint, limits.memory_bytes, limits.deadline)
-            .await;
-        match self.pre.instantiate_async(&mut sandbox.store).await {
+        debug_assert!(
+            self.warm.runs_on(engine.maker()),
+            "a module decides on the engine it was loaded on"
+        );
+        let (mut sandbox, parked) = self.warm.sandbox(limits.deadline).await;
+        if let Some(instance) = parked {
+            self.counters
+                .made_ahead
+                .fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+            return Ok((sandbox, instance, index));
+        }
+        match self.warm.recipe().pre.instantiate_async(&mut sandbox.store).await {
             Ok(instance) => Ok((sandbox, instance, index)),
             Err(e) => Err(self.error(
                 decision,
@@ -305,12 +320,17 @@ impl PolicyModule {
         }
     }
 
+    /// How many instances of the module are parked, made ahead of need.
+    pub fn warm_instances(&self) -> usize {
+        self.warm.ready()
+    }
+
     /// A fresh instance's function for `decision`, typed as `P -> R`.
-    pub(crate) async fn prepare<'e, P, R>(
+    pub(crate) async fn prepare<P, R>(
         &self,
-        engine: &'e PolicyEngine,
+        engine: &PolicyEngine,
         decision: Decision,
-    ) -> Result<(Sandbox<'e>, TypedFunc<P, R>), PolicyError>
+    ) -> Result<(Sandbox, TypedFunc<P, R>), PolicyError>
     where
         P: ComponentNamedList + Lower,
         R: ComponentNamedList + Lift,
@@ -327,12 +347,7 @@ impl PolicyModule {
     }
 
     /// The typed error for a decision's call that failed.
-    pub(crate) fn failed(
-        &self,
-        decision: Decision,
-        e: &wasmtime::Error,
-        sandbox: &Sandbox<'_>,
-    ) -> PolicyError {
+    pub(crate) fn failed(&self, decision: Decision, e: &wasmtime::Error, sandbox: &Sandbox) -> PolicyError {
         self.error(decision, classify(e, &sandbox.store, &self.config.limits))
     }
 

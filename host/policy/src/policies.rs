@@ -249,6 +249,9 @@ impl Policies {
             let live = self.engine.options();
             let options = crate::EngineOptions {
                 concurrency: (live.concurrency / 4).max(16),
+                // Shadow decisions are off the live path: their latency
+                // does not matter, and all their work counts in their share.
+                warm_instances: 0,
                 ..live.clone()
             };
             match PolicyEngine::new(options) {

@@ -154,6 +154,96 @@ async fn every_decision_gets_a_fresh_instance() {
     }
 }
 
+/// Waits until `module` has `n` instances made ahead of need.
+async fn parked(module: &PolicyModule, n: usize) {
+    for _ in 0..2_000 {
+        if module.warm_instances() == n {
+            return;
+        }
+        tokio::time::sleep(Duration::from_millis(5)).await;
+    }
+    panic!("{} instances parked, not {n}", module.warm_instances());
+}
+
+/// An instance made ahead of need has run nothing but its instantiation, and
+/// its deadline starts when a decision takes it: one parked for longer than
+/// the deadline still decides, and a loop in one is still stopped.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_instance_made_ahead_is_fresh_and_its_deadline_starts_when_taken() {
+    use std::sync::atomic::Ordering::Relaxed;
+    let engine = engine();
+    let want = EngineOptions::default().warm_instances as usize;
+    let stateful = load("berth_hostile_guest", &[("behaviour", "stateful")]);
+    let name = |answer: Result<Result<String, String>, PolicyError>| answer.unwrap().unwrap();
+    let request = |module: &PolicyModule, v| berth::policy::NamingRequest {
+        volume: volume(v),
+        settings: module.settings().to_vec(),
+    };
+    // Loading checks each export in an instance, some of them made ahead:
+    // count the decisions' own from here.
+    let made_ahead = |module: &PolicyModule| module.counters.made_ahead.load(Relaxed);
+    let stateful_request = |v| request(&stateful, v);
+    parked(&stateful, want).await;
+    // Parked past the module's deadline of 100 ms.
+    tokio::time::sleep(Duration::from_millis(150)).await;
+    for v in ["a", "b", "c"] {
+        let before = made_ahead(&stateful);
+        assert_eq!(
+            name(stateful.volume_name(&engine, &stateful_request(v)).await),
+            "call-0"
+        );
+        assert_eq!(
+            made_ahead(&stateful),
+            before + 1,
+            "{v} ran in an instance made ahead"
+        );
+        parked(&stateful, want).await;
+    }
+
+    let looping = load("berth_hostile_guest", &[("behaviour", "loop")]);
+    parked(&looping, want).await;
+    let before = made_ahead(&looping);
+    let err = looping
+        .volume_name(&engine, &request(&looping, "e"))
+        .await
+        .unwrap_err();
+    assert_eq!(err.failure, GuestFailure::Deadline(Duration::from_millis(100)));
+    assert_eq!(made_ahead(&looping), before + 1);
+}
+
+/// With `warm_instances = 0` every decision instantiates on its own path.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn without_instances_made_ahead_none_are_parked() {
+    let engine = PolicyEngine::new(EngineOptions {
+        warm_instances: 0,
+        ..EngineOptions::default()
+    })
+    .unwrap();
+    let module = PolicyModule::load(
+        &engine,
+        config("berth_hostile_guest", &[("behaviour", "stateful")]),
+    )
+    .unwrap();
+    let request = berth::policy::NamingRequest {
+        volume: volume("a"),
+        settings: module.settings().to_vec(),
+    };
+    for _ in 0..3 {
+        assert_eq!(
+            module.volume_name(&engine, &request).await.unwrap().unwrap(),
+            "call-0"
+        );
+    }
+    assert_eq!(module.warm_instances(), 0);
+    assert_eq!(
+        module
+            .counters
+            .made_ahead
+            .load(std::sync::atomic::Ordering::Relaxed),
+        0
+    );
+}
+
 #[tokio::test]
 async fn an_infinite_loop_hits_the_deadline() {
     let p = naming_with("berth_hostile_guest", &[("behaviour", "loop")], OnError::Fail);

@@ -298,6 +298,7 @@ pub(super) fn load(
         pooling: true,
         compiled_dir: compiled_dir(),
         shadow_share: None,
+        warm_instances: EngineOptions::default().warm_instances,
     };
     let engine = PolicyEngine::new(options).context("starting the WebAssembly engine")?;
     // A large module (Python's, JavaScript's) takes a while to compile the
