@@ -148,8 +148,12 @@ impl<'de> Deserialize<'de> for Interned {
 mod tests {
     use super::*;
 
+    /// The tests share the one table: one filling it would give the other copies.
+    static ONE_AT_A_TIME: Mutex<()> = Mutex::new(());
+
     #[test]
     fn a_repeated_text_is_one_copy_and_reads_as_written() {
+        let _table = ONE_AT_A_TIME.lock().unwrap_or_else(|p| p.into_inner());
         let a: Interned = serde_json::from_str(r#""berth_naming_guest""#).unwrap();
         let b = Interned::from(String::from("berth_naming_guest"));
         assert!(Arc::ptr_eq(&a.0, &b.0), "one copy for both");
@@ -163,6 +167,7 @@ mod tests {
 
     #[test]
     fn the_table_stays_bounded_and_drops_texts_no_one_holds() {
+        let _table = ONE_AT_A_TIME.lock().unwrap_or_else(|p| p.into_inner());
         let held: Vec<Interned> = (0..INTERNED_MAX)
             .map(|i| Interned::new(&format!("held-{i}")))
             .collect();
