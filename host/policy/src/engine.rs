@@ -1,8 +1,6 @@
 //! The wasmtime engine shared by every policy module: configuration, the
 //! epoch ticker behind deadlines, and the sandbox each decision runs in.
 
-use std::time::Duration;
-
 use wasmtime::component::{Component, Linker};
 use wasmtime::{Config, Engine, InstanceAllocationStrategy, PoolingAllocationConfig};
 
@@ -58,7 +56,6 @@ pub struct PoolsTooSmall {
 
 /// One wasmtime engine and linker for every module. Cheap to share.
 pub struct PolicyEngine {
-    engine: Engine,
     linker: Linker<GuestState>,
     options: EngineOptions,
     maker: Maker,
@@ -105,8 +102,7 @@ impl PolicyEngine {
         });
         Ok(PolicyEngine {
             on_disk,
-            maker: Maker::new(engine.clone(), options.concurrency, options.warm_instances),
-            engine,
+            maker: Maker::new(engine, options.concurrency, options.warm_instances),
             linker,
             options,
             compiled: Default::default(),
@@ -114,7 +110,7 @@ impl PolicyEngine {
     }
 
     pub fn engine(&self) -> &Engine {
-        &self.engine
+        self.maker.engine()
     }
 
     /// Whether `wasm` was compiled before and kept in the compiled-module
@@ -147,10 +143,10 @@ impl PolicyEngine {
         }
         // Text (tests write guests in it) compiles in no time: never kept on disk.
         let disk = self.on_disk.as_ref().filter(|_| wasm.starts_with(b"\0asm"));
-        let component = match disk.and_then(|d| d.get(&self.engine, sha256)) {
+        let component = match disk.and_then(|d| d.get(self.maker.engine(), sha256)) {
             Some(c) => c,
             None => {
-                let c = Component::new(&self.engine, wasm)?;
+                let c = Component::new(self.maker.engine(), wasm)?;
                 if let Some(d) = disk {
                     d.put(sha256, &c);
                 }
@@ -182,16 +178,9 @@ impl PolicyEngine {
         }
     }
 
-    /// A fresh sandbox: no files, no environment, no network, no inherited
-    /// stdio; a memory limit and a deadline. Holds a concurrency slot until
-    /// dropped: a burst waits briefly for one instead of failing to find a
-    /// pooled instance.
-    pub async fn store(&self, footprint: &Footprint, memory_limit: usize, deadline: Duration) -> Sandbox {
-        self.maker.store(footprint, memory_limit, deadline).await
-    }
-
-    /// What makes sandboxes, for work that outlives a borrow of the engine
-    /// (instances made ahead of need).
+    /// What makes sandboxes (no files, environment, network or inherited
+    /// stdio; a memory limit and a deadline), also for work that outlives a
+    /// borrow of the engine (instances made ahead of need).
     pub(crate) fn maker(&self) -> &Maker {
         &self.maker
     }

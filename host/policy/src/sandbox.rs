@@ -125,6 +125,10 @@ impl Maker {
         }
     }
 
+    pub(crate) fn engine(&self) -> &Engine {
+        &self.engine
+    }
+
     /// Whether both make sandboxes from the same pools.
     pub(crate) fn same(&self, other: &Maker) -> bool {
         Arc::ptr_eq(&self.pools, &other.pools)
