@@ -8,7 +8,7 @@ use redb::{Database, ReadOnlyDatabase, ReadableDatabase, ReadableTable, TableDef
 
 use crate::committer::{Change, CommitError, Committer, Table, Waits};
 use crate::private::{private_dir, private_file, warn_if_shared};
-use crate::{AclRecord, NodeRecord, SCHEMA_VERSION, Store, StoreError, TokenRecord, decode, encode, failed};
+use crate::{AclRecord, decisions, NodeRecord, SCHEMA_VERSION, Store, StoreError, TokenRecord, decode, encode, failed};
 use berth_model::VolumeRecord;
 
 const VOLUMES: TableDefinition<&str, &[u8]> = TableDefinition::new("volumes");
@@ -27,7 +27,7 @@ const POLICY: TableDefinition<&str, &[u8]> = TableDefinition::new("policy");
 /// Each plugin's latest conformance report (JSON) by the plugin's name;
 /// added without a schema change, as the policy set was.
 const CHECKS: TableDefinition<&str, &[u8]> = TableDefinition::new("plugin_checks");
-/// The decision log: `<kind>/<key>` to the entry's JSON.
+/// The decision log: `<kind>/<chunk key>` to a chunk of entries (see [`crate::decisions`]).
 const DECISIONS: TableDefinition<&str, &[u8]> = TableDefinition::new("decisions");
 /// Facts about the store itself; added with schema version 1's recording.
 const META: TableDefinition<&str, u64> = TableDefinition::new("meta");
@@ -37,10 +37,6 @@ const CACHE_BYTES: usize = 16 << 20;
 
 pub struct RedbStore {
     committer: Arc<Committer>,
-    /// How many entries each decision kind holds, once counted: the log is
-    /// this store's own (one writer), so a count stays true until a write
-    /// fails, and the ring need not be counted again on every batch.
-    decisions_held: std::sync::Mutex<std::collections::HashMap<String, usize>>,
 }
 
 /// A new redb file at `path`: made under a temporary name beside it,
@@ -159,7 +155,6 @@ impl RedbStore {
             .map_err(|e| open_error(e.to_string()))?;
         Ok(RedbStore {
             committer: Arc::new(committer),
-            decisions_held: Default::default(),
         })
     }
 
@@ -406,68 +401,51 @@ impl Store for RedbStore {
         batches: Vec<crate::LoggedBatch>,
         keep: usize,
     ) -> Result<(), StoreError> {
-        let kinds: Vec<(String, usize, Option<usize>)> = {
-            let held = self.decisions_held.lock().unwrap_or_else(|p| p.into_inner());
-            batches
-                .iter()
-                .map(|b| (b.kind.clone(), b.entries.len(), held.get(&b.kind).copied()))
-                .collect()
-        };
-        // Each kind's count (when not known) and oldest keys first, then one
-        // write of it all.
-        let stored: Vec<(usize, Vec<String>)> = self
+        let batches: Vec<(String, Vec<(String, Vec<u8>)>)> = batches.into_iter().map(|b| b.kept(keep)).collect();
+        let kinds: Vec<(String, usize)> = batches.iter().map(|(k, e)| (k.clone(), e.len())).collect();
+        // Each kind's chunks that go, and the one across the ring's edge
+        // without its oldest entries; then one write of it all.
+        let stale: Vec<Change> = self
             .committer
             .read_async(move |db| {
                 let txn = db.begin_read().map_err(failed)?;
                 let Some(table) = open_read(&txn, DECISIONS)? else {
-                    return Ok(vec![(0, Vec::new()); kinds.len()]);
+                    return Ok(Vec::new());
                 };
-                let mut out = Vec::with_capacity(kinds.len());
-                for (kind, added, known) in &kinds {
+                let mut changes = Vec::new();
+                for (kind, added) in &kinds {
                     let (first, end) = (format!("{kind}/"), format!("{kind}0"));
-                    let count = match known {
-                        Some(n) => *n,
-                        None => table.range(first.as_str()..end.as_str()).map_err(failed)?.count(),
-                    };
-                    let excess = (count + added).saturating_sub(keep).min(count);
-                    let mut keys = Vec::with_capacity(excess);
-                    for entry in table
-                        .range(first.as_str()..end.as_str())
-                        .map_err(failed)?
-                        .take(excess)
-                    {
-                        keys.push(entry.map_err(failed)?.0.value().to_string());
+                    let mut keys = Vec::new();
+                    for entry in table.range(first.as_str()..end.as_str()).map_err(failed)? {
+                        keys.push(entry.map_err(failed)?.0.value()[first.len()..].to_string());
                     }
-                    out.push((count, keys));
+                    let trim = decisions::trim(&keys, *added, keep);
+                    let key = |k: &str| format!("{kind}/{k}");
+                    changes.extend(keys[..trim.whole].iter().map(|k| Change::Remove(DECISIONS, key(k))));
+                    if trim.cut > 0 {
+                        let edge = &keys[trim.whole];
+                        let value = table.get(key(edge).as_str()).map_err(failed)?;
+                        let value = value.map(|v| v.value().to_vec()).unwrap_or_default();
+                        changes.push(Change::Remove(DECISIONS, key(edge)));
+                        changes.extend(
+                            decisions::without_oldest(edge, value, trim.cut)
+                                .into_iter()
+                                .map(|(k, v)| Change::Put(DECISIONS, key(&k), v)),
+                        );
+                    }
                 }
-                Ok(out)
+                Ok(changes)
             })
             .await?;
-        let mut changes = Vec::new();
-        let mut counts = Vec::with_capacity(batches.len());
-        for (batch, (count, stale)) in batches.into_iter().zip(stored) {
-            let (_, skipped) = batch.trim(count, keep);
-            let kind = batch.kind;
-            counts.push((kind.clone(), count - stale.len() + batch.entries.len() - skipped));
-            changes.extend(stale.into_iter().map(|key| Change::Remove(DECISIONS, key)));
+        let mut changes = stale;
+        for (kind, fresh) in batches {
             changes.extend(
-                batch
-                    .entries
+                decisions::chunks(fresh)
                     .into_iter()
-                    .skip(skipped)
-                    .map(|(key, json)| Change::Put(DECISIONS, format!("{kind}/{key}"), json)),
+                    .map(|(k, value)| Change::Put(DECISIONS, format!("{kind}/{k}"), value)),
             );
         }
-        let written = self.committer.write_all(changes).await;
-        let mut held = self.decisions_held.lock().unwrap_or_else(|p| p.into_inner());
-        for (kind, count) in counts {
-            match written {
-                Ok(()) => held.insert(kind, count),
-                // Part of it may have been committed: counted again next time.
-                Err(_) => held.remove(&kind),
-            };
-        }
-        written
+        self.committer.write_all(changes).await
     }
 
     async fn read_decisions(
@@ -477,26 +455,21 @@ impl Store for RedbStore {
         limit: usize,
     ) -> Result<Vec<(String, Vec<u8>)>, StoreError> {
         let (start, end, prefix) = (format!("{kind}/{after}"), format!("{kind}0"), format!("{kind}/"));
-        let after = after.to_string();
+        let mut page = decisions::Page::new(after, limit);
         self.committer
             .read_async(move |db| {
                 let txn = db.begin_read().map_err(failed)?;
                 let Some(table) = open_read(&txn, DECISIONS)? else {
                     return Ok(Vec::new());
                 };
-                let mut out = Vec::new();
                 for entry in table.range(start.as_str()..end.as_str()).map_err(failed)? {
                     let (key, value) = entry.map_err(failed)?;
                     let key = key.value().strip_prefix(prefix.as_str()).unwrap_or_default();
-                    if key == after {
-                        continue;
-                    }
-                    out.push((key.to_string(), value.value().to_vec()));
-                    if out.len() >= limit {
+                    if page.take(key, value.value().to_vec()) {
                         break;
                     }
                 }
-                Ok(out)
+                Ok(page.entries)
             })
             .await
     }

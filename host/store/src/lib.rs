@@ -7,6 +7,7 @@
 
 mod checks;
 mod committer;
+mod decisions;
 mod embedded;
 mod etcd;
 mod load;
@@ -221,12 +222,12 @@ pub struct LoggedBatch {
 }
 
 impl LoggedBatch {
-    /// How many of the oldest stored entries go, with `stored` there and
-    /// `keep` kept; and how many of the new ones are not stored at all (a
-    /// batch larger than `keep`).
-    pub fn trim(&self, stored: usize, keep: usize) -> (usize, usize) {
-        let excess = (stored + self.entries.len()).saturating_sub(keep);
-        (excess.min(stored), excess.saturating_sub(stored))
+    /// The kind and the entries a ring of `keep` stores: the newest `keep`
+    /// (a batch larger than the ring loses its oldest).
+    pub fn kept(self, keep: usize) -> (String, Vec<(String, Vec<u8>)>) {
+        let mut entries = self.entries;
+        entries.drain(..entries.len().saturating_sub(keep));
+        (self.kind, entries)
     }
 }
 
@@ -332,8 +333,9 @@ pub trait Store: Send + Sync {
     /// Stores a plugin's report, replacing the one before.
     async fn put_plugin_check(&self, check: &PluginCheckRecord) -> Result<(), StoreError>;
     /// Appends entries to the decision log, each kind's (each a key that
-    /// sorts in time order, and its JSON), and drops each kind's oldest
-    /// entries past `keep`: one write, one commit.
+    /// sorts in time order, and its JSON) stored together in a chunk or a
+    /// few, and drops each kind's oldest chunks while the newer ones still
+    /// hold `keep` entries: one write, one commit.
     async fn append_decisions(&self, batches: Vec<LoggedBatch>, keep: usize) -> Result<(), StoreError>;
     /// Up to `limit` entries of the decision log of `kind` with keys after
     /// `after` (from the oldest when empty), oldest first.
@@ -418,18 +420,15 @@ mod tests {
     use berth_model::{EVENT_MESSAGE_MAX, EVENT_STEP_MAX, FAILURE_MAX, VolumeSpec, new_id};
 
     #[test]
-    fn a_batch_trims_the_oldest_stored_entries_first_then_its_own() {
+    fn a_batch_larger_than_the_ring_keeps_its_newest() {
         let batch = |n: usize| LoggedBatch {
             kind: "naming".into(),
             entries: (0..n).map(|i| (format!("{i:03}"), Vec::new())).collect(),
         };
-        assert_eq!(batch(3).trim(5, 10), (0, 0), "room for all");
-        assert_eq!(batch(3).trim(9, 10), (2, 0), "two stored make room");
-        assert_eq!(
-            batch(12).trim(4, 10),
-            (4, 2),
-            "every stored one, and the batch's oldest two"
-        );
+        assert_eq!(batch(3).kept(10).1.len(), 3, "room for all");
+        let (kind, kept) = batch(12).kept(10);
+        assert_eq!(kind, "naming");
+        assert_eq!(kept.first().map(|e| e.0.as_str()), Some("002"), "the oldest two go");
     }
 
     #[test]

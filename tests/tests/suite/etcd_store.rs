@@ -383,3 +383,65 @@ fn the_compaction_schedule_outlives_terms_shorter_than_its_interval() {
         );
     });
 }
+
+/// The decision log on etcd: a batch is a key or a few, not a key a
+/// decision; pages run across chunks; the ring holds exactly its newest;
+/// and an entry an older release stored alone under its own key is read and
+/// trimmed with the rest.
+#[test]
+fn decisions_are_stored_a_chunk_a_batch_and_paged_across_chunks() {
+    use berth::store::{EtcdSettings, EtcdStore, LoggedBatch, Store};
+    let etcd = EtcdCluster::start(1);
+    let endpoint = etcd.endpoints()[0].clone();
+    let prefix = "/berth-log";
+    let key = |i: usize| format!("{i:06}");
+    let rt = tokio::runtime::Runtime::new().unwrap();
+    rt.block_on(async {
+        let old = format!("{prefix}/decisions/naming/{}", key(0));
+        berth_tests::put(&endpoint, old.as_bytes(), br#"{"old":0}"#).await;
+        let settings = EtcdSettings::new(etcd.endpoints(), Some(prefix.into())).unwrap();
+        let store = EtcdStore::connect(settings, None).await.unwrap();
+        for round in 0..10 {
+            let entries = (1 + round * 30..1 + (round + 1) * 30)
+                .map(|i| (key(i), format!("{{\"n\":{i}}}").into_bytes()))
+                .collect();
+            let batch = LoggedBatch {
+                kind: "naming".into(),
+                entries,
+            };
+            store.append_decisions(vec![batch], 200).await.unwrap();
+            if round == 0 {
+                let first = store.read_decisions("naming", "", 2).await.unwrap();
+                assert_eq!(first[0], (key(0), br#"{"old":0}"#.to_vec()), "the older release's entry");
+                assert_eq!(first[1].0, key(1));
+            }
+        }
+        // Pages of 45 through chunks of 30: each page's last key starts the next.
+        let mut read: Vec<String> = Vec::new();
+        loop {
+            let after = read.last().cloned().unwrap_or_default();
+            let page = store.read_decisions("naming", &after, 45).await.unwrap();
+            if page.is_empty() {
+                break;
+            }
+            assert!(page.len() <= 45);
+            read.extend(page.into_iter().map(|(k, _)| k));
+        }
+        assert_eq!(read, (101..301).map(key).collect::<Vec<_>>(), "the newest 200, in order");
+        let mut kv = Kv::connect(endpoint.clone()).await.unwrap();
+        let under = format!("{prefix}/decisions/naming/");
+        let held = kv
+            .range(berth_proto::etcd::etcdserverpb::RangeRequest {
+                key: under.clone().into_bytes(),
+                // Just past the prefix: its closing '/' one higher.
+                range_end: format!("{prefix}/decisions/naming0").into_bytes(),
+                count_only: true,
+                ..Default::default()
+            })
+            .await
+            .unwrap()
+            .into_inner()
+            .count;
+        assert_eq!(held, 7, "six batches whole and one cut, not a key a decision");
+    });
+}

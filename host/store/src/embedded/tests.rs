@@ -2,6 +2,8 @@
 
 use std::sync::Arc;
 
+use redb::ReadableTableMetadata;
+
 use super::*;
 use berth_model::{VolumeSpec, new_id};
 
@@ -138,7 +140,7 @@ async fn the_decision_ring_keeps_the_newest_across_batches_kinds_and_reopening()
             .unwrap();
         assert_eq!(logged_keys(&store, "naming").await, keys(23..28));
     }
-    // Opened again, the ring is counted from the file.
+    // Opened again, the ring is read from the file.
     let store = RedbStore::open(&path).unwrap();
     store
         .append_decisions(vec![logged("placement", 6, 3)], 5)
@@ -153,5 +155,54 @@ async fn the_decision_ring_keeps_the_newest_across_batches_kinds_and_reopening()
         logged_keys(&store, "placement").await,
         keys(7..10),
         "a smaller ring trims to it"
+    );
+}
+
+#[tokio::test]
+async fn a_batch_of_decisions_is_one_write_and_pages_run_across_chunks() {
+    let dir = tempfile::tempdir().unwrap();
+    let store = RedbStore::open(&dir.path().join("state.redb")).unwrap();
+    for round in 0..4 {
+        store
+            .append_decisions(vec![logged("naming", round * 100, 100)], 1000)
+            .await
+            .unwrap();
+    }
+    let keys = |page: &[(String, Vec<u8>)]| page.iter().map(|(k, _)| k.clone()).collect::<Vec<_>>();
+    let first = store.read_decisions("naming", "", 150).await.unwrap();
+    assert_eq!(keys(&first), (0..150).map(|i| format!("{i:06}")).collect::<Vec<_>>());
+    assert_eq!(first[7].1, b"7", "each entry's own JSON");
+    let next = store.read_decisions("naming", "000149", 1000).await.unwrap();
+    assert_eq!(keys(&next), (150..400).map(|i| format!("{i:06}")).collect::<Vec<_>>());
+    let held = store
+        .committer
+        .read_async(|db| {
+            let txn = db.begin_read().map_err(failed)?;
+            txn.open_table(DECISIONS).map_err(failed)?.len().map_err(failed)
+        })
+        .await
+        .unwrap();
+    assert_eq!(held, 4, "a key a batch, not a key an entry");
+}
+
+#[tokio::test]
+async fn decisions_an_older_release_stored_one_a_key_read_and_are_trimmed() {
+    let dir = tempfile::tempdir().unwrap();
+    let store = RedbStore::open(&dir.path().join("state.redb")).unwrap();
+    // As releases before chunks stored them: the entry's key, its JSON.
+    let old = (0..4)
+        .map(|i| Change::Put(DECISIONS, format!("naming/{i:06}"), format!("{{\"n\":{i}}}").into_bytes()))
+        .collect();
+    store.committer.write_all(old).await.unwrap();
+    let page = store.read_decisions("naming", "000001", 10).await.unwrap();
+    assert_eq!(page[0], ("000002".to_string(), br#"{"n":2}"#.to_vec()));
+    store
+        .append_decisions(vec![logged("naming", 4, 2)], 3)
+        .await
+        .unwrap();
+    assert_eq!(
+        logged_keys(&store, "naming").await,
+        ["000003", "000004", "000005"],
+        "the oldest single entries went first"
     );
 }

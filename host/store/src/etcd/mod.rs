@@ -20,7 +20,7 @@ use tokio::sync::{mpsc, oneshot};
 
 use commit::{Reply, WRITE_QUEUE, Write, Writer, commit_loop};
 
-use crate::{NodeRecord, SCHEMA_VERSION, Store, StoreError, TokenRecord, decode, encode, encode_json};
+use crate::{NodeRecord, SCHEMA_VERSION, decisions, Store, StoreError, TokenRecord, decode, encode, encode_json};
 use berth_model::VolumeRecord;
 
 mod commit;
@@ -314,28 +314,46 @@ impl Store for EtcdStore {
     ) -> Result<(), StoreError> {
         let mut changes = Vec::new();
         for batch in batches {
-            // The oldest keys past `keep`: counted, then read by name only.
-            let prefix = self.key("decisions", &format!("{}/", batch.kind));
-            let range = |count_only: bool, limit: i64| pb::RangeRequest {
-                range_end: members::prefix_end(&prefix),
-                key: prefix.clone(),
-                count_only,
-                keys_only: true,
-                limit,
-                ..Default::default()
-            };
-            let count = usize::try_from(self.range(range(true, 0)).await?.count).unwrap_or_default();
-            let (stale, skipped) = batch.trim(count, keep);
-            if stale > 0 {
-                let old = self.range(range(false, stale as i64)).await?;
-                changes.extend(old.kvs.into_iter().map(|kv| (kv.key, None)));
+            let (kind, fresh) = batch.kept(keep);
+            // The chunk keys, oldest first, read by name only: a ring of
+            // chunks is a few keys under load, at most `keep` when idle.
+            let prefix = self.key("decisions", &format!("{kind}/"));
+            let stored = self
+                .range(pb::RangeRequest {
+                    range_end: members::prefix_end(&prefix),
+                    key: prefix.clone(),
+                    keys_only: true,
+                    ..Default::default()
+                })
+                .await?;
+            let names: Vec<String> = stored.kvs.iter().map(|kv| under(&prefix, &kv.key)).collect();
+            let trim = decisions::trim(&names, fresh.len(), keep);
+            let chunk = |name: &str| self.key("decisions", &format!("{kind}/{name}"));
+            changes.extend(names[..trim.whole].iter().map(|name| (chunk(name), None)));
+            if trim.cut > 0 {
+                let edge = &names[trim.whole];
+                let value = self
+                    .range(pb::RangeRequest {
+                        key: chunk(edge),
+                        ..Default::default()
+                    })
+                    .await?
+                    .kvs
+                    .pop()
+                    .map(|kv| kv.value)
+                    .unwrap_or_default();
+                changes.push((chunk(edge), None));
+                changes.extend(
+                    decisions::without_oldest(edge, value, trim.cut)
+                        .into_iter()
+                        .map(|(name, value)| (chunk(&name), Some(value))),
+                );
             }
-            changes.extend(batch.entries.into_iter().skip(skipped).map(|(key, json)| {
-                (
-                    self.key("decisions", &format!("{}/{key}", batch.kind)),
-                    Some(json),
-                )
-            }));
+            changes.extend(
+                decisions::chunks(fresh)
+                    .into_iter()
+                    .map(|(name, value)| (chunk(&name), Some(value))),
+            );
         }
         self.write_all(changes).await
     }
@@ -348,26 +366,39 @@ impl Store for EtcdStore {
     ) -> Result<Vec<(String, Vec<u8>)>, StoreError> {
         let prefix = self.key("decisions", &format!("{kind}/"));
         let mut key = self.key("decisions", &format!("{kind}/{after}"));
-        if !after.is_empty() {
+        let mut page = decisions::Page::new(after, limit);
+        // A few chunks at a time: each may hold hundreds of entries.
+        while !page.full() {
+            let chunks = self
+                .range(pb::RangeRequest {
+                    range_end: members::prefix_end(&prefix),
+                    key: key.clone(),
+                    limit: 4,
+                    ..Default::default()
+                })
+                .await?;
+            let Some(last) = chunks.kvs.last() else {
+                break;
+            };
+            key = last.key.clone();
             key.push(0);
+            let more = chunks.more;
+            for kv in chunks.kvs {
+                if page.take(&under(&prefix, &kv.key), kv.value) {
+                    break;
+                }
+            }
+            if !more {
+                break;
+            }
         }
-        let page = self
-            .range(pb::RangeRequest {
-                range_end: members::prefix_end(&prefix),
-                key,
-                limit: limit as i64,
-                ..Default::default()
-            })
-            .await?;
-        Ok(page
-            .kvs
-            .into_iter()
-            .map(|kv| {
-                let key = String::from_utf8_lossy(&kv.key[prefix.len().min(kv.key.len())..]).into_owned();
-                (key, kv.value)
-            })
-            .collect())
+        Ok(page.entries)
     }
+}
+
+/// A key's name under `prefix`.
+fn under(prefix: &[u8], key: &[u8]) -> String {
+    String::from_utf8_lossy(&key[prefix.len().min(key.len())..]).into_owned()
 }
 
 impl EtcdStore {
