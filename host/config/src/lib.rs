@@ -25,6 +25,7 @@
 //! events_per_volume = 10                # each volume keeps its latest events (0: none)
 //! decision_log = 1000                   # policy decisions kept per kind, in the store (0: none)
 //! shadow_every_decision = false         # shadows in idle time, within 5 % of a core, dropping the rest (counted)
+//! instances_made_ahead = 2              # instances of each policy module ready before a decision needs one (0: none)
 //! docker_create_from = ["node-b"]       # agents' nodes whose Docker may create and remove volumes ("*": all)
 //! docker_secrets = ["docker-db"]        # the secrets a Docker user may name with -o secret= (default none; "*": all)
 //! docker_namespaces = { node-b = "team-b" } # the namespace a node's Docker works in ("*": the rest; default: default)
@@ -121,6 +122,7 @@ struct Raw {
     decision_log: Option<usize>,
     #[serde(default)]
     shadow_every_decision: bool,
+    instances_made_ahead: Option<u32>,
     store: Option<store::RawStore>,
     oci: Option<oci::RawOci>,
     policy_trust: Option<oci::RawTrust>,
@@ -210,6 +212,9 @@ pub struct Config {
     /// Shadow modules decide beside every live decision, however much CPU
     /// it takes; by default they keep within 5 % of a core and drop the rest.
     pub shadow_every_decision: bool,
+    /// Instances of each live policy module made ahead of need, so a
+    /// decision's latency is its call alone (0: each is made on its path).
+    pub instances_made_ahead: u32,
     pub plugins: Vec<PluginConfig>,
     pub nodes: Vec<NodeConfig>,
     pub policies: Vec<PolicyConfig>,
@@ -279,6 +284,11 @@ pub const DEFAULT_EVENTS_PER_VOLUME: usize = 10;
 pub const DEFAULT_DECISION_LOG: usize = 1000;
 /// Past this the log is a second store of volumes, not a sample of decisions.
 pub const MAX_DECISION_LOG: usize = 100_000;
+/// Instances of each policy module made ahead of need, by default.
+pub const DEFAULT_INSTANCES_MADE_AHEAD: u32 = 2;
+/// The most: parked instances hold at most a quarter of the engine's pools
+/// whatever this says, so more only holds memory.
+pub const MAX_INSTANCES_MADE_AHEAD: u32 = 16;
 /// No operator may let a join token live longer than this.
 /// Joins tried in a minute from everywhere, by default: a few nodes at a
 /// time, as most sites add them; a fleet brought up at once sets more.
@@ -508,6 +518,16 @@ impl Config {
                 Some(n) => return Err(invalid("events_per_volume", format!("{n} is more than 1000"))),
             },
             shadow_every_decision: raw.shadow_every_decision,
+            instances_made_ahead: match raw.instances_made_ahead {
+                None => DEFAULT_INSTANCES_MADE_AHEAD,
+                Some(n) if n <= MAX_INSTANCES_MADE_AHEAD => n,
+                Some(n) => {
+                    return Err(invalid(
+                        "instances_made_ahead",
+                        format!("{n} is more than {MAX_INSTANCES_MADE_AHEAD}"),
+                    ));
+                }
+            },
             decision_log: match raw.decision_log {
                 None => DEFAULT_DECISION_LOG,
                 Some(n) if n <= MAX_DECISION_LOG => n,

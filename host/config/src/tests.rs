@@ -45,12 +45,22 @@ fn metrics_and_events_are_configured_at_the_top() {
     assert_eq!(c.metrics, Some("127.0.0.1:9464".parse().unwrap()));
     assert_eq!(c.events_per_volume, 0);
     assert_eq!(c.joins_per_minute, 60, "a few joins at a time by default");
+    assert_eq!(
+        c.instances_made_ahead, 2,
+        "two instances of each module ready by default"
+    );
+    let none = Config::parse(&format!("instances_made_ahead = 0\n{GOOD}"), Path::new("/")).unwrap();
+    assert_eq!(none.instances_made_ahead, 0);
     let fleet = Config::parse(&format!("joins_per_minute = 6000\n{GOOD}"), Path::new("/")).unwrap();
     assert_eq!(fleet.joins_per_minute, 6000);
     for (text, key) in [
         (format!("metrics = \"localhost\"\n{GOOD}"), "metrics"),
         (format!("events_per_volume = 5000\n{GOOD}"), "events_per_volume"),
         (format!("joins_per_minute = 0\n{GOOD}"), "joins_per_minute"),
+        (
+            format!("instances_made_ahead = 17\n{GOOD}"),
+            "instances_made_ahead",
+        ),
     ] {
         let err = Config::parse(&text, Path::new("/")).unwrap_err();
         assert_eq!(err.key(), Some(key), "{err}");

@@ -232,6 +232,9 @@ impl VolumeManager {
                 }
             });
         }
+        self.work
+            .started
+            .store(true, std::sync::atomic::Ordering::Release);
         let ids = self.table.ids();
         tracing::info!(
             volumes = ids.len(),

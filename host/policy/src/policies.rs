@@ -37,6 +37,8 @@ pub struct PolicyStats {
     pub calls: u64,
     pub failures: u64,
     pub fallbacks: u64,
+    /// Calls that found an instance made ahead of need (`instances_made_ahead`).
+    pub made_ahead: u64,
     /// `sha256:…` of the module's bytes: what `volume explain` names it by.
     pub digest: String,
     /// The trusted key's file whose signature it passed (empty: none checked).
@@ -495,6 +497,7 @@ impl Policies {
                 calls: m.counters.decisions.load(Ordering::Relaxed),
                 failures: m.counters.failures.load(Ordering::Relaxed),
                 fallbacks: m.counters.fallbacks.load(Ordering::Relaxed),
+                made_ahead: m.counters.made_ahead.load(Ordering::Relaxed),
                 digest: m.digest().to_string(),
                 signed_by: m
                     .config()

@@ -186,7 +186,10 @@ mod tests {
     fn an_entry_stored_alone_by_an_older_release_reads_as_one() {
         let json = br#"{"at_ms":1}"#.to_vec();
         assert_eq!(count("000001"), 1);
-        assert_eq!(entries("000001", json.clone()), vec![("000001".to_string(), json)]);
+        assert_eq!(
+            entries("000001", json.clone()),
+            vec![("000001".to_string(), json)]
+        );
     }
 
     #[test]
@@ -199,12 +202,24 @@ mod tests {
     #[test]
     fn the_oldest_chunks_go_whole_and_the_one_across_the_edge_is_cut() {
         let keys = |counts: &[usize]| -> Vec<String> {
-            counts.iter().enumerate().map(|(i, n)| format!("{i:06}+{n:06}")).collect()
+            counts
+                .iter()
+                .enumerate()
+                .map(|(i, n)| format!("{i:06}+{n:06}"))
+                .collect()
         };
         let t = |whole, cut| Trim { whole, cut };
         assert_eq!(trim(&keys(&[4, 4, 4]), 2, 20), t(0, 0), "room for all");
-        assert_eq!(trim(&keys(&[4, 4, 4]), 2, 10), t(1, 0), "the newer two and the new hold 10");
-        assert_eq!(trim(&keys(&[4, 4, 4]), 2, 9), t(1, 1), "the second loses its oldest");
+        assert_eq!(
+            trim(&keys(&[4, 4, 4]), 2, 10),
+            t(1, 0),
+            "the newer two and the new hold 10"
+        );
+        assert_eq!(
+            trim(&keys(&[4, 4, 4]), 2, 9),
+            t(1, 1),
+            "the second loses its oldest"
+        );
         assert_eq!(trim(&keys(&[4, 4, 4]), 12, 10), t(3, 0), "the new alone hold it");
         let singles = ["000001".to_string(), "000002".to_string()];
         assert_eq!(trim(&singles, 1, 2), t(1, 0), "older entries alone");
@@ -218,7 +233,10 @@ mod tests {
     #[test]
     fn a_page_takes_entries_after_its_start_up_to_its_limit() {
         let mut page = Page::new("000003", 4);
-        for (key, value) in chunks(numbered(0..5, 1)).into_iter().chain(chunks(numbered(5..20, 1))) {
+        for (key, value) in chunks(numbered(0..5, 1))
+            .into_iter()
+            .chain(chunks(numbered(5..20, 1)))
+        {
             if page.take(&key, value) {
                 break;
             }

@@ -8,7 +8,9 @@ use redb::{Database, ReadOnlyDatabase, ReadableDatabase, ReadableTable, TableDef
 
 use crate::committer::{Change, CommitError, Committer, Table, Waits};
 use crate::private::{private_dir, private_file, warn_if_shared};
-use crate::{AclRecord, decisions, NodeRecord, SCHEMA_VERSION, Store, StoreError, TokenRecord, decode, encode, failed};
+use crate::{
+    AclRecord, NodeRecord, SCHEMA_VERSION, Store, StoreError, TokenRecord, decisions, decode, encode, failed,
+};
 use berth_model::VolumeRecord;
 
 const VOLUMES: TableDefinition<&str, &[u8]> = TableDefinition::new("volumes");
@@ -401,7 +403,8 @@ impl Store for RedbStore {
         batches: Vec<crate::LoggedBatch>,
         keep: usize,
     ) -> Result<(), StoreError> {
-        let batches: Vec<(String, Vec<(String, Vec<u8>)>)> = batches.into_iter().map(|b| b.kept(keep)).collect();
+        let batches: Vec<(String, Vec<(String, Vec<u8>)>)> =
+            batches.into_iter().map(|b| b.kept(keep)).collect();
         let kinds: Vec<(String, usize)> = batches.iter().map(|(k, e)| (k.clone(), e.len())).collect();
         // Each kind's chunks that go, and the one across the ring's edge
         // without its oldest entries; then one write of it all.
@@ -421,7 +424,11 @@ impl Store for RedbStore {
                     }
                     let trim = decisions::trim(&keys, *added, keep);
                     let key = |k: &str| format!("{kind}/{k}");
-                    changes.extend(keys[..trim.whole].iter().map(|k| Change::Remove(DECISIONS, key(k))));
+                    changes.extend(
+                        keys[..trim.whole]
+                            .iter()
+                            .map(|k| Change::Remove(DECISIONS, key(k))),
+                    );
                     if trim.cut > 0 {
                         let edge = &keys[trim.whole];
                         let value = table.get(key(edge).as_str()).map_err(failed)?;

@@ -428,7 +428,11 @@ mod tests {
         assert_eq!(batch(3).kept(10).1.len(), 3, "room for all");
         let (kind, kept) = batch(12).kept(10);
         assert_eq!(kind, "naming");
-        assert_eq!(kept.first().map(|e| e.0.as_str()), Some("002"), "the oldest two go");
+        assert_eq!(
+            kept.first().map(|e| e.0.as_str()),
+            Some("002"),
+            "the oldest two go"
+        );
     }
 
     #[test]

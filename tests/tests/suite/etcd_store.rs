@@ -412,7 +412,11 @@ fn decisions_are_stored_a_chunk_a_batch_and_paged_across_chunks() {
             store.append_decisions(vec![batch], 200).await.unwrap();
             if round == 0 {
                 let first = store.read_decisions("naming", "", 2).await.unwrap();
-                assert_eq!(first[0], (key(0), br#"{"old":0}"#.to_vec()), "the older release's entry");
+                assert_eq!(
+                    first[0],
+                    (key(0), br#"{"old":0}"#.to_vec()),
+                    "the older release's entry"
+                );
                 assert_eq!(first[1].0, key(1));
             }
         }
@@ -427,7 +431,11 @@ fn decisions_are_stored_a_chunk_a_batch_and_paged_across_chunks() {
             assert!(page.len() <= 45);
             read.extend(page.into_iter().map(|(k, _)| k));
         }
-        assert_eq!(read, (101..301).map(key).collect::<Vec<_>>(), "the newest 200, in order");
+        assert_eq!(
+            read,
+            (101..301).map(key).collect::<Vec<_>>(),
+            "the newest 200, in order"
+        );
         let mut kv = Kv::connect(endpoint.clone()).await.unwrap();
         let under = format!("{prefix}/decisions/naming/");
         let held = kv

@@ -469,3 +469,40 @@ fn replay_from_a_registry_then_shadow_and_promote_from_the_command_line() {
     );
     assert!(c.ok(&["policy", "status"]).contains(&format!("module {digest}")));
 }
+
+/// `instances_made_ahead` reaches the engine: by default decisions find
+/// instances made ahead of need; with 0, every one is made on its path.
+#[test]
+fn decisions_use_instances_made_ahead_unless_the_config_says_none() {
+    for (extra, ahead) in [("", true), ("instances_made_ahead = 0", false)] {
+        let c = Cluster::start(ClusterSpec {
+            extra,
+            ..ClusterSpec::default()
+        });
+        for i in 0..4 {
+            // Each a command of its own, spaced as an operator's are.
+            c.ok(&[
+                "volume",
+                "create",
+                &format!("v{i}"),
+                "--plugin",
+                "hostpath",
+                "--wait",
+            ]);
+        }
+        let status: Value = serde_json::from_str(&c.ok(&["status", "-o", "json"])).unwrap();
+        let naming = status["policies"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .find(|p| p["decisions"].as_array().unwrap().iter().any(|d| d == "naming"))
+            .cloned()
+            .unwrap_or_else(|| panic!("a naming module: {status:#}"));
+        let (calls, made_ahead) = (
+            naming["calls"].as_u64().unwrap(),
+            naming["made_ahead"].as_u64().unwrap(),
+        );
+        assert!(calls >= 4, "{naming:#}");
+        assert_eq!(made_ahead > 0, ahead, "{extra:?}: {naming:#}");
+    }
+}

@@ -45,6 +45,8 @@ pub struct PolicyView {
     calls: u64,
     failures: u64,
     fallbacks: u64,
+    /// Calls that found an instance made ahead of need.
+    made_ahead: u64,
     /// The module's bytes' `sha256:…`, as `volume explain` shows it.
     #[serde(skip_serializing_if = "String::is_empty")]
     digest: String,
@@ -63,6 +65,7 @@ pub fn policy_views(counters: Vec<api::PolicyCounters>) -> Vec<PolicyView> {
             calls: p.calls,
             failures: p.failures,
             fallbacks: p.fallbacks,
+            made_ahead: p.made_ahead,
             digest: p.digest,
             signed_by: p.signed_by,
         })
@@ -75,11 +78,12 @@ pub fn print_policies(policies: &[PolicyView]) {
     }
     for p in policies {
         say!(
-            "policy    {} ({}; on_error {}): {} calls, {} failed, {} fell back",
+            "policy    {} ({}; on_error {}): {} calls ({} in instances made ahead), {} failed, {} fell back",
             p.module,
             p.decisions.join(", "),
             p.on_error,
             p.calls,
+            p.made_ahead,
             p.failures,
             p.fallbacks
         );

@@ -4,6 +4,7 @@
 pub(crate) mod adoption;
 mod changes;
 pub(crate) mod inquiries;
+mod naming;
 pub(crate) mod topology;
 
 use crate::Conflict;
@@ -85,7 +86,8 @@ impl Requests<'_> {
         let what = format!("create on plugin {}", record.spec.plugin);
         self.event("request".into(), "OK", what)(&mut record);
         admitted.keep(self, &mut record);
-        let spec = record.spec.clone();
+        let named = self.name_ahead(&mut record).await;
+        let (id, spec) = (record.id.clone(), record.spec.clone());
         // Creating the same volume again is not an error.
         match self
             .table
@@ -94,13 +96,20 @@ impl Requests<'_> {
                 |existing| existing.spec == spec,
                 |used| self.admit(&spec.namespace, used, &new_volume(&spec)),
             )
-            .await?
+            .await
         {
-            Inserted::New(r) => {
+            Ok(Inserted::New(r)) => {
                 self.work.queue.push(&r.id);
                 Ok(r)
             }
-            Inserted::Existing(r) => Ok(r),
+            Ok(Inserted::Existing(r)) => {
+                self.unname(&id, named);
+                Ok(r)
+            }
+            Err(e) => {
+                self.unname(&id, named);
+                Err(e)
+            }
         }
     }
 
@@ -229,25 +238,35 @@ impl Requests<'_> {
             self.ask_admission(berth_policy::AdmissionCall::DeleteVolume, &current)
                 .await?;
         }
-        self.modify(&id, "delete".into(), |r| {
-            may(r)?;
-            if let Some((snap, _)) = r.snapshots.iter().find(|(_, s)| !s.deleting) {
-                return Err(Conflict::HasSnapshot {
-                    volume: name.to_string(),
-                    snapshot: snap.clone(),
+        let deleted = self
+            .modify(&id, "delete".into(), |r| {
+                may(r)?;
+                if let Some((snap, _)) = r.snapshots.iter().find(|(_, s)| !s.deleting) {
+                    return Err(Conflict::HasSnapshot {
+                        volume: name.to_string(),
+                        snapshot: snap.clone(),
+                    }
+                    .into());
                 }
-                .into());
-            }
-            r.deleting = true;
-            // Deleting is the operator's answer to a give-up too.
-            r.failure = None;
-            r.retrying = None;
-            for (node, p) in r.publications.iter_mut() {
-                self.unwant(&id, node, p);
-            }
-            Ok(())
-        })
-        .await
+                r.deleting = true;
+                // Named and marked sent by its request, and not called yet:
+                // nothing to ask the plugin. The note goes once this is written:
+                // a write that failed may have been kept all the same, and the
+                // first call then vouches for the record as held here.
+                if self.table.uncalled().create_noted(&id) {
+                    r.create_sent = false;
+                }
+                // Deleting is the operator's answer to a give-up too.
+                r.failure = None;
+                r.retrying = None;
+                for (node, p) in r.publications.iter_mut() {
+                    self.unwant(&id, node, p);
+                }
+                Ok(())
+            })
+            .await?;
+        self.table.uncalled().withdraw_create(&id);
+        Ok(deleted)
     }
 
     /// A volume in a group snapshot stays until the group is deleted: the

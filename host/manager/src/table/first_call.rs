@@ -1,6 +1,7 @@
-//! A publication's first call: whether it may go out, decided under the
-//! volume's lock against the record, a request's note (`uncalled`) and a
-//! write the store may have kept though it failed (`unsure`).
+//! A publication's first call, and a volume's first CreateVolume: whether
+//! it may go out, decided under the volume's lock against the record, a
+//! request's note (`uncalled`) and a write the store may have kept though
+//! it failed (`unsure`).
 
 use super::{Uncalled, VolumeTable, unavailable};
 use crate::RequestError;
@@ -38,9 +39,35 @@ impl VolumeTable {
             .volumes
             .get(id)
             .is_some_and(|r| !r.deleting && r.publications.get(node).is_some_and(|p| p.wanted && p.sent));
-        // The common case, a record as stored, is decided without a copy.
-        if stands
-            && self.unsure.holds(id)
+        if stands {
+            self.vouch(id).await?;
+        }
+        Ok(stands)
+    }
+
+    /// Before CreateVolume for a volume marked sent: whether it may go out
+    /// (a delete unmarked it if its request's note was still there).
+    /// Decided under the volume's lock as [`VolumeTable::first_call`] is.
+    /// A volume its request marked is vouched for as a publication is: a
+    /// delete's write that failed may have been kept, unmarking it. One
+    /// called before stays called, whatever a later write says.
+    pub async fn first_create(&self, id: &str) -> Result<bool, RequestError> {
+        let _held = self.locks.hold(id).await;
+        let stands = self.lock().volumes.get(id).is_some_and(|r| r.create_sent);
+        // The note stays until the record is vouched for: a try that
+        // could not write it leaves the next try to.
+        if stands && self.uncalled.create_noted(id) {
+            self.vouch(id).await?;
+        }
+        self.uncalled.withdraw_create(id);
+        Ok(stands)
+    }
+
+    /// Under the volume's lock, before a first call: the record as held
+    /// here written again if a failed write may have been kept. The common
+    /// case, a record as stored, is decided without a copy.
+    async fn vouch(&self, id: &str) -> Result<(), RequestError> {
+        if self.unsure.holds(id)
             && let Some(mut record) = self.by_id(id)
         {
             record.generation += 1;
@@ -51,6 +78,6 @@ impl VolumeTable {
             self.lock().insert(record);
             self.changed();
         }
-        Ok(stands)
+        Ok(())
     }
 }

@@ -234,6 +234,8 @@ impl Worker<'_> {
     ) -> Result<Apply, StepError> {
         let spec = &r.spec;
         let controller = self.controller(&spec.plugin)?;
+        // The placement its request decided with the name, if it did.
+        let placed_ahead = placed_ahead.or_else(|| self.table.uncalled().create_placement(&r.id));
         let mut placement_note = None;
         let requirements = if self.decisions().constrained(&spec.plugin) == Some(true) && !r.deleting {
             match placed_ahead {
@@ -253,7 +255,20 @@ impl Worker<'_> {
         }
         let secrets = self.secrets_for(spec)?;
         let name = r.csi_name.clone().unwrap_or_default();
-        if !r.create_sent {
+        if r.create_sent {
+            // Marked sent by its request (or by an earlier try): the call
+            // goes only if no delete withdrew it since. Whatever failed
+            // before this left the request's note, so a delete still
+            // forgets the volume without a call.
+            let stands = self
+                .table
+                .first_create(&r.id)
+                .await
+                .map_err(|e| step_error(Code::Unavailable, e.to_string()))?;
+            if !stands {
+                return Err(withdrawn_error());
+            }
+        } else {
             // The intent (and the name) first: after a crash, a delete must ask the plugin.
             // Publications already asked for are about to be sent: saying so
             // now saves each its own write before its first call.
@@ -431,10 +446,7 @@ fn content_source(source: &VolumeSource) -> proto::VolumeContentSource {
 fn withdrawn_error() -> StepError {
     StepError {
         not_yet: Some(std::time::Duration::ZERO),
-        ..step_error(
-            Code::Aborted,
-            "the publication was withdrawn before its first call; planning again",
-        )
+        ..step_error(Code::Aborted, "withdrawn before its first call; planning again")
     }
 }
 

@@ -13,11 +13,20 @@ pub struct Work {
     pub(crate) deadlines: Deadlines,
     /// With several servers: whether this one may still act as the leader.
     pub(crate) tenure: std::sync::OnceLock<Tenure>,
+    /// Whether the workers were started (a server whose stored policy set
+    /// does not verify serves the API and acts on no volume until it does).
+    pub(crate) started: std::sync::atomic::AtomicBool,
 }
 
 impl Work {
     /// Whether this server may act (always, with one server).
     pub(crate) fn may_act(&self) -> bool {
         self.tenure.get().is_none_or(|t| t())
+    }
+
+    /// Whether the workers run and this server may act: what a request
+    /// needs to decide on the workers' behalf (a volume's name).
+    pub(crate) fn acting(&self) -> bool {
+        self.started.load(std::sync::atomic::Ordering::Acquire) && self.may_act()
     }
 }

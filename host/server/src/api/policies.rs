@@ -99,6 +99,7 @@ pub(super) fn counters(stats: Vec<PolicyStats>) -> Vec<api::PolicyCounters> {
             calls: s.calls,
             failures: s.failures,
             fallbacks: s.fallbacks,
+            made_ahead: s.made_ahead,
             digest: s.digest,
             signed_by: s.signed_by,
         })

@@ -183,6 +183,70 @@ async fn a_publication_is_marked_sent_by_its_request_and_needs_no_write_of_its_o
     );
 }
 
+#[tokio::test(start_paused = true)]
+async fn a_volume_is_named_and_marked_sent_by_its_create_request_with_no_write_before_the_call() {
+    let core = start(retry(SECOND, 3), false, None).await;
+    let before = core.record_writes();
+    let made = core.create("v1").await;
+    assert!(
+        made.csi_name.is_some() && made.create_sent,
+        "named and marked by the request"
+    );
+    core.until("created", |c| c.volume("v1").state() == VolumeState::Available)
+        .await;
+    let writes = core.writes_since(before);
+    assert_eq!(
+        writes.len(),
+        2,
+        "the request's write and the outcome's, none before CreateVolume\n{}",
+        writes.join("\n")
+    );
+    assert_eq!(core.plugin.calls("CreateVolume").len(), 1);
+}
+
+/// The worker runs only once the test's task waits: a delete right after
+/// the create request comes before the volume's first CreateVolume.
+#[tokio::test(start_paused = true)]
+async fn a_volume_deleted_before_its_first_create_volume_is_forgotten_without_a_call() {
+    let core = start(retry(SECOND, 3), false, None).await;
+    let id = core.create("v1").await.id;
+    let deleting = core.manager.requests().delete("v1", false).await.unwrap();
+    assert!(
+        !deleting.create_sent,
+        "unmarked by the delete: no plugin has heard of it"
+    );
+    assert!(!core.store.stored(&id).unwrap().create_sent);
+    core.until("forgotten", |c| c.manager.get("v1").is_none()).await;
+    assert!(core.plugin.log().is_empty(), "no call: {:?}", core.plugin.log());
+}
+
+/// A delete kept by the store though it answered an error: the store says
+/// no CreateVolume went out. None may then go out on the strength of the
+/// record held here (the next leader would forget a volume the plugin
+/// has) until that record is written again.
+#[tokio::test(start_paused = true)]
+async fn no_create_volume_goes_out_while_the_store_may_say_a_delete_unmarked_it() {
+    use super::store::Writes;
+    let core = start(retry(SECOND, 3), false, None).await;
+    let id = core.create("v1").await.id;
+    core.store.writes(Writes::KeptUnanswered);
+    assert!(core.manager.requests().delete("v1", false).await.is_err());
+    assert!(!core.store.stored(&id).unwrap().create_sent, "kept");
+    core.store.writes(Writes::Refused);
+    tokio::time::sleep(Duration::from_secs(60)).await;
+    assert!(
+        core.plugin.calls("CreateVolume").is_empty(),
+        "CreateVolume went out while the store says none did: {:?}",
+        core.writes_since(0)
+    );
+    core.store.writes(Writes::Answered);
+    core.until("created", |c| c.plugin.volumes() == 1).await;
+    assert!(
+        core.store.stored(&id).unwrap().create_sent,
+        "written again before the call"
+    );
+}
+
 /// Volume `v1` (its id), published on `n1` while CreateVolume keeps
 /// failing: the publication is marked sent by its request, and no call
 /// for it has gone out.

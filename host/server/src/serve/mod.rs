@@ -61,6 +61,7 @@ fn engine_options(config: &Config) -> EngineOptions {
         // A takeover or a restart maps the code compiled before instead of compiling.
         compiled_dir: Some(config.state.with_file_name("policy-compiled")),
         shadow_share: (!config.shadow_every_decision).then_some(SHADOW_SHARE),
+        warm_instances: config.instances_made_ahead,
         ..EngineOptions::default()
     }
 }

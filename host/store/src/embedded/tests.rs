@@ -170,10 +170,16 @@ async fn a_batch_of_decisions_is_one_write_and_pages_run_across_chunks() {
     }
     let keys = |page: &[(String, Vec<u8>)]| page.iter().map(|(k, _)| k.clone()).collect::<Vec<_>>();
     let first = store.read_decisions("naming", "", 150).await.unwrap();
-    assert_eq!(keys(&first), (0..150).map(|i| format!("{i:06}")).collect::<Vec<_>>());
+    assert_eq!(
+        keys(&first),
+        (0..150).map(|i| format!("{i:06}")).collect::<Vec<_>>()
+    );
     assert_eq!(first[7].1, b"7", "each entry's own JSON");
     let next = store.read_decisions("naming", "000149", 1000).await.unwrap();
-    assert_eq!(keys(&next), (150..400).map(|i| format!("{i:06}")).collect::<Vec<_>>());
+    assert_eq!(
+        keys(&next),
+        (150..400).map(|i| format!("{i:06}")).collect::<Vec<_>>()
+    );
     let held = store
         .committer
         .read_async(|db| {
@@ -191,7 +197,13 @@ async fn decisions_an_older_release_stored_one_a_key_read_and_are_trimmed() {
     let store = RedbStore::open(&dir.path().join("state.redb")).unwrap();
     // As releases before chunks stored them: the entry's key, its JSON.
     let old = (0..4)
-        .map(|i| Change::Put(DECISIONS, format!("naming/{i:06}"), format!("{{\"n\":{i}}}").into_bytes()))
+        .map(|i| {
+            Change::Put(
+                DECISIONS,
+                format!("naming/{i:06}"),
+                format!("{{\"n\":{i}}}").into_bytes(),
+            )
+        })
         .collect();
     store.committer.write_all(old).await.unwrap();
     let page = store.read_decisions("naming", "000001", 10).await.unwrap();

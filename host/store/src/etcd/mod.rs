@@ -20,7 +20,9 @@ use tokio::sync::{mpsc, oneshot};
 
 use commit::{Reply, WRITE_QUEUE, Write, Writer, commit_loop};
 
-use crate::{NodeRecord, SCHEMA_VERSION, decisions, Store, StoreError, TokenRecord, decode, encode, encode_json};
+use crate::{
+    NodeRecord, SCHEMA_VERSION, Store, StoreError, TokenRecord, decisions, decode, encode, encode_json,
+};
 use berth_model::VolumeRecord;
 
 mod commit;

@@ -71,8 +71,14 @@ pub(super) async fn wait(
     let name = from.spec.as_ref().map_or("", |s| s.name.as_str());
     let started = Instant::now();
     let mut last = String::new();
-    // From the request's own event on.
-    let mut seen = from.events.last().map_or(0, |e| e.seq.saturating_sub(1));
+    // From the request's own event on (a create's naming follows it).
+    let mut seen = from
+        .events
+        .iter()
+        .rev()
+        .find(|e| e.step == "request")
+        .or(from.events.last())
+        .map_or(0, |e| e.seq.saturating_sub(1));
     loop {
         let v = match client
             .get_volume(api::GetVolumeRequest { name: name.into() })
