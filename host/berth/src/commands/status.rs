@@ -78,14 +78,14 @@ pub fn print_policies(policies: &[PolicyView]) {
     }
     for p in policies {
         say!(
-            "policy    {} ({}; on_error {}): {} calls ({} in instances made ahead), {} failed, {} fell back",
+            "policy    {} ({}; on_error {}): {} calls, {} failed, {} fell back; {} in instances made ahead",
             p.module,
             p.decisions.join(", "),
             p.on_error,
             p.calls,
-            p.made_ahead,
             p.failures,
-            p.fallbacks
+            p.fallbacks,
+            p.made_ahead
         );
         if !p.digest.is_empty() {
             say!("          module {}", p.digest);

@@ -9,12 +9,12 @@
 pub(crate) mod indexes;
 pub(crate) mod records;
 
-use crate::Missing;
 use crate::Unready;
 use std::sync::{Arc, Mutex};
 
 use tokio::sync::watch;
 
+mod changes;
 mod first_call;
 mod insert;
 mod locks;
@@ -88,6 +88,8 @@ pub struct VolumeTable {
     uncalled: Uncalled,
     /// Records the store may hold otherwise than here.
     unsure: unsure::Unsure,
+    /// Workers' outcomes waiting for the next write of their volume.
+    parked: changes::Parked,
     /// Bumped on every change, for watchers.
     changes: watch::Sender<u64>,
 }
@@ -117,6 +119,7 @@ impl VolumeTable {
             locks: locks::VolumeLocks::default(),
             uncalled: Uncalled::default(),
             unsure: unsure::Unsure::default(),
+            parked: changes::Parked::default(),
             changes: watch::channel(0).0,
         })
     }
@@ -336,53 +339,6 @@ impl VolumeTable {
         if !recorded && s.snapshots.get(&key).is_some_and(|owner| owner == id) {
             s.snapshots.remove(&key);
         }
-    }
-
-    /// Applies `change` to the latest record and makes it durable before
-    /// anyone sees it. Returns what `change` returned and the new record.
-    pub async fn modify<T>(
-        &self,
-        id: &str,
-        change: impl FnOnce(&mut VolumeRecord) -> Result<T, RequestError>,
-    ) -> Result<(T, VolumeRecord), RequestError> {
-        let _held = self.locks.hold(id).await;
-        let mut record = self.by_id(id).ok_or_else(|| Missing::VolumeId(id.to_string()))?;
-        let out = change(&mut record)?;
-        record.generation += 1;
-        self.unsure
-            .put(&*self.store, &record)
-            .await
-            .map_err(|e| unavailable("the change", e))?;
-        self.lock().insert(record.clone());
-        self.changed();
-        Ok((out, record))
-    }
-
-    /// Removes a volume for good.
-    pub async fn remove(&self, id: &str) -> Result<(), StoreError> {
-        self.remove_if(id, |_| Ok(())).await.map_err(|e| match e {
-            RemoveError::Store(e) => e,
-            RemoveError::Refused(_) => unreachable!("nothing refuses"),
-        })
-    }
-
-    /// Removes a volume for good if `check` passes on its latest record.
-    pub async fn remove_if(
-        &self,
-        id: &str,
-        check: impl FnOnce(&VolumeRecord) -> Result<(), RequestError>,
-    ) -> Result<(), RemoveError> {
-        let _held = self.locks.hold(id).await;
-        if let Some(r) = self.by_id(id) {
-            check(&r).map_err(RemoveError::Refused)?;
-        }
-        self.store.remove(id).await.map_err(RemoveError::Store)?;
-        self.lock().remove(id);
-        self.waits().clear(id);
-        self.uncalled.forget(id);
-        self.unsure.set(id, false);
-        self.changed();
-        Ok(())
     }
 }
 

@@ -31,6 +31,10 @@ use berth_policy::{self as policy, Decision, RetryDecision};
 const POLICY_FAILURES_TO_GIVE_UP: u32 = 3;
 /// How long to wait before asking a policy that failed again.
 const POLICY_RETRY_MS: u64 = 1_000;
+/// How long a run's last outcomes wait for another write of the volume to
+/// carry them (a request following the create it answered): about the
+/// store's window for gathering writes into one commit, and a little more.
+const PARKED_FOR: Duration = Duration::from_millis(5);
 
 /// The least wait before retry number `attempt`, whatever the retry policy
 /// answers: 10 ms doubling per attempt, up to 10 s. A policy answering
@@ -57,6 +61,12 @@ impl Worker<'_> {
             return;
         };
         let mut unwritten = Unwritten::default();
+        // Outcomes an earlier run parked and no write has carried yet: in
+        // this run's copy, and written with its writes.
+        let parked = self.table.take_parked(id);
+        let carried = !parked.is_empty();
+        apply_all(&parked, &mut record);
+        unwritten.effects = parked;
         // CreateVolume's accessibility requirements, decided together with
         // the name: one trip to the guests instead of two.
         let mut placed_ahead = None;
@@ -105,6 +115,14 @@ impl Worker<'_> {
             // a volume that still waits keeps the time it began to.
             let Some(step) = next_step(&record, |node| self.caps(&record.spec.plugin, node)) else {
                 self.table.waits().clear(id);
+                // Where it should be: the last outcomes wait a moment for
+                // the volume's next write (a request's, under load) to
+                // carry them, once; this worker writes them after that.
+                if !carried && !unwritten.effects.is_empty() {
+                    self.table.park(id, std::mem::take(&mut unwritten.effects));
+                    self.wake_after(id, PARKED_FOR);
+                    return;
+                }
                 return self.finish(id, &record, &mut unwritten).await;
             };
             // A forgotten node's side is skipped: an operator declared it dead.

@@ -204,6 +204,41 @@ async fn a_volume_is_named_and_marked_sent_by_its_create_request_with_no_write_b
     assert_eq!(core.plugin.calls("CreateVolume").len(), 1);
 }
 
+/// A request that follows a worker's last outcomes within a moment carries
+/// them in its own write: under load a create and its publish cost the
+/// worker no write of the create's outcome.
+#[tokio::test(start_paused = true)]
+async fn a_create_outcome_rides_with_the_publish_request_that_follows() {
+    let core = start(retry(SECOND, 3), true, None).await;
+    core.node_ready().await;
+    let before = core.record_writes();
+    core.create("v1").await;
+    // Yielding holds the paused clock: the worker's run ends (its outcome
+    // parked) before the parking's few milliseconds pass.
+    while !core.plugin.log().contains(&"CreateVolume") || core.manager.summary().busy > 0 {
+        tokio::task::yield_now().await;
+    }
+    assert!(core.volume("v1").backend.is_none(), "parked, in no record yet");
+    core.manager
+        .requests()
+        .publish("v1", Some("n1"), false)
+        .await
+        .unwrap();
+    assert!(
+        core.volume("v1").backend.is_some(),
+        "written with the publish request"
+    );
+    core.until("published", |c| c.volume("v1").state() == VolumeState::Published)
+        .await;
+    let writes = core.writes_since(before);
+    assert_eq!(
+        writes.len(),
+        3,
+        "the create request, the publish request with the outcome, the publication's outcomes\n{}",
+        writes.join("\n")
+    );
+}
+
 /// The worker runs only once the test's task waits: a delete right after
 /// the create request comes before the volume's first CreateVolume.
 #[tokio::test(start_paused = true)]
