@@ -10,8 +10,9 @@
 //! against the WASM guests without it. The `limit`
 //! row drives the same plugin processes directly, with the same calls per
 //! volume and the same requests in flight: Berth's figures are also given
-//! as a share of it. Each phase also counts the CPU time Berth, the plugins
-//! and the driver spent per volume, which shows where a limit comes from.
+//! as a share of it. Each phase also counts the CPU time Berth, the plugins,
+//! the driver and etcd's members spent per volume, which shows where a
+//! limit comes from.
 //!
 //! `cargo xtask bench-e2e [--volumes N[,N...]] [--rounds R] [--policies native,tls-acl,wasm,admission,shadow,3-nodes,3-agents,etcd,metrics,no-events,no-log,limit]
 //! [--volumes-dir DIR]` (release binaries; defaults: 1000 volumes, 3 rounds;
@@ -76,14 +77,15 @@ fn threads_of(pids: &[u32]) -> std::collections::BTreeMap<String, Duration> {
 }
 
 impl Timing {
-    /// Counts Berth's processes, the plugin's, and this process (the driver:
-    /// API client, or CSI client without Berth).
-    fn start(berth: &[u32], plugins: &[u32]) -> Timing {
+    /// Counts Berth's processes, the plugin's, this process (the driver:
+    /// API client, or CSI client without Berth) and etcd's members, if any.
+    fn start(berth: &[u32], plugins: &[u32], etcd: &[u32]) -> Timing {
         Timing {
             cpu: CpuMeter::start(vec![
                 ("Berth", berth.to_vec()),
                 ("plugins", plugins.to_vec()),
                 ("driver", vec![std::process::id()]),
+                ("etcd", etcd.to_vec()),
             ]),
             threads: std::env::var_os("BERTH_BENCH_THREADS").map(|_| (berth.to_vec(), threads_of(berth))),
             started: Instant::now(),
@@ -161,7 +163,7 @@ fn run_direct(n: usize, setup: &Setup, volumes_dir: Option<&Path>) -> Run {
     }));
     rt.block_on(async {
         let nodes = setup.nodes.len();
-        let timing = Timing::start(&[], &d.pids());
+        let timing = Timing::start(&[], &d.pids(), &[]);
         let created = each(n, |i| {
             let d = d.clone();
             tokio::spawn(async move { d.create_and_publish(i, i % nodes).await.expect("create+publish") })
@@ -169,7 +171,7 @@ fn run_direct(n: usize, setup: &Setup, volumes_dir: Option<&Path>) -> Run {
         .await;
         let up = timing.end();
         let mut created: Vec<Option<Created>> = created.into_iter().map(Some).collect();
-        let timing = Timing::start(&[], &d.pids());
+        let timing = Timing::start(&[], &d.pids(), &[]);
         each(n, |i| {
             let (d, c) = (d.clone(), created[i].take().expect("created once"));
             tokio::spawn(async move { d.unpublish_and_delete(c).await.expect("unpublish+delete") })
@@ -245,6 +247,7 @@ fn run(n: usize, setup: &Setup, volumes_dir: Option<&Path>) -> Run {
         let mut client = BerthClient::new(PluginChannel::new(&c.api));
         let nodes = setup.nodes;
         let (berth, plugins) = c.pids();
+        let etcd_pids = etcd.as_ref().map(EtcdCluster::pids).unwrap_or_default();
         // The API socket takes connections from the start, but answers once
         // the policy modules are compiled: timing starts after a first answer,
         // so no module's compile is counted as the volumes' work.
@@ -263,7 +266,7 @@ fn run(n: usize, setup: &Setup, volumes_dir: Option<&Path>) -> Run {
             false => None,
         };
         let writes = setup.metrics.then(|| berth_tests::scrape::record_writes(port));
-        let timing = Timing::start(&berth, &plugins);
+        let timing = Timing::start(&berth, &plugins, &etcd_pids);
         match &remote {
             Some(remote) => create_and_publish(remote, n, nodes).await,
             None => create_and_publish(&client, n, nodes).await,
@@ -274,7 +277,7 @@ fn run(n: usize, setup: &Setup, volumes_dir: Option<&Path>) -> Run {
         .await;
         let up = timing.end();
         let writes = writes.map(|then| print_writes("create+publish", n, then, port));
-        let timing = Timing::start(&berth, &plugins);
+        let timing = Timing::start(&berth, &plugins, &etcd_pids);
         // Deleting with force unpublishes first.
         match &remote {
             Some(remote) => delete(remote, n).await,
@@ -388,7 +391,7 @@ fn main() {
                     n,
                     setup.label,
                     phase,
-                    [per_volume(0), per_volume(1), per_volume(2)],
+                    [per_volume(0), per_volume(1), per_volume(2), per_volume(3)],
                 ));
             }
         }
@@ -490,11 +493,13 @@ fn main() {
         println!("| {label:<8} | {n:>7} | {u:>28.0} | {d:>30.0} |");
     }
     println!("\nCPU time per volume (µs, medians; the machine's cores give 1,000,000 µs a second each):\n");
-    println!("| policies | volumes | phase | Berth | plugins | driver | all |");
-    println!("|----------|--------:|-------|------:|--------:|-------:|----:|");
-    for (n, label, phase, [berth, plugins, driver]) in &cpu_rows {
-        let all = berth + plugins + driver;
-        println!("| {label:<8} | {n:>7} | {phase} | {berth:.0} | {plugins:.0} | {driver:.0} | {all:.0} |");
+    println!("| policies | volumes | phase | Berth | plugins | driver | etcd | all |");
+    println!("|----------|--------:|-------|------:|--------:|-------:|-----:|----:|");
+    for (n, label, phase, [berth, plugins, driver, etcd]) in &cpu_rows {
+        let all = berth + plugins + driver + etcd;
+        println!(
+            "| {label:<8} | {n:>7} | {phase} | {berth:.0} | {plugins:.0} | {driver:.0} | {etcd:.0} | {all:.0} |"
+        );
     }
     for (n, what, ratios) in &paired {
         if ratios.is_empty() {

@@ -312,6 +312,14 @@ impl EtcdCluster {
         started.elapsed()
     }
 
+    /// The running members' process ids.
+    pub fn pids(&self) -> Vec<u32> {
+        self.members
+            .iter()
+            .filter_map(|m| m.child.as_ref().map(Child::id))
+            .collect()
+    }
+
     /// Waits until every running member is healthy.
     pub fn wait_healthy(&self, within: Duration) {
         let deadline = Instant::now() + within;
