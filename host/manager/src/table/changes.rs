@@ -29,12 +29,21 @@ pub(crate) struct Parked {
 }
 
 impl Parked {
-    fn map(&self) -> std::sync::MutexGuard<'_, HashMap<String, Vec<Outcome>>> {
-        self.by_volume.lock().unwrap_or_else(|p| p.into_inner())
+    /// Parks a worker's outcomes for the next write of volume `id`.
+    pub(crate) fn park(&self, id: &str, outcomes: Vec<Outcome>) {
+        if !outcomes.is_empty() {
+            self.map().entry(id.to_string()).or_default().extend(outcomes);
+        }
     }
 
-    fn take(&self, id: &str) -> Vec<Outcome> {
+    /// Takes the outcomes parked for volume `id`: a worker carrying them
+    /// in its own copy of the record.
+    pub(crate) fn take(&self, id: &str) -> Vec<Outcome> {
         self.map().remove(id).unwrap_or_default()
+    }
+
+    fn map(&self) -> std::sync::MutexGuard<'_, HashMap<String, Vec<Outcome>>> {
+        self.by_volume.lock().unwrap_or_else(|p| p.into_inner())
     }
 
     /// Puts `outcomes` back before any parked since (a write that failed).
@@ -50,21 +59,9 @@ impl Parked {
 }
 
 impl VolumeTable {
-    /// Parks a worker's outcomes for the next write of volume `id`.
-    pub(crate) fn park(&self, id: &str, outcomes: Vec<Outcome>) {
-        if !outcomes.is_empty() {
-            self.parked
-                .map()
-                .entry(id.to_string())
-                .or_default()
-                .extend(outcomes);
-        }
-    }
-
-    /// Takes the outcomes parked for volume `id`: a worker carrying them
-    /// in its own copy of the record.
-    pub(crate) fn take_parked(&self, id: &str) -> Vec<Outcome> {
-        self.parked.take(id)
+    /// Workers' outcomes waiting for the next write of their volume.
+    pub(crate) fn parked(&self) -> &Parked {
+        &self.parked
     }
 
     /// Applies `change` to the latest record, with any outcomes parked for
@@ -141,7 +138,7 @@ mod tests {
         let mut r = VolumeRecord::new("id1".into(), Default::default());
         r.spec_mut().name = "data".into();
         t.insert_new(r, |_| true, |_| Ok(())).await.unwrap();
-        t.park(
+        t.parked().park(
             "id1",
             vec![Box::new(|r: &mut VolumeRecord| {
                 r.csi_name = Some("pv-data".into())
@@ -154,7 +151,10 @@ mod tests {
             .await;
         assert!(refused.is_err());
         let ((), written) = t
-            .modify("id1", |r| Ok(r.spec_mut().labels.clear()))
+            .modify("id1", |r| {
+                r.spec_mut().labels.clear();
+                Ok(())
+            })
             .await
             .unwrap();
         assert_eq!(
@@ -164,11 +164,12 @@ mod tests {
         );
         let stored = berth_store::Store::load(&*store).unwrap();
         assert_eq!(stored[0].csi_name.as_deref(), Some("pv-data"), "durable with it");
-        assert!(t.take_parked("id1").is_empty(), "carried once");
-        t.park("id1", vec![Box::new(|r: &mut VolumeRecord| r.csi_name = None)]);
+        assert!(t.parked().take("id1").is_empty(), "carried once");
+        t.parked()
+            .park("id1", vec![Box::new(|r: &mut VolumeRecord| r.csi_name = None)]);
         t.remove("id1").await.unwrap();
         assert!(
-            t.take_parked("id1").is_empty(),
+            t.parked().take("id1").is_empty(),
             "a volume removed takes its parked outcomes along"
         );
     }

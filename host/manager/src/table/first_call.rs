@@ -6,19 +6,32 @@
 use super::{Uncalled, VolumeTable, unavailable};
 use crate::RequestError;
 
+/// The table as the worker sees it before a first call.
+pub struct FirstCalls<'a> {
+    table: &'a VolumeTable,
+}
+
 impl VolumeTable {
+    /// Publications a request marked sent whose first call has not gone out.
+    pub fn uncalled(&self) -> &Uncalled {
+        &self.uncalled
+    }
+
+    /// What decides a first call.
+    pub fn first_calls(&self) -> FirstCalls<'_> {
+        FirstCalls { table: self }
+    }
+}
+
+impl FirstCalls<'_> {
     /// Whether the durable record has the publication on `node` marked sent.
     pub fn publication_sent(&self, id: &str, node: &str) -> bool {
-        self.lock()
+        self.table
+            .lock()
             .volumes
             .get(id)
             .and_then(|r| r.publications.get(node))
             .is_some_and(|p| p.sent)
-    }
-
-    /// Publications a request marked sent whose first call has not gone out.
-    pub fn uncalled(&self) -> &Uncalled {
-        &self.uncalled
     }
 
     /// Before the first call for a publication marked sent: whether it may
@@ -31,10 +44,11 @@ impl VolumeTable {
     /// publication was withdrawn, unsent, and a next leader would drop it
     /// without a call. So the record as held here is written again first,
     /// and nothing goes out until the store has taken it.
-    pub async fn first_call(&self, id: &str, node: &str) -> Result<bool, RequestError> {
-        let _held = self.locks.hold(id).await;
-        self.uncalled.withdraw(id, node);
+    pub async fn publication(&self, id: &str, node: &str) -> Result<bool, RequestError> {
+        let _held = self.table.locks.hold(id).await;
+        self.table.uncalled.withdraw(id, node);
         let stands = self
+            .table
             .lock()
             .volumes
             .get(id)
@@ -47,19 +61,19 @@ impl VolumeTable {
 
     /// Before CreateVolume for a volume marked sent: whether it may go out
     /// (a delete unmarked it if its request's note was still there).
-    /// Decided under the volume's lock as [`VolumeTable::first_call`] is.
+    /// Decided under the volume's lock as [`FirstCalls::publication`] is.
     /// A volume its request marked is vouched for as a publication is: a
     /// delete's write that failed may have been kept, unmarking it. One
     /// called before stays called, whatever a later write says.
-    pub async fn first_create(&self, id: &str) -> Result<bool, RequestError> {
-        let _held = self.locks.hold(id).await;
-        let stands = self.lock().volumes.get(id).is_some_and(|r| r.create_sent);
+    pub async fn create(&self, id: &str) -> Result<bool, RequestError> {
+        let _held = self.table.locks.hold(id).await;
+        let stands = self.table.lock().volumes.get(id).is_some_and(|r| r.create_sent);
         // The note stays until the record is vouched for: a try that
         // could not write it leaves the next try to.
-        if stands && self.uncalled.create_noted(id) {
+        if stands && self.table.uncalled.create_noted(id) {
             self.vouch(id).await?;
         }
-        self.uncalled.withdraw_create(id);
+        self.table.uncalled.withdraw_create(id);
         Ok(stands)
     }
 
@@ -67,16 +81,17 @@ impl VolumeTable {
     /// here written again if a failed write may have been kept. The common
     /// case, a record as stored, is decided without a copy.
     async fn vouch(&self, id: &str) -> Result<(), RequestError> {
-        if self.unsure.holds(id)
-            && let Some(mut record) = self.by_id(id)
+        let t = self.table;
+        if t.unsure.holds(id)
+            && let Some(mut record) = t.by_id(id)
         {
             record.generation += 1;
-            self.unsure
-                .put(&*self.store, &record)
+            t.unsure
+                .put(&*t.store, &record)
                 .await
                 .map_err(|e| unavailable("the volume's record, before its first call", e))?;
-            self.lock().insert(record);
-            self.changed();
+            t.lock().insert(record);
+            t.changed();
         }
         Ok(())
     }

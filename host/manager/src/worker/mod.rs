@@ -63,7 +63,7 @@ impl Worker<'_> {
         let mut unwritten = Unwritten::default();
         // Outcomes an earlier run parked and no write has carried yet: in
         // this run's copy, and written with its writes.
-        let parked = self.table.take_parked(id);
+        let parked = self.table.parked().take(id);
         let carried = !parked.is_empty();
         apply_all(&parked, &mut record);
         unwritten.effects = parked;
@@ -119,7 +119,9 @@ impl Worker<'_> {
                 // the volume's next write (a request's, under load) to
                 // carry them, once; this worker writes them after that.
                 if !carried && !unwritten.effects.is_empty() {
-                    self.table.park(id, std::mem::take(&mut unwritten.effects));
+                    self.table
+                        .parked()
+                        .park(id, std::mem::take(&mut unwritten.effects));
                     self.wake_after(id, PARKED_FOR);
                     return;
                 }

@@ -262,7 +262,8 @@ impl Worker<'_> {
             // forgets the volume without a call.
             let stands = self
                 .table
-                .first_create(&r.id)
+                .first_calls()
+                .create(&r.id)
                 .await
                 .map_err(|e| step_error(Code::Unavailable, e.to_string()))?;
             if !stands {
@@ -330,12 +331,13 @@ impl Worker<'_> {
         if r.publications.get(node).is_none() {
             return Ok(());
         }
-        if self.table.publication_sent(&r.id, node) {
+        if self.table.first_calls().publication_sent(&r.id, node) {
             // Marked sent already (by the request that asked for it,
             // perhaps): the call goes only if no operator withdrew it since.
             let stands = self
                 .table
-                .first_call(&r.id, node)
+                .first_calls()
+                .publication(&r.id, node)
                 .await
                 .map_err(|e| step_error(Code::Unavailable, e.to_string()))?;
             if !stands {
