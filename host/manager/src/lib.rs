@@ -318,6 +318,13 @@ impl VolumeManager {
         self.table.counts().namespaces
     }
 
+    /// Writes the outcomes workers parked for the volumes' next writes:
+    /// at the end of a term, so the next one does not make their calls
+    /// again. How many volumes were written.
+    pub async fn write_parked(&self) -> usize {
+        self.table.parked().write_all().await
+    }
+
     pub fn summary(&self) -> Summary {
         let Counts {
             volumes,

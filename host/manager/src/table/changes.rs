@@ -29,17 +29,18 @@ pub(crate) struct Parked {
 }
 
 impl Parked {
-    /// Parks a worker's outcomes for the next write of volume `id`.
-    pub(crate) fn park(&self, id: &str, outcomes: Vec<Outcome>) {
+    fn park(&self, id: &str, outcomes: Vec<Outcome>) {
         if !outcomes.is_empty() {
             self.map().entry(id.to_string()).or_default().extend(outcomes);
         }
     }
 
-    /// Takes the outcomes parked for volume `id`: a worker carrying them
-    /// in its own copy of the record.
-    pub(crate) fn take(&self, id: &str) -> Vec<Outcome> {
+    fn take(&self, id: &str) -> Vec<Outcome> {
         self.map().remove(id).unwrap_or_default()
+    }
+
+    fn volumes(&self) -> Vec<String> {
+        self.map().keys().cloned().collect()
     }
 
     fn map(&self) -> std::sync::MutexGuard<'_, HashMap<String, Vec<Outcome>>> {
@@ -58,10 +59,15 @@ impl Parked {
     }
 }
 
+/// The table as a worker parks outcomes in it and a term's end writes them.
+pub(crate) struct Parking<'a> {
+    table: &'a VolumeTable,
+}
+
 impl VolumeTable {
     /// Workers' outcomes waiting for the next write of their volume.
-    pub(crate) fn parked(&self) -> &Parked {
-        &self.parked
+    pub(crate) fn parked(&self) -> Parking<'_> {
+        Parking { table: self }
     }
 
     /// Applies `change` to the latest record, with any outcomes parked for
@@ -121,6 +127,50 @@ impl VolumeTable {
         self.parked.take(id);
         self.changed();
         Ok(())
+    }
+}
+
+impl Parking<'_> {
+    /// Parks a worker's outcomes for the next write of volume `id`.
+    pub(crate) fn park(&self, id: &str, outcomes: Vec<Outcome>) {
+        self.table.parked.park(id, outcomes);
+    }
+
+    /// Takes the outcomes parked for volume `id`: a worker carrying them
+    /// in its own copy of the record.
+    pub(crate) fn take(&self, id: &str) -> Vec<Outcome> {
+        self.table.parked.take(id)
+    }
+
+    /// Writes the outcomes parked for every volume now, each with its
+    /// volume's record: before a term ends, so the next need not make
+    /// those calls again. A write that fails is left (the calls are made
+    /// again); how many were written.
+    pub(crate) async fn write_all(&self) -> usize {
+        let t = self.table;
+        let mut written = 0;
+        for id in t.parked.volumes() {
+            let _held = t.locks.hold(&id).await;
+            let parked = t.parked.take(&id);
+            let Some(mut record) = t.by_id(&id).filter(|_| !parked.is_empty()) else {
+                continue;
+            };
+            for outcome in &parked {
+                outcome(&mut record);
+            }
+            record.generation += 1;
+            match t.unsure.put(&*t.store, &record).await {
+                Ok(()) => {
+                    t.lock().insert(record);
+                    written += 1;
+                }
+                Err(e) => tracing::debug!(volume = %id, error = %e, "parked outcomes not written"),
+            }
+        }
+        if written > 0 {
+            t.changed();
+        }
+        written
     }
 }
 

@@ -208,7 +208,7 @@ async fn a_volume_is_named_and_marked_sent_by_its_create_request_with_no_write_b
 /// them in its own write: under load a create and its publish cost the
 /// worker no write of the create's outcome.
 #[tokio::test(start_paused = true)]
-async fn a_create_outcome_rides_with_the_publish_request_that_follows() {
+async fn parked_outcomes_ride_with_the_next_request_or_go_as_the_term_ends() {
     let core = start(retry(SECOND, 3), true, None).await;
     core.node_ready().await;
     let before = core.record_writes();
@@ -237,6 +237,20 @@ async fn a_create_outcome_rides_with_the_publish_request_that_follows() {
         "the create request, the publish request with the outcome, the publication's outcomes\n{}",
         writes.join("\n")
     );
+
+    // A term that ends writes what is parked, so the next makes no call again.
+    core.create("v2").await;
+    while !(core.plugin.calls("CreateVolume").len() == 2 && core.manager.summary().busy == 0) {
+        tokio::task::yield_now().await;
+    }
+    let id = core.volume("v2").id;
+    assert!(core.store.stored(&id).unwrap().backend.is_none(), "parked");
+    assert_eq!(core.manager.write_parked().await, 1);
+    assert!(
+        core.store.stored(&id).unwrap().backend.is_some(),
+        "written as the term ends"
+    );
+    assert_eq!(core.manager.write_parked().await, 0, "nothing parked twice");
 }
 
 /// The worker runs only once the test's task waits: a delete right after

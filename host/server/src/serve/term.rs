@@ -440,6 +440,17 @@ pub(super) async fn lead(
     };
     sighup.abort();
     guard.abort();
+    // Outcomes parked for the next write go now, within a bound: a term
+    // that lost its lease cannot write them, and the next makes the calls
+    // again.
+    if let Ok(n) = tokio::time::timeout(Duration::from_secs(2), manager.write_parked()).await
+        && n > 0
+    {
+        tracing::info!(
+            volumes = n,
+            "outcomes parked for the next write written as the term ends"
+        );
+    }
     result
 }
 
