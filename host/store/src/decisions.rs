@@ -118,8 +118,30 @@ pub(crate) fn trim(stored: &[String], added: usize, keep: usize) -> Trim {
 
 /// The chunk stored under `key` without its oldest `cut` entries: its new
 /// key and value.
-pub(crate) fn without_oldest(key: &str, value: Vec<u8>, cut: usize) -> Vec<(String, Vec<u8>)> {
+fn without_oldest(key: &str, value: Vec<u8>, cut: usize) -> Vec<(String, Vec<u8>)> {
     chunks(entries(key, value).into_iter().skip(cut).collect())
+}
+
+/// One kind's changes for an append, by chunk key: the stored chunks that
+/// go (`None`), the one across the edge (`edge`: its value, read when
+/// `trim` cuts it) written again without its oldest entries, and `fresh`'s
+/// chunks.
+pub(crate) fn appended(
+    stored: &[String],
+    trim: &Trim,
+    edge: Option<Vec<u8>>,
+    fresh: Vec<(String, Vec<u8>)>,
+) -> Vec<(String, Option<Vec<u8>>)> {
+    let mut changes: Vec<(String, Option<Vec<u8>>)> =
+        stored[..trim.whole].iter().map(|k| (k.clone(), None)).collect();
+    if trim.cut > 0 {
+        let key = &stored[trim.whole];
+        changes.push((key.clone(), None));
+        let left = without_oldest(key, edge.unwrap_or_default(), trim.cut);
+        changes.extend(left.into_iter().map(|(k, v)| (k, Some(v))));
+    }
+    changes.extend(chunks(fresh).into_iter().map(|(k, v)| (k, Some(v))));
+    changes
 }
 
 /// A page of entries read chunk by chunk: those after `after`, at most `limit`.

@@ -406,50 +406,44 @@ impl Store for RedbStore {
         let batches: Vec<(String, Vec<(String, Vec<u8>)>)> =
             batches.into_iter().map(|b| b.kept(keep)).collect();
         let kinds: Vec<(String, usize)> = batches.iter().map(|(k, e)| (k.clone(), e.len())).collect();
-        // Each kind's chunks that go, and the one across the ring's edge
-        // without its oldest entries; then one write of it all.
-        let stale: Vec<Change> = self
+        // Each kind's chunk keys and how they are trimmed, with the value
+        // of the chunk across the ring's edge; then one write of it all.
+        let stored: Vec<(Vec<String>, decisions::Trim, Option<Vec<u8>>)> = self
             .committer
             .read_async(move |db| {
                 let txn = db.begin_read().map_err(failed)?;
-                let Some(table) = open_read(&txn, DECISIONS)? else {
-                    return Ok(Vec::new());
-                };
-                let mut changes = Vec::new();
+                let table = open_read(&txn, DECISIONS)?;
+                let mut out = Vec::with_capacity(kinds.len());
                 for (kind, added) in &kinds {
                     let (first, end) = (format!("{kind}/"), format!("{kind}0"));
                     let mut keys = Vec::new();
-                    for entry in table.range(first.as_str()..end.as_str()).map_err(failed)? {
-                        keys.push(entry.map_err(failed)?.0.value()[first.len()..].to_string());
+                    if let Some(table) = &table {
+                        for entry in table.range(first.as_str()..end.as_str()).map_err(failed)? {
+                            keys.push(entry.map_err(failed)?.0.value()[first.len()..].to_string());
+                        }
                     }
                     let trim = decisions::trim(&keys, *added, keep);
-                    let key = |k: &str| format!("{kind}/{k}");
-                    changes.extend(
-                        keys[..trim.whole]
-                            .iter()
-                            .map(|k| Change::Remove(DECISIONS, key(k))),
-                    );
-                    if trim.cut > 0 {
-                        let edge = &keys[trim.whole];
-                        let value = table.get(key(edge).as_str()).map_err(failed)?;
-                        let value = value.map(|v| v.value().to_vec()).unwrap_or_default();
-                        changes.push(Change::Remove(DECISIONS, key(edge)));
-                        changes.extend(
-                            decisions::without_oldest(edge, value, trim.cut)
-                                .into_iter()
-                                .map(|(k, v)| Change::Put(DECISIONS, key(&k), v)),
-                        );
-                    }
+                    let edge = match (&table, keys.get(trim.whole)) {
+                        (Some(table), Some(edge)) if trim.cut > 0 => table
+                            .get(format!("{kind}/{edge}").as_str())
+                            .map_err(failed)?
+                            .map(|v| v.value().to_vec()),
+                        _ => None,
+                    };
+                    out.push((keys, trim, edge));
                 }
-                Ok(changes)
+                Ok(out)
             })
             .await?;
-        let mut changes = stale;
-        for (kind, fresh) in batches {
+        let mut changes = Vec::new();
+        for ((kind, fresh), (keys, trim, edge)) in batches.into_iter().zip(stored) {
             changes.extend(
-                decisions::chunks(fresh)
+                decisions::appended(&keys, &trim, edge, fresh)
                     .into_iter()
-                    .map(|(k, value)| Change::Put(DECISIONS, format!("{kind}/{k}"), value)),
+                    .map(|(k, value)| match value {
+                        Some(value) => Change::Put(DECISIONS, format!("{kind}/{k}"), value),
+                        None => Change::Remove(DECISIONS, format!("{kind}/{k}")),
+                    }),
             );
         }
         self.committer.write_all(changes).await

@@ -147,28 +147,13 @@ impl Parking<'_> {
     /// those calls again. A write that fails is left (the calls are made
     /// again); how many were written.
     pub(crate) async fn write_all(&self) -> usize {
-        let t = self.table;
         let mut written = 0;
-        for id in t.parked.volumes() {
-            let _held = t.locks.hold(&id).await;
-            let parked = t.parked.take(&id);
-            let Some(mut record) = t.by_id(&id).filter(|_| !parked.is_empty()) else {
-                continue;
-            };
-            for outcome in &parked {
-                outcome(&mut record);
-            }
-            record.generation += 1;
-            match t.unsure.put(&*t.store, &record).await {
-                Ok(()) => {
-                    t.lock().insert(record);
-                    written += 1;
-                }
+        for id in self.table.parked.volumes() {
+            // A change of nothing: the write carries what is parked.
+            match self.table.modify(&id, |_| Ok(())).await {
+                Ok(_) => written += 1,
                 Err(e) => tracing::debug!(volume = %id, error = %e, "parked outcomes not written"),
             }
-        }
-        if written > 0 {
-            t.changed();
         }
         written
     }

@@ -174,12 +174,10 @@ async fn a_publication_is_marked_sent_by_its_request_and_needs_no_write_of_its_o
     );
     core.until("published", |c| c.volume("v1").state() == VolumeState::Published)
         .await;
-    let writes = core.writes_since(before);
-    assert_eq!(
-        writes.len(),
+    core.assert_writes_since(
+        before,
         2,
-        "the request's write and the outcomes': none before the first call\n{}",
-        writes.join("\n")
+        "the request's write and the outcomes': none before the first call",
     );
 }
 
@@ -194,12 +192,10 @@ async fn a_volume_is_named_and_marked_sent_by_its_create_request_with_no_write_b
     );
     core.until("created", |c| c.volume("v1").state() == VolumeState::Available)
         .await;
-    let writes = core.writes_since(before);
-    assert_eq!(
-        writes.len(),
+    core.assert_writes_since(
+        before,
         2,
-        "the request's write and the outcome's, none before CreateVolume\n{}",
-        writes.join("\n")
+        "the request's write and the outcome's, none before CreateVolume",
     );
     assert_eq!(core.plugin.calls("CreateVolume").len(), 1);
 }
@@ -213,11 +209,7 @@ async fn parked_outcomes_ride_with_the_next_request_or_go_as_the_term_ends() {
     core.node_ready().await;
     let before = core.record_writes();
     core.create("v1").await;
-    // Yielding holds the paused clock: the worker's run ends (its outcome
-    // parked) before the parking's few milliseconds pass.
-    while !core.plugin.log().contains(&"CreateVolume") || core.manager.summary().busy > 0 {
-        tokio::task::yield_now().await;
-    }
+    core.idle_after_creates(1).await;
     assert!(core.volume("v1").backend.is_none(), "parked, in no record yet");
     core.manager
         .requests()
@@ -230,19 +222,15 @@ async fn parked_outcomes_ride_with_the_next_request_or_go_as_the_term_ends() {
     );
     core.until("published", |c| c.volume("v1").state() == VolumeState::Published)
         .await;
-    let writes = core.writes_since(before);
-    assert_eq!(
-        writes.len(),
+    core.assert_writes_since(
+        before,
         3,
-        "the create request, the publish request with the outcome, the publication's outcomes\n{}",
-        writes.join("\n")
+        "the create request, the publish request with the outcome, the publication's outcomes",
     );
 
     // A term that ends writes what is parked, so the next makes no call again.
     core.create("v2").await;
-    while !(core.plugin.calls("CreateVolume").len() == 2 && core.manager.summary().busy == 0) {
-        tokio::task::yield_now().await;
-    }
+    core.idle_after_creates(2).await;
     let id = core.volume("v2").id;
     assert!(core.store.stored(&id).unwrap().backend.is_none(), "parked");
     assert_eq!(core.manager.write_parked().await, 1);

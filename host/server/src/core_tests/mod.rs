@@ -185,6 +185,22 @@ impl Core {
             .collect()
     }
 
+    /// Asserts that the volume writes since the `since`th are `n`: `what` they are.
+    pub fn assert_writes_since(&self, since: usize, n: usize, what: &str) {
+        let writes = self.writes_since(since);
+        assert_eq!(writes.len(), n, "{what}\n{}", writes.join("\n"));
+    }
+
+    /// Waits, holding the paused clock (yielding, never sleeping), until
+    /// CreateVolume was called `calls` times and no worker is busy: a run
+    /// that ended has parked its outcomes, and the parking's few
+    /// milliseconds have not passed.
+    pub async fn idle_after_creates(&self, calls: usize) {
+        while self.plugin.calls("CreateVolume").len() < calls || self.manager.summary().busy > 0 {
+            tokio::task::yield_now().await;
+        }
+    }
+
     /// Waits until node `n1`'s agent is linked and its plugin known.
     pub async fn node_ready(&self) {
         self.until("n1 ready", |c| {

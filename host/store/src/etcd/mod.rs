@@ -331,10 +331,8 @@ impl Store for EtcdStore {
             let names: Vec<String> = stored.kvs.iter().map(|kv| under(&prefix, &kv.key)).collect();
             let trim = decisions::trim(&names, fresh.len(), keep);
             let chunk = |name: &str| self.key("decisions", &format!("{kind}/{name}"));
-            changes.extend(names[..trim.whole].iter().map(|name| (chunk(name), None)));
-            if trim.cut > 0 {
-                let edge = &names[trim.whole];
-                let value = self
+            let edge = match names.get(trim.whole) {
+                Some(edge) if trim.cut > 0 => self
                     .range(pb::RangeRequest {
                         key: chunk(edge),
                         ..Default::default()
@@ -342,19 +340,13 @@ impl Store for EtcdStore {
                     .await?
                     .kvs
                     .pop()
-                    .map(|kv| kv.value)
-                    .unwrap_or_default();
-                changes.push((chunk(edge), None));
-                changes.extend(
-                    decisions::without_oldest(edge, value, trim.cut)
-                        .into_iter()
-                        .map(|(name, value)| (chunk(&name), Some(value))),
-                );
-            }
+                    .map(|kv| kv.value),
+                _ => None,
+            };
             changes.extend(
-                decisions::chunks(fresh)
+                decisions::appended(&names, &trim, edge, fresh)
                     .into_iter()
-                    .map(|(name, value)| (chunk(&name), Some(value))),
+                    .map(|(name, value)| (chunk(&name), value)),
             );
         }
         self.write_all(changes).await
