@@ -28,6 +28,12 @@ impl Observed for VolumeManager {
             vec![],
             counts.waiting as i64,
         );
+        out.gauge(
+            "berth_volumes_held_as_stored",
+            "Volumes held in memory as the store holds them (not changed since the start): each is decoded when read",
+            vec![],
+            counts.held_as_stored as i64,
+        );
         let (ready, running) = self.work.queue.depth();
         out.gauge(
             "berth_queue_depth",

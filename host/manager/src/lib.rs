@@ -212,7 +212,28 @@ impl VolumeManager {
         self.core.may_act()
     }
 
-    /// Starts the workers and queues every stored volume.
+    /// Queues every stored volume for the workers' first look (once a
+    /// term): a term queues them as it starts, so `busy` counts them from
+    /// the API's first answer, and starts the workers once the API answers
+    /// (a restart's first pass does not take the cores from the API).
+    pub fn queue_every_volume(&self) {
+        if self
+            .work
+            .first_pass_queued
+            .swap(true, std::sync::atomic::Ordering::AcqRel)
+        {
+            return;
+        }
+        let ids = self.table.ids();
+        tracing::info!(
+            volumes = ids.len(),
+            "every volume queued for the reconciler's first look"
+        );
+        self.work.queue.push_all(ids);
+    }
+
+    /// Starts the workers, and queues every stored volume if
+    /// [`VolumeManager::queue_every_volume`] has not.
     pub fn start(self: &Arc<Self>) -> tokio::task::JoinSet<()> {
         self.decision_log
             .get_or_init(|| decisions::log::DecisionLog::start(self.store.clone(), self.config.decision_log));
@@ -235,13 +256,12 @@ impl VolumeManager {
         self.work
             .started
             .store(true, std::sync::atomic::Ordering::Release);
-        let ids = self.table.ids();
+        self.queue_every_volume();
         tracing::info!(
-            volumes = ids.len(),
+            queued = self.work.queue.len(),
             workers = self.config.workers,
             "reconciler started"
         );
-        self.work.queue.push_all(ids);
         workers
     }
 

@@ -9,6 +9,7 @@ pub mod credentials;
 mod explanation;
 pub mod files;
 mod interned;
+mod keys;
 mod map;
 pub mod namespace;
 mod node;
@@ -27,6 +28,7 @@ use std::sync::Arc;
 pub use by_id::{ById, Identified};
 pub use explanation::{DecisionNote, Explanation, NodeVerdict};
 pub use interned::Interned;
+pub use keys::{RecordKeys, SpecKeys};
 pub use map::VecMap;
 pub use namespace::{Namespace, VolumeName};
 pub use node::{DOCKER_NODE_HEADER, NODE_HEADER, NodeLevel, Paths};
@@ -382,25 +384,13 @@ impl VolumeRecord {
 
     /// One word for operators.
     pub fn state(&self) -> VolumeState {
-        if self.failure.is_some() {
-            VolumeState::Failed
-        } else if self.deleting {
-            VolumeState::Deleting
-        } else if self.backend.is_none() {
-            if self.csi_name.is_some() {
-                VolumeState::Creating
-            } else {
-                VolumeState::Pending
-            }
-        } else if self
-            .publications
-            .values()
-            .any(|p| p.state() == PublicationState::Published)
-        {
-            VolumeState::Published
-        } else {
-            VolumeState::Available
-        }
+        keys::volume_state(
+            self.failure.is_some(),
+            self.deleting,
+            self.backend.is_some(),
+            self.csi_name.is_some(),
+            &self.publications,
+        )
     }
 }
 

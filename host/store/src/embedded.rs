@@ -322,6 +322,12 @@ impl Store for RedbStore {
         crate::load::each_volume(&self.committer, VOLUMES, each)
     }
 
+    fn load_keyed(&self, each: &mut dyn FnMut(crate::Loaded)) -> Result<(), StoreError> {
+        crate::load::each_read(&self.committer, VOLUMES, crate::keyed, &mut |v| {
+            each(crate::Loaded::Stored(v))
+        })
+    }
+
     fn volume_count(&self) -> Result<u64, StoreError> {
         self.committer.read(|db| {
             let txn = db.begin_read().map_err(failed)?;

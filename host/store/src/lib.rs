@@ -14,6 +14,7 @@ mod load;
 mod private;
 
 use std::path::PathBuf;
+use std::sync::Arc;
 
 use berth_model::VolumeRecord;
 
@@ -297,6 +298,12 @@ pub trait Store: Send + Sync {
         self.load()?.into_iter().for_each(each);
         Ok(())
     }
+    /// Every stored volume with what the volume table indexes, one at a
+    /// time: kept as stored (decoded when read) where the store can, so a
+    /// start indexes a million volumes without building a million records.
+    fn load_keyed(&self, each: &mut dyn FnMut(Loaded)) -> Result<(), StoreError> {
+        self.load_each(&mut |r| each(Loaded::Record(r)))
+    }
     /// How many volumes are stored, when the store can tell without
     /// reading them (0 otherwise): room is made for them before loading.
     fn volume_count(&self) -> Result<u64, StoreError> {
@@ -396,6 +403,36 @@ pub fn encode_json(id: &str, value: &impl serde::Serialize) -> Result<Vec<u8>, S
     serde_json::to_vec(value).map_err(|e| StoreError::Encode {
         id: id.to_string(),
         message: e.to_string(),
+    })
+}
+
+/// A volume as a start reads it.
+pub enum Loaded {
+    Record(VolumeRecord),
+    Stored(StoredVolume),
+}
+
+/// A volume's record as stored, with what the table indexes read from it:
+/// decoded in full (with [`decode`]) only when it is read.
+pub struct StoredVolume {
+    pub keys: berth_model::RecordKeys,
+    /// The stored text, checked as UTF-8.
+    pub text: Arc<[u8]>,
+}
+
+/// Reads a stored record's keys and keeps its text; the same checks as
+/// [`decode`] makes of what the keys hold.
+pub fn keyed(id: &str, bytes: &[u8]) -> Result<StoredVolume, StoreError> {
+    let unreadable = |message: String| StoreError::Unreadable {
+        id: id.to_string(),
+        message,
+    };
+    let text = std::str::from_utf8(bytes).map_err(|e| unreadable(e.to_string()))?;
+    let keys: berth_model::RecordKeys = serde_json::from_str(text).map_err(|e| unreadable(e.to_string()))?;
+    berth_model::bounds::plain("volume id", &keys.id).map_err(|e| unreadable(e.to_string()))?;
+    Ok(StoredVolume {
+        keys,
+        text: Arc::from(bytes),
     })
 }
 

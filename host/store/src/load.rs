@@ -31,7 +31,7 @@ type Raw = Vec<(
     AccessGuard<'static, &'static str>,
     AccessGuard<'static, &'static [u8]>,
 )>;
-type Decoded = Result<Vec<VolumeRecord>, StoreError>;
+type Decoded<T> = Result<Vec<T>, StoreError>;
 
 /// Calls `each` with every record of `table`, decoded; the first record
 /// that does not decode (or a failed read) is the error, and `each` is not
@@ -41,10 +41,21 @@ pub(crate) fn each_volume(
     table: TableDefinition<'static, &'static str, &'static [u8]>,
     each: &mut dyn FnMut(VolumeRecord),
 ) -> Result<(), StoreError> {
+    each_read(committer, table, decode, each)
+}
+
+/// Calls `each` with every record of `table` as `read` makes it of its
+/// id and stored bytes (on the decoding threads), as [`each_volume`] does.
+pub(crate) fn each_read<T: Send>(
+    committer: &Arc<Committer>,
+    table: TableDefinition<'static, &'static str, &'static [u8]>,
+    read: fn(&str, &[u8]) -> Result<T, StoreError>,
+    each: &mut dyn FnMut(T),
+) -> Result<(), StoreError> {
     let decoders = std::thread::available_parallelism().map_or(1, |n| n.get().clamp(1, DECODERS_MAX));
     let (raw_tx, raw_rx) = sync_channel::<Raw>(QUEUED);
     let raw_rx = Arc::new(Mutex::new(raw_rx));
-    let (decoded_tx, decoded_rx) = sync_channel::<Decoded>(QUEUED);
+    let (decoded_tx, decoded_rx) = sync_channel::<Decoded<T>>(QUEUED);
     std::thread::scope(|s| {
         let reader = {
             let committer = committer.clone();
@@ -53,7 +64,7 @@ pub(crate) fn each_volume(
         for _ in 0..decoders {
             let raw_rx = raw_rx.clone();
             let decoded_tx = decoded_tx.clone();
-            s.spawn(move || decode_chunks(&raw_rx, &decoded_tx));
+            s.spawn(move || decode_chunks(&raw_rx, &decoded_tx, read));
         }
         // Only the decoders hold these: once they stop, so does the reader.
         drop(raw_rx);
@@ -67,7 +78,7 @@ pub(crate) fn each_volume(
     })
 }
 
-fn take(decoded: &Receiver<Decoded>, each: &mut dyn FnMut(VolumeRecord)) -> Result<(), StoreError> {
+fn take<T>(decoded: &Receiver<Decoded<T>>, each: &mut dyn FnMut(T)) -> Result<(), StoreError> {
     for chunk in decoded {
         chunk?.into_iter().for_each(&mut *each);
     }
@@ -106,7 +117,11 @@ fn read_chunks(
     Ok(())
 }
 
-fn decode_chunks(raw: &Mutex<Receiver<Raw>>, decoded: &SyncSender<Decoded>) {
+fn decode_chunks<T>(
+    raw: &Mutex<Receiver<Raw>>,
+    decoded: &SyncSender<Decoded<T>>,
+    read: fn(&str, &[u8]) -> Result<T, StoreError>,
+) {
     loop {
         let next = raw.lock().unwrap_or_else(|p| p.into_inner()).recv();
         let Ok(chunk) = next else {
@@ -114,7 +129,7 @@ fn decode_chunks(raw: &Mutex<Receiver<Raw>>, decoded: &SyncSender<Decoded>) {
         };
         let records = chunk
             .iter()
-            .map(|(id, bytes)| decode(id.value(), bytes.value()))
+            .map(|(id, bytes)| read(id.value(), bytes.value()))
             .collect();
         if decoded.send(records).is_err() {
             return;

@@ -461,3 +461,53 @@ fn a_volume_costs_few_durable_writes_and_a_node_step_one() {
     assert!(up.0 <= 5.5, "create+publish: {up:?}");
     assert!(down.0 <= 5.5, "unpublish+delete: {down:?}");
 }
+
+/// After a restart the server holds each volume as its stored text until
+/// something changes it: reads answer as before, and a change decodes it.
+#[test]
+fn after_a_restart_volumes_are_held_as_stored_until_one_changes() {
+    let port = free_port();
+    let extra = format!("metrics = \"127.0.0.1:{port}\"");
+    let mut c = Cluster::start(ClusterSpec {
+        guests: false,
+        nodes: vec![("node-a", "a")],
+        extra: &extra,
+        ..ClusterSpec::default()
+    });
+    for name in ["s0", "s1", "s2"] {
+        c.create_in(name, "zone=a");
+    }
+    c.ok(&["volume", "publish", "s0", "--node", "node-a", "--wait"]);
+    let before = c.ok(&["volume", "list", "-o", "json"]);
+    let held = || by_labels(&scrape(port), "berth_volumes_held_as_stored", &[])[""];
+    assert_eq!(held(), 0.0, "volumes made by this server are held decoded");
+
+    c.kill_serve();
+    c.start_serve();
+    wait_ready(port, 200, Duration::from_secs(30));
+    assert_eq!(held(), 3.0, "{}", c.log());
+    assert_eq!(
+        c.ok(&["volume", "list", "-o", "json"]),
+        before,
+        "read as they were written"
+    );
+    let got: serde_json::Value = serde_json::from_str(&c.ok(&["volume", "get", "s0", "-o", "json"])).unwrap();
+    assert_eq!(got["state"], "published", "{got}");
+    assert_eq!(held(), 3.0, "reads decode without keeping");
+
+    c.ok(&["volume", "publish", "s1", "--node", "node-a", "--wait"]);
+    c.ok(&["volume", "delete", "s2", "--wait"]);
+    assert_eq!(
+        held(),
+        1.0,
+        "a change holds its volume decoded; a delete drops it"
+    );
+    let after: serde_json::Value = serde_json::from_str(&c.ok(&["volume", "list", "-o", "json"])).unwrap();
+    let states: Vec<(&str, &str)> = after
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|v| (v["name"].as_str().unwrap(), v["state"].as_str().unwrap()))
+        .collect();
+    assert_eq!(states, [("s0", "published"), ("s1", "published")]);
+}

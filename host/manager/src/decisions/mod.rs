@@ -99,7 +99,7 @@ impl Decisions<'_> {
         let outcome = outcome.map_err(|e| policy_step_error(&e))?;
         match outcome {
             NamingOutcome::Named(name) => {
-                if !self.table.claim_csi_name(&name, &r.id) {
+                if !self.table.claims().claim_csi_name(&name, &r.id) {
                     return Ok(Box::new(move |r: &mut VolumeRecord| {
                         explain(r);
                         r.give_up(format!(

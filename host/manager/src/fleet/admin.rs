@@ -22,9 +22,9 @@ impl Fleet<'_> {
 
     /// Names of volumes with a wanted publication on `node`.
     fn published_on_node(&self, node: &str) -> Vec<String> {
-        self.table.collect(|r, out| {
-            if r.publications.get(node).is_some_and(|p| p.wanted) {
-                out.push(r.spec.name.clone());
+        self.table.collect_keys(|r, out| {
+            if r.publications().get(node).is_some_and(|p| p.wanted) {
+                out.push(r.name().to_owned());
             }
         })
     }
@@ -88,9 +88,9 @@ impl Fleet<'_> {
                 "node {node:?} is a [[node]] in berth.toml: remove it there"
             )));
         }
-        let left = self.table.collect(|r, out| {
-            if r.publications.contains_key(node) {
-                out.push(r.spec.name.clone());
+        let left = self.table.collect_keys(|r, out| {
+            if r.publications().contains_key(node) {
+                out.push(r.name().to_owned());
             }
         });
         if let Some(first) = left.first() {

@@ -107,10 +107,10 @@ impl Fleet<'_> {
         }
         // Only publications on nodes not configured are copied: at start,
         // a pair of strings for each of a million publications was seconds.
-        for (node, volume) in self.table.collect(|r, out| {
-            for node in r.publications.keys() {
+        for (node, volume) in self.table.collect_keys(|r, out| {
+            for node in r.publications().keys() {
                 if !configured.contains(&node.as_str()) {
-                    out.push((node.clone(), r.spec.name.clone()));
+                    out.push((node.clone(), r.name().to_owned()));
                 }
             }
         }) {

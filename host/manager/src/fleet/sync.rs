@@ -63,9 +63,9 @@ impl Fleet<'_> {
 impl Fleet<'_> {
     /// Ids of the volumes with a publication on `node`, wanted or being undone.
     pub(crate) fn ids_on(&self, node: &str) -> Vec<String> {
-        self.table.collect(|r, out| {
-            if r.publications.contains_key(node) {
-                out.push(r.id.clone());
+        self.table.collect_keys(|r, out| {
+            if r.publications().contains_key(node) {
+                out.push(r.id().to_owned());
             }
         })
     }
@@ -101,12 +101,12 @@ impl NodeSync for VolumeManager {
             .iter()
             .map(|h| (h.berth_id.as_str(), Level::from_wire(h.level)))
             .collect();
-        let on_node = self.table.collect(|r, out| {
-            if let Some(p) = r.publications.get(node) {
+        let on_node = self.table.collect_keys(|r, out| {
+            if let Some(p) = r.publications().get(node) {
                 out.push(OnNode {
-                    id: r.id.clone(),
+                    id: r.id().to_owned(),
                     level: p.node,
-                    forward: p.wanted && !r.deleting,
+                    forward: p.wanted && !r.deleting(),
                 });
             }
         });

@@ -272,7 +272,7 @@ impl Requests<'_> {
     /// A volume in a group snapshot stays until the group is deleted: the
     /// group's record holds what the plugin needs to delete it.
     pub(crate) fn refuse_if_grouped(&self, id: &str, name: &str) -> Result<(), RequestError> {
-        match self.table.grouped(id) {
+        match self.table.claims().grouped(id) {
             0 => Ok(()),
             n => Err(Conflict::InGroups {
                 volume: name.to_string(),

@@ -44,7 +44,7 @@ impl Requests<'_> {
     pub(crate) fn unname(&self, id: &str, name: Option<String>) {
         if let Some(name) = name {
             self.table.uncalled().withdraw_create(id);
-            self.table.release_csi_name(&name, id);
+            self.table.claims().release_csi_name(&name, id);
         }
     }
 }

@@ -102,7 +102,9 @@ impl Snapshots<'_> {
         }
         let anchor = members[0].volume.clone();
         if let Err(crate::table::TakenBy(owner)) =
-            self.table.claim_snapshot_name(&self.namespace, name, &anchor)
+            self.table
+                .claims()
+                .claim_snapshot_name(&self.namespace, name, &anchor)
         {
             let of = self
                 .table
@@ -159,7 +161,9 @@ impl Snapshots<'_> {
             })
             .await;
         if result.is_err() {
-            self.table.release_snapshot_name(&self.namespace, name, &anchor);
+            self.table
+                .claims()
+                .release_snapshot_name(&self.namespace, name, &anchor);
         }
         group_view(name, result?)
     }
@@ -231,6 +235,7 @@ impl Snapshots<'_> {
 
     fn group_owner(&self, name: &str) -> Result<String, RequestError> {
         self.table
+            .claims()
             .snapshot_owner(&self.namespace, name)
             .filter(|id| {
                 self.table.by_id(id).is_some_and(|r| {

@@ -56,7 +56,10 @@ impl Snapshots<'_> {
         let _room = crate::table::Reservation::take(&self.table, &self.namespace, more, |used| {
             self.admit(&self.namespace, used, &more)
         })?;
-        if let Err(crate::table::TakenBy(owner)) = self.table.claim_snapshot_name(&self.namespace, name, &id)
+        if let Err(crate::table::TakenBy(owner)) =
+            self.table
+                .claims()
+                .claim_snapshot_name(&self.namespace, name, &id)
         {
             let of = self
                 .table
@@ -91,7 +94,9 @@ impl Snapshots<'_> {
             })
             .await;
         if result.is_err() {
-            self.table.release_snapshot_name(&self.namespace, name, &id);
+            self.table
+                .claims()
+                .release_snapshot_name(&self.namespace, name, &id);
         }
         self.snapshot_view(name, result?)
     }
@@ -148,6 +153,7 @@ impl Snapshots<'_> {
     fn snapshot_owner(&self, name: &str) -> Result<String, RequestError> {
         // A snapshot of another namespace's volume is not there for this one.
         self.table
+            .claims()
             .snapshot_owner(&self.namespace, name)
             .filter(|id| {
                 self.table

@@ -30,8 +30,7 @@ impl FirstCalls<'_> {
             .lock()
             .volumes
             .get(id)
-            .and_then(|r| r.publications.get(node))
-            .is_some_and(|p| p.sent)
+            .is_some_and(|r| r.publications.get(node).is_some_and(|p| p.sent))
     }
 
     /// Before the first call for a publication marked sent: whether it may

@@ -4,11 +4,15 @@
 
 use std::collections::{BTreeMap, HashMap};
 
-use berth_model::{Namespace, VolumeRecord, VolumeState};
+use std::sync::Arc;
+
+use berth_model::{
+    GroupSnapshot, Namespace, Publication, RecordKeys, Snapshot, VecMap, VolumeRecord, VolumeState,
+};
 
 use crate::quotas::Usage;
 
-use crate::table::records::Records;
+use crate::table::records::{Records, Text};
 
 /// Records and their indexes.
 #[derive(Default)]
@@ -62,12 +66,78 @@ pub(crate) fn snapshot_key(namespace: &Namespace, name: &str) -> String {
     }
 }
 
+/// What the indexes read of a record: the same of a decoded record as of
+/// the keys read from its stored text (see [`berth_model::RecordKeys`]).
+pub(crate) trait Keys {
+    fn id(&self) -> &str;
+    fn namespace(&self) -> &Namespace;
+    fn name(&self) -> &str;
+    fn plugin(&self) -> &str;
+    fn required_bytes(&self) -> i64;
+    fn csi_name(&self) -> Option<&str>;
+    fn deleting(&self) -> bool;
+    fn state(&self) -> VolumeState;
+    fn retrying(&self) -> bool;
+    fn publications(&self) -> &VecMap<Publication>;
+    fn snapshots(&self) -> &VecMap<Snapshot>;
+    fn group_snapshots(&self) -> &VecMap<GroupSnapshot>;
+}
+
+/// The accessors both kinds of record share field for field; the state
+/// and the retry each says in its own way.
+macro_rules! keys_of {
+    ($t:ty, state: $state:path, retrying: $retrying:expr) => {
+        impl Keys for $t {
+            fn id(&self) -> &str {
+                &self.id
+            }
+            fn namespace(&self) -> &Namespace {
+                &self.spec.namespace
+            }
+            fn name(&self) -> &str {
+                &self.spec.name
+            }
+            fn plugin(&self) -> &str {
+                &self.spec.plugin
+            }
+            fn required_bytes(&self) -> i64 {
+                self.spec.required_bytes
+            }
+            fn csi_name(&self) -> Option<&str> {
+                self.csi_name.as_deref()
+            }
+            fn deleting(&self) -> bool {
+                self.deleting
+            }
+            fn state(&self) -> VolumeState {
+                $state(self)
+            }
+            fn retrying(&self) -> bool {
+                let retrying: fn(&$t) -> bool = $retrying;
+                retrying(self)
+            }
+            fn publications(&self) -> &VecMap<Publication> {
+                &self.publications
+            }
+            fn snapshots(&self) -> &VecMap<Snapshot> {
+                &self.snapshots
+            }
+            fn group_snapshots(&self) -> &VecMap<GroupSnapshot> {
+                &self.group_snapshots
+            }
+        }
+    };
+}
+
+keys_of!(VolumeRecord, state: VolumeRecord::state, retrying: |r| r.retrying.is_some());
+keys_of!(RecordKeys, state: RecordKeys::state, retrying: RecordKeys::retrying);
+
 /// What one record counts for in its namespace's usage.
-fn usage_of(r: &VolumeRecord) -> Usage {
+fn usage_of(r: &impl Keys) -> Usage {
     Usage {
         volumes: 1,
-        bytes: r.spec.required_bytes.max(0) as u64,
-        snapshots: r.snapshots.len() as u64,
+        bytes: r.required_bytes().max(0) as u64,
+        snapshots: r.snapshots().len() as u64,
     }
 }
 
@@ -98,26 +168,18 @@ impl Indexed {
     /// Stores a new or changed record. A record's spec (and so its operator
     /// name) never changes; its CSI name is set once and cleared on delete.
     pub(crate) fn insert(&mut self, r: VolumeRecord) {
+        if let Some(old) = self.volumes.take_stored(&r.id) {
+            self.unindex_stored(old.text());
+        }
         self.tally(&r, true);
-        let Some(slot) = self.volumes.get_mut(&r.id) else {
-            self.names
-                .entry(r.spec.namespace.clone())
-                .or_default()
-                .insert(r.spec.name.clone(), r.id.clone());
-            if let Some(c) = &r.csi_name {
-                self.csi_names.insert(c.clone(), r.id.clone());
-            }
-            for name in r.snapshots.keys() {
-                self.snapshots
-                    .insert(snapshot_key(&r.spec.namespace, name), r.id.clone());
-            }
-            self.groups(&r, true);
+        let Some(slot) = self.volumes.decoded_mut(&r.id) else {
+            self.claims(&r);
             self.volumes.insert_new(r);
             return;
         };
         let old = std::mem::replace(slot, r);
         self.tally(&old, false);
-        let Some(new) = self.volumes.get(&old.id) else {
+        let Some(new) = self.volumes.decoded(&old.id) else {
             return;
         };
         if !(old.group_snapshots.is_empty() && new.group_snapshots.is_empty()) {
@@ -125,7 +187,7 @@ impl Indexed {
             self.groups(&old, false);
             self.groups(&new, true);
         }
-        let Some(new) = self.volumes.get(&old.id) else {
+        let Some(new) = self.volumes.decoded(&old.id) else {
             return;
         };
         if !(old.snapshots.is_empty() && new.snapshots.is_empty()) {
@@ -152,40 +214,82 @@ impl Indexed {
         }
     }
 
-    pub(crate) fn remove(&mut self, id: &str) -> Option<VolumeRecord> {
-        let old = self.volumes.remove(id)?;
-        self.tally(&old, false);
-        if let Some(names) = self.names.get_mut(old.spec.namespace.as_str())
-            && names.get(&old.spec.name) == Some(&old.id)
+    /// Indexes a record loaded as stored, by the keys read from its text.
+    /// An id held already is left as it is (a store holds an id once).
+    pub(crate) fn insert_stored(&mut self, keys: RecordKeys, text: Arc<[u8]>) {
+        if self.volumes.contains(&keys.id) {
+            return;
+        }
+        self.tally(&keys, true);
+        self.claims(&keys);
+        self.volumes.insert_stored(keys.id, text);
+    }
+
+    /// Its name, CSI name, snapshot and group names, for a record new here.
+    fn claims(&mut self, r: &impl Keys) {
+        self.names
+            .entry(r.namespace().clone())
+            .or_default()
+            .insert(r.name().to_owned(), r.id().to_owned());
+        if let Some(c) = r.csi_name() {
+            self.csi_names.insert(c.to_owned(), r.id().to_owned());
+        }
+        for name in r.snapshots().keys() {
+            self.snapshots
+                .insert(snapshot_key(r.namespace(), name), r.id().to_owned());
+        }
+        self.groups(r, true);
+    }
+
+    pub(crate) fn remove(&mut self, id: &str) {
+        if let Some(old) = self.volumes.remove_decoded(id) {
+            self.unindex(&old);
+        } else if let Some(old) = self.volumes.take_stored(id) {
+            self.unindex_stored(old.text());
+        }
+    }
+
+    /// Takes a record held as stored out of the indexes, by the keys read
+    /// again from its text (they were read from it once, at the start).
+    fn unindex_stored(&mut self, stored: &Text) {
+        if let Some(keys) = stored.keys() {
+            self.unindex(&keys);
+        }
+    }
+
+    fn unindex(&mut self, old: &impl Keys) {
+        self.tally(old, false);
+        let (id, namespace) = (old.id(), old.namespace());
+        if let Some(names) = self.names.get_mut(namespace.as_str())
+            && names.get(old.name()).is_some_and(|n| n == id)
         {
-            names.remove(&old.spec.name);
+            names.remove(old.name());
             if names.is_empty() {
-                self.names.remove(old.spec.namespace.as_str());
+                self.names.remove(namespace.as_str());
             }
         }
-        if let Some(c) = &old.csi_name
-            && self.csi_names.get(c) == Some(&old.id)
+        if let Some(c) = old.csi_name()
+            && self.csi_names.get(c).is_some_and(|n| n == id)
         {
             self.csi_names.remove(c);
         }
-        for name in old.snapshots.keys() {
-            let key = snapshot_key(&old.spec.namespace, name);
-            if self.snapshots.get(&key) == Some(&old.id) {
+        for name in old.snapshots().keys() {
+            let key = snapshot_key(namespace, name);
+            if self.snapshots.get(&key).is_some_and(|n| n == id) {
                 self.snapshots.remove(&key);
             }
         }
-        self.groups(&old, false);
-        Some(old)
+        self.groups(old, false);
     }
 
     /// Counts a record's group snapshots in (or out of) the names and the
     /// members' memberships.
-    fn groups(&mut self, r: &VolumeRecord, add: bool) {
-        for (name, g) in r.group_snapshots.iter() {
-            let key = snapshot_key(&r.spec.namespace, name);
+    fn groups(&mut self, r: &impl Keys, add: bool) {
+        for (name, g) in r.group_snapshots().iter() {
+            let key = snapshot_key(r.namespace(), name);
             if add {
-                self.snapshots.insert(key, r.id.clone());
-            } else if self.snapshots.get(&key) == Some(&r.id) {
+                self.snapshots.insert(key, r.id().to_owned());
+            } else if self.snapshots.get(&key).is_some_and(|n| n == r.id()) {
                 self.snapshots.remove(&key);
             }
             for m in &g.members {
@@ -208,31 +312,31 @@ impl Indexed {
 
     /// Counts a record in (or out of) the publications per node, the states
     /// and the retries.
-    fn tally(&mut self, r: &VolumeRecord, add: bool) {
-        if !r.publications.is_empty() {
-            if add && !self.published.contains_key(&r.spec.plugin) {
-                self.published.insert(r.spec.plugin.clone(), BTreeMap::new());
+    fn tally(&mut self, r: &impl Keys, add: bool) {
+        if !r.publications().is_empty() {
+            if add && !self.published.contains_key(r.plugin()) {
+                self.published.insert(r.plugin().to_owned(), BTreeMap::new());
             }
-            if let Some(nodes) = self.published.get_mut(&r.spec.plugin) {
-                for node in r.publications.keys() {
+            if let Some(nodes) = self.published.get_mut(r.plugin()) {
+                for node in r.publications().keys() {
                     count(nodes, node, add);
                 }
             }
         }
-        match self.usage.get_mut(&r.spec.namespace) {
+        match self.usage.get_mut(r.namespace()) {
             Some(usage) => {
                 usage.add(&usage_of(r), add);
                 if !add && usage.volumes == 0 {
-                    self.usage.remove(&r.spec.namespace);
+                    self.usage.remove(r.namespace());
                 }
             }
             None if add => {
-                self.usage.insert(r.spec.namespace.clone(), usage_of(r));
+                self.usage.insert(r.namespace().clone(), usage_of(r));
             }
             None => {}
         }
         let state = &mut self.states[r.state().index()];
-        let retrying = u64::from(r.retrying.is_some());
+        let retrying = u64::from(r.retrying());
         if add {
             *state += 1;
             self.retrying += retrying;

@@ -31,15 +31,16 @@ impl VolumeTable {
             let held = self.locks.hold(&record.id).await;
             let existing = {
                 let mut s = self.lock();
-                match s
-                    .named(record.spec.namespace.as_str(), &record.spec.name)
-                    .and_then(|i| s.volumes.get(i))
-                {
-                    Some(existing) if same(existing) && !existing.deleting => Some(existing.id.clone()),
+                // A name whose record does not decode (logged as it was
+                // read) stays taken, as if its spec differed.
+                let named = s.named(record.spec.namespace.as_str(), &record.spec.name);
+                let existing = named.map(|i| s.volumes.get(i).map(|r| (same(&r), r.deleting, r.id.clone())));
+                match existing {
+                    Some(Some((true, false, id))) => Some(id),
                     Some(existing) => {
                         return Err(Taken::VolumeSpec {
                             name: record.spec.volume_name().to_string(),
-                            deleting: existing.deleting,
+                            deleting: existing.is_some_and(|(_, deleting, _)| deleting),
                         }
                         .into());
                     }

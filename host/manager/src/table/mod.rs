@@ -8,13 +8,17 @@
 
 pub(crate) mod indexes;
 pub(crate) mod records;
+#[cfg(test)]
+mod stored_tests;
 
 use crate::Unready;
+use std::borrow::Cow;
 use std::sync::{Arc, Mutex};
 
 use tokio::sync::watch;
 
 mod changes;
+mod claims;
 mod first_call;
 mod insert;
 mod locks;
@@ -29,7 +33,8 @@ pub use waits::{Waiting, Waits};
 
 use crate::RequestError;
 use crate::quotas::Usage;
-use crate::table::indexes::{Indexed, snapshot_key};
+use crate::table::indexes::Indexed;
+pub(crate) use crate::table::indexes::Keys;
 
 /// Which namespaces a list takes.
 pub type Within<'a> = dyn Fn(&Namespace) -> bool + 'a;
@@ -42,7 +47,7 @@ pub enum Pages<'a> {
     Every(&'a Within<'a>),
 }
 use berth_model::{Namespace, VolumeName, VolumeRecord, VolumeState};
-use berth_store::{Store, StoreError};
+use berth_store::{Loaded, Store, StoreError};
 
 /// The most records one page looks at, matched or not.
 pub const PAGE_SCAN: usize = 100_000;
@@ -57,6 +62,9 @@ pub struct Counts {
     pub retrying: u64,
     /// Volumes that cannot progress until something else happens.
     pub waiting: u64,
+    /// Volumes held as the store holds them (read since the start, never
+    /// changed): each is decoded when read.
+    pub held_as_stored: u64,
     /// What each namespace holding volumes holds, by name.
     pub namespaces: Vec<(Namespace, Usage)>,
 }
@@ -94,6 +102,15 @@ pub struct VolumeTable {
     changes: watch::Sender<u64>,
 }
 
+/// Runs `each` on every record `table` holds decoded, under its lock;
+/// returns the texts of those held as stored, as they were then.
+fn each_decoded(table: &VolumeTable, mut each: impl FnMut(&VolumeRecord)) -> Vec<Arc<records::Text>> {
+    let s = table.lock();
+    let (decoded, stored) = s.volumes.split();
+    decoded.for_each(&mut each);
+    stored
+}
+
 pub(super) fn unavailable(what: &str, e: StoreError) -> RequestError {
     Unready::store(what, e).into()
 }
@@ -111,7 +128,12 @@ impl VolumeTable {
         // Nearly every stored volume has a CSI name: grown as they came,
         // the map was rehashed whole some twenty times.
         indexed.csi_names.reserve(count);
-        store.load_each(&mut |r| indexed.insert(r))?;
+        // Records the store can hand over as stored are indexed by their
+        // keys alone and decoded when read.
+        store.load_keyed(&mut |loaded| match loaded {
+            Loaded::Record(r) => indexed.insert(r),
+            Loaded::Stored(v) => indexed.insert_stored(v.keys, v.text),
+        })?;
         Ok(VolumeTable {
             store,
             indexed: Mutex::new(indexed),
@@ -141,14 +163,14 @@ impl VolumeTable {
     }
 
     pub fn by_id(&self, id: &str) -> Option<VolumeRecord> {
-        self.lock().volumes.get(id).cloned()
+        self.lock().volumes.get(id).map(Cow::into_owned)
     }
 
     pub fn by_name(&self, name: &VolumeName) -> Option<VolumeRecord> {
         let s = self.lock();
         s.named(name.namespace.as_str(), &name.name)
             .and_then(|id| s.volumes.get(id))
-            .cloned()
+            .map(Cow::into_owned)
     }
 
     pub fn id_of(&self, name: &VolumeName) -> Option<String> {
@@ -156,14 +178,17 @@ impl VolumeTable {
     }
 
     pub fn generation(&self, id: &str) -> Option<u64> {
-        self.lock().volumes.get(id).map(|v| v.generation)
+        self.lock().volumes.generation(id)
     }
 
     /// Every volume in the namespaces `within` takes (all of them with
     /// `None`), by namespace and name.
     pub fn list(&self, within: Option<&dyn Fn(&Namespace) -> bool>) -> Vec<VolumeRecord> {
-        let taken = |r: &&VolumeRecord| within.is_none_or(|w| w(&r.spec.namespace));
-        let mut v: Vec<VolumeRecord> = self.lock().volumes.values().filter(taken).cloned().collect();
+        let mut v = self.collect(|r, out| {
+            if within.is_none_or(|w| w(&r.spec.namespace)) {
+                out.push(r.clone());
+            }
+        });
         v.sort_by(|a, b| (&a.spec.namespace, &a.spec.name).cmp(&(&b.spec.namespace, &b.spec.name)));
         v
     }
@@ -199,39 +224,63 @@ impl VolumeTable {
                     true => Bound::Excluded(after_name),
                     false => Bound::Unbounded,
                 };
-                names.range::<str, _>((from, Bound::Unbounded)).map(|(_, id)| id)
+                names
+                    .range::<str, _>((from, Bound::Unbounded))
+                    .map(move |(name, id)| (ns, name, id))
             });
         let mut page: Vec<VolumeRecord> = Vec::new();
         let mut last = None;
         // A filter that matches few is answered in parts: the lock is held
         // for a bounded scan, and the token says where the next part starts.
         for _ in 0..PAGE_SCAN {
-            let Some(r) = ids.next().and_then(|id| s.volumes.get(id)) else {
+            let Some((ns, name, id)) = ids.next() else {
                 last = None;
                 break;
             };
-            last = Some(r);
-            if matches(r) {
-                page.push(r.clone());
+            last = Some((ns, name));
+            // A record that does not decode is left out (and logged).
+            let Some(r) = s.volumes.get(id) else {
+                continue;
+            };
+            if matches(&r) {
+                page.push(r.into_owned());
                 if page.len() >= max.max(1) {
                     break;
                 }
             }
         }
         let more = last.is_some() && ids.next().is_some();
-        let next = more.then_some(last).flatten().map(|r| match pages {
-            Pages::One(_) => r.spec.name.clone(),
-            Pages::Every(_) => format!("{}/{}", r.spec.namespace, r.spec.name),
+        let next = more.then_some(last).flatten().map(|(ns, name)| match pages {
+            Pages::One(_) => name.clone(),
+            Pages::Every(_) => format!("{ns}/{name}"),
         });
         (page, next)
     }
 
     /// Picks from every record without copying the records: `pick` runs
-    /// under the table's lock, so it must be quick.
+    /// under the table's lock for the records held decoded, so it must be
+    /// quick; those held as stored are decoded after, the lock let go, from
+    /// their texts as they were at that moment.
     pub fn collect<T>(&self, mut pick: impl FnMut(&VolumeRecord, &mut Vec<T>)) -> Vec<T> {
         let mut out = Vec::new();
-        for r in self.lock().volumes.values() {
-            pick(r, &mut out);
+        for text in each_decoded(self, |r| pick(r, &mut out)) {
+            if let Some(r) = text.decode() {
+                pick(&r, &mut out);
+            }
+        }
+        out
+    }
+
+    /// As [`VolumeTable::collect`], with only what the indexes read of
+    /// each record: one held as stored has its keys read, not the rest
+    /// (about a third of the cost), for walks of every volume such as an
+    /// agent's desired set.
+    pub(crate) fn collect_keys<T>(&self, mut pick: impl FnMut(&dyn Keys, &mut Vec<T>)) -> Vec<T> {
+        let mut out = Vec::new();
+        for text in each_decoded(self, |r| pick(r, &mut out)) {
+            if let Some(keys) = text.keys() {
+                pick(&keys, &mut out);
+            }
         }
         out
     }
@@ -267,6 +316,7 @@ impl VolumeTable {
         Counts {
             waiting,
             volumes: s.volumes.len() as u64,
+            held_as_stored: s.volumes.stored_len() as u64,
             states: VolumeState::ALL
                 .into_iter()
                 .map(|st| (st, s.states[st.index()]))
@@ -278,66 +328,6 @@ impl VolumeTable {
                 all.sort_by(|a, b| a.0.cmp(&b.0));
                 all
             },
-        }
-    }
-
-    /// Claims a CSI name for volume `id`; false when another volume has it.
-    /// The claim is undone by [`VolumeTable::release_csi_name`] if the name
-    /// is not recorded after all.
-    pub fn claim_csi_name(&self, name: &str, id: &str) -> bool {
-        let mut s = self.lock();
-        match s.csi_names.get(name) {
-            Some(owner) => owner == id,
-            None => {
-                s.csi_names.insert(name.to_string(), id.to_string());
-                true
-            }
-        }
-    }
-
-    pub fn release_csi_name(&self, name: &str, id: &str) {
-        let mut s = self.lock();
-        let recorded = s.volumes.get(id).and_then(|v| v.csi_name.as_deref()) == Some(name);
-        if !recorded && s.csi_names.get(name).is_some_and(|owner| owner == id) {
-            s.csi_names.remove(name);
-        }
-    }
-
-    /// The id of the volume a snapshot of `namespace` is of.
-    pub fn snapshot_owner(&self, namespace: &Namespace, name: &str) -> Option<String> {
-        self.lock().snapshots.get(&snapshot_key(namespace, name)).cloned()
-    }
-
-    /// Claims a snapshot name for volume `id`; the owner's id when another
-    /// volume has it. Undone by [`VolumeTable::release_snapshot_name`] if
-    /// the snapshot is not recorded after all.
-    pub fn claim_snapshot_name(&self, namespace: &Namespace, name: &str, id: &str) -> Result<(), TakenBy> {
-        let mut s = self.lock();
-        let key = snapshot_key(namespace, name);
-        match s.snapshots.get(&key) {
-            Some(owner) if owner != id => Err(TakenBy(owner.clone())),
-            Some(_) => Ok(()),
-            None => {
-                s.snapshots.insert(key, id.to_string());
-                Ok(())
-            }
-        }
-    }
-
-    /// How many group snapshots a volume is a member of.
-    pub fn grouped(&self, id: &str) -> u32 {
-        self.lock().grouped.get(id).copied().unwrap_or(0)
-    }
-
-    pub fn release_snapshot_name(&self, namespace: &Namespace, name: &str, id: &str) {
-        let mut s = self.lock();
-        let recorded = s
-            .volumes
-            .get(id)
-            .is_some_and(|v| v.snapshots.contains_key(name) || v.group_snapshots.contains_key(name));
-        let key = snapshot_key(namespace, name);
-        if !recorded && s.snapshots.get(&key).is_some_and(|owner| owner == id) {
-            s.snapshots.remove(&key);
         }
     }
 }
@@ -398,8 +388,8 @@ mod tests {
         })
         .await
         .unwrap();
-        assert!(!t.claim_csi_name("pv-data", "id2"), "the name is taken");
-        assert!(t.claim_csi_name("pv-data", "id1"));
+        assert!(!t.claims().claim_csi_name("pv-data", "id2"), "the name is taken");
+        assert!(t.claims().claim_csi_name("pv-data", "id1"));
         assert_eq!(t.published_on("hp", "n1"), 1);
         let c = t.counts();
         assert_eq!(
@@ -419,10 +409,10 @@ mod tests {
         .await
         .unwrap();
         assert!(
-            t.claim_csi_name("pv-data", "id2"),
+            t.claims().claim_csi_name("pv-data", "id2"),
             "a cleared CSI name is free again"
         );
-        t.release_csi_name("pv-data", "id2");
+        t.claims().release_csi_name("pv-data", "id2");
         assert_eq!(t.published_on("hp", "n1"), 0);
         t.remove("id1").await.unwrap();
         assert_eq!(t.counts(), Counts::default());
@@ -459,13 +449,16 @@ mod tests {
         })
         .await
         .unwrap();
-        assert_eq!((t.grouped("a"), t.grouped("b")), (1, 1));
+        assert_eq!((t.claims().grouped("a"), t.claims().grouped("b")), (1, 1));
         assert_eq!(
-            t.snapshot_owner(&Namespace::default(), "nightly").as_deref(),
+            t.claims()
+                .snapshot_owner(&Namespace::default(), "nightly")
+                .as_deref(),
             Some("a")
         );
         assert!(
-            t.claim_snapshot_name(&Namespace::default(), "nightly", "b")
+            t.claims()
+                .claim_snapshot_name(&Namespace::default(), "nightly", "b")
                 .is_err()
         );
         // Another change to the record leaves the counts as they are.
@@ -475,15 +468,15 @@ mod tests {
         })
         .await
         .unwrap();
-        assert_eq!((t.grouped("a"), t.grouped("b")), (1, 1));
+        assert_eq!((t.claims().grouped("a"), t.claims().grouped("b")), (1, 1));
         t.modify("a", |r| {
             r.group_snapshots.remove("nightly");
             Ok(())
         })
         .await
         .unwrap();
-        assert_eq!((t.grouped("a"), t.grouped("b")), (0, 0));
-        assert_eq!(t.snapshot_owner(&Namespace::default(), "nightly"), None);
+        assert_eq!((t.claims().grouped("a"), t.claims().grouped("b")), (0, 0));
+        assert_eq!(t.claims().snapshot_owner(&Namespace::default(), "nightly"), None);
     }
 
     #[tokio::test]

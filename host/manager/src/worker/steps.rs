@@ -278,7 +278,7 @@ impl Worker<'_> {
                 mark_wanted_sent(r);
             }));
             if let Err(e) = self.sync(&r.id, unwritten).await {
-                self.table.release_csi_name(&name, &r.id);
+                self.table.claims().release_csi_name(&name, &r.id);
                 return Err(step_error(Code::Unavailable, e.to_string()));
             }
         }

@@ -16,6 +16,8 @@ pub struct Work {
     /// Whether the workers were started (a server whose stored policy set
     /// does not verify serves the API and acts on no volume until it does).
     pub(crate) started: std::sync::atomic::AtomicBool,
+    /// Whether every stored volume was queued for a first look.
+    pub(crate) first_pass_queued: std::sync::atomic::AtomicBool,
 }
 
 impl Work {

@@ -201,17 +201,18 @@ pub(crate) async fn core(
     })
 }
 
-/// The manager's workers, started once a policy set that verifies is in
-/// service (at once, unless the stored set did not verify at start).
-/// Dropped with the term, they stop.
+/// The manager's workers, started once the API answers and a policy set
+/// that verifies is in service (at once, unless the stored set did not
+/// verify at start). Dropped with the term, they stop.
 fn start_when_trusted(
     manager: &Arc<VolumeManager>,
     mut trusted: tokio::sync::watch::Receiver<bool>,
+    mut answering: tokio::sync::watch::Receiver<bool>,
 ) -> tokio::task::JoinSet<()> {
     let manager = manager.clone();
     let mut workers = tokio::task::JoinSet::new();
     workers.spawn(async move {
-        if trusted.wait_for(|t| *t).await.is_err() {
+        if answering.wait_for(|a| *a).await.is_err() || trusted.wait_for(|t| *t).await.is_err() {
             return;
         }
         let mut workers = manager.start();
@@ -316,7 +317,12 @@ pub(super) async fn lead(
         let observed: Weak<dyn Observed> = Arc::downgrade(&manager) as Weak<VolumeManager>;
         m.live().set("manager", observed);
     }
-    let _workers = start_when_trusted(&manager, trusted.subscribe());
+    // Every volume is queued now, and the workers take them once the API
+    // answers: at a restart with many volumes the first pass decodes every
+    // record, and before the API that was the cores' work, not its own.
+    manager.queue_every_volume();
+    let (answering, answers) = tokio::sync::watch::channel(false);
+    let _workers = start_when_trusted(&manager, trusted.subscribe(), answers);
     let reloader = Arc::new(Reloader {
         path: config_path,
         policies: manager.policies().clone(),
@@ -383,6 +389,7 @@ pub(super) async fn lead(
     agents
         .connected_within(Some(AGENTS_GRACE.saturating_sub(loaded_in)))
         .await?;
+    answering.send_replace(true);
     metrics::readiness().set_ok("api", format!("serving on {}", api_path.display()));
     // An in-process agent that cannot open (a volume path in use that its
     // record does not name) ends the term, as before the API answered.
