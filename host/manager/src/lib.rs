@@ -345,6 +345,11 @@ impl VolumeManager {
         self.table.parked().write_all().await
     }
 
+    /// The table's counts (by state, by namespace, held as stored).
+    pub fn volume_counts(&self) -> Counts {
+        self.table.counts()
+    }
+
     pub fn summary(&self) -> Summary {
         let Counts {
             volumes,

@@ -430,6 +430,15 @@ pub fn keyed(id: &str, bytes: &[u8]) -> Result<StoredVolume, StoreError> {
     let text = std::str::from_utf8(bytes).map_err(|e| unreadable(e.to_string()))?;
     let keys: berth_model::RecordKeys = serde_json::from_str(text).map_err(|e| unreadable(e.to_string()))?;
     berth_model::bounds::plain("volume id", &keys.id).map_err(|e| unreadable(e.to_string()))?;
+    // Every release stores a record under its own id: one under another
+    // key would be a second record of some volume, which the table, taking
+    // each key's record as new, must never be handed.
+    if keys.id != id {
+        return Err(unreadable(format!(
+            "it is stored under another volume's id: {:?}",
+            keys.id
+        )));
+    }
     Ok(StoredVolume {
         keys,
         text: Arc::from(bytes),
@@ -455,6 +464,33 @@ pub fn decode(id: &str, bytes: &[u8]) -> Result<VolumeRecord, StoreError> {
 mod tests {
     use super::*;
     use berth_model::{EVENT_MESSAGE_MAX, EVENT_STEP_MAX, FAILURE_MAX, VolumeSpec, new_id};
+
+    #[test]
+    fn a_record_keyed_reads_its_keys_and_refuses_another_volumes_id() {
+        let r = VolumeRecord::new(
+            new_id(),
+            VolumeSpec {
+                name: "data".into(),
+                plugin: "hp".into(),
+                ..Default::default()
+            },
+        );
+        let text = serde_json::to_vec(&r).unwrap();
+        let v = keyed(&r.id, &text).unwrap();
+        assert_eq!(
+            (v.keys.id.as_str(), v.keys.spec.name.as_str()),
+            (r.id.as_str(), "data")
+        );
+        assert_eq!(&*v.text, &text[..]);
+        assert_eq!(decode(&r.id, &v.text).unwrap(), r);
+        match keyed("another", &text) {
+            Err(StoreError::Unreadable { id, message }) => {
+                assert_eq!(id, "another");
+                assert!(message.contains(&r.id), "{message}");
+            }
+            other => panic!("expected the key refused, got {:?}", other.map(|v| v.keys)),
+        }
+    }
 
     #[test]
     fn a_batch_larger_than_the_ring_keeps_its_newest() {

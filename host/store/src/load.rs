@@ -177,6 +177,15 @@ mod tests {
         ids.sort();
         assert_eq!(seen, ids);
         assert_eq!(store.volume_count().unwrap(), n as u64);
+        let mut keyed = Vec::new();
+        store
+            .load_keyed(&mut |loaded| match loaded {
+                crate::Loaded::Stored(v) => keyed.push(v.keys.id),
+                crate::Loaded::Record(_) => panic!("the embedded store hands its records over as stored"),
+            })
+            .unwrap();
+        keyed.sort();
+        assert_eq!(keyed, ids);
 
         // A record that does not decode, in the middle of the table.
         let bad = ids[CHUNK + 3].clone();
@@ -199,5 +208,10 @@ mod tests {
             other => panic!("expected the bad record named, got {other:?}"),
         }
         assert!(taken < n, "the load stopped at the bad record");
+        // And so does a load that reads the records' keys alone.
+        match store.load_keyed(&mut |_| {}) {
+            Err(StoreError::Unreadable { id, .. }) => assert_eq!(id, bad),
+            other => panic!("expected the bad record named, got {:?}", other.err()),
+        }
     }
 }

@@ -188,6 +188,13 @@ pub(crate) async fn core(
     let loading = std::time::Instant::now();
     let manager = VolumeManager::new(config, store, controllers, policies, directory.clone())?;
     let loaded_in = loading.elapsed();
+    let counts = manager.volume_counts();
+    tracing::info!(
+        volumes = counts.volumes,
+        held_as_stored = counts.held_as_stored,
+        ms = loaded_in.as_millis() as u64,
+        "volumes loaded"
+    );
     directory.set_sync(as_sync(&manager));
     for n in manager.fleet().remembered_nodes()? {
         directory.expect(n);
