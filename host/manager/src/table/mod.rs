@@ -22,6 +22,7 @@ mod claims;
 mod first_call;
 mod insert;
 mod locks;
+mod page;
 mod reserve;
 mod uncalled;
 mod unsure;
@@ -191,70 +192,6 @@ impl VolumeTable {
         });
         v.sort_by(|a, b| (&a.spec.namespace, &a.spec.name).cmp(&(&b.spec.namespace, &b.spec.name)));
         v
-    }
-
-    /// Up to `max` volumes (at least one) after `after` in the namespaces
-    /// `pages` names, and the token to continue after when there are more:
-    /// a page costs its own volumes, whatever the table holds. Within one
-    /// namespace, names in order and a volume's name as the token; across
-    /// several, namespace then name, the token `namespace/name` (a
-    /// namespace never holds a '/').
-    pub fn page(
-        &self,
-        pages: Pages<'_>,
-        after: &str,
-        max: usize,
-        matches: &dyn Fn(&VolumeRecord) -> bool,
-    ) -> (Vec<VolumeRecord>, Option<String>) {
-        use std::ops::Bound;
-        let (after_ns, after_name, within): (&str, &str, &Within<'_>) = match pages {
-            Pages::One(ns) => (ns, after, &move |n: &Namespace| n.as_str() == ns),
-            Pages::Every(within) => {
-                let (ns, name) = after.split_once('/').unwrap_or((after, ""));
-                (ns, name, within)
-            }
-        };
-        let s = self.lock();
-        let mut ids = s
-            .names
-            .range::<str, _>((Bound::Included(after_ns), Bound::Unbounded))
-            .filter(|(ns, _)| within(ns))
-            .flat_map(|(ns, names)| {
-                let from = match ns.as_str() == after_ns && !after_name.is_empty() {
-                    true => Bound::Excluded(after_name),
-                    false => Bound::Unbounded,
-                };
-                names
-                    .range::<str, _>((from, Bound::Unbounded))
-                    .map(move |(name, id)| (ns, name, id))
-            });
-        let mut page: Vec<VolumeRecord> = Vec::new();
-        let mut last = None;
-        // A filter that matches few is answered in parts: the lock is held
-        // for a bounded scan, and the token says where the next part starts.
-        for _ in 0..PAGE_SCAN {
-            let Some((ns, name, id)) = ids.next() else {
-                last = None;
-                break;
-            };
-            last = Some((ns, name));
-            // A record that does not decode is left out (and logged).
-            let Some(r) = s.volumes.get(id) else {
-                continue;
-            };
-            if matches(&r) {
-                page.push(r.into_owned());
-                if page.len() >= max.max(1) {
-                    break;
-                }
-            }
-        }
-        let more = last.is_some() && ids.next().is_some();
-        let next = more.then_some(last).flatten().map(|(ns, name)| match pages {
-            Pages::One(_) => name.clone(),
-            Pages::Every(_) => format!("{ns}/{name}"),
-        });
-        (page, next)
     }
 
     /// Picks from every record without copying the records: `pick` runs

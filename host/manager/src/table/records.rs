@@ -108,6 +108,11 @@ impl Records {
         }
     }
 
+    /// The text of a record held as stored.
+    pub(crate) fn stored_text(&self, id: &str) -> Option<Arc<Text>> {
+        self.stored.get(id).map(|s| s.0.clone())
+    }
+
     /// A record held decoded, to change in place (never its id).
     pub(crate) fn decoded_mut(&mut self, id: &str) -> Option<&mut VolumeRecord> {
         self.decoded.get_mut(id)
