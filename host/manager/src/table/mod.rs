@@ -125,15 +125,23 @@ impl VolumeTable {
     pub fn load(store: Arc<dyn Store>) -> Result<VolumeTable, StoreError> {
         let mut indexed = Indexed::default();
         let count = usize::try_from(store.volume_count()?).unwrap_or(0);
-        indexed.volumes.reserve(count);
         // Nearly every stored volume has a CSI name: grown as they came,
         // the map was rehashed whole some twenty times.
         indexed.csi_names.reserve(count);
         // Records the store can hand over as stored are indexed by their
         // keys alone and decoded when read.
-        store.load_keyed(&mut |loaded| match loaded {
-            Loaded::Record(r) => indexed.insert(r),
-            Loaded::Stored(v) => indexed.insert_stored(v.keys, v.text),
+        let mut room = Some(count);
+        store.load_keyed(&mut |loaded| {
+            // Room made once, in the map the store's records go to.
+            if let Some(count) = room.take() {
+                indexed
+                    .volumes
+                    .reserve(count, matches!(loaded, Loaded::Stored(_)));
+            }
+            match loaded {
+                Loaded::Record(r) => indexed.insert(r),
+                Loaded::Stored(v) => indexed.insert_stored(v.keys, v.text),
+            }
         })?;
         Ok(VolumeTable {
             store,

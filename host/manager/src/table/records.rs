@@ -76,8 +76,12 @@ impl Records {
         self.stored.len()
     }
 
-    pub(crate) fn reserve(&mut self, more: usize) {
-        self.stored.reserve(more);
+    /// Room for `more` records held as stored, or decoded.
+    pub(crate) fn reserve(&mut self, more: usize, stored: bool) {
+        match stored {
+            true => self.stored.reserve(more),
+            false => self.decoded.reserve(more),
+        }
     }
 
     /// Whether the table holds `id`, however it is held.
